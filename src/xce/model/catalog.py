@@ -1,0 +1,49 @@
+"""Queues and projects: the named containers jobs are submitted into, defined by config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from xce.model.facts import Fact, ProjectDefined, QueueDefined
+from xce.model.names import check_name
+
+if TYPE_CHECKING:
+    from xce.model.state import Model
+
+
+@dataclass
+class Queue:
+    name: str
+    priority: int
+    description: str = ""
+
+
+@dataclass
+class Project:
+    name: str
+    description: str = ""
+
+
+def define_queue(model: Model, name: str, priority: int, description: str, now: float) -> list[Fact]:
+    check_name("queue", name)
+    q = model.queues.get(name)
+    if q is not None and (q.priority, q.description) == (priority, description):
+        return []
+    return [QueueDefined(time=now, name=name, priority=priority, description=description)]
+
+
+def define_project(model: Model, name: str, description: str, now: float) -> list[Fact]:
+    check_name("project", name)
+    p = model.projects.get(name)
+    if p is not None and p.description == description:
+        return []
+    return [ProjectDefined(time=now, name=name, description=description)]
+
+
+def apply_queue_defined(model: Model, f: QueueDefined) -> None:
+    model.queues[f.name] = Queue(name=f.name, priority=f.priority, description=f.description)
+
+
+def apply_project_defined(model: Model, f: ProjectDefined) -> None:
+    model.projects[f.name] = Project(name=f.name, description=f.description)

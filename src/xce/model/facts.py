@@ -1,0 +1,163 @@
+"""Facts: the typed, versioned records every state change is made of.
+
+A fact is a frozen dataclass registered under a stable ``TYPE`` name with a
+``VERSION``.  The log stores ``(type, version, payload)``; ``decode`` turns a
+stored record back into a fact, upcasting older versions through the
+``UPCASTERS`` table so old logs stay readable.  An undecodable record is a
+fatal error (``UndecodableFact``): the model must never silently skip history.
+
+Facts carry every value their fold needs (ids, times): folding is a pure
+function of the facts, so replay reproduces the live model exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, TypeVar
+
+
+class UndecodableFact(Exception):
+    """Raised when a stored record names an unknown fact type or a version we cannot upcast."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    TYPE: ClassVar[str] = ""
+    VERSION: ClassVar[int] = 1
+    time: float
+
+
+REGISTRY: dict[str, type[Fact]] = {}
+# (type, from_version) -> function turning a payload of from_version into from_version + 1
+UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+F = TypeVar("F", bound=type[Fact])
+
+
+def fact(type_name: str, version: int = 1) -> Callable[[F], F]:
+    """Class decorator: register a fact type under a stable name."""
+
+    def register(cls: F) -> F:
+        if type_name in REGISTRY:
+            raise ValueError(f"fact type {type_name!r} registered twice")
+        cls.TYPE = type_name
+        cls.VERSION = version
+        REGISTRY[type_name] = cls
+        return cls
+
+    return register
+
+
+def payload_of(f: Fact) -> dict[str, Any]:
+    return {fl.name: getattr(f, fl.name) for fl in dataclasses.fields(f)}
+
+
+def encode(f: Fact) -> tuple[str, int, str]:
+    """A fact as stored: type name, version, compact JSON payload."""
+    return f.TYPE, f.VERSION, json.dumps(payload_of(f), separators=(",", ":"), sort_keys=True)
+
+
+def decode(type_name: str, version: int, payload: str | dict[str, Any]) -> Fact:
+    cls = REGISTRY.get(type_name)
+    if cls is None:
+        raise UndecodableFact(f"unknown fact type {type_name!r}")
+    data = json.loads(payload) if isinstance(payload, str) else dict(payload)
+    while version < cls.VERSION:
+        up = UPCASTERS.get((type_name, version))
+        if up is None:
+            raise UndecodableFact(f"no upcaster for {type_name} v{version}")
+        data = up(data)
+        version += 1
+    if version != cls.VERSION:
+        raise UndecodableFact(f"{type_name} v{version} is newer than this XCE (v{cls.VERSION})")
+    try:
+        return cls(**data)
+    except TypeError as e:
+        raise UndecodableFact(f"{type_name} v{version}: {e}") from e
+
+
+# ---------------------------------------------------------------- cluster and identities
+
+
+@fact("cluster.initialized")
+@dataclass(frozen=True, slots=True)
+class ClusterInitialized(Fact):
+    cluster_id: str
+
+
+@fact("user.defined")
+@dataclass(frozen=True, slots=True)
+class UserDefined(Fact):
+    """A user (or daemon identity) is created or its role/projects change."""
+
+    name: str
+    role: str
+    projects: list[str] = field(default_factory=list)
+    host: str | None = None  # daemon identities may be bound to one host
+
+
+@fact("token.issued")
+@dataclass(frozen=True, slots=True)
+class TokenIssued(Fact):
+    token_id: str
+    user: str
+    token_hash: str  # sha256 hex of the secret; the secret itself is never stored
+
+
+@fact("token.revoked")
+@dataclass(frozen=True, slots=True)
+class TokenRevoked(Fact):
+    token_id: str
+
+
+@fact("queue.defined")
+@dataclass(frozen=True, slots=True)
+class QueueDefined(Fact):
+    name: str
+    priority: int
+    description: str = ""
+
+
+@fact("project.defined")
+@dataclass(frozen=True, slots=True)
+class ProjectDefined(Fact):
+    name: str
+    description: str = ""
+
+
+# ---------------------------------------------------------------- jobs
+
+
+@fact("job.submitted")
+@dataclass(frozen=True, slots=True)
+class JobSubmitted(Fact):
+    id: int
+    name: str
+    user: str
+    project: str
+    queue: str
+    command: list[str]
+    slots: int = 1
+    resreq: str = ""
+    cwd: str | None = None
+    stdout: str | None = None
+    stderr: str | None = None
+    rerunnable: bool = False
+    held: bool = False
+
+
+# ---------------------------------------------------------------- audit
+
+
+@fact("audit.recorded")
+@dataclass(frozen=True, slots=True)
+class AuditRecorded(Fact):
+    """Who did what to which target, and how it ended (``ok`` or the refusal code)."""
+
+    user: str
+    action: str
+    target: str
+    result: str
+    detail: str = ""

@@ -1,0 +1,179 @@
+"""SQLite store: the embedded default, one file in the state directory.
+
+WAL journal with ``synchronous=FULL`` so a committed append survives power
+loss; each append is one ``BEGIN IMMEDIATE`` transaction that checks the lease
+epoch and the log head before inserting, so fencing and continuity are atomic.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from typing import Sequence
+
+from xce.store.base import Lease, Record, Snapshot, Store, check_continuous
+from xce.store.errors import LeaseLost, StaleEpoch, StoreUnavailable
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS xce_facts (
+    position INTEGER PRIMARY KEY,
+    epoch    INTEGER NOT NULL,
+    type     TEXT NOT NULL,
+    version  INTEGER NOT NULL,
+    payload  TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS xce_head (
+    id       INTEGER PRIMARY KEY CHECK (id = 1),
+    last_position INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO xce_head (id, last_position) VALUES (1, 0);
+CREATE TABLE IF NOT EXISTS xce_snapshot (
+    id       INTEGER PRIMARY KEY CHECK (id = 1),
+    position INTEGER NOT NULL,
+    data     BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS xce_lease (
+    name       TEXT PRIMARY KEY,
+    holder     TEXT,
+    epoch      INTEGER NOT NULL,
+    expires_at REAL NOT NULL
+);
+INSERT OR IGNORE INTO xce_lease (name, holder, epoch, expires_at) VALUES ('leader', NULL, 0, 0);
+"""
+
+
+class SQLiteStore(Store):
+    backend = "sqlite"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
+                                       timeout=30)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(SCHEMA)
+        except sqlite3.Error as e:
+            raise StoreUnavailable(f"cannot open SQLite store {path}: {e}") from e
+
+    # ------------------------------------------------------------ helpers
+
+    def _tx(self, fn):
+        """Run ``fn(cursor)`` in one IMMEDIATE transaction under the connection lock."""
+        with self._lock:
+            cur = self._db.cursor()
+            try:
+                cur.execute("BEGIN IMMEDIATE")
+                try:
+                    out = fn(cur)
+                except BaseException:
+                    cur.execute("ROLLBACK")
+                    raise
+                cur.execute("COMMIT")
+                return out
+            except sqlite3.Error as e:
+                raise StoreUnavailable(f"SQLite: {e}") from e
+
+    @staticmethod
+    def _fence(cur: sqlite3.Cursor, epoch: int) -> None:
+        (current,) = cur.execute("SELECT epoch FROM xce_lease WHERE name='leader'").fetchone()
+        if current != epoch:
+            raise StaleEpoch(f"epoch {epoch} is stale: the lease is at epoch {current}")
+
+    # ------------------------------------------------------------ log
+
+    def append(self, epoch: int, records: Sequence[Record]) -> None:
+        if not records:
+            return
+
+        def run(cur: sqlite3.Cursor) -> None:
+            self._fence(cur, epoch)
+            (last,) = cur.execute("SELECT last_position FROM xce_head WHERE id=1").fetchone()
+            check_continuous(last, records)
+            cur.executemany(
+                "INSERT INTO xce_facts (position, epoch, type, version, payload) VALUES (?,?,?,?,?)",
+                [(r.position, epoch, r.type, r.version, r.payload) for r in records])
+            cur.execute("UPDATE xce_head SET last_position=? WHERE id=1", (records[-1].position,))
+
+        self._tx(run)
+
+    def read_after(self, position: int, limit: int = 10_000) -> list[Record]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT position, type, version, payload, epoch FROM xce_facts"
+                " WHERE position > ? ORDER BY position LIMIT ?", (position, limit)).fetchall()
+        return [Record(position=p, type=t, version=v, payload=d, epoch=e) for p, t, v, d, e in rows]
+
+    def last_position(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT last_position FROM xce_head WHERE id=1").fetchone()[0]
+
+    # ------------------------------------------------------------ snapshots
+
+    def write_snapshot(self, epoch: int, snapshot: Snapshot) -> None:
+        def run(cur: sqlite3.Cursor) -> None:
+            self._fence(cur, epoch)
+            cur.execute("INSERT OR REPLACE INTO xce_snapshot (id, position, data) VALUES (1, ?, ?)",
+                        (snapshot.position, snapshot.data))
+
+        self._tx(run)
+
+    def load_snapshot(self) -> Snapshot | None:
+        with self._lock:
+            row = self._db.execute("SELECT position, data FROM xce_snapshot WHERE id=1").fetchone()
+        return Snapshot(position=row[0], data=bytes(row[1])) if row else None
+
+    def compact(self, epoch: int, upto: int) -> int:
+        def run(cur: sqlite3.Cursor) -> int:
+            self._fence(cur, epoch)
+            row = cur.execute("SELECT position FROM xce_snapshot WHERE id=1").fetchone()
+            limit = min(upto, row[0] if row else 0)
+            return cur.execute("DELETE FROM xce_facts WHERE position <= ?", (limit,)).rowcount
+
+        return self._tx(run)
+
+    # ------------------------------------------------------------ lease
+
+    def acquire_lease(self, holder: str, ttl: float) -> Lease | None:
+        def run(cur: sqlite3.Cursor) -> Lease | None:
+            now = time.time()
+            cur_holder, epoch, expires = cur.execute(
+                "SELECT holder, epoch, expires_at FROM xce_lease WHERE name='leader'").fetchone()
+            if cur_holder is not None and cur_holder != holder and expires > now:
+                return None
+            if cur_holder != holder:
+                epoch += 1
+            cur.execute("UPDATE xce_lease SET holder=?, epoch=?, expires_at=? WHERE name='leader'",
+                        (holder, epoch, now + ttl))
+            return Lease(holder=holder, epoch=epoch, expires_at=now + ttl)
+
+        return self._tx(run)
+
+    def renew_lease(self, holder: str, epoch: int, ttl: float) -> Lease:
+        def run(cur: sqlite3.Cursor) -> Lease:
+            now = time.time()
+            cur_holder, cur_epoch = cur.execute(
+                "SELECT holder, epoch FROM xce_lease WHERE name='leader'").fetchone()
+            if cur_holder != holder or cur_epoch != epoch:
+                raise LeaseLost(f"lease is held by {cur_holder!r} at epoch {cur_epoch}")
+            cur.execute("UPDATE xce_lease SET expires_at=? WHERE name='leader'", (now + ttl,))
+            return Lease(holder=holder, epoch=epoch, expires_at=now + ttl)
+
+        return self._tx(run)
+
+    def release_lease(self, holder: str, epoch: int) -> None:
+        self._tx(lambda cur: cur.execute(
+            "UPDATE xce_lease SET holder=NULL, expires_at=0 WHERE name='leader' AND holder=? AND epoch=?",
+            (holder, epoch)))
+
+    def current_lease(self) -> Lease | None:
+        with self._lock:
+            holder, epoch, expires = self._db.execute(
+                "SELECT holder, epoch, expires_at FROM xce_lease WHERE name='leader'").fetchone()
+        return Lease(holder=holder, epoch=epoch, expires_at=expires) if holder else None
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
