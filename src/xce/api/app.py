@@ -1,0 +1,282 @@
+"""The REST API: routes under ``/v1``, ``/healthz``, ``/metrics`` and ``/openapi.json``.
+
+Every mutating route goes through ``mutate``: the decision, its facts and its
+audit record are committed together before the response is sent.  Every
+refusal (4xx) is audited as well, under the caller's name when it is known.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any, Callable
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+import xce
+from xce.api import schemas as S
+from xce.api.auth import admin, authenticated
+from xce.api.metrics import Metrics
+from xce.api.views import audit_json, job_json, user_json
+from xce.controller.core import Controller, Outcome
+from xce.errors import InvalidRequest, XceError
+from xce.model import Model, audit as audit_model
+from xce.model.facts import AuditRecorded, Fact
+from xce.model.identity import User, define_user, issue_token
+from xce.model.jobs import JobSpec, JobState, submit, visible_job
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": S.ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 422, 503)
+}
+
+
+def _error_response(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+
+
+def _action(request: Request) -> str:
+    route = request.scope.get("route")
+    return f"{request.method} {getattr(route, 'path', request.url.path)}"
+
+
+async def _audit_refusal(request: Request, code: str, message: str) -> None:
+    """Record a refused request; best effort when this controller cannot commit."""
+    ctl: Controller = request.app.state.controller
+    actor: User | None = getattr(request.state, "actor", None)
+    fact = AuditRecorded(time=time.time(), user=actor.name if actor else "-",
+                         action=_action(request), target=request.url.path[:256],
+                         result=code, detail=message[:512])
+    try:
+        await ctl.execute(lambda m: Outcome([fact]))
+    except XceError:
+        pass
+
+
+async def mutate(request: Request, actor: User, target: str,
+                 decide: Callable[[Model], tuple[list[Fact], Any]]) -> Any:
+    """Commit ``decide``'s facts with their audit record; a refusal commits its audit record alone."""
+    ctl: Controller = request.app.state.controller
+    action = _action(request)
+
+    def run(model: Model) -> Outcome:
+        now = time.time()
+        try:
+            facts, result = decide(model)
+        except XceError as e:
+            e.audited = True  # type: ignore[attr-defined]
+            return Outcome([AuditRecorded(time=now, user=actor.name, action=action, target=target,
+                                          result=e.code, detail=e.message[:512])], error=e)
+        facts.append(AuditRecorded(time=now, user=actor.name, action=action, target=target, result="ok"))
+        return Outcome(facts, result=result)
+
+    return await ctl.execute(run)
+
+
+class BodyLimit:
+    """Refuse request bodies over ``limit`` bytes with 413, before the route reads them."""
+
+    def __init__(self, app, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        for k, v in scope["headers"]:
+            if k == b"content-length":
+                try:
+                    too_big = int(v) > self.limit
+                except ValueError:
+                    too_big = True
+                if too_big:
+                    resp = _error_response(413, "too_large", f"request body over {self.limit} bytes")
+                    return await resp(scope, receive, send)
+        seen = 0
+
+        async def limited():
+            nonlocal seen
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen += len(msg.get("body", b""))
+                if seen > self.limit:
+                    raise InvalidRequest(f"request body over {self.limit} bytes", code="too_large")
+            return msg
+
+        return await self.app(scope, limited, send)
+
+
+def create_app(controller: Controller, on_leader: Callable[[], None] | None = None) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await controller.start()
+
+        async def announce() -> None:
+            await controller.wait_leader()
+            if on_leader is not None:
+                on_leader()
+
+        announcer = asyncio.create_task(announce())
+        try:
+            yield
+        finally:
+            announcer.cancel()
+            await controller.stop()
+
+    app = FastAPI(title="XCE", version=xce.__version__, responses=ERRORS, lifespan=lifespan,
+                  description="XCE workload manager API. Every route but /healthz needs a bearer token.")
+    app.state.controller = controller
+    metrics = Metrics(controller)
+    app.add_middleware(BodyLimit, limit=controller.config.controller.max_body_bytes)
+
+    # ------------------------------------------------------------ errors
+
+    @app.exception_handler(XceError)
+    async def xce_error(request: Request, exc: XceError):
+        if exc.status < 500 and not getattr(exc, "audited", False):
+            await _audit_refusal(request, exc.code, exc.message)
+        return _error_response(exc.status, exc.code, exc.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError):
+        parts = []
+        for err in exc.errors()[:5]:
+            loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
+            parts.append(f"{loc or 'body'}: {err.get('msg')}")
+        message = "invalid request: " + "; ".join(parts)
+        await _audit_refusal(request, "invalid_request", message)
+        return _error_response(422, "invalid_request", message)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        await _audit_refusal(request, code, str(exc.detail))
+        return _error_response(exc.status_code, code, str(exc.detail))
+
+    # ------------------------------------------------------------ service
+
+    @app.get("/healthz", tags=["service"])
+    async def healthz() -> dict[str, Any]:
+        return {"ok": True, "leader": controller.is_leader}
+
+    @app.get("/metrics", tags=["service"], response_class=Response)
+    async def metrics_route(_: User = Depends(authenticated)) -> Response:
+        body, ctype = metrics.render()
+        return Response(body, media_type=ctype)
+
+    @app.get("/v1/ping", response_model=S.PingOut, tags=["service"])
+    async def ping(actor: User = Depends(authenticated)):
+        await controller.read_barrier()
+        return JSONResponse({
+            "version": xce.__version__, "cluster_id": controller.model.cluster_id,
+            "leader": controller.is_leader, "leader_epoch": controller.epoch,
+            "log_position": controller.committed, "store": controller.store.backend,
+            "user": actor.name, "role": actor.role.value,
+        })
+
+    # ------------------------------------------------------------ catalog
+
+    @app.get("/v1/queues", response_model=list[S.QueueOut], tags=["catalog"])
+    async def list_queues(_: User = Depends(authenticated)):
+        await controller.read_barrier()
+        counts: dict[str, list[int]] = {q: [0, 0] for q in controller.model.queues}
+        for job in controller.model.jobs.values():
+            c = counts.get(job.queue)
+            if c is not None:
+                if job.state in (JobState.PEND, JobState.PSUSP):
+                    c[0] += 1
+                elif job.state is JobState.RUN:
+                    c[1] += 1
+        queues = sorted(controller.model.queues.values(), key=lambda q: (-q.priority, q.name))
+        return JSONResponse([{"name": q.name, "priority": q.priority, "description": q.description,
+                              "pending": counts[q.name][0], "running": counts[q.name][1]} for q in queues])
+
+    @app.get("/v1/projects", response_model=list[S.ProjectOut], tags=["catalog"])
+    async def list_projects(actor: User = Depends(authenticated)):
+        await controller.read_barrier()
+        projects = [p for p in controller.model.projects.values()
+                    if actor.is_admin or p.name in actor.projects]
+        return JSONResponse([{"name": p.name, "description": p.description}
+                             for p in sorted(projects, key=lambda p: p.name)])
+
+    # ------------------------------------------------------------ identities
+
+    @app.get("/v1/users", response_model=list[S.UserOut], tags=["identity"])
+    async def list_users(_: User = Depends(admin)):
+        await controller.read_barrier()
+        return JSONResponse([user_json(u) for u in sorted(controller.model.users.values(),
+                                                          key=lambda u: u.name)])
+
+    @app.post("/v1/users", response_model=S.UserOut, status_code=201, tags=["identity"])
+    async def create_user(body: S.UserCreateRequest, request: Request, actor: User = Depends(admin)):
+        def decide(model: Model):
+            return define_user(model, body.name, body.role, body.projects, time.time(),
+                               host=body.host, create_only=True), body.name
+
+        name = await mutate(request, actor, f"user/{body.name}", decide)
+        return JSONResponse(user_json(controller.model.users[name]), status_code=201)
+
+    @app.post("/v1/tokens", response_model=S.TokenOut, status_code=201, tags=["identity"])
+    async def create_token(body: S.TokenCreateRequest, request: Request, actor: User = Depends(admin)):
+        def decide(model: Model):
+            facts, secret = issue_token(model, body.user, time.time())
+            return facts, (facts[0].token_id, secret)
+
+        token_id, secret = await mutate(request, actor, f"user/{body.user}", decide)
+        return JSONResponse({"token_id": token_id, "user": body.user, "token": secret}, status_code=201)
+
+    @app.get("/v1/audit", response_model=list[S.AuditOut], tags=["audit"])
+    async def list_audit(actor: User = Depends(authenticated),
+                         since: float | None = Query(None, description="seconds since the Unix epoch"),
+                         user: str | None = Query(None, max_length=63),
+                         limit: int = Query(1000, ge=1, le=100_000)):
+        await controller.read_barrier()
+        if not actor.is_admin:
+            user = actor.name  # users see only their own trail
+        records = audit_model.query(controller.model, since=since, user=user, limit=limit)
+        return JSONResponse([audit_json(r) for r in records])
+
+    # ------------------------------------------------------------ jobs
+
+    @app.post("/v1/jobs", response_model=S.JobOut, status_code=201, tags=["jobs"])
+    async def submit_job(body: S.JobSubmitRequest, request: Request, actor: User = Depends(authenticated)):
+        spec = JobSpec(command=body.command, name=body.name, queue=body.queue, project=body.project,
+                       slots=body.slots, resreq=body.resreq, cwd=body.cwd, stdout=body.stdout,
+                       stderr=body.stderr, rerunnable=body.rerunnable, held=body.hold)
+        job_id = await mutate(request, actor, "job", lambda model: submit(model, actor, spec, time.time()))
+        return JSONResponse(job_json(controller.model.jobs[job_id]), status_code=201)
+
+    @app.get("/v1/jobs", response_model=list[S.JobOut], tags=["jobs"])
+    async def list_jobs(actor: User = Depends(authenticated),
+                        user: str | None = Query(None, max_length=63, description="only this user's jobs"),
+                        all_users: bool = Query(False, alias="all", description="admins: every user's jobs"),
+                        queue: str | None = Query(None, max_length=63),
+                        state: list[JobState] | None = Query(None)):
+        await controller.read_barrier()
+        if not actor.is_admin:
+            if user not in (None, actor.name):
+                raise InvalidRequest("users may list only their own jobs")
+            user = actor.name
+        elif user is None and not all_users:
+            user = actor.name
+        states = set(state) if state else None
+        out = [job_json(j) for j in controller.model.jobs.values()
+               if (user is None or j.user == user) and (queue is None or j.queue == queue)
+               and (states is None or j.state in states)]
+        return JSONResponse(out)
+
+    @app.get("/v1/jobs/{job_id}", response_model=S.JobOut, tags=["jobs"])
+    async def show_job(job_id: int, actor: User = Depends(authenticated)):
+        await controller.read_barrier()
+        return JSONResponse(job_json(visible_job(controller.model, actor, job_id)))
+
+    @app.middleware("http")
+    async def count(request: Request, call_next):
+        response = await call_next(request)
+        metrics.requests.labels(request.method, str(response.status_code)).inc()
+        return response
+
+    return app

@@ -1,0 +1,1 @@
+"""The ``xce`` command (alias ``xcecli``).  It speaks only REST to the controller."""

@@ -1,0 +1,45 @@
+"""Bring the model in line with the configuration when a controller starts leading.
+
+The first leader of a new cluster records the cluster id, the configured
+users, queues and projects, and an admin token.  Later leaders record only
+what changed in the config (facts are emitted for differences only), so a
+restart with the same config adds nothing to the log.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from xce.controller.config import Config
+from xce.model import Model
+from xce.model.catalog import define_project, define_queue
+from xce.model.facts import ClusterInitialized, Fact
+from xce.model.identity import define_user, issue_token
+
+
+def bootstrap_facts(model: Model, config: Config, now: float,
+                    need_admin_token: bool) -> tuple[list[Fact], str | None]:
+    facts: list[Fact] = []
+    # Each decision must see the facts decided before it (a user names a project defined
+    # just above); the commit loop folds into the real model, so fold into a copy here.
+    scratch = Model.from_snapshot(model.to_snapshot())
+
+    def add(new: list[Fact]) -> None:
+        for f in new:
+            scratch.apply(scratch.position, f)
+        facts.extend(new)
+
+    if not scratch.cluster_id:
+        add([ClusterInitialized(time=now, cluster_id=uuid.uuid4().hex)])
+    for p in config.projects:
+        add(define_project(scratch, p.name, p.description, now))
+    for q in config.queues:
+        add(define_queue(scratch, q.name, q.priority, q.description, now))
+    for u in config.users:
+        add(define_user(scratch, u.name, u.role, u.projects, now, host=u.host))
+    secret = None
+    if need_admin_token:
+        admin = next(u.name for u in config.users if u.role == "admin")
+        token_facts, secret = issue_token(scratch, admin, now)
+        add(token_facts)
+    return facts, secret

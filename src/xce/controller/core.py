@@ -1,0 +1,312 @@
+"""The controller core: leadership, group commit, the model, snapshots.
+
+Every change goes through ``Controller.execute(decide)``.  ``decide`` is a
+pure function of the current model that returns an ``Outcome``: the facts to
+commit, a result for the caller, and possibly the refusal the caller gets
+(refusals commit their audit fact too).  A single commit task runs the decide
+functions of all queued commands one after another, folds their facts, and
+appends the whole batch in **one** store transaction (group commit) before any
+of those callers hear back.
+
+While a batch is being written the model already holds its facts; readers
+call ``read_barrier()`` first, so nobody is shown a fact that is not yet
+durable.  If an append fails, the model may hold facts the store does not:
+the controller steps down and, when it leads again, rebuilds the model from
+the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from xce.controller.bootstrap import bootstrap_facts
+from xce.controller.config import Config
+from xce.errors import Unavailable, XceError
+from xce.model import Model, decode, encode
+from xce.model.facts import Fact
+from xce.store import LeaseLost, Record, Snapshot, Store, StoreError
+
+log = logging.getLogger("xce.controller")
+
+MAX_BATCH = 2048
+
+
+@dataclass
+class Outcome:
+    facts: list[Fact] = field(default_factory=list)
+    result: Any = None
+    error: XceError | None = None
+
+
+Decide = Callable[[Model], Outcome]
+
+
+@dataclass
+class _Command:
+    decide: Decide
+    future: asyncio.Future
+
+
+@dataclass
+class CommitStats:
+    batches: int = 0
+    facts: int = 0
+    commands: int = 0
+    snapshots: int = 0
+    last_batch: int = 0
+
+
+def load_model(store: Store) -> Model:
+    """Latest snapshot plus every fact after it."""
+    snap = store.load_snapshot()
+    model = Model.from_snapshot(json.loads(snap.data)) if snap else Model()
+    while True:
+        records = store.read_after(model.position)
+        if not records:
+            return model
+        for rec in records:
+            if rec.position != model.position + 1:
+                raise RuntimeError(f"log gap: expected position {model.position + 1}, found {rec.position}")
+            model.apply(rec.position, decode(rec.type, rec.version, rec.payload))
+
+
+class Controller:
+    def __init__(self, store: Store, config: Config, state_dir: str, holder: str | None = None) -> None:
+        self.store = store
+        self.config = config
+        self.state_dir = state_dir
+        self.holder = holder or f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.model = Model()
+        self.epoch = 0
+        self.is_leader = False
+        self.committed = 0
+        self.stats = CommitStats()
+        self.admin_token: str | None = None
+        self._queue: asyncio.Queue[_Command] | None = None
+        self._inflight: asyncio.Future | None = None
+        self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="xce-writer")
+        self._lease_io = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="xce-lease")
+        self._tasks: list[asyncio.Task] = []
+        self._since_snapshot = 0
+        self._leader_event: asyncio.Event | None = None
+        self._stopping = False
+        self._lease_expires = 0.0
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self._queue = asyncio.Queue()
+        self._leader_event = asyncio.Event()
+        self._tasks = [asyncio.create_task(self._commit_loop(), name="xce-commit"),
+                       asyncio.create_task(self._lease_loop(), name="xce-lease")]
+
+    async def wait_leader(self, timeout: float | None = None) -> bool:
+        assert self._leader_event is not None
+        try:
+            await asyncio.wait_for(self._leader_event.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    async def stop(self) -> None:
+        """Clean shutdown: drain, snapshot, release the lease so a standby can take over at once."""
+        self._stopping = True
+        if self._inflight is not None:
+            await asyncio.shield(self._inflight)
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        loop = asyncio.get_running_loop()
+        if self.is_leader:
+            try:
+                await loop.run_in_executor(self._writer, self._snapshot_now)
+                await loop.run_in_executor(self._writer, self.store.release_lease, self.holder, self.epoch)
+            except StoreError as e:
+                log.warning("clean shutdown could not snapshot/release: %s", e)
+        self.is_leader = False
+        self._writer.shutdown(wait=True)
+        self._lease_io.shutdown(wait=True)
+
+    # ------------------------------------------------------------ leadership
+
+    async def _lease_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        ttl = self.config.controller.lease_ttl
+        while True:
+            try:
+                if not self.is_leader:
+                    lease = await loop.run_in_executor(self._lease_io, self.store.acquire_lease, self.holder, ttl)
+                    if lease is not None:
+                        await self._become_leader(lease.epoch)
+                else:
+                    asked = time.monotonic()  # the lease runs from before we asked, to be safe
+                    await loop.run_in_executor(self._lease_io, self.store.renew_lease, self.holder, self.epoch, ttl)
+                    self._lease_expires = asked + ttl
+            except LeaseLost as e:
+                self._step_down(f"lease lost: {e}")
+            except StoreError as e:
+                # OBSERVATION: the store did not answer.  The lease is still ours until it
+                # would have expired; past that another controller may lead.
+                if self.is_leader and time.monotonic() >= self._lease_expires:
+                    self._step_down(f"lease could not be renewed before it expired: {e}")
+                else:
+                    log.warning("lease call failed, retrying: %s", e)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("lease loop error")
+            await asyncio.sleep(ttl / 3 if self.is_leader else min(1.0, ttl / 3))
+
+    async def _become_leader(self, epoch: int) -> None:
+        loop = asyncio.get_running_loop()
+        model = await loop.run_in_executor(self._writer, load_model, self.store)
+        self.model = model
+        self.committed = model.position
+        self.epoch = epoch
+        self._lease_expires = time.monotonic() + self.config.controller.lease_ttl
+        self.is_leader = True
+        log.info("leader at epoch %d, log position %d", epoch, model.position)
+        admin_token_path = os.path.join(self.state_dir, "admin.token")
+
+        def decide(m: Model) -> Outcome:
+            facts, secret = bootstrap_facts(m, self.config, time.time(),
+                                            need_admin_token=not os.path.exists(admin_token_path))
+            return Outcome(facts, result=secret)
+
+        secret = await self.execute(decide)
+        if secret:
+            fd = os.open(admin_token_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secret + "\n")
+        with open(admin_token_path) as fh:
+            self.admin_token = fh.read().strip()
+        assert self._leader_event is not None
+        self._leader_event.set()
+
+    def _step_down(self, reason: str) -> None:
+        if self.is_leader:
+            log.warning("stepping down: %s", reason)
+        self.is_leader = False
+        if self._leader_event is not None:
+            self._leader_event.clear()
+
+    # ------------------------------------------------------------ commands
+
+    async def execute(self, decide: Decide) -> Any:
+        """Run ``decide`` in the commit order; return its result once its facts are durable.
+
+        Raises the outcome's error (after its audit facts are durable), or
+        ``Unavailable`` if this controller is not the leader or the store refused.
+        """
+        if not self.is_leader or self._stopping:
+            raise Unavailable(self._not_leader_message())
+        assert self._queue is not None
+        fut = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_Command(decide, fut))
+        outcome: Outcome = await fut
+        if outcome.error is not None:
+            raise outcome.error
+        return outcome.result
+
+    async def read_barrier(self) -> None:
+        """Wait until every fact already in the model is durable."""
+        if not self.is_leader:
+            raise Unavailable(self._not_leader_message())
+        while self._inflight is not None:
+            await asyncio.shield(self._inflight)
+
+    def _not_leader_message(self) -> str:
+        lease = None
+        try:
+            lease = self.store.current_lease()
+        except StoreError:
+            pass
+        who = f" (leader: {lease.holder}, epoch {lease.epoch})" if lease else ""
+        return f"this controller is not the leader{who}"
+
+    async def _commit_loop(self) -> None:
+        assert self._queue is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < MAX_BATCH and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            if not self.is_leader:
+                for cmd in batch:
+                    if not cmd.future.done():
+                        cmd.future.set_exception(Unavailable(self._not_leader_message()))
+                continue
+            outcomes, records = self._decide_batch(batch)
+            if records:
+                self._inflight = loop.create_future()
+                try:
+                    await loop.run_in_executor(self._writer, self.store.append, self.epoch, records)
+                except StoreError as e:
+                    self._step_down(f"append refused: {type(e).__name__}: {e}")
+                    for cmd in batch:
+                        if not cmd.future.done():
+                            cmd.future.set_exception(Unavailable(f"commit refused by the store: {e}"))
+                    continue
+                finally:
+                    self._inflight.set_result(None)
+                    self._inflight = None
+                self.committed = self.model.position
+                self.stats.batches += 1
+                self.stats.facts += len(records)
+                self.stats.last_batch = len(batch)
+                self._since_snapshot += len(records)
+            self.stats.commands += len(batch)
+            for cmd, out in zip(batch, outcomes):
+                if not cmd.future.done():
+                    cmd.future.set_result(out)
+            if self._since_snapshot >= self.config.controller.snapshot_every:
+                try:
+                    await loop.run_in_executor(self._writer, self._snapshot_now)
+                except StoreError as e:
+                    log.warning("snapshot failed, will retry: %s", e)
+
+    def _decide_batch(self, batch: list[_Command]) -> tuple[list[Outcome], list[Record]]:
+        outcomes: list[Outcome] = []
+        records: list[Record] = []
+        for cmd in batch:
+            try:
+                out = cmd.decide(self.model)
+            except XceError as e:
+                out = Outcome(error=e)
+            except Exception as e:  # a bug in a decide function must not take the batch down
+                log.exception("decide failed")
+                out = Outcome(error=XceError(f"internal error: {type(e).__name__}"))
+            for f in out.facts:
+                position = self.model.position + 1
+                self.model.apply(position, f)
+                t, v, payload = encode(f)
+                records.append(Record(position=position, type=t, version=v, payload=payload))
+            outcomes.append(out)
+        return outcomes, records
+
+    # ------------------------------------------------------------ snapshots
+
+    def _snapshot_now(self) -> None:
+        """Write a snapshot of the committed model and compact the log behind it.
+
+        Runs on the writer thread between batches, so the model equals the committed log.
+        """
+        data = json.dumps(self.model.to_snapshot(), separators=(",", ":")).encode()
+        position = self.model.position
+        self.store.write_snapshot(self.epoch, Snapshot(position=position, data=data))
+        self.store.compact(self.epoch, position)
+        self._since_snapshot = 0
+        self.stats.snapshots += 1
+        log.info("snapshot at position %d (%d bytes)", position, len(data))

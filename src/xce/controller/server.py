@@ -1,0 +1,65 @@
+"""``xce controller``: open the store, serve the API on uvicorn, lead or stand by."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+
+import uvicorn
+
+from xce.controller.config import load_config
+from xce.controller.core import Controller
+from xce.store import open_store
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--listen must be HOST:PORT, got {listen!r}")
+    return host, int(port)
+
+
+def bind(listen: str) -> socket.socket:
+    host, port = parse_listen(listen)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host.strip("[]"), port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def run_controller(state_dir: str, listen: str, config_path: str | None, store_url: str | None) -> int:
+    from xce.api.app import create_app
+
+    logging.basicConfig(level=os.environ.get("XCE_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    config = load_config(config_path)
+    store = open_store(store_url, state_dir)
+    sock = bind(listen)
+    host, port = sock.getsockname()[:2]
+    url = f"http://{host}:{port}"
+    controller = Controller(store, config, state_dir)
+
+    def on_leader() -> None:
+        with open(os.path.join(state_dir, "controller.url"), "w") as fh:
+            fh.write(url + "\n")
+        print(f"xce controller listening on {url} (store: {store.backend}, epoch {controller.epoch})",
+              flush=True)
+        print(f"admin token: {controller.admin_token} (also in {os.path.join(state_dir, 'admin.token')})",
+              flush=True)
+
+    print(f"xce controller {url}: waiting for the leader lease ({controller.holder})", file=sys.stderr,
+          flush=True)
+    app = create_app(controller, on_leader=on_leader)
+    server = uvicorn.Server(uvicorn.Config(
+        app, loop="uvloop", http="httptools", access_log=False, log_level="warning",
+        lifespan="on", timeout_graceful_shutdown=10))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        store.close()
+    return 0

@@ -1,0 +1,7 @@
+def test_submit_and_show(controller):
+    with controller.client() as c:
+        r = c.post("/v1/jobs", json={"command": ["sleep", "1"], "name": "j1"})
+        assert r.status_code == 201, r.text
+        job = r.json()
+        assert job["state"] == "PEND" and job["name"] == "j1" and job["claims"] == []
+        assert c.get(f"/v1/jobs/{job['id']}").json() == job
