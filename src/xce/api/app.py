@@ -109,6 +109,25 @@ class BodyLimit:
         return await self.app(scope, limited, send)
 
 
+class RequestCounter:
+    """Count requests by method and status (pure ASGI: no per-request task or copy)."""
+
+    def __init__(self, app, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def counting_send(message):
+            if message["type"] == "http.response.start":
+                self.metrics.count_request(scope["method"], message["status"])
+            await send(message)
+
+        return await self.app(scope, receive, counting_send)
+
+
 def create_app(controller: Controller, on_leader: Callable[[], None] | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -273,10 +292,5 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
         await controller.read_barrier()
         return JSONResponse(job_json(visible_job(controller.model, actor, job_id)))
 
-    @app.middleware("http")
-    async def count(request: Request, call_next):
-        response = await call_next(request)
-        metrics.requests.labels(request.method, str(response.status_code)).inc()
-        return response
-
+    app.add_middleware(RequestCounter, metrics=metrics)
     return app

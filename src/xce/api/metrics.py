@@ -16,6 +16,7 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.requests = Counter("xce_http_requests", "API requests by method and status",
                                 ["method", "status"], registry=self.registry)
+        self._children: dict[tuple[str, int], object] = {}
         gauges = {
             "xce_log_position": ("committed log position", lambda: ctl.committed),
             "xce_leader": ("1 if this controller holds the leader lease", lambda: int(ctl.is_leader)),
@@ -28,6 +29,13 @@ class Metrics:
         }
         for name, (doc, fn) in gauges.items():
             Gauge(name, doc, registry=self.registry).set_function(fn)
+
+    def count_request(self, method: str, status: int) -> None:
+        key = (method, status)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.requests.labels(method, str(status))
+        child.inc()
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
