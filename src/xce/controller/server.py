@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import os
 import socket
 import sys
@@ -31,6 +33,19 @@ def bind(listen: str) -> socket.socket:
     return sock
 
 
+class _Server(uvicorn.Server):
+    """uvicorn re-raises SIGTERM/SIGINT after a graceful shutdown; a daemon should exit 0 instead."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
 def run_controller(state_dir: str, listen: str, config_path: str | None, store_url: str | None) -> int:
     from xce.api.app import create_app
 
@@ -55,7 +70,7 @@ def run_controller(state_dir: str, listen: str, config_path: str | None, store_u
     print(f"xce controller {url}: waiting for the leader lease ({controller.holder})", file=sys.stderr,
           flush=True)
     app = create_app(controller, on_leader=on_leader)
-    server = uvicorn.Server(uvicorn.Config(
+    server = _Server(uvicorn.Config(
         app, loop="uvloop", http="httptools", access_log=False, log_level="warning",
         lifespan="on", timeout_graceful_shutdown=10))
     try:
