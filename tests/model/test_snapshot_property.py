@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from xce.model import Model, decode, encode
 from xce.model import facts as F
+from xce.model.hosts import HostState
 from xce.model.identity import Role
 from xce.model.state import FOLDS
 
@@ -32,6 +33,9 @@ def strategy_for(tp) -> st.SearchStrategy:
         return st.none()
     if origin is list:
         return st.lists(strategy_for(typing.get_args(tp)[0]), max_size=3)
+    if origin is dict:
+        key, value = typing.get_args(tp)
+        return st.dictionaries(strategy_for(key), strategy_for(value), max_size=3)
     if tp in SCALARS:
         return SCALARS[tp]
     raise AssertionError(f"no strategy for field type {tp!r}: extend tests/model/test_snapshot_property.py")
@@ -40,6 +44,9 @@ def strategy_for(tp) -> st.SearchStrategy:
 # fields whose values come from a closed set in every fact the controller writes
 DOMAIN: dict[tuple[type, str], st.SearchStrategy] = {
     (F.UserDefined, "role"): st.sampled_from([r.value for r in Role]),
+    (F.HostStateChanged, "state"): st.sampled_from([s.value for s in HostState]),
+    (F.JobFinished, "state"): st.sampled_from(["DONE", "EXIT"]),
+    (F.JobSubmitted, "array_indices"): st.lists(st.integers(1, 5), max_size=3, unique=True),
 }
 
 

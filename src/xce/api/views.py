@@ -7,17 +7,23 @@ from typing import Any
 
 from xce.model.audit import AuditRecord
 from xce.model.identity import User
-from xce.model.jobs import Job
+from xce.model.jobs import Job, JobState
 
 
-def job_json(job: Job) -> dict[str, Any]:
+def job_json(job: Job, pending_reason: str | None = None) -> dict[str, Any]:
+    """``pending_reason`` is the scheduler's latest word on a pending job (not a fact)."""
+    reason = job.pending_reason or pending_reason
+    if reason is None and job.state is JobState.PEND:
+        reason = "waiting for the next scheduling cycle"
     return {
-        "id": job.id, "name": job.name, "user": job.user, "project": job.project,
-        "queue": job.queue, "state": job.state.value, "command": job.command,
-        "submit_time": job.submit_time, "pending_reason": job.pending_reason,
-        "exit_code": job.exit_code, "hosts": job.hosts, "claims": job.claims,
-        "slots": job.slots, "resreq": job.resreq, "cwd": job.cwd, "stdout": job.stdout,
-        "stderr": job.stderr, "rerunnable": job.rerunnable,
+        "id": job.id, "display_id": job.display_id, "name": job.name, "user": job.user,
+        "project": job.project, "queue": job.queue, "state": job.state.value,
+        "command": job.command, "submit_time": job.submit_time,
+        "start_time": job.start_time, "end_time": job.end_time, "pending_reason": reason,
+        "exit_code": job.exit_code, "signal": job.signal, "exit_reason": job.exit_reason,
+        "hosts": job.hosts, "claims": job.claims, "slots": job.slots, "resreq": job.resreq,
+        "cwd": job.cwd, "stdout": job.stdout, "stderr": job.stderr, "rerunnable": job.rerunnable,
+        "array_parent": job.array_parent, "array_index": job.array_index, "run": job.run,
     }
 
 

@@ -146,6 +146,7 @@ class JobSubmitted(Fact):
     stderr: str | None = None
     rerunnable: bool = False
     held: bool = False
+    array_indices: list[int] = field(default_factory=list)  # one job per index, ids id..id+n-1
 
 
 # ---------------------------------------------------------------- audit
@@ -161,3 +162,101 @@ class AuditRecorded(Fact):
     target: str
     result: str
     detail: str = ""
+
+
+# ---------------------------------------------------------------- hosts
+
+
+@fact("host.registered")
+@dataclass(frozen=True, slots=True)
+class HostRegistered(Fact):
+    """A worker (re)joined: what it offers.  ``boot_id`` changes on every worker start."""
+
+    name: str
+    slots: int
+    attrs: dict[str, str] = field(default_factory=dict)
+    counters: dict[str, float] = field(default_factory=dict)
+    boot_id: str = ""
+
+
+@fact("host.state_changed")
+@dataclass(frozen=True, slots=True)
+class HostStateChanged(Fact):
+    name: str
+    state: str  # HostState value
+    reason: str = ""
+
+
+# ---------------------------------------------------------------- job lifecycle
+
+
+@fact("job.allocated")
+@dataclass(frozen=True, slots=True)
+class JobAllocated(Fact):
+    """The plan applier accepted a placement: slots and counters reserved on these hosts.
+
+    ``run`` numbers the job's attempts (1 for the first, +1 on every requeue) so a
+    worker can tell a new dispatch from one it already started.
+    """
+
+    job_id: int
+    run: int
+    hosts: list[str]
+    slots: dict[str, int]
+    counters: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+@fact("job.started")
+@dataclass(frozen=True, slots=True)
+class JobStarted(Fact):
+    job_id: int
+    run: int
+    host: str
+    pid: int
+    workspace: str = ""
+    stdout: str = ""
+    stderr: str = ""
+
+
+@fact("job.finished")
+@dataclass(frozen=True, slots=True)
+class JobFinished(Fact):
+    """The job's run ended (or could not start); its reservations are released."""
+
+    job_id: int
+    run: int
+    state: str  # DONE or EXIT
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str = ""
+
+
+@fact("job.requeued")
+@dataclass(frozen=True, slots=True)
+class JobRequeued(Fact):
+    job_id: int
+    run: int
+    reason: str = ""
+
+
+@fact("job.kill_requested")
+@dataclass(frozen=True, slots=True)
+class JobKillRequested(Fact):
+    job_id: int
+    run: int
+    by: str
+    requeue: bool = False
+
+
+@fact("job.held")
+@dataclass(frozen=True, slots=True)
+class JobHeld(Fact):
+    job_id: int
+    by: str
+
+
+@fact("job.released")
+@dataclass(frozen=True, slots=True)
+class JobReleased(Fact):
+    job_id: int
+    by: str

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from xce.errors import Forbidden, InvalidRequest, NotFound
+from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from xce.model import facts as F
 from xce.model.facts import Fact, JobSubmitted
 from xce.model.names import check_name
 
@@ -52,9 +54,35 @@ class Job:
     exit_code: int | None = None
     hosts: list[str] = field(default_factory=list)
     claims: list[dict[str, Any]] = field(default_factory=list)
+    array_parent: int | None = None
+    array_index: int | None = None
+    run: int = 0  # attempts so far; the current allocation's number
+    alloc_slots: dict[str, int] = field(default_factory=dict)
+    alloc_counters: dict[str, dict[str, float]] = field(default_factory=dict)
+    start_time: float | None = None
+    end_time: float | None = None
+    signal: int | None = None
+    exit_reason: str | None = None
+    pid: int | None = None
+    workspace: str | None = None
+    kill_requested: bool = False
+    kill_requeue: bool = False
 
     def __post_init__(self) -> None:
         self.state = JobState(self.state)
+
+    @property
+    def allocated(self) -> bool:
+        """Resources are reserved for the current run (PEND while dispatching, or RUN)."""
+        return bool(self.alloc_slots)
+
+    @property
+    def finished(self) -> bool:
+        return self.state in (JobState.DONE, JobState.EXIT)
+
+    @property
+    def display_id(self) -> str:
+        return f"{self.array_parent}[{self.array_index}]" if self.array_parent is not None else str(self.id)
 
 
 @dataclass(frozen=True)
@@ -72,6 +100,36 @@ class JobSpec:
     stderr: str | None = None
     rerunnable: bool = False
     held: bool = False
+
+
+MAX_ARRAY = 100_000
+_ARRAY = re.compile(r"^(?P<name>[^\[\]]+)\[(?P<spec>[^\[\]]+)\]$")
+
+
+def parse_array_name(text: str) -> tuple[str, list[int]]:
+    """``name[1-100]``, ``name[1-100:10]``, ``name[1,5,7-9]`` -> (name, indices); plain names -> (name, [])."""
+    m = _ARRAY.match(text)
+    if m is None:
+        if "[" in text or "]" in text:
+            raise InvalidRequest(f"invalid job array name {text!r}: expected NAME[1-100] or NAME[1,3,5-9:2]")
+        return text, []
+    indices: list[int] = []
+    for part in m.group("spec").split(","):
+        rng, _, step = part.strip().partition(":")
+        lo, dash, hi = rng.partition("-")
+        try:
+            a, b = int(lo), int(hi) if dash else int(lo)
+            k = int(step) if step else 1
+        except ValueError:
+            raise InvalidRequest(f"invalid job array range {part!r} in {text!r}") from None
+        if a < 1 or b < a or k < 1:
+            raise InvalidRequest(f"invalid job array range {part!r}: need 1 <= start <= end and step >= 1")
+        if len(indices) + (b - a) // k + 1 > MAX_ARRAY:
+            raise InvalidRequest(f"job array larger than {MAX_ARRAY} elements")
+        indices.extend(range(a, b + 1, k))
+    if len(set(indices)) != len(indices):
+        raise InvalidRequest(f"job array {text!r} repeats an index")
+    return m.group("name"), indices
 
 
 def _check_path(what: str, value: str | None) -> None:
@@ -105,7 +163,9 @@ def submit(model: Model, actor: User, spec: JobSpec, now: float) -> tuple[list[F
     if not actor.is_admin and project not in actor.projects:
         raise Forbidden(f"user {actor.name!r} is not a member of project {project!r}")
     name = spec.name if spec.name is not None else os.path.basename(spec.command[0])[:63] or "job"
+    indices: list[int] = []
     if spec.name is not None:
+        name, indices = parse_array_name(spec.name)
         check_name("job", name)
     for what, value in (("cwd", spec.cwd), ("stdout", spec.stdout), ("stderr", spec.stderr)):
         _check_path(what, value)
@@ -116,6 +176,7 @@ def submit(model: Model, actor: User, spec: JobSpec, now: float) -> tuple[list[F
         time=now, id=job_id, name=name, user=actor.name, project=project, queue=queue,
         command=list(spec.command), slots=spec.slots, resreq=spec.resreq, cwd=spec.cwd,
         stdout=spec.stdout, stderr=spec.stderr, rerunnable=spec.rerunnable, held=spec.held,
+        array_indices=indices,
     )], job_id
 
 
@@ -131,12 +192,208 @@ def visible_job(model: Model, actor: User, job_id: int) -> Job:
 
 
 def apply_job_submitted(model: Model, f: JobSubmitted) -> None:
-    model.jobs[f.id] = Job(
-        id=f.id, name=f.name, user=f.user, project=f.project, queue=f.queue,
-        command=list(f.command), submit_time=f.time,
-        state=JobState.PSUSP if f.held else JobState.PEND,
-        slots=f.slots, resreq=f.resreq, cwd=f.cwd, stdout=f.stdout, stderr=f.stderr,
-        rerunnable=f.rerunnable,
-        pending_reason="held by user" if f.held else "waiting for scheduling",
-    )
-    model.next_job_id = max(model.next_job_id, f.id + 1)
+    elements = [(f.id + i, f.id, idx) for i, idx in enumerate(f.array_indices)] or [(f.id, None, None)]
+    for job_id, parent, index in elements:
+        model.jobs[job_id] = Job(
+            id=job_id, name=f.name, user=f.user, project=f.project, queue=f.queue,
+            command=list(f.command), submit_time=f.time,
+            state=JobState.PSUSP if f.held else JobState.PEND,
+            slots=f.slots, resreq=f.resreq, cwd=f.cwd, stdout=f.stdout, stderr=f.stderr,
+            rerunnable=f.rerunnable, array_parent=parent, array_index=index,
+            pending_reason="held by user" if f.held else None,
+        )
+        model.next_job_id = max(model.next_job_id, job_id + 1)
+
+
+def _release(model: Model, job: Job) -> None:
+    for host_name in job.alloc_slots:
+        host = model.hosts.get(host_name)
+        if host is not None:
+            host.held_slots.pop(str(job.id), None)
+            host.held_counters.pop(str(job.id), None)
+    job.alloc_slots = {}
+    job.alloc_counters = {}
+
+
+def apply_job_allocated(model: Model, f: F.JobAllocated) -> None:
+    job = model.jobs.get(f.job_id)
+    if job is None:  # folds are total: a fact about an unknown job changes nothing
+        return
+    _release(model, job)
+    job.run = f.run
+    job.hosts = list(f.hosts)
+    job.alloc_slots = dict(f.slots)
+    job.alloc_counters = {h: dict(c) for h, c in f.counters.items()}
+    job.pending_reason = f"dispatching to {f.hosts[0]}"
+    job.kill_requested = job.kill_requeue = False
+    for host_name, n in f.slots.items():
+        host = model.hosts.get(host_name)
+        if host is not None:
+            host.held_slots[str(job.id)] = n
+            if f.counters.get(host_name):
+                host.held_counters[str(job.id)] = dict(f.counters[host_name])
+
+
+def apply_job_started(model: Model, f: F.JobStarted) -> None:
+    job = model.jobs.get(f.job_id)
+    if job is None:  # folds are total: a fact about an unknown job changes nothing
+        return
+    if job.run != f.run or job.finished:
+        return
+    job.state = JobState.RUN
+    job.start_time = f.time
+    job.pid = f.pid
+    job.workspace = f.workspace or None
+    job.stdout = f.stdout or job.stdout
+    job.stderr = f.stderr or job.stderr
+    job.pending_reason = None
+
+
+def apply_job_finished(model: Model, f: F.JobFinished) -> None:
+    job = model.jobs.get(f.job_id)
+    if job is None:  # folds are total: a fact about an unknown job changes nothing
+        return
+    if job.run != f.run or job.finished:
+        return
+    _release(model, job)
+    job.state = JobState(f.state)
+    job.exit_code = f.exit_code
+    job.signal = f.signal
+    job.exit_reason = f.reason or None
+    job.end_time = f.time
+    job.pending_reason = None
+    job.kill_requested = False
+
+
+def apply_job_requeued(model: Model, f: F.JobRequeued) -> None:
+    job = model.jobs.get(f.job_id)
+    if job is None:  # folds are total: a fact about an unknown job changes nothing
+        return
+    _release(model, job)
+    job.state = JobState.PEND
+    job.hosts = []
+    job.pid = None
+    job.start_time = job.end_time = None
+    job.exit_code = job.signal = None
+    job.exit_reason = None
+    job.kill_requested = job.kill_requeue = False
+    job.pending_reason = f.reason or "requeued"
+
+
+def apply_job_kill_requested(model: Model, f: F.JobKillRequested) -> None:
+    job = model.jobs.get(f.job_id)
+    if job is None:  # folds are total: a fact about an unknown job changes nothing
+        return
+    if job.run == f.run and not job.finished:
+        job.kill_requested = True
+        job.kill_requeue = f.requeue
+
+
+def apply_job_held(model: Model, f: F.JobHeld) -> None:
+    job = model.jobs.get(f.job_id)
+    if job is None:  # folds are total: a fact about an unknown job changes nothing
+        return
+    job.state = JobState.PSUSP
+    job.pending_reason = f"held by {f.by}"
+
+
+def apply_job_released(model: Model, f: F.JobReleased) -> None:
+    job = model.jobs.get(f.job_id)
+    if job is None:  # folds are total: a fact about an unknown job changes nothing
+        return
+    job.state = JobState.PEND
+    job.pending_reason = None
+
+
+# ---------------------------------------------------------------- decisions on existing jobs
+
+
+def _owned(model: Model, actor: User, job_id: int) -> Job:
+    job = visible_job(model, actor, job_id)
+    return job
+
+
+def kill(model: Model, actor: User, job_id: int, now: float, requeue: bool = False) -> list[Fact]:
+    """``xce kill`` (and ``xce requeue``): finish or requeue now if nothing runs, else ask the worker."""
+    job = _owned(model, actor, job_id)
+    by = actor.name
+    if job.finished:
+        if requeue:
+            return [F.JobRequeued(time=now, job_id=job.id, run=job.run, reason=f"requeued by {by}")]
+        raise Conflict(f"job {job.display_id} already finished ({job.state.value})")
+    if job.state is JobState.RUN:
+        if job.kill_requested and job.kill_requeue == requeue:
+            return []
+        return [F.JobKillRequested(time=now, job_id=job.id, run=job.run, by=by, requeue=requeue)]
+    # PEND or PSUSP, possibly allocated but not yet started: no process to signal
+    if requeue:
+        return [F.JobRequeued(time=now, job_id=job.id, run=job.run, reason=f"requeued by {by}")]
+    return [F.JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value,
+                          reason=f"killed by {by}")]
+
+
+def hold(model: Model, actor: User, job_id: int, now: float) -> list[Fact]:
+    job = _owned(model, actor, job_id)
+    if job.state is JobState.PSUSP:
+        return []
+    if job.state is not JobState.PEND or job.allocated:
+        raise Conflict(f"job {job.display_id} is {job.state.value}: only pending jobs can be held")
+    return [F.JobHeld(time=now, job_id=job.id, by=actor.name)]
+
+
+def release(model: Model, actor: User, job_id: int, now: float) -> list[Fact]:
+    job = _owned(model, actor, job_id)
+    if job.state is JobState.PEND:
+        return []
+    if job.state is not JobState.PSUSP:
+        raise Conflict(f"job {job.display_id} is {job.state.value}: only held jobs can be released")
+    return [F.JobReleased(time=now, job_id=job.id, by=actor.name)]
+
+
+def report_started(model: Model, host: str, job_id: int, run: int, pid: int, now: float,
+                   workspace: str, stdout: str, stderr: str) -> list[Fact]:
+    job = model.jobs.get(job_id)
+    if job is None or job.run != run or job.finished or host not in job.alloc_slots:
+        raise Conflict(f"job {job_id} run {run} is not dispatched to {host}")
+    if job.state is JobState.RUN:
+        return []
+    return [F.JobStarted(time=now, job_id=job_id, run=run, host=host, pid=pid,
+                         workspace=workspace, stdout=stdout, stderr=stderr)]
+
+
+def report_finished(model: Model, host: str, job_id: int, run: int, now: float, exit_code: int | None,
+                    signal: int | None, reason: str = "") -> list[Fact]:
+    """A worker says the run ended.  Decide DONE, EXIT (and why) or requeue."""
+    job = model.jobs.get(job_id)
+    if job is None or job.run != run or host not in job.alloc_slots:
+        raise Conflict(f"job {job_id} run {run} is not dispatched to {host}")
+    if job.finished:
+        return []
+    if job.kill_requested and job.kill_requeue:
+        return [F.JobRequeued(time=now, job_id=job_id, run=run, reason="requeued by request")]
+    if job.kill_requested:
+        state, why = JobState.EXIT, "killed"
+    elif reason:
+        state, why = JobState.EXIT, reason
+    elif exit_code == 0:
+        state, why = JobState.DONE, ""
+    elif signal:
+        state, why = JobState.EXIT, f"killed by signal {signal}"
+    else:
+        state, why = JobState.EXIT, f"nonzero exit code {exit_code}"
+    return [F.JobFinished(time=now, job_id=job_id, run=run, state=state.value, exit_code=exit_code,
+                          signal=signal, reason=why)]
+
+
+def host_lost(model: Model, host: str, now: float) -> list[Fact]:
+    """The jobs on a lost host: requeue if ``-r`` (or never started), else EXIT 'host lost'."""
+    out: list[Fact] = []
+    for job in model.jobs.values():
+        if host not in job.alloc_slots or job.finished:
+            continue
+        if job.rerunnable or job.state is not JobState.RUN:
+            out.append(F.JobRequeued(time=now, job_id=job.id, run=job.run, reason=f"host {host} lost: requeued"))
+        else:
+            out.append(F.JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value,
+                                     reason=f"host lost ({host})"))
+    return out

@@ -13,10 +13,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from xce.model import audit, catalog, identity, jobs
+from xce.model import audit, catalog, hosts, identity, jobs
 from xce.model import facts as F
 from xce.model.audit import AuditRecord
 from xce.model.catalog import Project, Queue
+from xce.model.hosts import Host
 from xce.model.identity import Token, User
 from xce.model.jobs import Job
 
@@ -31,6 +32,15 @@ FOLDS: dict[type[F.Fact], Callable[["Model", Any], None]] = {
     F.ProjectDefined: catalog.apply_project_defined,
     F.JobSubmitted: jobs.apply_job_submitted,
     F.AuditRecorded: audit.apply_audit_recorded,
+    F.HostRegistered: hosts.apply_host_registered,
+    F.HostStateChanged: hosts.apply_host_state_changed,
+    F.JobAllocated: jobs.apply_job_allocated,
+    F.JobStarted: jobs.apply_job_started,
+    F.JobFinished: jobs.apply_job_finished,
+    F.JobRequeued: jobs.apply_job_requeued,
+    F.JobKillRequested: jobs.apply_job_kill_requested,
+    F.JobHeld: jobs.apply_job_held,
+    F.JobReleased: jobs.apply_job_released,
 }
 
 # entity collections in the snapshot: attribute -> (entity class, key attribute)
@@ -40,6 +50,7 @@ _COLLECTIONS: dict[str, tuple[type, str]] = {
     "queues": (Queue, "name"),
     "projects": (Project, "name"),
     "jobs": (Job, "id"),
+    "hosts": (Host, "name"),
 }
 
 
@@ -53,6 +64,7 @@ class Model:
     queues: dict[str, Queue] = field(default_factory=dict)
     projects: dict[str, Project] = field(default_factory=dict)
     jobs: dict[int, Job] = field(default_factory=dict)
+    hosts: dict[str, Host] = field(default_factory=dict)
     audit: list[AuditRecord] = field(default_factory=list)
 
     def apply(self, position: int, fact: F.Fact) -> None:
