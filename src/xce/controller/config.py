@@ -17,6 +17,7 @@ DEFAULT_CONFIG = """
 snapshot_every = 10000     # facts between snapshots
 lease_ttl = 10.0           # seconds a leader lease lasts without renewal
 max_body_bytes = 1048576   # larger request bodies are refused with 413
+host_timeout = 10.0        # seconds without a heartbeat before a host is UNAVAIL
 
 [[users]]
 name = "admin"
@@ -66,6 +67,7 @@ class ControllerConfig:
     snapshot_every: int = 10_000
     lease_ttl: float = 10.0
     max_body_bytes: int = 1 << 20
+    host_timeout: float = 10.0
 
 
 @dataclass(frozen=True)

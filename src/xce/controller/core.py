@@ -99,6 +99,14 @@ class Controller:
         self._leader_event: asyncio.Event | None = None
         self._stopping = False
         self._lease_expires = 0.0
+        # called on the event loop with each committed batch's facts (scheduler pokes, worker wake-ups)
+        self.commit_listeners: list[Callable[[list[Fact]], None]] = []
+        # called on the event loop when this controller becomes leader (after the model is loaded)
+        self.leader_listeners: list[Callable[[], None]] = []
+        # started with the controller; cancelled on stop (scheduler, host monitor)
+        self.background: list[Callable[[], Any]] = []
+        # the scheduler's latest pending reasons (volatile: recomputed every cycle, not facts)
+        self.pending_reasons: dict[int, str] = {}
 
     # ------------------------------------------------------------ lifecycle
 
@@ -107,6 +115,7 @@ class Controller:
         self._leader_event = asyncio.Event()
         self._tasks = [asyncio.create_task(self._commit_loop(), name="xce-commit"),
                        asyncio.create_task(self._lease_loop(), name="xce-lease")]
+        self._tasks += [asyncio.create_task(run()) for run in self.background]
 
     async def wait_leader(self, timeout: float | None = None) -> bool:
         assert self._leader_event is not None
@@ -192,6 +201,8 @@ class Controller:
                 fh.write(secret + "\n")
         with open(admin_token_path) as fh:
             self.admin_token = fh.read().strip()
+        for listener in self.leader_listeners:
+            listener()
         assert self._leader_event is not None
         self._leader_event.set()
 
@@ -248,7 +259,7 @@ class Controller:
                     if not cmd.future.done():
                         cmd.future.set_exception(Unavailable(self._not_leader_message()))
                 continue
-            outcomes, records = self._decide_batch(batch)
+            outcomes, records, facts = self._decide_batch(batch)
             if records:
                 self._inflight = loop.create_future()
                 try:
@@ -267,6 +278,11 @@ class Controller:
                 self.stats.facts += len(records)
                 self.stats.last_batch = len(batch)
                 self._since_snapshot += len(records)
+                for listener in self.commit_listeners:
+                    try:
+                        listener(facts)
+                    except Exception:
+                        log.exception("commit listener failed")
             self.stats.commands += len(batch)
             for cmd, out in zip(batch, outcomes):
                 if not cmd.future.done():
@@ -277,9 +293,10 @@ class Controller:
                 except StoreError as e:
                     log.warning("snapshot failed, will retry: %s", e)
 
-    def _decide_batch(self, batch: list[_Command]) -> tuple[list[Outcome], list[Record]]:
+    def _decide_batch(self, batch: list[_Command]) -> tuple[list[Outcome], list[Record], list[Fact]]:
         outcomes: list[Outcome] = []
         records: list[Record] = []
+        facts: list[Fact] = []
         for cmd in batch:
             try:
                 out = cmd.decide(self.model)
@@ -293,8 +310,9 @@ class Controller:
                 self.model.apply(position, f)
                 t, v, payload = encode(f)
                 records.append(Record(position=position, type=t, version=v, payload=payload))
+            facts.extend(out.facts)
             outcomes.append(out)
-        return outcomes, records
+        return outcomes, records, facts
 
     # ------------------------------------------------------------ snapshots
 
