@@ -1,0 +1,305 @@
+"""PostgreSQL store: for a controller pair that fails over, one database shared by both.
+
+Same tables and semantics as the SQLite store (``xce_facts``, ``xce_head``,
+``xce_snapshot``, ``xce_lease``).  Every fenced write is one transaction that
+first locks the lease row ``FOR SHARE`` (so a new holder's ``acquire_lease``,
+which updates that row, waits for in-flight appends and every later append sees
+the new epoch) and the head row ``FOR UPDATE`` (so two writers cannot both pass
+the continuity check).  Lease times come from the database server's clock, so
+controllers on machines whose clocks disagree still agree on expiry.
+
+Two connections, each behind its own lock: one for the log and snapshots, one
+for the lease, so a renewal never waits behind a large append in this process.
+A connection that breaks is dropped; the call that saw it raises
+``StoreUnavailable`` and the next call reconnects.  Calls are never retried
+here: a failed append may or may not be durable, and only the caller can
+re-read the log to find out.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Sequence, TypeVar
+
+import psycopg
+from psycopg import conninfo as pg_conninfo
+
+from xce.store.base import Lease, Record, Snapshot, Store, check_continuous
+from xce.store.errors import LeaseLost, StaleEpoch, StoreUnavailable
+
+T = TypeVar("T")
+
+#: key for ``pg_advisory_xact_lock`` around schema creation (any constant; "xce" in ASCII)
+SCHEMA_LOCK_KEY = 0x786365
+
+SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS xce_facts (
+        position BIGINT PRIMARY KEY,
+        epoch    BIGINT NOT NULL,
+        type     TEXT NOT NULL,
+        version  INTEGER NOT NULL,
+        payload  TEXT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS xce_head (
+        id            INTEGER PRIMARY KEY CHECK (id = 1),
+        last_position BIGINT NOT NULL
+    )""",
+    "INSERT INTO xce_head (id, last_position) VALUES (1, 0) ON CONFLICT (id) DO NOTHING",
+    """CREATE TABLE IF NOT EXISTS xce_snapshot (
+        id       INTEGER PRIMARY KEY CHECK (id = 1),
+        position BIGINT NOT NULL,
+        data     BYTEA NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS xce_lease (
+        name       TEXT PRIMARY KEY,
+        holder     TEXT,
+        epoch      BIGINT NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL
+    )""",
+    "INSERT INTO xce_lease (name, holder, epoch, expires_at) VALUES ('leader', NULL, 0, 0)"
+    " ON CONFLICT (name) DO NOTHING",
+]
+
+#: the database server's clock, in seconds since the Unix epoch
+NOW = "extract(epoch from clock_timestamp())::float8"
+
+#: connection settings applied unless the DSN sets them: bounded connects, and dead peers
+#: detected in seconds rather than after the kernel's default TCP timeout (many minutes)
+CONNECT_DEFAULTS = {
+    "connect_timeout": "10",
+    "keepalives": "1",
+    "keepalives_idle": "10",
+    "keepalives_interval": "5",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "30000",
+    "application_name": "xce",
+}
+
+
+def describe_dsn(dsn: str) -> str:
+    """``dsn`` without its password, for messages."""
+    try:
+        params = pg_conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "<unparseable PostgreSQL DSN>"
+    host = params.get("host") or params.get("hostaddr") or "localhost"
+    port = params.get("port") or "5432"
+    user = f"{params['user']}@" if params.get("user") else ""
+    return f"postgresql://{user}{host}:{port}/{params.get('dbname', '')}"
+
+
+class _Connection:
+    """One psycopg connection behind a lock, opened on first use and reopened after it breaks."""
+
+    def __init__(self, dsn: str, where: str) -> None:
+        self._dsn = dsn
+        self._where = where
+        self._lock = threading.Lock()
+        self._conn: psycopg.Connection | None = None
+        self._closed = False
+
+    def _connect(self) -> psycopg.Connection:
+        conn = psycopg.connect(self._dsn, autocommit=True)
+        try:
+            # "durable on return" is the Store contract, whatever the server's default
+            conn.execute("SET synchronous_commit TO on")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def run(self, fn: Callable[[psycopg.Connection], T]) -> T:
+        """``fn(conn)`` under the lock; psycopg errors become ``StoreUnavailable``."""
+        with self._lock:
+            if self._closed:
+                raise StoreUnavailable(f"PostgreSQL store {self._where} is closed")
+            try:
+                if self._conn is not None and (self._conn.closed or self._conn.broken):
+                    self._drop()
+                if self._conn is None:
+                    self._conn = self._connect()
+                return fn(self._conn)
+            except psycopg.Error as e:
+                self._drop_unless_idle()
+                raise StoreUnavailable(f"PostgreSQL {self._where}: {e}") from e
+            except BaseException:
+                # StaleEpoch, PositionConflict or LeaseLost (their transaction was rolled back on
+                # the way out), or an interrupt that may have left the connection mid-query
+                self._drop_unless_idle()
+                raise
+
+    def _drop_unless_idle(self) -> None:
+        """Keep the connection only if it is healthy and outside any transaction."""
+        conn = self._conn
+        if conn is not None and (conn.closed or conn.broken
+                                 or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE):
+            self._drop()
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._drop()
+
+
+class PostgresStore(Store):
+    backend = "postgresql"
+
+    def __init__(self, dsn: str) -> None:
+        try:
+            params = pg_conninfo.conninfo_to_dict(dsn)
+        except psycopg.Error as e:
+            raise StoreUnavailable(f"bad PostgreSQL DSN: {e}") from e
+        extra = {k: v for k, v in CONNECT_DEFAULTS.items() if k not in params}
+        self._dsn = pg_conninfo.make_conninfo(dsn, **extra)
+        self.where = describe_dsn(dsn)
+        self._log = _Connection(self._dsn, self.where)
+        self._lease = _Connection(self._dsn, self.where)
+        try:
+            self._log.run(self._create_schema)
+        except StoreUnavailable as e:
+            self.close()
+            raise StoreUnavailable(f"cannot open PostgreSQL store {self.where}: {e.__cause__ or e}") from e
+
+    @staticmethod
+    def _create_schema(conn: psycopg.Connection) -> None:
+        # CREATE TABLE IF NOT EXISTS is not safe against a concurrent CREATE of the same
+        # table (it can fail on the catalog's unique index), so serialize schema creation
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK_KEY,))
+            for statement in SCHEMA:
+                conn.execute(statement)
+
+    # ------------------------------------------------------------ helpers
+
+    @staticmethod
+    def _fence(cur: psycopg.Cursor, epoch: int, head: bool = False) -> int | None:
+        """Lock the lease row (shared) and check ``epoch``; with ``head``, lock and return the head."""
+        if head:
+            row = cur.execute(
+                "SELECT l.epoch, h.last_position FROM xce_lease l, xce_head h"
+                " WHERE l.name = 'leader' AND h.id = 1 FOR SHARE OF l FOR UPDATE OF h").fetchone()
+        else:
+            row = cur.execute("SELECT epoch, NULL FROM xce_lease WHERE name = 'leader' FOR SHARE").fetchone()
+        current, last = row
+        if current != epoch:
+            raise StaleEpoch(f"epoch {epoch} is stale: the lease is at epoch {current}")
+        return last
+
+    # ------------------------------------------------------------ log
+
+    def append(self, epoch: int, records: Sequence[Record]) -> None:
+        if not records:
+            return
+
+        def run(conn: psycopg.Connection) -> None:
+            with conn.transaction(), conn.cursor() as cur:
+                last = self._fence(cur, epoch, head=True)
+                check_continuous(last, records)
+                # the whole batch in one statement, and the head moved in the same one
+                cur.execute(
+                    "WITH ins AS ("
+                    " INSERT INTO xce_facts (position, epoch, type, version, payload)"
+                    " SELECT p, %s, t, v, d"
+                    " FROM unnest(%s::bigint[], %s::text[], %s::int[], %s::text[]) AS u(p, t, v, d))"
+                    " UPDATE xce_head SET last_position = %s WHERE id = 1",
+                    (epoch,
+                     [r.position for r in records], [r.type for r in records],
+                     [r.version for r in records], [r.payload for r in records],
+                     records[-1].position))
+
+        self._log.run(run)
+
+    def read_after(self, position: int, limit: int = 10_000) -> list[Record]:
+        def run(conn: psycopg.Connection) -> list[Any]:
+            return conn.execute(
+                "SELECT position, type, version, payload, epoch FROM xce_facts"
+                " WHERE position > %s ORDER BY position LIMIT %s", (position, max(0, limit))).fetchall()
+
+        rows = self._log.run(run)
+        return [Record(position=p, type=t, version=v, payload=d, epoch=e) for p, t, v, d, e in rows]
+
+    def last_position(self) -> int:
+        return self._log.run(
+            lambda conn: conn.execute("SELECT last_position FROM xce_head WHERE id = 1").fetchone()[0])
+
+    # ------------------------------------------------------------ snapshots
+
+    def write_snapshot(self, epoch: int, snapshot: Snapshot) -> None:
+        def run(conn: psycopg.Connection) -> None:
+            with conn.transaction(), conn.cursor() as cur:
+                self._fence(cur, epoch)
+                cur.execute(
+                    "INSERT INTO xce_snapshot (id, position, data) VALUES (1, %s, %s)"
+                    " ON CONFLICT (id) DO UPDATE SET position = EXCLUDED.position, data = EXCLUDED.data",
+                    (snapshot.position, bytes(snapshot.data)))
+
+        self._log.run(run)
+
+    def load_snapshot(self) -> Snapshot | None:
+        row = self._log.run(
+            lambda conn: conn.execute("SELECT position, data FROM xce_snapshot WHERE id = 1").fetchone())
+        return Snapshot(position=row[0], data=bytes(row[1])) if row else None
+
+    def compact(self, epoch: int, upto: int) -> int:
+        def run(conn: psycopg.Connection) -> int:
+            with conn.transaction(), conn.cursor() as cur:
+                self._fence(cur, epoch)
+                cur.execute(
+                    "DELETE FROM xce_facts WHERE position <= LEAST(%s,"
+                    " COALESCE((SELECT position FROM xce_snapshot WHERE id = 1), 0))", (upto,))
+                return cur.rowcount
+
+        return self._log.run(run)
+
+    # ------------------------------------------------------------ lease
+
+    def acquire_lease(self, holder: str, ttl: float) -> Lease | None:
+        # One statement: the row lock serializes contenders, and if it had to wait, PostgreSQL
+        # re-checks the WHERE clause (clock included) against the row the winner committed.
+        row = self._lease.run(lambda conn: conn.execute(
+            "UPDATE xce_lease SET holder = %(holder)s,"
+            " epoch = CASE WHEN holder IS DISTINCT FROM %(holder)s THEN epoch + 1 ELSE epoch END,"
+            f" expires_at = {NOW} + %(ttl)s"
+            " WHERE name = 'leader'"
+            f" AND (holder IS NULL OR holder = %(holder)s OR expires_at <= {NOW})"
+            " RETURNING epoch, expires_at", {"holder": holder, "ttl": float(ttl)}).fetchone())
+        if row is None:
+            return None
+        return Lease(holder=holder, epoch=row[0], expires_at=row[1])
+
+    def renew_lease(self, holder: str, epoch: int, ttl: float) -> Lease:
+        def run(conn: psycopg.Connection) -> float:
+            with conn.transaction(), conn.cursor() as cur:
+                row = cur.execute(
+                    f"UPDATE xce_lease SET expires_at = {NOW} + %s"
+                    " WHERE name = 'leader' AND holder = %s AND epoch = %s RETURNING expires_at",
+                    (float(ttl), holder, epoch)).fetchone()
+                if row is None:
+                    cur_holder, cur_epoch = cur.execute(
+                        "SELECT holder, epoch FROM xce_lease WHERE name = 'leader'").fetchone()
+                    raise LeaseLost(f"lease is held by {cur_holder!r} at epoch {cur_epoch}")
+                return row[0]
+
+        return Lease(holder=holder, epoch=epoch, expires_at=self._lease.run(run))
+
+    def release_lease(self, holder: str, epoch: int) -> None:
+        self._lease.run(lambda conn: conn.execute(
+            "UPDATE xce_lease SET holder = NULL, expires_at = 0"
+            " WHERE name = 'leader' AND holder = %s AND epoch = %s", (holder, epoch)))
+
+    def current_lease(self) -> Lease | None:
+        holder, epoch, expires = self._lease.run(lambda conn: conn.execute(
+            "SELECT holder, epoch, expires_at FROM xce_lease WHERE name = 'leader'").fetchone())
+        return Lease(holder=holder, epoch=epoch, expires_at=expires) if holder else None
+
+    def close(self) -> None:
+        self._log.close()
+        self._lease.close()

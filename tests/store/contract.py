@@ -1,0 +1,560 @@
+"""The one suite every ``Store`` backend passes.
+
+A backend's test module subclasses ``StoreContract`` and provides a
+``make_store`` fixture: a callable that opens a *new handle* (a new
+connection) on the same, initially empty storage for the current test.  The
+contract opens as many handles as it needs and closes them all afterwards.
+
+Lease expiry is tested with short TTLs and bounded polling, never with a
+sleep standing in for the condition.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+import pytest
+
+from xce.store import LeaseLost, PositionConflict, Record, Snapshot, StaleEpoch, Store
+
+SHORT_TTL = 0.3   # seconds; leases that must expire during a test
+LONG_TTL = 120.0  # seconds; leases that must not
+
+
+def recs(first: int, n: int, tag: str = "") -> list[Record]:
+    """``n`` records at positions first..first+n-1 with distinguishable fields."""
+    return [Record(position=p, type=f"T{p % 3}", version=1 + p % 2, payload=f'{{"p":{p},"tag":"{tag}"}}')
+            for p in range(first, first + n)]
+
+
+def stripped(records: list[Record]) -> list[tuple]:
+    """Records without their epoch, for comparing what was written with what was read."""
+    return [(r.position, r.type, r.version, r.payload) for r in records]
+
+
+def poll(cond: Callable[[], object], timeout: float = 15.0, what: str = "condition"):
+    """Call ``cond`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def read_all(store: Store) -> list[Record]:
+    return store.read_after(0, limit=1_000_000)
+
+
+class StoreContract:
+    """Subclass with a ``make_store`` fixture returning ``() -> Store`` on this test's storage."""
+
+    expected_backend: str = ""
+
+    @pytest.fixture
+    def open_store(self, make_store):
+        opened: list[Store] = []
+
+        def open_() -> Store:
+            s = make_store()
+            opened.append(s)
+            return s
+
+        yield open_
+        for s in opened:
+            try:
+                s.close()
+            except Exception:
+                pass
+
+    @pytest.fixture
+    def store(self, open_store) -> Store:
+        return open_store()
+
+    @pytest.fixture
+    def epoch(self, store) -> int:
+        """The epoch of a long lease held by 'leader' on ``store``."""
+        lease = store.acquire_lease("leader", LONG_TTL)
+        assert lease is not None
+        return lease.epoch
+
+    # ------------------------------------------------------------ empty store
+
+    def test_backend_name(self, store):
+        assert store.backend == self.expected_backend
+
+    def test_new_store_is_empty(self, store):
+        assert store.last_position() == 0
+        assert store.read_after(0) == []
+        assert store.load_snapshot() is None
+        assert store.current_lease() is None
+
+    # ------------------------------------------------------------ append and read
+
+    def test_append_then_read_in_order_with_epoch(self, store, epoch):
+        batch = recs(1, 5)
+        store.append(epoch, batch)
+        got = store.read_after(0)
+        assert stripped(got) == stripped(batch)
+        assert [r.position for r in got] == [1, 2, 3, 4, 5]
+        assert all(r.epoch == epoch for r in got)
+        assert store.last_position() == 5
+
+    def test_epoch_stored_is_the_appenders_not_the_records(self, store, epoch):
+        store.append(epoch, [Record(position=1, type="X", version=3, payload="{}", epoch=999)])
+        (r,) = store.read_after(0)
+        assert r == Record(position=1, type="X", version=3, payload="{}", epoch=epoch)
+
+    def test_batches_continue_each_other(self, store, epoch):
+        store.append(epoch, recs(1, 3, "a"))
+        store.append(epoch, recs(4, 1, "b"))
+        store.append(epoch, recs(5, 4, "c"))
+        got = read_all(store)
+        assert [r.position for r in got] == list(range(1, 9))
+        assert stripped(got) == stripped(recs(1, 3, "a") + recs(4, 1, "b") + recs(5, 4, "c"))
+        assert store.last_position() == 8
+
+    def test_large_batch_in_one_append(self, store, epoch):
+        batch = recs(1, 2000, "big")
+        store.append(epoch, batch)
+        assert stripped(read_all(store)) == stripped(batch)
+        assert store.last_position() == 2000
+
+    def test_payloads_round_trip_exactly(self, store, epoch):
+        payloads = ["", "plain", 'quote " and \' and \\ backslash', "tab\tnew\nline\r\n",
+                    "unicode: žluťoučký kůň, 日本語, emoji 🚀", "\\N", "{\"json\": [1, 2.5, null]}",
+                    "x" * 100_000, "comma,separated,values", "%s %(name)s {}"]
+        batch = [Record(position=i + 1, type=f"type with spaces {i}", version=i, payload=p)
+                 for i, p in enumerate(payloads)]
+        store.append(epoch, batch)
+        got = read_all(store)
+        assert [r.payload for r in got] == payloads
+        assert [(r.type, r.version) for r in got] == [(b.type, b.version) for b in batch]
+
+    def test_empty_append_is_a_no_op(self, store, epoch):
+        store.append(epoch, [])
+        assert store.last_position() == 0
+        assert store.read_after(0) == []
+        store.append(epoch, recs(1, 2))
+        store.append(epoch, [])
+        assert store.last_position() == 2
+        assert [r.position for r in read_all(store)] == [1, 2]
+
+    def test_read_after_a_position(self, store, epoch):
+        store.append(epoch, recs(1, 10))
+        assert [r.position for r in store.read_after(7)] == [8, 9, 10]
+        assert store.read_after(10) == []
+        assert store.read_after(1000) == []
+        assert [r.position for r in store.read_after(-5)] == list(range(1, 11))
+
+    def test_read_after_with_limit_pages_through_the_log(self, store, epoch):
+        batch = recs(1, 23)
+        store.append(epoch, batch)
+        assert [r.position for r in store.read_after(0, limit=5)] == [1, 2, 3, 4, 5]
+        assert [r.position for r in store.read_after(20, limit=5)] == [21, 22, 23]
+        assert store.read_after(0, limit=0) == []
+        pages, pos = [], 0
+        while True:
+            page = store.read_after(pos, limit=4)
+            if not page:
+                break
+            assert len(page) <= 4
+            pages.append(page)
+            pos = page[-1].position
+        assert len(pages) == 6
+        assert stripped([r for p in pages for r in p]) == stripped(batch)
+
+    def test_default_limit_is_ten_thousand(self, store, epoch):
+        store.append(epoch, recs(1, 10_005))
+        got = store.read_after(0)
+        assert len(got) == 10_000
+        assert got[-1].position == 10_000
+        assert [r.position for r in store.read_after(10_000)] == [10_001, 10_002, 10_003, 10_004, 10_005]
+
+    # ------------------------------------------------------------ fencing and continuity
+
+    def test_append_without_the_current_epoch_is_refused_atomically(self, store, epoch):
+        store.append(epoch, recs(1, 3))
+        for bad in (epoch + 1, epoch - 1, 0, 12345):
+            with pytest.raises(StaleEpoch):
+                store.append(bad, recs(4, 3, "stale"))
+        assert store.last_position() == 3
+        assert stripped(read_all(store)) == stripped(recs(1, 3))
+        store.append(epoch, recs(4, 1, "after"))  # the log still continues at 4
+        assert store.last_position() == 4
+
+    @pytest.mark.parametrize("first", [0, 1, 3, 5, 100, -1])
+    def test_append_that_does_not_continue_is_refused_atomically(self, store, epoch, first):
+        store.append(epoch, recs(1, 3))
+        with pytest.raises(PositionConflict):
+            store.append(epoch, recs(first, 2, "bad"))
+        assert store.last_position() == 3
+        assert stripped(read_all(store)) == stripped(recs(1, 3))
+
+    @pytest.mark.parametrize("positions", [[1, 2, 4], [1, 1, 2], [1, 3, 2], [1, 2, 3, 3], [2, 3, 4]])
+    def test_non_consecutive_batch_is_refused_whole(self, store, epoch, positions):
+        batch = [Record(position=p, type="T", version=1, payload=str(p)) for p in positions]
+        with pytest.raises(PositionConflict):
+            store.append(epoch, batch)
+        assert store.last_position() == 0
+        assert store.read_after(0) == []
+        store.append(epoch, recs(1, 1))
+        assert store.last_position() == 1
+
+    def test_stale_epoch_is_checked_before_positions(self, store, epoch):
+        # a deposed writer is told it was deposed, whatever its positions
+        with pytest.raises(StaleEpoch):
+            store.append(epoch + 1, recs(7, 1))
+        assert store.last_position() == 0
+
+    # ------------------------------------------------------------ snapshots
+
+    def test_snapshot_round_trip_is_byte_exact(self, store, epoch):
+        data = bytes(range(256)) * 4096 + b"\x00\x00end"
+        store.append(epoch, recs(1, 3))
+        store.write_snapshot(epoch, Snapshot(position=3, data=data))
+        snap = store.load_snapshot()
+        assert snap == Snapshot(position=3, data=data)
+        assert type(snap.data) is bytes
+
+    def test_empty_snapshot_data(self, store, epoch):
+        store.write_snapshot(epoch, Snapshot(position=0, data=b""))
+        assert store.load_snapshot() == Snapshot(position=0, data=b"")
+
+    def test_latest_snapshot_replaces_the_previous(self, store, epoch):
+        store.append(epoch, recs(1, 10))
+        store.write_snapshot(epoch, Snapshot(position=4, data=b"first, and longer than the second"))
+        store.write_snapshot(epoch, Snapshot(position=9, data=b"second"))
+        assert store.load_snapshot() == Snapshot(position=9, data=b"second")
+        store.write_snapshot(epoch, Snapshot(position=10, data=b"third"))
+        assert store.load_snapshot() == Snapshot(position=10, data=b"third")
+
+    def test_snapshot_write_is_fenced(self, store, epoch):
+        store.write_snapshot(epoch, Snapshot(position=0, data=b"good"))
+        with pytest.raises(StaleEpoch):
+            store.write_snapshot(epoch + 1, Snapshot(position=0, data=b"stale"))
+        with pytest.raises(StaleEpoch):
+            store.write_snapshot(0, Snapshot(position=0, data=b"stale"))
+        assert store.load_snapshot() == Snapshot(position=0, data=b"good")
+
+    def test_fenced_snapshot_on_empty_store_writes_nothing(self, store, epoch):
+        with pytest.raises(StaleEpoch):
+            store.write_snapshot(epoch + 1, Snapshot(position=0, data=b"stale"))
+        assert store.load_snapshot() is None
+
+    # ------------------------------------------------------------ compaction
+
+    def test_compact_without_a_snapshot_removes_nothing(self, store, epoch):
+        store.append(epoch, recs(1, 5))
+        assert store.compact(epoch, 5) == 0
+        assert [r.position for r in read_all(store)] == [1, 2, 3, 4, 5]
+
+    def test_compact_stops_at_upto_below_the_snapshot(self, store, epoch):
+        store.append(epoch, recs(1, 10))
+        store.write_snapshot(epoch, Snapshot(position=8, data=b"s"))
+        assert store.compact(epoch, 3) == 3
+        assert [r.position for r in read_all(store)] == list(range(4, 11))
+        assert store.last_position() == 10
+
+    def test_compact_never_passes_the_snapshot(self, store, epoch):
+        store.append(epoch, recs(1, 10))
+        store.write_snapshot(epoch, Snapshot(position=6, data=b"s"))
+        assert store.compact(epoch, 9) == 6
+        assert [r.position for r in read_all(store)] == [7, 8, 9, 10]
+        assert store.last_position() == 10
+        assert store.compact(epoch, 9) == 0  # nothing left at or below the snapshot
+        assert store.compact(epoch, 1_000_000) == 0
+        assert [r.position for r in read_all(store)] == [7, 8, 9, 10]
+
+    def test_compact_everything_keeps_the_head_and_appends_continue(self, store, epoch):
+        store.append(epoch, recs(1, 7))
+        store.write_snapshot(epoch, Snapshot(position=7, data=b"all"))
+        assert store.compact(epoch, 7) == 7
+        assert store.read_after(0) == []
+        assert store.last_position() == 7
+        with pytest.raises(PositionConflict):
+            store.append(epoch, recs(1, 1))  # the log does not restart
+        store.append(epoch, recs(8, 2, "after"))
+        assert stripped(read_all(store)) == stripped(recs(8, 2, "after"))
+        assert store.last_position() == 9
+
+    def test_compact_is_fenced(self, store, epoch):
+        store.append(epoch, recs(1, 5))
+        store.write_snapshot(epoch, Snapshot(position=5, data=b"s"))
+        with pytest.raises(StaleEpoch):
+            store.compact(epoch + 1, 5)
+        assert [r.position for r in read_all(store)] == [1, 2, 3, 4, 5]
+
+    # ------------------------------------------------------------ lease
+
+    def test_acquire_free_lease_gives_epoch_one(self, store):
+        lease = store.acquire_lease("a", LONG_TTL)
+        assert lease is not None
+        assert (lease.holder, lease.epoch) == ("a", 1)
+        assert store.current_lease() == lease
+
+    def test_lease_expiry_is_ttl_from_now_on_the_store_clock(self, store):
+        # expires_at is on the store's clock; for a store on this machine that is our clock
+        before = time.time()
+        lease = store.acquire_lease("a", 50.0)
+        after = time.time()
+        assert before + 50.0 - 2.0 <= lease.expires_at <= after + 50.0 + 2.0
+
+    def test_reacquire_by_the_holder_keeps_the_epoch_and_extends(self, store):
+        first = store.acquire_lease("a", 10.0)
+        again = store.acquire_lease("a", LONG_TTL)
+        assert again is not None
+        assert (again.holder, again.epoch) == ("a", first.epoch)
+        assert again.expires_at >= first.expires_at + (LONG_TTL - 10.0) - 1.0
+        assert store.current_lease() == again
+
+    def test_another_holder_is_refused_while_the_lease_is_live(self, store):
+        lease = store.acquire_lease("a", LONG_TTL)
+        assert store.acquire_lease("b", LONG_TTL) is None
+        assert store.acquire_lease("b", 0.01) is None
+        assert store.current_lease() == lease
+
+    def test_another_holder_takes_an_expired_lease_with_the_next_epoch(self, store):
+        a = store.acquire_lease("a", SHORT_TTL)
+        b = poll(lambda: store.acquire_lease("b", LONG_TTL), what="a's lease to expire")
+        assert (b.holder, b.epoch) == ("b", a.epoch + 1)
+        assert store.current_lease() == b
+        assert store.acquire_lease("a", LONG_TTL) is None
+
+    def test_epoch_grows_with_every_change_of_holder(self, store):
+        epochs = []
+        for holder in ("a", "b", "a", "c"):
+            lease = poll(lambda: store.acquire_lease(holder, SHORT_TTL), what=f"lease for {holder}")
+            epochs.append(lease.epoch)
+        assert epochs == [1, 2, 3, 4]
+
+    def test_renew_by_the_holder_extends(self, store):
+        lease = store.acquire_lease("a", 10.0)
+        renewed = store.renew_lease("a", lease.epoch, LONG_TTL)
+        assert (renewed.holder, renewed.epoch) == ("a", lease.epoch)
+        assert renewed.expires_at >= lease.expires_at + (LONG_TTL - 10.0) - 1.0
+        assert store.current_lease() == renewed
+        assert store.acquire_lease("b", LONG_TTL) is None
+
+    def test_renew_keeps_a_short_lease_alive(self, store):
+        lease = store.acquire_lease("a", SHORT_TTL)
+        renewed = store.renew_lease("a", lease.epoch, LONG_TTL)
+        # a's original lease would have expired by now; the renewal keeps b out
+        poll(lambda: time.time() > lease.expires_at + 0.2, what="the original expiry to pass")
+        assert store.acquire_lease("b", LONG_TTL) is None
+        assert store.current_lease() == renewed
+
+    def test_renew_after_another_holder_took_it_raises_lease_lost(self, store):
+        a = store.acquire_lease("a", SHORT_TTL)
+        b = poll(lambda: store.acquire_lease("b", LONG_TTL), what="a's lease to expire")
+        with pytest.raises(LeaseLost):
+            store.renew_lease("a", a.epoch, LONG_TTL)
+        assert store.current_lease() == b  # the failed renewal changed nothing
+
+    def test_renew_with_the_wrong_epoch_or_holder_raises_lease_lost(self, store):
+        lease = store.acquire_lease("a", LONG_TTL)
+        with pytest.raises(LeaseLost):
+            store.renew_lease("a", lease.epoch + 1, LONG_TTL)
+        with pytest.raises(LeaseLost):
+            store.renew_lease("a", lease.epoch - 1, LONG_TTL)
+        with pytest.raises(LeaseLost):
+            store.renew_lease("b", lease.epoch, LONG_TTL)
+        assert store.current_lease() == lease
+
+    def test_renew_of_a_never_held_lease_raises_lease_lost(self, store):
+        with pytest.raises(LeaseLost):
+            store.renew_lease("a", 0, LONG_TTL)
+        with pytest.raises(LeaseLost):
+            store.renew_lease("a", 1, LONG_TTL)
+        assert store.current_lease() is None
+
+    def test_release_frees_the_lease_at_once(self, store):
+        a = store.acquire_lease("a", LONG_TTL)
+        store.release_lease("a", a.epoch)
+        assert store.current_lease() is None
+        b = store.acquire_lease("b", LONG_TTL)
+        assert b is not None
+        assert (b.holder, b.epoch) == ("b", a.epoch + 1)
+        with pytest.raises(LeaseLost):
+            store.renew_lease("a", a.epoch, LONG_TTL)
+
+    def test_reacquire_after_release_is_a_new_epoch(self, store):
+        a = store.acquire_lease("a", LONG_TTL)
+        store.release_lease("a", a.epoch)
+        again = store.acquire_lease("a", LONG_TTL)
+        assert again.epoch == a.epoch + 1
+
+    def test_release_by_someone_else_or_an_old_epoch_changes_nothing(self, store):
+        a = store.acquire_lease("a", SHORT_TTL)
+        b = poll(lambda: store.acquire_lease("b", LONG_TTL), what="a's lease to expire")
+        store.release_lease("a", a.epoch)     # deposed holder, old epoch
+        store.release_lease("c", b.epoch)     # never held it
+        store.release_lease("b", b.epoch + 1)  # wrong epoch
+        assert store.current_lease() == b
+        assert store.acquire_lease("c", LONG_TTL) is None
+
+    def test_deposed_holder_is_fenced_everywhere(self, store):
+        a = store.acquire_lease("a", SHORT_TTL)
+        store.append(a.epoch, recs(1, 3, "a"))
+        store.write_snapshot(a.epoch, Snapshot(position=2, data=b"a's"))
+        b = poll(lambda: store.acquire_lease("b", LONG_TTL), what="a's lease to expire")
+        with pytest.raises(StaleEpoch):
+            store.append(a.epoch, recs(4, 2, "a-late"))
+        with pytest.raises(StaleEpoch):
+            store.write_snapshot(a.epoch, Snapshot(position=3, data=b"a-late"))
+        with pytest.raises(StaleEpoch):
+            store.compact(a.epoch, 2)
+        with pytest.raises(LeaseLost):
+            store.renew_lease("a", a.epoch, LONG_TTL)
+        assert store.last_position() == 3
+        assert store.load_snapshot() == Snapshot(position=2, data=b"a's")
+        assert len(read_all(store)) == 3
+        # the new holder carries on from where the log is
+        store.append(b.epoch, recs(4, 2, "b"))
+        got = read_all(store)
+        assert [(r.position, r.epoch) for r in got] == [(1, a.epoch), (2, a.epoch), (3, a.epoch),
+                                                         (4, b.epoch), (5, b.epoch)]
+
+    # ------------------------------------------------------------ several handles
+
+    def test_two_handles_see_each_others_appends(self, open_store):
+        one, two = open_store(), open_store()
+        lease = one.acquire_lease("a", LONG_TTL)
+        assert two.current_lease() == lease
+        one.append(lease.epoch, recs(1, 3, "one"))
+        assert two.last_position() == 3
+        assert stripped(two.read_after(0)) == stripped(recs(1, 3, "one"))
+        two.append(lease.epoch, recs(4, 2, "two"))
+        assert one.last_position() == 5
+        assert stripped(one.read_after(3)) == stripped(recs(4, 2, "two"))
+        with pytest.raises(PositionConflict):
+            one.append(lease.epoch, recs(4, 1, "one-again"))  # two got there first
+        two.write_snapshot(lease.epoch, Snapshot(position=5, data=b"by two"))
+        assert one.load_snapshot() == Snapshot(position=5, data=b"by two")
+        assert one.compact(lease.epoch, 2) == 2
+        assert [r.position for r in two.read_after(0)] == [3, 4, 5]
+
+    def test_lease_taken_through_another_handle_fences_this_one(self, open_store):
+        one, two = open_store(), open_store()
+        a = one.acquire_lease("a", SHORT_TTL)
+        one.append(a.epoch, recs(1, 1))
+        b = poll(lambda: two.acquire_lease("b", LONG_TTL), what="a's lease to expire")
+        assert one.current_lease() == b
+        with pytest.raises(StaleEpoch):
+            one.append(a.epoch, recs(2, 1))
+        with pytest.raises(LeaseLost):
+            one.renew_lease("a", a.epoch, LONG_TTL)
+        assert one.acquire_lease("a", LONG_TTL) is None
+        two.append(b.epoch, recs(2, 1))
+        assert one.last_position() == 2
+
+    def test_close_and_reopen_gives_the_same_state(self, open_store):
+        first = open_store()
+        lease = first.acquire_lease("a", LONG_TTL)
+        first.append(lease.epoch, recs(1, 6, "kept"))
+        first.write_snapshot(lease.epoch, Snapshot(position=4, data=b"\x00snap\xff"))
+        first.compact(lease.epoch, 2)
+        first.close()
+        again = open_store()
+        assert again.last_position() == 6
+        assert stripped(again.read_after(0)) == stripped(recs(3, 4, "kept"))
+        assert all(r.epoch == lease.epoch for r in again.read_after(0))
+        assert again.load_snapshot() == Snapshot(position=4, data=b"\x00snap\xff")
+        assert again.current_lease() == lease
+        again.append(lease.epoch, recs(7, 1))  # the holder carries on across handles
+        assert again.last_position() == 7
+
+    def test_calls_after_close_fail_rather_than_silently_reconnect(self, store, epoch):
+        store.close()
+        with pytest.raises(Exception) as info:
+            store.append(epoch, recs(1, 1))
+        assert not isinstance(info.value, (StaleEpoch, PositionConflict, LeaseLost))
+
+    # ------------------------------------------------------------ concurrency
+
+    def test_racing_writers_on_two_handles_never_break_the_log(self, open_store):
+        handles = [open_store(), open_store()]
+        lease = handles[0].acquire_lease("a", LONG_TTL)
+        per_writer, conflicts, errors = 60, [0, 0], []
+        start = threading.Barrier(2)
+
+        def writer(i: int) -> None:
+            s = handles[i]
+            try:
+                start.wait()
+                done = 0
+                while done < per_writer:
+                    last = s.last_position()
+                    try:
+                        s.append(lease.epoch, [Record(position=last + 1, type="W", version=i,
+                                                      payload=f"{i}:{done}")])
+                        done += 1
+                    except PositionConflict:
+                        conflicts[i] += 1
+            except BaseException as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        got = read_all(handles[0])
+        assert [r.position for r in got] == list(range(1, 2 * per_writer + 1))
+        for i in range(2):  # every acknowledged append is there, once, in its writer's order
+            mine = [r.payload for r in got if r.version == i]
+            assert mine == [f"{i}:{n}" for n in range(per_writer)]
+
+    def test_racing_acquirers_elect_exactly_one(self, open_store):
+        handles = [open_store() for _ in range(4)]
+        start = threading.Barrier(len(handles))
+        results: list = [None] * len(handles)
+
+        def acquire(i: int) -> None:
+            start.wait()
+            results[i] = handles[i].acquire_lease(f"h{i}", LONG_TTL)
+
+        threads = [threading.Thread(target=acquire, args=(i,)) for i in range(len(handles))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        winners = [r for r in results if r is not None]
+        assert len(winners) == 1
+        assert winners[0].epoch == 1
+        assert handles[0].current_lease() == winners[0]
+
+    def test_one_handle_shared_by_threads(self, store, epoch):
+        errors: list[BaseException] = []
+        per_thread = 40
+
+        def worker(i: int) -> None:
+            try:
+                done = 0
+                while done < per_thread:
+                    last = store.last_position()
+                    try:
+                        store.append(epoch, [Record(position=last + 1, type="S", version=i, payload=str(done))])
+                        done += 1
+                    except PositionConflict:
+                        pass
+                    store.read_after(max(0, last - 5))
+                    store.current_lease()
+            except BaseException as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        assert [r.position for r in read_all(store)] == list(range(1, 4 * per_thread + 1))
+
+
+__all__ = ["LONG_TTL", "SHORT_TTL", "StoreContract", "poll", "read_all", "recs", "stripped"]
