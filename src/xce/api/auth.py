@@ -9,7 +9,7 @@ from __future__ import annotations
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from xce.errors import Forbidden, Unauthenticated
+from xce.errors import Forbidden, Unauthenticated, Unavailable
 from xce.model.identity import User, hash_token
 
 bearer = HTTPBearer(auto_error=False, description="an XCE token (xce token create)")
@@ -18,6 +18,8 @@ bearer = HTTPBearer(auto_error=False, description="an XCE token (xce token creat
 async def authenticated(request: Request,
                         creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> User:
     ctl = request.app.state.controller
+    if not ctl.is_leader:  # a standby's model is not current: it cannot even check tokens
+        raise Unavailable(ctl.not_leader_message())
     if creds is None or creds.scheme.lower() != "bearer" or not creds.credentials:
         raise Unauthenticated("missing bearer token (use --token, XCE_TOKEN or the config file)")
     user = ctl.model.user_for_token_hash(hash_token(creds.credentials))

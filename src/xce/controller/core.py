@@ -222,7 +222,7 @@ class Controller:
         ``Unavailable`` if this controller is not the leader or the store refused.
         """
         if not self.is_leader or self._stopping:
-            raise Unavailable(self._not_leader_message())
+            raise Unavailable(self.not_leader_message())
         assert self._queue is not None
         fut = asyncio.get_running_loop().create_future()
         self._queue.put_nowait(_Command(decide, fut))
@@ -234,11 +234,11 @@ class Controller:
     async def read_barrier(self) -> None:
         """Wait until every fact already in the model is durable."""
         if not self.is_leader:
-            raise Unavailable(self._not_leader_message())
+            raise Unavailable(self.not_leader_message())
         while self._inflight is not None:
             await asyncio.shield(self._inflight)
 
-    def _not_leader_message(self) -> str:
+    def not_leader_message(self) -> str:
         lease = None
         try:
             lease = self.store.current_lease()
@@ -257,7 +257,7 @@ class Controller:
             if not self.is_leader:
                 for cmd in batch:
                     if not cmd.future.done():
-                        cmd.future.set_exception(Unavailable(self._not_leader_message()))
+                        cmd.future.set_exception(Unavailable(self.not_leader_message()))
                 continue
             outcomes, records, facts = self._decide_batch(batch)
             if records:
