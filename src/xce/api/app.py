@@ -21,12 +21,16 @@ import xce
 from xce.api import schemas as S
 from xce.api.auth import admin, authenticated
 from xce.api.metrics import Metrics
+from xce.api.commands import audit_refusal, mutate
 from xce.api.views import audit_json, job_json, user_json
-from xce.controller.core import Controller, Outcome
+from xce.api.workers import add_worker_routes
+from xce.controller.core import Controller
+from xce.controller.hosts import HostMonitor
+from xce.controller.scheduling import SchedulerLoop
 from xce.errors import InvalidRequest, XceError
 from xce.model import Model, audit as audit_model
-from xce.model.facts import AuditRecorded, Fact
 from xce.model.identity import User, define_user, issue_token
+from xce.model import jobs as J
 from xce.model.jobs import JobSpec, JobState, submit, visible_job
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -36,44 +40,6 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 def _error_response(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
-
-
-def _action(request: Request) -> str:
-    route = request.scope.get("route")
-    return f"{request.method} {getattr(route, 'path', request.url.path)}"
-
-
-async def _audit_refusal(request: Request, code: str, message: str) -> None:
-    """Record a refused request; best effort when this controller cannot commit."""
-    ctl: Controller = request.app.state.controller
-    actor: User | None = getattr(request.state, "actor", None)
-    fact = AuditRecorded(time=time.time(), user=actor.name if actor else "-",
-                         action=_action(request), target=request.url.path[:256],
-                         result=code, detail=message[:512])
-    try:
-        await ctl.execute(lambda m: Outcome([fact]))
-    except XceError:
-        pass
-
-
-async def mutate(request: Request, actor: User, target: str,
-                 decide: Callable[[Model], tuple[list[Fact], Any]]) -> Any:
-    """Commit ``decide``'s facts with their audit record; a refusal commits its audit record alone."""
-    ctl: Controller = request.app.state.controller
-    action = _action(request)
-
-    def run(model: Model) -> Outcome:
-        now = time.time()
-        try:
-            facts, result = decide(model)
-        except XceError as e:
-            e.audited = True  # type: ignore[attr-defined]
-            return Outcome([AuditRecorded(time=now, user=actor.name, action=action, target=target,
-                                          result=e.code, detail=e.message[:512])], error=e)
-        facts.append(AuditRecorded(time=now, user=actor.name, action=action, target=target, result="ok"))
-        return Outcome(facts, result=result)
-
-    return await ctl.execute(run)
 
 
 class BodyLimit:
@@ -148,6 +114,9 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
     app = FastAPI(title="XCE", version=xce.__version__, responses=ERRORS, lifespan=lifespan,
                   description="XCE workload manager API. Every route but /healthz needs a bearer token.")
     app.state.controller = controller
+    monitor = HostMonitor(controller, controller.config.controller.host_timeout)
+    app.state.scheduler = SchedulerLoop(controller)
+    add_worker_routes(app, controller, monitor)
     metrics = Metrics(controller)
     app.add_middleware(BodyLimit, limit=controller.config.controller.max_body_bytes)
 
@@ -156,7 +125,7 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
     @app.exception_handler(XceError)
     async def xce_error(request: Request, exc: XceError):
         if exc.status < 500 and not getattr(exc, "audited", False):
-            await _audit_refusal(request, exc.code, exc.message)
+            await audit_refusal(request, exc.code, exc.message)
         return _error_response(exc.status, exc.code, exc.message)
 
     @app.exception_handler(RequestValidationError)
@@ -166,13 +135,13 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
             loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
             parts.append(f"{loc or 'body'}: {err.get('msg')}")
         message = "invalid request: " + "; ".join(parts)
-        await _audit_refusal(request, "invalid_request", message)
+        await audit_refusal(request, "invalid_request", message)
         return _error_response(422, "invalid_request", message)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        await _audit_refusal(request, code, str(exc.detail))
+        await audit_refusal(request, code, str(exc.detail))
         return _error_response(exc.status_code, code, str(exc.detail))
 
     # ------------------------------------------------------------ service
@@ -266,7 +235,7 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
                        slots=body.slots, resreq=body.resreq, cwd=body.cwd, stdout=body.stdout,
                        stderr=body.stderr, rerunnable=body.rerunnable, held=body.hold)
         job_id = await mutate(request, actor, "job", lambda model: submit(model, actor, spec, time.time()))
-        return JSONResponse(job_json(controller.model.jobs[job_id]), status_code=201)
+        return JSONResponse(job_json(controller.model.jobs[job_id], controller.pending_reasons.get(job_id)), status_code=201)
 
     @app.get("/v1/jobs", response_model=list[S.JobOut], tags=["jobs"])
     async def list_jobs(actor: User = Depends(authenticated),
@@ -282,7 +251,8 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
         elif user is None and not all_users:
             user = actor.name
         states = set(state) if state else None
-        out = [job_json(j) for j in controller.model.jobs.values()
+        reasons = controller.pending_reasons
+        out = [job_json(j, reasons.get(j.id)) for j in controller.model.jobs.values()
                if (user is None or j.user == user) and (queue is None or j.queue == queue)
                and (states is None or j.state in states)]
         return JSONResponse(out)
@@ -290,7 +260,21 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
     @app.get("/v1/jobs/{job_id}", response_model=S.JobOut, tags=["jobs"])
     async def show_job(job_id: int, actor: User = Depends(authenticated)):
         await controller.read_barrier()
-        return JSONResponse(job_json(visible_job(controller.model, actor, job_id)))
+        return JSONResponse(job_json(visible_job(controller.model, actor, job_id),
+                                     controller.pending_reasons.get(job_id)))
+
+    def job_action(path: str, decide_one):
+        @app.post(f"/v1/jobs/{{job_id}}/{path}", response_model=S.JobOut, tags=["jobs"], name=f"job_{path}")
+        async def action(job_id: int, request: Request, actor: User = Depends(authenticated)):
+            await mutate(request, actor, f"job/{job_id}",
+                         lambda model: (decide_one(model, actor, job_id, time.time()), None))
+            return JSONResponse(job_json(controller.model.jobs[job_id],
+                                         controller.pending_reasons.get(job_id)))
+
+    job_action("kill", J.kill)
+    job_action("requeue", lambda m, a, i, now: J.kill(m, a, i, now, requeue=True))
+    job_action("hold", J.hold)
+    job_action("release", J.release)
 
     app.add_middleware(RequestCounter, metrics=metrics)
     return app

@@ -1,0 +1,210 @@
+"""Routes for worker daemons (``/v1/hosts/{host}/...``) and the host list.
+
+A daemon identity bound to a host may speak only for that host; admins may
+speak for any.  Workers register (with what they still run, so the controller
+can reconcile), heartbeat, long-poll for work, and report starts and exits.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Path, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import Field
+
+from xce.api.commands import mutate
+from xce.api.schemas import Strict
+from xce.api.auth import authenticated
+from xce.controller.core import Controller
+from xce.controller.hosts import HostMonitor
+from xce.errors import Conflict, Forbidden
+from xce.model import Model
+from xce.model.facts import Fact, HostRegistered, JobFinished, JobRequeued
+from xce.model.hosts import HostState
+from xce.model.identity import Role, User
+from xce.model.jobs import Job, JobState, report_finished, report_started
+from xce.model.names import NAME_PATTERN
+
+HostName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=63)]
+Counters = dict[Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)], Annotated[float, Field(ge=0)]]
+
+
+class RunRef(Strict):
+    job_id: int
+    run: int
+
+
+class RegisterRequest(Strict):
+    slots: Annotated[int, Field(ge=0, le=100_000)]
+    attrs: dict[Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)], Annotated[str, Field(max_length=256)]] = {}
+    counters: Counters = {}
+    boot_id: Annotated[str, Field(max_length=64)] = ""
+    running: Annotated[list[RunRef], Field(max_length=100_000)] = []
+
+
+class StartedReport(Strict):
+    job_id: int
+    run: int
+    pid: Annotated[int, Field(ge=0)]
+    workspace: Annotated[str, Field(max_length=4096)] = ""
+    stdout: Annotated[str, Field(max_length=4096)] = ""
+    stderr: Annotated[str, Field(max_length=4096)] = ""
+
+
+class FinishedReport(Strict):
+    job_id: int
+    run: int
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: Annotated[str, Field(max_length=1024)] = ""
+    lost: bool = False  # the worker no longer knows how the run ended (it restarted)
+
+
+class ReportsRequest(Strict):
+    started: Annotated[list[StartedReport], Field(max_length=10_000)] = []
+    finished: Annotated[list[FinishedReport], Field(max_length=10_000)] = []
+
+
+def _speaks_for(actor: User, host: str) -> None:
+    if actor.is_admin:
+        return
+    if actor.role is not Role.DAEMON or (actor.host is not None and actor.host != host):
+        raise Forbidden(f"{actor.name!r} may not report for host {host!r}")
+
+
+def dispatch_json(job: Job, host: str) -> dict[str, Any]:
+    return {"job_id": job.id, "run": job.run, "display_id": job.display_id, "user": job.user,
+            "name": job.name, "command": job.command, "cwd": job.cwd, "stdout": job.stdout,
+            "stderr": job.stderr, "hosts": job.hosts, "slots": job.alloc_slots.get(host, 0),
+            "total_slots": sum(job.alloc_slots.values()), "array_index": job.array_index,
+            "array_parent": job.array_parent, "queue": job.queue, "project": job.project}
+
+
+def host_work(model: Model, host: str) -> dict[str, list]:
+    h = model.hosts.get(host)
+    if h is None:
+        return {"dispatch": [], "kill": []}
+    dispatch, kill = [], []
+    for key in h.held_slots:
+        job = model.jobs.get(int(key))
+        if job is None or not job.hosts or job.hosts[0] != host:
+            continue
+        if job.state is JobState.PEND:
+            dispatch.append(dispatch_json(job, host))
+        elif job.state is JobState.RUN and job.kill_requested:
+            kill.append({"job_id": job.id, "run": job.run})
+    return {"dispatch": dispatch, "kill": kill}
+
+
+def _reconcile(model: Model, host: str, running: list[RunRef], now: float) -> tuple[list[Fact], list[dict]]:
+    """Jobs this host should run but does not are decided; runs it has but should not are killed."""
+    facts: list[Fact] = []
+    have = {(r.job_id, r.run) for r in running}
+    h = model.hosts.get(host)
+    for key in list(h.held_slots) if h else []:
+        job = model.jobs.get(int(key))
+        if job is None or job.state is not JobState.RUN or job.hosts[0] != host:
+            continue
+        if (job.id, job.run) not in have:
+            if job.rerunnable:
+                facts.append(JobRequeued(time=now, job_id=job.id, run=job.run,
+                                         reason=f"worker on {host} restarted without it: requeued"))
+            else:
+                facts.append(JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value,
+                                         reason=f"lost: worker on {host} restarted"))
+    kill = []
+    for r in running:
+        job = model.jobs.get(r.job_id)
+        if job is None or job.run != r.run or job.finished or host not in job.alloc_slots:
+            kill.append({"job_id": r.job_id, "run": r.run})
+    return facts, kill
+
+
+def add_worker_routes(app: FastAPI, ctl: Controller, monitor: HostMonitor) -> None:
+    @app.get("/v1/hosts", tags=["hosts"])
+    async def list_hosts(_: User = Depends(authenticated)):
+        await ctl.read_barrier()
+        out = []
+        for h in sorted(ctl.model.hosts.values(), key=lambda h: h.name):
+            last = monitor.last_seen.get(h.name)
+            out.append({"name": h.name, "state": h.state.value, "reason": h.reason, "slots": h.slots,
+                        "slots_used": h.slots_used, "attrs": h.attrs, "counters": h.counters,
+                        "counters_used": h.counters_used(),
+                        "last_heartbeat_age": None if last is None else round(time.monotonic() - last, 1)})
+        return JSONResponse(out)
+
+    @app.post("/v1/hosts/{host}/register", tags=["hosts"])
+    async def register(host: HostName, body: RegisterRequest, request: Request,
+                       actor: User = Depends(authenticated)):
+        _speaks_for(actor, host)
+        monitor.seen(host)
+
+        def decide(model: Model):
+            now = time.time()
+            facts, kill = _reconcile(model, host, body.running, now)
+            facts.insert(0, HostRegistered(time=now, name=host, slots=body.slots, attrs=dict(body.attrs),
+                                           counters=dict(body.counters), boot_id=body.boot_id))
+            return facts, kill
+
+        kill = await mutate(request, actor, f"host/{host}", decide)
+        return JSONResponse({"kill": kill})
+
+    @app.post("/v1/hosts/{host}/heartbeat", tags=["hosts"])
+    async def heartbeat(host: HostName, actor: User = Depends(authenticated)):
+        _speaks_for(actor, host)
+        h = ctl.model.hosts.get(host)
+        if h is None or h.state is not HostState.OK:
+            raise Conflict(f"host {host} is not registered or was declared lost: register again",
+                           code="reregister")
+        monitor.seen(host)
+        return JSONResponse({"ok": True})
+
+    @app.get("/v1/hosts/{host}/work", tags=["hosts"])
+    async def work(host: HostName, actor: User = Depends(authenticated),
+                   wait: float = Query(0, ge=0, le=60)):
+        _speaks_for(actor, host)
+        if host not in ctl.model.hosts:
+            raise Conflict(f"host {host} is not registered: register first", code="reregister")
+        monitor.seen(host)
+        await ctl.read_barrier()
+        out = host_work(ctl.model, host)
+        if not out["dispatch"] and not out["kill"] and wait > 0:
+            await monitor.wait_for_change(wait)
+            await ctl.read_barrier()
+            out = host_work(ctl.model, host)
+        return JSONResponse(out)
+
+    @app.post("/v1/hosts/{host}/reports", tags=["hosts"])
+    async def reports(host: HostName, body: ReportsRequest, request: Request,
+                      actor: User = Depends(authenticated)):
+        _speaks_for(actor, host)
+        monitor.seen(host)
+
+        def decide(model: Model):
+            now = time.time()
+            facts: list[Fact] = []
+            kill = []
+            for s in body.started:
+                try:
+                    facts += report_started(model, host, s.job_id, s.run, s.pid, now, s.workspace,
+                                            s.stdout, s.stderr)
+                except Conflict:
+                    kill.append({"job_id": s.job_id, "run": s.run})
+            for r in body.finished:
+                try:
+                    if r.lost:
+                        job = model.jobs.get(r.job_id)
+                        if job is not None and job.rerunnable and job.run == r.run and not job.finished:
+                            facts.append(JobRequeued(time=now, job_id=r.job_id, run=r.run,
+                                                     reason=f"worker on {host} lost the run: requeued"))
+                            continue
+                    facts += report_finished(model, host, r.job_id, r.run, now, r.exit_code, r.signal,
+                                             r.reason)
+                except Conflict:
+                    pass  # a report about a run the controller already decided: nothing to do
+            return facts, kill
+
+        kill = await mutate(request, actor, f"host/{host}", decide)
+        return JSONResponse({"kill": kill})

@@ -1,0 +1,64 @@
+"""The plan applier: re-check each scheduler decision against the current model, commit the good ones.
+
+The model may have moved on since the snapshot (a job was killed, a host
+went away, another decision took the last slot): such decisions are
+rejected here and the job is simply planned again next cycle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xce.controller.core import Outcome
+from xce.model import Model
+from xce.model.facts import Fact, JobAllocated
+from xce.model.hosts import HostState
+from xce.model.jobs import JobState
+from xce.scheduler.plan import Plan
+
+
+@dataclass
+class ApplyResult:
+    accepted: list[int] = field(default_factory=list)
+    rejected: dict[int, str] = field(default_factory=dict)
+
+
+def apply_plan(model: Model, plan: Plan, now: float) -> Outcome:
+    result = ApplyResult()
+    facts: list[Fact] = []
+    taken_slots: dict[str, int] = {}
+    taken_ctr: dict[str, dict[str, float]] = {}
+    for a in plan.allocations:
+        job = model.jobs.get(a.job_id)
+        why = None
+        if job is None or job.state is not JobState.PEND or job.alloc_slots or job.run != a.run:
+            why = "job changed since the snapshot"
+        else:
+            for host_name, n in a.slots.items():
+                host = model.hosts.get(host_name)
+                if host is None or host.state is not HostState.OK:
+                    why = f"host {host_name} is not available"
+                    break
+                if host.slots - host.slots_used - taken_slots.get(host_name, 0) < n:
+                    why = f"host {host_name} has no longer {n} free slots"
+                    break
+                used = host.counters_used()
+                for name, amount in a.counters.get(host_name, {}).items():
+                    free = host.counters.get(name, 0.0) - used.get(name, 0.0) - taken_ctr.get(host_name, {}).get(name, 0.0)
+                    if free < amount:
+                        why = f"host {host_name} has no longer {amount:g} {name} free"
+                        break
+                if why:
+                    break
+        if why:
+            result.rejected[a.job_id] = why
+            continue
+        for host_name, n in a.slots.items():
+            taken_slots[host_name] = taken_slots.get(host_name, 0) + n
+            for name, amount in a.counters.get(host_name, {}).items():
+                t = taken_ctr.setdefault(host_name, {})
+                t[name] = t.get(name, 0.0) + amount
+        facts.append(JobAllocated(time=now, job_id=a.job_id, run=a.run + 1, hosts=list(a.hosts),
+                                  slots=dict(a.slots), counters={h: dict(c) for h, c in a.counters.items()}))
+        result.accepted.append(a.job_id)
+    return Outcome(facts, result=result)

@@ -1,0 +1,1 @@
+"""The scheduler: a pure function from an immutable snapshot to a plan."""

@@ -1,0 +1,24 @@
+"""The scheduler's output: decisions the controller's plan applier checks and commits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """Run job ``job_id`` (its run after ``run``) on ``hosts`` (the first runs the command)."""
+
+    job_id: int
+    run: int
+    hosts: tuple[str, ...]
+    slots: Mapping[str, int]
+    counters: Mapping[str, Mapping[str, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    position: int  # the snapshot position the plan was made at
+    allocations: tuple[Allocation, ...] = ()
+    pending_reasons: Mapping[int, str] = field(default_factory=dict)

@@ -1,0 +1,320 @@
+"""LSF-style resource requirement strings (``xce submit -R``), parsed once and compiled.
+
+Grammar (sections in any order, each at most once; a string with no section
+keyword is a bare ``select`` expression, as in LSF)::
+
+    resreq  := section*  |  expr
+    section := "select[" expr "]" | "rusage[" NAME "=" AMOUNT ("," NAME "=" AMOUNT)* "]"
+             | "span[" ("hosts=1" | "ptile=" INT) "]" | "order[" ["-"] NAME ("," ["-"] NAME)* "]"
+    expr    := and (("||" | "or") and)*
+    and     := not (("&&" | "and") not)*
+    not     := ("!" | "not") not | "(" expr ")" | "defined(" NAME ")" | NAME [CMP value]
+    CMP     := "==" | "=" | "!=" | "<" | "<=" | ">" | ">="
+    value   := AMOUNT | WORD | "quoted string"
+    AMOUNT  := number with an optional unit: K M G T P (x1000) or Ki Mi Gi Ti Pi (x1024), any case
+
+Semantics against a host (``attrs``: L1 labels, ``counters``: L2 amounts):
+a name is a counter if the host has one by that name, else an attribute;
+numbers compare numerically (an attribute that is not a number never
+matches a numeric comparison); an undefined name makes its comparison
+false; a bare name is true when defined and not "", "0" or "false".
+``order[name]`` sorts candidate hosts ascending by that value,
+``order[-name]`` descending.  The predicate is compiled to closures: user
+text is never evaluated as Python.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Callable, Mapping
+
+MAX_LENGTH = 4096
+SECTIONS = ("select", "rusage", "span", "order")
+_UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15,
+          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40, "pi": 2**50}
+_TOKEN = re.compile(r"""\s*(?:(?P<num>\d+(?:\.\d+)?(?:[kmgtpKMGTP][iI]?)?(?![\w.-]))
+                        |(?P<op>&&|\|\||==|!=|<=|>=|[()<>=!,-])
+                        |(?P<str>"[^"]*"|'[^']*')
+                        |(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*))""", re.X)
+
+Attrs = Mapping[str, str]
+Counters = Mapping[str, float]
+Pred = Callable[[Attrs, Counters], bool]
+
+
+class ResReqError(ValueError):
+    """A resource requirement string is malformed; ``position`` is the 0-based offset of the problem."""
+
+    def __init__(self, text: str, position: int, message: str) -> None:
+        self.text, self.position, self.reason = text, position, message
+        super().__init__(f"{message} at column {position + 1}")
+
+    def pretty(self) -> str:
+        return f"{self.text}\n{' ' * self.position}^ {self.reason}"
+
+
+def parse_amount(text: str) -> float | None:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgtpKMGTP][iI]?)?", text)
+    if not m:
+        return None
+    return float(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
+
+
+@dataclass(frozen=True)
+class Select:
+    source: str
+    names: frozenset[str]
+    _pred: Pred | None = None
+
+    def matches(self, attrs: Attrs, counters: Counters) -> bool:
+        return True if self._pred is None else self._pred(attrs, counters)
+
+
+@dataclass(frozen=True)
+class ResReq:
+    text: str = ""
+    select: Select = field(default_factory=lambda: Select("", frozenset()))
+    rusage: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    span_hosts: int | None = None
+    ptile: int | None = None
+    order: tuple[tuple[str, bool], ...] = ()
+
+
+class _Tokens:
+    def __init__(self, text: str, start: int, end: int) -> None:
+        self.text, self.items, pos = text, [], start
+        while pos < end:
+            if text[pos].isspace():
+                pos += 1
+                continue
+            m = _TOKEN.match(text, pos, end)
+            if m is None or m.end() == pos:
+                raise ResReqError(text, pos, f"unexpected character {text[pos]!r}")
+            kind = m.lastgroup
+            self.items.append((kind, m.group(kind), m.start(kind)))
+            pos = m.end()
+        self.i, self.end = 0, end
+
+    def peek(self) -> tuple[str, str, int] | None:
+        return self.items[self.i] if self.i < len(self.items) else None
+
+    def next(self, expected: str) -> tuple[str, str, int]:
+        tok = self.peek()
+        if tok is None:
+            raise ResReqError(self.text, self.end, f"expected {expected}")
+        self.i += 1
+        return tok
+
+    def accept(self, *values: str) -> bool:
+        tok = self.peek()
+        if tok is not None and tok[0] in ("op", "name") and tok[1] in values:
+            self.i += 1
+            return True
+        return False
+
+    def done(self) -> None:
+        tok = self.peek()
+        if tok is not None:
+            raise ResReqError(self.text, tok[2], f"unexpected {tok[1]!r}")
+
+
+def _truthy(name: str) -> Pred:
+    def pred(attrs: Attrs, counters: Counters) -> bool:
+        if name in counters:
+            return counters[name] > 0
+        return attrs.get(name, "") not in ("", "0", "false")
+    return pred
+
+
+_CMP = {"==": lambda a, b: a == b, "=": lambda a, b: a == b, "!=": lambda a, b: a != b,
+        "<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+
+
+def _compare(name: str, op: str, value: str, number: float | None) -> Pred:
+    cmp = _CMP[op]
+    if number is not None:
+        def numeric(attrs: Attrs, counters: Counters) -> bool:
+            v = counters.get(name)
+            if v is None:
+                raw = attrs.get(name)
+                if raw is None:
+                    return False
+                v = parse_amount(raw)
+                if v is None:
+                    try:
+                        v = float(raw)
+                    except ValueError:
+                        return False
+            return cmp(v, number)
+        return numeric
+
+    def textual(attrs: Attrs, counters: Counters) -> bool:
+        raw = attrs.get(name)
+        return raw is not None and cmp(raw, value) if op in ("==", "=", "!=") else False
+    return textual
+
+
+class _ExprParser:
+    def __init__(self, toks: _Tokens) -> None:
+        self.t = toks
+        self.names: set[str] = set()
+
+    def expr(self) -> Pred:
+        left = self.conj()
+        while self.t.accept("||", "or"):
+            right = self.conj()
+            left = (lambda a, b: lambda x, y: a(x, y) or b(x, y))(left, right)
+        return left
+
+    def conj(self) -> Pred:
+        left = self.neg()
+        while self.t.accept("&&", "and"):
+            right = self.neg()
+            left = (lambda a, b: lambda x, y: a(x, y) and b(x, y))(left, right)
+        return left
+
+    def neg(self) -> Pred:
+        if self.t.accept("!", "not"):
+            inner = self.neg()
+            return lambda x, y: not inner(x, y)
+        kind, value, pos = self.t.next("a term")
+        if kind == "op" and value == "(":
+            inner = self.expr()
+            self._close(")", pos)
+            return inner
+        if kind == "name" and value == "defined" and self.t.accept("("):
+            _, name, _ = self.t.next("a name inside defined(")
+            self._close(")", pos)
+            self.names.add(name)
+            return lambda attrs, counters, n=name: n in counters or n in attrs
+        if kind != "name":
+            raise ResReqError(self.t.text, pos, f"expected a term, found {value!r}")
+        self.names.add(value)
+        tok = self.t.peek()
+        if tok is not None and tok[0] == "op" and tok[1] in _CMP:
+            self.t.i += 1
+            vkind, vtext, vpos = self.t.next(f"a value after {tok[1]!r}")
+            if vkind == "str":
+                return _compare(value, tok[1], vtext[1:-1], None)
+            if vkind == "num":
+                return _compare(value, tok[1], vtext, parse_amount(vtext))
+            if vkind == "name":
+                return _compare(value, tok[1], vtext, None)
+            raise ResReqError(self.t.text, vpos, f"expected a value after {tok[1]!r}")
+        return _truthy(value)
+
+    def _close(self, what: str, opened: int) -> None:
+        tok = self.t.peek()
+        if tok is None or tok[1] != what:
+            pos = tok[2] if tok else self.t.end
+            raise ResReqError(self.t.text, pos, f"expected {what!r} to close the one at column {opened + 1}")
+        self.t.i += 1
+
+
+def _parse_select(text: str, start: int, end: int) -> Select:
+    toks = _Tokens(text, start, end)
+    if not toks.items:
+        raise ResReqError(text, start, "empty select[]")
+    p = _ExprParser(toks)
+    pred = p.expr()
+    toks.done()
+    return Select(text[start:end].strip(), frozenset(p.names), pred)
+
+
+def _parse_rusage(text: str, start: int, end: int) -> dict[str, float]:
+    toks = _Tokens(text, start, end)
+    out: dict[str, float] = {}
+    while True:
+        kind, name, pos = toks.next("a counter name")
+        if kind != "name":
+            raise ResReqError(text, pos, f"expected a counter name, found {name!r}")
+        if name in out:
+            raise ResReqError(text, pos, f"counter {name!r} appears twice in rusage[]")
+        if not toks.accept("="):
+            raise ResReqError(text, toks.peek()[2] if toks.peek() else end, f"expected '=' after {name!r}")
+        vkind, vtext, vpos = toks.next(f"an amount for {name!r}")
+        amount = parse_amount(vtext) if vkind == "num" else None
+        if amount is None:
+            raise ResReqError(text, vpos, f"invalid amount {vtext!r} for {name!r} (e.g. 2, 500M, 4Gi)")
+        if amount <= 0:
+            raise ResReqError(text, vpos, f"amount for {name!r} must be greater than 0")
+        out[name] = amount
+        if not toks.accept(","):
+            toks.done()
+            return out
+
+
+def _parse_span(text: str, start: int, end: int) -> tuple[int | None, int | None]:
+    toks = _Tokens(text, start, end)
+    kind, key, pos = toks.next("hosts=1 or ptile=K")
+    if key not in ("hosts", "ptile") or not toks.accept("="):
+        raise ResReqError(text, pos, "span[] takes hosts=1 or ptile=K")
+    vkind, vtext, vpos = toks.next("a number")
+    toks.done()
+    if vkind != "num" or not vtext.isdigit() or int(vtext) < 1:
+        raise ResReqError(text, vpos, f"{key} must be a positive integer")
+    if key == "hosts":
+        if int(vtext) != 1:
+            raise ResReqError(text, vpos, "only span[hosts=1] is supported")
+        return 1, None
+    return None, int(vtext)
+
+
+def _parse_order(text: str, start: int, end: int) -> tuple[tuple[str, bool], ...]:
+    toks = _Tokens(text, start, end)
+    out = []
+    while True:
+        descending = toks.accept("-")
+        kind, name, pos = toks.next("a name to order by")
+        if kind != "name":
+            raise ResReqError(text, pos, f"expected a name to order by, found {name!r}")
+        out.append((name, descending))
+        if not toks.accept(","):
+            toks.done()
+            return tuple(out)
+
+
+_SECTION = re.compile(r"\s*([A-Za-z_]+)\s*\[")
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_resreq(text: str) -> ResReq:
+    if len(text) > MAX_LENGTH:
+        raise ResReqError(text[:80], 0, f"resource requirement longer than {MAX_LENGTH} characters")
+    if not text.strip():
+        return ResReq(text=text)
+    m = _SECTION.match(text)
+    if m is None or m.group(1) not in SECTIONS and not text[m.end():].count("]"):
+        return ResReq(text=text, select=_parse_select(text, 0, len(text)))
+    found: dict[str, tuple[int, int]] = {}
+    pos = 0
+    while pos < len(text):
+        if text[pos:].strip() == "":
+            break
+        m = _SECTION.match(text, pos)
+        if m is None:
+            first = pos + len(text[pos:]) - len(text[pos:].lstrip())
+            raise ResReqError(text, first, "expected a section such as select[...]")
+        name = m.group(1)
+        if name not in SECTIONS:
+            raise ResReqError(text, m.start(1), f"unknown section {name!r} (expected select, rusage, span, order)")
+        if name in found:
+            raise ResReqError(text, m.start(1), f"section {name}[] given twice")
+        close = text.find("]", m.end())
+        if close < 0:
+            raise ResReqError(text, len(text), f"expected ']' to close {name}[")
+        found[name] = (m.end(), close)
+        pos = close + 1
+    kwargs: dict = {}
+    if "select" in found:
+        kwargs["select"] = _parse_select(text, *found["select"])
+    if "rusage" in found:
+        kwargs["rusage"] = MappingProxyType(_parse_rusage(text, *found["rusage"]))
+    if "span" in found:
+        kwargs["span_hosts"], kwargs["ptile"] = _parse_span(text, *found["span"])
+    if "order" in found:
+        kwargs["order"] = _parse_order(text, *found["order"])
+    return ResReq(text=text, **kwargs)
