@@ -1,0 +1,86 @@
+"""Where the CLI finds its controller URL and token.
+
+Each setting is resolved on its own, first match wins:
+
+1. the ``--url`` / ``--token`` flags,
+2. the ``XCE_URL`` / ``XCE_TOKEN`` environment variables,
+3. the config file named by ``--config`` or ``XCE_CONFIG`` (it must exist),
+4. ``~/.config/xce/config.toml`` (``$XDG_CONFIG_HOME/xce/config.toml``), if it exists.
+
+The config file is TOML with top-level string keys ``url`` and ``token``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+from xce.cli.http import UsageError
+
+KEYS = ("url", "token")
+
+
+@dataclass(frozen=True)
+class Settings:
+    url: str
+    token: str
+    url_source: str
+    token_source: str
+
+
+def default_config_path(environ: Mapping[str, str]) -> str:
+    base = environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "xce", "config.toml")
+
+
+def load_config(path: str, required: bool) -> dict[str, str]:
+    """The file's ``url``/``token``; a missing optional file is empty, anything malformed is a UsageError."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        if required:
+            raise UsageError(f"config file {path} does not exist") from None
+        return {}
+    except OSError as e:
+        raise UsageError(f"cannot read config file {path}: {e.strerror or e}") from None
+    import tomllib
+
+    try:
+        doc = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise UsageError(f"config file {path} is not valid TOML: {e}") from None
+    out = {}
+    for key in KEYS:
+        if key in doc:
+            if not isinstance(doc[key], str):
+                raise UsageError(f"config file {path}: {key} must be a string")
+            out[key] = doc[key].strip()
+    return out
+
+
+def resolve(url: str | None, token: str | None, config: str | None,
+            environ: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if environ is None else environ
+    found: dict[str, tuple[str, str]] = {}
+    for key, flag in (("url", url), ("token", token)):
+        if flag:
+            found[key] = (flag.strip(), f"--{key}")
+        elif env.get(f"XCE_{key.upper()}", "").strip():
+            found[key] = (env[f"XCE_{key.upper()}"].strip(), f"XCE_{key.upper()}")
+    explicit = config or env.get("XCE_CONFIG") or None
+    if explicit or len(found) < len(KEYS):
+        path = os.path.expanduser(explicit) if explicit else default_config_path(env)
+        for key, value in load_config(path, required=bool(explicit)).items():
+            if key not in found and value:
+                found.setdefault(key, (value, path))
+    missing = [k for k in KEYS if k not in found]
+    if missing:
+        what = " and ".join(f"controller {k}" for k in missing)
+        how = " / ".join(f"--{k}" for k in missing)
+        envs = " / ".join(f"XCE_{k.upper()}" for k in missing)
+        raise UsageError(f"no {what}: use {how}, {envs}, or a config file "
+                         f"(--config, XCE_CONFIG, {default_config_path(env)})")
+    return Settings(url=found["url"][0], token=found["token"][0],
+                    url_source=found["url"][1], token_source=found["token"][1])
