@@ -242,19 +242,20 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
                         user: str | None = Query(None, max_length=63, description="only this user's jobs"),
                         all_users: bool = Query(False, alias="all", description="admins: every user's jobs"),
                         queue: str | None = Query(None, max_length=63),
-                        state: list[JobState] | None = Query(None)):
+                        state: list[JobState] | None = Query(None),
+                        array: int | None = Query(None, description="only the elements of this job array")):
         await controller.read_barrier()
         if not actor.is_admin:
             if user not in (None, actor.name):
                 raise InvalidRequest("users may list only their own jobs")
             user = actor.name
-        elif user is None and not all_users:
+        elif user is None and not all_users and array is None:
             user = actor.name
         states = set(state) if state else None
         reasons = controller.pending_reasons
         out = [job_json(j, reasons.get(j.id)) for j in controller.model.jobs.values()
                if (user is None or j.user == user) and (queue is None or j.queue == queue)
-               and (states is None or j.state in states)]
+               and (states is None or j.state in states) and (array is None or j.array_parent == array)]
         return JSONResponse(out)
 
     @app.get("/v1/jobs/{job_id}", response_model=S.JobOut, tags=["jobs"])

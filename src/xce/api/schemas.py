@@ -23,7 +23,8 @@ class Strict(BaseModel):
 
 class JobSubmitRequest(Strict):
     command: Annotated[list[Arg], Field(min_length=1, max_length=4096)]
-    name: Name | None = None
+    name: Annotated[str, Field(min_length=1, max_length=200,
+                               description="a job name, or NAME[1-100] / NAME[1,3,5-9:2] for a job array")] | None = None
     queue: Name | None = None
     project: Name | None = None
     slots: Annotated[int, Field(ge=1, le=1_000_000)] = 1

@@ -1,45 +1,60 @@
-"""``xce`` entry point: argument parsing and dispatch to subcommands."""
+"""``xce`` entry point: argument parsing, settings, and one place that turns failures into exit codes.
+
+Exit codes: 0 ok, 1 refused by the server (or unreachable), 2 bad usage.
+Every command accepts ``--json`` (and ``--url/--token/--config``) before or
+after its name.  Commands live in ``xce.cli.commands_*`` modules, each of
+which adds its subparsers in ``register``; a command is a function
+``(args, ctx) -> int``.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from xce.cli.base import Context, Parser
+from xce.cli.http import EXIT_USAGE, CliError
 
-class UsageError(Exception):
-    """Bad usage detected after parsing (exit code 2)."""
 
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2, never a traceback
-        self.exit(2, f"xce: {message}\n")
+def _common() -> argparse.ArgumentParser:
+    # SUPPRESS keeps a subcommand's unset option from overwriting the one given before it
+    common = argparse.ArgumentParser(add_help=False)
+    g = common.add_argument_group("connection and output")
+    g.add_argument("--url", default=argparse.SUPPRESS, help="controller URL (or XCE_URL)")
+    g.add_argument("--token", default=argparse.SUPPRESS, help="bearer token (or XCE_TOKEN)")
+    g.add_argument("--config", default=argparse.SUPPRESS,
+                   help="client config file (or XCE_CONFIG; default ~/.config/xce/config.toml)")
+    g.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+    return common
 
 
 def build_parser() -> Parser:
-    p = Parser(prog="xce", description="XCE workload manager")
+    from xce.cli import commands_admin, commands_daemons, commands_jobs
+
+    common = _common()
+    p = Parser(prog="xce", parents=[common], description="XCE workload manager (alias: xcecli)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    c = sub.add_parser("controller", help="run the controller")
-    c.add_argument("--state-dir", required=True)
-    c.add_argument("--listen", default="127.0.0.1:7600")
-    c.add_argument("--config")
-    c.add_argument("--store", help="postgresql://... (default: SQLite in the state dir)")
+    for module in (commands_jobs, commands_admin, commands_daemons):
+        module.register(sub, common)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command == "controller":
-        from xce.controller.config import ConfigError
-        from xce.controller.server import run_controller
-        from xce.store import StoreError
-
-        try:
-            return run_controller(args.state_dir, args.listen, args.config, args.store)
-        except (ConfigError, StoreError, ValueError, OSError) as e:
-            print(f"xce controller: {e}", file=sys.stderr)
-            return 1
-    build_parser().print_help()
-    return 2
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return func(args, Context(args))
+    except CliError as e:
+        print(f"xce: {e.message}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `xce jobs | head`
+        return 0
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from xce.model import facts as F
 from xce.model.facts import Fact, JobSubmitted
 from xce.model.names import check_name
+from xce.scheduler.resreq import ResReqError, parse_resreq
 
 if TYPE_CHECKING:
     from xce.model.identity import User
@@ -169,8 +170,11 @@ def submit(model: Model, actor: User, spec: JobSpec, now: float) -> tuple[list[F
         check_name("job", name)
     for what, value in (("cwd", spec.cwd), ("stdout", spec.stdout), ("stderr", spec.stderr)):
         _check_path(what, value)
-    if len(spec.resreq) > 4096:
-        raise InvalidRequest("resource requirement string too long")
+    try:
+        parse_resreq(spec.resreq)
+    except ResReqError as e:
+        raise InvalidRequest(f"bad resource requirement: {e.reason} at column {e.position + 1}: "
+                             f"{e.text[:200]!r}") from None
     job_id = model.next_job_id
     return [JobSubmitted(
         time=now, id=job_id, name=name, user=actor.name, project=project, queue=queue,

@@ -217,15 +217,22 @@ class Worker:
     # ------------------------------------------------------------ main loop
 
     def run(self) -> int:
+        """Recover, register, then serve until ``stop``; pending reports get a few seconds to go out."""
         self._recover()
         while not self._stop.is_set():
             if self._try(self.register):
                 break
             self._stop.wait(1.0)
         threads = [threading.Thread(target=self._heartbeat_loop, daemon=True, name="heartbeat"),
-                   threading.Thread(target=self._reporter_loop, daemon=True, name="reporter")]
+                   threading.Thread(target=self._reporter_loop, daemon=True, name="reporter"),
+                   threading.Thread(target=self._poll_loop, daemon=True, name="poll")]
         for t in threads:
             t.start()
+        self._stop.wait()
+        threads[1].join(10)  # the poll may sit in a long-poll: it is a daemon thread and dies with us
+        return 0
+
+    def _poll_loop(self) -> None:
         while not self._stop.is_set():
             try:
                 work = self.client.get(f"/v1/hosts/{self.host}/work", {"wait": 20})
@@ -240,13 +247,12 @@ class Worker:
                 log.warning("work poll failed: %s", e.message)
                 self._stop.wait(1.0)
                 continue
+            if self._stop.is_set():
+                return
             for k in work["kill"]:
                 self._kill(k["job_id"], k["run"])
             for job in work["dispatch"]:
                 self._start(job)
-        for t in threads:
-            t.join(10)
-        return 0
 
     def stop(self) -> None:
         """Stop polling; running jobs are left to the next life of this worker to reconcile."""

@@ -1,0 +1,117 @@
+"""Cluster and identity commands: ``ping``, ``queues``, ``projects``, ``hosts``, ``users``,
+``user create``, ``token create``, ``audit``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from xce.cli.base import Parser
+from xce.cli.http import EXIT_OK
+from xce.cli.output import ago, amount, fields, parse_since, print_json, print_table, when
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    sub.add_parser("ping", parents=[common], help="the controller's version, leader epoch and log position") \
+        .set_defaults(func=cmd_ping)
+    sub.add_parser("queues", parents=[common], help="queues with priority and job counts (like bqueues)") \
+        .set_defaults(func=cmd_queues)
+    sub.add_parser("projects", parents=[common], help="projects you belong to (all, for admins)") \
+        .set_defaults(func=cmd_projects)
+    sub.add_parser("hosts", parents=[common], help="worker hosts: state, slots, counters (like bhosts)") \
+        .set_defaults(func=cmd_hosts)
+    sub.add_parser("users", parents=[common], help="users and their roles (admins)") \
+        .set_defaults(func=cmd_users)
+
+    user = sub.add_parser("user", parents=[common], help="manage users (admins)")
+    usub = user.add_subparsers(dest="user_command", metavar="ACTION", required=True, parser_class=Parser)
+    uc = usub.add_parser("create", parents=[common], help="create a user")
+    uc.add_argument("name")
+    uc.add_argument("--role", choices=("user", "admin", "daemon"), default="user")
+    uc.add_argument("--project", action="append", dest="projects", metavar="PROJECT",
+                    help="a project the user belongs to (repeatable; default: default)")
+    uc.add_argument("--host", help="daemon identities: the one host it may speak for")
+    uc.set_defaults(func=cmd_user_create)
+
+    token = sub.add_parser("token", parents=[common], help="manage API tokens (admins)")
+    tsub = token.add_subparsers(dest="token_command", metavar="ACTION", required=True, parser_class=Parser)
+    tc = tsub.add_parser("create", parents=[common], help="issue a token for a user (shown once)")
+    tc.add_argument("--user", required=True)
+    tc.set_defaults(func=cmd_token_create)
+
+    a = sub.add_parser("audit", parents=[common], help="the audit trail: who did what, refusals included")
+    a.add_argument("--since", help="a duration back (30m, 2h, 7d), an ISO time, or epoch seconds")
+    a.add_argument("--user", help="only this user's records (admins; users always see only their own)")
+    a.add_argument("--limit", type=int, default=1000, help="at most this many, newest (default 1000)")
+    a.set_defaults(func=cmd_audit)
+
+
+def _show(ctx, value: Any, human) -> int:
+    if ctx.json:
+        print_json(value)
+    else:
+        human(value)
+    return EXIT_OK
+
+
+def cmd_ping(args, ctx) -> int:
+    client = ctx.client()
+    return _show(ctx, client.get("/v1/ping"), lambda p: print(fields([
+        ("Controller", client.url), ("Version", p["version"]), ("Cluster", p["cluster_id"]),
+        ("Leader epoch", p["leader_epoch"]), ("Log position", p["log_position"]), ("Store", p["store"]),
+        ("You are", f"{p['user']} ({p['role']})")])))
+
+
+def cmd_queues(args, ctx) -> int:
+    return _show(ctx, ctx.client().get("/v1/queues"), lambda qs: print_table(
+        ("QUEUE", "PRIO", "PEND", "RUN", "DESCRIPTION"),
+        ((q["name"], q["priority"], q["pending"], q["running"], q["description"]) for q in qs)))
+
+
+def cmd_projects(args, ctx) -> int:
+    return _show(ctx, ctx.client().get("/v1/projects"), lambda ps: print_table(
+        ("PROJECT", "DESCRIPTION"), ((p["name"], p["description"]) for p in ps)))
+
+
+def _counters(h: dict[str, Any]) -> str:
+    used = h["counters_used"]
+    return " ".join(f"{k}={amount(used.get(k, 0))}/{amount(v)}" for k, v in sorted(h["counters"].items()))
+
+
+def cmd_hosts(args, ctx) -> int:
+    return _show(ctx, ctx.client().get("/v1/hosts"), lambda hs: print_table(
+        ("HOST", "STATE", "SLOTS", "COUNTERS", "ATTRS", "HEARTBEAT"),
+        ((h["name"], h["state"] + (f" ({h['reason']})" if h["reason"] else ""),
+          f"{h['slots_used']}/{h['slots']}", _counters(h),
+          " ".join(f"{k}={v}" for k, v in sorted(h["attrs"].items())), ago(h["last_heartbeat_age"]))
+         for h in hs)))
+
+
+def cmd_users(args, ctx) -> int:
+    return _show(ctx, ctx.client().get("/v1/users"), lambda us: print_table(
+        ("USER", "ROLE", "PROJECTS", "HOST", "CREATED"),
+        ((u["name"], u["role"], ",".join(u["projects"]), u["host"], when(u["created"])) for u in us)))
+
+
+def cmd_user_create(args, ctx) -> int:
+    body: dict[str, Any] = {"name": args.name, "role": args.role, "projects": args.projects or ["default"]}
+    if args.host:
+        body["host"] = args.host
+    return _show(ctx, ctx.client().post("/v1/users", body),
+                 lambda u: print(f"User <{u['name']}> created ({u['role']}, projects {','.join(u['projects'])})"))
+
+
+def cmd_token_create(args, ctx) -> int:
+    def human(t: dict[str, Any]) -> None:
+        print(f"Token {t['token_id']} for user <{t['user']}> (shown once; keep it secret):")
+        print(t["token"])
+
+    return _show(ctx, ctx.client().post("/v1/tokens", {"user": args.user}), human)
+
+
+def cmd_audit(args, ctx) -> int:
+    params = {"since": parse_since(args.since) if args.since else None, "user": args.user,
+              "limit": args.limit}
+    return _show(ctx, ctx.client().get("/v1/audit", params), lambda rs: print_table(
+        ("TIME", "USER", "ACTION", "TARGET", "RESULT", "DETAIL"),
+        ((when(r["time"]), r["user"], r["action"], r["target"], r["result"], r["detail"]) for r in rs)))

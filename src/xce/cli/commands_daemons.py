@@ -1,0 +1,86 @@
+"""Daemon commands: ``controller``, ``worker``, ``up`` and ``down`` (the local cluster).
+
+These run processes rather than call the API, so they take their own
+``--config`` (the controller's TOML, not the client's settings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from xce.cli.http import UsageError
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    c = sub.add_parser("controller", help="run the controller")
+    c.add_argument("--state-dir", required=True, help="where the embedded store, tokens and URL live")
+    c.add_argument("--listen", default="127.0.0.1:7600", help="HOST:PORT (default 127.0.0.1:7600)")
+    c.add_argument("--config", dest="server_config", help="controller config (TOML); default: embedded")
+    c.add_argument("--store", help="postgresql://... (default: SQLite in the state dir)")
+    c.set_defaults(func=cmd_controller)
+
+    w = sub.add_parser("worker", help="run a worker host")
+    w.add_argument("--host", required=True, help="this host's name in the cluster")
+    w.add_argument("--controller", required=True, metavar="URL")
+    w.add_argument("--token", dest="worker_token", help="the host's daemon token (or XCE_TOKEN)")
+    w.add_argument("--slots", type=int, help="job slots (default: CPU count)")
+    w.add_argument("--attr", action="append", metavar="K=V", help="host attribute for select[] (repeatable)")
+    w.add_argument("--counter", action="append", metavar="NAME=AMOUNT",
+                   help="consumable counter for rusage[], e.g. scratch=100Gi (repeatable)")
+    w.add_argument("--work-dir", help="journal, workspaces and output (default ~/.xce/worker/HOST)")
+    w.add_argument("--heartbeat", type=float, default=2.0, help="seconds between heartbeats")
+    w.set_defaults(func=cmd_worker)
+
+    u = sub.add_parser("up", help="start a local cluster: controller and N worker hosts on loopback")
+    u.add_argument("--hosts", type=int, default=4, help="worker hosts host1..hostN (default 4)")
+    u.add_argument("--state-dir", default=os.path.join(os.path.expanduser("~"), ".xce", "cluster"))
+    u.add_argument("--listen", default="127.0.0.1:7600", help="controller HOST:PORT (port 0: any free)")
+    u.add_argument("--config", dest="server_config", help="controller config (TOML); default: embedded")
+    u.add_argument("--slots", type=int, default=8, help="slots per host (default 8)")
+    u.set_defaults(func=cmd_up)
+
+    d = sub.add_parser("down", help="stop the local cluster started by xce up")
+    d.add_argument("--state-dir", default=os.path.join(os.path.expanduser("~"), ".xce", "cluster"))
+    d.set_defaults(func=cmd_down)
+
+
+def cmd_controller(args, ctx) -> int:
+    from xce.controller.config import ConfigError
+    from xce.controller.server import run_controller
+    from xce.store import StoreError
+
+    try:
+        return run_controller(args.state_dir, args.listen, args.server_config, args.store)
+    except (ConfigError, StoreError, ValueError, OSError) as e:
+        print(f"xce controller: {e}", file=sys.stderr)
+        return 1
+
+
+def cmd_worker(args, ctx) -> int:
+    from xce.worker.main import run_worker
+
+    token = args.worker_token or os.environ.get("XCE_TOKEN", "").strip()
+    if not token:
+        raise UsageError("xce worker needs the host's daemon token: --token T or XCE_TOKEN")
+    if args.slots is not None and args.slots < 0:
+        raise UsageError("--slots must be >= 0")
+    return run_worker(args.host, args.controller, token, args.slots, args.attr, args.counter,
+                      args.work_dir, args.heartbeat)
+
+
+def cmd_up(args, ctx) -> int:
+    from xce.localcluster import up
+
+    if not 1 <= args.hosts <= 64:
+        raise UsageError("--hosts must be between 1 and 64")
+    if args.slots < 1:
+        raise UsageError("--slots must be >= 1")
+    return up(args.state_dir, args.hosts, args.listen, args.server_config, args.slots)
+
+
+def cmd_down(args, ctx) -> int:
+    from xce.localcluster import down
+
+    return down(args.state_dir)

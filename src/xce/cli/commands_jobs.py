@@ -1,0 +1,235 @@
+"""Job commands: ``submit``, ``jobs``, ``job show|why``, ``kill``, ``requeue``, ``hold``, ``release``.
+
+Job ids on the command line are ``ID`` or ``ID[INDEX]`` (one element of an
+array).  An array's own id (its first element's id, as LSF prints it) means
+every element for ``kill``, ``requeue``, ``hold``, ``release`` and ``job show``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from typing import Any
+
+from xce.cli.base import Parser
+from xce.cli.http import EXIT_OK, EXIT_REFUSED, ApiError, Client, UsageError
+from xce.cli.output import fields, print_json, print_table, when
+
+JOB_STATES = ("PEND", "PSUSP", "RUN", "DONE", "EXIT")
+_JOB_ID = re.compile(r"^(\d+)(?:\[(\d+)\])?$")
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    s = sub.add_parser("submit", parents=[common], help="submit a job (like bsub)",
+                       usage="xce submit [options] -- CMD [ARGS...]")
+    s.add_argument("-q", "--queue", help="queue (default: the default queue)")
+    s.add_argument("-n", "--slots", type=_positive_int, default=1, help="slots (default 1)")
+    s.add_argument("-R", "--resreq", default="",
+                   help="resource requirement: select[...] rusage[...] span[...] order[...]")
+    s.add_argument("-J", "--name", help="job name; NAME[1-100] submits a job array")
+    s.add_argument("-o", "--stdout", help="output file (%%J: job id, %%I: array index)")
+    s.add_argument("-e", "--stderr", help="error file (default: with the output)")
+    s.add_argument("-P", "--project", help="project (default: your first project)")
+    s.add_argument("--cwd", help="working directory (default: the job's workspace)")
+    s.add_argument("-r", "--rerunnable", action="store_true", help="requeue if its host is lost")
+    s.add_argument("-H", "--hold", action="store_true", help="submit held (PSUSP) until released")
+    s.add_argument("command", nargs="+", metavar="CMD", help="the command and its arguments, after --")
+    s.set_defaults(func=cmd_submit)
+
+    j = sub.add_parser("jobs", parents=[common], help="list jobs (like bjobs)")
+    j.add_argument("-a", "--all", action="store_true", help="every user's jobs (admins)")
+    j.add_argument("-u", "--user", help="this user's jobs (admins)")
+    j.add_argument("-q", "--queue")
+    j.add_argument("--state", action="append", choices=JOB_STATES, type=str.upper,
+                   help="only jobs in this state (repeatable)")
+    j.set_defaults(func=cmd_jobs)
+
+    job = sub.add_parser("job", parents=[common], help="one job: show, why")
+    jsub = job.add_subparsers(dest="job_command", metavar="ACTION", required=True, parser_class=Parser)
+    show = jsub.add_parser("show", parents=[common], help="every field of a job")
+    show.add_argument("ids", nargs="+", metavar="ID")
+    show.set_defaults(func=cmd_show)
+    why = jsub.add_parser("why", parents=[common], help="why a job is pending, in words")
+    why.add_argument("ids", nargs="+", metavar="ID")
+    why.set_defaults(func=cmd_why)
+
+    for name, path, what in (("kill", "kill", "kill jobs (like bkill)"),
+                             ("requeue", "requeue", "requeue jobs (like brequeue)"),
+                             ("hold", "hold", "hold pending jobs (like bstop on PEND)"),
+                             ("release", "release", "release held jobs (like bresume)")):
+        a = sub.add_parser(name, parents=[common], help=what)
+        a.add_argument("ids", nargs="+", metavar="ID")
+        a.set_defaults(func=cmd_action, action=path)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
+
+
+# ---------------------------------------------------------------- submit
+
+
+def cmd_submit(args, ctx) -> int:
+    body: dict[str, Any] = {"command": args.command, "slots": args.slots, "resreq": args.resreq,
+                            "rerunnable": args.rerunnable, "hold": args.hold}
+    for key in ("name", "queue", "project"):
+        if getattr(args, key) is not None:
+            body[key] = getattr(args, key)
+    # relative paths mean where the user stands now, as with bsub (the workspace is gone after the job)
+    for key in ("stdout", "stderr", "cwd"):
+        value = getattr(args, key)
+        if value is not None:
+            if not value:
+                raise UsageError(f"--{key} needs a path")
+            body[key] = os.path.abspath(value)
+    if args.resreq:
+        from xce.scheduler.resreq import ResReqError, parse_resreq
+
+        try:
+            parse_resreq(args.resreq)
+        except ResReqError as e:
+            raise UsageError(f"bad resource requirement (-R): {e.reason} at column {e.position + 1}\n"
+                             f"  {e.text}\n  {' ' * e.position}^") from None
+    job = ctx.client().post("/v1/jobs", body)
+    if ctx.json:
+        print_json(job)
+    else:
+        extra = " (job array)" if job["array_parent"] is not None else ""
+        print(f"Job <{job['id']}> is submitted to queue <{job['queue']}>{extra}.")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------- listing and showing
+
+
+def _hosts(job: dict[str, Any]) -> str:
+    return ",".join(job["hosts"]) if job["hosts"] else ""
+
+
+def cmd_jobs(args, ctx) -> int:
+    params: list[tuple[str, Any]] = [("all", args.all or None), ("user", args.user), ("queue", args.queue)]
+    params += [("state", s) for s in args.state or ()]
+    jobs = ctx.client().get("/v1/jobs", params)
+    jobs.sort(key=lambda j: j["id"])
+    if ctx.json:
+        print_json(jobs)
+        return EXIT_OK
+    if not jobs:
+        print("No jobs found", file=sys.stderr)
+        return EXIT_OK
+    print_table(("JOBID", "USER", "STAT", "QUEUE", "NAME", "SLOTS", "EXEC_HOST", "SUBMIT_TIME"),
+                ((j["display_id"], j["user"], j["state"], j["queue"], j["name"], j["slots"], _hosts(j),
+                  when(j["submit_time"])) for j in jobs))
+    return EXIT_OK
+
+
+def resolve(client: Client, text: str, *, whole_array: bool = True) -> list[dict[str, Any]]:
+    """The jobs ``ID`` or ``ID[INDEX]`` names (every element for an array's id)."""
+    m = _JOB_ID.match(text.strip())
+    if m is None:
+        raise UsageError(f"invalid job id {text!r}: expected ID or ID[INDEX]")
+    job_id, index = int(m.group(1)), m.group(2)
+    if index is None:
+        job = client.get(f"/v1/jobs/{job_id}")
+        if not whole_array or job.get("array_parent") != job["id"]:
+            return [job]
+    elements = client.get("/v1/jobs", {"array": job_id})
+    if index is None:
+        return sorted(elements, key=lambda j: j["id"]) or [job]
+    found = [j for j in elements if j["array_index"] == int(index)]
+    if not found:
+        raise ApiError(404, "not_found", f"job {job_id}[{index}] not found")
+    return found
+
+
+def _show_one(job: dict[str, Any]) -> str:
+    out = fields([
+        ("Job", job["display_id"]), ("Name", job["name"]), ("User", job["user"]),
+        ("Project", job["project"]), ("Queue", job["queue"]), ("State", job["state"]),
+        ("Pending reason", job["pending_reason"] if job["state"] in ("PEND", "PSUSP") else None),
+        ("Command", " ".join(job["command"])), ("Slots", job["slots"]),
+        ("Resource req", job["resreq"]), ("Hosts", _hosts(job)), ("Run", job["run"]),
+        ("Rerunnable", "yes" if job["rerunnable"] else "no"),
+        ("Submitted", when(job["submit_time"])), ("Started", when(job["start_time"])),
+        ("Ended", when(job["end_time"])), ("Exit code", job["exit_code"]), ("Signal", job["signal"]),
+        ("Exit reason", job["exit_reason"]), ("Cwd", job["cwd"]), ("Stdout", job["stdout"]),
+        ("Stderr", job["stderr"]),
+    ])
+    if job["claims"]:
+        out += "\nClaims:\n" + "\n".join(f"  {c}" for c in job["claims"])
+    return out
+
+
+def cmd_show(args, ctx) -> int:
+    client = ctx.client()
+    jobs = [j for text in args.ids for j in resolve(client, text)]
+    if ctx.json:
+        print_json(jobs[0] if len(jobs) == 1 else jobs)
+    else:
+        print("\n\n".join(_show_one(j) for j in jobs))
+    return EXIT_OK
+
+
+def why_text(job: dict[str, Any]) -> str:
+    state = job["state"]
+    if state in ("PEND", "PSUSP"):
+        return job["pending_reason"] or "waiting for the next scheduling cycle"
+    if state == "RUN":
+        return f"running on {_hosts(job)}"
+    if state == "DONE":
+        return "done (exit code 0)"
+    return job["exit_reason"] or f"exit code {job['exit_code']}"
+
+
+def cmd_why(args, ctx) -> int:
+    client = ctx.client()
+    jobs = [j for text in args.ids for j in resolve(client, text)]
+    if ctx.json:
+        print_json([{"id": j["id"], "display_id": j["display_id"], "state": j["state"], "reason": why_text(j)}
+                    for j in jobs])
+    else:
+        for j in jobs:
+            print(f"Job <{j['display_id']}> {j['state']}: {why_text(j)}")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------- actions
+
+
+_DONE_WORDS = {"kill": "is being terminated", "requeue": "is requeued", "hold": "is held",
+               "release": "is released"}
+
+
+def cmd_action(args, ctx) -> int:
+    """Act on each id; one line per job; exit 1 if any was refused (the rest still happen)."""
+    client = ctx.client()
+    results, refused = [], 0
+    for text in args.ids:
+        try:
+            targets = resolve(client, text)
+        except ApiError as e:
+            print(f"xce: {text}: {e.message}", file=sys.stderr)
+            refused += 1
+            continue
+        for job in targets:
+            try:
+                after = client.post(f"/v1/jobs/{job['id']}/{args.action}", {})
+            except ApiError as e:
+                print(f"xce: job <{job['display_id']}>: {e.message}", file=sys.stderr)
+                refused += 1
+                continue
+            results.append(after)
+            if not ctx.json:
+                print(f"Job <{after['display_id']}> {_DONE_WORDS[args.action]}")
+    if ctx.json:
+        print_json(results)
+    return EXIT_REFUSED if refused else EXIT_OK
+

@@ -1,0 +1,56 @@
+"""``xce worker``: parse what the host offers, run the daemon until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+
+from xce.cli.http import UsageError
+from xce.model.names import NAME_PATTERN
+from xce.scheduler.resreq import parse_amount
+
+
+def parse_pairs(items: list[str] | None, what: str, numeric: bool) -> dict:
+    """``k=v`` options (``--attr zone=a``, ``--counter scratch=100Gi``) as a dict."""
+    out: dict = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not re.match(NAME_PATTERN, key):
+            raise UsageError(f"--{what} {item!r}: expected NAME=VALUE with a name like [a-z0-9][a-z0-9-_.]*")
+        if numeric:
+            amount = parse_amount(value.strip())
+            if amount is None:
+                raise UsageError(f"--{what} {item!r}: invalid amount {value!r} (e.g. 8, 500M, 100Gi)")
+            out[key] = amount
+        else:
+            out[key] = value
+    return out
+
+
+def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[str] | None,
+               counters: list[str] | None, work_dir: str | None, heartbeat: float) -> int:
+    from xce.model.names import check_name
+    from xce.errors import InvalidRequest
+    from xce.worker.daemon import Worker
+
+    try:
+        check_name("host", host)
+    except InvalidRequest as e:
+        raise UsageError(e.message) from None
+    logging.basicConfig(level=os.environ.get("XCE_LOG_LEVEL", "INFO"),
+                        format=f"%(asctime)s worker[{host}] %(levelname)s %(message)s")
+    work_dir = os.path.abspath(work_dir or os.path.join(os.path.expanduser("~"), ".xce", "worker", host))
+    os.makedirs(work_dir, mode=0o755, exist_ok=True)
+    worker = Worker(host, url, token, slots if slots is not None else (os.cpu_count() or 1),
+                    parse_pairs(attrs, "attr", numeric=False), parse_pairs(counters, "counter", numeric=True),
+                    work_dir, heartbeat=heartbeat)
+
+    def on_signal(signum, frame) -> None:
+        logging.getLogger("xce.worker").info("signal %d: stopping", signum)
+        worker.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return worker.run()
