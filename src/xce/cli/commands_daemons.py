@@ -31,6 +31,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="consumable counter for rusage[], e.g. scratch=100Gi (repeatable)")
     w.add_argument("--work-dir", help="journal, workspaces and output (default ~/.xce/worker/HOST)")
     w.add_argument("--heartbeat", type=float, default=2.0, help="seconds between heartbeats")
+    w.add_argument("--run-as-users", action="store_true",
+                   help="run each job as the unix account named like its XCE user (needs root)")
     w.set_defaults(func=cmd_worker)
 
     u = sub.add_parser("up", help="start a local cluster: controller and N worker hosts on loopback")
@@ -64,10 +66,12 @@ def cmd_worker(args, ctx) -> int:
     token = args.worker_token or os.environ.get("XCE_TOKEN", "").strip()
     if not token:
         raise UsageError("xce worker needs the host's daemon token: --token T or XCE_TOKEN")
+    if args.run_as_users and os.geteuid() != 0:
+        raise UsageError("--run-as-users needs the worker to run as root")
     if args.slots is not None and args.slots < 0:
         raise UsageError("--slots must be >= 0")
     return run_worker(args.host, args.controller, token, args.slots, args.attr, args.counter,
-                      args.work_dir, args.heartbeat)
+                      args.work_dir, args.heartbeat, args.run_as_users)
 
 
 def cmd_up(args, ctx) -> int:

@@ -1,14 +1,17 @@
 """``xce worker``: register, heartbeat, long-poll for dispatches, run jobs, report.
 
-Threads: the main thread long-polls for work; one heartbeat thread; one
-reporter thread that sends queued reports in batches and retries until the
-controller has them; one waiter thread per running job.  Jobs are started
-with ``os.posix_spawn`` (see ``sandbox``), never fork.
+Threads: one long-polls for work, one heartbeats, one sends queued reports
+in batches and retries until the controller has them, and one watches each
+running job.  Jobs are started with ``os.posix_spawn`` under a shepherd
+(see ``sandbox``), never fork.
 
-Every run this worker starts is journaled on disk *before* it is spawned
-(``runs/<job>.<run>.json``) and updated with its exit status when it ends,
-so a restarted worker never starts the same run twice and reports what it
-knows: the real exit status if the run ended, else that the run was lost.
+Every run has a directory ``runs/<job>.<run>/`` made *before* its shepherd
+is spawned (intent before action), so a restarted worker never starts the
+same run twice.  The shepherd writes the job's status there, and the
+directory goes only once the controller has the final report.  A restarted
+worker therefore adopts runs that are still going, reports the real status
+of runs that ended while it was away, and reports as lost only runs whose
+shepherd died too.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import logging
 import os
 import queue
+import shutil
 import signal
 import threading
 import time
@@ -29,74 +33,87 @@ from xce.worker import sandbox
 log = logging.getLogger("xce.worker")
 
 KILL_GRACE = 5.0
+ADOPT_POLL = 0.5
 
 
 class Worker:
     def __init__(self, host: str, url: str, token: str, slots: int, attrs: dict[str, str],
-                 counters: dict[str, float], work_dir: str, heartbeat: float = 2.0) -> None:
+                 counters: dict[str, float], work_dir: str, heartbeat: float = 2.0,
+                 run_as_users: bool = False) -> None:
         self.host = host
         self.client = Client(url, token, timeout=90)
         self.slots, self.attrs, self.counters = slots, attrs, counters
         self.work_dir = work_dir
         self.heartbeat_interval = heartbeat
+        self.run_as_users = run_as_users
         self.boot_id = uuid.uuid4().hex
         self.runs_dir = os.path.join(work_dir, "runs")
         self.jobs_dir = os.path.join(work_dir, "jobs")
         self.output_dir = os.path.join(work_dir, "output")
         for d in (self.runs_dir, self.jobs_dir, self.output_dir):
             os.makedirs(d, exist_ok=True)
-        self.running: dict[tuple[int, int], int] = {}  # (job, run) -> pid
+        os.chmod(self.jobs_dir, 0o711)  # users reach their own workspace, and list nobody's
+        os.chmod(self.output_dir, 0o711)
+        self.running: set[tuple[int, int]] = set()
         self._lock = threading.Lock()
         self._reports: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()
         self._stop = threading.Event()
 
-    # ------------------------------------------------------------ journal
+    # ------------------------------------------------------------ run directories
 
-    def _journal_path(self, job_id: int, run: int) -> str:
-        return os.path.join(self.runs_dir, f"{job_id}.{run}.json")
+    def _run_dir(self, job_id: int, run: int) -> str:
+        return os.path.join(self.runs_dir, f"{job_id}.{run}")
 
-    def _journal(self, job_id: int, run: int, **fields: Any) -> None:
-        path = self._journal_path(job_id, run)
-        data: dict[str, Any] = {}
-        if os.path.exists(path):
-            with open(path) as fh:
-                data = json.load(fh)
-        data.update(fields, job_id=job_id, run=run)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as fh:
+    def _write_journal(self, run_dir: str, data: dict[str, Any]) -> None:
+        path = os.path.join(run_dir, "journal.json")
+        with open(path + ".tmp", "w") as fh:
             json.dump(data, fh)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        os.replace(path + ".tmp", path)
+
+    def _read_journal(self, run_dir: str) -> dict[str, Any] | None:
+        try:
+            with open(os.path.join(run_dir, "journal.json")) as fh:
+                return json.load(fh)
+        except (OSError, ValueError):
+            return None
 
     def _recover(self) -> None:
-        """After a restart: nothing from an earlier life still runs under us; report what we know."""
+        """After a restart: adopt runs still going, report those that ended or were lost."""
+        known: set[str] = set()
         for name in sorted(os.listdir(self.runs_dir)):
-            if not name.endswith(".json"):
+            run_dir = os.path.join(self.runs_dir, name)
+            data = self._read_journal(run_dir)
+            if data is None:  # the mkdir happened, the intent did not: nothing was spawned
+                shutil.rmtree(run_dir, ignore_errors=True)
                 continue
-            with open(os.path.join(self.runs_dir, name)) as fh:
-                data = json.load(fh)
-            pid = data.get("pid")
-            if "exit_code" not in data and "reason" not in data and pid:
-                try:
-                    os.killpg(pid, signal.SIGKILL)  # an orphan of our last life: we cannot wait for it
-                except (ProcessLookupError, PermissionError):
-                    pass
-                report = {"job_id": data["job_id"], "run": data["run"], "lost": True,
-                          "reason": f"lost: worker on {self.host} restarted during the run"}
+            key = (data["job_id"], data["run"])
+            known.add(os.path.basename(data["workspace"]))
+            if "failed" in data:
+                self._reports.put(("finished", {"job_id": key[0], "run": key[1], "exit_code": 127,
+                                                "reason": data["failed"]}))
+                continue
+            pid = sandbox.read_int(os.path.join(run_dir, "shepherd.pid"))
+            if pid is not None and sandbox.shepherd_alive(pid, run_dir):
+                log.info("adopting run %d.%d (shepherd %d) from an earlier life", *key, pid)
+                with self._lock:
+                    self.running.add(key)
+                self._reports.put(("started", {"job_id": key[0], "run": key[1], "pid": pid,
+                                               "workspace": data["workspace"]}))
+                threading.Thread(target=self._watch_adopted, args=(key, pid, run_dir, data["workspace"]),
+                                 daemon=True, name=f"job-{key[0]}.{key[1]}").start()
             else:
-                report = {"job_id": data["job_id"], "run": data["run"], "exit_code": data.get("exit_code"),
-                          "signal": data.get("signal"), "reason": data.get("reason", "")}
-            sandbox.clean_workspace(data.get("workspace") or os.path.join(self.jobs_dir, name[:-5]))
-            self._reports.put(("finished", report))
-        for name in os.listdir(self.jobs_dir):  # workspaces with no journal: never started
-            sandbox.clean_workspace(os.path.join(self.jobs_dir, name))
+                self._finish(key, run_dir, data["workspace"])
+        for name in os.listdir(self.jobs_dir):  # workspaces no run knows about: never started
+            if name not in known:
+                sandbox.clean_workspace(os.path.join(self.jobs_dir, name))
 
     # ------------------------------------------------------------ controller calls
 
     def register(self) -> None:
         with self._lock:
-            running = [{"job_id": j, "run": r} for (j, r) in self.running]
+            running = [{"job_id": j, "run": r} for (j, r) in sorted(self.running)]
         reply = self.client.post(f"/v1/hosts/{self.host}/register", {
             "slots": self.slots, "attrs": self.attrs, "counters": self.counters,
             "boot_id": self.boot_id, "running": running})
@@ -138,11 +155,8 @@ class Worker:
                     if self._stop.wait(delay) and isinstance(e, ApiError):
                         return
                     delay = min(delay * 2, 5.0)
-            for r in body["finished"]:  # the controller has it: the journal entry is done
-                try:
-                    os.unlink(self._journal_path(r["job_id"], r["run"]))
-                except FileNotFoundError:
-                    pass
+            for r in body["finished"]:  # the controller has it: the run's directory is done
+                shutil.rmtree(self._run_dir(r["job_id"], r["run"]), ignore_errors=True)
             for k in reply.get("kill", []):
                 self._kill(k["job_id"], k["run"])
 
@@ -158,59 +172,87 @@ class Worker:
 
     def _start(self, job: dict[str, Any]) -> None:
         key = (job["job_id"], job["run"])
+        run_dir = self._run_dir(*key)
         with self._lock:
-            if key in self.running or os.path.exists(self._journal_path(*key)):
+            if key in self.running or os.path.exists(run_dir):
                 return  # already started (its report may still be on its way)
-        workspace = os.path.join(self.jobs_dir, f"{job['job_id']}.{job['run']}")
-        self._journal(*key, workspace=workspace)  # intent before action
+            os.mkdir(run_dir)
+        workspace = os.path.join(self.jobs_dir, f"{key[0]}.{key[1]}")
+        intent = {"job_id": key[0], "run": key[1], "workspace": workspace, "user": job["user"]}
+        self._write_journal(run_dir, intent)  # intent before action
         try:
-            started = sandbox.start(job, self.host, workspace, self.output_dir)
-        except sandbox.StartFailed as e:
+            run_as = sandbox.run_as_for(job["user"], self.host) if self.run_as_users else None
+            started = sandbox.start(job, self.host, run_dir, workspace, self.output_dir, run_as)
+        except (sandbox.StartFailed, OSError) as e:
+            reason = str(e) if isinstance(e, sandbox.StartFailed) else f"failed to start: {e}"
             sandbox.clean_workspace(workspace)
-            self._journal(*key, exit_code=127, reason=str(e))
+            self._write_journal(run_dir, dict(intent, failed=reason))
             self._reports.put(("finished", {"job_id": key[0], "run": key[1], "exit_code": 127,
-                                            "reason": str(e)}))
+                                            "reason": reason}))
             return
         with self._lock:
-            self.running[key] = started.pid
-        self._journal(*key, pid=started.pid)
+            self.running.add(key)
         self._reports.put(("started", {"job_id": key[0], "run": key[1], "pid": started.pid,
                                        "workspace": workspace, "stdout": started.stdout,
                                        "stderr": started.stderr}))
-        threading.Thread(target=self._wait, args=(key, started), daemon=True,
+        threading.Thread(target=self._watch_child, args=(key, started.pid, run_dir, workspace), daemon=True,
                          name=f"job-{key[0]}.{key[1]}").start()
 
-    def _wait(self, key: tuple[int, int], started: sandbox.Started) -> None:
-        _, status = os.waitpid(started.pid, 0)
-        code = os.waitstatus_to_exitcode(status)
-        exit_code, sig = (code, None) if code >= 0 else (None, -code)
-        try:  # the job's other processes go with it
-            os.killpg(started.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        sandbox.clean_workspace(started.workspace)
-        self._journal(*key, exit_code=exit_code, signal=sig)
-        with self._lock:
-            self.running.pop(key, None)
-        self._reports.put(("finished", {"job_id": key[0], "run": key[1], "exit_code": exit_code, "signal": sig}))
+    def _watch_child(self, key: tuple[int, int], pid: int, run_dir: str, workspace: str) -> None:
+        os.waitpid(pid, 0)  # the shepherd: it has written the job's status by now
+        self._finish(key, run_dir, workspace)
 
-    def _kill(self, job_id: int, run: int) -> None:
-        with self._lock:
-            pid = self.running.get((job_id, run))
-        if pid is None:
-            return
+    def _watch_adopted(self, key: tuple[int, int], pid: int, run_dir: str, workspace: str) -> None:
+        while sandbox.shepherd_alive(pid, run_dir):  # not our child: we cannot wait for it
+            time.sleep(ADOPT_POLL)
+        self._finish(key, run_dir, workspace)
 
-        def escalate() -> None:
-            try:
-                os.killpg(pid, signal.SIGTERM)
-                for _ in range(int(KILL_GRACE / 0.1)):
-                    time.sleep(0.1)
-                    with self._lock:
-                        if (job_id, run) not in self.running:
-                            return
-                os.killpg(pid, signal.SIGKILL)
+    def _finish(self, key: tuple[int, int], run_dir: str, workspace: str) -> None:
+        """The shepherd is gone: sweep the job's process group, clean up, report how it ended."""
+        pgid = sandbox.read_int(os.path.join(run_dir, "pgid"))
+        if pgid is not None:
+            try:  # whatever the job left behind in its process group goes with it
+                os.killpg(pgid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+        sandbox.clean_workspace(workspace)
+        status = sandbox.read_int(os.path.join(run_dir, "status"))
+        if status is None:
+            report = {"job_id": key[0], "run": key[1], "lost": True,
+                      "reason": f"lost: the job's shepherd on {self.host} died"}
+        else:
+            exit_code, sig = sandbox.exit_status(status)
+            report = {"job_id": key[0], "run": key[1], "exit_code": exit_code, "signal": sig}
+        with self._lock:
+            self.running.discard(key)
+        self._reports.put(("finished", report))
+
+    def _kill(self, job_id: int, run: int) -> None:
+        """SIGTERM to the job's process group, SIGKILL after a grace period (the shepherd reports)."""
+        key = (job_id, run)
+        with self._lock:
+            if key not in self.running:
+                return
+        pgid_path = os.path.join(self._run_dir(*key), "pgid")
+
+        def escalate() -> None:
+            deadline = time.monotonic() + KILL_GRACE
+            termed = False
+            while True:
+                with self._lock:
+                    if key not in self.running:
+                        return
+                pgid = sandbox.read_int(pgid_path)
+                late = time.monotonic() >= deadline
+                if pgid is not None and (late or not termed):
+                    try:
+                        os.killpg(pgid, signal.SIGKILL if late else signal.SIGTERM)
+                        termed = True
+                    except (ProcessLookupError, PermissionError):
+                        pass  # not in its own group yet, or already gone: look again
+                    if late:
+                        return
+                time.sleep(0.1)
 
         threading.Thread(target=escalate, daemon=True).start()
 

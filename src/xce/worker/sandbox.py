@@ -1,21 +1,41 @@
-"""Start one job run in its sandbox with ``os.posix_spawn`` (never fork: the worker has threads).
+"""Start one job run in its sandbox, under a shepherd that outlives the worker.
 
-The sandbox is a per-run workspace directory (the job's cwd unless it asked
-for ``--cwd``), its own session and process group (so a kill reaches every
-process it started) and, when the worker runs as root, its own mount
-namespace (``unshare --mount``), where claims will be published.
+Process chain (every step an ``exec`` except the shepherd's one fork for the job)::
+
+    worker --posix_spawn--> shepherd (sh, own session)
+        └── sh: echo $$ > RUN/pgid; exec setsid          the job's own session and process group
+              [unshare --mount --propagation private]    as root: a private mount namespace (claims)
+              [setpriv --reuid U --regid G --init-groups]   when configured: the submitting user
+              sh LAUNCH: cd CWD, open stdout/stderr as that user, exec CMD
+
+The shepherd waits for the job and writes its exit status to ``RUN/status``.
+It never gets a signal from the worker (kills go to the job's process
+group), so when the worker restarts, a run that is still going is adopted,
+and one that ended while no worker was there is reported with its real
+status.  ``RUN`` is the run's directory under the worker's ``runs/``.
+
+Signals: the job is not started from an asynchronous list, so it does not
+inherit ignored SIGINT/SIGQUIT.  A status above 128 is reported the shell's
+way: killed by signal (status - 128).
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 from dataclasses import dataclass
 from typing import Any
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# cd into the job's directory, then become the command (the shell is gone after exec)
-_LAUNCH = 'cd -- "$1" || exit 126; shift; exec "$@"'
+
+# $1 = run dir; the rest is the job's chain.  Waits for the job, records how it ended.
+SHEPHERD = 'run=$1; shift; echo $$ > "$run/shepherd.pid"; "$@"; echo $? > "$run/status"'
+# $0 = run dir: record the job's pid (= its process group after setsid), then become the job's chain
+MARK = 'echo $$ > "$0/pgid"; exec "$@"'
+# runs as the job's user: cwd, output files opened with the user's rights, then the command
+LAUNCH = ('cd -- "$1" || exit 126; exec >>"$2" || exit 126; '
+          'if [ "$3" = "$2" ]; then exec 2>&1; else exec 2>>"$3" || exit 126; fi; shift 3; exec "$@"')
 
 
 class StartFailed(Exception):
@@ -24,10 +44,20 @@ class StartFailed(Exception):
 
 @dataclass
 class Started:
-    pid: int
+    pid: int  # the shepherd's
     workspace: str
     stdout: str
     stderr: str
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """The unix account a job runs as (None: the worker's own)."""
+
+    uid: int
+    gid: int
+    name: str
+    home: str
 
 
 def expand(pattern: str, job: dict[str, Any]) -> str:
@@ -35,8 +65,8 @@ def expand(pattern: str, job: dict[str, Any]) -> str:
             .replace("%I", str(job["array_index"] or 0)))
 
 
-def job_env(job: dict[str, Any], host: str, workspace: str) -> dict[str, str]:
-    env = {"PATH": DEFAULT_PATH, "HOME": os.environ.get("HOME", "/"), "LANG": "C.UTF-8",
+def job_env(job: dict[str, Any], host: str, workspace: str, home: str) -> dict[str, str]:
+    env = {"PATH": DEFAULT_PATH, "HOME": home, "LANG": "C.UTF-8",
            "USER": job["user"], "LOGNAME": job["user"],
            "XCE_JOBID": str(job["job_id"]), "XCE_JOB_NAME": job["name"], "XCE_QUEUE": job["queue"],
            "XCE_PROJECT": job["project"], "XCE_HOST": host, "XCE_HOSTS": " ".join(job["hosts"]),
@@ -48,6 +78,14 @@ def job_env(job: dict[str, Any], host: str, workspace: str) -> dict[str, str]:
     return env
 
 
+def run_as_for(user: str, host: str) -> RunAs:
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        raise StartFailed(f"failed to start: user {user!r} has no account on {host}") from None
+    return RunAs(uid=pw.pw_uid, gid=pw.pw_gid, name=pw.pw_name, home=pw.pw_dir)
+
+
 def _resolve(command: str, cwd: str, path: str) -> str | None:
     if "/" in command:
         full = command if os.path.isabs(command) else os.path.join(cwd, command)
@@ -55,34 +93,77 @@ def _resolve(command: str, cwd: str, path: str) -> str | None:
     return shutil.which(command, path=path)
 
 
-def start(job: dict[str, Any], host: str, workspace: str, output_dir: str) -> Started:
+def start(job: dict[str, Any], host: str, run_dir: str, workspace: str, output_dir: str,
+          run_as: RunAs | None = None) -> Started:
+    """Create the workspace, check what can be checked here, spawn the shepherd."""
     os.makedirs(workspace, mode=0o700, exist_ok=True)
+    if run_as is not None:
+        os.chown(workspace, run_as.uid, run_as.gid)
     cwd = job["cwd"] or workspace
     if not os.path.isdir(cwd):
         raise StartFailed(f"failed to start: working directory {cwd} does not exist on {host}")
-    env = job_env(job, host, workspace)
+    home = run_as.home if run_as else os.environ.get("HOME", "/")
+    env = job_env(job, host, workspace, home)
     if _resolve(job["command"][0], cwd, env["PATH"]) is None:
         raise StartFailed(f"failed to start: command not found: {job['command'][0]}")
     default_out = os.path.join(output_dir, f"{job['display_id']}.out")
     stdout = expand(job["stdout"], job) if job["stdout"] else default_out
     stderr = expand(job["stderr"], job) if job["stderr"] else stdout
     stdout, stderr = (p if os.path.isabs(p) else os.path.join(cwd, p) for p in (stdout, stderr))
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-    actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-               (os.POSIX_SPAWN_OPEN, 1, stdout, flags, 0o644)]
-    actions.append((os.POSIX_SPAWN_DUP2, 1, 2) if stderr == stdout else
-                   (os.POSIX_SPAWN_OPEN, 2, stderr, flags, 0o644))
-    argv = ["/bin/sh", "-c", _LAUNCH, "xce-job", cwd, *job["command"]]
-    if os.geteuid() == 0 and (unshare := shutil.which("unshare")):
-        argv = [unshare, "--mount", "--propagation", "private", "--", *argv]
     for p in {os.path.dirname(stdout), os.path.dirname(stderr)}:
         if not os.path.isdir(p):
             raise StartFailed(f"failed to start: output directory {p} does not exist on {host}")
+    if run_as is not None and not job["stdout"]:
+        _precreate(default_out, run_as)
+    chain = [shutil.which("setsid") or "/usr/bin/setsid"]
+    if os.geteuid() == 0 and (unshare := shutil.which("unshare")):
+        chain += [unshare, "--mount", "--propagation", "private", "--"]
+    if run_as is not None:
+        chain += [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={run_as.uid}",
+                  f"--regid={run_as.gid}", "--init-groups", "--"]
+    chain += ["/bin/sh", "-c", LAUNCH, "xce-job", cwd, stdout, stderr, *job["command"]]
+    argv = ["/bin/sh", "-c", SHEPHERD, "xce-shepherd", run_dir, "/bin/sh", "-c", MARK, run_dir, *chain]
+    actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+               (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
+               (os.POSIX_SPAWN_DUP2, 1, 2)]
     try:
         pid = os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True)
     except OSError as e:
         raise StartFailed(f"failed to start: {e.strerror}") from None
     return Started(pid=pid, workspace=workspace, stdout=stdout, stderr=stderr)
+
+
+def _precreate(path: str, run_as: RunAs) -> None:
+    """The default output file lives in the worker's directory: make it the user's before they open it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.fchown(fd, run_as.uid, run_as.gid)
+    finally:
+        os.close(fd)
+
+
+def read_int(path: str) -> int | None:
+    try:
+        with open(path) as fh:
+            text = fh.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.lstrip("-").isdigit() else None
+
+
+def exit_status(status: int) -> tuple[int, int | None]:
+    """The shell's status as (exit_code, signal): above 128 means killed by signal (status - 128)."""
+    return status, (status - 128 if 128 < status < 128 + 65 else None)
+
+
+def shepherd_alive(pid: int, run_dir: str) -> bool:
+    """Is ``pid`` still this run's shepherd?  (Its command line names the run dir: no pid-reuse mistakes.)"""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = fh.read().split(b"\0")
+    except OSError:
+        return False
+    return os.fsencode(run_dir) in argv and b"xce-shepherd" in argv
 
 
 def clean_workspace(workspace: str) -> None:
