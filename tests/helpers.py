@@ -103,3 +103,123 @@ class ControllerProcess:
                 self.proc.kill()
                 self.proc.wait(10)
         return self.proc.returncode if self.proc else 0
+
+
+def cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run the real ``xce`` command; ``env`` carries XCE_URL/XCE_TOKEN or XCE_CONFIG."""
+    return subprocess.run(XCE + list(args), env={**os.environ, **env}, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def daemon_token(ctl: ControllerProcess, host: str) -> str:
+    """A daemon identity bound to ``host`` (created once) and a fresh token for it."""
+    with ctl.client() as c:
+        r = c.post("/v1/users", json={"name": f"worker-{host}", "role": "daemon", "host": host, "projects": []})
+        assert r.status_code in (201, 409), r.text
+        r = c.post("/v1/tokens", json={"user": f"worker-{host}"})
+        assert r.status_code == 201, r.text
+        return r.json()["token"]
+
+
+@dataclass
+class WorkerProcess:
+    """A real ``xce worker`` joined to ``ctl``, with its own daemon token and work dir."""
+
+    ctl: ControllerProcess
+    host: str
+    work_dir: str
+    slots: int = 4
+    attrs: dict[str, str] = field(default_factory=dict)
+    counters: dict[str, str] = field(default_factory=dict)
+    token: str | None = None
+    proc: subprocess.Popen | None = None
+    _started_at: float = 0.0
+
+    def start(self, wait_registered: bool = True) -> WorkerProcess:
+        os.makedirs(self.work_dir, exist_ok=True)
+        if self.token is None:
+            self.token = daemon_token(self.ctl, self.host)
+        cmd = XCE + ["worker", "--host", self.host, "--controller", self.ctl.url, "--slots", str(self.slots),
+                     "--work-dir", self.work_dir, "--heartbeat", "0.5"]
+        cmd += [a for k, v in self.attrs.items() for a in ("--attr", f"{k}={v}")]
+        cmd += [a for k, v in self.counters.items() for a in ("--counter", f"{k}={v}")]
+        log = open(os.path.join(self.work_dir, "worker.log"), "ab")
+        self._started_at = time.time()
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "XCE_TOKEN": self.token})
+        log.close()
+        if wait_registered:
+            wait_for(self._registered, what=f"worker {self.host} registered")
+        return self
+
+    def _registered(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"worker {self.host} exited with {self.proc.returncode}; see {self.work_dir}/worker.log")
+        with self.ctl.client() as c:
+            return any(h["name"] == self.host and h["state"] == "OK" and h["registered"] >= self._started_at
+                       for h in c.get("/v1/hosts").json())
+
+    def kill(self) -> None:
+        """SIGKILL: the worker dies; its jobs' shepherds live on."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+class Cluster:
+    """A controller and named workers for integration tests; ``xce(...)`` runs the CLI as admin."""
+
+    def __init__(self, root: str, config: str | None = None) -> None:
+        self.root = root
+        self.ctl = ControllerProcess(state_dir=os.path.join(root, "ctl"), config=config)
+        self.workers: dict[str, WorkerProcess] = {}
+
+    def start(self) -> Cluster:
+        self.ctl.start()
+        return self
+
+    def add_worker(self, host: str, **kw) -> WorkerProcess:
+        w = WorkerProcess(self.ctl, host, os.path.join(self.root, host), **kw).start()
+        self.workers[host] = w
+        return w
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"XCE_URL": self.ctl.url, "XCE_TOKEN": self.ctl.token, "XCE_CONFIG": ""}
+
+    def xce(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
+        r = cli(self.env, *args)
+        if ok:
+            assert r.returncode == 0, f"xce {' '.join(args)} -> {r.returncode}\n{r.stdout}\n{r.stderr}"
+        return r
+
+    def api(self) -> httpx.Client:
+        return self.ctl.client()
+
+    def job(self, job_id: int) -> dict:
+        with self.api() as c:
+            return c.get(f"/v1/jobs/{job_id}").json()
+
+    def submit(self, *args: str) -> int:
+        """``xce --json submit ARGS``; the new job's id."""
+        import json
+
+        return json.loads(self.xce("--json", "submit", *args).stdout)["id"]
+
+    def wait_state(self, job_id: int, *states: str, timeout: float = 30.0) -> dict:
+        return wait_for(lambda: (j := self.job(job_id))["state"] in states and j,
+                        timeout=timeout, what=f"job {job_id} in {states}")
+
+    def stop(self) -> None:
+        for w in self.workers.values():
+            w.stop()
+        self.ctl.stop()

@@ -131,7 +131,7 @@ def add_worker_routes(app: FastAPI, ctl: Controller, monitor: HostMonitor) -> No
             last = monitor.last_seen.get(h.name)
             out.append({"name": h.name, "state": h.state.value, "reason": h.reason, "slots": h.slots,
                         "slots_used": h.slots_used, "attrs": h.attrs, "counters": h.counters,
-                        "counters_used": h.counters_used(),
+                        "counters_used": h.counters_used(), "registered": h.registered,
                         "last_heartbeat_age": None if last is None else round(time.monotonic() - last, 1)})
         return JSONResponse(out)
 

@@ -1,0 +1,173 @@
+"""The ``xce`` command against a real controller: output, --json shapes, exit codes, refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import ControllerProcess, cli
+
+JOB_KEYS = {"id", "name", "user", "project", "queue", "state", "command", "submit_time", "pending_reason",
+            "exit_code", "hosts", "claims"}
+
+
+@pytest.fixture(scope="module")
+def ctl(tmp_path_factory):
+    c = ControllerProcess(state_dir=str(tmp_path_factory.mktemp("cli") / "ctl")).start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def env(ctl):
+    return {"XCE_URL": ctl.url, "XCE_TOKEN": ctl.token, "XCE_CONFIG": ""}
+
+
+def xce(env, *args):
+    return cli(env, *args)
+
+
+def ok_json(env, *args):
+    r = xce(env, "--json", *args)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_ping_shows_version_epoch_and_log_position(env):
+    r = xce(env, "ping")
+    assert r.returncode == 0, r.stderr
+    assert "Leader epoch: 1" in r.stdout and "Log position:" in r.stdout and "admin (admin)" in r.stdout
+    p = ok_json(env, "ping")
+    assert p["leader"] is True and p["store"] == "sqlite" and p["log_position"] > 0
+
+
+def test_submit_list_show_with_stable_json_shapes(env):
+    r = xce(env, "submit", "-J", "hello", "--", "echo", "hello", "world")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("Job <") and "is submitted to queue <default>." in r.stdout
+    job_id = int(r.stdout.split("<")[1].split(">")[0])
+    shown = ok_json(env, "job", "show", str(job_id))
+    assert JOB_KEYS <= set(shown)
+    assert (shown["name"], shown["state"], shown["command"], shown["claims"]) == (
+        "hello", "PEND", ["echo", "hello", "world"], [])
+    listed = ok_json(env, "jobs")
+    assert isinstance(listed, list) and any(j["id"] == job_id for j in listed)
+    assert all(JOB_KEYS <= set(j) for j in listed)
+    table = xce(env, "jobs").stdout.splitlines()
+    assert table[0].split()[:3] == ["JOBID", "USER", "STAT"]
+    assert any(line.split()[:3] == [str(job_id), "admin", "PEND"] for line in table[1:])
+    human = xce(env, "job", "show", str(job_id)).stdout
+    assert "Command:" in human and "echo hello world" in human
+
+
+def test_json_flag_works_before_and_after_the_command(env):
+    assert ok_json(env, "queues") == json.loads(xce(env, "queues", "--json").stdout)
+
+
+def test_queues_projects_users(env):
+    q = ok_json(env, "queues")
+    assert [x["name"] for x in q] == ["default"] and {"priority", "pending", "running"} <= set(q[0])
+    assert [p["name"] for p in ok_json(env, "projects")] == ["default"]
+    assert "admin" in [u["name"] for u in ok_json(env, "users")]
+    assert xce(env, "queues").stdout.split()[:5] == ["QUEUE", "PRIO", "PEND", "RUN", "DESCRIPTION"]
+
+
+def test_user_and_token_create_then_the_user_sees_only_their_jobs(env):
+    r = xce(env, "user", "create", "carol", "--project", "default")
+    assert r.returncode == 0, r.stderr
+    tok = ok_json(env, "token", "create", "--user", "carol")["token"]
+    carol = {**env, "XCE_TOKEN": tok}
+    mine = json.loads(xce(carol, "--json", "submit", "--", "true").stdout)["id"]
+    assert [j["id"] for j in ok_json(carol, "jobs")] == [mine]
+    r = xce(carol, "users")
+    assert r.returncode == 1 and r.stderr.strip() == "xce: user 'carol' is not an admin"
+    r = xce(carol, "jobs", "-u", "admin")
+    assert r.returncode == 1 and "only their own jobs" in r.stderr
+    r = xce(carol, "job", "show", "1")  # admin's job: looks like no job at all
+    assert r.returncode == 1 and r.stderr.strip() == "xce: job 1 not found"
+    r = xce(env, "user", "create", "carol")
+    assert r.returncode == 1 and "already exists" in r.stderr
+
+
+def test_audit_shows_mutations_and_refusals(env):
+    xce(env, "submit", "-q", "nosuchqueue", "--", "true")
+    rows = ok_json(env, "audit", "--since", "10m")
+    assert rows and {"seq", "time", "user", "action", "target", "result", "detail"} <= set(rows[-1])
+    assert rows[-1]["action"] == "POST /v1/jobs" and rows[-1]["result"] == "not_found"
+    assert ok_json(env, "audit", "--since", "2000-01-01T00:00") == ok_json(env, "audit")[-1000:]
+    assert ok_json(env, "audit", "--user", "nobody-at-all") == []
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["submit"], "the following arguments are required: CMD"),
+    (["submit", "-n", "abc", "--", "true"], "expected a positive integer"),
+    (["submit", "-n", "0", "--", "true"], "expected a positive integer"),
+    (["jobs", "--bogus"], "unrecognized arguments: --bogus"),
+    (["nosuchcommand"], "invalid choice"),
+    (["jobs", "--state", "WEIRD"], "invalid choice"),
+    (["audit", "--since", "last tuesday"], "invalid time"),
+    (["job", "show", "x1"], "invalid job id 'x1'"),
+    (["submit", "-R", "select[mem>", "--", "true"], "at column 12"),
+    (["submit", "-R", "rusage[mem=lots]", "--", "true"], "invalid amount 'lots'"),
+])
+def test_bad_usage_is_exit_2_with_one_clear_line(env, args, fragment):
+    before = len(ok_json(env, "jobs"))
+    r = xce(env, *args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert fragment in r.stderr and "Traceback" not in r.stderr
+    assert len(ok_json(env, "jobs")) == before
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["job", "show", "99999"], "xce: job 99999 not found"),
+    (["kill", "99999"], "job 99999 not found"),
+    (["submit", "-q", "nosuchqueue", "--", "true"], "xce: queue 'nosuchqueue' does not exist"),
+    (["submit", "-J", "Bad Name", "--", "true"], "invalid job name"),
+    (["token", "create", "--user", "ghost"], "xce: user 'ghost' does not exist"),
+])
+def test_refusals_are_exit_1_with_the_servers_message(env, args, fragment):
+    r = xce(env, *args)
+    assert r.returncode == 1 and fragment in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_missing_settings_and_unreachable_controller(tmp_path):
+    r = cli({"XCE_URL": "", "XCE_TOKEN": "", "XCE_CONFIG": "", "XDG_CONFIG_HOME": str(tmp_path),
+             "HOME": str(tmp_path)}, "jobs")
+    assert r.returncode == 2 and "no controller url" in r.stderr
+    r = cli({"XCE_URL": "http://127.0.0.1:9", "XCE_TOKEN": "x", "XCE_CONFIG": ""}, "jobs")
+    assert r.returncode == 1 and r.stderr.startswith("xce: cannot reach the controller at http://127.0.0.1:9")
+    r = cli({"XCE_URL": "ftp://x", "XCE_TOKEN": "x", "XCE_CONFIG": ""}, "jobs")
+    assert r.returncode == 2 and "invalid controller URL" in r.stderr
+
+
+def test_wrong_token_is_refused(env):
+    r = xce({**env, "XCE_TOKEN": "xce_bad_token"}, "jobs")
+    assert r.returncode == 1 and r.stderr.strip() == "xce: invalid or revoked token"
+
+
+def test_hold_release_and_kill_pending_jobs(env):
+    job_id = json.loads(xce(env, "--json", "submit", "-H", "--", "true").stdout)["id"]
+    assert ok_json(env, "job", "show", str(job_id))["state"] == "PSUSP"
+    assert xce(env, "release", str(job_id)).stdout.strip() == f"Job <{job_id}> is released"
+    assert xce(env, "hold", str(job_id)).returncode == 0
+    why = xce(env, "job", "why", str(job_id)).stdout.strip()
+    assert why == f"Job <{job_id}> PSUSP: held by admin"
+    r = xce(env, "kill", str(job_id), "99999")
+    assert r.returncode == 1 and f"Job <{job_id}> is being terminated" in r.stdout and "99999" in r.stderr
+    job = ok_json(env, "job", "show", str(job_id))
+    assert (job["state"], job["exit_reason"]) == ("EXIT", "killed by admin")
+
+
+def test_job_arrays_by_id_and_element(env):
+    parent = json.loads(xce(env, "--json", "submit", "-H", "-J", "arr[1-3]", "--", "true").stdout)["id"]
+    elements = ok_json(env, "job", "show", str(parent))
+    assert [e["display_id"] for e in elements] == [f"{parent}[1]", f"{parent}[2]", f"{parent}[3]"]
+    second = ok_json(env, "job", "show", f"{parent}[2]")
+    assert second["array_index"] == 2 and second["array_parent"] == parent
+    assert xce(env, "kill", f"{parent}[2]").returncode == 0
+    states = [e["state"] for e in ok_json(env, "job", "show", str(parent))]
+    assert states == ["PSUSP", "EXIT", "PSUSP"]
+    r = xce(env, "job", "show", f"{parent}[9]")
+    assert r.returncode == 1 and f"job {parent}[9] not found" in r.stderr

@@ -1,0 +1,49 @@
+"""Where the CLI finds its controller: flags, then environment, then config files."""
+
+import os
+
+import pytest
+
+from xce.cli.config import resolve
+from xce.cli.http import UsageError
+
+
+def write(path, text):
+    with open(path, "w") as fh:
+        fh.write(text)
+    return str(path)
+
+
+def test_flags_beat_environment_beats_config(tmp_path):
+    cfg = write(tmp_path / "c.toml", 'url = "http://cfg:1"\ntoken = "cfg-token"\n')
+    env = {"XCE_URL": "http://env:2", "XCE_TOKEN": "env-token"}
+    s = resolve("http://flag:3", None, cfg, env)
+    assert (s.url, s.url_source) == ("http://flag:3", "--url")
+    assert (s.token, s.token_source) == ("env-token", "XCE_TOKEN")
+    s = resolve(None, None, cfg, {})
+    assert (s.url, s.token, s.token_source) == ("http://cfg:1", "cfg-token", cfg)
+
+
+def test_xce_config_env_and_default_file(tmp_path):
+    cfg = write(tmp_path / "c.toml", 'url = "http://a:1"\ntoken = "t"\n')
+    assert resolve(None, None, None, {"XCE_CONFIG": cfg}).url == "http://a:1"
+    home = tmp_path / "home"
+    os.makedirs(home / "xce")
+    write(home / "xce" / "config.toml", 'url = "http://default:1"\ntoken = "d"\n')
+    assert resolve(None, None, None, {"XDG_CONFIG_HOME": str(home)}).url == "http://default:1"
+
+
+def test_missing_settings_say_how_to_give_them(tmp_path):
+    with pytest.raises(UsageError, match="no controller url and controller token: use --url / --token"):
+        resolve(None, None, None, {"XDG_CONFIG_HOME": str(tmp_path)})
+
+
+def test_a_named_config_must_exist_and_be_valid(tmp_path):
+    with pytest.raises(UsageError, match="does not exist"):
+        resolve(None, None, str(tmp_path / "nope.toml"), {})
+    bad = write(tmp_path / "bad.toml", "url = [\n")
+    with pytest.raises(UsageError, match="not valid TOML"):
+        resolve(None, None, bad, {})
+    wrong = write(tmp_path / "wrong.toml", "url = 5\n")
+    with pytest.raises(UsageError, match="url must be a string"):
+        resolve(None, None, wrong, {})
