@@ -124,32 +124,47 @@ def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape) -> list[tuple[in
     rusage = dict(rr.rusage)
     per_host = want if rr.span_hosts == 1 else (rr.ptile or 0)
     # skip hosts at the cursor that can take nothing of this shape any more
-    need_first = per_host if per_host else 1
+    need_first = min(per_host, want) if per_host else 1
     while shape.cursor < len(cands) and cycle.fits(cands[shape.cursor], rusage, need_first) < need_first:
         shape.cursor += 1
     placed: list[tuple[int, int]] = []
     remaining = want
-    slot_short = counter_short = False
     for pos in range(shape.cursor, len(cands)):
         i = cands[pos]
         need = min(per_host, remaining) if per_host else remaining
         k = cycle.fits(i, rusage, need)
-        if per_host and k < need:
-            k = 0
-        if k == 0:
-            if cycle.free_slots[i] >= (need if per_host else 1):
-                counter_short = True
-            else:
-                slot_short = True
+        if k == 0 or per_host and k < need:
             continue
         placed.append((i, k))
         remaining -= k
         if remaining == 0:
             return placed
+    return _shortage(cycle, rr, want, per_host, cands)
+
+
+def _shortage(cycle: _Cycle, rr: ResReq, want: int, per_host: int, cands: list[int]) -> str:
+    """Why ``want`` slots do not fit now: too few slots, or which counters are short.
+
+    Runs once per shape (the shape is then exhausted for the cycle), over every candidate.
+    """
+    slots_ok = 0  # slots the matching hosts could give if counters did not matter
+    short: set[str] = set()
+    need = min(per_host, want) if per_host else 1
+    for i in cands:
+        free = cycle.free_slots[i]
+        if free < need:
+            continue
+        k = need if per_host else min(free, want)
+        slots_ok += k
+        for name, per_slot in rr.rusage.items():
+            if cycle.free_ctr[i].get(name, 0.0) // per_slot < k:
+                short.add(name)
     what = ("span[hosts=1]: no single matching host has " if rr.span_hosts == 1 else
             f"span[ptile={rr.ptile}]: not enough matching hosts with " if rr.ptile else
             "matching hosts do not have ")
-    if counter_short and not slot_short:
-        wanted = ", ".join(f"{n}={v:g}/slot" for n, v in rr.rusage.items())
-        return f"{what}{want} slots with counters free ({wanted}); {len(cands)} host(s) match"
-    return f"{what}{want} free slots; {len(cands)} host(s) match"
+    plural = "s" if want != 1 else ""
+    if slots_ok >= want and short:
+        names = ", ".join(n for n in rr.rusage if n in short)
+        wanted = ", ".join(f"{n}={v:g}/slot" for n, v in rr.rusage.items() if n in short)
+        return f"{what}{want} slot{plural} with enough {names} free ({wanted}); {len(cands)} host(s) match"
+    return f"{what}{want} free slot{plural}; {len(cands)} host(s) match"

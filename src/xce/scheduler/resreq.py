@@ -36,6 +36,7 @@ SECTIONS = ("select", "rusage", "span", "order")
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15,
           "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40, "pi": 2**50}
 _TOKEN = re.compile(r"""\s*(?:(?P<num>\d+(?:\.\d+)?(?:[kmgtpKMGTP][iI]?)?(?![\w.-]))
+                        |(?P<badnum>\d[\w.\-]*)  # 4GB, 1.5.2: a malformed number, reported where it is used
                         |(?P<op>&&|\|\||==|!=|<=|>=|[()<>=!,-])
                         |(?P<str>"[^"]*"|'[^']*')
                         |(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*))""", re.X)
@@ -203,6 +204,8 @@ class _ExprParser:
                 return _compare(value, tok[1], vtext, parse_amount(vtext))
             if vkind == "name":
                 return _compare(value, tok[1], vtext, None)
+            if vkind == "badnum":
+                raise ResReqError(self.t.text, vpos, f"invalid number {vtext!r} (e.g. 8, 2.5, 500M, 4Gi)")
             raise ResReqError(self.t.text, vpos, f"expected a value after {tok[1]!r}")
         return _truthy(value)
 
