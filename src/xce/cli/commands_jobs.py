@@ -83,13 +83,14 @@ def cmd_submit(args, ctx) -> int:
     for key in ("name", "queue", "project"):
         if getattr(args, key) is not None:
             body[key] = getattr(args, key)
-    # relative paths mean where the user stands now, as with bsub (the workspace is gone after the job)
-    for key in ("stdout", "stderr", "cwd"):
+    # relative paths mean what they mean to bsub: --cwd from where the user stands now, -o/-e from the
+    # job's working directory (--cwd, else here: the workspace is gone after the job)
+    for key in ("cwd", "stdout", "stderr"):
         value = getattr(args, key)
         if value is not None:
             if not value:
                 raise UsageError(f"--{key} needs a path")
-            body[key] = os.path.abspath(value)
+            body[key] = os.path.join(body.get("cwd") or os.getcwd(), value)
     if args.resreq:
         from xce.scheduler.resreq import ResReqError, parse_resreq
 

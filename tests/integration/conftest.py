@@ -1,0 +1,38 @@
+import pytest
+
+from tests.helpers import Cluster
+
+#: fast host-loss detection for tests; otherwise the embedded defaults
+TEST_CONFIG = """
+[controller]
+host_timeout = 2.0
+
+[[users]]
+name = "admin"
+role = "admin"
+projects = ["default"]
+
+[[queues]]
+name = "default"
+priority = 30
+
+[[queues]]
+name = "urgent"
+priority = 60
+
+[[projects]]
+name = "default"
+"""
+
+
+def make_cluster(root) -> Cluster:
+    cfg = root / "xce.toml"
+    cfg.write_text(TEST_CONFIG)
+    return Cluster(str(root), config=str(cfg)).start()
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = make_cluster(tmp_path)
+    yield c
+    c.stop()
