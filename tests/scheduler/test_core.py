@@ -428,3 +428,20 @@ def test_same_allocations_as_the_brute_force_reference(seed):
     plan = schedule(snap)
     check_plan(snap, plan)
     assert allocated(plan) == reference_allocations(snap)
+
+
+def test_same_allocations_as_the_reference_when_most_jobs_differ_in_amounts():
+    # many shapes (each its own cursor) sharing the hosts that earlier shapes filled
+    for seed in range(40):
+        rnd = random.Random(1000 + seed)
+        base = random_snapshot(rnd, n_hosts=rnd.randint(5, 40), n_jobs=1)
+        jobs = []
+        for i in range(1, rnd.randint(50, 400)):
+            parts = [rnd.choice(["", "select[zone!=c]", "order[-mem]"]),
+                     f"rusage[mem={rnd.randint(1, 40) * 250}M" + (f",gpu={rnd.randint(1, 3)}]" if rnd.random() < 0.2 else "]"),
+                     rnd.choice(["", "", "span[hosts=1]", f"span[ptile={rnd.randint(1, 4)}]"])]
+            jobs.append(job(i, slots=rnd.randint(1, 10), resreq=" ".join(parts), priority=rnd.choice((1, 2))))
+        snap = Snapshot(position=1, hosts=base.hosts, pending=tuple(jobs))
+        plan = schedule(snap)
+        check_plan(snap, plan)
+        assert allocated(plan) == reference_allocations(snap), seed

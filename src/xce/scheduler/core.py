@@ -2,17 +2,25 @@
 
 Pure: no I/O, no clock, no waiting; the same snapshot always gives the same plan.
 
-Cost.  Jobs are visited once, highest queue priority first and oldest first
-within a queue.  Candidate hosts are filtered once per distinct ``select``
-(not once per job), and a *shape* (resource string and slot count) keeps a
-cursor into its candidates: free capacity only shrinks during a cycle, so a
-host that cannot take a shape now never can later in the same cycle, and a
-shape that did not fit at all makes every later job of that shape pending at
-O(1).  A cycle therefore costs O(jobs + shapes × candidates), not
-O(jobs × hosts).  A job that does not fit never blocks later jobs (no
-reservation yet; backfill comes later).
+Placement.  Jobs are visited once, highest queue priority first and oldest
+first within a queue.  A job's candidate hosts are those matching its
+``select`` (evaluated once per distinct ``select`` against the snapshot),
+sorted by its ``order``; it takes the first hosts that fit, in that order.
+A job that does not fit never blocks later jobs (no reservation yet;
+backfill comes later).  ``rusage`` amounts are per slot (as LSF's per-task
+reservation).
 
-``rusage`` amounts are per slot (as LSF's per-task reservation).
+Cost.  Free capacity only shrinks during a cycle, so a host that cannot
+take something now never can later in the same cycle.  Two things use that:
+
+- a *shape* (resource string and slot count) keeps a cursor into its
+  candidates, past the hosts that cannot take it, and once a shape did not
+  fit at all every later job of that shape is pending at O(1);
+- hosts that *no* pending job of a kind (same candidates, same counters)
+  can use any more are jumped over by a ``_Skip`` shared by all shapes of
+  that kind, so that a new shape does not walk again the hosts earlier
+  shapes filled (without it a cycle where most jobs differ in ``-n`` or
+  ``rusage`` amounts costs O(jobs × hosts)).
 """
 
 from __future__ import annotations
@@ -30,13 +38,54 @@ class _Shape:
     exhausted: str | None = None  # the pending reason once this shape cannot fit
 
 
+class _Skip:
+    """Positions in one candidate list whose host no job of one kind can use any more this cycle.
+
+    The kind is the set of counters its jobs reserve: a host is *dead* for it when
+    it has no free slot, or less of one of those counters free than the smallest
+    per-slot amount any pending job asks for (so ``fits`` gives 0 to every such
+    job).  A host is checked when a walk finds it cannot take the job at hand
+    (``passed``); a dead host stays dead, so ``next`` jumps over runs of them
+    with path compression: amortized near O(1) per call.
+    """
+
+    def __init__(self, cycle: _Cycle, cands: list[int], counters: tuple[str, ...]) -> None:
+        self.cycle, self.cands = cycle, cands
+        self.least = [(name, cycle.least_rusage[name]) for name in counters]
+        self.nxt = list(range(len(cands) + 1))  # nxt[p] == p: not known to be dead
+
+    def passed(self, pos: int) -> None:
+        """The walk could not use the host at ``pos``: remember it if nothing of this kind can."""
+        i = self.cands[pos]
+        if self.cycle.free_slots[i] > 0:
+            free = self.cycle.free_ctr[i]
+            for name, least in self.least:
+                if free.get(name, 0.0) < least:
+                    break
+            else:
+                return
+        self.nxt[pos] = pos + 1
+
+    def next(self, pos: int) -> int:
+        """The first position >= ``pos`` not known to be dead (``len(cands)`` if none)."""
+        nxt = self.nxt
+        root = pos
+        while nxt[root] != root:
+            root = nxt[root]
+        while pos < root:  # path compression
+            nxt[pos], pos = root, nxt[pos]
+        return root
+
+
 class _Cycle:
-    def __init__(self, snap: Snapshot) -> None:
+    def __init__(self, snap: Snapshot, least_rusage: dict[str, float]) -> None:
         self.hosts = snap.hosts
         self.free_slots = [h.slots_free for h in snap.hosts]
         self.free_ctr = [dict(h.counters_free) for h in snap.hosts]
-        self._candidates: dict[tuple[str, tuple], list[int]] = {}
         self.offered = {k for h in snap.hosts for k in h.counters_total}
+        self.least_rusage = least_rusage  # counter -> smallest per-slot amount a pending job asks for
+        self._candidates: dict[tuple[str, tuple], list[int]] = {}
+        self._skips: dict[tuple[str, tuple, tuple[str, ...]], _Skip] = {}
 
     def candidates(self, rr: ResReq) -> list[int]:
         key = (rr.select.source, rr.order)
@@ -47,6 +96,13 @@ class _Cycle:
                 cands.sort(key=lambda i, n=name: _order_value(self.hosts[i], n), reverse=descending)
             self._candidates[key] = cands
         return cands
+
+    def skip(self, rr: ResReq, counters: tuple[str, ...]) -> _Skip:
+        key = (rr.select.source, rr.order, counters)
+        skip = self._skips.get(key)
+        if skip is None:
+            skip = self._skips[key] = _Skip(self, self.candidates(rr), counters)
+        return skip
 
     def fits(self, i: int, rusage: dict[str, float], want: int) -> int:
         """How many of ``want`` slots host ``i`` can take now, counters included."""
@@ -80,15 +136,25 @@ def _order_value(h: HostView, name: str) -> float:
 
 
 def schedule(snap: Snapshot) -> Plan:
-    cycle = _Cycle(snap)
+    parsed: dict[str, ResReq | ResReqError] = {}
+    least_rusage: dict[str, float] = {}
+    for job in snap.pending:
+        if job.resreq not in parsed:
+            try:
+                rr = parsed[job.resreq] = parse_resreq(job.resreq)
+            except ResReqError as e:
+                parsed[job.resreq] = e
+                continue
+            for name, per_slot in rr.rusage.items():
+                least_rusage[name] = min(per_slot, least_rusage.get(name, per_slot))
+    cycle = _Cycle(snap, least_rusage)
     shapes: dict[tuple[str, int], _Shape] = {}
     allocations: list[Allocation] = []
     reasons: dict[int, str] = {}
     for job in sorted(snap.pending, key=lambda j: (-j.priority, j.id)):
-        try:
-            rr = parse_resreq(job.resreq)
-        except ResReqError as e:
-            reasons[job.id] = f"bad resource requirement: {e}"
+        rr = parsed[job.resreq]
+        if isinstance(rr, ResReqError):
+            reasons[job.id] = f"bad resource requirement: {rr}"
             continue
         shape = shapes.setdefault((job.resreq, job.slots), _Shape())
         if shape.exhausted is not None:
@@ -122,43 +188,55 @@ def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape) -> list[tuple[in
     if missing:
         return f"no host offers counter {', '.join(sorted(missing))}"
     rusage = dict(rr.rusage)
+    skip = cycle.skip(rr, tuple(sorted(rusage)))
     per_host = want if rr.span_hosts == 1 else (rr.ptile or 0)
-    # skip hosts at the cursor that can take nothing of this shape any more
+    # move the cursor past the hosts that can take nothing of this shape any more
     need_first = min(per_host, want) if per_host else 1
-    while shape.cursor < len(cands) and cycle.fits(cands[shape.cursor], rusage, need_first) < need_first:
-        shape.cursor += 1
+    pos = skip.next(shape.cursor)
+    while pos < len(cands) and cycle.fits(cands[pos], rusage, need_first) < need_first:
+        skip.passed(pos)
+        pos = skip.next(pos + 1)
+    shape.cursor = pos
     placed: list[tuple[int, int]] = []
     remaining = want
-    for pos in range(shape.cursor, len(cands)):
+    while pos < len(cands):
         i = cands[pos]
         need = min(per_host, remaining) if per_host else remaining
         k = cycle.fits(i, rusage, need)
-        if k == 0 or per_host and k < need:
-            continue
-        placed.append((i, k))
-        remaining -= k
-        if remaining == 0:
-            return placed
+        if k > 0 and not (per_host and k < need):
+            placed.append((i, k))
+            remaining -= k
+            if remaining == 0:
+                return placed
+        else:
+            skip.passed(pos)
+        pos = skip.next(pos + 1)
     return _shortage(cycle, rr, want, per_host, cands)
 
 
 def _shortage(cycle: _Cycle, rr: ResReq, want: int, per_host: int, cands: list[int]) -> str:
     """Why ``want`` slots do not fit now: too few slots, or which counters are short.
 
-    Runs once per shape (the shape is then exhausted for the cycle), over every candidate.
+    Runs once per shape (the shape is then exhausted for the cycle), over the
+    candidates that still have a free slot.
     """
     slots_ok = 0  # slots the matching hosts could give if counters did not matter
     short: set[str] = set()
     need = min(per_host, want) if per_host else 1
-    for i in cands:
+    with_slots = cycle.skip(rr, ())
+    pos = with_slots.next(0)
+    while pos < len(cands):
+        i = cands[pos]
         free = cycle.free_slots[i]
-        if free < need:
-            continue
-        k = need if per_host else min(free, want)
-        slots_ok += k
-        for name, per_slot in rr.rusage.items():
-            if cycle.free_ctr[i].get(name, 0.0) // per_slot < k:
-                short.add(name)
+        if free <= 0:
+            with_slots.passed(pos)
+        elif free >= need:
+            k = need if per_host else min(free, want)
+            slots_ok += k
+            for name, per_slot in rr.rusage.items():
+                if cycle.free_ctr[i].get(name, 0.0) // per_slot < k:
+                    short.add(name)
+        pos = with_slots.next(pos + 1)
     what = ("span[hosts=1]: no single matching host has " if rr.span_hosts == 1 else
             f"span[ptile={rr.ptile}]: not enough matching hosts with " if rr.ptile else
             "matching hosts do not have ")

@@ -1,0 +1,167 @@
+"""One scheduling cycle, in process, on generated clusters: how long and how it grows.
+
+    python bench/scheduler_scale.py [--repeats N] [--seed S]
+
+For each size a Model is built by applying facts (queues, HostRegistered,
+JobSubmitted, and JobAllocated/JobStarted for a few running jobs so that
+hosts are partly used), then:
+
+- ``build_snapshot(model)`` is timed (the real cycle pays for it too), and
+- ``schedule(snapshot)`` is timed on that snapshot: best of N repeats with
+  ``time.perf_counter``.  The resreq parse cache is warm after the first
+  repeat, as it is in a running controller.
+
+The mix: three queues with different priorities; a dozen resource
+requirement shapes (select on zone/fs/gpu model/cpu speed, rusage on mem,
+gpu and scratch counters, ``-n`` spread, ``span[hosts=1]``, ``span[ptile=K]``,
+``order[]``, a few bad strings); hosts with varied slots, attributes and
+counters.  Growth is printed as ratios, never asserted.  A last line times
+a stress case that is not the realistic mix: every job its own ``-n`` and
+``rusage`` amount (the scheduler's per-shape caches help least there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
+
+from xce.model import facts as F  # noqa: E402
+from xce.model.state import Model  # noqa: E402
+from xce.scheduler.core import schedule  # noqa: E402
+from xce.scheduler.snapshot import JobView, Snapshot, build_snapshot  # noqa: E402
+
+GiB = 2**30
+QUEUES = (("high", 100, 1), ("normal", 50, 6), ("low", 10, 3))  # name, priority, weight
+
+# (weight, slots, resreq)
+SHAPES = (
+    (30, 1, ""),
+    (10, 1, "select[zone==a]"),
+    (10, 4, "select[fs==lustre && cpu_speed>=2.5] rusage[mem=4G]"),
+    (8, 1, "select[defined(gpumodel)] rusage[gpu=1,mem=16Gi]"),
+    (4, 8, "select[gpumodel==h100] rusage[gpu=1,mem=32Gi] span[hosts=1]"),
+    (8, 2, "select[zone==b || zone==c] rusage[mem=8G] order[-mem]"),
+    (8, 1, "select[!(zone==d)] rusage[mem=1G] order[cpu_speed]"),
+    (6, 32, "rusage[mem=2G] span[ptile=8]"),
+    (6, 4, "rusage[scratch=100Gi] span[hosts=1]"),
+    (5, 16, "select[fs==nfs] rusage[mem=1G]"),
+    (4, 2, "select[zone==a && fs==lustre] rusage[mem=4G] span[hosts=1] order[-slots]"),
+    (1, 1, "select[zone==a"),  # bad: unclosed bracket
+)
+
+
+def cluster_facts(n_hosts: int, n_jobs: int, seed: int) -> list[F.Fact]:
+    rnd = random.Random(seed)
+    out: list[F.Fact] = [F.QueueDefined(time=0.0, name=q, priority=p) for q, p, _ in QUEUES]
+    out.append(F.ProjectDefined(time=0.0, name="default"))
+    hosts = []
+    for i in range(n_hosts):
+        name = f"h{i:05d}"
+        slots = rnd.choice((8, 16, 32, 64))
+        attrs = {"zone": rnd.choice("abcd"), "fs": rnd.choice(("lustre", "lustre", "nfs")),
+                 "cpu_speed": f"{rnd.choice((2.0, 2.4, 2.8, 3.2))}"}
+        counters = {"mem": float(rnd.choice((64, 128, 256, 512)) * GiB),
+                    "scratch": float(rnd.choice((0.5, 1, 2)) * 1024 * GiB)}
+        if rnd.random() < 0.15:
+            attrs["gpumodel"] = rnd.choice(("a100", "h100"))
+            counters["gpu"] = float(rnd.choice((4, 8)))
+        out.append(F.HostRegistered(time=0.0, name=name, slots=slots, attrs=attrs, counters=counters))
+        hosts.append((name, slots))
+    queue_names = [q for q, _, w in QUEUES for _ in range(w)]
+    shape_pick = [(s, r) for w, s, r in SHAPES for _ in range(w)]
+    job_id = 1
+    # a few running jobs (one on every fifth host) so that hosts are partly used
+    for name, slots in hosts[::5]:
+        n = slots // 2
+        out.append(F.JobSubmitted(time=1.0, id=job_id, name="running", user="bench", project="default",
+                                  queue="normal", command=["sleep", "1"], slots=n, resreq="rusage[mem=1G]"))
+        out.append(F.JobAllocated(time=1.0, job_id=job_id, run=1, hosts=[name], slots={name: n},
+                                  counters={name: {"mem": float(n * 10**9)}}))
+        out.append(F.JobStarted(time=1.0, job_id=job_id, run=1, host=name, pid=1))
+        job_id += 1
+    for _ in range(n_jobs):
+        slots, resreq = rnd.choice(shape_pick)
+        out.append(F.JobSubmitted(time=2.0, id=job_id, name="j", user="bench", project="default",
+                                  queue=rnd.choice(queue_names), command=["true"], slots=slots, resreq=resreq))
+        job_id += 1
+    return out
+
+
+def build_model(n_hosts: int, n_jobs: int, seed: int) -> Model:
+    m = Model()
+    for pos, f in enumerate(cluster_facts(n_hosts, n_jobs, seed), start=1):
+        m.apply(pos, f)
+    return m
+
+
+def best_of(fn, repeats: int) -> tuple[float, object]:
+    best, result = float("inf"), None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, result
+
+
+def measure(n_hosts: int, n_jobs: int, seed: int, repeats: int) -> dict:
+    model = build_model(n_hosts, n_jobs, seed)
+    t_snap, snap = best_of(lambda: build_snapshot(model), repeats)
+    assert isinstance(snap, Snapshot) and len(snap.pending) == n_jobs and len(snap.hosts) == n_hosts
+    t_cycle, plan = best_of(lambda: schedule(snap), repeats)
+    return {"hosts": n_hosts, "jobs": n_jobs, "cycle": t_cycle, "snapshot": t_snap,
+            "alloc": len(plan.allocations), "pending": len(plan.pending_reasons)}
+
+
+def distinct_shapes(snap: Snapshot, seed: int) -> Snapshot:
+    """The same hosts and job ids, but every job its own ``-n`` and ``rusage[mem=...]`` amount."""
+    rnd = random.Random(seed)
+    pending = tuple(JobView(id=j.id, run=j.run, queue=j.queue, priority=j.priority, slots=rnd.randint(1, 8),
+                            resreq=f"rusage[mem={rnd.randint(100, 20000)}M]") for j in snap.pending)
+    return Snapshot(position=snap.position, hosts=snap.hosts, pending=pending)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+
+    print(f"schedule(snapshot), best of {args.repeats}; build_snapshot(model) timed separately\n")
+    print(f"{'hosts':>6} {'jobs':>6} {'cycle s':>9} {'allocs':>7} {'pending':>8} {'build_snapshot s':>17} {'total s':>8}")
+    for n_hosts in (1000, 5000):
+        r = measure(n_hosts, 10_000, args.seed, args.repeats)
+        print(f"{r['hosts']:>6} {r['jobs']:>6} {r['cycle']:>9.3f} {r['alloc']:>7} {r['pending']:>8} "
+              f"{r['snapshot']:>17.3f} {r['cycle'] + r['snapshot']:>8.3f}")
+    goal = r["cycle"]
+    print(f"\ngoal: 10,000 pending jobs on 5,000 hosts in < 1 s: cycle {goal:.3f} s "
+          f"({'met' if goal < 1.0 else 'NOT met'}); with build_snapshot {goal + r['snapshot']:.3f} s")
+
+    reps = max(1, args.repeats - 2)
+    for label, sizes in (("jobs (5,000 hosts)", [(5000, n) for n in (2500, 5000, 10_000)]),
+                         ("hosts (10,000 jobs)", [(n, 10_000) for n in (1000, 2500, 5000)])):
+        print(f"\ngrowth in {label}, best of {reps}")
+        print(f"{'hosts':>6} {'jobs':>6} {'cycle s':>9} {'us/job':>7} {'allocs':>7} {'size x':>7} {'time x':>7}")
+        first = None
+        for n_hosts, n_jobs in sizes:
+            r = measure(n_hosts, n_jobs, args.seed, reps)
+            first = first or r
+            size_x = (n_jobs / first["jobs"]) if "jobs" in label[:4] else (n_hosts / first["hosts"])
+            print(f"{n_hosts:>6} {n_jobs:>6} {r['cycle']:>9.3f} {r['cycle'] / n_jobs * 1e6:>7.1f} "
+                  f"{r['alloc']:>7} {size_x:>7.2f} {r['cycle'] / first['cycle']:>7.2f}")
+
+    # not the realistic mix: shapes are cached per (resreq, -n), so this is the worst case for that cache
+    snap = distinct_shapes(build_snapshot(build_model(5000, 10_000, args.seed)), args.seed)
+    t, plan = best_of(lambda: schedule(snap), 1)
+    shapes = len({(j.resreq, j.slots) for j in snap.pending})
+    print(f"\nstress, not the realistic mix: 10,000 jobs on 5,000 hosts with {shapes} distinct (resreq, -n) shapes: "
+          f"cycle {t:.3f} s, {len(plan.allocations)} allocations")
+
+
+if __name__ == "__main__":
+    main()
