@@ -5,7 +5,7 @@ from tests.helpers import Cluster
 #: fast host-loss detection for tests; otherwise the embedded defaults
 TEST_CONFIG = """
 [controller]
-host_timeout = 2.0
+host_timeout = {host_timeout}
 
 [[users]]
 name = "admin"
@@ -25,9 +25,9 @@ name = "default"
 """
 
 
-def make_cluster(root) -> Cluster:
+def make_cluster(root, host_timeout: float = 2.0) -> Cluster:
     cfg = root / "xce.toml"
-    cfg.write_text(TEST_CONFIG)
+    cfg.write_text(TEST_CONFIG.format(host_timeout=host_timeout))
     return Cluster(str(root), config=str(cfg)).start()
 
 

@@ -105,6 +105,8 @@ class Controller:
         self.leader_listeners: list[Callable[[], None]] = []
         # started with the controller; cancelled on stop (scheduler, host monitor)
         self.background: list[Callable[[], Any]] = []
+        # called on the event loop when the server begins a graceful shutdown (wake long-polls)
+        self.shutdown_listeners: list[Callable[[], None]] = []
         # the scheduler's latest pending reasons (volatile: recomputed every cycle, not facts)
         self.pending_reasons: dict[int, str] = {}
 
@@ -124,6 +126,11 @@ class Controller:
         except TimeoutError:
             return False
         return True
+
+    def begin_shutdown(self) -> None:
+        """The server is about to drain its requests: let long-running ones return now."""
+        for listener in self.shutdown_listeners:
+            listener()
 
     async def stop(self) -> None:
         """Clean shutdown: drain, snapshot, release the lease so a standby can take over at once."""

@@ -37,6 +37,8 @@ class HostMonitor:
         ctl.leader_listeners.append(self._grace)
         ctl.commit_listeners.append(self._on_commit)
         ctl.background.append(self.run)
+        ctl.shutdown_listeners.append(self._close)
+        self._closing = False
 
     def _grace(self) -> None:
         now = time.monotonic()
@@ -53,7 +55,14 @@ class HostMonitor:
         async with self._changed:
             self._changed.notify_all()
 
+    def _close(self) -> None:
+        self._closing = True
+        asyncio.get_running_loop().create_task(self._notify())
+
     async def wait_for_change(self, timeout: float) -> None:
+        """Until a fact concerns some host's jobs, ``timeout`` passes, or the server shuts down."""
+        if self._closing:
+            return
         async with self._changed:
             try:
                 await asyncio.wait_for(self._changed.wait(), timeout)

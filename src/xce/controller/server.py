@@ -34,7 +34,17 @@ def bind(listen: str) -> socket.socket:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn re-raises SIGTERM/SIGINT after a graceful shutdown; a daemon should exit 0 instead."""
+    """uvicorn re-raises SIGTERM/SIGINT after a graceful shutdown; a daemon should exit 0 instead.
+
+    It also waits for every open request before shutting down, so long-polls are told first.
+    """
+
+    controller: Controller | None = None
+
+    async def shutdown(self, sockets=None) -> None:
+        if self.controller is not None:
+            self.controller.begin_shutdown()
+        await super().shutdown(sockets)
 
     @contextlib.contextmanager
     def capture_signals(self):
@@ -73,6 +83,7 @@ def run_controller(state_dir: str, listen: str, config_path: str | None, store_u
     server = _Server(uvicorn.Config(
         app, loop="uvloop", http="httptools", access_log=False, log_level="warning",
         lifespan="on", timeout_graceful_shutdown=10))
+    server.controller = controller
     try:
         server.run(sockets=[sock])
     finally:

@@ -112,8 +112,10 @@ class Worker:
     # ------------------------------------------------------------ controller calls
 
     def register(self) -> None:
-        with self._lock:
-            running = [{"job_id": j, "run": r} for (j, r) in sorted(self.running)]
+        # every run with a directory: still going, or ended with its final report not yet delivered
+        # (so the controller does not take a run whose report is on its way for lost)
+        running = [{"job_id": int(j), "run": int(r)}
+                   for j, _, r in (name.partition(".") for name in sorted(os.listdir(self.runs_dir)))]
         reply = self.client.post(f"/v1/hosts/{self.host}/register", {
             "slots": self.slots, "attrs": self.attrs, "counters": self.counters,
             "boot_id": self.boot_id, "running": running})
