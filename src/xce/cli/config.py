@@ -13,16 +13,14 @@ The config file is TOML with top-level string keys ``url`` and ``token``.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 from xce.cli.http import UsageError
 
 KEYS = ("url", "token")
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(NamedTuple):
     url: str
     token: str
     url_source: str
