@@ -4,13 +4,19 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test demo bench clean
+.PHONY: deps dev test demo bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
+
+# System packages the tests need (root, Debian): PostgreSQL server binaries and venv support.
+deps:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		apt-get update -q && (apt-get install -y -q postgresql-15 || apt-get install -y -q postgresql); fi
+	@$(PY) -m venv --help >/dev/null 2>&1 || { apt-get update -q; apt-get install -y -q python3-venv; }
 
 dev: $(STAMP)
 

@@ -117,7 +117,7 @@ def test_kill_stops_the_whole_process_group(cl, out):
     r = cl.xce("kill", str(job_id))
     assert r.stdout.strip() == f"Job <{job_id}> is being terminated"
     job = cl.wait_state(job_id, "EXIT")
-    assert job["exit_reason"] == "killed"
+    assert job["exit_reason"] == "killed by admin"
     wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in pids), what="job processes gone")
 
 

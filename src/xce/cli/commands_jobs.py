@@ -152,10 +152,11 @@ def resolve(client: Client, text: str, *, whole_array: bool = True) -> list[dict
 
 
 def _show_one(job: dict[str, Any]) -> str:
-    out = fields([
+    pending = job["state"] in ("PEND", "PSUSP")
+    out = fields([(k, v) for k, v in [
         ("Job", job["display_id"]), ("Name", job["name"]), ("User", job["user"]),
         ("Project", job["project"]), ("Queue", job["queue"]), ("State", job["state"]),
-        ("Pending reason", job["pending_reason"] if job["state"] in ("PEND", "PSUSP") else None),
+        ("Pending reason", job["pending_reason"] if pending else "omit"),
         ("Command", " ".join(job["command"])), ("Slots", job["slots"]),
         ("Resource req", job["resreq"]), ("Hosts", _hosts(job)), ("Run", job["run"]),
         ("Rerunnable", "yes" if job["rerunnable"] else "no"),
@@ -163,7 +164,7 @@ def _show_one(job: dict[str, Any]) -> str:
         ("Ended", when(job["end_time"])), ("Exit code", job["exit_code"]), ("Signal", job["signal"]),
         ("Exit reason", job["exit_reason"]), ("Cwd", job["cwd"]), ("Stdout", job["stdout"]),
         ("Stderr", job["stderr"]),
-    ])
+    ] if v != "omit"])
     if job["claims"]:
         out += "\nClaims:\n" + "\n".join(f"  {c}" for c in job["claims"])
     return out

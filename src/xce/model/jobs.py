@@ -68,6 +68,7 @@ class Job:
     workspace: str | None = None
     kill_requested: bool = False
     kill_requeue: bool = False
+    kill_by: str = ""  # who asked for the kill (for the exit reason)
 
     def __post_init__(self) -> None:
         self.state = JobState(self.state)
@@ -291,6 +292,7 @@ def apply_job_kill_requested(model: Model, f: F.JobKillRequested) -> None:
     if job.run == f.run and not job.finished:
         job.kill_requested = True
         job.kill_requeue = f.requeue
+        job.kill_by = f.by
 
 
 def apply_job_held(model: Model, f: F.JobHeld) -> None:
@@ -374,9 +376,9 @@ def report_finished(model: Model, host: str, job_id: int, run: int, now: float, 
     if job.finished:
         return []
     if job.kill_requested and job.kill_requeue:
-        return [F.JobRequeued(time=now, job_id=job_id, run=run, reason="requeued by request")]
+        return [F.JobRequeued(time=now, job_id=job_id, run=run, reason=f"requeued by {job.kill_by}")]
     if job.kill_requested:
-        state, why = JobState.EXIT, "killed"
+        state, why = JobState.EXIT, f"killed by {job.kill_by}"
     elif reason:
         state, why = JobState.EXIT, reason
     elif exit_code == 0:

@@ -1,0 +1,86 @@
+"""``xce up`` / ``xce down``: the local cluster as a user runs it, and a second ``up`` resumes it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+from tests.helpers import XCE, cli, wait_for
+
+
+def processes_mentioning(text: str) -> list[int]:
+    pids = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    if text.encode() in fh.read():
+                        pids.append(int(pid))
+            except OSError:
+                pass
+    return pids
+
+
+def start_up(state_dir: str, hosts: int = 2) -> subprocess.Popen:
+    proc = subprocess.Popen(XCE + ["up", "--hosts", str(hosts), "--state-dir", state_dir,
+                                   "--listen", "127.0.0.1:0", "--slots", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wait_for(lambda: proc.poll() is not None or os.path.exists(os.path.join(state_dir, "up.pid"))
+             and os.path.exists(os.path.join(state_dir, "client.toml")), timeout=60, what="xce up")
+    assert proc.poll() is None, proc.stdout.read()
+    line = proc.stdout.readline()
+    assert line.startswith("xce cluster up: controller http://127.0.0.1:"), line
+    return proc
+
+
+def test_up_runs_jobs_down_stops_everything_and_up_resumes(tmp_path):
+    state = str(tmp_path / "cluster")
+    env = {"XCE_CONFIG": os.path.join(state, "client.toml"), "XCE_URL": "", "XCE_TOKEN": ""}
+    up = start_up(state)
+    try:
+        hosts = json.loads(cli(env, "--json", "hosts").stdout)
+        assert [(h["name"], h["state"]) for h in hosts] == [("host1", "OK"), ("host2", "OK")]
+        assert oct(os.stat(env["XCE_CONFIG"]).st_mode & 0o777) == "0o600"
+        job = json.loads(cli(env, "--json", "submit", "-J", "first", "--", "true").stdout)["id"]
+        wait_for(lambda: json.loads(cli(env, "--json", "job", "show", str(job)).stdout)["state"] == "DONE",
+                 what="job done")
+        second = cli(env, "up", "--state-dir", state, "--listen", "127.0.0.1:0")
+        assert second.returncode == 1 and "already up" in second.stderr + second.stdout
+        r = cli({}, "down", "--state-dir", state)
+        assert r.returncode == 0 and "stopped" in r.stdout
+        assert up.wait(60) == 0
+        assert processes_mentioning(state) == [], "xce down left processes behind"
+        assert not os.path.exists(os.path.join(state, "up.pid"))
+    finally:
+        if up.poll() is None:
+            up.send_signal(signal.SIGTERM)
+            up.wait(60)
+
+    up = start_up(state)  # resumes: same cluster, same jobs, workers rejoin with their tokens
+    try:
+        jobs = json.loads(cli(env, "--json", "jobs").stdout)
+        assert [(j["id"], j["name"], j["state"]) for j in jobs] == [(job, "first", "DONE")]
+        ping = json.loads(cli(env, "--json", "ping").stdout)
+        assert ping["leader_epoch"] == 2
+        again = json.loads(cli(env, "--json", "submit", "--", "true").stdout)["id"]
+        assert again == job + 1
+        wait_for(lambda: json.loads(cli(env, "--json", "job", "show", str(again)).stdout)["state"] == "DONE",
+                 what="job after resume done")
+        up.send_signal(signal.SIGINT)  # Ctrl-C
+        assert up.wait(60) == 0
+        deadline = time.monotonic() + 10
+        while processes_mentioning(state) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert processes_mentioning(state) == []
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait(10)
+
+
+def test_down_with_nothing_up_says_so(tmp_path):
+    r = cli({}, "down", "--state-dir", str(tmp_path))
+    assert r.returncode == 1 and "no cluster is up" in r.stderr
