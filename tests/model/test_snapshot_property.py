@@ -47,7 +47,21 @@ DOMAIN: dict[tuple[type, str], st.SearchStrategy] = {
     (F.HostStateChanged, "state"): st.sampled_from([s.value for s in HostState]),
     (F.JobFinished, "state"): st.sampled_from(["DONE", "EXIT"]),
     (F.JobSubmitted, "array_indices"): st.lists(st.integers(1, 5), max_size=3, unique=True),
+    (F.ClaimCreated, "form"): st.sampled_from(["standalone", "template"]),
+    (F.ClaimCreated, "scope"): st.sampled_from(["shared", "node"]),
+    (F.ClaimCreated, "access_mode"): st.sampled_from(["RWO", "ROX", "RWX", "RWOP"]),
+    (F.ClaimCreated, "reclaim_policy"): st.sampled_from(["delete", "retain"]),
 }
+# claim facts refer to a few claims and their real op ids, so that sequences exercise the lifecycle
+CLAIM_IDS = st.integers(1, 3)
+OP_IDS = st.sampled_from([f"c{c}.{op}.{n}" for c in (1, 2, 3) for op in ("create", "release") for n in (1, 2)])
+for cls in (F.ClaimCreated, F.ClaimPlaced, F.ClaimOpIntent, F.ClaimOpSucceeded, F.ClaimOpFailed,
+            F.ClaimDeleteRequested, F.ClaimPurgeRequested, F.AttachmentAdded, F.AttachmentRemoved):
+    DOMAIN[(cls, "claim_id")] = CLAIM_IDS
+for cls in (F.ClaimOpIntent, F.ClaimOpSucceeded, F.ClaimOpFailed):
+    DOMAIN[(cls, "op_id")] = OP_IDS
+DOMAIN[(F.AttachmentRemoved, "attachment_id")] = st.integers(1, 3)
+DOMAIN[(F.ClaimOpIntent, "agent")] = st.sampled_from(["provisioner", "node:a"])
 
 
 def fact_strategy(cls: type[F.Fact]) -> st.SearchStrategy:
@@ -71,7 +85,7 @@ def fold(facts, model=None, start=0):
     return model
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(st.lists(ALL_FACTS, max_size=40), st.data())
 def test_snapshot_plus_tail_equals_live_model(facts, data):
     cut = data.draw(st.integers(min_value=0, max_value=len(facts)))

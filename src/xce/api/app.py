@@ -23,7 +23,10 @@ from xce.api.auth import admin, authenticated
 from xce.api.metrics import Metrics
 from xce.api.commands import audit_refusal, mutate
 from xce.api.views import audit_json, job_json, user_json
+from xce.api.agents import add_agent_routes
+from xce.api.claims import add_claim_routes
 from xce.api.workers import add_worker_routes
+from xce.controller.agents import AgentChannel
 from xce.controller.core import Controller
 from xce.controller.hosts import HostMonitor
 from xce.controller.scheduling import SchedulerLoop
@@ -117,6 +120,8 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
     monitor = HostMonitor(controller, controller.config.controller.host_timeout)
     app.state.scheduler = SchedulerLoop(controller)
     add_worker_routes(app, controller, monitor)
+    add_claim_routes(app, controller)
+    add_agent_routes(app, controller, AgentChannel(controller))
     metrics = Metrics(controller)
     app.add_middleware(BodyLimit, limit=controller.config.controller.max_body_bytes)
 

@@ -123,3 +123,102 @@ class PingOut(BaseModel):
     store: str
     user: str
     role: str
+
+
+# ---------------------------------------------------------------- claims
+
+Size = Annotated[int, Field(ge=1, le=2**63 - 1)] | Annotated[str, Field(min_length=1, max_length=32)]
+ParamName = Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]
+
+
+class ClaimCreateRequest(Strict):
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
+    name: Name
+    claim_class: Name = Field(alias="class")
+    size: Size = Field(description="bytes, or with a unit: 500Mi, 10Gi, 2T")
+    access_mode: Literal["RWO", "ROX", "RWX", "RWOP"]
+    reclaim_policy: Literal["retain", "delete"] | None = None
+    params: Annotated[dict[ParamName, Annotated[str, Field(max_length=1024)]], Field(max_length=64)] = {}
+    project: Name | None = None
+
+
+class AttachmentRequest(Strict):
+    host: Name
+    mode: Literal["rw", "ro"] = "rw"
+    job_id: Annotated[int, Field(ge=1)] | None = None
+
+
+class ClaimOut(BaseModel):
+    id: int
+    name: str
+    form: str
+    claim_class: str = Field(alias="class")
+    size_bytes: int
+    access_mode: str
+    reclaim_policy: str
+    state: str
+    owner: str
+    project: str
+    attempts: int
+    last_error: str | None
+    next_retry: float | None
+    reachable_hosts: list[str] | None
+    attachments: list[dict[str, Any]]
+    history: list[dict[str, Any]]
+
+
+# ---------------------------------------------------------------- claim agents
+
+OpId = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class LeaseRequest(Strict):
+    holder: Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class IntentRef(Strict):
+    op_id: OpId
+    claim_id: Annotated[int, Field(ge=1)]
+
+
+class IntentsRequest(Strict):
+    epoch: Annotated[int, Field(ge=1)]
+    ops: Annotated[list[IntentRef], Field(max_length=10_000)]
+
+
+class OpResult(Strict):
+    op_id: OpId
+    claim_id: Annotated[int, Field(ge=1)]
+    ok: bool
+    handle: Annotated[str, Field(max_length=1024)] | None = None
+    size_bytes: Annotated[int, Field(ge=0)] | None = None
+    reachable_hosts: Annotated[list[Name], Field(max_length=100_000)] | None = None
+    host_labels: dict[Annotated[str, Field(max_length=256)], Annotated[str, Field(max_length=256)]] = {}
+    path: Annotated[str, Field(max_length=4096)] | None = None
+    message: Annotated[str, Field(max_length=8192)] = ""
+    code: Annotated[str, Field(max_length=64)] = ""
+    retryable: bool = True
+    stderr_tail: Annotated[str, Field(max_length=8192)] = ""
+
+
+class ReportsRequest(Strict):
+    epoch: Annotated[int, Field(ge=1)]
+    results: Annotated[list[OpResult], Field(max_length=10_000)] = []
+    orphans_released: Annotated[list[Annotated[str, Field(max_length=1024)]], Field(max_length=10_000)] = []
+
+
+class InventoryObject(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    handle: Annotated[str, Field(min_length=1, max_length=1024)]
+    tags: dict[Annotated[str, Field(max_length=256)], Annotated[str, Field(max_length=1024)]] = {}
+    size_bytes: int | None = None
+    created: float | None = None
+
+
+class InventoryRequest(Strict):
+    epoch: Annotated[int, Field(ge=1)]
+    class_name: Name
+    provider: Annotated[str, Field(min_length=1, max_length=200)]
+    objects: Annotated[list[InventoryObject], Field(max_length=1_000_000)]

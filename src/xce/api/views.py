@@ -6,8 +6,10 @@ import dataclasses
 from typing import Any
 
 from xce.model.audit import AuditRecord
+from xce.model.claims import Attachment, Claim, ClaimState
 from xce.model.identity import User
 from xce.model.jobs import Job, JobState
+from xce.model.orphans import Orphan
 
 
 def job_json(job: Job, pending_reason: str | None = None) -> dict[str, Any]:
@@ -34,3 +36,40 @@ def user_json(user: User) -> dict[str, Any]:
 
 def audit_json(rec: AuditRecord) -> dict[str, Any]:
     return dataclasses.asdict(rec)
+
+
+def attachment_json(a: Attachment) -> dict[str, Any]:
+    return {"id": a.id, "host": a.host, "mode": a.mode, "job_id": a.job_id, "created": a.created, "by": a.by}
+
+
+def claim_json(claim: Claim, reason: str | None = None) -> dict[str, Any]:
+    """A claim as the API shows it.  ``reason`` is the scheduler's word on an unplaced claim."""
+    op = claim.op
+    waiting = claim.waiting()
+    if reason and claim.state is ClaimState.PENDING and not claim.placed:
+        waiting = reason
+    return {
+        "id": claim.id, "name": claim.name, "form": claim.form.value, "class": claim.class_name,
+        "scope": claim.scope, "size_bytes": claim.size_bytes, "actual_bytes": claim.actual_bytes,
+        "access_mode": claim.access_mode.value, "reclaim_policy": claim.reclaim_policy.value,
+        "state": claim.state.value, "owner": claim.owner, "project": claim.project, "params": claim.params,
+        "job_id": claim.job_id, "pool": claim.pool, "host": claim.host, "handle": claim.handle,
+        "path": claim.path, "created": claim.created,
+        "attempts": op.attempts if op else (claim.ops[-1]["attempt"] if claim.ops else 0),
+        "last_error": claim.last_error, "stderr_tail": claim.stderr_tail or None,
+        "next_retry": op.next_retry if op else None,
+        "op": None if op is None else {"op_id": op.op_id, "op": op.kind.value, "attempts": op.attempts,
+                                        "agent": op.agent, "epoch": op.epoch, "next_retry": op.next_retry},
+        "op_ids": sorted({o["op_id"] for o in claim.ops} | ({op.op_id} if op else set())),
+        "reachable_hosts": claim.reachable_hosts, "host_labels": claim.host_labels,
+        "attachments": [attachment_json(a) for a in claim.attachments],
+        "delete_requested": claim.delete_requested, "retained": claim.retained,
+        "data_exists": claim.data_exists, "waiting": waiting,
+        "history": claim.history, "ops": claim.ops,
+    }
+
+
+def orphan_json(o: Orphan, now: float) -> dict[str, Any]:
+    return {"kind": "provider_object", "handle": o.handle, "class": o.class_name, "provider": o.provider,
+            "claim_id": o.claim_id, "tags": o.tags, "size_bytes": o.size_bytes, "first_seen": o.first_seen,
+            "age": round(now - o.first_seen, 1), "retain": o.retain}

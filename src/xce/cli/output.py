@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, Iterable, Sequence
 
 from xce.cli.http import UsageError
+from xce.units import format_size as size  # noqa: F401  (re-exported for commands)
 
 
 def print_json(value: Any) -> None:
@@ -57,16 +58,6 @@ def ago(seconds: float | None) -> str | None:
 
 def amount(value: float) -> str:
     return f"{value:g}" if value < 1e6 else size(value)
-
-
-def size(n: float | None) -> str | None:
-    """Bytes in binary units: ``10Gi``, ``512Mi``, ``1.5Ti``."""
-    if n is None:
-        return None
-    for unit, scale in (("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.4g}{unit}"
-    return f"{n:g}"
 
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")

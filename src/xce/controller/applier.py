@@ -8,22 +8,62 @@ rejected here and the job is simply planned again next cycle.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from xce.controller.core import Outcome
 from xce.model import Model
-from xce.model.facts import Fact, JobAllocated
+from xce.model.claims import ClaimState
+from xce.model.facts import ClaimPlaced, Fact, JobAllocated
 from xce.model.hosts import HostState
 from xce.model.jobs import JobState
 from xce.scheduler.plan import Plan
+from xce.scheduler.snapshot import pool_use
+
+if TYPE_CHECKING:
+    from xce.controller.config import Config
 
 
 @dataclass
 class ApplyResult:
     accepted: list[int] = field(default_factory=list)
     rejected: dict[int, str] = field(default_factory=dict)
+    claims_placed: list[int] = field(default_factory=list)
+    claims_rejected: dict[int, str] = field(default_factory=dict)
 
 
-def apply_plan(model: Model, plan: Plan, now: float) -> Outcome:
+def apply_plan(model: Model, plan: Plan, now: float, config: Config | None = None) -> Outcome:
+    outcome = _apply_allocations(model, plan, now)
+    if config is not None and plan.placements:
+        outcome.facts.extend(_apply_placements(model, plan, now, config, outcome.result))
+    return outcome
+
+
+def _apply_placements(model: Model, plan: Plan, now: float, config: Config, result: ApplyResult) -> list[Fact]:
+    """Re-check each claim placement against the current pools; the claim may have been deleted."""
+    used = pool_use(model)
+    facts: list[Fact] = []
+    for p in plan.placements:
+        claim = model.claims.get(p.claim_id)
+        why = None
+        if claim is None or claim.state is not ClaimState.PENDING or claim.placed or claim.delete_requested:
+            why = "claim changed since the snapshot"
+        elif p.pool is not None:
+            pool = config.pool(p.pool)
+            if pool is None:
+                why = f"pool {p.pool} is no longer configured"
+            elif pool.capacity_bytes - used.get(p.pool, 0) < claim.charged_bytes:
+                why = f"pool {p.pool} no longer has room"
+        if why:
+            result.claims_rejected[p.claim_id] = why
+            continue
+        if p.pool is not None:
+            used[p.pool] = used.get(p.pool, 0) + claim.charged_bytes
+        facts.append(ClaimPlaced(time=now, claim_id=p.claim_id, pool=p.pool))
+        result.claims_placed.append(p.claim_id)
+    return facts
+
+
+def _apply_allocations(model: Model, plan: Plan, now: float) -> Outcome:
     result = ApplyResult()
     facts: list[Fact] = []
     taken_slots: dict[str, int] = {}

@@ -11,6 +11,7 @@ from typing import Any
 
 from xce.errors import InvalidRequest
 from xce.model.names import check_name
+from xce.units import parse_size
 
 DEFAULT_CONFIG = """
 [controller]
@@ -32,6 +33,21 @@ description = "default queue"
 [[projects]]
 name = "default"
 description = "default project"
+
+# Claims: storage pools (L2 counters the scheduler reserves claim sizes on) and claim classes.
+# A class names a provider; the provider's executable and private config (credentials) live in
+# the provisioner's own config file, never here.
+[[pools]]
+name = "shared"
+capacity = "1Ti"
+description = "simulated shared filesystem (simfs)"
+
+[[claim_classes]]
+name = "simfs"
+provider = "simfs"
+scope = "shared"
+pools = ["shared"]
+description = "simulated shared volumes: directories under the provisioner's simfs root"
 """
 
 
@@ -71,12 +87,76 @@ class ControllerConfig:
 
 
 @dataclass(frozen=True)
+class PoolConfig:
+    """A pool-scope L2 counter: storage that claims of the classes drawing on it are placed into."""
+
+    name: str
+    capacity: str | int
+    description: str = ""
+
+    @property
+    def capacity_bytes(self) -> int:
+        return parse_size(self.capacity, f"pool {self.name} capacity")
+
+
+ACCESS_MODES = ("RWO", "ROX", "RWX", "RWOP")
+RECLAIM_POLICIES = ("delete", "retain")
+
+
+@dataclass(frozen=True)
+class ClaimClassConfig:
+    name: str
+    provider: str
+    scope: str = "shared"  # "shared": the provisioner prepares it; "node": the worker of the host
+    pools: list[str] = field(default_factory=list)
+    access_modes: list[str] = field(default_factory=lambda: list(ACCESS_MODES))
+    reclaim_policy: str = "delete"
+    parameters: dict[str, str] = field(default_factory=dict)  # defaults
+    allowed_parameters: list[str] = field(default_factory=list)  # beyond the defaults' keys
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class QuotaConfig:
+    """Per project and claim class (``*``: all classes together): claim count and total bytes."""
+
+    project: str
+    claim_class: str = "*"
+    max_claims: int | None = None
+    max_bytes: str | int | None = None
+
+    @property
+    def max_bytes_value(self) -> int | None:
+        return None if self.max_bytes is None else parse_size(self.max_bytes, "quota max_bytes")
+
+
+@dataclass(frozen=True)
+class ClaimsConfig:
+    max_attempts: int = 8  # attempts of one provider op before the claim is FAILED
+    retry_base: float = 0.5  # seconds before the first retry; doubles each attempt
+    retry_cap: float = 30.0
+    retry_jitter: float = 0.2  # +-20%
+    orphan_grace: float = 300.0  # seconds a provider orphan is reported before it is released
+    orphan_scan_interval: float = 30.0
+
+
+@dataclass(frozen=True)
 class Config:
     controller: ControllerConfig
     users: list[UserConfig]
     queues: list[QueueConfig]
     projects: list[ProjectConfig]
+    pools: list[PoolConfig] = field(default_factory=list)
+    claim_classes: list[ClaimClassConfig] = field(default_factory=list)
+    quotas: list[QuotaConfig] = field(default_factory=list)
+    claims: ClaimsConfig = field(default_factory=ClaimsConfig)
     source: str = "<embedded default>"
+
+    def claim_class(self, name: str) -> ClaimClassConfig | None:
+        return next((c for c in self.claim_classes if c.name == name), None)
+
+    def pool(self, name: str) -> PoolConfig | None:
+        return next((p for p in self.pools if p.name == name), None)
 
 
 def _build(cls: type, raw: Any, where: str):
@@ -97,7 +177,8 @@ def parse_config(text: str, source: str = "<string>") -> Config:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{source}: {e}") from None
-    unknown = sorted(set(raw) - {"controller", "users", "queues", "projects"})
+    unknown = sorted(set(raw) - {"controller", "users", "queues", "projects", "pools", "claim_classes",
+                                 "quotas", "claims"})
     if unknown:
         raise ConfigError(f"{source}: unknown section(s) {', '.join(unknown)}")
     ctl = _build(ControllerConfig, raw.get("controller", {}), f"{source} [controller]")
@@ -105,7 +186,13 @@ def parse_config(text: str, source: str = "<string>") -> Config:
     queues = [_build(QueueConfig, q, f"{source} [[queues]] #{i + 1}") for i, q in enumerate(raw.get("queues", []))]
     projects = [_build(ProjectConfig, p, f"{source} [[projects]] #{i + 1}")
                 for i, p in enumerate(raw.get("projects", []))]
-    for kind, items in (("user", users), ("queue", queues), ("project", projects)):
+    pools = [_build(PoolConfig, p, f"{source} [[pools]] #{i + 1}") for i, p in enumerate(raw.get("pools", []))]
+    classes = [_build(ClaimClassConfig, c, f"{source} [[claim_classes]] #{i + 1}")
+               for i, c in enumerate(raw.get("claim_classes", []))]
+    quotas = [_build(QuotaConfig, q, f"{source} [[quotas]] #{i + 1}") for i, q in enumerate(raw.get("quotas", []))]
+    claims = _build(ClaimsConfig, raw.get("claims", {}), f"{source} [claims]")
+    for kind, items in (("user", users), ("queue", queues), ("project", projects), ("pool", pools),
+                        ("claim class", classes)):
         names = [it.name for it in items]
         for n in names:
             try:
@@ -123,7 +210,47 @@ def parse_config(text: str, source: str = "<string>") -> Config:
             raise ConfigError(f"{source}: user {u.name!r} names unknown project(s) {', '.join(missing)}")
     if ctl.snapshot_every < 1 or ctl.lease_ttl <= 0 or ctl.max_body_bytes < 1024:
         raise ConfigError(f"{source} [controller]: snapshot_every >= 1, lease_ttl > 0, max_body_bytes >= 1024")
-    return Config(controller=ctl, users=users, queues=queues, projects=projects, source=source)
+    _check_claims(source, pools, classes, quotas, claims, project_names)
+    return Config(controller=ctl, users=users, queues=queues, projects=projects, pools=pools,
+                  claim_classes=classes, quotas=quotas, claims=claims, source=source)
+
+
+def _check_claims(source: str, pools: list[PoolConfig], classes: list[ClaimClassConfig],
+                  quotas: list[QuotaConfig], claims: ClaimsConfig, project_names: set[str]) -> None:
+    try:
+        for p in pools:
+            _ = p.capacity_bytes
+        for q in quotas:
+            _ = q.max_bytes_value
+    except InvalidRequest as e:
+        raise ConfigError(f"{source}: {e.message}") from None
+    pool_names = {p.name for p in pools}
+    for c in classes:
+        where = f"{source}: claim class {c.name!r}"
+        if c.scope not in ("shared", "node"):
+            raise ConfigError(f"{where}: scope must be shared or node")
+        if unknown := [p for p in c.pools if p not in pool_names]:
+            raise ConfigError(f"{where}: unknown pool(s) {', '.join(unknown)}")
+        if bad := [m for m in c.access_modes if m not in ACCESS_MODES]:
+            raise ConfigError(f"{where}: unknown access mode(s) {', '.join(bad)} (expected {', '.join(ACCESS_MODES)})")
+        if not c.access_modes:
+            raise ConfigError(f"{where}: needs at least one access mode")
+        if c.reclaim_policy not in RECLAIM_POLICIES:
+            raise ConfigError(f"{where}: reclaim_policy must be delete or retain")
+        if not all(isinstance(v, str) for v in c.parameters.values()):
+            raise ConfigError(f"{where}: parameter defaults must be strings")
+    class_names = {c.name for c in classes}
+    for q in quotas:
+        if q.project not in project_names:
+            raise ConfigError(f"{source}: quota for unknown project {q.project!r}")
+        if q.claim_class != "*" and q.claim_class not in class_names:
+            raise ConfigError(f"{source}: quota for unknown claim class {q.claim_class!r}")
+        if (q.max_claims is not None and q.max_claims < 0):
+            raise ConfigError(f"{source}: quota max_claims must be >= 0")
+    if claims.max_attempts < 1 or claims.retry_base <= 0 or claims.retry_cap < claims.retry_base \
+            or not 0 <= claims.retry_jitter < 1 or claims.orphan_grace < 0 or claims.orphan_scan_interval <= 0:
+        raise ConfigError(f"{source} [claims]: max_attempts >= 1, 0 < retry_base <= retry_cap, "
+                          "0 <= retry_jitter < 1, orphan_grace >= 0, orphan_scan_interval > 0")
 
 
 def load_config(path: str | None) -> Config:

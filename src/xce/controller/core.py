@@ -109,6 +109,7 @@ class Controller:
         self.shutdown_listeners: list[Callable[[], None]] = []
         # the scheduler's latest pending reasons (volatile: recomputed every cycle, not facts)
         self.pending_reasons: dict[int, str] = {}
+        self.claim_reasons: dict[int, str] = {}  # the same for standalone claims waiting for a pool
 
     # ------------------------------------------------------------ lifecycle
 

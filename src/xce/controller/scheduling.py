@@ -21,7 +21,8 @@ from xce.scheduler.snapshot import build_snapshot
 log = logging.getLogger("xce.scheduler")
 
 # facts after which a new plan may place more jobs
-_POKE = (F.JobSubmitted, F.JobFinished, F.JobRequeued, F.JobReleased, F.HostRegistered, F.HostStateChanged)
+_POKE = (F.JobSubmitted, F.JobFinished, F.JobRequeued, F.JobReleased, F.HostRegistered, F.HostStateChanged,
+         F.ClaimCreated, F.ClaimOpSucceeded, F.ClaimOpFailed)
 
 
 class SchedulerLoop:
@@ -56,16 +57,21 @@ class SchedulerLoop:
 
     async def cycle(self) -> None:
         await self.ctl.read_barrier()
-        snap = build_snapshot(self.ctl.model)
-        if not snap.pending:
+        config = self.ctl.config
+        snap = build_snapshot(self.ctl.model, config)
+        if not snap.pending and not snap.pending_claims:
             self.ctl.pending_reasons = {}
+            self.ctl.claim_reasons = {}
             return
         plan = schedule(snap)
         self.cycles += 1
         self.ctl.pending_reasons = dict(plan.pending_reasons)
-        if plan.allocations:
-            result = await self.ctl.execute(lambda m: apply_plan(m, plan, time.time()))
+        self.ctl.claim_reasons = dict(plan.claim_reasons)
+        if plan.allocations or plan.placements:
+            result = await self.ctl.execute(lambda m: apply_plan(m, plan, time.time(), config))
             for job_id, why in result.rejected.items():
                 self.ctl.pending_reasons[job_id] = f"plan rejected ({why}); retrying"
-            if result.rejected:
+            for claim_id, why in result.claims_rejected.items():
+                self.ctl.claim_reasons[claim_id] = f"placement rejected ({why}); retrying"
+            if result.rejected or result.claims_rejected:
                 self._wake.set()

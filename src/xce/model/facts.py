@@ -260,3 +260,141 @@ class JobHeld(Fact):
 class JobReleased(Fact):
     job_id: int
     by: str
+
+
+# ---------------------------------------------------------------- claims
+#
+# A claim's state changes only in ``xce.model.claims`` (its folds); these facts
+# say what happened, the fold works out the state that follows.
+
+
+@fact("claim.created")
+@dataclass(frozen=True, slots=True)
+class ClaimCreated(Fact):
+    claim_id: int
+    name: str
+    form: str  # ClaimForm
+    class_name: str
+    scope: str  # "shared" or "node"
+    size_bytes: int
+    access_mode: str
+    reclaim_policy: str
+    owner: str
+    project: str
+    params: dict[str, str] = field(default_factory=dict)
+    job_id: int | None = None  # template claims: the job they belong to
+
+
+@fact("claim.placed")
+@dataclass(frozen=True, slots=True)
+class ClaimPlaced(Fact):
+    """The plan applier accepted a placement: the claim's size is reserved in ``pool``."""
+
+    claim_id: int
+    pool: str | None
+    host: str | None = None  # node-scope claims: the host that prepares it
+
+
+@fact("claim.op_intent")
+@dataclass(frozen=True, slots=True)
+class ClaimOpIntent(Fact):
+    """An agent is about to call the provider for this op (committed before it does)."""
+
+    claim_id: int
+    op_id: str
+    agent: str
+    epoch: int
+
+
+@fact("claim.op_succeeded")
+@dataclass(frozen=True, slots=True)
+class ClaimOpSucceeded(Fact):
+    claim_id: int
+    op_id: str
+    handle: str | None = None
+    size_bytes: int | None = None
+    reachable_hosts: list[str] | None = None
+    host_labels: dict[str, str] = field(default_factory=dict)
+    path: str | None = None
+    message: str = ""
+
+
+@fact("claim.op_failed")
+@dataclass(frozen=True, slots=True)
+class ClaimOpFailed(Fact):
+    """One attempt failed.  ``next_retry`` None means no more attempts: the claim is FAILED."""
+
+    claim_id: int
+    op_id: str
+    code: str
+    message: str
+    retryable: bool
+    next_retry: float | None = None
+    stderr_tail: str = ""
+
+
+@fact("claim.delete_requested")
+@dataclass(frozen=True, slots=True)
+class ClaimDeleteRequested(Fact):
+    claim_id: int
+    by: str
+
+
+@fact("claim.purge_requested")
+@dataclass(frozen=True, slots=True)
+class ClaimPurgeRequested(Fact):
+    """An admin asked for a retained object to be released by its provider after all."""
+
+    claim_id: int
+    by: str
+
+
+@fact("claim.attachment_added")
+@dataclass(frozen=True, slots=True)
+class AttachmentAdded(Fact):
+    claim_id: int
+    attachment_id: int
+    host: str
+    mode: str  # "rw" or "ro"
+    by: str
+    job_id: int | None = None
+
+
+@fact("claim.attachment_removed")
+@dataclass(frozen=True, slots=True)
+class AttachmentRemoved(Fact):
+    claim_id: int
+    attachment_id: int
+    by: str
+
+
+@fact("agent.leased")
+@dataclass(frozen=True, slots=True)
+class AgentLeased(Fact):
+    """A claim agent (the provisioner, or a worker's node agent) started: its reports are fenced by ``epoch``."""
+
+    agent: str
+    epoch: int
+    holder: str
+
+
+@fact("orphan.seen")
+@dataclass(frozen=True, slots=True)
+class OrphanSeen(Fact):
+    """A provider object tagged with our cluster id that no claim (and no open op) owns."""
+
+    handle: str
+    class_name: str
+    provider: str
+    claim_id: int | None
+    tags: dict[str, str] = field(default_factory=dict)
+    size_bytes: int | None = None
+
+
+@fact("orphan.resolved")
+@dataclass(frozen=True, slots=True)
+class OrphanResolved(Fact):
+    """The orphan is gone: released by us after the grace period, or no longer listed by the provider."""
+
+    handle: str
+    how: str  # "released" or "gone"

@@ -1,4 +1,4 @@
-"""Validation of names and sizes shared by every entity.  Pure; raises ``InvalidRequest``."""
+"""Validation of names shared by every entity.  Pure; raises ``InvalidRequest``."""
 
 from __future__ import annotations
 
@@ -16,3 +16,4 @@ def check_name(kind: str, value: str) -> str:
             f"invalid {kind} name {value!r}: must match [a-z0-9][a-z0-9-_.]{{0,62}}"
         )
     return value
+

@@ -13,13 +13,15 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from xce.model import audit, catalog, hosts, identity, jobs
+from xce.model import audit, catalog, claims, hosts, identity, jobs, orphans
 from xce.model import facts as F
 from xce.model.audit import AuditRecord
 from xce.model.catalog import Project, Queue
+from xce.model.claims import Claim, ClaimState
 from xce.model.hosts import Host
 from xce.model.identity import Token, User
 from xce.model.jobs import Job
+from xce.model.orphans import Orphan
 
 SNAPSHOT_FORMAT = 1
 
@@ -41,6 +43,18 @@ FOLDS: dict[type[F.Fact], Callable[["Model", Any], None]] = {
     F.JobKillRequested: jobs.apply_job_kill_requested,
     F.JobHeld: jobs.apply_job_held,
     F.JobReleased: jobs.apply_job_released,
+    F.ClaimCreated: claims.apply_claim_created,
+    F.ClaimPlaced: claims.apply_claim_placed,
+    F.ClaimOpIntent: claims.apply_claim_op_intent,
+    F.ClaimOpSucceeded: claims.apply_claim_op_succeeded,
+    F.ClaimOpFailed: claims.apply_claim_op_failed,
+    F.ClaimDeleteRequested: claims.apply_claim_delete_requested,
+    F.ClaimPurgeRequested: claims.apply_claim_purge_requested,
+    F.AttachmentAdded: claims.apply_attachment_added,
+    F.AttachmentRemoved: claims.apply_attachment_removed,
+    F.AgentLeased: claims.apply_agent_leased,
+    F.OrphanSeen: orphans.apply_orphan_seen,
+    F.OrphanResolved: orphans.apply_orphan_resolved,
 }
 
 # entity collections in the snapshot: attribute -> (entity class, key attribute)
@@ -51,6 +65,8 @@ _COLLECTIONS: dict[str, tuple[type, str]] = {
     "projects": (Project, "name"),
     "jobs": (Job, "id"),
     "hosts": (Host, "name"),
+    "claims": (Claim, "id"),
+    "orphans": (Orphan, "handle"),
 }
 
 
@@ -66,6 +82,15 @@ class Model:
     jobs: dict[int, Job] = field(default_factory=dict)
     hosts: dict[str, Host] = field(default_factory=dict)
     audit: list[AuditRecord] = field(default_factory=list)
+    next_claim_id: int = 1
+    next_attachment_id: int = 1
+    claims: dict[int, Claim] = field(default_factory=dict)
+    orphans: dict[str, Orphan] = field(default_factory=dict)
+    agent_epochs: dict[str, int] = field(default_factory=dict)
+    # derived indexes, kept by the claim folds and rebuilt from ``claims`` on load (not snapshotted)
+    claim_names: dict[str, int] = field(default_factory=dict)  # live claim name -> id
+    released_names: dict[str, int] = field(default_factory=dict)  # released claim name -> newest id
+    open_ops: set[int] = field(default_factory=set)  # claims with an open provider op
 
     def apply(self, position: int, fact: F.Fact) -> None:
         fold = FOLDS.get(type(fact))
@@ -106,6 +131,9 @@ class Model:
             "position": self.position,
             "cluster_id": self.cluster_id,
             "next_job_id": self.next_job_id,
+            "next_claim_id": self.next_claim_id,
+            "next_attachment_id": self.next_attachment_id,
+            "agent_epochs": dict(self.agent_epochs),
             "audit": [dataclasses.asdict(r) for r in self.audit],
         }
         for attr in _COLLECTIONS:
@@ -117,8 +145,19 @@ class Model:
         if data.get("format") != SNAPSHOT_FORMAT:
             raise ValueError(f"unsupported snapshot format {data.get('format')!r}")
         m = cls(position=data["position"], cluster_id=data["cluster_id"],
-                next_job_id=data["next_job_id"],
+                next_job_id=data["next_job_id"], next_claim_id=data["next_claim_id"],
+                next_attachment_id=data["next_attachment_id"], agent_epochs=dict(data["agent_epochs"]),
                 audit=[AuditRecord(**r) for r in data["audit"]])
         for attr, (entity, key) in _COLLECTIONS.items():
             setattr(m, attr, {d[key]: entity(**d) for d in data[attr]})
+        m._rebuild_indexes()
         return m
+
+    def _rebuild_indexes(self) -> None:
+        for c in self.claims.values():
+            if c.state is ClaimState.RELEASED:
+                self.released_names[c.name] = max(c.id, self.released_names.get(c.name, 0))
+            else:
+                self.claim_names[c.name] = c.id
+            if c.op is not None:
+                self.open_ops.add(c.id)

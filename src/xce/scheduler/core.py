@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from xce.scheduler.claims import place_claims
 from xce.scheduler.plan import Allocation, Plan
 from xce.scheduler.resreq import ResReq, ResReqError, parse_resreq
 from xce.scheduler.snapshot import HostView, Snapshot
@@ -174,7 +175,9 @@ def schedule(snap: Snapshot) -> Plan:
             if held:
                 counters[cycle.hosts[i].name] = held
         allocations.append(Allocation(job_id=job.id, run=job.run, hosts=hosts, slots=slots, counters=counters))
-    return Plan(position=snap.position, allocations=tuple(allocations), pending_reasons=reasons)
+    placements, claim_reasons = place_claims(snap)
+    return Plan(position=snap.position, allocations=tuple(allocations), pending_reasons=reasons,
+                placements=placements, claim_reasons=claim_reasons)
 
 
 def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape) -> list[tuple[int, int]] | str:

@@ -18,7 +18,18 @@ class Allocation:
 
 
 @dataclass(frozen=True, slots=True)
+class Placement:
+    """Place standalone claim ``claim_id`` in ``pool`` (None: its class draws on no pool)."""
+
+    claim_id: int
+    pool: str | None
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     position: int  # the snapshot position the plan was made at
     allocations: tuple[Allocation, ...] = ()
     pending_reasons: Mapping[int, str] = field(default_factory=dict)
+    placements: tuple[Placement, ...] = ()
+    claim_reasons: Mapping[int, str] = field(default_factory=dict)  # claim id -> why it waits

@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping
 
 if TYPE_CHECKING:
+    from xce.controller.config import Config
     from xce.model import Model
 
 
@@ -34,13 +35,34 @@ class JobView:
 
 
 @dataclass(frozen=True, slots=True)
+class PoolView:
+    """A pool-scope counter: capacity from the config, minus what placed claims charge."""
+
+    name: str
+    capacity: int
+    free: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimView:
+    """A standalone claim waiting for placement into one of its class's pools."""
+
+    id: int
+    name: str
+    size: int
+    pools: tuple[str, ...]  # candidates, from the claim class (empty: the class draws on no pool)
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     position: int
     hosts: tuple[HostView, ...]
     pending: tuple[JobView, ...]  # PEND jobs without an allocation, any order
+    pools: tuple[PoolView, ...] = ()
+    pending_claims: tuple[ClaimView, ...] = ()
 
 
-def build_snapshot(model: Model) -> Snapshot:
+def build_snapshot(model: Model, config: Config | None = None) -> Snapshot:
     from xce.model.hosts import HostState
     from xce.model.jobs import JobState
 
@@ -59,4 +81,35 @@ def build_snapshot(model: Model) -> Snapshot:
     pending = tuple(JobView(id=j.id, run=j.run, queue=j.queue, priority=prio.get(j.queue, 0),
                             slots=j.slots, resreq=j.resreq)
                     for j in model.jobs.values() if j.state is JobState.PEND and not j.alloc_slots)
-    return Snapshot(position=model.position, hosts=tuple(hosts), pending=pending)
+    pools: tuple[PoolView, ...] = ()
+    claims: tuple[ClaimView, ...] = ()
+    if config is not None:
+        pools, claims = _claim_views(model, config)
+    return Snapshot(position=model.position, hosts=tuple(hosts), pending=pending, pools=pools,
+                    pending_claims=claims)
+
+
+def pool_use(model: Model) -> dict[str, int]:
+    """Bytes charged to each pool: every claim whose object exists or may (retained ones included)."""
+    from xce.model.claims import ClaimState
+
+    used: dict[str, int] = {}
+    for c in model.claims.values():
+        if c.pool is not None and (c.state is not ClaimState.RELEASED or c.retained):
+            used[c.pool] = used.get(c.pool, 0) + c.charged_bytes
+    return used
+
+
+def _claim_views(model: Model, config: Config) -> tuple[tuple[PoolView, ...], tuple[ClaimView, ...]]:
+    from xce.model.claims import ClaimState
+
+    used = pool_use(model)
+    pools = tuple(PoolView(name=p.name, capacity=p.capacity_bytes, free=p.capacity_bytes - used.get(p.name, 0))
+                  for p in config.pools)
+    claims = []
+    for c in model.claims.values():
+        if c.state is ClaimState.PENDING and not c.placed and not c.delete_requested and c.scope == "shared":
+            cls = config.claim_class(c.class_name)
+            claims.append(ClaimView(id=c.id, name=c.name, size=c.charged_bytes,
+                                    pools=tuple(cls.pools) if cls else ()))
+    return pools, tuple(claims)

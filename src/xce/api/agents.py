@@ -1,0 +1,158 @@
+"""Routes for claim agents (``/v1/agents/{agent}/...``): lease, work, intents, reports, inventory.
+
+The agent named ``provisioner`` runs shared-scope ops: an admin or a daemon
+identity bound to no host may speak for it.  ``node:HOST`` is the node agent
+of worker HOST: only that host's daemon identity (or an admin).  Every call
+after the lease carries the agent's epoch; a call from an older epoch (an
+agent that was restarted or replaced) is refused whole with 409
+``stale_epoch``, so a late report can never change a claim.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Path, Query, Request
+from fastapi.responses import JSONResponse
+
+from xce.api import schemas as S
+from xce.api.auth import authenticated
+from xce.api.commands import mutate
+from xce.controller.agents import AgentChannel
+from xce.controller.core import Controller
+from xce.errors import Conflict, Forbidden
+from xce.model import Model
+from xce.model import claims as C
+from xce.model import facts as F
+from xce.model.claims import SHARED_AGENT, Claim, OpKind
+from xce.model.facts import Fact
+from xce.model.identity import Role, User
+from xce.model.orphans import due_for_release, inventory
+
+AgentName = Annotated[str, Path(pattern=r"^(provisioner|node:[a-z0-9][a-z0-9\-_.]{0,62})$", max_length=80)]
+
+_rng = random.SystemRandom()
+
+
+def speaks_for(actor: User, agent: str) -> None:
+    if actor.is_admin:
+        return
+    if actor.role is Role.DAEMON:
+        if agent == SHARED_AGENT and actor.host is None:
+            return
+        if agent.startswith("node:") and actor.host == agent[len("node:"):]:
+            return
+    raise Forbidden(f"{actor.name!r} may not act as claim agent {agent!r}")
+
+
+def op_json(ctl: Controller, claim: Claim) -> dict[str, Any]:
+    """One op as an agent runs it: what the provider needs, owner tags included."""
+    op = claim.op
+    assert op is not None
+    cls = ctl.config.claim_class(claim.class_name)
+    return {"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts + 1, "claim_id": claim.id,
+            "claim_name": claim.name, "class_name": claim.class_name, "provider": cls.provider if cls else None,
+            "size_bytes": claim.size_bytes, "access_mode": claim.access_mode.value, "params": claim.params,
+            "handle": claim.handle if op.kind is OpKind.RELEASE else None, "host": claim.host,
+            "tags": {"xce.cluster": ctl.model.cluster_id, "xce.claim": str(claim.id), "xce.op": op.op_id,
+                     "xce.reclaim": claim.reclaim_policy.value, "xce.project": claim.project}}
+
+
+def add_agent_routes(app: FastAPI, ctl: Controller, channel: AgentChannel) -> None:
+    @app.post("/v1/agents/{agent}/lease", tags=["agents"])
+    async def take_lease(agent: AgentName, body: S.LeaseRequest, request: Request,
+                         actor: User = Depends(authenticated)):
+        speaks_for(actor, agent)
+        epoch = await mutate(request, actor, f"agent/{agent}",
+                             lambda model: C.lease(model, agent, body.holder, time.time()))
+        return JSONResponse({"agent": agent, "epoch": epoch, "cluster_id": ctl.model.cluster_id,
+                             "orphan_scan_interval": ctl.config.claims.orphan_scan_interval})
+
+    def work_now(agent: str, limit: int) -> dict[str, Any]:
+        now = time.time()
+        out: dict[str, Any] = {"ops": [op_json(ctl, c) for c in C.due_ops(ctl.model, agent, now, limit)],
+                               "orphans": []}
+        if agent == SHARED_AGENT:
+            for o in due_for_release(ctl.model, ctl.config.claims.orphan_grace, now)[:limit]:
+                out["orphans"].append({"handle": o.handle, "class_name": o.class_name, "provider": o.provider,
+                                       "claim_id": o.claim_id, "op_id": f"orphan.{o.handle}", "tags": o.tags})
+        return out
+
+    @app.get("/v1/agents/{agent}/work", tags=["agents"])
+    async def work(agent: AgentName, epoch: int = Query(..., ge=1), actor: User = Depends(authenticated),
+                   wait: float = Query(0, ge=0, le=60), limit: int = Query(256, ge=1, le=10_000)):
+        speaks_for(actor, agent)
+        await ctl.read_barrier()
+        C.check_epoch(ctl.model, agent, epoch)
+        out = work_now(agent, limit)
+        if not out["ops"] and not out["orphans"] and wait > 0:
+            await channel.wait(wait, C.next_due(ctl.model, agent))
+            await ctl.read_barrier()
+            C.check_epoch(ctl.model, agent, epoch)
+            out = work_now(agent, limit)
+        return JSONResponse(out)
+
+    @app.post("/v1/agents/{agent}/intents", tags=["agents"])
+    async def intents(agent: AgentName, body: S.IntentsRequest, request: Request,
+                      actor: User = Depends(authenticated)):
+        speaks_for(actor, agent)
+
+        def decide(model: Model):
+            C.check_epoch(model, agent, body.epoch)
+            now = time.time()
+            facts: list[Fact] = []
+            accepted, refused = [], {}
+            for ref in body.ops:
+                claim = model.claims.get(ref.claim_id)
+                if claim is not None and claim.agent != agent:
+                    refused[ref.op_id] = f"claim {ref.claim_id} is not {agent}'s to prepare"
+                    continue
+                try:
+                    facts += C.record_intent(model, agent, body.epoch, ref.op_id, ref.claim_id, now)
+                    accepted.append(ref.op_id)
+                except Conflict as e:
+                    refused[ref.op_id] = e.message
+            return facts, {"accepted": accepted, "refused": refused}
+
+        return JSONResponse(await mutate(request, actor, f"agent/{agent}", decide))
+
+    @app.post("/v1/agents/{agent}/reports", tags=["agents"])
+    async def reports(agent: AgentName, body: S.ReportsRequest, request: Request,
+                      actor: User = Depends(authenticated)):
+        speaks_for(actor, agent)
+
+        def decide(model: Model):
+            C.check_epoch(model, agent, body.epoch)
+            now = time.time()
+            facts: list[Fact] = []
+            refused = {}
+            for r in body.results:
+                try:
+                    facts += C.record_result(
+                        model, ctl.config.claims, body.epoch, r.op_id, r.claim_id, now, r.ok, handle=r.handle,
+                        size_bytes=r.size_bytes, reachable_hosts=r.reachable_hosts, host_labels=r.host_labels,
+                        path=r.path, message=r.message, code=r.code, retryable=r.retryable,
+                        stderr_tail=r.stderr_tail, rng=_rng)
+                except Conflict as e:
+                    refused[r.op_id] = e.message
+            if agent == SHARED_AGENT:
+                facts += [F.OrphanResolved(time=now, handle=h, how="released")
+                          for h in body.orphans_released if h in model.orphans]
+            return facts, {"refused": refused}
+
+        return JSONResponse(await mutate(request, actor, f"agent/{agent}", decide))
+
+    @app.post("/v1/agents/{agent}/inventory", tags=["agents"])
+    async def take_inventory(agent: AgentName, body: S.InventoryRequest, request: Request,
+                             actor: User = Depends(authenticated)):
+        speaks_for(actor, agent)
+
+        def decide(model: Model):
+            C.check_epoch(model, agent, body.epoch)
+            objects = [o.model_dump() for o in body.objects]
+            facts = inventory(model, body.class_name, body.provider, objects, time.time())
+            return facts, {"new_orphans": sum(isinstance(f, F.OrphanSeen) for f in facts)}
+
+        return JSONResponse(await mutate(request, actor, f"agent/{agent}", decide))

@@ -1,0 +1,142 @@
+"""Routes for standalone claims, claim classes, pools and orphans (``/v1/claims``, ``/v1/claimclasses``...).
+
+Users create claims in projects they belong to and see only those projects'
+claims; admins see everything.  Every create, delete and state transition is
+in the audit trail (the transitions by the claim fold itself).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Path, Query, Request
+from fastapi.responses import JSONResponse
+
+from xce.api import schemas as S
+from xce.api.auth import admin, authenticated
+from xce.api.commands import mutate
+from xce.api.views import attachment_json, claim_json, orphan_json
+from xce.controller.core import Controller
+from xce.errors import Forbidden, NotFound
+from xce.model import Model
+from xce.model import claims as C
+from xce.model.claims import ClaimSpec, ClaimState
+from xce.model.identity import User
+from xce.model.names import NAME_PATTERN
+from xce.model.orphans import claim_orphans
+from xce.scheduler.snapshot import pool_use
+
+ClaimName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=63)]
+
+
+def add_claim_routes(app: FastAPI, ctl: Controller) -> None:
+    def show(claim_id: int, status: int = 200) -> JSONResponse:
+        return JSONResponse(claim_json(ctl.model.claims[claim_id], ctl.claim_reasons.get(claim_id)),
+                            status_code=status)
+
+    @app.post("/v1/claims", status_code=201, response_model=S.ClaimOut, tags=["claims"])
+    async def create_claim(body: S.ClaimCreateRequest, request: Request, actor: User = Depends(authenticated)):
+        spec = ClaimSpec(name=body.name, class_name=body.claim_class, size=body.size, access_mode=body.access_mode,
+                         reclaim_policy=body.reclaim_policy, params=dict(body.params), project=body.project)
+        claim_id = await mutate(request, actor, f"claim/{body.name}",
+                                lambda model: C.create(model, ctl.config, actor, spec, time.time()))
+        return show(claim_id, 201)
+
+    @app.get("/v1/claims", response_model=list[S.ClaimOut], tags=["claims"])
+    async def list_claims(actor: User = Depends(authenticated),
+                          project: str | None = Query(None, max_length=63),
+                          state: list[ClaimState] | None = Query(None),
+                          all_states: bool = Query(False, alias="all", description="include RELEASED claims"),
+                          retained: bool = Query(False, description="admins: released claims whose object is kept")):
+        await ctl.read_barrier()
+        if retained and not actor.is_admin:
+            raise Forbidden("only admins list retained objects")
+        states = set(state) if state else None
+        out = []
+        for c in ctl.model.claims.values():
+            if not (actor.is_admin or c.project in actor.projects):
+                continue
+            if project is not None and c.project != project:
+                continue
+            if retained:
+                if not c.retained:
+                    continue
+            elif states is not None:
+                if c.state not in states:
+                    continue
+            elif c.state is ClaimState.RELEASED and not all_states:
+                continue
+            out.append(claim_json(c, ctl.claim_reasons.get(c.id)))
+        return JSONResponse(out)
+
+    @app.get("/v1/claims/{name}", response_model=S.ClaimOut, tags=["claims"])
+    async def show_claim(name: ClaimName, actor: User = Depends(authenticated)):
+        await ctl.read_barrier()
+        return show(C.visible(ctl.model, actor, name).id)
+
+    @app.get("/v1/claims/by-id/{claim_id}", response_model=S.ClaimOut, tags=["claims"])
+    async def show_claim_by_id(claim_id: int, actor: User = Depends(authenticated)):
+        await ctl.read_barrier()
+        claim = ctl.model.claims.get(claim_id)
+        if claim is None or not (actor.is_admin or claim.project in actor.projects):
+            raise NotFound(f"claim {claim_id} not found")
+        return show(claim_id)
+
+    @app.delete("/v1/claims/{name}", status_code=202, response_model=S.ClaimOut, tags=["claims"])
+    async def delete_claim(name: ClaimName, request: Request, actor: User = Depends(authenticated)):
+        def decide(model: Model):
+            claim = C.visible(model, actor, name)
+            return C.delete(model, actor, name, time.time()), claim.id
+
+        return show(await mutate(request, actor, f"claim/{name}", decide), 202)
+
+    @app.post("/v1/claims/by-id/{claim_id}/purge", status_code=202, response_model=S.ClaimOut, tags=["claims"])
+    async def purge_claim(claim_id: int, request: Request, actor: User = Depends(admin)):
+        await mutate(request, actor, f"claim/{claim_id}",
+                     lambda model: (C.purge(model, actor, claim_id, time.time()), None))
+        return show(claim_id, 202)
+
+    @app.post("/v1/claims/{name}/attachments", status_code=201, tags=["claims"])
+    async def attach(name: ClaimName, body: S.AttachmentRequest, request: Request, actor: User = Depends(admin)):
+        attachment_id = await mutate(request, actor, f"claim/{name}", lambda model: C.add_attachment(
+            model, actor, name, body.host, body.mode, time.time(), job_id=body.job_id))
+        claim = C.visible(ctl.model, actor, name)
+        return JSONResponse(attachment_json(next(a for a in claim.attachments if a.id == attachment_id)),
+                            status_code=201)
+
+    @app.delete("/v1/claims/{name}/attachments/{attachment_id}", tags=["claims"])
+    async def detach(name: ClaimName, attachment_id: int, request: Request, actor: User = Depends(admin)):
+        def decide(model: Model):
+            claim = C.visible(model, actor, name)
+            return C.remove_attachment(model, actor, name, attachment_id, time.time()), claim.id
+
+        return show(await mutate(request, actor, f"claim/{name}", decide))
+
+    @app.get("/v1/claimclasses", tags=["claims"])
+    async def list_classes(_: User = Depends(authenticated)):
+        return JSONResponse([{"name": c.name, "provider": c.provider, "scope": c.scope, "pools": c.pools,
+                              "access_modes": c.access_modes, "reclaim_policy": c.reclaim_policy,
+                              "parameters": c.parameters, "allowed_parameters": c.allowed_parameters,
+                              "description": c.description} for c in ctl.config.claim_classes])
+
+    @app.get("/v1/pools", tags=["claims"])
+    async def list_pools(_: User = Depends(authenticated)):
+        await ctl.read_barrier()
+        used = pool_use(ctl.model)
+        return JSONResponse([{"name": p.name, "capacity_bytes": p.capacity_bytes, "used_bytes": used.get(p.name, 0),
+                              "description": p.description} for p in ctl.config.pools])
+
+    @app.get("/v1/orphans", tags=["claims"])
+    async def list_orphans(_: User = Depends(admin)):
+        await ctl.read_barrier()
+        now = time.time()
+        out: list[dict[str, Any]] = [orphan_json(o, now) for o in ctl.model.orphans.values()]
+        grace = ctl.config.claims.orphan_grace
+        for o in out:
+            o["releases_in"] = None if o["retain"] else max(0.0, round(grace - o["age"], 1))
+        for claim, why in claim_orphans(ctl.model):
+            out.append({"kind": "claim", "claim_id": claim.id, "name": claim.name, "class": claim.class_name,
+                        "state": claim.state.value, "project": claim.project, "reason": why,
+                        "age": round(now - claim.created, 1)})
+        return JSONResponse(out)

@@ -1,0 +1,603 @@
+"""Claims: data and volumes as resources with a lifecycle.  The one module that owns a claim's state.
+
+States (``ClaimState``)::
+
+    PENDING ──▶ PREPARING ──▶ READY ──▶ RELEASING ──▶ RELEASED
+       │            │           │            │
+       │            ▼           └──(retain)──┼──────▶ RELEASED (retained: the object is kept)
+       └──────────▶ FAILED ◀─────────────────┘
+                      └──(delete)──▶ RELEASING / RELEASED
+
+A claim's provider work is an *op* (``create`` or ``release``) with a stable
+``op_id`` (``c<claim>.<op>.<n>``).  The scheduler places a PENDING claim in a
+pool, which opens its ``create`` op; an agent commits an intent (PENDING →
+PREPARING), calls the provider, and reports: success moves the claim on,
+a retryable failure schedules the next attempt (same op_id: providers are
+idempotent by it), and a permanent failure or the last attempt ends FAILED.
+Deleting opens ``release`` (policy ``delete``) or records the object as
+retained (policy ``retain``); a claim with attachments waits for the last
+one to go first, as Kubernetes' pvc-protection does.
+
+``_set_state`` is the only place a claim's state changes: it checks the
+transition table, appends the history entry, and the audit record.  Decide
+functions (``create``, ``delete``, ``record_intent``, ``record_result``...)
+check requests and return facts; the ``apply_*`` folds are pure and total.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from xce.model import facts as F
+from xce.model.audit import AuditRecord
+from xce.model.facts import Fact
+from xce.model.names import check_name
+from xce.units import format_size as human, parse_size
+
+if TYPE_CHECKING:
+    from xce.controller.config import ClaimClassConfig, ClaimsConfig, Config
+    from xce.model.identity import User
+    from xce.model.state import Model
+
+
+class ClaimState(enum.StrEnum):
+    PENDING = "PENDING"
+    PREPARING = "PREPARING"
+    READY = "READY"
+    RELEASING = "RELEASING"
+    RELEASED = "RELEASED"
+    FAILED = "FAILED"
+
+
+class ClaimForm(enum.StrEnum):
+    STANDALONE = "standalone"
+    TEMPLATE = "template"
+
+
+class AccessMode(enum.StrEnum):
+    RWO = "RWO"  # read-write, jobs on one host at a time
+    ROX = "ROX"  # read-only, any hosts
+    RWX = "RWX"  # read-write, any hosts
+    RWOP = "RWOP"  # read-write, one job at a time
+
+
+class ReclaimPolicy(enum.StrEnum):
+    DELETE = "delete"
+    RETAIN = "retain"
+
+
+class OpKind(enum.StrEnum):
+    CREATE = "create"
+    RELEASE = "release"
+
+
+S = ClaimState
+TRANSITIONS: dict[ClaimState, frozenset[ClaimState]] = {
+    S.PENDING: frozenset({S.PREPARING, S.FAILED, S.RELEASED}),
+    S.PREPARING: frozenset({S.READY, S.FAILED}),
+    S.READY: frozenset({S.RELEASING, S.RELEASED}),
+    S.RELEASING: frozenset({S.RELEASED, S.FAILED}),
+    S.FAILED: frozenset({S.RELEASING, S.RELEASED}),
+    S.RELEASED: frozenset(),
+}
+LIVE = frozenset({S.PENDING, S.PREPARING, S.READY, S.RELEASING, S.FAILED})  # holds its name and quota
+
+SHARED_AGENT = "provisioner"
+
+
+def node_agent(host: str) -> str:
+    return f"node:{host}"
+
+
+@dataclass
+class Op:
+    """The provider call a claim is waiting for.  ``epoch`` is set once an agent committed its intent."""
+
+    op_id: str
+    kind: OpKind
+    attempts: int = 0
+    agent: str | None = None
+    epoch: int | None = None
+    next_retry: float | None = None  # None: due now
+
+    def __post_init__(self) -> None:
+        self.kind = OpKind(self.kind)
+
+
+@dataclass
+class Attachment:
+    id: int
+    host: str
+    mode: str
+    created: float
+    by: str
+    job_id: int | None = None
+
+
+@dataclass
+class Claim:
+    id: int
+    name: str
+    form: ClaimForm
+    class_name: str
+    scope: str
+    size_bytes: int
+    access_mode: AccessMode
+    reclaim_policy: ReclaimPolicy
+    owner: str
+    project: str
+    created: float
+    params: dict[str, str] = field(default_factory=dict)
+    job_id: int | None = None
+    state: ClaimState = ClaimState.PENDING
+    placed: bool = False
+    pool: str | None = None
+    host: str | None = None  # node-scope claims: the host whose agent prepares it
+    handle: str | None = None
+    actual_bytes: int | None = None
+    reachable_hosts: list[str] | None = None  # None: every host
+    host_labels: dict[str, str] = field(default_factory=dict)
+    path: str | None = None
+    op: Op | None = None
+    op_counts: dict[str, int] = field(default_factory=dict)  # op kind -> ops opened so far (for op ids)
+    last_error: str | None = None
+    stderr_tail: str = ""
+    attachments: list[Attachment] = field(default_factory=list)
+    delete_requested: bool = False
+    deleted_by: str | None = None
+    retained: bool = False  # RELEASED with the provider object kept (policy retain)
+    data_exists: bool = False  # a provider object exists (or may: a create was attempted)
+    history: list[dict[str, Any]] = field(default_factory=list)  # {state, time, reason}
+    ops: list[dict[str, Any]] = field(default_factory=list)  # every attempt: {op_id, op, attempt, result, time, ...}
+
+    def __post_init__(self) -> None:
+        self.form = ClaimForm(self.form)
+        self.access_mode = AccessMode(self.access_mode)
+        self.reclaim_policy = ReclaimPolicy(self.reclaim_policy)
+        self.state = ClaimState(self.state)
+        if isinstance(self.op, dict):
+            self.op = Op(**self.op)
+        self.attachments = [a if isinstance(a, Attachment) else Attachment(**a) for a in self.attachments]
+
+    @property
+    def charged_bytes(self) -> int:
+        """Quota and pool use: the larger of what was asked and what the provider made."""
+        return max(self.size_bytes, self.actual_bytes or 0)
+
+    @property
+    def live(self) -> bool:
+        return self.state in LIVE
+
+    @property
+    def agent(self) -> str:
+        """Who runs this claim's provider ops: the provisioner, or the node agent of its host."""
+        return SHARED_AGENT if self.scope == "shared" or self.host is None else node_agent(self.host)
+
+    def waiting(self) -> str | None:
+        """What the claim waits for, in words (None when it waits for nothing)."""
+        if self.delete_requested and self.attachments and self.state is not ClaimState.RELEASED:
+            n = len(self.attachments)
+            return f"deletion waits for {n} attachment{'s' if n > 1 else ''} to go"
+        if self.op is not None:
+            what = f"{self.op.kind.value} (op {self.op.op_id}"
+            what += f", attempt {self.op.attempts}" if self.op.attempts else ""
+            if self.op.next_retry is not None:
+                what += f", next retry at {self.op.next_retry:.1f}"
+            return what + ")"
+        return None
+
+
+# ---------------------------------------------------------------- decisions
+
+
+def class_or_404(config: Config, name: str) -> ClaimClassConfig:
+    cls = config.claim_class(name)
+    if cls is None:
+        known = ", ".join(c.name for c in config.claim_classes) or "none configured"
+        raise NotFound(f"claim class {name!r} does not exist (classes: {known})")
+    return cls
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    name: str
+    class_name: str
+    size: str | int
+    access_mode: str
+    reclaim_policy: str | None = None
+    params: dict[str, str] = field(default_factory=dict)
+    project: str | None = None
+
+
+def live_by_name(model: Model, name: str) -> Claim | None:
+    claim_id = model.claim_names.get(name)
+    return model.claims.get(claim_id) if claim_id is not None else None
+
+
+def create(model: Model, config: Config, actor: User, spec: ClaimSpec, now: float,
+           form: ClaimForm = ClaimForm.STANDALONE, job_id: int | None = None) -> tuple[list[Fact], int]:
+    """``xce claim create``: check everything, charge quota, return the ``ClaimCreated`` fact."""
+    check_name("claim", spec.name)
+    cls = class_or_404(config, spec.class_name)
+    size = parse_size(spec.size, "size")
+    try:
+        mode = AccessMode(spec.access_mode)
+    except ValueError:
+        raise InvalidRequest(f"unknown access mode {spec.access_mode!r}: expected RWO, ROX, RWX or RWOP") from None
+    if mode.value not in cls.access_modes:
+        raise InvalidRequest(f"claim class {cls.name!r} does not allow access mode {mode.value} "
+                             f"(allowed: {', '.join(cls.access_modes)})")
+    policy_text = spec.reclaim_policy or cls.reclaim_policy
+    try:
+        policy = ReclaimPolicy(policy_text)
+    except ValueError:
+        raise InvalidRequest(f"unknown reclaim policy {policy_text!r}: expected retain or delete") from None
+    allowed = set(cls.parameters) | set(cls.allowed_parameters)
+    if unknown := sorted(set(spec.params) - allowed):
+        raise InvalidRequest(f"claim class {cls.name!r} does not take parameter(s) {', '.join(unknown)}"
+                             + (f" (allowed: {', '.join(sorted(allowed))})" if allowed else ""))
+    for k, v in spec.params.items():
+        check_name("parameter", k)
+        if not isinstance(v, str) or len(v) > 1024:
+            raise InvalidRequest(f"parameter {k!r}: values are strings of at most 1024 characters")
+    project = spec.project or (actor.projects[0] if actor.projects else "default")
+    if project not in model.projects:
+        raise NotFound(f"project {project!r} does not exist")
+    if not actor.is_admin and project not in actor.projects:
+        raise Forbidden(f"user {actor.name!r} is not a member of project {project!r}")
+    if live_by_name(model, spec.name) is not None:
+        raise Conflict(f"a claim named {spec.name!r} already exists")
+    check_quota(model, config, project, cls.name, size)
+    claim_id = model.next_claim_id
+    return [F.ClaimCreated(time=now, claim_id=claim_id, name=spec.name, form=form.value, class_name=cls.name,
+                           scope=cls.scope, size_bytes=size, access_mode=mode.value,
+                           reclaim_policy=policy.value, owner=actor.name, project=project,
+                           params={**cls.parameters, **spec.params}, job_id=job_id)], claim_id
+
+
+def quota_use(model: Model, project: str, class_name: str | None) -> tuple[int, int]:
+    """(claims, bytes) charged to ``project`` (and ``class_name``, None for all): live claims only."""
+    count = total = 0
+    for c in model.claims.values():
+        if c.live and c.project == project and (class_name is None or c.class_name == class_name):
+            count += 1
+            total += c.charged_bytes
+    return count, total
+
+
+def check_quota(model: Model, config: Config, project: str, class_name: str, size: int) -> None:
+    for q in config.quotas:
+        if q.project != project or q.claim_class not in ("*", class_name):
+            continue
+        count, total = quota_use(model, project, None if q.claim_class == "*" else class_name)
+        scope = f"project {project}" + ("" if q.claim_class == "*" else f", class {class_name}")
+        if q.max_claims is not None and count + 1 > q.max_claims:
+            raise Conflict(f"quota exceeded for {scope}: at most {q.max_claims} claims, {count} in use",
+                           code="quota_exceeded")
+        limit = q.max_bytes_value
+        if limit is not None and total + size > limit:
+            raise Conflict(f"quota exceeded for {scope}: at most {human(limit)}, {human(total)} in use, "
+                           f"{human(size)} asked", code="quota_exceeded")
+
+
+def visible(model: Model, actor: User, name: str) -> Claim:
+    """The live claim ``name`` (or the newest released one) if ``actor`` may see it; else 404."""
+    claim = live_by_name(model, name)
+    if claim is None:
+        claim = model.claims.get(model.released_names.get(name, -1))
+    if claim is None or not (actor.is_admin or claim.project in actor.projects):
+        raise NotFound(f"claim {name!r} not found")
+    return claim
+
+
+def delete(model: Model, actor: User, name: str, now: float) -> list[Fact]:
+    claim = visible(model, actor, name)
+    if claim.form is ClaimForm.TEMPLATE and not actor.is_admin:
+        raise Conflict(f"claim {name!r} belongs to job {claim.job_id}: it goes with the job")
+    if claim.state is ClaimState.RELEASED or claim.delete_requested:
+        return []
+    return [F.ClaimDeleteRequested(time=now, claim_id=claim.id, by=actor.name)]
+
+
+def purge(model: Model, actor: User, claim_id: int, now: float) -> list[Fact]:
+    claim = model.claims.get(claim_id)
+    if claim is None:
+        raise NotFound(f"claim {claim_id} not found")
+    if not claim.retained:
+        raise Conflict(f"claim {claim.name!r} (id {claim.id}) is not a retained object")
+    if claim.op is not None:
+        return []
+    return [F.ClaimPurgeRequested(time=now, claim_id=claim.id, by=actor.name)]
+
+
+def add_attachment(model: Model, actor: User, name: str, host: str, mode: str, now: float,
+                   job_id: int | None = None) -> tuple[list[Fact], int]:
+    claim = visible(model, actor, name)
+    check_name("host", host)
+    if mode not in ("rw", "ro"):
+        raise InvalidRequest(f"attachment mode must be rw or ro, got {mode!r}")
+    if claim.state is not ClaimState.READY:
+        raise Conflict(f"claim {name!r} is {claim.state.value}: only READY claims can be attached")
+    if claim.delete_requested:
+        raise Conflict(f"claim {name!r} is being deleted")
+    if mode == "rw" and claim.access_mode is AccessMode.ROX:
+        raise Conflict(f"claim {name!r} is ROX (read-only): it cannot be attached rw")
+    attachment_id = model.next_attachment_id
+    return [F.AttachmentAdded(time=now, claim_id=claim.id, attachment_id=attachment_id, host=host, mode=mode,
+                              by=actor.name, job_id=job_id)], attachment_id
+
+
+def remove_attachment(model: Model, actor: User, name: str, attachment_id: int, now: float) -> list[Fact]:
+    claim = visible(model, actor, name)
+    if not any(a.id == attachment_id for a in claim.attachments):
+        raise NotFound(f"claim {name!r} has no attachment {attachment_id}")
+    return [F.AttachmentRemoved(time=now, claim_id=claim.id, attachment_id=attachment_id, by=actor.name)]
+
+
+# ---------------------------------------------------------------- agents: leases, work, intents, results
+
+
+def lease(model: Model, agent: str, holder: str, now: float) -> tuple[list[Fact], int]:
+    """A (re)started agent takes a new epoch; reports from older epochs are refused from now on."""
+    epoch = model.agent_epochs.get(agent, 0) + 1
+    return [F.AgentLeased(time=now, agent=agent, epoch=epoch, holder=holder)], epoch
+
+
+def check_epoch(model: Model, agent: str, epoch: int) -> None:
+    current = model.agent_epochs.get(agent)
+    if current != epoch:
+        raise Conflict(f"stale epoch {epoch} for agent {agent}: the current epoch is {current}",
+                       code="stale_epoch")
+
+
+def due_ops(model: Model, agent: str, now: float, limit: int = 1000) -> list[Claim]:
+    """Claims whose open op this agent should run now: never intended, or intended by an older
+    epoch (the agent restarted: re-drive with the same op_id), and not waiting for a retry."""
+    epoch = model.agent_epochs.get(agent)
+    out = []
+    for claim_id in sorted(model.open_ops):
+        claim = model.claims[claim_id]
+        op = claim.op
+        if op is None or claim.agent != agent:
+            continue
+        if op.epoch is not None and op.epoch == epoch:
+            continue  # in flight with the current agent
+        if op.next_retry is not None and op.next_retry > now:
+            continue
+        out.append(claim)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def next_due(model: Model, agent: str) -> float | None:
+    """When the earliest waiting retry of this agent falls due (to bound its long-poll)."""
+    times = [c.op.next_retry for cid in model.open_ops if (c := model.claims[cid]).op is not None
+             and c.agent == agent and c.op.next_retry is not None]
+    return min(times) if times else None
+
+
+def record_intent(model: Model, agent: str, epoch: int, op_id: str, claim_id: int, now: float) -> list[Fact]:
+    claim = model.claims.get(claim_id)
+    if claim is None or claim.op is None or claim.op.op_id != op_id:
+        raise Conflict(f"op {op_id} is not open on claim {claim_id}", code="op_gone")
+    if claim.op.epoch == epoch:
+        return []  # already recorded for this epoch
+    return [F.ClaimOpIntent(time=now, claim_id=claim_id, op_id=op_id, agent=agent, epoch=epoch)]
+
+
+def retry_delay(cfg: ClaimsConfig, attempt: int, rng: random.Random) -> float:
+    base = min(cfg.retry_cap, cfg.retry_base * 2 ** max(0, attempt - 1))
+    return base * rng.uniform(1 - cfg.retry_jitter, 1 + cfg.retry_jitter)
+
+
+def record_result(model: Model, cfg: ClaimsConfig, epoch: int, op_id: str, claim_id: int, now: float,
+                  ok: bool, *, handle: str | None = None, size_bytes: int | None = None,
+                  reachable_hosts: list[str] | None = None, host_labels: dict[str, str] | None = None,
+                  path: str | None = None, message: str = "", code: str = "", retryable: bool = True,
+                  stderr_tail: str = "", rng: random.Random | None = None) -> list[Fact]:
+    """An agent's report on one op; it must come from the epoch that recorded the intent."""
+    claim = model.claims.get(claim_id)
+    if claim is None or claim.op is None or claim.op.op_id != op_id:
+        return []  # decided already (a duplicate report): nothing to do
+    if claim.op.epoch != epoch:
+        raise Conflict(f"op {op_id} was not started by epoch {epoch}", code="stale_epoch")
+    if ok:
+        return [F.ClaimOpSucceeded(time=now, claim_id=claim_id, op_id=op_id, handle=handle, size_bytes=size_bytes,
+                                   reachable_hosts=reachable_hosts, host_labels=dict(host_labels or {}),
+                                   path=path, message=message[:1024])]
+    attempts = claim.op.attempts
+    next_retry = None
+    if retryable and attempts < cfg.max_attempts:
+        next_retry = now + retry_delay(cfg, attempts, rng or random.Random())
+    return [F.ClaimOpFailed(time=now, claim_id=claim_id, op_id=op_id, code=code or "ERROR", message=message[:2048],
+                            retryable=retryable, next_retry=next_retry, stderr_tail=stderr_tail[-2048:])]
+
+
+# ---------------------------------------------------------------- folds
+
+
+def _set_state(model: Model, claim: Claim, new: ClaimState, time: float, reason: str, by: str) -> None:
+    """The one place a claim changes state: checked, recorded in its history and in the audit trail."""
+    if new not in TRANSITIONS[claim.state]:
+        # a fact the decide functions should never have produced; folds stay total, so record it
+        reason = f"unexpected {claim.state.value} -> {new.value}: {reason}"
+    old = claim.state
+    claim.state = new
+    claim.history.append({"state": new.value, "time": time, "reason": reason})
+    model.audit.append(AuditRecord(seq=len(model.audit) + 1, time=time, user=by, action="claim.state",
+                                   target=f"claim/{claim.name}", result=new.value,
+                                   detail=f"{old.value} -> {new.value}: {reason}"[:512]))
+    if new is ClaimState.RELEASED:
+        if model.claim_names.get(claim.name) == claim.id:
+            del model.claim_names[claim.name]
+        model.released_names[claim.name] = max(claim.id, model.released_names.get(claim.name, 0))
+
+
+def _open_op(model: Model, claim: Claim, kind: OpKind) -> None:
+    n = claim.op_counts.get(kind.value, 0) + 1
+    claim.op_counts[kind.value] = n
+    claim.op = Op(op_id=f"c{claim.id}.{kind.value}.{n}", kind=kind)
+    model.open_ops.add(claim.id)
+
+
+def _close_op(model: Model, claim: Claim) -> None:
+    claim.op = None
+    model.open_ops.discard(claim.id)
+
+
+def _advance_delete(model: Model, claim: Claim, time: float) -> None:
+    """Carry out a requested deletion once nothing holds the claim (no attachment, no op in flight)."""
+    if not claim.delete_requested or claim.attachments or claim.op is not None and claim.op.epoch is not None:
+        return
+    by = claim.deleted_by or "-"
+    if claim.state is ClaimState.PENDING:  # never reached a provider
+        _close_op(model, claim)
+        _set_state(model, claim, ClaimState.RELEASED, time, "deleted before it was prepared", by)
+    elif claim.state in (ClaimState.READY, ClaimState.FAILED):
+        if not claim.data_exists:
+            _set_state(model, claim, ClaimState.RELEASED, time, "deleted; no provider object exists", by)
+        elif claim.reclaim_policy is ReclaimPolicy.RETAIN:
+            claim.retained = True
+            _set_state(model, claim, ClaimState.RELEASED, time,
+                       f"deleted; reclaim policy retain keeps {claim.handle or 'the object'}", by)
+        else:
+            _set_state(model, claim, ClaimState.RELEASING, time, "deleted; releasing the provider object", by)
+            _open_op(model, claim, OpKind.RELEASE)
+
+
+def apply_claim_created(model: Model, f: F.ClaimCreated) -> None:
+    claim = Claim(id=f.claim_id, name=f.name, form=f.form, class_name=f.class_name, scope=f.scope,
+                  size_bytes=f.size_bytes, access_mode=f.access_mode, reclaim_policy=f.reclaim_policy,
+                  owner=f.owner, project=f.project, created=f.time, params=dict(f.params), job_id=f.job_id)
+    claim.history.append({"state": ClaimState.PENDING.value, "time": f.time, "reason": "created"})
+    model.claims[claim.id] = claim
+    model.claim_names[claim.name] = claim.id
+    model.next_claim_id = max(model.next_claim_id, claim.id + 1)
+    model.audit.append(AuditRecord(seq=len(model.audit) + 1, time=f.time, user=f.owner, action="claim.state",
+                                   target=f"claim/{f.name}", result=ClaimState.PENDING.value,
+                                   detail=f"created: {f.form} {f.class_name} {f.size_bytes} bytes {f.access_mode}"))
+
+
+def apply_claim_placed(model: Model, f: F.ClaimPlaced) -> None:
+    claim = model.claims.get(f.claim_id)
+    if claim is None or claim.state is not ClaimState.PENDING or claim.placed:
+        return
+    claim.placed = True
+    claim.pool = f.pool
+    claim.host = f.host
+    _open_op(model, claim, OpKind.CREATE)
+
+
+def apply_claim_op_intent(model: Model, f: F.ClaimOpIntent) -> None:
+    claim = model.claims.get(f.claim_id)
+    if claim is None or claim.op is None or claim.op.op_id != f.op_id:
+        return
+    op = claim.op
+    op.attempts += 1
+    op.agent, op.epoch, op.next_retry = f.agent, f.epoch, None
+    claim.ops.append({"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts, "agent": f.agent,
+                      "epoch": f.epoch, "time": f.time, "result": "started"})
+    if op.kind is OpKind.CREATE:
+        claim.data_exists = True  # from here on a provider object may exist: never assume it does not
+        if claim.state is ClaimState.PENDING:
+            _set_state(model, claim, ClaimState.PREPARING, f.time, f"{f.agent} creating (op {op.op_id})", f.agent)
+
+
+def apply_claim_op_succeeded(model: Model, f: F.ClaimOpSucceeded) -> None:
+    claim = model.claims.get(f.claim_id)
+    if claim is None or claim.op is None or claim.op.op_id != f.op_id:
+        return
+    op = claim.op
+    agent = op.agent or "-"
+    claim.ops.append({"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts, "time": f.time,
+                      "result": "ok", "message": f.message})
+    claim.last_error, claim.stderr_tail = None, ""
+    _close_op(model, claim)
+    if op.kind is OpKind.CREATE:
+        claim.handle = f.handle
+        claim.actual_bytes = f.size_bytes
+        claim.reachable_hosts = list(f.reachable_hosts) if f.reachable_hosts is not None else None
+        claim.host_labels = dict(f.host_labels)
+        claim.path = f.path
+        _set_state(model, claim, ClaimState.READY, f.time, f"created {f.handle} on attempt {op.attempts}", agent)
+        _advance_delete(model, claim, f.time)
+    else:
+        claim.data_exists = False
+        if claim.state is ClaimState.RELEASED:  # a purged retained object
+            claim.retained = False
+            claim.history.append({"state": claim.state.value, "time": f.time,
+                                  "reason": f"retained object {claim.handle} released (purged)"})
+        else:
+            _set_state(model, claim, ClaimState.RELEASED, f.time, f"released {claim.handle}", agent)
+
+
+def apply_claim_op_failed(model: Model, f: F.ClaimOpFailed) -> None:
+    claim = model.claims.get(f.claim_id)
+    if claim is None or claim.op is None or claim.op.op_id != f.op_id:
+        return
+    op = claim.op
+    agent = op.agent or "-"
+    claim.last_error = f"{f.code}: {f.message}"
+    claim.stderr_tail = f.stderr_tail
+    claim.ops.append({"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts, "time": f.time,
+                      "result": f.code, "message": f.message, "retryable": f.retryable,
+                      "next_retry": f.next_retry})
+    if f.next_retry is not None:
+        op.epoch = None  # the next attempt needs a new intent
+        op.next_retry = f.next_retry
+        return
+    _close_op(model, claim)
+    why = f"{op.kind.value} failed after {op.attempts} attempt{'s' if op.attempts != 1 else ''}: {claim.last_error}"
+    if op.kind is OpKind.CREATE:
+        # a permanent error from the provider means it made nothing; a crash on the last attempt
+        # may have left an object, which the orphan scan finds by its op_id tag
+        claim.data_exists = False
+        _set_state(model, claim, ClaimState.FAILED, f.time, why, agent)
+        _advance_delete(model, claim, f.time)
+    elif claim.state is ClaimState.RELEASED:  # a purge that failed: still retained
+        claim.history.append({"state": claim.state.value, "time": f.time, "reason": f"purge failed: {why}"})
+    else:
+        _set_state(model, claim, ClaimState.FAILED, f.time, why + "; the data still exists", agent)
+
+
+def apply_claim_delete_requested(model: Model, f: F.ClaimDeleteRequested) -> None:
+    claim = model.claims.get(f.claim_id)
+    if claim is None or claim.state is ClaimState.RELEASED:
+        return
+    claim.delete_requested = True
+    claim.deleted_by = f.by
+    _advance_delete(model, claim, f.time)
+
+
+def apply_claim_purge_requested(model: Model, f: F.ClaimPurgeRequested) -> None:
+    claim = model.claims.get(f.claim_id)
+    if claim is None or not claim.retained or claim.op is not None:
+        return
+    claim.history.append({"state": claim.state.value, "time": f.time, "reason": f"purge requested by {f.by}"})
+    _open_op(model, claim, OpKind.RELEASE)
+
+
+def apply_attachment_added(model: Model, f: F.AttachmentAdded) -> None:
+    claim = model.claims.get(f.claim_id)
+    if claim is None:
+        return
+    claim.attachments.append(Attachment(id=f.attachment_id, host=f.host, mode=f.mode, created=f.time, by=f.by,
+                                        job_id=f.job_id))
+    model.next_attachment_id = max(model.next_attachment_id, f.attachment_id + 1)
+
+
+def apply_attachment_removed(model: Model, f: F.AttachmentRemoved) -> None:
+    claim = model.claims.get(f.claim_id)
+    if claim is None:
+        return
+    claim.attachments = [a for a in claim.attachments if a.id != f.attachment_id]
+    _advance_delete(model, claim, f.time)
+
+
+def apply_agent_leased(model: Model, f: F.AgentLeased) -> None:
+    model.agent_epochs[f.agent] = f.epoch

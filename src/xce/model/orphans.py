@@ -1,0 +1,119 @@
+"""Orphans: provider objects no claim owns, and claims no owner holds.
+
+A provider object is ours when its ``xce.cluster`` tag is our cluster id.  It
+is owned when its claim exists and either knows it (same handle, data still
+there) or has an open op with the op id it is tagged with (a create in
+flight).  Anything else of ours is an orphan: recorded (``OrphanSeen``)
+with the time it was first seen, reported by ``xce orphans``, and released
+by the provisioner once older than the grace period, unless it is tagged
+``xce.reclaim=retain``.  Nothing is released without that record.
+
+Claim orphans are live claims with no owner: their project is gone, or they
+are template claims whose job has ended or vanished.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from xce.model import facts as F
+from xce.model.audit import AuditRecord
+from xce.model.facts import Fact
+
+if TYPE_CHECKING:
+    from xce.model.claims import Claim
+    from xce.model.state import Model
+
+
+@dataclass
+class Orphan:
+    handle: str
+    class_name: str
+    provider: str
+    claim_id: int | None
+    first_seen: float
+    tags: dict[str, str] = field(default_factory=dict)
+    size_bytes: int | None = None
+
+    @property
+    def retain(self) -> bool:
+        return self.tags.get("xce.reclaim") == "retain"
+
+
+def _owns(claim: Claim | None, handle: str, op_id: str | None) -> bool:
+    if claim is None:
+        return False
+    if claim.handle == handle and claim.data_exists:
+        return True
+    return claim.op is not None and op_id is not None and claim.op.op_id == op_id
+
+
+def inventory(model: Model, class_name: str, provider: str, objects: list[dict[str, Any]],
+              now: float) -> list[Fact]:
+    """What the provider listed for ``class_name``: new orphans, and orphans no longer there."""
+    facts: list[Fact] = []
+    listed = set()
+    for obj in objects:
+        tags = {str(k): str(v) for k, v in (obj.get("tags") or {}).items()}
+        handle = str(obj.get("handle") or "")
+        if not handle or tags.get("xce.cluster") != model.cluster_id:
+            continue  # not ours: another cluster's, or made by hand
+        listed.add(handle)
+        try:
+            claim_id = int(tags.get("xce.claim", ""))
+        except ValueError:
+            claim_id = None
+        claim = model.claims.get(claim_id) if claim_id is not None else None
+        if _owns(claim, handle, tags.get("xce.op")) or handle in model.orphans:
+            continue
+        size = obj.get("size_bytes")
+        facts.append(F.OrphanSeen(time=now, handle=handle, class_name=class_name, provider=provider,
+                                  claim_id=claim_id, tags=tags, size_bytes=size if isinstance(size, int) else None))
+    for o in model.orphans.values():
+        if o.class_name == class_name and o.handle not in listed:
+            facts.append(F.OrphanResolved(time=now, handle=o.handle, how="gone"))
+    return facts
+
+
+def due_for_release(model: Model, grace: float, now: float) -> list[Orphan]:
+    return [o for o in model.orphans.values() if not o.retain and now - o.first_seen >= grace
+            and not _owns(model.claims.get(o.claim_id) if o.claim_id is not None else None, o.handle,
+                          o.tags.get("xce.op"))]
+
+
+def claim_orphans(model: Model) -> list[tuple[Claim, str]]:
+    """Live claims nobody owns any more, with why."""
+    out = []
+    for c in model.claims.values():
+        if not c.live or c.delete_requested:
+            continue
+        if c.project not in model.projects:
+            out.append((c, f"project {c.project} no longer exists"))
+        elif c.form.value == "template":
+            job = model.jobs.get(c.job_id) if c.job_id is not None else None
+            if job is None:
+                out.append((c, f"its job {c.job_id} no longer exists"))
+            elif job.finished:
+                out.append((c, f"its job {job.display_id} ended ({job.state.value})"))
+    return out
+
+
+def _audit(model: Model, time: float, result: str, handle: str, detail: str) -> None:
+    model.audit.append(AuditRecord(seq=len(model.audit) + 1, time=time, user="-", action="orphan",
+                                   target=f"object/{handle}", result=result, detail=detail[:512]))
+
+
+def apply_orphan_seen(model: Model, f: F.OrphanSeen) -> None:
+    if f.handle in model.orphans:
+        return
+    model.orphans[f.handle] = Orphan(handle=f.handle, class_name=f.class_name, provider=f.provider,
+                                     claim_id=f.claim_id, first_seen=f.time, tags=dict(f.tags),
+                                     size_bytes=f.size_bytes)
+    _audit(model, f.time, "seen", f.handle, f"{f.class_name} object of claim {f.claim_id} has no owner")
+
+
+def apply_orphan_resolved(model: Model, f: F.OrphanResolved) -> None:
+    if model.orphans.pop(f.handle, None) is not None:
+        _audit(model, f.time, f.how, f.handle, "released after the grace period" if f.how == "released"
+               else "no longer listed by its provider")

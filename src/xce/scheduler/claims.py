@@ -1,0 +1,36 @@
+"""Placing standalone claims into pools: part of ``schedule``, pure like the rest of it.
+
+Each pending claim goes to the candidate pool (from its class) with the most
+room that fits its size; the pool's free capacity is reserved within the
+cycle so two claims never share the last bytes.  A claim that fits nowhere
+stays PENDING with a reason naming each pool's free room.
+"""
+
+from __future__ import annotations
+
+from xce.scheduler.plan import Placement
+from xce.scheduler.snapshot import Snapshot
+from xce.units import format_size
+
+
+def place_claims(snap: Snapshot) -> tuple[tuple[Placement, ...], dict[int, str]]:
+    free = {p.name: p.free for p in snap.pools}
+    placements: list[Placement] = []
+    reasons: dict[int, str] = {}
+    for claim in sorted(snap.pending_claims, key=lambda c: c.id):
+        if not claim.pools:
+            placements.append(Placement(claim_id=claim.id, pool=None, size=claim.size))
+            continue
+        known = [p for p in claim.pools if p in free]
+        fitting = [p for p in known if free[p] >= claim.size]
+        if not fitting:
+            if not known:
+                reasons[claim.id] = f"its class draws on pool(s) {', '.join(claim.pools)}, none configured"
+            else:
+                room = ", ".join(f"{p} has {format_size(max(free[p], 0))} free" for p in known)
+                reasons[claim.id] = f"no pool has room for {format_size(claim.size)}: {room}"
+            continue
+        pool = max(fitting, key=lambda p: (free[p], p))
+        free[pool] -= claim.size
+        placements.append(Placement(claim_id=claim.id, pool=pool, size=claim.size))
+    return tuple(placements), reasons
