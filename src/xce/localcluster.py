@@ -1,8 +1,9 @@
 """``xce up`` / ``xce down``: a whole cluster on one machine, on loopback, from one state directory.
 
-``xce up`` starts one controller (embedded SQLite store in ``DIR``) and N
-worker hosts (``host1``..``hostN``), each a real ``xce worker`` process with
-its own daemon identity bound to its host.  It writes the client settings to
+``xce up`` starts one controller (embedded SQLite store in ``DIR``), the
+provisioner (the claim agent for shared storage, with ``simfs`` under
+``DIR/simfs``), and N worker hosts (``host1``..``hostN``), each a real
+``xce worker`` process with its own daemon identity bound to its host.  It writes the client settings to
 ``DIR/client.toml`` and its own pid to ``DIR/up.pid``, then supervises until
 Ctrl-C, SIGTERM or ``xce down``: workers stop first, then the controller
 (which snapshots and releases its lease).  Running ``xce up`` again on the
@@ -14,6 +15,8 @@ Layout of ``DIR``::
     xce.db, admin.token, controller.url   the controller's (see xce.controller.server)
     client.toml                           url + admin token for ``xce --config`` (mode 0600)
     up.pid                                the supervising ``xce up`` process
+    provisioner.toml, provisioner.token   the provisioner's providers (edit freely) and daemon token
+    simfs/                                simfs volumes (the embedded default's claim class)
     hosts/<host>/                         each worker's work dir; ``token`` is its daemon token
     logs/<process>.log                    every daemon's output
 """
@@ -72,12 +75,13 @@ def read_up_pid(state_dir: str) -> int | None:
 
 class LocalCluster:
     def __init__(self, state_dir: str, hosts: int, listen: str, config: str | None, slots: int,
-                 out=sys.stdout) -> None:
+                 provisioner_config: str | None = None, out=sys.stdout) -> None:
         self.state_dir = os.path.abspath(state_dir)
         self.nhosts = hosts
         self.listen = listen
         self.config = os.path.abspath(config) if config else None
         self.slots = slots
+        self.provisioner_config = os.path.abspath(provisioner_config) if provisioner_config else None
         self.out = out
         self.children: list[Child] = []
         self.url = ""
@@ -113,13 +117,11 @@ class LocalCluster:
             time.sleep(0.05)
         raise ClusterError(f"the controller did not become leader within {timeout:g}s; see {child.log_path}")
 
-    def _worker_token(self, admin: Client, host: str) -> str:
-        """The host's daemon token, made once and kept in its work dir."""
-        path = os.path.join(self.state_dir, "hosts", host, "token")
+    def _daemon_token(self, admin: Client, user: str, host: str | None, path: str) -> str:
+        """A daemon identity's token (bound to ``host`` if given), made once and kept at ``path``."""
         if os.path.exists(path):
             with open(path) as fh:
                 return fh.read().strip()
-        user = f"worker-{host}"
         try:
             admin.post("/v1/users", {"name": user, "role": "daemon", "host": host, "projects": []})
         except ApiError as e:
@@ -128,6 +130,18 @@ class LocalCluster:
         token = admin.post("/v1/tokens", {"user": user})["token"]
         _write_private(path, token + "\n")
         return token
+
+    def _provisioner_config(self) -> str:
+        if self.provisioner_config:
+            return self.provisioner_config
+        path = os.path.join(self.state_dir, "provisioner.toml")
+        if not os.path.exists(path):  # written once: edits survive the next xce up
+            root = os.path.join(self.state_dir, "simfs")
+            os.makedirs(root, mode=0o755, exist_ok=True)
+            _write_private(path, "# written by xce up: the providers of the provisioner, and their private configs\n"
+                                 "[providers.simfs]\ntimeout = 60.0\n\n"
+                                 f"[providers.simfs.config]\nroot = \"{root}\"\n")
+        return path
 
     def start(self) -> None:
         if read_up_pid(self.state_dir) is not None:
@@ -150,11 +164,15 @@ class LocalCluster:
                        f'# written by xce up; use: xce --config {self.state_dir}/client.toml ...\n'
                        f'url = "{self.url}"\ntoken = "{admin_token}"\n')
         admin = Client(self.url, admin_token)
+        token = self._daemon_token(admin, "provisioner", None, os.path.join(self.state_dir, "provisioner.token"))
+        self._spawn("provisioner", ["provisioner", "--controller", self.url, "--config", self._provisioner_config()],
+                    env=dict(os.environ, XCE_TOKEN=token))  # tokens never on a command line
         for i in range(1, self.nhosts + 1):
             host = f"host{i}"
             work_dir = os.path.join(self.state_dir, "hosts", host)
             os.makedirs(work_dir, mode=0o755, exist_ok=True)
-            env = dict(os.environ, XCE_TOKEN=self._worker_token(admin, host))  # never on a command line
+            token = self._daemon_token(admin, f"worker-{host}", host, os.path.join(work_dir, "token"))
+            env = dict(os.environ, XCE_TOKEN=token)
             self._spawn(f"worker-{host}", ["worker", "--host", host, "--controller", self.url,
                                            "--slots", str(self.slots), "--work-dir", work_dir], env=env)
         self._wait_hosts(admin)
@@ -194,7 +212,7 @@ class LocalCluster:
         self._stopping = True
 
     def stop(self) -> None:
-        """Workers first (so they do not report into a stopping controller), then the controller."""
+        """Agents first (so they do not report into a stopping controller), then the controller."""
         self._stopping = True
         workers = [c for c in self.children if c.name != "controller"]
         controller = [c for c in self.children if c.name == "controller"]
@@ -216,8 +234,9 @@ class LocalCluster:
             pass
 
 
-def up(state_dir: str, hosts: int, listen: str, config: str | None, slots: int) -> int:
-    cluster = LocalCluster(state_dir, hosts, listen, config, slots)
+def up(state_dir: str, hosts: int, listen: str, config: str | None, slots: int,
+       provisioner_config: str | None = None) -> int:
+    cluster = LocalCluster(state_dir, hosts, listen, config, slots, provisioner_config)
     signal.signal(signal.SIGTERM, cluster.request_stop)
     signal.signal(signal.SIGINT, cluster.request_stop)
     try:

@@ -35,12 +35,21 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="run each job as the unix account named like its XCE user (needs root)")
     w.set_defaults(func=cmd_worker)
 
+    pr = sub.add_parser("provisioner", help="run the provisioner (the claim agent for shared storage)")
+    pr.add_argument("--controller", required=True, metavar="URL")
+    pr.add_argument("--token", dest="agent_token", help="its daemon token (or XCE_TOKEN)")
+    pr.add_argument("--config", dest="provisioner_config", required=True,
+                    help="providers and their private configs (TOML); read by nobody else")
+    pr.set_defaults(func=cmd_provisioner)
+
     u = sub.add_parser("up", help="start a local cluster: controller and N worker hosts on loopback")
     u.add_argument("--hosts", type=int, default=4, help="worker hosts host1..hostN (default 4)")
     u.add_argument("--state-dir", default=os.path.join(os.path.expanduser("~"), ".xce", "cluster"))
     u.add_argument("--listen", default="127.0.0.1:7600", help="controller HOST:PORT (port 0: any free)")
     u.add_argument("--config", dest="server_config", help="controller config (TOML); default: embedded")
     u.add_argument("--slots", type=int, default=8, help="slots per host (default 8)")
+    u.add_argument("--provisioner-config", help="the provisioner's providers (default: DIR/provisioner.toml, "
+                                                 "written once with simfs under DIR/simfs)")
     u.set_defaults(func=cmd_up)
 
     d = sub.add_parser("down", help="stop the local cluster started by xce up")
@@ -74,6 +83,15 @@ def cmd_worker(args, ctx) -> int:
                       args.work_dir, args.heartbeat, args.run_as_users)
 
 
+def cmd_provisioner(args, ctx) -> int:
+    from xce.agents.provisioner import run_provisioner
+
+    token = args.agent_token or os.environ.get("XCE_TOKEN", "").strip()
+    if not token:
+        raise UsageError("xce provisioner needs its daemon token: --token T or XCE_TOKEN")
+    return run_provisioner(args.controller, token, args.provisioner_config)
+
+
 def cmd_up(args, ctx) -> int:
     from xce.localcluster import up
 
@@ -81,7 +99,7 @@ def cmd_up(args, ctx) -> int:
         raise UsageError("--hosts must be between 1 and 64")
     if args.slots < 1:
         raise UsageError("--slots must be >= 1")
-    return up(args.state_dir, args.hosts, args.listen, args.server_config, args.slots)
+    return up(args.state_dir, args.hosts, args.listen, args.server_config, args.slots, args.provisioner_config)
 
 
 def cmd_down(args, ctx) -> int:

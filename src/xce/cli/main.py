@@ -29,12 +29,12 @@ def _common() -> argparse.ArgumentParser:
 
 
 def build_parser() -> Parser:
-    from xce.cli import commands_admin, commands_daemons, commands_jobs
+    from xce.cli import commands_admin, commands_claims, commands_daemons, commands_jobs
 
     common = _common()
     p = Parser(prog="xce", parents=[common], description="XCE workload manager (alias: xcecli)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    for module in (commands_jobs, commands_admin, commands_daemons):
+    for module in (commands_jobs, commands_claims, commands_admin, commands_daemons):
         module.register(sub, common)
     return p
 

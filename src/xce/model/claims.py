@@ -184,10 +184,7 @@ class Claim:
             return f"deletion waits for {n} attachment{'s' if n > 1 else ''} to go"
         if self.op is not None:
             what = f"{self.op.kind.value} (op {self.op.op_id}"
-            what += f", attempt {self.op.attempts}" if self.op.attempts else ""
-            if self.op.next_retry is not None:
-                what += f", next retry at {self.op.next_retry:.1f}"
-            return what + ")"
+            return what + (f", attempt {self.op.attempts})" if self.op.attempts else ")")
         return None
 
 

@@ -1,0 +1,247 @@
+"""The claim agent: the loop the provisioner runs (and the worker's node agent will), per DESIGN 6.
+
+1. take a lease from the controller: a new **epoch** for every start;
+2. long-poll for due ops (claims to create or release, orphans to release);
+3. commit an **intent** for a batch of ops before acting (the controller
+   records attempt N of each op, and from then on it is this epoch's);
+4. run the provider with ``run_provider`` (``posix_spawn``, JSON in and out,
+   a timeout), one process per batch of ops of one provider;
+5. report every result, fenced by the epoch.
+
+The agent keeps no state of its own: everything it needs to resume is in the
+controller.  Restarted, it takes a new epoch, and the controller hands it
+the ops whose intents an older epoch committed but never reported: it runs
+them again with the same op_id (providers are idempotent by it).  A report
+refused as ``stale_epoch`` means another agent took over: this one stops.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from xce.cli.http import ApiError, CliError, Client
+from xce.providers.contract import ProviderReply, ProviderRequest
+from xce.providers.runner import run_provider
+
+log = logging.getLogger("xce.agent")
+
+
+@dataclass(frozen=True)
+class Provider:
+    """How to run one provider: its command, timeout and private config (credentials stay here)."""
+
+    name: str
+    command: list[str]
+    timeout: float = 60.0
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+class Fenced(Exception):
+    """Another agent holds a newer epoch: this one must stop acting."""
+
+
+def request_for(item: dict[str, Any]) -> ProviderRequest:
+    return ProviderRequest(op_id=item["op_id"], op=item["op"], claim_id=item.get("claim_id"),
+                           claim_name=item.get("claim_name", ""), class_name=item.get("class_name", ""),
+                           size_bytes=item.get("size_bytes") or 0, access_mode=item.get("access_mode", ""),
+                           params=dict(item.get("params") or {}), tags=dict(item.get("tags") or {}),
+                           handle=item.get("handle"), host=item.get("host"))
+
+
+def result_for(item: dict[str, Any], reply: ProviderReply) -> dict[str, Any]:
+    out: dict[str, Any] = {"op_id": item["op_id"], "claim_id": item["claim_id"], "ok": reply.ok,
+                           "message": reply.message}
+    if reply.ok:
+        out.update(handle=reply.handle, size_bytes=reply.size_bytes, reachable_hosts=reply.reachable_hosts,
+                   host_labels=dict(reply.host_labels or {}), path=reply.path)
+    else:
+        out.update(code=reply.error_code or "ERROR", retryable=reply.retryable, stderr_tail=reply.stderr_tail)
+    return out
+
+
+class ClaimAgent:
+    def __init__(self, client: Client, agent: str, providers: dict[str, Provider], *, batch: int = 64,
+                 concurrency: int = 4, poll_wait: float = 20.0, inventory_classes: bool = True) -> None:
+        self.client = client
+        self.agent = agent
+        self.providers = providers
+        self.batch = batch
+        self.poll_wait = poll_wait
+        self.inventory_classes = inventory_classes
+        self.holder = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.epoch = 0
+        self.cluster_id = ""
+        self.scan_interval = 30.0
+        self._pool = concurrent.futures.ThreadPoolExecutor(concurrency, thread_name_prefix="provider")
+        self._stop = threading.Event()
+        self._fenced = threading.Event()
+        self._inflight = threading.Semaphore(concurrency * 2)  # bounded: polls wait when providers are busy
+
+    @property
+    def base(self) -> str:
+        return f"/v1/agents/{self.agent}"
+
+    # ------------------------------------------------------------ controller calls
+
+    def _call(self, method: str, path: str, body: Any = None, params: Any = None) -> Any:
+        try:
+            return self.client.request(method, self.base + path, body=body, params=params)
+        except ApiError as e:
+            if e.code == "stale_epoch":
+                self._fenced.set()
+                raise Fenced(e.message) from None
+            raise
+
+    def take_lease(self) -> None:
+        reply = self._call("POST", "/lease", {"holder": self.holder})
+        self.epoch, self.cluster_id = reply["epoch"], reply["cluster_id"]
+        self.scan_interval = float(reply.get("orphan_scan_interval", 30.0))
+        log.info("%s: lease taken, epoch %d", self.agent, self.epoch)
+
+    def _report(self, results: list[dict[str, Any]], orphans_released: list[str] | None = None) -> None:
+        """Until the controller has it (or we are fenced): a result is never dropped."""
+        delay = 0.2
+        while True:
+            try:
+                reply = self._call("POST", "/reports", {"epoch": self.epoch, "results": results,
+                                                        "orphans_released": orphans_released or []})
+                for op_id, why in reply.get("refused", {}).items():
+                    log.warning("report for %s refused: %s", op_id, why)
+                return
+            except CliError as e:
+                if self._stop.is_set():
+                    return  # the next life re-drives these ops with the same op ids
+                log.warning("report failed, retrying in %.1fs: %s", delay, e.message)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 5.0)
+
+    # ------------------------------------------------------------ running ops
+
+    def _run_batch(self, provider: Provider | None, items: list[dict[str, Any]]) -> None:
+        try:
+            if provider is None:
+                name = items[0].get("provider")
+                replies = [ProviderReply(op_id=i["op_id"], ok=False, error_code="NO_PROVIDER", retryable=False,
+                                         message=f"this agent has no provider {name!r} configured")
+                           for i in items]
+            else:
+                replies = run_provider(provider.command, provider.config, self.cluster_id,
+                                       [request_for(i) for i in items], provider.timeout)
+            self._report([result_for(i, r) for i, r in zip(items, replies)])
+        except Fenced:
+            log.warning("%s: fenced by a newer epoch; stopping", self.agent)
+        except Exception:
+            log.exception("batch failed")
+        finally:
+            self._inflight.release()
+
+    def _release_orphans(self, provider: Provider | None, items: list[dict[str, Any]]) -> None:
+        try:
+            if provider is None:
+                return
+            requests = [ProviderRequest(op_id=i["op_id"], op="release", class_name=i["class_name"],
+                                        handle=i["handle"], tags=dict(i.get("tags") or {})) for i in items]
+            replies = run_provider(provider.command, provider.config, self.cluster_id, requests, provider.timeout)
+            done = [i["handle"] for i, r in zip(items, replies) if r.ok]
+            for i, r in zip(items, replies):
+                if not r.ok:
+                    log.warning("orphan %s not released: %s %s", i["handle"], r.error_code, r.message)
+            if done:
+                self._report([], done)
+        except Fenced:
+            pass
+        except Exception:
+            log.exception("orphan release failed")
+        finally:
+            self._inflight.release()
+
+    def _dispatch(self, ops: list[dict[str, Any]], orphans: list[dict[str, Any]]) -> None:
+        accepted: set[str] = set()
+        if ops:
+            reply = self._call("POST", "/intents", {"epoch": self.epoch, "ops": [
+                {"op_id": o["op_id"], "claim_id": o["claim_id"]} for o in ops]})
+            accepted = set(reply["accepted"])
+            for op_id, why in reply.get("refused", {}).items():
+                log.info("intent for %s refused: %s", op_id, why)
+        by_provider: dict[str | None, list[dict[str, Any]]] = {}
+        for o in ops:
+            if o["op_id"] in accepted:
+                by_provider.setdefault(o.get("provider"), []).append(o)
+        for name, items in by_provider.items():
+            for i in range(0, len(items), self.batch):
+                self._inflight.acquire()
+                self._pool.submit(self._run_batch, self.providers.get(name or ""), items[i:i + self.batch])
+        orphans_by: dict[str, list[dict[str, Any]]] = {}
+        for o in orphans:
+            orphans_by.setdefault(o["provider"], []).append(o)
+        for name, items in orphans_by.items():
+            self._inflight.acquire()
+            self._pool.submit(self._release_orphans, self.providers.get(name), items)
+
+    # ------------------------------------------------------------ inventory (orphan scans)
+
+    def scan(self) -> None:
+        """List every class's provider objects and hand them to the controller to find orphans."""
+        classes = self.client.get("/v1/claimclasses")
+        for cls in classes:
+            if cls["scope"] != "shared" or cls["provider"] not in self.providers:
+                continue
+            provider = self.providers[cls["provider"]]
+            req = ProviderRequest(op_id=f"list.{uuid.uuid4().hex[:12]}", op="list", class_name=cls["name"])
+            reply = run_provider(provider.command, provider.config, self.cluster_id, [req], provider.timeout)[0]
+            if not reply.ok:
+                log.warning("list on %s failed: %s %s", cls["name"], reply.error_code, reply.message)
+                continue
+            objects = [{"handle": o.get("handle"), "tags": o.get("tags") or {}, "size_bytes": o.get("size_bytes"),
+                        "created": o.get("created")} for o in reply.objects or []]
+            out = self._call("POST", "/inventory", {"epoch": self.epoch, "class_name": cls["name"],
+                                                    "provider": provider.name, "objects": objects})
+            if out.get("new_orphans"):
+                log.warning("%d new orphan(s) in class %s", out["new_orphans"], cls["name"])
+
+    def _scan_loop(self) -> None:
+        while not self._stop.wait(self.scan_interval):
+            try:
+                self.scan()
+            except Fenced:
+                return
+            except CliError as e:
+                log.warning("orphan scan failed: %s", e.message)
+            except Exception:
+                log.exception("orphan scan failed")
+
+    # ------------------------------------------------------------ main loop
+
+    def run(self) -> int:
+        while not self._stop.is_set():
+            try:
+                self.take_lease()
+                break
+            except CliError as e:
+                log.warning("cannot take the %s lease yet: %s", self.agent, e.message)
+                self._stop.wait(1.0)
+        if self.inventory_classes:
+            threading.Thread(target=self._scan_loop, daemon=True, name="orphan-scan").start()
+        while not self._stop.is_set() and not self._fenced.is_set():
+            try:
+                work = self._call("GET", "/work", params={"epoch": self.epoch, "wait": self.poll_wait,
+                                                          "limit": self.batch * 4})
+                self._dispatch(work["ops"], work["orphans"])
+            except Fenced as e:
+                log.warning("%s: %s; another agent took over, stopping", self.agent, e)
+                break
+            except CliError as e:
+                log.warning("work poll failed: %s", e.message)
+                self._stop.wait(1.0)
+        self._pool.shutdown(wait=True, cancel_futures=False)
+        return 3 if self._fenced.is_set() else 0
+
+    def stop(self) -> None:
+        self._stop.set()

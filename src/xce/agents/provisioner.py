@@ -1,0 +1,106 @@
+"""``xce provisioner``: the claim agent for shared-scope claim classes.
+
+Its config file is the only place provider credentials live: the controller
+knows a class's provider by name only.  Format (TOML)::
+
+    [provisioner]
+    batch = 64          # ops per provider process
+    concurrency = 4     # provider processes at once
+    poll_wait = 20.0    # seconds a work long-poll may wait
+
+    [providers.simfs]                       # a provider named by claim classes
+    command = ["/usr/bin/python3", "-m", "xce.providers.simfs"]   # optional for simfs
+    timeout = 60.0
+    [providers.simfs.config]                # private: passed to the provider on stdin, never logged
+    root = "/var/lib/xce/simfs"
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import tomllib
+from dataclasses import dataclass
+from typing import Any
+
+from xce.agents.agent import ClaimAgent, Provider
+from xce.cli.http import Client, UsageError
+from xce.model.claims import SHARED_AGENT
+
+SIMFS_COMMAND = [sys.executable, "-m", "xce.providers.simfs"]
+
+
+@dataclass(frozen=True)
+class ProvisionerConfig:
+    providers: dict[str, Provider]
+    batch: int = 64
+    concurrency: int = 4
+    poll_wait: float = 20.0
+
+
+def parse_provisioner_config(text: str, source: str) -> ProvisionerConfig:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{source}: {e}") from None
+    if unknown := sorted(set(raw) - {"provisioner", "providers"}):
+        raise UsageError(f"{source}: unknown section(s) {', '.join(unknown)}")
+    settings: dict[str, Any] = dict(raw.get("provisioner", {}))
+    if unknown := sorted(set(settings) - {"batch", "concurrency", "poll_wait"}):
+        raise UsageError(f"{source} [provisioner]: unknown key(s) {', '.join(unknown)}")
+    providers = {}
+    for name, p in raw.get("providers", {}).items():
+        if not isinstance(p, dict) or (unknown := sorted(set(p) - {"command", "timeout", "config"})):
+            raise UsageError(f"{source} [providers.{name}]: expected command, timeout and config")
+        command = p.get("command") or (SIMFS_COMMAND if name.startswith("simfs") else None)
+        if not command or not isinstance(command, list) or not all(isinstance(a, str) for a in command):
+            raise UsageError(f"{source} [providers.{name}]: command must be a list of strings")
+        timeout = p.get("timeout", 60.0)
+        if not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise UsageError(f"{source} [providers.{name}]: timeout must be a positive number of seconds")
+        providers[name] = Provider(name=name, command=list(command), timeout=float(timeout),
+                                   config=dict(p.get("config", {})))
+    cfg = ProvisionerConfig(providers=providers, **settings)
+    if cfg.batch < 1 or cfg.concurrency < 1 or cfg.poll_wait <= 0:
+        raise UsageError(f"{source} [provisioner]: batch >= 1, concurrency >= 1, poll_wait > 0")
+    return cfg
+
+
+def load_provisioner_config(path: str) -> ProvisionerConfig:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as e:
+        raise UsageError(f"cannot read provisioner config {path}: {e.strerror}") from None
+    return parse_provisioner_config(text, path)
+
+
+def run_provisioner(url: str, token: str, config_path: str) -> int:
+    cfg = load_provisioner_config(config_path)
+    logging.basicConfig(level=os.environ.get("XCE_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s provisioner %(levelname)s %(message)s")
+    agent = ClaimAgent(Client(url, token, timeout=90), SHARED_AGENT, cfg.providers, batch=cfg.batch,
+                       concurrency=cfg.concurrency, poll_wait=cfg.poll_wait)
+    result: list[int] = []
+    done = threading.Event()
+
+    def main_loop() -> None:
+        try:
+            result.append(agent.run())
+        finally:
+            done.set()
+
+    def on_signal(signum, frame) -> None:
+        logging.getLogger("xce.agent").info("signal %d: stopping", signum)
+        agent.stop()
+        done.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    threading.Thread(target=main_loop, daemon=True, name="agent").start()
+    done.wait()
+    agent.stop()
+    return result[0] if result else 0
