@@ -85,13 +85,13 @@ def progress_line(c: dict[str, Any]) -> str:
 def wait_for(client: Client, claim_id: int, done: tuple[str, ...], timeout: float) -> dict[str, Any]:
     """Print each change until the claim reaches a state in ``done`` or FAILED; return it."""
     deadline = time.monotonic() + timeout
-    last = ""
+    last: tuple = ()
     while True:
         c = client.get(f"/v1/claims/by-id/{claim_id}")
-        line = progress_line(c)
-        if line != last:
-            print(line, flush=True)
-            last = line
+        key = (c["state"], c["waiting"], c["last_error"], c["next_retry"])
+        if key != last:  # a change, not the retry countdown
+            print(progress_line(c), flush=True)
+            last = key
         if c["state"] in done or c["state"] == "FAILED":
             return c
         if time.monotonic() > deadline:
