@@ -182,6 +182,7 @@ class Cluster:
         self.root = root
         self.ctl = ControllerProcess(state_dir=os.path.join(root, "ctl"), config=config)
         self.workers: dict[str, WorkerProcess] = {}
+        self.provisioner: ProvisionerProcess | None = None
 
     def start(self) -> Cluster:
         self.ctl.start()
@@ -219,7 +220,91 @@ class Cluster:
         return wait_for(lambda: (j := self.job(job_id))["state"] in states and j,
                         timeout=timeout, what=f"job {job_id} in {states}")
 
+    def add_provisioner(self, extra_providers: str = "") -> ProvisionerProcess:
+        self.provisioner = ProvisionerProcess(self.ctl, os.path.join(self.root, "provisioner"),
+                                              os.path.join(self.root, "simfs"), extra_providers).start()
+        return self.provisioner
+
+    def claim(self, name: str) -> dict:
+        with self.api() as c:
+            r = c.get(f"/v1/claims/{name}")
+            assert r.status_code == 200, r.text
+            return r.json()
+
+    def wait_claim(self, name: str, *states: str, timeout: float = 30.0) -> dict:
+        return wait_for(lambda: (c := self.claim(name))["state"] in states and c,
+                        timeout=timeout, what=f"claim {name} in {states}")
+
     def stop(self) -> None:
+        if self.provisioner is not None:
+            self.provisioner.stop()
         for w in self.workers.values():
             w.stop()
         self.ctl.stop()
+
+
+@dataclass
+class ProvisionerProcess:
+    """A real ``xce provisioner`` with simfs under ``root`` (plus any extra provider entries)."""
+
+    ctl: ControllerProcess
+    work_dir: str
+    simfs_root: str
+    extra_providers: str = ""
+    token: str | None = None
+    proc: subprocess.Popen | None = None
+
+    @property
+    def config_path(self) -> str:
+        return os.path.join(self.work_dir, "provisioner.toml")
+
+    def start(self) -> ProvisionerProcess:
+        os.makedirs(self.work_dir, exist_ok=True)
+        os.makedirs(self.simfs_root, exist_ok=True)
+        if self.token is None:
+            with self.ctl.client() as c:
+                r = c.post("/v1/users", json={"name": "provisioner", "role": "daemon", "projects": []})
+                assert r.status_code in (201, 409), r.text
+                self.token = c.post("/v1/tokens", json={"user": "provisioner"}).json()["token"]
+        with open(self.config_path, "w") as fh:
+            fh.write(f'[provisioner]\npoll_wait = 5.0\n\n[providers.simfs]\ntimeout = 20.0\n'
+                     f'[providers.simfs.config]\nroot = "{self.simfs_root}"\n\n{self.extra_providers}')
+        log = open(os.path.join(self.work_dir, "provisioner.log"), "ab")
+        self.proc = subprocess.Popen(XCE + ["provisioner", "--controller", self.ctl.url, "--config", self.config_path],
+                                     stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "XCE_TOKEN": self.token})
+        log.close()
+        return self
+
+    def children(self) -> list[int]:
+        """Provider processes it has running now."""
+        out = []
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    with open(f"/proc/{pid}/stat") as fh:
+                        if int(fh.read().rsplit(")", 1)[1].split()[1]) == self.proc.pid:
+                            out.append(int(pid))
+                except (OSError, ValueError, IndexError):
+                    pass
+        return out
+
+    def kill(self, with_providers: bool = True) -> None:
+        """SIGKILL (and, as a machine's death would, its provider processes)."""
+        kids = self.children() if with_providers else []
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        for pid in kids:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
