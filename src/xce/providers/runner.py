@@ -369,10 +369,10 @@ def _replies(name: str, requests: list[ProviderRequest], out: _Outcome,
                 reply = reply_error(r.op_id, reply.error_code, reply.message, reply.retryable, tail)
             replies.append(reply)
             continue
-        if failure is not None:
-            fcode, msg = failure
-        elif isinstance(reply, str):
+        if isinstance(reply, str):
             fcode, msg = ErrorCode.PROVIDER_GARBAGE, f"provider {name} sent a malformed reply for {r.op_id}: {reply}"
+        elif failure is not None:
+            fcode, msg = failure
         else:
             fcode, msg = ErrorCode.NO_REPLY, f"provider {name} gave no reply for {r.op_id}"
             if unknown:
