@@ -1,0 +1,585 @@
+"""simfs: the simulated storage provider shipped with XCE, and the contract's reference provider.
+
+Run as ``python -m xce.providers.simfs``: it reads one request document on
+stdin and writes one reply document on stdout (docs/providers.md).  It is
+started once per batch, so it imports nothing but a few stdlib modules (and
+none of XCE: it speaks the contract from its text, like any provider).
+
+Layout under the configured ``root``::
+
+    root/.lock                        flock'd around every change (several simfs may run at once)
+    root/faults.json                  fault injection, read and updated under its own flock
+    root/volumes/<handle>/meta.json   {"handle", "tags", "size_bytes", "created", "class", "params", "attachments"}
+    root/volumes/<handle>/data/       the volume's data
+    root/nodes/<host>/<handle>/...    node-local objects (node_prepare), laid out the same way
+
+A volume exists once its directory is in place: it is built under a dot
+name and renamed into place, so a crash leaves either nothing or a whole
+volume, and ``create`` again with the same op_id finds it (one object, never
+two).  Dot-named entries are never listed and are swept by later changes.
+
+Private config: ``root`` (required, absolute, must exist), ``capacity_bytes``,
+``reachable_hosts``, ``host_labels``, ``latency``, ``min_size_bytes``.
+
+Command line (for tests and people)::
+
+    python -m xce.providers.simfs inject --root R [--fail-next K] [--code C] [--permanent] ...
+    python -m xce.providers.simfs list --root R [--host H] [--json]
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import random
+import shutil
+import sys
+import time
+
+CONTRACT = 1
+OPS = ("create", "attach", "detach", "release", "health", "list",
+       "node_prepare", "node_publish", "node_unpublish")
+CONFIG_KEYS = ("root", "capacity_bytes", "reachable_hosts", "host_labels", "latency", "min_size_bytes")
+FAULT_KEYS = ("fail_next", "fail_code", "fail_retryable", "fail_message", "fail_ops", "fail_probability",
+              "hang_next", "hang_seconds", "crash_after_act_next", "garbage_next")
+CRASH_STATUS = 137
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+class Refusal(Exception):
+    """This request fails with an error reply (the batch goes on)."""
+
+    def __init__(self, code: str, message: str, retryable: bool) -> None:
+        super().__init__(message)
+        self.code, self.message, self.retryable = code, message, retryable
+
+
+# ---------------------------------------------------------------------------
+# Configuration
+
+
+class Config:
+    def __init__(self, raw: object) -> None:
+        if not isinstance(raw, dict):
+            raise Refusal("INVALID_CONFIG", "simfs: config must be an object", True)
+        unknown = sorted(set(raw) - set(CONFIG_KEYS))
+        if unknown:
+            raise Refusal("INVALID_CONFIG", f"simfs: unknown config keys {', '.join(unknown)}", True)
+        root = raw.get("root")
+        if not isinstance(root, str) or not os.path.isabs(root):
+            raise Refusal("INVALID_CONFIG", "simfs: config root must be an absolute path", True)
+        self.root = os.path.normpath(root)
+        self.capacity = _cfg_int(raw, "capacity_bytes", None)
+        self.min_size = _cfg_int(raw, "min_size_bytes", 0)
+        hosts = raw.get("reachable_hosts")
+        if hosts is not None and (not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts)):
+            raise Refusal("INVALID_CONFIG", "simfs: reachable_hosts must be a list of host names", True)
+        self.reachable_hosts: list[str] | None = hosts
+        labels = raw.get("host_labels", {})
+        if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                   for k, v in labels.items()):
+            raise Refusal("INVALID_CONFIG", "simfs: host_labels must map strings to strings", True)
+        self.host_labels: dict[str, str] = labels
+        latency = raw.get("latency", 0.0)
+        if isinstance(latency, bool) or not isinstance(latency, (int, float)) or not 0 <= latency < 3600:
+            raise Refusal("INVALID_CONFIG", "simfs: latency must be a number of seconds", True)
+        self.latency = float(latency)
+
+    @property
+    def volumes(self) -> str:
+        return os.path.join(self.root, "volumes")
+
+    def node_dir(self, host: str) -> str:
+        return os.path.join(self.root, "nodes", host)
+
+
+def _cfg_int(raw: dict, key: str, default: int | None) -> int | None:
+    value = raw.get(key, default)
+    if value is not None and (type(value) is not int or value < 0):
+        raise Refusal("INVALID_CONFIG", f"simfs: {key} must be a non-negative integer", True)
+    return value
+
+
+# ---------------------------------------------------------------------------
+# Small helpers
+
+
+class _Flock:
+    """An exclusive flock on ``path`` for a with-block (created if missing)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __enter__(self) -> int:
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self.fd
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)  # releases the lock
+
+
+def derive_handle(claim_id: int, op_id: str) -> str:
+    """The handle ``create`` (and ``node_prepare``) give: the same op_id always names the same object."""
+    return f"v{claim_id}-{hashlib.sha1(op_id.encode()).hexdigest()[:10]}"
+
+
+def _name(value: object, what: str) -> str:
+    """A handle or host name that is safe as one path component."""
+    if not isinstance(value, str) or not value or len(value) > 200 or value[0] == "." \
+            or not set(value) <= _NAME_CHARS:
+        raise Refusal("INVALID_ARGUMENT", f"simfs: {what} must be a name of letters, digits, '.', '_' "
+                                          f"and '-' not starting with '.', got {value!r}", False)
+    return value
+
+
+def _field(req: dict, key: str, kind: type, default: object = None, required: bool = False) -> object:
+    value = req.get(key, default)
+    if value is None and not required:
+        return default
+    if value is None or isinstance(value, bool) is not (kind is bool) or not isinstance(value, kind):
+        raise Refusal("INVALID_ARGUMENT", f"simfs: {req.get('op')} needs {key} ({getattr(kind, '__name__', kind)}),"
+                                          f" got {value!r}", False)
+    return value
+
+
+def _str_map(req: dict, key: str) -> dict:
+    value = req.get(key) or {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise Refusal("INVALID_ARGUMENT", f"simfs: {key} must map strings to strings", False)
+    return value
+
+
+def _read_json(path: str) -> dict | None:
+    try:
+        with open(path) as fh:
+            value = json.load(fh)
+    except FileNotFoundError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _write_json(path: str, value: object) -> None:
+    """Atomically: a reader sees the old file or the new one, never half of one."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as fh:
+        json.dump(value, fh, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def _sweep(parent: str) -> None:
+    """Remove dot-named leftovers (half-built or half-removed objects of crashed runs); call under the lock."""
+    try:
+        names = os.listdir(parent)
+    except FileNotFoundError:
+        return
+    for n in names:
+        if n.startswith("."):
+            shutil.rmtree(os.path.join(parent, n), ignore_errors=True)
+
+
+def _objects_in(parent: str) -> list[dict]:
+    out = []
+    try:
+        names = sorted(os.listdir(parent))
+    except FileNotFoundError:
+        return out
+    for n in names:
+        if n.startswith("."):
+            continue
+        meta = _read_json(os.path.join(parent, n, "meta.json"))
+        if meta is not None:
+            out.append(meta)
+    return out
+
+
+def _check_reachable(cfg: Config, host: str, handle: str) -> None:
+    if cfg.reachable_hosts is not None and host not in cfg.reachable_hosts:
+        raise Refusal("NOT_REACHABLE", f"simfs: {handle} cannot be reached from host {host} "
+                                       f"(reachable from {', '.join(cfg.reachable_hosts) or 'no host'})", False)
+
+
+def _check_root(cfg: Config) -> None:
+    if not os.path.isdir(cfg.root):
+        raise Refusal("UNAVAILABLE", f"simfs: root {cfg.root} is not a directory (storage not mounted?)", True)
+
+
+def ok(op_id: str, **fields: object) -> dict:
+    return {"op_id": op_id, "ok": True, **{k: v for k, v in fields.items() if v is not None}}
+
+
+def error(op_id: str, code: str, message: str, retryable: bool) -> dict:
+    return {"op_id": op_id, "ok": False, "error": {"code": code, "message": message, "retryable": retryable}}
+
+
+# ---------------------------------------------------------------------------
+# Operations: each takes (cfg, request) and returns a reply, or raises Refusal
+
+
+def _make(cfg: Config, parent: str, handle: str, req: dict) -> dict:
+    """The object ``handle`` under ``parent``: found if it exists, else built and renamed into place."""
+    size = _field(req, "size_bytes", int, 0)
+    if size < 0:
+        raise Refusal("INVALID_ARGUMENT", f"simfs: size_bytes must not be negative, got {size}", False)
+    tags = _str_map(req, "tags")
+    params = _str_map(req, "params")
+    final = os.path.join(parent, handle)
+    with _Flock(os.path.join(cfg.root, ".lock")):
+        meta = _read_json(os.path.join(final, "meta.json"))
+        if meta is not None:
+            return meta  # OBSERVATION: this op_id already acted (a retry, maybe after a crash)
+        os.makedirs(parent, exist_ok=True)
+        _sweep(parent)
+        actual = max(size, cfg.min_size)
+        if cfg.capacity is not None and parent == cfg.volumes:
+            used = sum(m.get("size_bytes") or 0 for m in _objects_in(parent))
+            if used + actual > cfg.capacity:
+                raise Refusal("RESOURCE_EXHAUSTED", f"simfs: no room for {actual} bytes: {used} of "
+                                                    f"{cfg.capacity} bytes are in use", True)
+        meta = {"handle": handle, "tags": tags, "size_bytes": actual, "created": time.time(),
+                "class": req.get("class_name") or "", "params": params, "attachments": []}
+        build = os.path.join(parent, f".new-{handle}")
+        os.makedirs(os.path.join(build, "data"))
+        _write_json(os.path.join(build, "meta.json"), meta)
+        os.rename(build, final)
+        return meta
+
+
+def op_create(cfg: Config, req: dict) -> dict:
+    _check_root(cfg)
+    claim_id = _field(req, "claim_id", int, required=True)
+    handle = derive_handle(claim_id, req["op_id"])
+    meta = _make(cfg, cfg.volumes, handle, req)
+    return ok(req["op_id"], handle=handle, size_bytes=meta["size_bytes"], reachable_hosts=cfg.reachable_hosts,
+              host_labels=cfg.host_labels or None, path=os.path.join(cfg.volumes, handle, "data"))
+
+
+def _volume(cfg: Config, req: dict) -> tuple[str, str]:
+    handle = _name(req.get("handle"), "handle")
+    return handle, os.path.join(cfg.volumes, handle)
+
+
+def op_attach(cfg: Config, req: dict) -> dict:
+    _check_root(cfg)
+    handle, vol = _volume(cfg, req)
+    host = _name(req.get("host"), "host")
+    with _Flock(os.path.join(cfg.root, ".lock")):
+        meta = _read_json(os.path.join(vol, "meta.json"))
+        if meta is None:
+            raise Refusal("NOT_FOUND", f"simfs: volume {handle} does not exist", False)
+        _check_reachable(cfg, host, handle)
+        if host not in meta["attachments"]:
+            meta["attachments"].append(host)
+            _write_json(os.path.join(vol, "meta.json"), meta)
+    return ok(req["op_id"], path=os.path.join(vol, "data"))
+
+
+def op_detach(cfg: Config, req: dict) -> dict:
+    _check_root(cfg)
+    handle, vol = _volume(cfg, req)
+    host = _name(req.get("host"), "host")
+    with _Flock(os.path.join(cfg.root, ".lock")):
+        meta = _read_json(os.path.join(vol, "meta.json"))
+        if meta is not None and host in meta["attachments"]:
+            meta["attachments"].remove(host)
+            _write_json(os.path.join(vol, "meta.json"), meta)
+    return ok(req["op_id"])
+
+
+def op_release(cfg: Config, req: dict) -> dict:
+    """Remove the volume (or, with a host, that host's node-local object); gone already is fine."""
+    _check_root(cfg)
+    handle = _name(req.get("handle"), "handle")
+    host = req.get("host")
+    parent = cfg.node_dir(_name(host, "host")) if host is not None else cfg.volumes
+    with _Flock(os.path.join(cfg.root, ".lock")):
+        _sweep(parent)
+        target = os.path.join(parent, handle)
+        if os.path.isdir(target):
+            trash = os.path.join(parent, f".gone-{handle}")
+            os.rename(target, trash)  # gone at once for everyone; a crash mid-rmtree leaves only a dot-name
+            shutil.rmtree(trash)
+    return ok(req["op_id"])
+
+
+def op_health(cfg: Config, req: dict) -> dict:
+    writable = os.path.isdir(cfg.root) and os.access(cfg.root, os.W_OK | os.X_OK)
+    return ok(req["op_id"], healthy=writable,
+              message=f"root {cfg.root} is {'' if writable else 'not '}a writable directory")
+
+
+def op_list(cfg: Config, req: dict) -> dict:
+    """Every volume, or with a host every node-local object of that host."""
+    _check_root(cfg)
+    host = req.get("host")
+    parent = cfg.node_dir(_name(host, "host")) if host is not None else cfg.volumes
+    objects = [{"handle": m["handle"], "tags": m["tags"], "size_bytes": m["size_bytes"],
+                "created": m["created"]} for m in _objects_in(parent)]
+    return ok(req["op_id"], objects=objects)
+
+
+def op_node_prepare(cfg: Config, req: dict) -> dict:
+    _check_root(cfg)
+    host = _name(req.get("host"), "host")
+    if req.get("handle") is not None:
+        handle = _name(req["handle"], "handle")
+    else:
+        handle = derive_handle(_field(req, "claim_id", int, required=True), req["op_id"])
+    _check_reachable(cfg, host, handle)
+    meta = _make(cfg, cfg.node_dir(host), handle, req)
+    return ok(req["op_id"], handle=handle, size_bytes=meta["size_bytes"],
+              path=os.path.join(cfg.node_dir(host), handle, "data"))
+
+
+def op_node_publish(cfg: Config, req: dict) -> dict:
+    """Where the data is for the caller's bind mount: the node-local object, or a volume attached to the host."""
+    _check_root(cfg)
+    handle = _name(req.get("handle"), "handle")
+    host = _name(req.get("host"), "host")
+    target = _field(req, "target_path", str, required=True)
+    if not target.startswith("/"):
+        raise Refusal("INVALID_ARGUMENT", f"simfs: target_path must be absolute, got {target!r}", False)
+    _field(req, "readonly", bool, False)
+    _check_reachable(cfg, host, handle)
+    node = os.path.join(cfg.node_dir(host), handle)
+    if os.path.isfile(os.path.join(node, "meta.json")):
+        return ok(req["op_id"], path=os.path.join(node, "data"))
+    meta = _read_json(os.path.join(cfg.volumes, handle, "meta.json"))
+    if meta is not None and host in meta["attachments"]:
+        return ok(req["op_id"], path=os.path.join(cfg.volumes, handle, "data"))
+    if meta is not None:
+        raise Refusal("NOT_FOUND", f"simfs: volume {handle} is not attached to host {host}", False)
+    raise Refusal("NOT_FOUND", f"simfs: {handle} is not prepared on host {host}", False)
+
+
+def op_node_unpublish(cfg: Config, req: dict) -> dict:
+    _name(req.get("handle"), "handle")
+    _name(req.get("host"), "host")
+    return ok(req["op_id"])  # the caller unmounts; simfs keeps no publish state
+
+
+OPERATIONS = {"create": op_create, "attach": op_attach, "detach": op_detach, "release": op_release,
+              "health": op_health, "list": op_list, "node_prepare": op_node_prepare,
+              "node_publish": op_node_publish, "node_unpublish": op_node_unpublish}
+ACTS = ("create", "release")  # what crash_after_act applies to
+
+
+# ---------------------------------------------------------------------------
+# Fault injection
+
+
+def take_fault(root: str, op: str) -> dict:
+    """Consume the faults that apply to this request from root/faults.json; {} when none.
+
+    Returns {"hang": seconds} and/or one of {"garbage": True}, {"fail": (code,
+    message, retryable)}, {"crash": True}.  ``fail_ops`` scopes every kind.
+    """
+    path = os.path.join(root, "faults.json")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        faults = _read_faults(fd)
+        ops = faults.get("fail_ops")
+        if not faults or (isinstance(ops, list) and op not in ops):
+            return {}
+        got: dict = {}
+        if _take(faults, "hang_next"):
+            got["hang"] = faults.get("hang_seconds", 3600)
+        if _take(faults, "garbage_next"):
+            got["garbage"] = True
+        elif _take(faults, "fail_next") or random.random() < float(faults.get("fail_probability") or 0):
+            code = faults.get("fail_code") or "UNAVAILABLE"
+            got["fail"] = (code, faults.get("fail_message") or f"simfs: injected fault {code}",
+                           bool(faults.get("fail_retryable", True)))
+        elif op in ACTS and _take(faults, "crash_after_act_next"):
+            got["crash"] = True
+        if got:
+            _rewrite(fd, faults)
+        return got
+    finally:
+        os.close(fd)
+
+
+def _take(faults: dict, key: str) -> bool:
+    n = faults.get(key) or 0
+    if isinstance(n, int) and n > 0:
+        faults[key] = n - 1
+        return True
+    return False
+
+
+def _read_faults(fd: int) -> dict:
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    text = b"".join(chunks).strip()
+    if not text:
+        return {}
+    try:
+        faults = json.loads(text)
+    except ValueError:
+        print("simfs: faults.json is not JSON; ignoring it", file=sys.stderr)
+        return {}
+    return faults if isinstance(faults, dict) else {}
+
+
+def _rewrite(fd: int, faults: dict) -> None:
+    data = json.dumps(faults, sort_keys=True).encode()
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.ftruncate(fd, 0)
+    os.write(fd, data)
+
+
+def inject(root: str, clear: bool = False, **changes: object) -> dict:
+    """Change root/faults.json (under its lock): ``clear`` first, then set the given keys; returns the result.
+
+    ``inject(root, fail_next=2, fail_code="RESOURCE_EXHAUSTED", fail_ops=["create"])``
+    """
+    unknown = sorted(set(changes) - set(FAULT_KEYS))
+    if unknown:
+        raise ValueError(f"unknown fault keys: {', '.join(unknown)} (known: {', '.join(FAULT_KEYS)})")
+    os.makedirs(root, exist_ok=True)
+    with _Flock(os.path.join(root, "faults.json")) as fd:
+        faults = {} if clear else _read_faults(fd)
+        faults.update({k: v for k, v in changes.items() if v is not None})
+        _rewrite(fd, faults)
+    return faults
+
+
+# ---------------------------------------------------------------------------
+# The provider
+
+
+def handle(cfg: Config | Refusal, req: dict) -> dict:
+    """One request -> one reply (or, as injected, a hang, garbage and exit, or a crash)."""
+    op_id, op = req["op_id"], req.get("op")
+    try:
+        if isinstance(cfg, Refusal):
+            raise cfg
+        fault = take_fault(cfg.root, op) if isinstance(op, str) else {}
+        if "hang" in fault:
+            time.sleep(fault["hang"])
+        if fault.get("garbage"):
+            sys.stdout.write("simfs: this is not JSON {\n")
+            sys.stdout.flush()
+            os._exit(0)
+        if cfg.latency:
+            time.sleep(cfg.latency)
+        if "fail" in fault:
+            raise Refusal(*fault["fail"])
+        fn = OPERATIONS.get(op) if isinstance(op, str) else None
+        if fn is None:
+            raise Refusal("UNSUPPORTED", f"simfs: unknown op {op!r}", False)
+        reply = fn(cfg, req)
+        if fault.get("crash"):
+            os._exit(CRASH_STATUS)  # acted, never replies: the caller must retry with the same op_id
+        return reply
+    except Refusal as e:
+        return error(op_id, e.code, e.message, e.retryable)
+    except OSError as e:
+        return error(op_id, "UNAVAILABLE", f"simfs: {op} failed: {e}", True)
+    except Exception as e:  # a bug here must not cost the batch's other replies
+        return error(op_id, "INTERNAL", f"simfs: {op} failed: {type(e).__name__}: {e}", True)
+
+
+def serve(stdin, stdout) -> int:
+    """The provider: the request document from ``stdin``, the reply document to ``stdout``."""
+    try:
+        doc = json.loads(stdin.read())
+    except ValueError as e:
+        print(f"simfs: the request document is not JSON: {e}", file=sys.stderr)
+        return 2
+    if not isinstance(doc, dict) or doc.get("contract") != CONTRACT or not isinstance(doc.get("requests"), list):
+        print(f"simfs: not a contract {CONTRACT} request document", file=sys.stderr)
+        return 2
+    try:
+        cfg: Config | Refusal = Config(doc.get("config", {}))
+    except Refusal as e:
+        cfg = e
+    replies = []
+    for req in doc["requests"]:
+        if not isinstance(req, dict) or not isinstance(req.get("op_id"), str) or not req["op_id"]:
+            print(f"simfs: skipping a request without an op_id: {str(req)[:80]}", file=sys.stderr)
+            continue
+        replies.append(handle(cfg, req))
+    stdout.write(json.dumps({"contract": CONTRACT, "replies": replies}))
+    stdout.flush()
+    return 0
+
+
+def command() -> list[str]:
+    """How to run simfs as a provider from this interpreter."""
+    return [sys.executable, "-m", "xce.providers.simfs"]
+
+
+# ---------------------------------------------------------------------------
+# Command line
+
+
+def _cli(argv: list[str]) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m xce.providers.simfs",
+                                description="simfs: inspect volumes and inject faults (no subcommand: "
+                                            "act as the provider on stdin/stdout)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    i = sub.add_parser("inject", help="change root/faults.json")
+    i.add_argument("--root", required=True)
+    i.add_argument("--clear", action="store_true", help="remove every fault first")
+    i.add_argument("--fail-next", type=int, metavar="K", help="the next K requests fail")
+    i.add_argument("--code", help="their error code (default UNAVAILABLE)")
+    i.add_argument("--message", help="their error message")
+    i.add_argument("--permanent", action="store_true", help="failures are not retryable")
+    i.add_argument("--retryable", action="store_true", help="failures are retryable (the default)")
+    i.add_argument("--probability", type=float, metavar="P", help="each request also fails with probability P")
+    i.add_argument("--ops", help="comma-separated ops every fault applies to (default: all)")
+    i.add_argument("--hang-next", type=int, metavar="K", help="the next K requests hang first")
+    i.add_argument("--hang-seconds", type=float, metavar="S", help="for how long (default 3600)")
+    i.add_argument("--crash-after-act-next", type=int, metavar="K",
+                   help="the next K create/release requests act, then exit 137 without replying")
+    i.add_argument("--garbage-next", type=int, metavar="K", help="the next K requests print garbage and exit 0")
+    ls = sub.add_parser("list", help="print the volumes (or a host's node-local objects)")
+    ls.add_argument("--root", required=True)
+    ls.add_argument("--host")
+    ls.add_argument("--json", action="store_true")
+    a = p.parse_args(argv)
+    root = os.path.abspath(a.root)
+    if a.cmd == "inject":
+        retryable = False if a.permanent else (True if a.retryable else None)
+        ops = [o for o in a.ops.split(",") if o] if a.ops is not None else None
+        faults = inject(root, clear=a.clear, fail_next=a.fail_next, fail_code=a.code, fail_message=a.message,
+                        fail_retryable=retryable, fail_probability=a.probability, fail_ops=ops,
+                        hang_next=a.hang_next, hang_seconds=a.hang_seconds,
+                        crash_after_act_next=a.crash_after_act_next, garbage_next=a.garbage_next)
+        print(json.dumps(faults, sort_keys=True))
+        return 0
+    parent = os.path.join(root, "nodes", a.host) if a.host else os.path.join(root, "volumes")
+    metas = _objects_in(parent)
+    if a.json:
+        print(json.dumps(metas, sort_keys=True))
+        return 0
+    print(f"{'HANDLE':<24} {'SIZE':>14} {'ATTACHED':<16} TAGS")
+    for m in metas:
+        tags = ",".join(f"{k}={v}" for k, v in sorted(m.get("tags", {}).items()))
+        print(f"{m['handle']:<24} {m.get('size_bytes', 0):>14} {','.join(m.get('attachments', [])) or '-':<16} {tags}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("inject", "list", "-h", "--help"):
+        return _cli(argv)
+    if argv:
+        print(f"simfs: unknown arguments {' '.join(argv)} (subcommands: inject, list)", file=sys.stderr)
+        return 2
+    return serve(sys.stdin.buffer, sys.stdout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
