@@ -295,8 +295,10 @@ def delete(model: Model, actor: User, name: str, now: float) -> list[Fact]:
     claim = visible(model, actor, name)
     if claim.form is ClaimForm.TEMPLATE and not actor.is_admin:
         raise Conflict(f"claim {name!r} belongs to job {claim.job_id}: it goes with the job")
-    if claim.state is ClaimState.RELEASED or claim.delete_requested:
+    if claim.state is ClaimState.RELEASED:
         return []
+    if claim.delete_requested and not (claim.state is ClaimState.FAILED and claim.op is None):
+        return []  # already on its way; deleting a FAILED claim again retries its release
     return [F.ClaimDeleteRequested(time=now, claim_id=claim.id, by=actor.name)]
 
 
@@ -468,6 +470,8 @@ def _advance_delete(model: Model, claim: Claim, time: float) -> None:
 
 
 def apply_claim_created(model: Model, f: F.ClaimCreated) -> None:
+    if f.claim_id in model.claims or f.name in model.claim_names:
+        return  # ids and live names are unique: ``create`` never decides otherwise
     claim = Claim(id=f.claim_id, name=f.name, form=f.form, class_name=f.class_name, scope=f.scope,
                   size_bytes=f.size_bytes, access_mode=f.access_mode, reclaim_policy=f.reclaim_policy,
                   owner=f.owner, project=f.project, created=f.time, params=dict(f.params), job_id=f.job_id)

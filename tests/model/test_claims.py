@@ -1,0 +1,202 @@
+"""The claim state machine, driven through its decide functions by hypothesis.
+
+Whatever order creates, placements, intents, provider results, deletions,
+attachments, purges and agent restarts come in, the claim folds keep their
+invariants and a snapshot taken at any point restores the same model.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+from hypothesis import event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from xce.controller.config import ClaimsConfig, parse_config
+from xce.errors import XceError
+from xce.model import Model
+from xce.model import claims as C
+from xce.model import facts as F
+from xce.model.claims import LIVE, TRANSITIONS, ClaimSpec, ClaimState
+from xce.model.identity import Role, User
+
+CONFIG = parse_config("""
+[[users]]
+name = "admin"
+role = "admin"
+projects = ["default"]
+[[queues]]
+name = "default"
+[[projects]]
+name = "default"
+[[pools]]
+name = "p"
+capacity = "1Ti"
+[[claim_classes]]
+name = "simfs"
+provider = "simfs"
+pools = ["p"]
+[[quotas]]
+project = "default"
+max_claims = 4
+""")
+ADMIN = User(name="admin", role=Role.ADMIN, projects=["default"])
+RETRIES = ClaimsConfig(max_attempts=3, retry_base=0.1, retry_cap=0.2)
+NAMES = st.sampled_from(["a", "b"])
+
+
+class ClaimMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = Model(cluster_id="k")
+        self.model.apply(1, F.ProjectDefined(time=0, name="default"))
+        self.now = 1.0
+        self.rng = random.Random(7)
+        self.epoch = 0
+        self.restart_agent()
+
+    def commit(self, facts) -> None:
+        for f in facts:
+            self.model.apply(self.model.position + 1, f)
+
+    def tick(self) -> float:
+        self.now += 1.0
+        return self.now
+
+    def try_(self, fn):
+        try:
+            out = fn()
+        except XceError:
+            return None
+        facts = out[0] if isinstance(out, tuple) else out
+        self.commit(facts)
+        return out
+
+    def claim(self, name: str):
+        return C.live_by_name(self.model, name)
+
+    @initialize()
+    def two_ready_claims(self):
+        """Start where the interesting paths begin: ``a`` (delete) and ``b`` (retain) READY."""
+        self.create("a", "delete")
+        self.create("b", "retain")
+        self.schedule()
+        self.intents_for_due_ops()
+        self.provider_round("ok", False)
+        assert [c.state for c in self.model.claims.values()] == [ClaimState.READY, ClaimState.READY]
+
+    @rule(name=NAMES, policy=st.sampled_from(["delete", "retain"]))
+    def create(self, name, policy):
+        spec = ClaimSpec(name=name, class_name="simfs", size="1Gi", access_mode="RWO", reclaim_policy=policy)
+        self.try_(lambda: C.create(self.model, CONFIG, ADMIN, spec, self.tick()))
+
+    @rule()
+    def schedule(self):
+        """The scheduler places every pending claim (the pool never runs out here)."""
+        for c in list(self.model.claims.values()):
+            if c.state is ClaimState.PENDING and not c.placed and not c.delete_requested:
+                self.commit([F.ClaimPlaced(time=self.tick(), claim_id=c.id, pool="p")])
+
+    @rule()
+    def restart_agent(self):
+        _, self.epoch = self.try_(lambda: C.lease(self.model, C.SHARED_AGENT, "h", self.tick()))
+
+    @rule()
+    def intents_for_due_ops(self):
+        now = self.tick()
+        for c in C.due_ops(self.model, C.SHARED_AGENT, now + 10):
+            self.try_(lambda c=c: C.record_intent(self.model, C.SHARED_AGENT, self.epoch, c.op.op_id, c.id, now))
+
+    @rule(outcome=st.sampled_from(["ok", "ok", "ok", "retry", "permanent"]), stale=st.sampled_from([False] * 4 + [True]))
+    def provider_round(self, outcome, stale):
+        """The agent reports every op it has an intent for (or, stale, an older epoch tries to)."""
+        epoch = self.epoch - 1 if stale else self.epoch
+        for c in list(self.model.claims.values()):
+            if c.op is None or c.op.epoch is None:
+                continue
+            intent_epoch = c.op.epoch
+            facts = self.try_(lambda c=c: C.record_result(
+                self.model, RETRIES, epoch, c.op.op_id, c.id, self.tick(), outcome == "ok", handle=f"h-{c.id}",
+                size_bytes=2**30, code="E", retryable=outcome == "retry", rng=self.rng))
+            assert (facts is None) == (intent_epoch != epoch), "only the intent's epoch may report"
+
+    @rule(name=NAMES)
+    def delete(self, name):
+        self.try_(lambda: C.delete(self.model, ADMIN, name, self.tick()))
+
+    @rule(name=NAMES, host=st.sampled_from(["h1", "h2"]))
+    def attach(self, name, host):
+        self.try_(lambda: C.add_attachment(self.model, ADMIN, name, host, "rw", self.tick()))
+
+    @rule(name=NAMES)
+    def detach(self, name):
+        c = self.claim(name)
+        if c is not None and c.attachments:
+            self.try_(lambda: C.remove_attachment(self.model, ADMIN, name, c.attachments[0].id, self.tick()))
+
+    @rule()
+    def purge(self):
+        for c in list(self.model.claims.values()):
+            if c.retained:
+                self.try_(lambda c=c: C.purge(self.model, ADMIN, c.id, self.tick()))
+
+    # ------------------------------------------------------------ invariants
+
+    @invariant()
+    def transitions_follow_the_table(self):
+        for c in self.model.claims.values():
+            event(f"reached {c.state.value}{' retained' if c.retained else ''}")
+            states = [ClaimState(h["state"]) for h in c.history]
+            assert states[0] is ClaimState.PENDING
+            for a, b in zip(states, states[1:]):
+                assert a == b or b in TRANSITIONS[a], f"{c.name}: {a} -> {b}"
+            assert states[-1] is c.state
+
+    @invariant()
+    def indexes_agree_with_claims(self):
+        live = {c.name: c.id for c in self.model.claims.values() if c.state in LIVE}
+        assert self.model.claim_names == live
+        assert self.model.open_ops == {c.id for c in self.model.claims.values() if c.op is not None}
+
+    @invariant()
+    def released_claims_hold_nothing(self):
+        for c in self.model.claims.values():
+            if c.state is ClaimState.RELEASED:
+                assert not c.attachments
+                assert c.op is None or c.retained, "only a purge works on a released claim"
+            if c.retained:
+                assert c.state is ClaimState.RELEASED and c.data_exists
+
+    @invariant()
+    def the_reclaim_policy_decides_the_objects_fate(self):
+        for c in self.model.claims.values():
+            states = [h["state"] for h in c.history]
+            if c.reclaim_policy is C.ReclaimPolicy.RETAIN:
+                assert "RELEASING" not in states, "retain never releases the object on delete"
+            else:
+                assert not c.retained
+
+    @invariant()
+    def a_deletion_nothing_holds_up_goes_ahead(self):
+        for c in self.model.claims.values():
+            if c.delete_requested and not c.attachments and (c.op is None or c.op.epoch is None):
+                assert c.state is not ClaimState.READY
+                if c.state is ClaimState.FAILED and c.data_exists and c.op is None:
+                    # only a release that failed for good waits, FAILED with its data, for a new delete
+                    assert [h["state"] for h in c.history][-2:] == ["RELEASING", "FAILED"]
+
+    @invariant()
+    def quota_counts_live_claims_only(self):
+        count, _ = C.quota_use(self.model, "default", None)
+        assert count == sum(1 for c in self.model.claims.values() if c.live) <= 4
+
+    @invariant()
+    def snapshots_restore_the_same_model(self):
+        restored = Model.from_snapshot(json.loads(json.dumps(self.model.to_snapshot())))
+        assert restored == self.model
+
+
+TestClaimMachine = ClaimMachine.TestCase
+TestClaimMachine.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
