@@ -149,3 +149,16 @@ def test_an_object_no_claim_owns_is_reported_then_released_after_the_grace_perio
     trail = json.loads(cl.xce("--json", "audit", "--limit", "100000").stdout)
     assert [a["result"] for a in trail if a["target"] == f"object/{reply.handle}"] == ["seen", "released"]
     assert not [o for o in json.loads(cl.xce("--json", "orphans").stdout) if o.get("handle") == reply.handle]
+
+
+def test_provisioner_sigkill_between_the_provider_acting_and_the_report_converges(cl):
+    inject(cl, "--hang-after-act-next", "1", "--hang-seconds", "60", "--ops", "create")
+    create(cl, "acted")
+    claim_id = wait_for(lambda: (c := cl.claim("acted"))["op"] and c["op"]["epoch"] and c["id"], what="intent")
+    wait_for(lambda: objects_of(cl, claim_id), what="the provider made the object")
+    assert cl.claim("acted")["state"] == "PREPARING", "made, but not yet reported"
+    cl.provisioner.kill()
+    cl.provisioner.start()
+    c = cl.wait_claim("acted", "READY")
+    assert c["attempts"] == 2 and len(c["op_ids"]) == 1
+    assert objects_of(cl, claim_id) == [c["handle"]], "exactly one object: the retry found the first one"

@@ -121,7 +121,7 @@ def as_user(cl, user: str) -> dict[str, str]:
 
 def volumes(root: str) -> list[str]:
     d = os.path.join(root, "volumes")
-    return sorted(os.listdir(d)) if os.path.isdir(d) else []
+    return sorted(n for n in os.listdir(d) if not n.startswith(".")) if os.path.isdir(d) else []
 
 
 def claim_count(cl) -> int:

@@ -47,6 +47,14 @@ class Fenced(Exception):
     """Another agent holds a newer epoch: this one must stop acting."""
 
 
+class _Refused(Exception):
+    """The agent itself cannot run an op (no such provider): every op of the batch fails with this."""
+
+    def __init__(self, code: str, message: str, retryable: bool) -> None:
+        super().__init__(message)
+        self.code, self.message, self.retryable = code, message, retryable
+
+
 def request_for(item: dict[str, Any]) -> ProviderRequest:
     return ProviderRequest(op_id=item["op_id"], op=item["op"], claim_id=item.get("claim_id"),
                            claim_name=item.get("claim_name", ""), class_name=item.get("class_name", ""),
@@ -126,19 +134,22 @@ class ClaimAgent:
 
     def _run_batch(self, provider: Provider | None, items: list[dict[str, Any]]) -> None:
         try:
-            if provider is None:
-                name = items[0].get("provider")
-                replies = [ProviderReply(op_id=i["op_id"], ok=False, error_code="NO_PROVIDER", retryable=False,
-                                         message=f"this agent has no provider {name!r} configured")
-                           for i in items]
-            else:
+            try:
+                if provider is None:
+                    raise _Refused("NO_PROVIDER", f"this agent has no provider {items[0].get('provider')!r} "
+                                                  "configured", retryable=False)
                 replies = run_provider(provider.command, provider.config, self.cluster_id,
                                        [request_for(i) for i in items], provider.timeout)
+            except _Refused as e:
+                replies = [ProviderReply(op_id=i["op_id"], ok=False, error_code=e.code, retryable=e.retryable,
+                                         message=e.message) for i in items]
+            except Exception as e:  # an op with an intent must always get a result, or it would hang
+                log.exception("batch failed")
+                replies = [ProviderReply(op_id=i["op_id"], ok=False, error_code="AGENT_ERROR", retryable=True,
+                                         message=f"{self.agent}: {type(e).__name__}: {e}") for i in items]
             self._report([result_for(i, r) for i, r in zip(items, replies)])
         except Fenced:
             log.warning("%s: fenced by a newer epoch; stopping", self.agent)
-        except Exception:
-            log.exception("batch failed")
         finally:
             self._inflight.release()
 

@@ -43,7 +43,7 @@ OPS = ("create", "attach", "detach", "release", "health", "list",
        "node_prepare", "node_publish", "node_unpublish")
 CONFIG_KEYS = ("root", "capacity_bytes", "reachable_hosts", "host_labels", "latency", "min_size_bytes")
 FAULT_KEYS = ("fail_next", "fail_code", "fail_retryable", "fail_message", "fail_ops", "fail_probability",
-              "hang_next", "hang_seconds", "crash_after_act_next", "garbage_next")
+              "hang_next", "hang_seconds", "crash_after_act_next", "hang_after_act_next", "garbage_next")
 CRASH_STATUS = 137
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
@@ -398,6 +398,8 @@ def take_fault(root: str, op: str) -> dict:
                            bool(faults.get("fail_retryable", True)))
         elif op in ACTS and _take(faults, "crash_after_act_next"):
             got["crash"] = True
+        elif op in ACTS and _take(faults, "hang_after_act_next"):
+            got["hang_after"] = faults.get("hang_seconds", 3600)
         if got:
             _rewrite(fd, faults)
         return got
@@ -479,6 +481,8 @@ def handle(cfg: Config | Refusal, req: dict) -> dict:
         reply = fn(cfg, req)
         if fault.get("crash"):
             os._exit(CRASH_STATUS)  # acted, never replies: the caller must retry with the same op_id
+        if "hang_after" in fault:
+            time.sleep(fault["hang_after"])  # acted; the reply is late (or never comes, if the caller dies)
         return reply
     except Refusal as e:
         return error(op_id, e.code, e.message, e.retryable)
@@ -543,6 +547,8 @@ def _cli(argv: list[str]) -> int:
     i.add_argument("--hang-seconds", type=float, metavar="S", help="for how long (default 3600)")
     i.add_argument("--crash-after-act-next", type=int, metavar="K",
                    help="the next K create/release requests act, then exit 137 without replying")
+    i.add_argument("--hang-after-act-next", type=int, metavar="K",
+                   help="the next K create/release requests act, then hang (--hang-seconds) before replying")
     i.add_argument("--garbage-next", type=int, metavar="K", help="the next K requests print garbage and exit 0")
     ls = sub.add_parser("list", help="print the volumes (or a host's node-local objects)")
     ls.add_argument("--root", required=True)
@@ -556,7 +562,8 @@ def _cli(argv: list[str]) -> int:
         faults = inject(root, clear=a.clear, fail_next=a.fail_next, fail_code=a.code, fail_message=a.message,
                         fail_retryable=retryable, fail_probability=a.probability, fail_ops=ops,
                         hang_next=a.hang_next, hang_seconds=a.hang_seconds,
-                        crash_after_act_next=a.crash_after_act_next, garbage_next=a.garbage_next)
+                        crash_after_act_next=a.crash_after_act_next,
+                        hang_after_act_next=a.hang_after_act_next, garbage_next=a.garbage_next)
         print(json.dumps(faults, sort_keys=True))
         return 0
     parent = os.path.join(root, "nodes", a.host) if a.host else os.path.join(root, "volumes")
