@@ -162,3 +162,25 @@ def test_provisioner_sigkill_between_the_provider_acting_and_the_report_converge
     c = cl.wait_claim("acted", "READY")
     assert c["attempts"] == 2 and len(c["op_ids"]) == 1
     assert objects_of(cl, claim_id) == [c["handle"]], "exactly one object: the retry found the first one"
+
+
+def test_claims_of_a_project_removed_from_the_config_are_reported_as_orphans(tmp_path):
+    from tests.integration.test_claims import CONFIG
+
+    cl = make_claims_cluster(tmp_path)
+    try:
+        with cl.api() as api:
+            r = api.post("/v1/claims", json={"name": "stranded", "class": "tiny", "size": "1Mi",
+                                             "access_mode": "RWO", "project": "team-b"})
+            assert r.status_code == 201, r.text
+        cl.wait_claim("stranded", "READY")
+        cl.ctl.stop()
+        (tmp_path / "xce.toml").write_text(CONFIG.replace('[[projects]]\nname = "team-b"\n', "")
+                                           .replace('projects = ["team-b"]', 'projects = ["team-a"]'))
+        cl.ctl.start()
+        orphans = json.loads(cl.xce("--json", "orphans").stdout)
+        assert [(o["kind"], o["name"], o["reason"]) for o in orphans] == [
+            ("claim", "stranded", "project team-b no longer exists")]
+        assert cl.claim("stranded")["state"] == "READY", "reported, never deleted behind anyone's back"
+    finally:
+        cl.stop()

@@ -12,7 +12,7 @@ import uuid
 
 from xce.controller.config import Config
 from xce.model import Model
-from xce.model.catalog import define_project, define_queue
+from xce.model.catalog import define_project, define_queue, remove_project
 from xce.model.facts import ClusterInitialized, Fact
 from xce.model.identity import define_user, issue_token
 
@@ -33,6 +33,9 @@ def bootstrap_facts(model: Model, config: Config, now: float,
         add([ClusterInitialized(time=now, cluster_id=uuid.uuid4().hex)])
     for p in config.projects:
         add(define_project(scratch, p.name, p.description, now))
+    configured = {p.name for p in config.projects}
+    for name in sorted(set(scratch.projects) - configured):  # its live claims show up in xce orphans
+        add(remove_project(scratch, name, now))
     for q in config.queues:
         add(define_queue(scratch, q.name, q.priority, q.description, now))
     for u in config.users:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from xce.model.facts import Fact, ProjectDefined, QueueDefined
+from xce.model.facts import Fact, ProjectDefined, ProjectRemoved, QueueDefined
 from xce.model.names import check_name
 
 if TYPE_CHECKING:
@@ -47,3 +47,11 @@ def apply_queue_defined(model: Model, f: QueueDefined) -> None:
 
 def apply_project_defined(model: Model, f: ProjectDefined) -> None:
     model.projects[f.name] = Project(name=f.name, description=f.description)
+
+
+def remove_project(model: Model, name: str, now: float) -> list[Fact]:
+    return [ProjectRemoved(time=now, name=name)] if name in model.projects else []
+
+
+def apply_project_removed(model: Model, f: ProjectRemoved) -> None:
+    model.projects.pop(f.name, None)

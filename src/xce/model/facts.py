@@ -127,6 +127,14 @@ class ProjectDefined(Fact):
     description: str = ""
 
 
+@fact("project.removed")
+@dataclass(frozen=True, slots=True)
+class ProjectRemoved(Fact):
+    """The configuration no longer has this project; its live claims become orphans (reported)."""
+
+    name: str
+
+
 # ---------------------------------------------------------------- jobs
 
 

@@ -32,6 +32,7 @@ FOLDS: dict[type[F.Fact], Callable[["Model", Any], None]] = {
     F.TokenRevoked: identity.apply_token_revoked,
     F.QueueDefined: catalog.apply_queue_defined,
     F.ProjectDefined: catalog.apply_project_defined,
+    F.ProjectRemoved: catalog.apply_project_removed,
     F.JobSubmitted: jobs.apply_job_submitted,
     F.AuditRecorded: audit.apply_audit_recorded,
     F.HostRegistered: hosts.apply_host_registered,
