@@ -106,8 +106,8 @@ class ClaimMachine(RuleBasedStateMachine):
     @rule()
     def intents_for_due_ops(self):
         now = self.tick()
-        for c in C.due_ops(self.model, C.SHARED_AGENT, now + 10):
-            self.try_(lambda c=c: C.record_intent(self.model, C.SHARED_AGENT, self.epoch, c.op.op_id, c.id, now))
+        for c, op, _ in C.due_ops(self.model, C.SHARED_AGENT, now + 10):
+            self.try_(lambda c=c, op=op: C.record_intent(self.model, C.SHARED_AGENT, self.epoch, op.op_id, c.id, now))
 
     @rule(outcome=st.sampled_from(["ok", "ok", "ok", "retry", "permanent"]), stale=st.sampled_from([False] * 4 + [True]))
     def provider_round(self, outcome, stale):

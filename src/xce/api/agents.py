@@ -26,7 +26,7 @@ from xce.errors import Conflict, Forbidden
 from xce.model import Model
 from xce.model import claims as C
 from xce.model import facts as F
-from xce.model.claims import SHARED_AGENT, Claim, OpKind
+from xce.model.claims import SHARED_AGENT, Attachment, Claim, Op, OpKind
 from xce.model.facts import Fact
 from xce.model.identity import Role, User
 from xce.model.orphans import due_for_release, inventory
@@ -47,17 +47,22 @@ def speaks_for(actor: User, agent: str) -> None:
     raise Forbidden(f"{actor.name!r} may not act as claim agent {agent!r}")
 
 
-def op_json(ctl: Controller, claim: Claim) -> dict[str, Any]:
-    """One op as an agent runs it: what the provider needs, owner tags included."""
-    op = claim.op
-    assert op is not None
+def op_json(ctl: Controller, claim: Claim, op: Op, attachment: Attachment | None) -> dict[str, Any]:
+    """One op as an agent runs it: what the provider (or the agent itself) needs, owner tags included."""
     cls = ctl.config.claim_class(claim.class_name)
-    return {"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts + 1, "claim_id": claim.id,
-            "claim_name": claim.name, "class_name": claim.class_name, "provider": cls.provider if cls else None,
-            "size_bytes": claim.size_bytes, "access_mode": claim.access_mode.value, "params": claim.params,
-            "handle": claim.handle if op.kind is OpKind.RELEASE else None, "host": claim.host,
-            "tags": {"xce.cluster": ctl.model.cluster_id, "xce.claim": str(claim.id), "xce.op": op.op_id,
-                     "xce.reclaim": claim.reclaim_policy.value, "xce.project": claim.project}}
+    out = {"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts + 1, "claim_id": claim.id,
+           "claim_name": claim.name, "class_name": claim.class_name, "scope": claim.scope,
+           "provider": cls.provider if cls else None, "size_bytes": claim.size_bytes,
+           "access_mode": claim.access_mode.value, "params": claim.params,
+           "handle": claim.handle if op.kind is not OpKind.CREATE else None,
+           "host": attachment.host if attachment is not None else claim.host, "path": claim.path,
+           "tags": {"xce.cluster": ctl.model.cluster_id, "xce.claim": str(claim.id), "xce.op": op.op_id,
+                    "xce.reclaim": claim.reclaim_policy.value, "xce.project": claim.project}}
+    if op.kind in (OpKind.STAGE_IN, OpKind.STAGE_OUT):  # done by the node agent itself, as the job's user
+        job = ctl.model.jobs.get(claim.job_id) if claim.job_id is not None else None
+        out["user"] = job.user if job is not None else claim.owner
+        out["items"] = claim.stage_in if op.kind is OpKind.STAGE_IN else claim.stage_out
+    return out
 
 
 def add_agent_routes(app: FastAPI, ctl: Controller, channel: AgentChannel) -> None:
@@ -72,7 +77,7 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: AgentChannel) -> No
 
     def work_now(agent: str, limit: int) -> dict[str, Any]:
         now = time.time()
-        out: dict[str, Any] = {"ops": [op_json(ctl, c) for c in C.due_ops(ctl.model, agent, now, limit)],
+        out: dict[str, Any] = {"ops": [op_json(ctl, c, op, a) for c, op, a in C.due_ops(ctl.model, agent, now, limit)],
                                "orphans": []}
         if agent == SHARED_AGENT:
             for o in due_for_release(ctl.model, ctl.config.claims.orphan_grace, now)[:limit]:
@@ -105,10 +110,6 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: AgentChannel) -> No
             facts: list[Fact] = []
             accepted, refused = [], {}
             for ref in body.ops:
-                claim = model.claims.get(ref.claim_id)
-                if claim is not None and claim.agent != agent:
-                    refused[ref.op_id] = f"claim {ref.claim_id} is not {agent}'s to prepare"
-                    continue
                 try:
                     facts += C.record_intent(model, agent, body.epoch, ref.op_id, ref.claim_id, now)
                     accepted.append(ref.op_id)

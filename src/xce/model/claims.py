@@ -71,8 +71,18 @@ class ReclaimPolicy(enum.StrEnum):
 
 
 class OpKind(enum.StrEnum):
-    CREATE = "create"
+    CREATE = "create"  # a node-scope claim's create is the provider's node_prepare
     RELEASE = "release"
+    STAGE_IN = "stage_in"  # template staging claims: copied in by the node agent before the job
+    STAGE_OUT = "stage_out"  # ... and out after it
+    ATTACH = "attach"  # attachments: a standalone claim made reachable on a job's host
+    DETACH = "detach"
+
+
+class AttachmentState(enum.StrEnum):
+    ATTACHING = "ATTACHING"
+    ATTACHED = "ATTACHED"
+    DETACHING = "DETACHING"
 
 
 S = ClaimState
@@ -110,12 +120,25 @@ class Op:
 
 @dataclass
 class Attachment:
+    """One use of a standalone claim on one host (by a job's run, or added by an admin)."""
+
     id: int
     host: str
     mode: str
     created: float
     by: str
     job_id: int | None = None
+    run: int | None = None
+    state: AttachmentState = AttachmentState.ATTACHED
+    op: Op | None = None
+    path: str | None = None  # where the claim's data is reachable on the host (from the provider)
+    detach_requested: bool = False
+    last_error: str | None = None
+
+    def __post_init__(self) -> None:
+        self.state = AttachmentState(self.state)
+        if isinstance(self.op, dict):
+            self.op = Op(**self.op)
 
 
 @dataclass
@@ -153,6 +176,12 @@ class Claim:
     data_exists: bool = False  # a provider object exists (or may: a create was attempted)
     history: list[dict[str, Any]] = field(default_factory=list)  # {state, time, reason}
     ops: list[dict[str, Any]] = field(default_factory=list)  # every attempt: {op_id, op, attempt, result, time, ...}
+    # template claims
+    kind: str = ""  # "scratch", "stage", or the application profile's claim name
+    run: int | None = None  # the job's run it belongs to
+    stage_in: list[list[str]] = field(default_factory=list)  # [source, destination under the claim]
+    stage_out: list[list[str]] = field(default_factory=list)  # [source under the claim, destination]
+    keep: bool = False  # stage-out failed: the data stays, FAILED, until someone deletes the claim
 
     def __post_init__(self) -> None:
         self.form = ClaimForm(self.form)
@@ -177,14 +206,34 @@ class Claim:
         """Who runs this claim's provider ops: the provisioner, or the node agent of its host."""
         return SHARED_AGENT if self.scope == "shared" or self.host is None else node_agent(self.host)
 
+    def agent_for(self, attachment: Attachment | None) -> str:
+        if attachment is None or self.scope == "shared":
+            return self.agent
+        return node_agent(attachment.host)
+
+    def find_op(self, op_id: str) -> tuple[Op, Attachment | None] | None:
+        """The open op with this id: the claim's own, or one of its attachments'."""
+        if self.op is not None and self.op.op_id == op_id:
+            return self.op, None
+        for a in self.attachments:
+            if a.op is not None and a.op.op_id == op_id:
+                return a.op, a
+        return None
+
+    def open_ops(self) -> list[tuple[Op, Attachment | None]]:
+        out: list[tuple[Op, Attachment | None]] = [(self.op, None)] if self.op is not None else []
+        return out + [(a.op, a) for a in self.attachments if a.op is not None]
+
     def waiting(self) -> str | None:
         """What the claim waits for, in words (None when it waits for nothing)."""
         if self.delete_requested and self.attachments and self.state is not ClaimState.RELEASED:
             n = len(self.attachments)
             return f"deletion waits for {n} attachment{'s' if n > 1 else ''} to go"
-        if self.op is not None:
-            what = f"{self.op.kind.value} (op {self.op.op_id}"
-            return what + (f", attempt {self.op.attempts})" if self.op.attempts else ")")
+        ops = self.open_ops()
+        if ops:
+            op, a = ops[0]
+            what = f"{op.kind.value}" + (f" on {a.host}" if a is not None else "") + f" (op {op.op_id}"
+            return what + (f", attempt {op.attempts})" if op.attempts else ")")
         return None
 
 
@@ -353,38 +402,42 @@ def check_epoch(model: Model, agent: str, epoch: int) -> None:
                        code="stale_epoch")
 
 
-def due_ops(model: Model, agent: str, now: float, limit: int = 1000) -> list[Claim]:
-    """Claims whose open op this agent should run now: never intended, or intended by an older
-    epoch (the agent restarted: re-drive with the same op_id), and not waiting for a retry."""
+def due_ops(model: Model, agent: str, now: float,
+            limit: int = 1000) -> list[tuple[Claim, Op, Attachment | None]]:
+    """Ops this agent should run now: never intended, or intended by an older epoch (the agent
+    restarted: re-drive with the same op_id), and not waiting for a retry."""
     epoch = model.agent_epochs.get(agent)
     out = []
     for claim_id in sorted(model.open_ops):
         claim = model.claims[claim_id]
-        op = claim.op
-        if op is None or claim.agent != agent:
-            continue
-        if op.epoch is not None and op.epoch == epoch:
-            continue  # in flight with the current agent
-        if op.next_retry is not None and op.next_retry > now:
-            continue
-        out.append(claim)
+        for op, attachment in claim.open_ops():
+            if claim.agent_for(attachment) != agent:
+                continue
+            if op.epoch is not None and op.epoch == epoch:
+                continue  # in flight with the current agent
+            if op.next_retry is not None and op.next_retry > now:
+                continue
+            out.append((claim, op, attachment))
         if len(out) >= limit:
             break
-    return out
+    return out[:limit]
 
 
 def next_due(model: Model, agent: str) -> float | None:
     """When the earliest waiting retry of this agent falls due (to bound its long-poll)."""
-    times = [c.op.next_retry for cid in model.open_ops if (c := model.claims[cid]).op is not None
-             and c.agent == agent and c.op.next_retry is not None]
+    times = [op.next_retry for cid in model.open_ops for op, a in model.claims[cid].open_ops()
+             if op.next_retry is not None and model.claims[cid].agent_for(a) == agent]
     return min(times) if times else None
 
 
 def record_intent(model: Model, agent: str, epoch: int, op_id: str, claim_id: int, now: float) -> list[Fact]:
     claim = model.claims.get(claim_id)
-    if claim is None or claim.op is None or claim.op.op_id != op_id:
+    found = claim.find_op(op_id) if claim is not None else None
+    if found is None:
         raise Conflict(f"op {op_id} is not open on claim {claim_id}", code="op_gone")
-    if claim.op.epoch == epoch:
+    if claim.agent_for(found[1]) != agent:
+        raise Conflict(f"op {op_id} of claim {claim_id} is not {agent}'s to run", code="op_gone")
+    if found[0].epoch == epoch:
         return []  # already recorded for this epoch
     return [F.ClaimOpIntent(time=now, claim_id=claim_id, op_id=op_id, agent=agent, epoch=epoch)]
 
@@ -401,15 +454,17 @@ def record_result(model: Model, cfg: ClaimsConfig, epoch: int, op_id: str, claim
                   stderr_tail: str = "", rng: random.Random | None = None) -> list[Fact]:
     """An agent's report on one op; it must come from the epoch that recorded the intent."""
     claim = model.claims.get(claim_id)
-    if claim is None or claim.op is None or claim.op.op_id != op_id:
+    found = claim.find_op(op_id) if claim is not None else None
+    if found is None:
         return []  # decided already (a duplicate report): nothing to do
-    if claim.op.epoch != epoch:
+    op = found[0]
+    if op.epoch != epoch:
         raise Conflict(f"op {op_id} was not started by epoch {epoch}", code="stale_epoch")
     if ok:
         return [F.ClaimOpSucceeded(time=now, claim_id=claim_id, op_id=op_id, handle=handle, size_bytes=size_bytes,
                                    reachable_hosts=reachable_hosts, host_labels=dict(host_labels or {}),
                                    path=path, message=message[:1024])]
-    attempts = claim.op.attempts
+    attempts = op.attempts
     next_retry = None
     if retryable and attempts < cfg.max_attempts:
         next_retry = now + retry_delay(cfg, attempts, rng or random.Random())
@@ -437,6 +492,13 @@ def _set_state(model: Model, claim: Claim, new: ClaimState, time: float, reason:
         model.released_names[claim.name] = max(claim.id, model.released_names.get(claim.name, 0))
 
 
+def _index(model: Model, claim: Claim) -> None:
+    if claim.op is not None or any(a.op is not None for a in claim.attachments):
+        model.open_ops.add(claim.id)
+    else:
+        model.open_ops.discard(claim.id)
+
+
 def _open_op(model: Model, claim: Claim, kind: OpKind) -> None:
     n = claim.op_counts.get(kind.value, 0) + 1
     claim.op_counts[kind.value] = n
@@ -446,7 +508,33 @@ def _open_op(model: Model, claim: Claim, kind: OpKind) -> None:
 
 def _close_op(model: Model, claim: Claim) -> None:
     claim.op = None
-    model.open_ops.discard(claim.id)
+    _index(model, claim)
+
+
+def _open_attachment_op(model: Model, claim: Claim, a: Attachment, kind: OpKind) -> None:
+    a.op = Op(op_id=f"a{a.id}.{kind.value}", kind=kind)
+    model.open_ops.add(claim.id)
+
+
+def _drop_attachment(model: Model, claim: Claim, a: Attachment, time: float) -> None:
+    claim.attachments = [x for x in claim.attachments if x.id != a.id]
+    _index(model, claim)
+    _advance_delete(model, claim, time)
+
+
+def detach(model: Model, claim: Claim, a: Attachment, time: float) -> None:
+    """Fold helper: the attachment's user is done with it.  Capacity comes back only once it is gone."""
+    if a.op is not None and a.op.kind is OpKind.ATTACH:
+        if a.op.epoch is not None:  # the attach is in flight: detach once it has answered
+            a.detach_requested = True
+            return
+        _drop_attachment(model, claim, a, time)  # never reached the provider
+    elif a.state is AttachmentState.ATTACHED:
+        if a.run is None:  # added by hand (no provider attach was made): nothing to undo
+            _drop_attachment(model, claim, a, time)
+        else:
+            a.state = AttachmentState.DETACHING
+            _open_attachment_op(model, claim, a, OpKind.DETACH)
 
 
 def _advance_delete(model: Model, claim: Claim, time: float) -> None:
@@ -496,14 +584,15 @@ def apply_claim_placed(model: Model, f: F.ClaimPlaced) -> None:
 
 def apply_claim_op_intent(model: Model, f: F.ClaimOpIntent) -> None:
     claim = model.claims.get(f.claim_id)
-    if claim is None or claim.op is None or claim.op.op_id != f.op_id:
+    found = claim.find_op(f.op_id) if claim is not None else None
+    if found is None:
         return
-    op = claim.op
+    op, a = found
     op.attempts += 1
     op.agent, op.epoch, op.next_retry = f.agent, f.epoch, None
     claim.ops.append({"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts, "agent": f.agent,
-                      "epoch": f.epoch, "time": f.time, "result": "started"})
-    if op.kind is OpKind.CREATE:
+                      "epoch": f.epoch, "time": f.time, "result": "started", "host": a.host if a else None})
+    if a is None and op.kind is OpKind.CREATE:
         claim.data_exists = True  # from here on a provider object may exist: never assume it does not
         if claim.state is ClaimState.PENDING:
             _set_state(model, claim, ClaimState.PREPARING, f.time, f"{f.agent} creating (op {op.op_id})", f.agent)
@@ -511,12 +600,23 @@ def apply_claim_op_intent(model: Model, f: F.ClaimOpIntent) -> None:
 
 def apply_claim_op_succeeded(model: Model, f: F.ClaimOpSucceeded) -> None:
     claim = model.claims.get(f.claim_id)
-    if claim is None or claim.op is None or claim.op.op_id != f.op_id:
+    found = claim.find_op(f.op_id) if claim is not None else None
+    if found is None:
         return
-    op = claim.op
+    op, a = found
     agent = op.agent or "-"
     claim.ops.append({"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts, "time": f.time,
-                      "result": "ok", "message": f.message})
+                      "result": "ok", "message": f.message, "host": a.host if a else None})
+    if a is not None:
+        a.op, a.last_error = None, None
+        _index(model, claim)
+        if op.kind is OpKind.ATTACH:
+            a.state, a.path = AttachmentState.ATTACHED, f.path
+            if a.detach_requested:
+                detach(model, claim, a, f.time)
+        else:
+            _drop_attachment(model, claim, a, f.time)
+        return
     claim.last_error, claim.stderr_tail = None, ""
     _close_op(model, claim)
     if op.kind is OpKind.CREATE:
@@ -525,8 +625,18 @@ def apply_claim_op_succeeded(model: Model, f: F.ClaimOpSucceeded) -> None:
         claim.reachable_hosts = list(f.reachable_hosts) if f.reachable_hosts is not None else None
         claim.host_labels = dict(f.host_labels)
         claim.path = f.path
+        if claim.stage_in:
+            _open_op(model, claim, OpKind.STAGE_IN)  # still PREPARING: READY once the files are in
+            return
         _set_state(model, claim, ClaimState.READY, f.time, f"created {f.handle} on attempt {op.attempts}", agent)
         _advance_delete(model, claim, f.time)
+    elif op.kind is OpKind.STAGE_IN:
+        _set_state(model, claim, ClaimState.READY, f.time, f"staged in {len(claim.stage_in)} item(s)", agent)
+        _advance_delete(model, claim, f.time)
+    elif op.kind is OpKind.STAGE_OUT:
+        claim.history.append({"state": claim.state.value, "time": f.time,
+                              "reason": f"staged out {len(claim.stage_out)} item(s); releasing"})
+        _open_op(model, claim, OpKind.RELEASE)
     else:
         claim.data_exists = False
         if claim.state is ClaimState.RELEASED:  # a purged retained object
@@ -539,27 +649,47 @@ def apply_claim_op_succeeded(model: Model, f: F.ClaimOpSucceeded) -> None:
 
 def apply_claim_op_failed(model: Model, f: F.ClaimOpFailed) -> None:
     claim = model.claims.get(f.claim_id)
-    if claim is None or claim.op is None or claim.op.op_id != f.op_id:
+    found = claim.find_op(f.op_id) if claim is not None else None
+    if found is None:
         return
-    op = claim.op
+    op, a = found
     agent = op.agent or "-"
-    claim.last_error = f"{f.code}: {f.message}"
-    claim.stderr_tail = f.stderr_tail
+    error = f"{f.code}: {f.message}"
     claim.ops.append({"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts, "time": f.time,
                       "result": f.code, "message": f.message, "retryable": f.retryable,
-                      "next_retry": f.next_retry})
+                      "next_retry": f.next_retry, "host": a.host if a else None})
+    if a is not None:
+        a.last_error = error
+    else:
+        claim.last_error, claim.stderr_tail = error, f.stderr_tail
     if f.next_retry is not None:
         op.epoch = None  # the next attempt needs a new intent
         op.next_retry = f.next_retry
         return
+    why = f"{op.kind.value} failed after {op.attempts} attempt{'s' if op.attempts != 1 else ''}: {error}"
+    if a is not None:
+        a.op = None
+        _index(model, claim)
+        claim.history.append({"state": claim.state.value, "time": f.time, "reason": f"{a.host}: {why}"})
+        if op.kind is OpKind.ATTACH:
+            _drop_attachment(model, claim, a, f.time)  # nothing is attached
+        # a detach that failed for good stays DETACHING (its host may still write): fenced only
+        # when the host is declared lost, or removed by an admin
+        return
     _close_op(model, claim)
-    why = f"{op.kind.value} failed after {op.attempts} attempt{'s' if op.attempts != 1 else ''}: {claim.last_error}"
     if op.kind is OpKind.CREATE:
         # a permanent error from the provider means it made nothing; a crash on the last attempt
         # may have left an object, which the orphan scan finds by its op_id tag
         claim.data_exists = False
         _set_state(model, claim, ClaimState.FAILED, f.time, why, agent)
         _advance_delete(model, claim, f.time)
+    elif op.kind is OpKind.STAGE_IN:
+        _set_state(model, claim, ClaimState.FAILED, f.time, why, agent)
+        _advance_delete(model, claim, f.time)
+    elif op.kind is OpKind.STAGE_OUT:
+        claim.keep = True
+        claim.delete_requested = False
+        _set_state(model, claim, ClaimState.FAILED, f.time, why + "; the data is kept", agent)
     elif claim.state is ClaimState.RELEASED:  # a purge that failed: still retained
         claim.history.append({"state": claim.state.value, "time": f.time, "reason": f"purge failed: {why}"})
     else:
@@ -587,17 +717,22 @@ def apply_attachment_added(model: Model, f: F.AttachmentAdded) -> None:
     claim = model.claims.get(f.claim_id)
     if claim is None:
         return
-    claim.attachments.append(Attachment(id=f.attachment_id, host=f.host, mode=f.mode, created=f.time, by=f.by,
-                                        job_id=f.job_id))
+    a = Attachment(id=f.attachment_id, host=f.host, mode=f.mode, created=f.time, by=f.by, job_id=f.job_id,
+                   run=f.run, state=AttachmentState.ATTACHING if f.run is not None else AttachmentState.ATTACHED)
+    claim.attachments.append(a)
+    if f.run is not None:  # a job's: the provider makes the claim reachable on the host first
+        _open_attachment_op(model, claim, a, OpKind.ATTACH)
     model.next_attachment_id = max(model.next_attachment_id, f.attachment_id + 1)
 
 
 def apply_attachment_removed(model: Model, f: F.AttachmentRemoved) -> None:
     claim = model.claims.get(f.claim_id)
-    if claim is None:
+    a = next((x for x in claim.attachments if x.id == f.attachment_id), None) if claim is not None else None
+    if a is None:
         return
-    claim.attachments = [a for a in claim.attachments if a.id != f.attachment_id]
-    _advance_delete(model, claim, f.time)
+    claim.history.append({"state": claim.state.value, "time": f.time,
+                          "reason": f"attachment #{a.id} on {a.host} removed by {f.by}"})
+    _drop_attachment(model, claim, a, f.time)
 
 
 def apply_agent_leased(model: Model, f: F.AgentLeased) -> None:

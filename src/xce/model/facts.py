@@ -366,6 +366,7 @@ class AttachmentAdded(Fact):
     mode: str  # "rw" or "ro"
     by: str
     job_id: int | None = None
+    run: int | None = None  # a job run's attachment: the provider attaches it (None: added by hand, as is)
 
 
 @fact("claim.attachment_removed")
