@@ -34,6 +34,7 @@ from xce.cli.http import ApiError, CliError, Client
 
 DAEMON = [sys.executable, "-m", "xce.cli.main"]
 STOP_TIMEOUT = 30.0
+SCRATCH_PER_HOST = "64Gi"  # each host's scratch counter: what --scratch claims draw on
 
 
 class ClusterError(Exception):
@@ -174,7 +175,8 @@ class LocalCluster:
             token = self._daemon_token(admin, f"worker-{host}", host, os.path.join(work_dir, "token"))
             env = dict(os.environ, XCE_TOKEN=token)
             self._spawn(f"worker-{host}", ["worker", "--host", host, "--controller", self.url,
-                                           "--slots", str(self.slots), "--work-dir", work_dir], env=env)
+                                           "--slots", str(self.slots), "--work-dir", work_dir,
+                                           "--counter", f"scratch={SCRATCH_PER_HOST}"], env=env)
         self._wait_hosts(admin)
 
     def _wait_hosts(self, admin: Client, timeout: float = 60.0) -> None:

@@ -61,6 +61,19 @@ for cls in (F.ClaimCreated, F.ClaimPlaced, F.ClaimOpIntent, F.ClaimOpSucceeded, 
 for cls in (F.ClaimOpIntent, F.ClaimOpSucceeded, F.ClaimOpFailed):
     DOMAIN[(cls, "op_id")] = OP_IDS
 DOMAIN[(F.AttachmentRemoved, "attachment_id")] = st.integers(1, 3)
+# claims in jobs: references, template specs, and what an allocation makes
+_PATHS = st.lists(st.tuples(st.sampled_from(["/in/a", "b"]), st.sampled_from(["a", "/out/b"])).map(list), max_size=2)
+_TEMPLATE = st.fixed_dictionaries({"kind": st.sampled_from(["scratch", "stage", "kv"]), "class": st.just("scratch"),
+                                   "size_bytes": st.integers(0, 2**20), "counter": st.sampled_from([None, "scratch"]),
+                                   "stage_in": _PATHS, "stage_out": _PATHS})
+DOMAIN[(F.JobSubmitted, "claim_refs")] = st.lists(st.fixed_dictionaries(
+    {"claim_id": CLAIM_IDS, "name": NAMES, "mode": st.sampled_from(["rw", "ro"])}), max_size=2)
+DOMAIN[(F.JobSubmitted, "templates")] = st.lists(_TEMPLATE, max_size=2)
+DOMAIN[(F.JobAllocated, "templates")] = st.lists(
+    st.builds(lambda t, i: dict(t, claim_id=i), _TEMPLATE, st.integers(4, 6)), max_size=2)
+DOMAIN[(F.JobAllocated, "attachments")] = st.lists(st.fixed_dictionaries(
+    {"attachment_id": st.integers(1, 4), "claim_id": CLAIM_IDS, "host": NAMES, "mode": st.sampled_from(["rw", "ro"])}),
+    max_size=2)
 DOMAIN[(F.ClaimOpIntent, "agent")] = st.sampled_from(["provisioner", "node:a"])
 
 

@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from xce.cli.http import ApiError, CliError, Client
 from xce.providers.contract import ProviderReply, ProviderRequest
@@ -55,8 +55,13 @@ class _Refused(Exception):
         self.code, self.message, self.retryable = code, message, retryable
 
 
+def provider_op(item: dict[str, Any]) -> str:
+    """The contract's operation for a claim op: a node-scope claim is created by ``node_prepare``."""
+    return "node_prepare" if item["op"] == "create" and item.get("scope") == "node" else item["op"]
+
+
 def request_for(item: dict[str, Any]) -> ProviderRequest:
-    return ProviderRequest(op_id=item["op_id"], op=item["op"], claim_id=item.get("claim_id"),
+    return ProviderRequest(op_id=item["op_id"], op=provider_op(item), claim_id=item.get("claim_id"),
                            claim_name=item.get("claim_name", ""), class_name=item.get("class_name", ""),
                            size_bytes=item.get("size_bytes") or 0, access_mode=item.get("access_mode", ""),
                            params=dict(item.get("params") or {}), tags=dict(item.get("tags") or {}),
@@ -74,12 +79,20 @@ def result_for(item: dict[str, Any], reply: ProviderReply) -> dict[str, Any]:
     return out
 
 
+LocalOp = Callable[[dict[str, Any]], ProviderReply]
+
+
 class ClaimAgent:
+    """``local_ops`` are ops the agent does itself rather than through a provider (the node
+    agent's stage-in and stage-out copies)."""
+
     def __init__(self, client: Client, agent: str, providers: dict[str, Provider], *, batch: int = 64,
-                 concurrency: int = 4, poll_wait: float = 20.0, inventory_classes: bool = True) -> None:
+                 concurrency: int = 4, poll_wait: float = 20.0, inventory_classes: bool = True,
+                 local_ops: dict[str, LocalOp] | None = None) -> None:
         self.client = client
         self.agent = agent
         self.providers = providers
+        self.local_ops = local_ops or {}
         self.batch = batch
         self.poll_wait = poll_wait
         self.inventory_classes = inventory_classes
@@ -153,6 +166,20 @@ class ClaimAgent:
         finally:
             self._inflight.release()
 
+    def _run_local(self, handler: LocalOp, item: dict[str, Any]) -> None:
+        try:
+            try:
+                reply = handler(item)
+            except Exception as e:  # an op with an intent must always get a result
+                log.exception("%s failed", item["op"])
+                reply = ProviderReply(op_id=item["op_id"], ok=False, error_code="AGENT_ERROR", retryable=True,
+                                      message=f"{self.agent}: {type(e).__name__}: {e}")
+            self._report([result_for(item, reply)])
+        except Fenced:
+            log.warning("%s: fenced by a newer epoch; stopping", self.agent)
+        finally:
+            self._inflight.release()
+
     def _release_orphans(self, provider: Provider | None, items: list[dict[str, Any]]) -> None:
         try:
             if provider is None:
@@ -183,7 +210,12 @@ class ClaimAgent:
                 log.info("intent for %s refused: %s", op_id, why)
         by_provider: dict[str | None, list[dict[str, Any]]] = {}
         for o in ops:
-            if o["op_id"] in accepted:
+            if o["op_id"] not in accepted:
+                continue
+            if o["op"] in self.local_ops:
+                self._inflight.acquire()
+                self._pool.submit(self._run_local, self.local_ops[o["op"]], o)
+            else:
                 by_provider.setdefault(o.get("provider"), []).append(o)
         for name, items in by_provider.items():
             for i in range(0, len(items), self.batch):

@@ -25,6 +25,7 @@ from xce.controller.core import Controller
 from xce.errors import Conflict, Forbidden
 from xce.model import Model
 from xce.model import claims as C
+from xce.model import job_claims
 from xce.model import facts as F
 from xce.model.claims import SHARED_AGENT, Attachment, Claim, Op, OpKind
 from xce.model.facts import Fact
@@ -129,15 +130,23 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: AgentChannel) -> No
             now = time.time()
             facts: list[Fact] = []
             refused = {}
+            jobs_decided: set[int] = set()
             for r in body.results:
                 try:
-                    facts += C.record_result(
+                    results = C.record_result(
                         model, ctl.config.claims, body.epoch, r.op_id, r.claim_id, now, r.ok, handle=r.handle,
                         size_bytes=r.size_bytes, reachable_hosts=r.reachable_hosts, host_labels=r.host_labels,
                         path=r.path, message=r.message, code=r.code, retryable=r.retryable,
                         stderr_tail=r.stderr_tail, rng=_rng)
                 except Conflict as e:
                     refused[r.op_id] = e.message
+                    continue
+                facts += results
+                for result in results:  # what it means for the job the claim serves (one decision a job)
+                    for f in job_claims.consequences(model, r.claim_id, r.op_id, result, now):
+                        if f.job_id not in jobs_decided:
+                            jobs_decided.add(f.job_id)
+                            facts.append(f)
             if agent == SHARED_AGENT:
                 facts += [F.OrphanResolved(time=now, handle=h, how="released")
                           for h in body.orphans_released if h in model.orphans]

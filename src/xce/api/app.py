@@ -34,6 +34,7 @@ from xce.errors import InvalidRequest, XceError
 from xce.model import Model, audit as audit_model
 from xce.model.identity import User, define_user, issue_token
 from xce.model import jobs as J
+from xce.model.job_claims import JobClaimsSpec
 from xce.model.jobs import JobSpec, JobState, submit, visible_job
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -238,9 +239,14 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
     async def submit_job(body: S.JobSubmitRequest, request: Request, actor: User = Depends(authenticated)):
         spec = JobSpec(command=body.command, name=body.name, queue=body.queue, project=body.project,
                        slots=body.slots, resreq=body.resreq, cwd=body.cwd, stdout=body.stdout,
-                       stderr=body.stderr, rerunnable=body.rerunnable, held=body.hold)
-        job_id = await mutate(request, actor, "job", lambda model: submit(model, actor, spec, time.time()))
-        return JSONResponse(job_json(controller.model.jobs[job_id], controller.pending_reasons.get(job_id)), status_code=201)
+                       stderr=body.stderr, rerunnable=body.rerunnable, held=body.hold,
+                       claims=JobClaimsSpec(claims=tuple(body.claims), scratch=body.scratch,
+                                            stage_in=tuple(body.stage_in), stage_out=tuple(body.stage_out),
+                                            app=body.app))
+        job_id = await mutate(request, actor, "job",
+                              lambda model: submit(model, actor, spec, time.time(), controller.config))
+        return JSONResponse(job_json(controller.model, controller.model.jobs[job_id],
+                                     controller.pending_reasons.get(job_id)), status_code=201)
 
     @app.get("/v1/jobs", response_model=list[S.JobOut], tags=["jobs"])
     async def list_jobs(actor: User = Depends(authenticated),
@@ -258,7 +264,7 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
             user = actor.name
         states = set(state) if state else None
         reasons = controller.pending_reasons
-        out = [job_json(j, reasons.get(j.id)) for j in controller.model.jobs.values()
+        out = [job_json(controller.model, j, reasons.get(j.id)) for j in controller.model.jobs.values()
                if (user is None or j.user == user) and (queue is None or j.queue == queue)
                and (states is None or j.state in states) and (array is None or j.array_parent == array)]
         return JSONResponse(out)
@@ -266,7 +272,7 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
     @app.get("/v1/jobs/{job_id}", response_model=S.JobOut, tags=["jobs"])
     async def show_job(job_id: int, actor: User = Depends(authenticated)):
         await controller.read_barrier()
-        return JSONResponse(job_json(visible_job(controller.model, actor, job_id),
+        return JSONResponse(job_json(controller.model, visible_job(controller.model, actor, job_id),
                                      controller.pending_reasons.get(job_id)))
 
     def job_action(path: str, decide_one):
@@ -274,7 +280,7 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
         async def action(job_id: int, request: Request, actor: User = Depends(authenticated)):
             await mutate(request, actor, f"job/{job_id}",
                          lambda model: (decide_one(model, actor, job_id, time.time()), None))
-            return JSONResponse(job_json(controller.model.jobs[job_id],
+            return JSONResponse(job_json(controller.model, controller.model.jobs[job_id],
                                          controller.pending_reasons.get(job_id)))
 
     job_action("kill", J.kill)

@@ -34,6 +34,15 @@ class JobSubmitRequest(Strict):
     stderr: Path | None = None
     rerunnable: bool = False
     hold: bool = False
+    claims: Annotated[list[Annotated[str, Field(min_length=1, max_length=80)]], Field(max_length=32)] = Field(
+        [], description="standalone claims: NAME, NAME:rw or NAME:ro")
+    scratch: Annotated[str, Field(min_length=1, max_length=100)] | None = Field(
+        None, description="SIZE or SIZE:CLASS: a per-run scratch claim")
+    stage_in: Annotated[list[Path], Field(max_length=64)] = Field(
+        [], description="SRC (absolute) or SRC:DEST (DEST relative to $XCE_STAGE)")
+    stage_out: Annotated[list[Path], Field(max_length=64)] = Field(
+        [], description="SRC:DEST (SRC relative to $XCE_STAGE, DEST absolute)")
+    app: Name | None = Field(None, description="an application profile that declares template claims")
 
 
 class UserCreateRequest(Strict):

@@ -8,24 +8,31 @@ from typing import Any
 from xce.model.audit import AuditRecord
 from xce.model.claims import Attachment, Claim, ClaimState
 from xce.model.identity import User
+from xce.model import job_claims
 from xce.model.jobs import Job, JobState
+from xce.model.state import Model
 from xce.model.orphans import Orphan
 
 
-def job_json(job: Job, pending_reason: str | None = None) -> dict[str, Any]:
+def job_json(model: Model, job: Job, pending_reason: str | None = None) -> dict[str, Any]:
     """``pending_reason`` is the scheduler's latest word on a pending job (not a fact)."""
     reason = job.pending_reason or pending_reason
+    if job.state is JobState.PEND and job.allocated:
+        reason = job_claims.blocking(model, job) or reason  # the readiness gate names the claim
     if reason is None and job.state is JobState.PEND:
         reason = "waiting for the next scheduling cycle"
+    if job.phase == "stage-out":
+        reason = job_claims.blocking_stage_out(model, job)
     return {
         "id": job.id, "display_id": job.display_id, "name": job.name, "user": job.user,
         "project": job.project, "queue": job.queue, "state": job.state.value,
         "command": job.command, "submit_time": job.submit_time,
         "start_time": job.start_time, "end_time": job.end_time, "pending_reason": reason,
         "exit_code": job.exit_code, "signal": job.signal, "exit_reason": job.exit_reason,
-        "hosts": job.hosts, "claims": job.claims, "slots": job.slots, "resreq": job.resreq,
+        "hosts": job.hosts, "claims": job_claims.claims_json(model, job), "slots": job.slots, "resreq": job.resreq,
         "cwd": job.cwd, "stdout": job.stdout, "stderr": job.stderr, "rerunnable": job.rerunnable,
         "array_parent": job.array_parent, "array_index": job.array_index, "run": job.run,
+        "phase": job.phase, "app": job.app, "publish": job.publish or None,
     }
 
 

@@ -8,7 +8,7 @@ can reconcile), heartbeat, long-poll for work, and report starts and exits.
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse
@@ -24,6 +24,7 @@ from xce.model import Model
 from xce.model.facts import Fact, HostRegistered, JobFinished, JobRequeued
 from xce.model.hosts import HostState
 from xce.model.identity import Role, User
+from xce.model import job_claims
 from xce.model.jobs import Job, JobState, report_finished, report_started
 from xce.model.names import NAME_PATTERN
 
@@ -51,6 +52,7 @@ class StartedReport(Strict):
     workspace: Annotated[str, Field(max_length=4096)] = ""
     stdout: Annotated[str, Field(max_length=4096)] = ""
     stderr: Annotated[str, Field(max_length=4096)] = ""
+    publish: Literal["", "bind", "symlink"] = ""
 
 
 class FinishedReport(Strict):
@@ -74,12 +76,13 @@ def _speaks_for(actor: User, host: str) -> None:
         raise Forbidden(f"{actor.name!r} may not report for host {host!r}")
 
 
-def dispatch_json(job: Job, host: str) -> dict[str, Any]:
+def dispatch_json(model: Model, job: Job, host: str) -> dict[str, Any]:
     return {"job_id": job.id, "run": job.run, "display_id": job.display_id, "user": job.user,
             "name": job.name, "command": job.command, "cwd": job.cwd, "stdout": job.stdout,
             "stderr": job.stderr, "hosts": job.hosts, "slots": job.alloc_slots.get(host, 0),
             "total_slots": sum(job.alloc_slots.values()), "array_index": job.array_index,
-            "array_parent": job.array_parent, "queue": job.queue, "project": job.project}
+            "array_parent": job.array_parent, "queue": job.queue, "project": job.project,
+            "claims": job_claims.publish_list(model, job, host)}
 
 
 def host_work(model: Model, host: str) -> dict[str, list]:
@@ -91,8 +94,8 @@ def host_work(model: Model, host: str) -> dict[str, list]:
         job = model.jobs.get(int(key))
         if job is None or not job.hosts or job.hosts[0] != host:
             continue
-        if job.state is JobState.PEND:
-            dispatch.append(dispatch_json(job, host))
+        if job.state is JobState.PEND and job_claims.blocking(model, job) is None:  # the readiness gate
+            dispatch.append(dispatch_json(model, job, host))
         elif job.state is JobState.RUN and job.kill_requested:
             kill.append({"job_id": job.id, "run": job.run})
     return {"dispatch": dispatch, "kill": kill}
@@ -189,7 +192,7 @@ def add_worker_routes(app: FastAPI, ctl: Controller, monitor: HostMonitor) -> No
             for s in body.started:
                 try:
                     facts += report_started(model, host, s.job_id, s.run, s.pid, now, s.workspace,
-                                            s.stdout, s.stderr)
+                                            s.stdout, s.stderr, s.publish)
                 except Conflict:
                     kill.append({"job_id": s.job_id, "run": s.run})
             for r in body.finished:

@@ -33,6 +33,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     w.add_argument("--heartbeat", type=float, default=2.0, help="seconds between heartbeats")
     w.add_argument("--run-as-users", action="store_true",
                    help="run each job as the unix account named like its XCE user (needs root)")
+    w.add_argument("--provider-config", help="providers for node-scope claims ([providers.NAME] tables as for "
+                                              "xce provisioner; default: simfs under the work dir)")
     w.set_defaults(func=cmd_worker)
 
     pr = sub.add_parser("provisioner", help="run the provisioner (the claim agent for shared storage)")
@@ -80,7 +82,7 @@ def cmd_worker(args, ctx) -> int:
     if args.slots is not None and args.slots < 0:
         raise UsageError("--slots must be >= 0")
     return run_worker(args.host, args.controller, token, args.slots, args.attr, args.counter,
-                      args.work_dir, args.heartbeat, args.run_as_users)
+                      args.work_dir, args.heartbeat, args.run_as_users, args.provider_config)
 
 
 def cmd_provisioner(args, ctx) -> int:

@@ -35,6 +35,14 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     s.add_argument("--cwd", help="working directory (default: the job's workspace)")
     s.add_argument("-r", "--rerunnable", action="store_true", help="requeue if its host is lost")
     s.add_argument("-H", "--hold", action="store_true", help="submit held (PSUSP) until released")
+    s.add_argument("--claim", action="append", default=[], metavar="NAME[:rw|ro]",
+                   help="a standalone claim the job uses, at $XCE_CLAIM_<NAME> (repeatable)")
+    s.add_argument("--scratch", metavar="SIZE[:CLASS]", help="per-run scratch space, at $XCE_SCRATCH")
+    s.add_argument("--stage-in", action="append", default=[], metavar="SRC[:DEST]",
+                   help="copy SRC into $XCE_STAGE (as DEST) before the job starts (repeatable)")
+    s.add_argument("--stage-out", action="append", default=[], metavar="SRC[:DEST]",
+                   help="copy $XCE_STAGE/SRC to DEST (default: here) after the job ends (repeatable)")
+    s.add_argument("--app", metavar="PROFILE", help="an application profile (its template claims come along)")
     s.add_argument("command", nargs="+", metavar="CMD", help="the command and its arguments, after --")
     s.set_defaults(func=cmd_submit)
 
@@ -91,6 +99,20 @@ def cmd_submit(args, ctx) -> int:
             if not value:
                 raise UsageError(f"--{key} needs a path")
             body[key] = os.path.join(body.get("cwd") or os.getcwd(), value)
+    body["claims"] = args.claim
+    if args.scratch:
+        body["scratch"] = args.scratch
+    if args.app:
+        body["app"] = args.app
+    here = os.getcwd()
+    body["stage_in"] = []
+    for text in args.stage_in:  # sources are read on the job's host: make them absolute from here
+        src, sep, dest = text.partition(":")
+        body["stage_in"].append(os.path.join(here, src) + (f":{dest}" if sep else ""))
+    body["stage_out"] = []
+    for text in args.stage_out:  # destinations default to here
+        src, sep, dest = text.partition(":")
+        body["stage_out"].append(f"{src}:{os.path.join(here, dest or os.path.basename(src))}")
     if args.resreq:
         from xce.scheduler.resreq import ResReqError, parse_resreq
 

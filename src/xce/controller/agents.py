@@ -15,8 +15,9 @@ from xce.controller.core import Controller
 from xce.model import facts as F
 
 # facts after which some agent may have new work
-_WAKE = (F.ClaimPlaced, F.ClaimOpFailed, F.ClaimDeleteRequested, F.ClaimPurgeRequested, F.AttachmentRemoved,
-         F.OrphanSeen, F.AgentLeased)
+_WAKE = (F.ClaimPlaced, F.ClaimOpSucceeded, F.ClaimOpFailed, F.ClaimDeleteRequested, F.ClaimPurgeRequested,
+         F.AttachmentAdded, F.AttachmentRemoved, F.OrphanSeen, F.AgentLeased, F.JobAllocated, F.JobProcessEnded,
+         F.JobFinished, F.JobRequeued)
 
 
 class AgentChannel:

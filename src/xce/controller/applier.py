@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from xce.controller.core import Outcome
 from xce.model import Model
+from xce.model import job_claims
 from xce.model.claims import ClaimState
 from xce.model.facts import ClaimPlaced, Fact, JobAllocated
 from xce.model.hosts import HostState
@@ -68,11 +69,14 @@ def _apply_allocations(model: Model, plan: Plan, now: float) -> Outcome:
     facts: list[Fact] = []
     taken_slots: dict[str, int] = {}
     taken_ctr: dict[str, dict[str, float]] = {}
+    next_claim, next_attachment = model.next_claim_id, model.next_attachment_id
     for a in plan.allocations:
         job = model.jobs.get(a.job_id)
         why = None
         if job is None or job.state is not JobState.PEND or job.alloc_slots or job.run != a.run:
             why = "job changed since the snapshot"
+        elif (gone := job_claims.unusable_ref(model, job)) is not None:
+            why = gone
         else:
             for host_name, n in a.slots.items():
                 host = model.hosts.get(host_name)
@@ -98,7 +102,11 @@ def _apply_allocations(model: Model, plan: Plan, now: float) -> Outcome:
             for name, amount in a.counters.get(host_name, {}).items():
                 t = taken_ctr.setdefault(host_name, {})
                 t[name] = t.get(name, 0.0) + amount
+        templates, attachments = job_claims.plan_claims(model, job, list(a.hosts), next_claim, next_attachment)
+        next_claim += len(templates)
+        next_attachment += len(attachments)
         facts.append(JobAllocated(time=now, job_id=a.job_id, run=a.run + 1, hosts=list(a.hosts),
-                                  slots=dict(a.slots), counters={h: dict(c) for h, c in a.counters.items()}))
+                                  slots=dict(a.slots), counters={h: dict(c) for h, c in a.counters.items()},
+                                  templates=templates, attachments=attachments))
         result.accepted.append(a.job_id)
     return Outcome(facts, result=result)

@@ -48,6 +48,27 @@ provider = "simfs"
 scope = "shared"
 pools = ["shared"]
 description = "simulated shared volumes: directories under the provisioner's simfs root"
+
+# Template claims, prepared by the worker of the job's host (node scope).
+[[claim_classes]]
+name = "scratch"
+provider = "simfs"
+scope = "node"
+counter = "scratch"
+access_modes = ["RWO"]
+description = "per-job local scratch (xce submit --scratch SIZE), on the host's scratch counter"
+
+[[claim_classes]]
+name = "stage"
+provider = "simfs"
+scope = "node"
+access_modes = ["RWO"]
+description = "per-job staging area (xce submit --stage-in/--stage-out), $XCE_STAGE"
+
+[[apps]]
+name = "serve"
+description = "a serving replica: a kv-cache scratch claim"
+claims = [{ name = "kv-cache", claim_class = "scratch", size = "1Gi" }]
 """
 
 
@@ -114,6 +135,23 @@ class ClaimClassConfig:
     parameters: dict[str, str] = field(default_factory=dict)  # defaults
     allowed_parameters: list[str] = field(default_factory=list)  # beyond the defaults' keys
     description: str = ""
+    counter: str | None = None  # node scope: the host L2 counter its sizes are reserved on
+
+
+@dataclass(frozen=True)
+class AppClaimConfig:
+    """A template claim an application profile declares (e.g. a ``kv-cache`` scratch for serving)."""
+
+    name: str
+    claim_class: str
+    size: str | int
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    name: str
+    description: str = ""
+    claims: list[AppClaimConfig] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -138,6 +176,8 @@ class ClaimsConfig:
     retry_jitter: float = 0.2  # +-20%
     orphan_grace: float = 300.0  # seconds a provider orphan is reported before it is released
     orphan_scan_interval: float = 30.0
+    scratch_class: str = "scratch"  # xce submit --scratch SIZE (without :CLASS)
+    stage_class: str = "stage"  # the staging claim of --stage-in/--stage-out
 
 
 @dataclass(frozen=True)
@@ -150,7 +190,11 @@ class Config:
     claim_classes: list[ClaimClassConfig] = field(default_factory=list)
     quotas: list[QuotaConfig] = field(default_factory=list)
     claims: ClaimsConfig = field(default_factory=ClaimsConfig)
+    apps: list[AppConfig] = field(default_factory=list)
     source: str = "<embedded default>"
+
+    def app(self, name: str) -> AppConfig | None:
+        return next((a for a in self.apps if a.name == name), None)
 
     def claim_class(self, name: str) -> ClaimClassConfig | None:
         return next((c for c in self.claim_classes if c.name == name), None)
@@ -178,7 +222,7 @@ def parse_config(text: str, source: str = "<string>") -> Config:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{source}: {e}") from None
     unknown = sorted(set(raw) - {"controller", "users", "queues", "projects", "pools", "claim_classes",
-                                 "quotas", "claims"})
+                                 "quotas", "claims", "apps"})
     if unknown:
         raise ConfigError(f"{source}: unknown section(s) {', '.join(unknown)}")
     ctl = _build(ControllerConfig, raw.get("controller", {}), f"{source} [controller]")
@@ -191,8 +235,15 @@ def parse_config(text: str, source: str = "<string>") -> Config:
                for i, c in enumerate(raw.get("claim_classes", []))]
     quotas = [_build(QuotaConfig, q, f"{source} [[quotas]] #{i + 1}") for i, q in enumerate(raw.get("quotas", []))]
     claims = _build(ClaimsConfig, raw.get("claims", {}), f"{source} [claims]")
+    apps = []
+    for i, a in enumerate(raw.get("apps", [])):
+        where = f"{source} [[apps]] #{i + 1}"
+        a = dict(a) if isinstance(a, dict) else a
+        if isinstance(a, dict):
+            a["claims"] = [_build(AppClaimConfig, c, f"{where} claims #{j + 1}") for j, c in enumerate(a.get("claims", []))]
+        apps.append(_build(AppConfig, a, where))
     for kind, items in (("user", users), ("queue", queues), ("project", projects), ("pool", pools),
-                        ("claim class", classes)):
+                        ("claim class", classes), ("application profile", apps)):
         names = [it.name for it in items]
         for n in names:
             try:
@@ -211,8 +262,29 @@ def parse_config(text: str, source: str = "<string>") -> Config:
     if ctl.snapshot_every < 1 or ctl.lease_ttl <= 0 or ctl.max_body_bytes < 1024:
         raise ConfigError(f"{source} [controller]: snapshot_every >= 1, lease_ttl > 0, max_body_bytes >= 1024")
     _check_claims(source, pools, classes, quotas, claims, project_names)
+    _check_apps(source, apps, classes)
     return Config(controller=ctl, users=users, queues=queues, projects=projects, pools=pools,
-                  claim_classes=classes, quotas=quotas, claims=claims, source=source)
+                  claim_classes=classes, quotas=quotas, claims=claims, apps=apps, source=source)
+
+
+def _check_apps(source: str, apps: list[AppConfig], classes: list[ClaimClassConfig]) -> None:
+    by_name = {c.name: c for c in classes}
+    for app in apps:
+        names = [c.name for c in app.claims]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"{source}: application profile {app.name!r} declares a claim twice")
+        for c in app.claims:
+            where = f"{source}: application profile {app.name!r}, claim {c.name!r}"
+            try:
+                check_name("claim", c.name)
+                parse_size(c.size, "size")
+            except InvalidRequest as e:
+                raise ConfigError(f"{where}: {e.message}") from None
+            cls = by_name.get(c.claim_class)
+            if cls is None:
+                raise ConfigError(f"{where}: unknown claim class {c.claim_class!r}")
+            if cls.scope != "node":
+                raise ConfigError(f"{where}: template claims use node-scope classes ({c.claim_class!r} is shared)")
 
 
 def _check_claims(source: str, pools: list[PoolConfig], classes: list[ClaimClassConfig],
@@ -239,6 +311,8 @@ def _check_claims(source: str, pools: list[PoolConfig], classes: list[ClaimClass
             raise ConfigError(f"{where}: reclaim_policy must be delete or retain")
         if not all(isinstance(v, str) for v in c.parameters.values()):
             raise ConfigError(f"{where}: parameter defaults must be strings")
+        if c.counter is not None and c.scope != "node":
+            raise ConfigError(f"{where}: only node-scope classes draw on a host counter")
     class_names = {c.name for c in classes}
     for q in quotas:
         if q.project not in project_names:

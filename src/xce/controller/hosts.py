@@ -25,7 +25,8 @@ from xce.model.jobs import host_lost
 
 log = logging.getLogger("xce.hosts")
 
-_WAKE = (F.JobAllocated, F.JobKillRequested, F.JobFinished, F.JobRequeued)
+# the readiness gate opens when a job's claims become READY/ATTACHED
+_WAKE = (F.JobAllocated, F.JobKillRequested, F.JobFinished, F.JobRequeued, F.ClaimOpSucceeded)
 
 
 class HostMonitor:

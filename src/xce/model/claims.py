@@ -89,7 +89,7 @@ S = ClaimState
 TRANSITIONS: dict[ClaimState, frozenset[ClaimState]] = {
     S.PENDING: frozenset({S.PREPARING, S.FAILED, S.RELEASED}),
     S.PREPARING: frozenset({S.READY, S.FAILED}),
-    S.READY: frozenset({S.RELEASING, S.RELEASED}),
+    S.READY: frozenset({S.RELEASING, S.RELEASED, S.FAILED}),  # FAILED: its host was lost, data kept there
     S.RELEASING: frozenset({S.RELEASED, S.FAILED}),
     S.FAILED: frozenset({S.RELEASING, S.RELEASED}),
     S.RELEASED: frozenset(),
@@ -555,6 +555,47 @@ def _advance_delete(model: Model, claim: Claim, time: float) -> None:
         else:
             _set_state(model, claim, ClaimState.RELEASING, time, "deleted; releasing the provider object", by)
             _open_op(model, claim, OpKind.RELEASE)
+
+
+def add_template_claim(model: Model, claim: Claim, time: float) -> None:
+    """Fold helper (from ``JobAllocated``): a run's template claim, created with its create op open."""
+    if claim.id in model.claims or claim.name in model.claim_names:
+        return
+    claim.history.append({"state": ClaimState.PENDING.value, "time": time,
+                          "reason": f"created for job {claim.job_id} run {claim.run} on {claim.host}"})
+    model.claims[claim.id] = claim
+    model.claim_names[claim.name] = claim.id
+    model.next_claim_id = max(model.next_claim_id, claim.id + 1)
+    model.audit.append(AuditRecord(seq=len(model.audit) + 1, time=time, user=claim.owner, action="claim.state",
+                                   target=f"claim/{claim.name}", result=ClaimState.PENDING.value,
+                                   detail=f"created: template {claim.kind} {claim.class_name} for job {claim.job_id}"))
+    _open_op(model, claim, OpKind.CREATE)
+
+
+def begin_stage_out(model: Model, claim: Claim, time: float) -> None:
+    """Fold helper: the job's process ended; its staging claim copies out before it is released."""
+    claim.delete_requested, claim.deleted_by = True, claim.owner
+    _set_state(model, claim, ClaimState.RELEASING, time, f"job {claim.job_id} ended: staging out", claim.owner)
+    _open_op(model, claim, OpKind.STAGE_OUT)
+
+
+def keep_data(model: Model, claim: Claim, time: float, reason: str) -> None:
+    """Fold helper: the claim's data must stay (nothing that holds data goes without a record)."""
+    claim.keep = True
+    claim.delete_requested = False
+    if claim.op is not None and claim.op.epoch is None:
+        _close_op(model, claim)
+    if claim.state is not ClaimState.FAILED:
+        _set_state(model, claim, ClaimState.FAILED, time, reason, "-")
+
+
+def release_template(model: Model, claim: Claim, time: float, reason: str) -> None:
+    """Fold helper: the run is over; its template claim goes (after any op in flight has answered)."""
+    if claim.delete_requested:
+        return
+    claim.delete_requested, claim.deleted_by = True, claim.owner
+    claim.history.append({"state": claim.state.value, "time": time, "reason": reason})
+    _advance_delete(model, claim, time)
 
 
 def apply_claim_created(model: Model, f: F.ClaimCreated) -> None:

@@ -155,6 +155,9 @@ class JobSubmitted(Fact):
     rerunnable: bool = False
     held: bool = False
     array_indices: list[int] = field(default_factory=list)  # one job per index, ids id..id+n-1
+    claim_refs: list[dict[str, Any]] = field(default_factory=list)  # standalone: {claim_id, name, mode}
+    templates: list[dict[str, Any]] = field(default_factory=list)  # per-run template claim specs
+    app: str | None = None
 
 
 # ---------------------------------------------------------------- audit
@@ -212,6 +215,8 @@ class JobAllocated(Fact):
     hosts: list[str]
     slots: dict[str, int]
     counters: dict[str, dict[str, float]] = field(default_factory=dict)
+    templates: list[dict[str, Any]] = field(default_factory=list)  # the run's template claims, ids decided
+    attachments: list[dict[str, Any]] = field(default_factory=list)  # {attachment_id, claim_id, host, mode}
 
 
 @fact("job.started")
@@ -224,6 +229,7 @@ class JobStarted(Fact):
     workspace: str = ""
     stdout: str = ""
     stderr: str = ""
+    publish: str = ""  # how its claims were published: "bind" or "symlink" (worker not root)
 
 
 @fact("job.finished")
@@ -237,6 +243,7 @@ class JobFinished(Fact):
     exit_code: int | None = None
     signal: int | None = None
     reason: str = ""
+    host_lost: bool = False  # its host was declared lost: data on it is kept, not released
 
 
 @fact("job.requeued")
@@ -244,6 +251,19 @@ class JobFinished(Fact):
 class JobRequeued(Fact):
     job_id: int
     run: int
+    reason: str = ""
+    host_lost: bool = False
+
+
+@fact("job.process_ended")
+@dataclass(frozen=True, slots=True)
+class JobProcessEnded(Fact):
+    """The run's process ended and its stage-out begins; the job ends (DONE/EXIT) once that is done."""
+
+    job_id: int
+    run: int
+    exit_code: int | None = None
+    signal: int | None = None
     reason: str = ""
 
 

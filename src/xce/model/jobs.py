@@ -15,10 +15,13 @@ from typing import TYPE_CHECKING, Any
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from xce.model import facts as F
 from xce.model.facts import Fact, JobSubmitted
+from xce.model import job_claims
+from xce.model.job_claims import JobClaimsSpec
 from xce.model.names import check_name
 from xce.scheduler.resreq import ResReqError, parse_resreq
 
 if TYPE_CHECKING:
+    from xce.controller.config import Config
     from xce.model.identity import User
     from xce.model.state import Model
 
@@ -69,6 +72,15 @@ class Job:
     kill_requested: bool = False
     kill_requeue: bool = False
     kill_by: str = ""  # who asked for the kill (for the exit reason)
+    # claims (see xce.model.job_claims)
+    claim_refs: list[dict[str, Any]] = field(default_factory=list)  # standalone: {claim_id, name, mode}
+    templates: list[dict[str, Any]] = field(default_factory=list)  # made for every run
+    app: str | None = None
+    run_claims: list[int] = field(default_factory=list)  # the current run's template claims
+    run_attachments: list[list[int]] = field(default_factory=list)  # its attachments: [claim_id, attachment_id]
+    phase: str | None = None  # "stage-out": the process ended, its staging claim copies out
+    publish: str = ""  # how the run's claims were published in its sandbox: "bind", "symlink" (no root)
+    process_exit: dict[str, Any] | None = None  # how the process ended, while the stage-out runs
 
     def __post_init__(self) -> None:
         self.state = JobState(self.state)
@@ -102,6 +114,7 @@ class JobSpec:
     stderr: str | None = None
     rerunnable: bool = False
     held: bool = False
+    claims: JobClaimsSpec = field(default_factory=JobClaimsSpec)
 
 
 MAX_ARRAY = 100_000
@@ -143,7 +156,8 @@ def _check_path(what: str, value: str | None) -> None:
         raise InvalidRequest(f"--cwd must be an absolute path, got {value!r}")
 
 
-def submit(model: Model, actor: User, spec: JobSpec, now: float) -> tuple[list[Fact], int]:
+def submit(model: Model, actor: User, spec: JobSpec, now: float,
+           config: Config | None = None) -> tuple[list[Fact], int]:
     if not spec.command:
         raise InvalidRequest("a job needs a command: xce submit [options] -- CMD ARGS...")
     if len(spec.command) > MAX_COMMAND_ARGS or sum(len(a) for a in spec.command) > MAX_COMMAND_BYTES:
@@ -176,12 +190,18 @@ def submit(model: Model, actor: User, spec: JobSpec, now: float) -> tuple[list[F
     except ResReqError as e:
         raise InvalidRequest(f"bad resource requirement: {e.reason} at column {e.position + 1}: "
                              f"{e.text[:200]!r}") from None
+    refs: list[dict[str, Any]] = []
+    templates: list[dict[str, Any]] = []
+    if spec.claims != JobClaimsSpec():
+        if config is None:
+            raise InvalidRequest("claims need the controller's configuration")
+        refs, templates = job_claims.resolve(model, config, actor, project, spec.claims)
     job_id = model.next_job_id
     return [JobSubmitted(
         time=now, id=job_id, name=name, user=actor.name, project=project, queue=queue,
         command=list(spec.command), slots=spec.slots, resreq=spec.resreq, cwd=spec.cwd,
         stdout=spec.stdout, stderr=spec.stderr, rerunnable=spec.rerunnable, held=spec.held,
-        array_indices=indices,
+        array_indices=indices, claim_refs=refs, templates=templates, app=spec.claims.app,
     )], job_id
 
 
@@ -206,6 +226,7 @@ def apply_job_submitted(model: Model, f: JobSubmitted) -> None:
             slots=f.slots, resreq=f.resreq, cwd=f.cwd, stdout=f.stdout, stderr=f.stderr,
             rerunnable=f.rerunnable, array_parent=parent, array_index=index,
             pending_reason="held by user" if f.held else None,
+            claim_refs=[dict(r) for r in f.claim_refs], templates=[dict(t) for t in f.templates], app=f.app,
         )
         model.next_job_id = max(model.next_job_id, job_id + 1)
 
@@ -231,12 +252,14 @@ def apply_job_allocated(model: Model, f: F.JobAllocated) -> None:
     job.alloc_counters = {h: dict(c) for h, c in f.counters.items()}
     job.pending_reason = f"dispatching to {f.hosts[0]}"
     job.kill_requested = job.kill_requeue = False
+    job.phase, job.process_exit = None, None
     for host_name, n in f.slots.items():
         host = model.hosts.get(host_name)
         if host is not None:
             host.held_slots[str(job.id)] = n
             if f.counters.get(host_name):
                 host.held_counters[str(job.id)] = dict(f.counters[host_name])
+    job_claims.on_allocated(model, job, f)
 
 
 def apply_job_started(model: Model, f: F.JobStarted) -> None:
@@ -251,6 +274,7 @@ def apply_job_started(model: Model, f: F.JobStarted) -> None:
     job.workspace = f.workspace or None
     job.stdout = f.stdout or job.stdout
     job.stderr = f.stderr or job.stderr
+    job.publish = f.publish
     job.pending_reason = None
 
 
@@ -261,6 +285,8 @@ def apply_job_finished(model: Model, f: F.JobFinished) -> None:
     if job.run != f.run or job.finished:
         return
     _release(model, job)
+    job_claims.release_for_run(model, job, f.time, host_lost=f.host_lost)
+    job.phase = None
     job.state = JobState(f.state)
     job.exit_code = f.exit_code
     job.signal = f.signal
@@ -275,6 +301,8 @@ def apply_job_requeued(model: Model, f: F.JobRequeued) -> None:
     if job is None:  # folds are total: a fact about an unknown job changes nothing
         return
     _release(model, job)
+    job_claims.release_for_run(model, job, f.time, host_lost=f.host_lost)
+    job.phase, job.process_exit = None, None
     job.state = JobState.PEND
     job.hosts = []
     job.pid = None
@@ -357,14 +385,14 @@ def release(model: Model, actor: User, job_id: int, now: float) -> list[Fact]:
 
 
 def report_started(model: Model, host: str, job_id: int, run: int, pid: int, now: float,
-                   workspace: str, stdout: str, stderr: str) -> list[Fact]:
+                   workspace: str, stdout: str, stderr: str, publish: str = "") -> list[Fact]:
     job = model.jobs.get(job_id)
     if job is None or job.run != run or job.finished or host not in job.alloc_slots:
         raise Conflict(f"job {job_id} run {run} is not dispatched to {host}")
     if job.state is JobState.RUN:
         return []
     return [F.JobStarted(time=now, job_id=job_id, run=run, host=host, pid=pid,
-                         workspace=workspace, stdout=stdout, stderr=stderr)]
+                         workspace=workspace, stdout=stdout, stderr=stderr, publish=publish)]
 
 
 def report_finished(model: Model, host: str, job_id: int, run: int, now: float, exit_code: int | None,
@@ -375,8 +403,13 @@ def report_finished(model: Model, host: str, job_id: int, run: int, now: float, 
         raise Conflict(f"job {job_id} run {run} is not dispatched to {host}")
     if job.finished:
         return []
+    if job.phase == "stage-out":
+        return []  # the process already ended; the stage-out decides
     if job.kill_requested and job.kill_requeue:
         return [F.JobRequeued(time=now, job_id=job_id, run=run, reason=f"requeued by {job.kill_by}")]
+    if not job.kill_requested and _has_stage_out(model, job):
+        return [F.JobProcessEnded(time=now, job_id=job_id, run=run, exit_code=exit_code, signal=signal,
+                                  reason=reason)]
     if job.kill_requested:
         state, why = JobState.EXIT, f"killed by {job.kill_by}"
     elif reason:
@@ -392,14 +425,60 @@ def report_finished(model: Model, host: str, job_id: int, run: int, now: float, 
 
 
 def host_lost(model: Model, host: str, now: float) -> list[Fact]:
-    """The jobs on a lost host: requeue if ``-r`` (or never started), else EXIT 'host lost'."""
+    """The jobs on a lost host: requeue if ``-r`` (or never started), else EXIT 'host lost'.
+
+    Then every attachment on the host is fenced (removed): the host can no longer write, so an
+    RWO/RWOP claim may be used elsewhere.  Template claims on it wait for it to come back.
+    """
     out: list[Fact] = []
     for job in model.jobs.values():
         if host not in job.alloc_slots or job.finished:
             continue
         if job.rerunnable or job.state is not JobState.RUN:
-            out.append(F.JobRequeued(time=now, job_id=job.id, run=job.run, reason=f"host {host} lost: requeued"))
+            out.append(F.JobRequeued(time=now, job_id=job.id, run=job.run, reason=f"host {host} lost: requeued",
+                                     host_lost=True))
         else:
             out.append(F.JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value,
-                                     reason=f"host lost ({host})"))
+                                     reason=f"host lost ({host})", host_lost=True))
+    for claim in model.claims.values():
+        for a in claim.attachments:
+            if a.host == host:
+                out.append(F.AttachmentRemoved(time=now, claim_id=claim.id, attachment_id=a.id,
+                                               by=f"host {host} lost: fenced"))
     return out
+
+
+def _has_stage_out(model: Model, job: Job) -> bool:
+    return any((c := model.claims.get(cid)) is not None and c.stage_out for cid in job.run_claims)
+
+
+def finish_after_stage_out(model: Model, job_id: int, run: int | None, failure: str | None,
+                           now: float) -> list[Fact]:
+    """The stage-out of a run whose process ended is over: DONE only if both succeeded."""
+    job = model.jobs.get(job_id)
+    if job is None or job.run != run or job.finished or job.phase != "stage-out":
+        return []
+    ended = job.process_exit or {}
+    exit_code, signal, reason = ended.get("exit_code"), ended.get("signal"), ended.get("reason", "")
+    if reason:
+        state, why = JobState.EXIT, reason
+    elif exit_code != 0:
+        state, why = JobState.EXIT, (f"killed by signal {signal}" if signal else f"nonzero exit code {exit_code}")
+    elif failure:
+        state, why = JobState.EXIT, failure
+    else:
+        state, why = JobState.DONE, ""
+    if failure and state is JobState.EXIT and why != failure:
+        why = f"{why}; {failure}"
+    return [F.JobFinished(time=now, job_id=job_id, run=job.run, state=state.value, exit_code=exit_code,
+                          signal=signal, reason=why)]
+
+
+def apply_job_process_ended(model: Model, f: F.JobProcessEnded) -> None:
+    job = model.jobs.get(f.job_id)
+    if job is None or job.run != f.run or job.finished:
+        return
+    job.process_exit = {"exit_code": f.exit_code, "signal": f.signal, "reason": f.reason}
+    job.exit_code, job.signal = f.exit_code, f.signal
+    if job_claims.start_stage_out(model, job, f.time):
+        job.phase = "stage-out"

@@ -44,6 +44,7 @@ FOLDS: dict[type[F.Fact], Callable[["Model", Any], None]] = {
     F.JobKillRequested: jobs.apply_job_kill_requested,
     F.JobHeld: jobs.apply_job_held,
     F.JobReleased: jobs.apply_job_released,
+    F.JobProcessEnded: jobs.apply_job_process_ended,
     F.ClaimCreated: claims.apply_claim_created,
     F.ClaimPlaced: claims.apply_claim_placed,
     F.ClaimOpIntent: claims.apply_claim_op_intent,

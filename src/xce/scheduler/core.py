@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from xce.scheduler.claims import place_claims
 from xce.scheduler.plan import Allocation, Plan
 from xce.scheduler.resreq import ResReq, ResReqError, parse_resreq
-from xce.scheduler.snapshot import HostView, Snapshot
+from xce.scheduler.snapshot import HostView, JobView, Snapshot
 
 
 @dataclass
@@ -149,6 +149,7 @@ def schedule(snap: Snapshot) -> Plan:
             for name, per_slot in rr.rusage.items():
                 least_rusage[name] = min(per_slot, least_rusage.get(name, per_slot))
     cycle = _Cycle(snap, least_rusage)
+    claimed = _Claimed()
     shapes: dict[tuple[str, int], _Shape] = {}
     allocations: list[Allocation] = []
     reasons: dict[int, str] = {}
@@ -157,23 +158,36 @@ def schedule(snap: Snapshot) -> Plan:
         if isinstance(rr, ResReqError):
             reasons[job.id] = f"bad resource requirement: {rr}"
             continue
-        shape = shapes.setdefault((job.resreq, job.slots), _Shape())
-        if shape.exhausted is not None:
-            reasons[job.id] = shape.exhausted
-            continue
-        placed = _place(cycle, rr, job.slots, shape)
-        if isinstance(placed, str):
-            shape.exhausted = reasons[job.id] = placed
-            continue
+        if job.claims or job.node_counters:  # constraints of its own: no shape to share
+            placed = _place_with_claims(cycle, rr, job, claimed)
+            if isinstance(placed, str):
+                reasons[job.id] = placed
+                continue
+        else:
+            shape = shapes.setdefault((job.resreq, job.slots), _Shape())
+            if shape.exhausted is not None:
+                reasons[job.id] = shape.exhausted
+                continue
+            placed = _place(cycle, rr, job.slots, shape)
+            if isinstance(placed, str):
+                shape.exhausted = reasons[job.id] = placed
+                continue
         hosts = tuple(cycle.hosts[i].name for i, _ in placed)
         rusage = dict(rr.rusage)
-        counters = {}
+        counters: dict[str, dict[str, float]] = {}
         slots = {}
         for i, n in placed:
             held = cycle.take(i, rusage, n)
             slots[cycle.hosts[i].name] = n
             if held:
                 counters[cycle.hosts[i].name] = held
+        if job.node_counters:  # template claims live on the first host
+            first = placed[0][0]
+            held = counters.setdefault(hosts[0], {})
+            for name, amount in job.node_counters.items():
+                cycle.free_ctr[first][name] = cycle.free_ctr[first].get(name, 0.0) - amount
+                held[name] = held.get(name, 0.0) + amount
+        claimed.took(job, hosts)
         allocations.append(Allocation(job_id=job.id, run=job.run, hosts=hosts, slots=slots, counters=counters))
     placements, claim_reasons = place_claims(snap)
     return Plan(position=snap.position, allocations=tuple(allocations), pending_reasons=reasons,
@@ -215,6 +229,90 @@ def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape) -> list[tuple[in
             skip.passed(pos)
         pos = skip.next(pos + 1)
     return _shortage(cycle, rr, want, per_host, cands)
+
+
+class _Claimed:
+    """Standalone claims taken by jobs placed earlier in this cycle (RWOP: the job; RWO: the host)."""
+
+    def __init__(self) -> None:
+        self.rwop: dict[int, int] = {}
+        self.rwo: dict[int, str] = {}
+
+    def took(self, job: JobView, hosts: tuple[str, ...]) -> None:
+        for use in job.claims:
+            if use.access_mode == "RWOP":
+                self.rwop[use.claim_id] = job.id
+            elif use.access_mode == "RWO":
+                self.rwo.setdefault(use.claim_id, hosts[0])
+
+
+def _place_with_claims(cycle: _Cycle, rr: ResReq, job: JobView, claimed: _Claimed) -> list[tuple[int, int]] | str:
+    """Placement for a job with claims: only hosts every claim can follow to, all or nothing.
+
+    Standalone claims: READY, reachable from the host, RWOP held by no other job, RWO kept on the
+    host its other users are on (and the job on one host).  Template claims: their host counters
+    (``scratch``) free on the first host.
+    """
+    allowed: set[str] | None = None
+    single = rr.span_hosts == 1
+    why_restricted = []
+    for use in job.claims:
+        if use.state != "READY":
+            return f"waiting for claim {use.name} ({use.state}" + (f": {use.waiting})" if use.waiting else ")")
+        if use.access_mode == "RWOP":
+            holder = use.holder_jobs[0] if use.holder_jobs else claimed.rwop.get(use.claim_id)
+            if holder is not None:
+                return f"claim {use.name} (RWOP) in use by job {holder}"
+            single = True
+        if use.access_mode == "RWO":
+            single = True
+            on = set(use.attached_hosts) | ({claimed.rwo[use.claim_id]} if use.claim_id in claimed.rwo else set())
+            if on:
+                allowed = on if allowed is None else allowed & on
+                why_restricted.append(f"claim {use.name} (RWO) is in use on {', '.join(sorted(on))}")
+        if use.reachable is not None:
+            allowed = set(use.reachable) if allowed is None else allowed & use.reachable
+            why_restricted.append(f"claim {use.name} is reachable only from {', '.join(sorted(use.reachable)) or 'no host'}")
+    missing = [n for n in list(rr.rusage) + list(job.node_counters) if n not in cycle.offered]
+    if missing:
+        return f"no host offers counter {', '.join(sorted(set(missing)))}"
+    cands = [i for i in cycle.candidates(rr) if allowed is None or cycle.hosts[i].name in allowed]
+    restricted = "; ".join(why_restricted)
+    if not cands:
+        return (f"{restricted}: no such host matches" if restricted else
+                f"no host matches select[{rr.select.source}]" if rr.select.source else "no hosts are available")
+    rusage = dict(rr.rusage)
+    want = job.slots
+    per_host = want if single else (rr.ptile or 0)
+
+    def node_room(i: int) -> bool:
+        free = cycle.free_ctr[i]
+        return all(free.get(name, 0.0) >= amount for name, amount in job.node_counters.items())
+
+    placed: list[tuple[int, int]] = []
+    remaining = want
+    for i in cands:
+        need = min(per_host, remaining) if per_host else remaining
+        if not placed and not node_room(i):
+            continue
+        k = cycle.fits(i, rusage, need)
+        if k > 0 and not (per_host and k < need):
+            placed.append((i, k))
+            remaining -= k
+            if remaining == 0:
+                return placed
+    if job.node_counters and not any(node_room(i) for i in cands):
+        from xce.units import format_size
+
+        room = ", ".join(f"{format_size(v)} {n}" for n, v in job.node_counters.items())
+        return f"no matching host has {room} free for its template claims; {len(cands)} host(s) match"
+    where = f"{restricted}: " if restricted else ""
+    one = " on one host (its claims need one)" if single and rr.span_hosts != 1 else ""
+    plural = "s" if want != 1 else ""
+    if rusage and sum(min(cycle.free_slots[i], per_host or want) for i in cands) >= want:
+        wanted = ", ".join(f"{n}={v:g}/slot" for n, v in rusage.items())
+        return f"{where}matching hosts do not have {want} slot{plural}{one} with enough counters free ({wanted})"
+    return f"{where}matching hosts do not have {want} free slot{plural}{one}; {len(cands)} host(s) match"
 
 
 def _shortage(cycle: _Cycle, rr: ResReq, want: int, per_host: int, cands: list[int]) -> str:

@@ -6,7 +6,7 @@ nothing else.  Hosts carry what is *free* at the snapshot's position.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping
 
@@ -25,6 +25,21 @@ class HostView:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimUse:
+    """A standalone claim a pending job references, with what constrains where the job can go."""
+
+    claim_id: int
+    name: str
+    mode: str  # "rw" or "ro"
+    access_mode: str  # RWO, ROX, RWX, RWOP
+    state: str  # the claim's state; only READY claims can be attached
+    reachable: frozenset[str] | None  # hosts that can reach it (None: every host)
+    attached_hosts: frozenset[str] = frozenset()  # where other runs have it attached (RWO: all on one host)
+    holder_jobs: tuple[int, ...] = ()  # jobs holding an attachment (RWOP: one job at a time)
+    waiting: str = ""  # the claim's own word on what it waits for
+
+
+@dataclass(frozen=True, slots=True)
 class JobView:
     id: int
     run: int  # the run number the applier will check is still current
@@ -32,6 +47,8 @@ class JobView:
     priority: int
     slots: int
     resreq: str
+    claims: tuple[ClaimUse, ...] = ()
+    node_counters: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # on the first host
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +81,7 @@ class Snapshot:
 
 def build_snapshot(model: Model, config: Config | None = None) -> Snapshot:
     from xce.model.hosts import HostState
+    from xce.model.job_claims import node_counters
     from xce.model.jobs import JobState
 
     hosts = []
@@ -79,7 +97,9 @@ def build_snapshot(model: Model, config: Config | None = None) -> Snapshot:
     hosts.sort(key=lambda h: h.name)
     prio = {q.name: q.priority for q in model.queues.values()}
     pending = tuple(JobView(id=j.id, run=j.run, queue=j.queue, priority=prio.get(j.queue, 0),
-                            slots=j.slots, resreq=j.resreq)
+                            slots=j.slots, resreq=j.resreq, claims=_claim_uses(model, j) if j.claim_refs else (),
+                            node_counters=MappingProxyType(node_counters(j.templates)) if j.templates else
+                            MappingProxyType({}))
                     for j in model.jobs.values() if j.state is JobState.PEND and not j.alloc_slots)
     pools: tuple[PoolView, ...] = ()
     claims: tuple[ClaimView, ...] = ()
@@ -87,6 +107,25 @@ def build_snapshot(model: Model, config: Config | None = None) -> Snapshot:
         pools, claims = _claim_views(model, config)
     return Snapshot(position=model.position, hosts=tuple(hosts), pending=pending, pools=pools,
                     pending_claims=claims)
+
+
+def _claim_uses(model: Model, job) -> tuple[ClaimUse, ...]:
+    out = []
+    for ref in job.claim_refs:
+        c = model.claims.get(ref["claim_id"])
+        if c is None:
+            out.append(ClaimUse(claim_id=ref["claim_id"], name=ref["name"], mode=ref["mode"], access_mode="RWX",
+                                state="GONE", reachable=None))
+            continue
+        others = [a for a in c.attachments if a.job_id != job.id]
+        out.append(ClaimUse(claim_id=c.id, name=c.name, mode=ref["mode"], access_mode=c.access_mode.value,
+                            state="BEING_DELETED" if c.delete_requested else c.state.value,
+                            reachable=frozenset(c.reachable_hosts) if c.reachable_hosts is not None else None,
+                            attached_hosts=frozenset(a.host for a in others if a.mode == "rw" or
+                                                     c.access_mode.value == "RWO"),
+                            holder_jobs=tuple(sorted({a.job_id for a in others if a.job_id is not None})),
+                            waiting=c.waiting() or ""))
+    return tuple(out)
 
 
 def pool_use(model: Model) -> dict[str, int]:

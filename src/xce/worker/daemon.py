@@ -27,8 +27,11 @@ import time
 import uuid
 from typing import Any
 
+from xce.agents.agent import ClaimAgent, Provider
+from xce.agents.provisioner import SIMFS_COMMAND
 from xce.cli.http import ApiError, CliError, Client
-from xce.worker import sandbox
+from xce.model.claims import node_agent
+from xce.worker import sandbox, staging
 
 log = logging.getLogger("xce.worker")
 
@@ -39,7 +42,7 @@ ADOPT_POLL = 0.5
 class Worker:
     def __init__(self, host: str, url: str, token: str, slots: int, attrs: dict[str, str],
                  counters: dict[str, float], work_dir: str, heartbeat: float = 2.0,
-                 run_as_users: bool = False) -> None:
+                 run_as_users: bool = False, providers: dict[str, Provider] | None = None) -> None:
         self.host = host
         self.client = Client(url, token, timeout=90)
         self.slots, self.attrs, self.counters = slots, attrs, counters
@@ -58,6 +61,14 @@ class Worker:
         self._lock = threading.Lock()
         self._reports: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()
         self._stop = threading.Event()
+        # the node agent: prepares and releases this host's node-scope claims, stages files in and out
+        self.node_agent = ClaimAgent(Client(url, token, timeout=90), node_agent(host),
+                                     providers if providers is not None else default_node_providers(work_dir),
+                                     inventory_classes=False, local_ops={
+                                         "stage_in": self._stage, "stage_out": self._stage})
+
+    def _stage(self, item: dict[str, Any]):
+        return staging.run_stage_op(item, self.host, self.run_as_users)
 
     # ------------------------------------------------------------ run directories
 
@@ -196,7 +207,7 @@ class Worker:
             self.running.add(key)
         self._reports.put(("started", {"job_id": key[0], "run": key[1], "pid": started.pid,
                                        "workspace": workspace, "stdout": started.stdout,
-                                       "stderr": started.stderr}))
+                                       "stderr": started.stderr, "publish": started.publish}))
         threading.Thread(target=self._watch_child, args=(key, started.pid, run_dir, workspace), daemon=True,
                          name=f"job-{key[0]}.{key[1]}").start()
 
@@ -222,6 +233,9 @@ class Worker:
         if status is None:
             report = {"job_id": key[0], "run": key[1], "lost": True,
                       "reason": f"lost: the job's shepherd on {self.host} died"}
+        elif status == sandbox.PUBLISH_FAILED and (err := sandbox.publish_error(run_dir)):
+            report = {"job_id": key[0], "run": key[1], "exit_code": status,
+                      "reason": f"failed to start: could not publish its claims: {err}"}
         else:
             exit_code, sig = sandbox.exit_status(status)
             report = {"job_id": key[0], "run": key[1], "exit_code": exit_code, "signal": sig}
@@ -269,7 +283,8 @@ class Worker:
             self._stop.wait(1.0)
         threads = [threading.Thread(target=self._heartbeat_loop, daemon=True, name="heartbeat"),
                    threading.Thread(target=self._reporter_loop, daemon=True, name="reporter"),
-                   threading.Thread(target=self._poll_loop, daemon=True, name="poll")]
+                   threading.Thread(target=self._poll_loop, daemon=True, name="poll"),
+                   threading.Thread(target=self.node_agent.run, daemon=True, name="node-agent")]
         for t in threads:
             t.start()
         self._stop.wait()
@@ -301,3 +316,11 @@ class Worker:
     def stop(self) -> None:
         """Stop polling; running jobs are left to the next life of this worker to reconcile."""
         self._stop.set()
+        self.node_agent.stop()
+
+
+def default_node_providers(work_dir: str) -> dict[str, Provider]:
+    """Without a provider config: simfs for node-scope classes, its root under the work dir."""
+    root = os.path.join(work_dir, "simfs")
+    os.makedirs(root, exist_ok=True)
+    return {"simfs": Provider(name="simfs", command=SIMFS_COMMAND, timeout=60.0, config={"root": root})}

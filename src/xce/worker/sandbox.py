@@ -33,6 +33,13 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SHEPHERD = 'run=$1; shift; echo $$ > "$run/shepherd.pid"; "$@"; echo $? > "$run/status"'
 # $0 = run dir: record the job's pid (= its process group after setsid), then become the job's chain
 MARK = 'echo $$ > "$0/pgid"; exec "$@"'
+# as root, in the job's private mount namespace: bind-mount each claim (read-only where required)
+# at the path XCE chose for it, then become the rest of the chain.  Args: RUN SRC DST rw|ro ... -- CHAIN
+# A failure is written to RUN/publish.err and ends the run with PUBLISH_FAILED.
+PUBLISH_FAILED = 125
+PUBLISH = ('run=$1; shift; while [ "$1" != -- ]; do mount --bind -- "$1" "$2" 2>>"$run/publish.err" || exit 125; '
+           'if [ "$3" = ro ]; then mount -o remount,bind,ro -- "$2" 2>>"$run/publish.err" || exit 125; fi; '
+           'shift 3; done; shift; exec "$@"')
 # runs as the job's user: cwd, output files opened with the user's rights, then the command
 LAUNCH = ('cd -- "$1" || exit 126; exec >>"$2" || exit 126; '
           'if [ "$3" = "$2" ]; then exec 2>&1; else exec 2>>"$3" || exit 126; fi; shift 3; exec "$@"')
@@ -48,6 +55,44 @@ class Started:
     workspace: str
     stdout: str
     stderr: str
+    publish: str = ""  # how claims were published: "bind" (root) or "symlink" (not root); "" none
+
+
+def claims_dir(run_dir: str) -> str:
+    """Where a run's claims appear: chosen by XCE, never by the user."""
+    return os.path.join(run_dir, "claims")
+
+
+def publish_env(claims: list[dict[str, Any]], run_dir: str) -> dict[str, str]:
+    env = {c["env"]: os.path.join(claims_dir(run_dir), c["name"]) for c in claims}
+    if claims:
+        env["XCE_CLAIMS"] = " ".join(c["name"] for c in claims)
+        env["XCE_CLAIMS_DIR"] = claims_dir(run_dir)
+    return env
+
+
+def prepare_publish(claims: list[dict[str, Any]], run_dir: str, run_as: RunAs | None, as_root: bool) -> list[str]:
+    """Mount points (root) or symlinks (not root) for each claim; returns the PUBLISH arguments."""
+    if not claims:
+        return []
+    base = claims_dir(run_dir)
+    os.makedirs(base, mode=0o755, exist_ok=True)
+    args: list[str] = []
+    for c in claims:
+        src = c.get("path")
+        if not src or not os.path.isdir(src):
+            raise StartFailed(f"failed to start: claim {c['claim']} has no data directory on this host ({src})")
+        if run_as is not None and not c["readonly"]:
+            os.chown(src, run_as.uid, run_as.gid)  # ownership is the job's user
+        dst = os.path.join(base, c["name"])
+        if as_root:
+            os.makedirs(dst, exist_ok=True)
+            args += [src, dst, "ro" if c["readonly"] else "rw"]
+        else:
+            if os.path.lexists(dst):
+                os.unlink(dst)
+            os.symlink(src, dst)  # no mount namespace without root: a link, and the record says so
+    return args
 
 
 @dataclass(frozen=True)
@@ -104,6 +149,10 @@ def start(job: dict[str, Any], host: str, run_dir: str, workspace: str, output_d
         raise StartFailed(f"failed to start: working directory {cwd} does not exist on {host}")
     home = run_as.home if run_as else os.environ.get("HOME", "/")
     env = job_env(job, host, workspace, home)
+    claims = job.get("claims") or []
+    as_root = os.geteuid() == 0 and shutil.which("unshare") is not None
+    publish_args = prepare_publish(claims, run_dir, run_as, as_root)
+    env.update(publish_env(claims, run_dir))
     if _resolve(job["command"][0], cwd, env["PATH"]) is None:
         raise StartFailed(f"failed to start: command not found: {job['command'][0]}")
     default_out = os.path.join(output_dir, f"{job['display_id']}.out")
@@ -116,8 +165,10 @@ def start(job: dict[str, Any], host: str, run_dir: str, workspace: str, output_d
     if run_as is not None and not job["stdout"]:
         _precreate(default_out, run_as)
     chain = [shutil.which("setsid") or "/usr/bin/setsid"]
-    if os.geteuid() == 0 and (unshare := shutil.which("unshare")):
-        chain += [unshare, "--mount", "--propagation", "private", "--"]
+    if as_root:
+        chain += [shutil.which("unshare"), "--mount", "--propagation", "private", "--"]
+        if publish_args:
+            chain += ["/bin/sh", "-c", PUBLISH, "xce-publish", run_dir, *publish_args, "--"]
     if run_as is not None:
         chain += [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={run_as.uid}",
                   f"--regid={run_as.gid}", "--init-groups", "--"]
@@ -130,7 +181,8 @@ def start(job: dict[str, Any], host: str, run_dir: str, workspace: str, output_d
         pid = os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True)
     except OSError as e:
         raise StartFailed(f"failed to start: {e.strerror}") from None
-    return Started(pid=pid, workspace=workspace, stdout=stdout, stderr=stderr)
+    publish = ("bind" if as_root else "symlink") if claims else ""
+    return Started(pid=pid, workspace=workspace, stdout=stdout, stderr=stderr, publish=publish)
 
 
 def _precreate(path: str, run_as: RunAs) -> None:
@@ -164,6 +216,15 @@ def shepherd_alive(pid: int, run_dir: str) -> bool:
     except OSError:
         return False
     return os.fsencode(run_dir) in argv and b"xce-shepherd" in argv
+
+
+def publish_error(run_dir: str) -> str | None:
+    try:
+        with open(os.path.join(run_dir, "publish.err"), errors="replace") as fh:
+            text = fh.read().strip()
+    except OSError:
+        return None
+    return text.splitlines()[-1] if text else None
 
 
 def clean_workspace(workspace: str) -> None:

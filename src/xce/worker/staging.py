@@ -1,0 +1,104 @@
+"""Stage-in and stage-out: the node agent copies files into a job's staging claim and out of it.
+
+Every copy runs as the submitting user when the worker runs jobs as their
+users (``--run-as-users``, root): sources are read only if that user may
+read them, destinations written only where that user may write.  Otherwise
+the copy runs as the worker's own user, and says so in its message.  A copy
+is a child process (``posix_spawn``: the worker has threads), bounded by a
+timeout.  Permission problems and missing sources are permanent errors (a
+retry cannot fix them); anything else is retryable.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from typing import Any
+
+from xce.providers.contract import ProviderReply
+from xce.worker.sandbox import RunAs, StartFailed, run_as_for
+
+COPY_TIMEOUT = 3600.0
+# $1 source, $2 destination: the destination's directory is made, then the copy (recursive)
+COPY = 'mkdir -p -- "$(dirname -- "$2")" && cp -R -- "$1" "$2"'
+PERMANENT_HINTS = ("Permission denied", "No such file or directory", "Not a directory", "Read-only file system")
+
+
+def _spawn_copy(src: str, dest: str, run_as: RunAs | None, timeout: float) -> tuple[int, str]:
+    argv = ["/bin/sh", "-c", COPY, "xce-stage", src, dest]
+    if run_as is not None:
+        argv = [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={run_as.uid}", f"--regid={run_as.gid}",
+                "--init-groups", "--", *argv]
+    err_r, err_w = os.pipe()
+    try:
+        pid = os.posix_spawn(argv[0], argv, {"PATH": "/usr/bin:/bin", "LANG": "C"},
+                             file_actions=[(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+                                           (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
+                                           (os.POSIX_SPAWN_DUP2, err_w, 2)], setsid=True)
+    finally:
+        os.close(err_w)
+    deadline = time.monotonic() + timeout
+    chunks = []
+    os.set_blocking(err_r, False)
+    try:
+        while True:
+            try:
+                chunk = os.read(err_r, 65536)
+                if chunk:
+                    chunks.append(chunk)
+            except BlockingIOError:
+                pass
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.killpg(pid, 9)
+                os.waitpid(pid, 0)
+                return 124, f"copy timed out after {timeout:g}s"
+            time.sleep(0.02)
+        while True:
+            try:
+                chunk = os.read(err_r, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(err_r)
+    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode(errors="replace").strip()
+
+
+def _who(run_as: RunAs | None) -> str:
+    return f"as {run_as.name}" if run_as is not None else f"as the worker's user (uid {os.geteuid()})"
+
+
+def run_stage_op(item: dict[str, Any], host: str, run_as_users: bool, timeout: float = COPY_TIMEOUT) -> ProviderReply:
+    """One stage_in or stage_out op of the node agent: every item copied, or an error reply."""
+    op_id, op = item["op_id"], item["op"]
+    base = item.get("path")
+    if not base or not os.path.isdir(base):
+        return ProviderReply(op_id=op_id, ok=False, error_code="NOT_FOUND", retryable=True,
+                             message=f"the staging claim has no directory on {host} ({base})")
+    try:
+        run_as = run_as_for(item["user"], host) if run_as_users else None
+    except StartFailed as e:
+        return ProviderReply(op_id=op_id, ok=False, error_code="NO_ACCOUNT", retryable=False,
+                             message=str(e).removeprefix("failed to start: "))
+    if run_as is not None:
+        os.chown(base, run_as.uid, run_as.gid)  # the staging area is the user's
+    for src, dest in item.get("items") or []:
+        if op == "stage_in":
+            src_path, dest_path = src, os.path.join(base, dest)
+        else:
+            src_path, dest_path = os.path.join(base, src), dest
+        code, err = _spawn_copy(src_path, dest_path, run_as, timeout)
+        if code != 0:
+            permanent = any(h in err for h in PERMANENT_HINTS)
+            return ProviderReply(op_id=op_id, ok=False, error_code="PERMISSION_DENIED" if "Permission" in err
+                                 else "COPY_FAILED", retryable=not permanent,
+                                 message=f"{op.replace('_', '-')} {src_path} -> {dest_path} {_who(run_as)}: "
+                                         f"{err or f'cp exited with {code}'}")
+    n = len(item.get("items") or [])
+    return ProviderReply(op_id=op_id, ok=True, message=f"{op.replace('_', '-')}: {n} item(s) copied {_who(run_as)}")
