@@ -49,8 +49,8 @@ def test_submit_list_show_with_stable_json_shapes(env):
     job_id = int(r.stdout.split("<")[1].split(">")[0])
     shown = ok_json(env, "job", "show", str(job_id))
     assert JOB_KEYS <= set(shown)
-    assert (shown["name"], shown["state"], shown["command"], shown["claims"]) == (
-        "hello", "PEND", ["echo", "hello", "world"], [])
+    assert (shown["name"], shown["state"], shown["command"], [c["name"] for c in shown["claims"]]) == (
+        "hello", "PEND", ["echo", "hello", "world"], ["workspace"])
     listed = ok_json(env, "jobs")
     assert isinstance(listed, list) and any(j["id"] == job_id for j in listed)
     assert all(JOB_KEYS <= set(j) for j in listed)

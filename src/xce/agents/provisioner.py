@@ -101,6 +101,7 @@ def run_provisioner(url: str, token: str, config_path: str) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     threading.Thread(target=main_loop, daemon=True, name="agent").start()
-    done.wait()
+    while not done.wait(0.5):  # timed: signals delivered to other threads are handled at the next check
+        pass
     agent.stop()
     return result[0] if result else 0

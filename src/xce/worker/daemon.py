@@ -287,7 +287,10 @@ class Worker:
                    threading.Thread(target=self.node_agent.run, daemon=True, name="node-agent")]
         for t in threads:
             t.start()
-        self._stop.wait()
+        # a timed wait: a signal the kernel delivers to another thread wakes the main thread only
+        # at its next check (an untimed wait would never see it)
+        while not self._stop.wait(0.5):
+            pass
         threads[1].join(10)  # the poll may sit in a long-poll: it is a daemon thread and dies with us
         return 0
 
