@@ -15,7 +15,7 @@ from typing import Any
 
 from xce.cli.base import Parser
 from xce.cli.http import EXIT_OK, EXIT_REFUSED, ApiError, Client, UsageError
-from xce.cli.output import fields, print_json, print_table, when
+from xce.cli.output import fields, print_json, print_table, table, when
 
 JOB_STATES = ("PEND", "PSUSP", "RUN", "DONE", "EXIT")
 _JOB_ID = re.compile(r"^(\d+)(?:\[(\d+)\])?$")
@@ -181,6 +181,7 @@ def _show_one(job: dict[str, Any]) -> str:
         ("Pending reason", job["pending_reason"] if pending else "omit"),
         ("Command", " ".join(job["command"])), ("Slots", job["slots"]),
         ("Resource req", job["resreq"]), ("Hosts", _hosts(job)), ("Run", job["run"]),
+        ("Phase", job.get("phase")), ("App profile", job.get("app")),
         ("Rerunnable", "yes" if job["rerunnable"] else "no"),
         ("Submitted", when(job["submit_time"])), ("Started", when(job["start_time"])),
         ("Ended", when(job["end_time"])), ("Exit code", job["exit_code"]), ("Signal", job["signal"]),
@@ -188,7 +189,17 @@ def _show_one(job: dict[str, Any]) -> str:
         ("Stderr", job["stderr"]),
     ] if v != "omit"])
     if job["claims"]:
-        out += "\nClaims:\n" + "\n".join(f"  {c}" for c in job["claims"])
+        rows = []
+        for c in job["claims"]:
+            rows.append((c["name"], c["form"], c["class"], c["state"], c["mode"], c.get("env"), c.get("path"),
+                         c.get("attempts") or None, c.get("last_error")))
+            for a in c.get("attachments") or []:
+                rows.append((f"  #{a['id']} on {a['host']}", "attachment", "", a["state"], "", "", a["path"],
+                             a.get("attempts") or None, a.get("last_error")))
+        sub = table(("CLAIM", "FORM", "CLASS", "STATE", "MODE", "ENV", "PATH", "ATTEMPTS", "LAST ERROR"), rows)
+        out += "\nClaims:\n" + "\n".join(f"  {line}" for line in sub.splitlines())
+        if job.get("publish") == "symlink":
+            out += "\n  (published as symlinks: the worker is not root, so no private mounts)"
     return out
 
 

@@ -310,8 +310,7 @@ def release_for_run(model: Model, job: Job, time: float, host_lost: bool = False
         claim, a = _attachment(model, claim_id, attachment_id)
         if a is not None:
             C.detach(model, claim, a, time)
-    job.run_claims = []
-    job.run_attachments = []
+    # the lists stay (xce job show lists what the run had) until the next run's allocation
 
 
 def claims_json(model: Model, job: Job) -> list[dict[str, Any]]:
