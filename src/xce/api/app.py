@@ -246,7 +246,7 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
         job_id = await mutate(request, actor, "job",
                               lambda model: submit(model, actor, spec, time.time(), controller.config))
         return JSONResponse(job_json(controller.model, controller.model.jobs[job_id],
-                                     controller.pending_reasons.get(job_id)), status_code=201)
+                                     controller.pending_reason(job_id)), status_code=201)
 
     @app.get("/v1/jobs", response_model=list[S.JobOut], tags=["jobs"])
     async def list_jobs(actor: User = Depends(authenticated),
@@ -263,8 +263,8 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
         elif user is None and not all_users and array is None:
             user = actor.name
         states = set(state) if state else None
-        reasons = controller.pending_reasons
-        out = [job_json(controller.model, j, reasons.get(j.id)) for j in controller.model.jobs.values()
+        reason = controller.pending_reason
+        out = [job_json(controller.model, j, reason(j.id)) for j in controller.model.jobs.values()
                if (user is None or j.user == user) and (queue is None or j.queue == queue)
                and (states is None or j.state in states) and (array is None or j.array_parent == array)]
         return JSONResponse(out)
@@ -273,7 +273,7 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
     async def show_job(job_id: int, actor: User = Depends(authenticated)):
         await controller.read_barrier()
         return JSONResponse(job_json(controller.model, visible_job(controller.model, actor, job_id),
-                                     controller.pending_reasons.get(job_id)))
+                                     controller.pending_reason(job_id)))
 
     def job_action(path: str, decide_one):
         @app.post(f"/v1/jobs/{{job_id}}/{path}", response_model=S.JobOut, tags=["jobs"], name=f"job_{path}")
@@ -281,7 +281,7 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
             await mutate(request, actor, f"job/{job_id}",
                          lambda model: (decide_one(model, actor, job_id, time.time()), None))
             return JSONResponse(job_json(controller.model, controller.model.jobs[job_id],
-                                         controller.pending_reasons.get(job_id)))
+                                         controller.pending_reason(job_id)))
 
     job_action("kill", J.kill)
     job_action("requeue", lambda m, a, i, now: J.kill(m, a, i, now, requeue=True))

@@ -8,6 +8,7 @@ restart with the same config adds nothing to the log.
 
 from __future__ import annotations
 
+import json
 import uuid
 
 from xce.controller.config import Config
@@ -22,7 +23,7 @@ def bootstrap_facts(model: Model, config: Config, now: float,
     facts: list[Fact] = []
     # Each decision must see the facts decided before it (a user names a project defined
     # just above); the commit loop folds into the real model, so fold into a copy here.
-    scratch = Model.from_snapshot(model.to_snapshot())
+    scratch = Model.from_snapshot(json.loads(json.dumps(model.to_snapshot())))  # a deep copy
 
     def add(new: list[Fact]) -> None:
         for f in new:

@@ -109,7 +109,12 @@ class Controller:
         self.shutdown_listeners: list[Callable[[], None]] = []
         # the scheduler's latest pending reasons (volatile: recomputed every cycle, not facts)
         self.pending_reasons: dict[int, str] = {}
+        self.idle_reason: str | None = None  # every pending job's reason when no host has room at all
         self.claim_reasons: dict[int, str] = {}  # the same for standalone claims waiting for a pool
+
+    def pending_reason(self, job_id: int) -> str | None:
+        """The scheduler's latest word on a pending job (volatile, recomputed every cycle)."""
+        return self.pending_reasons.get(job_id) or self.idle_reason
 
     # ------------------------------------------------------------ lifecycle
 

@@ -2,19 +2,27 @@
 
 Level-triggered: a poke (a job submitted or finished, a host joined) or a
 periodic tick starts a cycle; a cycle always plans from the whole current
-state, so a missed poke costs at most one tick.
+state, so a missed poke costs at most one tick.  Pokes that arrive during a
+cycle, or within ``min_interval`` of its start, are served by one next cycle:
+under a burst of submissions the controller plans a few times a second, not
+once per request.  ``schedule`` itself runs on a thread (it only reads its
+immutable snapshot), so the event loop keeps answering requests meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import time
 
 from xce.controller.applier import apply_plan
 from xce.controller.core import Controller
 from xce.errors import XceError
+from xce.model import Model
 from xce.model import facts as F
+from xce.model.claims import ClaimState
+from xce.model.hosts import HostState
 from xce.scheduler.core import schedule
 from xce.scheduler.snapshot import build_snapshot
 
@@ -26,9 +34,11 @@ _POKE = (F.JobSubmitted, F.JobFinished, F.JobRequeued, F.JobReleased, F.HostRegi
 
 
 class SchedulerLoop:
-    def __init__(self, ctl: Controller, tick: float = 1.0) -> None:
+    def __init__(self, ctl: Controller, tick: float = 1.0, min_interval: float = 0.05) -> None:
         self.ctl = ctl
         self.tick = tick
+        self.min_interval = min_interval
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="xce-scheduler")
         self.cycles = 0
         self._wake = asyncio.Event()
         ctl.commit_listeners.append(self._on_commit)
@@ -48,22 +58,31 @@ class SchedulerLoop:
             self._wake.clear()
             if not self.ctl.is_leader:
                 continue
+            started = time.monotonic()
             try:
                 await self.cycle()
             except XceError as e:
                 log.warning("scheduling cycle not applied: %s", e)
             except Exception:
                 log.exception("scheduling cycle failed")
+            await asyncio.sleep(max(0.0, self.min_interval - (time.monotonic() - started)))
 
     async def cycle(self) -> None:
         await self.ctl.read_barrier()
         config = self.ctl.config
-        snap = build_snapshot(self.ctl.model, config)
+        model = self.ctl.model
+        idle = _no_room(model)
+        if idle and not _claims_waiting(model):
+            # nothing can be placed: skip the snapshot (O(pending jobs)), one reason fits them all
+            self.ctl.pending_reasons, self.ctl.claim_reasons, self.ctl.idle_reason = {}, {}, idle
+            return
+        self.ctl.idle_reason = None
+        snap = build_snapshot(model, config)
         if not snap.pending and not snap.pending_claims:
             self.ctl.pending_reasons = {}
             self.ctl.claim_reasons = {}
             return
-        plan = schedule(snap)
+        plan = await asyncio.get_running_loop().run_in_executor(self._pool, schedule, snap)
         self.cycles += 1
         self.ctl.pending_reasons = dict(plan.pending_reasons)
         self.ctl.claim_reasons = dict(plan.claim_reasons)
@@ -75,3 +94,17 @@ class SchedulerLoop:
                 self.ctl.claim_reasons[claim_id] = f"placement rejected ({why}); retrying"
             if result.rejected or result.claims_rejected:
                 self._wake.set()
+
+
+def _no_room(model: Model) -> str | None:
+    """Why no pending job can be placed now, if that is so (None: some host has a free slot)."""
+    hosts = [h for h in model.hosts.values() if h.state is HostState.OK]
+    if not hosts:
+        return "no hosts are available"
+    if all(h.slots <= h.slots_used for h in hosts):
+        return f"every host is full ({len(hosts)} host{'s' if len(hosts) != 1 else ''}, no free slot)"
+    return None
+
+
+def _claims_waiting(model: Model) -> bool:
+    return any(c.state is ClaimState.PENDING and not c.placed for c in model.claims.values())

@@ -50,13 +50,20 @@ def fact(type_name: str, version: int = 1) -> Callable[[F], F]:
     return register
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
+
+
 def payload_of(f: Fact) -> dict[str, Any]:
-    return {fl.name: getattr(f, fl.name) for fl in dataclasses.fields(f)}
+    names = _FIELD_NAMES.get(type(f))
+    if names is None:  # once per fact type: dataclasses.fields() is slow on the commit path
+        names = _FIELD_NAMES[type(f)] = tuple(fl.name for fl in dataclasses.fields(f))
+    return {name: getattr(f, name) for name in names}
 
 
 def encode(f: Fact) -> tuple[str, int, str]:
     """A fact as stored: type name, version, compact JSON payload."""
-    return f.TYPE, f.VERSION, json.dumps(payload_of(f), separators=(",", ":"), sort_keys=True)
+    return f.TYPE, f.VERSION, _ENCODER.encode(payload_of(f))
 
 
 def decode(type_name: str, version: int, payload: str | dict[str, Any]) -> Fact:

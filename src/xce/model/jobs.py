@@ -216,6 +216,14 @@ def visible_job(model: Model, actor: User, job_id: int) -> Job:
 # ---------------------------------------------------------------- folds
 
 
+def _index(model: Model, job: Job) -> None:
+    """Keep ``model.pending_jobs`` (PEND, nothing allocated: what the scheduler plans) up to date."""
+    if job.state is JobState.PEND and not job.alloc_slots:
+        model.pending_jobs.add(job.id)
+    else:
+        model.pending_jobs.discard(job.id)
+
+
 def apply_job_submitted(model: Model, f: JobSubmitted) -> None:
     elements = [(f.id + i, f.id, idx) for i, idx in enumerate(f.array_indices)] or [(f.id, None, None)]
     for job_id, parent, index in elements:
@@ -228,6 +236,7 @@ def apply_job_submitted(model: Model, f: JobSubmitted) -> None:
             pending_reason="held by user" if f.held else None,
             claim_refs=[dict(r) for r in f.claim_refs], templates=[dict(t) for t in f.templates], app=f.app,
         )
+        _index(model, model.jobs[job_id])
         model.next_job_id = max(model.next_job_id, job_id + 1)
 
 
@@ -260,6 +269,7 @@ def apply_job_allocated(model: Model, f: F.JobAllocated) -> None:
             if f.counters.get(host_name):
                 host.held_counters[str(job.id)] = dict(f.counters[host_name])
     job_claims.on_allocated(model, job, f)
+    _index(model, job)
 
 
 def apply_job_started(model: Model, f: F.JobStarted) -> None:
@@ -269,6 +279,7 @@ def apply_job_started(model: Model, f: F.JobStarted) -> None:
     if job.run != f.run or job.finished:
         return
     job.state = JobState.RUN
+    _index(model, job)
     job.start_time = f.time
     job.pid = f.pid
     job.workspace = f.workspace or None
@@ -288,6 +299,7 @@ def apply_job_finished(model: Model, f: F.JobFinished) -> None:
     job_claims.release_for_run(model, job, f.time, host_lost=f.host_lost)
     job.phase = None
     job.state = JobState(f.state)
+    _index(model, job)
     job.exit_code = f.exit_code
     job.signal = f.signal
     job.exit_reason = f.reason or None
@@ -304,6 +316,7 @@ def apply_job_requeued(model: Model, f: F.JobRequeued) -> None:
     job_claims.release_for_run(model, job, f.time, host_lost=f.host_lost)
     job.phase, job.process_exit = None, None
     job.state = JobState.PEND
+    _index(model, job)
     job.hosts = []
     job.pid = None
     job.start_time = job.end_time = None
@@ -328,6 +341,7 @@ def apply_job_held(model: Model, f: F.JobHeld) -> None:
     if job is None:  # folds are total: a fact about an unknown job changes nothing
         return
     job.state = JobState.PSUSP
+    _index(model, job)
     job.pending_reason = f"held by {f.by}"
 
 
@@ -336,6 +350,7 @@ def apply_job_released(model: Model, f: F.JobReleased) -> None:
     if job is None:  # folds are total: a fact about an unknown job changes nothing
         return
     job.state = JobState.PEND
+    _index(model, job)
     job.pending_reason = None
 
 

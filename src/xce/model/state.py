@@ -9,7 +9,6 @@ model (``tests/model/test_snapshot_property.py`` proves it).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -72,6 +71,17 @@ _COLLECTIONS: dict[str, tuple[type, str]] = {
 }
 
 
+def _plain(entity: Any) -> dict[str, Any]:
+    """An entity's fields as JSON-ready data.  Shallow (``dataclasses.asdict`` deep-copies and is ~10x
+    slower): entity fields hold only JSON values, enums and, on claims, nested op/attachment records."""
+    out = dict(vars(entity))
+    if isinstance(entity, Claim):
+        out["op"] = dict(vars(entity.op)) if entity.op is not None else None
+        out["attachments"] = [dict(vars(a), op=dict(vars(a.op)) if a.op is not None else None)
+                              for a in entity.attachments]
+    return out
+
+
 @dataclass
 class Model:
     position: int = 0
@@ -93,6 +103,7 @@ class Model:
     claim_names: dict[str, int] = field(default_factory=dict)  # live claim name -> id
     released_names: dict[str, int] = field(default_factory=dict)  # released claim name -> newest id
     open_ops: set[int] = field(default_factory=set)  # claims with an open provider op
+    pending_jobs: set[int] = field(default_factory=set)  # PEND with nothing allocated: what the scheduler plans
 
     def apply(self, position: int, fact: F.Fact) -> None:
         fold = FOLDS.get(type(fact))
@@ -136,10 +147,10 @@ class Model:
             "next_claim_id": self.next_claim_id,
             "next_attachment_id": self.next_attachment_id,
             "agent_epochs": dict(self.agent_epochs),
-            "audit": [dataclasses.asdict(r) for r in self.audit],
+            "audit": [dict(vars(r)) for r in self.audit],
         }
         for attr in _COLLECTIONS:
-            out[attr] = [dataclasses.asdict(e) for e in getattr(self, attr).values()]
+            out[attr] = [_plain(e) for e in getattr(self, attr).values()]
         return out
 
     @classmethod
@@ -156,6 +167,9 @@ class Model:
         return m
 
     def _rebuild_indexes(self) -> None:
+        from xce.model.jobs import JobState
+
+        self.pending_jobs = {j.id for j in self.jobs.values() if j.state is JobState.PEND and not j.alloc_slots}
         for c in self.claims.values():
             if c.state is ClaimState.RELEASED:
                 self.released_names[c.name] = max(c.id, self.released_names.get(c.name, 0))

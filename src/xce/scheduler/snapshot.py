@@ -82,7 +82,6 @@ class Snapshot:
 def build_snapshot(model: Model, config: Config | None = None) -> Snapshot:
     from xce.model.hosts import HostState
     from xce.model.job_claims import node_counters
-    from xce.model.jobs import JobState
 
     hosts = []
     for h in model.hosts.values():
@@ -100,7 +99,7 @@ def build_snapshot(model: Model, config: Config | None = None) -> Snapshot:
                             slots=j.slots, resreq=j.resreq, claims=_claim_uses(model, j) if j.claim_refs else (),
                             node_counters=MappingProxyType(node_counters(j.templates)) if j.templates else
                             MappingProxyType({}))
-                    for j in model.jobs.values() if j.state is JobState.PEND and not j.alloc_slots)
+                    for j in map(model.jobs.__getitem__, sorted(model.pending_jobs)))
     pools: tuple[PoolView, ...] = ()
     claims: tuple[ClaimView, ...] = ()
     if config is not None:
