@@ -105,6 +105,19 @@ class ControllerProcess:
         return self.proc.returncode if self.proc else 0
 
 
+def children_of(pid: int) -> list[int]:
+    out = []
+    for child in os.listdir("/proc"):
+        if child.isdigit():
+            try:
+                with open(f"/proc/{child}/stat") as fh:
+                    if int(fh.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(child))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
 def cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """Run the real ``xce`` command; ``env`` carries XCE_URL/XCE_TOKEN or XCE_CONFIG."""
     return subprocess.run(XCE + list(args), env={**os.environ, **env}, capture_output=True, text=True,
@@ -131,6 +144,7 @@ class WorkerProcess:
     slots: int = 4
     attrs: dict[str, str] = field(default_factory=dict)
     counters: dict[str, str] = field(default_factory=dict)
+    extra_args: list[str] = field(default_factory=list)
     token: str | None = None
     proc: subprocess.Popen | None = None
     _started_at: float = 0.0
@@ -143,6 +157,7 @@ class WorkerProcess:
                      "--work-dir", self.work_dir, "--heartbeat", "0.5"]
         cmd += [a for k, v in self.attrs.items() for a in ("--attr", f"{k}={v}")]
         cmd += [a for k, v in self.counters.items() for a in ("--counter", f"{k}={v}")]
+        cmd += self.extra_args
         log = open(os.path.join(self.work_dir, "worker.log"), "ab")
         self._started_at = time.time()
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
@@ -277,16 +292,7 @@ class ProvisionerProcess:
 
     def children(self) -> list[int]:
         """Provider processes it has running now."""
-        out = []
-        for pid in os.listdir("/proc"):
-            if pid.isdigit():
-                try:
-                    with open(f"/proc/{pid}/stat") as fh:
-                        if int(fh.read().rsplit(")", 1)[1].split()[1]) == self.proc.pid:
-                            out.append(int(pid))
-                except (OSError, ValueError, IndexError):
-                    pass
-        return out
+        return children_of(self.proc.pid)
 
     def kill(self, with_providers: bool = True) -> None:
         """SIGKILL (and, as a machine's death would, its provider processes)."""

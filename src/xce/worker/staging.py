@@ -22,7 +22,6 @@ from xce.worker.sandbox import RunAs, StartFailed, run_as_for
 COPY_TIMEOUT = 3600.0
 # $1 source, $2 destination: the destination's directory is made, then the copy (recursive)
 COPY = 'mkdir -p -- "$(dirname -- "$2")" && cp -R -- "$1" "$2"'
-PERMANENT_HINTS = ("Permission denied", "No such file or directory", "Not a directory", "Read-only file system")
 
 
 def _spawn_copy(src: str, dest: str, run_as: RunAs | None, timeout: float) -> tuple[int, str]:
@@ -88,17 +87,23 @@ def run_stage_op(item: dict[str, Any], host: str, run_as_users: bool, timeout: f
                              message=str(e).removeprefix("failed to start: "))
     if run_as is not None:
         os.chown(base, run_as.uid, run_as.gid)  # the staging area is the user's
+    what = op.replace("_", "-")
     for src, dest in item.get("items") or []:
         if op == "stage_in":
             src_path, dest_path = src, os.path.join(base, dest)
         else:
             src_path, dest_path = os.path.join(base, src), dest
+        if not os.path.lexists(src_path):  # a retry cannot make it appear
+            return ProviderReply(op_id=op_id, ok=False, error_code="NOT_FOUND", retryable=False,
+                                 message=f"{what}: {src_path} does not exist")
         code, err = _spawn_copy(src_path, dest_path, run_as, timeout)
         if code != 0:
-            permanent = any(h in err for h in PERMANENT_HINTS)
-            return ProviderReply(op_id=op_id, ok=False, error_code="PERMISSION_DENIED" if "Permission" in err
-                                 else "COPY_FAILED", retryable=not permanent,
-                                 message=f"{op.replace('_', '-')} {src_path} -> {dest_path} {_who(run_as)}: "
+            # refused by the user's rights: permanent; anything else (a destination not there yet, a
+            # full disk, a timeout) may pass on a later attempt
+            denied = "Permission denied" in err
+            return ProviderReply(op_id=op_id, ok=False, error_code="PERMISSION_DENIED" if denied else "COPY_FAILED",
+                                 retryable=not denied,
+                                 message=f"{what} {src_path} -> {dest_path} {_who(run_as)}: "
                                          f"{err or f'cp exited with {code}'}")
     n = len(item.get("items") or [])
-    return ProviderReply(op_id=op_id, ok=True, message=f"{op.replace('_', '-')}: {n} item(s) copied {_who(run_as)}")
+    return ProviderReply(op_id=op_id, ok=True, message=f"{what}: {n} item(s) copied {_who(run_as)}")
