@@ -241,3 +241,44 @@ def test_job_show_and_claim_show_tell_each_other(cl, tmp_path):
     assert f"job {job}" in claim
     gate.write_text("")
     cl.wait_state(job, "DONE")
+
+
+@pytest.mark.skipif(not ROOT, reason="running jobs as their users needs a root worker (CI runs as root)")
+def test_jobs_run_as_their_user_and_stage_in_only_what_that_user_may_read():
+    import shutil
+    import tempfile
+
+    # the cluster and the files live outside pytest's root-only tmp tree: users must reach their claims
+    shared = tempfile.mkdtemp(prefix="xce-stage-test-")
+    os.chmod(shared, 0o777)
+    root = os.path.join(shared, "cluster")
+    os.makedirs(root, mode=0o755)
+    cfg = os.path.join(root, "xce.toml")
+    with open(cfg, "w") as fh:
+        fh.write(CONFIG)
+    cl = Cluster(root, config=cfg).start()
+    try:
+        cl.add_worker("host1", slots=2, counters={"scratch": "1Gi"}, extra_args=["--run-as-users"])
+        with cl.api() as api:
+            assert api.post("/v1/users", json={"name": "nobody", "projects": ["default"]}).status_code == 201
+            token = api.post("/v1/tokens", json={"user": "nobody"}).json()["token"]
+        readable, secret = os.path.join(shared, "readable.txt"), os.path.join(shared, "secret.txt")
+        for path, mode in ((readable, 0o644), (secret, 0o600)):
+            with open(path, "w") as fh:
+                fh.write("data\n")
+            os.chmod(path, mode)
+        nobody = {**cl.env, "XCE_TOKEN": token}
+        from tests.helpers import cli
+
+        ok = json.loads(cli(nobody, "--json", "submit", "--stage-in", readable, "-o", os.path.join(shared, "o.%J"),
+                            "--", "sh", "-c", 'id -u; cat "$XCE_STAGE/readable.txt"').stdout)["id"]
+        assert cl.wait_state(ok, "DONE", "EXIT")["state"] == "DONE", cl.job(ok)["exit_reason"]
+        assert read(os.path.join(shared, f"o.{ok}")).split() == ["65534", "data"]
+        denied = json.loads(cli(nobody, "--json", "submit", "--stage-in", secret, "--", "true").stdout)["id"]
+        job = cl.wait_state(denied, "EXIT")
+        assert job["exit_reason"].startswith("stage-in failed: PERMISSION_DENIED: stage-in ")
+        assert "as nobody" in job["exit_reason"] and "Permission denied" in job["exit_reason"]
+        assert job["start_time"] is None, "the job never started"
+    finally:
+        cl.stop()
+        shutil.rmtree(shared, ignore_errors=True)

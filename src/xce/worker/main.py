@@ -45,6 +45,12 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
                         format=f"%(asctime)s worker[{host}] %(levelname)s %(message)s")
     work_dir = os.path.abspath(work_dir or os.path.join(os.path.expanduser("~"), ".xce", "worker", host))
     os.makedirs(work_dir, mode=0o755, exist_ok=True)
+    if run_as_users:
+        closed = [d for d in _parents(work_dir) if not os.stat(d).st_mode & 0o001]
+        if closed:
+            logging.getLogger("xce.worker").warning(
+                "--run-as-users: %s is not searchable by other users, so jobs cannot reach their workspaces "
+                "and claims under %s", closed[0], work_dir)
     worker = Worker(host, url, token, slots if slots is not None else (os.cpu_count() or 1),
                     parse_pairs(attrs, "attr", numeric=False), parse_pairs(counters, "counter", numeric=True),
                     work_dir, heartbeat=heartbeat, run_as_users=run_as_users,
@@ -57,3 +63,13 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     return worker.run()
+
+
+def _parents(path: str) -> list[str]:
+    out = []
+    while True:
+        out.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            return out
+        path = parent
