@@ -108,8 +108,8 @@ def _reconcile(model: Model, host: str, running: list[RunRef], now: float) -> tu
     h = model.hosts.get(host)
     for key in list(h.held_slots) if h else []:
         job = model.jobs.get(int(key))
-        if job is None or job.state is not JobState.RUN or job.hosts[0] != host:
-            continue
+        if job is None or job.state is not JobState.RUN or job.hosts[0] != host or job.phase == "stage-out":
+            continue  # (in stage-out the process has ended already: the node agent finishes the job)
         if (job.id, job.run) not in have:
             if job.rerunnable:
                 facts.append(JobRequeued(time=now, job_id=job.id, run=job.run,
