@@ -1,10 +1,18 @@
-"""``make demo``: XCE's main job on one machine, end to end, with the real CLI.
+"""``make demo``: XCE's main job on one machine, end to end, with the real CLI: the brief's scenario.
 
 Brings up a local cluster (``xce up``: a controller on the embedded SQLite
-store and four worker hosts on loopback), runs a small mixed workload the way
-a person would (an array, a multi-host job, a held job, a failing one, a
-killed one, a requeued one), prints what happened and a summary table, and
-stops the cluster with ``xce down``.
+store, the provisioner with ``simfs``, four worker hosts on loopback), then,
+the way a team training and serving a model would:
+
+1. creates a checkpoint volume ``ckpt`` (RWO), model ``weights`` (ROX,
+   retained) and a ``dataset`` cache (RWX), and fills the dataset with a job;
+2. runs a training job with a scratch claim, the checkpoint and a stage-out
+   of its metrics; requeues it half-way; the second run resumes from the
+   last checkpoint;
+3. runs three serving replicas that read ``weights`` (read-only: writes fail)
+   and two analysis jobs that read ``dataset``;
+4. prints every claim's state, the jobs, and the audit trail's length;
+   deletes the claims (``weights`` is retained), and stops the cluster.
 """
 
 from __future__ import annotations
@@ -19,6 +27,25 @@ import time
 
 XCE = [sys.executable, "-m", "xce.cli.main"]
 
+TRAIN = r'''
+step=0
+[ -f "$XCE_CLAIM_CKPT/step" ] && step=$(cat "$XCE_CLAIM_CKPT/step") && echo "run $XCE_RUN: resuming from checkpoint step $step"
+while [ "$step" -lt 6 ]; do
+  step=$((step + 1))
+  head -c 1048576 /dev/zero > "$XCE_SCRATCH/activations.bin"       # scratch: gone with the run
+  echo "$step" > "$XCE_CLAIM_CKPT/step"                             # the checkpoint: outlives the run
+  echo "run $XCE_RUN step $step loss $((100 / step))" >> "$XCE_STAGE/metrics.txt"
+  echo "run $XCE_RUN on $XCE_HOST: step $step"
+  sleep 0.4
+done
+'''
+SERVE = r'''
+printf 'replica %s on %s serving %s; ' "$XCE_ARRAY_INDEX" "$XCE_HOST" "$(cat "$XCE_CLAIM_WEIGHTS/model.txt")"
+if touch "$XCE_CLAIM_WEIGHTS/tampered" 2>/dev/null; then echo "weights writable!"; else echo "weights read-only"; fi
+test -d "$XCE_CLAIM_KV_CACHE" && echo "  kv-cache scratch at $XCE_CLAIM_KV_CACHE"
+'''
+ANALYZE = r'''echo "analysis $XCE_ARRAY_INDEX on $XCE_HOST: sum=$(awk '{s+=$1} END {print s}' "$XCE_CLAIM_DATASET/numbers.txt")"'''
+
 
 def step(title: str) -> None:
     print(f"\n=== {title}", flush=True)
@@ -26,14 +53,15 @@ def step(title: str) -> None:
 
 class Demo:
     def __init__(self, state_dir: str) -> None:
-        self.state_dir = state_dir
         self.env = dict(os.environ, XCE_CONFIG=os.path.join(state_dir, "client.toml"))
         self.env.pop("XCE_URL", None)
         self.env.pop("XCE_TOKEN", None)
 
     def xce(self, *args: str, show: bool = True, check: bool = True) -> str:
         if show:
-            print(f"$ xce {' '.join(shlex.quote(a) for a in args)}", flush=True)
+            shown = [a if "\n" not in a else "'<script>'" for a in args]
+            print(f"$ xce {' '.join(shlex.quote(a) if a != chr(39) + '<script>' + chr(39) else a for a in shown)}",
+                  flush=True)
         proc = subprocess.run(XCE + list(args), env=self.env, capture_output=True, text=True, timeout=120)
         if show and (proc.stdout or proc.stderr):
             print((proc.stdout + proc.stderr).rstrip(), flush=True)
@@ -41,12 +69,13 @@ class Demo:
             raise SystemExit(f"demo: `xce {' '.join(args)}` failed with exit code {proc.returncode}")
         return proc.stdout
 
-    def jobs(self) -> list[dict]:
-        return json.loads(self.xce("--json", "jobs", "-a", show=False))
+    def get(self, *args: str):
+        return json.loads(self.xce("--json", *args, show=False))
 
     def submit(self, *args: str) -> int:
-        print(f"$ xce submit {' '.join(shlex.quote(a) for a in args)}", flush=True)
-        job = json.loads(self.xce("--json", "submit", *args, show=False))
+        shown = [a if "\n" not in a and len(a) < 60 else "'<script>'" for a in args]
+        print(f"$ xce submit {' '.join(shown)}", flush=True)
+        job = self.get("submit", *args)
         print(f"Job <{job['id']}> is submitted to queue <{job['queue']}>.", flush=True)
         return job["id"]
 
@@ -57,8 +86,12 @@ class Demo:
                 raise SystemExit(f"demo: timed out waiting for {what}")
             time.sleep(0.2)
 
-    def state(self, job_id: int) -> str:
-        return json.loads(self.xce("--json", "job", "show", str(job_id), show=False))["state"]
+    def job(self, job_id: int) -> dict:
+        return self.get("job", "show", str(job_id))
+
+    def ended(self, *ids: int) -> bool:
+        jobs = [j for i in ids for j in (lambda x: x if isinstance(x, list) else [x])(self.job(i))]
+        return all(j["state"] in ("DONE", "EXIT") for j in jobs)
 
 
 def main() -> int:
@@ -66,7 +99,7 @@ def main() -> int:
         state_dir = os.path.join(tmp, "cluster")
         out = os.path.join(tmp, "out")
         os.makedirs(out)
-        step(f"xce up: a controller and 4 worker hosts on loopback (state in {state_dir})")
+        step(f"xce up: a controller, the provisioner and 4 worker hosts on loopback (state in {state_dir})")
         up = subprocess.Popen(XCE + ["up", "--hosts", "4", "--slots", "4", "--state-dir", state_dir,
                                      "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True)
@@ -76,57 +109,58 @@ def main() -> int:
             if not first.startswith("xce cluster up"):
                 raise SystemExit(f"demo: xce up failed: {first}{up.stdout.read()}")
             print(first.rstrip())
-            demo.xce("ping")
             demo.xce("hosts")
+            demo.xce("claimclass", "list")
 
-            step("a mixed workload")
-            array = demo.submit("-J", "render[1-12]", "-o", f"{out}/render.%J.%I", "--",
-                                "sh", "-c", "echo frame $XCE_ARRAY_INDEX on $XCE_HOST")
-            wide = demo.submit("-n", "6", "-R", "span[ptile=2]", "-J", "wide", "-o", f"{out}/wide.out", "--",
-                               "sh", "-c", 'echo "6 slots on: $XCE_HOSTS"')
-            held = demo.submit("-H", "-J", "later", "--", "true")
-            broken = demo.submit("-J", "typo", "--", "pyhton", "train.py")
-            long = demo.submit("-J", "forever", "--", "sleep", "600")
-            again = demo.submit("-r", "-J", "retry", "-o", f"{out}/retry.out", "--",
-                                "sh", "-c", 'echo "run $XCE_RUN"; sleep 600')
-            nowhere = demo.submit("-R", "select[gpu==h100]", "-J", "needs-gpu", "--", "true")
+            step("1. claims that outlive jobs: a checkpoint volume, model weights, a dataset cache")
+            demo.xce("claim", "create", "ckpt", "--class", "simfs", "--size", "10Gi", "--access", "RWO", "--wait")
+            demo.xce("claim", "create", "weights", "--class", "simfs", "--size", "50Gi", "--access", "ROX",
+                     "--reclaim", "retain", "--wait")
+            demo.xce("claim", "create", "dataset", "--class", "simfs", "--size", "20Gi", "--access", "RWX", "--wait")
+            weights = demo.get("claim", "show", "weights")["path"]
+            with open(os.path.join(weights, "model.txt"), "w") as fh:  # the model team's upload
+                fh.write("llm-7b-v3")
+            print(f"(the model team put model.txt into the weights volume, {weights})")
+            fill = demo.submit("-J", "fill-dataset", "--claim", "dataset:rw", "--", "sh", "-c",
+                               'seq 1 1000 > "$XCE_CLAIM_DATASET/numbers.txt"')
+            demo.wait("the dataset", lambda: demo.ended(fill))
+            demo.xce("claim", "list")
 
-            step("what is pending, and why")
-            demo.wait("the held job to be seen", lambda: demo.state(held) == "PSUSP")
-            demo.xce("job", "why", str(held), str(nowhere))
-            demo.xce("release", str(held))
+            step("2. training: scratch, the checkpoint, metrics staged out; requeued half-way, it resumes")
+            train = demo.submit("-J", "train", "-r", "--claim", "ckpt:rw", "--scratch", "2Gi",
+                                "--stage-out", f"metrics.txt:{out}/metrics.txt", "-o", f"{out}/train.out",
+                                "--", "sh", "-c", TRAIN)
+            demo.wait("training to reach step 3", lambda: os.path.exists(f"{out}/train.out")
+                      and "step 3" in open(f"{out}/train.out").read())
+            demo.xce("job", "show", str(train))
+            demo.xce("requeue", str(train))
+            demo.wait("training to end", lambda: demo.ended(train))
+            print(f"$ cat {out}/train.out")
+            print(open(f"{out}/train.out").read().rstrip())
+            print(f"$ cat {out}/metrics.txt   # staged out by the run that finished")
+            print(open(f"{out}/metrics.txt").read().rstrip())
 
-            step("kill one job, requeue another")
-            demo.wait("the long jobs to run", lambda: demo.state(long) == "RUN" and demo.state(again) == "RUN")
-            demo.xce("kill", str(long), str(nowhere))
-            demo.xce("requeue", str(again))
-            demo.wait("the requeued job to run again",
-                      lambda: json.loads(demo.xce("--json", "job", "show", str(again), show=False))["run"] == 2
-                      and demo.state(again) == "RUN")
-            demo.xce("kill", str(again))
+            step("3. three serving replicas read the weights; two analysis jobs read the dataset")
+            serve = demo.submit("-J", "serve[1-3]", "--app", "serve", "--claim", "weights:ro",
+                                "-o", f"{out}/serve.%I", "--", "sh", "-c", SERVE)
+            analyze = demo.submit("-J", "analyze[1-2]", "--claim", "dataset:ro", "-o", f"{out}/analyze.%I",
+                                  "--", "sh", "-c", ANALYZE)
+            demo.wait("serving and analysis", lambda: demo.ended(serve, analyze))
+            for name in ("serve.1", "serve.2", "serve.3", "analyze.1", "analyze.2"):
+                print(open(os.path.join(out, name)).read().rstrip())
 
-            step("everything has ended")
-            demo.wait("every job to end", lambda: all(j["state"] in ("DONE", "EXIT") for j in demo.jobs()))
+            step("4. where everything stands")
             demo.xce("jobs", "-a")
-            demo.xce("job", "show", str(broken))
-            print(f"$ cat {out}/wide.out {out}/render.{array}.1 {out}/retry.out")
-            for name in ("wide.out", f"render.{array}.1", "retry.out"):
-                with open(os.path.join(out, name)) as fh:
-                    print(fh.read().rstrip())
-
-            step("summary")
-            jobs = demo.jobs()
-            rows = {}
-            for j in jobs:
-                key = (j["state"], j["exit_reason"] or "-")
-                rows[key] = rows.get(key, 0) + 1
-            width = max(len(r) for _, r in rows) + 2
-            print(f"{'STATE':6}  {'REASON':{width}}  JOBS")
-            for (state, reason), n in sorted(rows.items()):
-                print(f"{state:6}  {reason:{width}}  {n}")
-            trail = json.loads(demo.xce("--json", "audit", "--limit", "100000", show=False))
-            print(f"{len(jobs)} jobs on {len(json.loads(demo.xce('--json', 'hosts', show=False)))} hosts; "
+            demo.xce("claim", "list", "-a")
+            trail = demo.get("audit", "--limit", "100000")
+            claims = demo.get("claim", "list", "-a")
+            print(f"{len(claims)} claims ({sum(c['form'] == 'template' for c in claims)} of them template claims, "
+                  f"all RELEASED: {all(c['state'] == 'RELEASED' for c in claims if c['form'] == 'template')}); "
                   f"audit trail: {len(trail)} records")
+            step("5. cleaning up: ckpt and dataset are deleted, weights (reclaim retain) is kept")
+            for name in ("ckpt", "dataset", "weights"):
+                demo.xce("claim", "delete", name, "--wait")
+            demo.xce("claim", "list", "--retained")
         finally:
             step("xce down")
             subprocess.run(XCE + ["down", "--state-dir", state_dir], env=demo.env, timeout=120)
@@ -135,7 +169,6 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 up.kill()
                 rc = up.wait()
-            print(up.stdout.read().rstrip())
             print(f"xce up exited with {rc}")
     return 0
 
