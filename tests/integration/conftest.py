@@ -22,6 +22,13 @@ priority = 60
 
 [[projects]]
 name = "default"
+
+[[resources]]
+name = "license"
+scope = "cluster"
+amount = 1
+unit = "seats"
+description = "a floating license"
 """
 
 

@@ -175,3 +175,17 @@ def test_bad_resource_requirements_are_refused_at_submission(cl):
     with cl.api() as c:
         r = c.post("/v1/jobs", json={"command": ["true"], "resreq": "span[hosts=2]"})
     assert r.status_code == 400 and "only span[hosts=1] is supported" in r.json()["error"]["message"]
+
+
+def test_cluster_counters_and_unknown_resources(cl):
+    a = cl.submit("-R", "rusage[license=1]", "--", "sleep", "60")
+    b = cl.submit("-R", "rusage[license=1]", "--", "true")
+    cl.wait_state(a, "RUN")
+    reason = wait_for(lambda: (r := cl.job(b)["pending_reason"]) and "license" in r and r, what="license reason")
+    assert reason == "cluster resource license: 0 free, 1 needed"
+    table = cl.xce("resources").stdout
+    assert any(line.split()[:4] == ["license", "L2", "cluster", "1"] for line in table.splitlines()), table
+    cl.xce("kill", str(a))
+    cl.wait_state(b, "DONE")
+    r = cl.xce("submit", "-R", "rusage[unobtainium=1]", "--", "true", ok=False)
+    assert r.returncode == 1 and "unknown resource unobtainium in rusage[]" in r.stderr

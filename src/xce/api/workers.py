@@ -25,6 +25,7 @@ from xce.model.facts import Fact, HostRegistered, JobFinished, JobRequeued
 from xce.model.hosts import HostState
 from xce.model.identity import Role, User
 from xce.model import job_claims
+from xce.scheduler.snapshot import pool_use
 from xce.model.jobs import Job, JobState, report_finished, report_started
 from xce.model.names import NAME_PATTERN
 
@@ -136,6 +137,42 @@ def add_worker_routes(app: FastAPI, ctl: Controller, monitor: HostMonitor) -> No
                         "slots_used": h.slots_used, "attrs": h.attrs, "counters": h.counters,
                         "counters_used": h.counters_used(), "registered": h.registered,
                         "last_heartbeat_age": None if last is None else round(time.monotonic() - last, 1)})
+        return JSONResponse(out)
+
+    @app.get("/v1/resources", tags=["hosts"])
+    async def list_resources(_: User = Depends(authenticated)):
+        """Resource type descriptors with what the cluster has of each and what is in use."""
+        await ctl.read_barrier()
+        model, config = ctl.model, ctl.config
+        hosts = [h for h in model.hosts.values() if h.state is HostState.OK]
+        cluster_used = model.cluster_used()
+        declared = {r.name for r in config.resources}
+        offered = sorted({n for h in hosts for n in h.counters} - declared)
+        out = []
+        for r in config.resources:
+            if r.layer == "L1":
+                values = sorted({h.attrs[r.name] for h in hosts if r.name in h.attrs})
+                out.append({"name": r.name, "layer": "L1", "scope": "host", "unit": r.unit, "values": values,
+                            "description": r.description})
+                continue
+            if r.scope == "cluster":
+                total, used = r.amount_value, cluster_used.get(r.name, 0.0)
+            elif r.name == "slots":
+                total, used = float(sum(h.slots for h in hosts)), float(sum(h.slots_used for h in hosts))
+            else:
+                total = sum(h.counters.get(r.name, 0.0) for h in hosts)
+                used = sum(h.counters_used().get(r.name, 0.0) for h in hosts)
+            out.append({"name": r.name, "layer": "L2", "scope": r.scope, "unit": r.unit, "total": total,
+                        "used": used, "description": r.description})
+        for name in offered:  # counters hosts report that the config does not describe
+            out.append({"name": name, "layer": "L2", "scope": "host", "unit": "",
+                        "total": sum(h.counters.get(name, 0.0) for h in hosts),
+                        "used": sum(h.counters_used().get(name, 0.0) for h in hosts),
+                        "description": "reported by hosts; not described in the config"})
+        for p in config.pools:
+            used_bytes = pool_use(model).get(p.name, 0)
+            out.append({"name": p.name, "layer": "L2", "scope": "pool", "unit": "bytes",
+                        "total": p.capacity_bytes, "used": used_bytes, "description": p.description})
         return JSONResponse(out)
 
     @app.post("/v1/hosts/{host}/register", tags=["hosts"])

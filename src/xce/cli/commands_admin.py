@@ -8,7 +8,7 @@ from typing import Any
 
 from xce.cli.base import Parser
 from xce.cli.http import EXIT_OK
-from xce.cli.output import ago, amount, fields, parse_since, print_json, print_table, when
+from xce.cli.output import ago, amount, fields, parse_since, print_json, print_table, size, when
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -20,6 +20,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         .set_defaults(func=cmd_projects)
     sub.add_parser("hosts", parents=[common], help="worker hosts: state, slots, counters (like bhosts)") \
         .set_defaults(func=cmd_hosts)
+    sub.add_parser("resources", parents=[common], help="resource types: attributes and counters, with use") \
+        .set_defaults(func=cmd_resources)
     sub.add_parser("users", parents=[common], help="users and their roles (admins)") \
         .set_defaults(func=cmd_users)
 
@@ -85,6 +87,18 @@ def cmd_hosts(args, ctx) -> int:
           f"{h['slots_used']}/{h['slots']}", _counters(h),
           " ".join(f"{k}={v}" for k, v in sorted(h["attrs"].items())), ago(h["last_heartbeat_age"]))
          for h in hs)))
+
+
+def _quantity(value: float, unit: str) -> str:
+    return size(value) if unit == "bytes" else f"{value:g}" + (f" {unit}" if unit and unit != "count" else "")
+
+
+def cmd_resources(args, ctx) -> int:
+    return _show(ctx, ctx.client().get("/v1/resources"), lambda rs: print_table(
+        ("RESOURCE", "LAYER", "SCOPE", "USED/TOTAL", "DESCRIPTION"),
+        ((r["name"], r["layer"], r["scope"],
+          ", ".join(r["values"]) or None if r["layer"] == "L1" else
+          f"{_quantity(r['used'], r['unit'])}/{_quantity(r['total'], r['unit'])}", r["description"]) for r in rs)))
 
 
 def cmd_users(args, ctx) -> int:

@@ -8,7 +8,7 @@ rejected here and the job is simply planned again next cycle.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xce.controller.core import Outcome
 from xce.model import Model
@@ -33,7 +33,7 @@ class ApplyResult:
 
 
 def apply_plan(model: Model, plan: Plan, now: float, config: Config | None = None) -> Outcome:
-    outcome = _apply_allocations(model, plan, now)
+    outcome = _apply_allocations(model, plan, now, config)
     if config is not None and plan.placements:
         outcome.facts.extend(_apply_placements(model, plan, now, config, outcome.result))
     return outcome
@@ -64,11 +64,25 @@ def _apply_placements(model: Model, plan: Plan, now: float, config: Config, resu
     return facts
 
 
-def _apply_allocations(model: Model, plan: Plan, now: float) -> Outcome:
+def _cluster_short(model: Model, config: Config | None, need: dict[str, float] | Any,
+                   taken: dict[str, float]) -> str | None:
+    if not need:
+        return None
+    totals = config.cluster_counters() if config is not None else {}
+    used = model.cluster_used()
+    for name, amount in need.items():
+        free = totals.get(name, 0.0) - used.get(name, 0.0) - taken.get(name, 0.0)
+        if free < amount:
+            return f"cluster resource {name} has no longer {amount:g} free"
+    return None
+
+
+def _apply_allocations(model: Model, plan: Plan, now: float, config: Config | None = None) -> Outcome:
     result = ApplyResult()
     facts: list[Fact] = []
     taken_slots: dict[str, int] = {}
     taken_ctr: dict[str, dict[str, float]] = {}
+    taken_cluster: dict[str, float] = {}
     next_claim, next_attachment = model.next_claim_id, model.next_attachment_id
     for a in plan.allocations:
         job = model.jobs.get(a.job_id)
@@ -77,6 +91,8 @@ def _apply_allocations(model: Model, plan: Plan, now: float) -> Outcome:
             why = "job changed since the snapshot"
         elif (gone := job_claims.unusable_ref(model, job)) is not None:
             why = gone
+        elif (short := _cluster_short(model, config, a.cluster, taken_cluster)) is not None:
+            why = short
         else:
             for host_name, n in a.slots.items():
                 host = model.hosts.get(host_name)
@@ -105,8 +121,10 @@ def _apply_allocations(model: Model, plan: Plan, now: float) -> Outcome:
         templates, attachments = job_claims.plan_claims(model, job, list(a.hosts), next_claim, next_attachment)
         next_claim += len(templates)
         next_attachment += len(attachments)
+        for name, amount in a.cluster.items():
+            taken_cluster[name] = taken_cluster.get(name, 0.0) + amount
         facts.append(JobAllocated(time=now, job_id=a.job_id, run=a.run + 1, hosts=list(a.hosts),
                                   slots=dict(a.slots), counters={h: dict(c) for h, c in a.counters.items()},
-                                  templates=templates, attachments=attachments))
+                                  cluster_counters=dict(a.cluster), templates=templates, attachments=attachments))
         result.accepted.append(a.job_id)
     return Outcome(facts, result=result)

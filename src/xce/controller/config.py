@@ -108,6 +108,39 @@ class ControllerConfig:
 
 
 @dataclass(frozen=True)
+class ResourceConfig:
+    """A resource type descriptor (DESIGN 3): an L1 host attribute or an L2 counter with a scope.
+
+    Host-scope counters are offered by workers (``--counter``); cluster-scope ones have an
+    ``amount`` here (licenses, say) that the scheduler reserves from; pool-scope counters are
+    the ``[[pools]]``.
+    """
+
+    name: str
+    layer: str = "L2"  # "L1": attribute, matched by select[]; "L2": counter, reserved by rusage[]
+    scope: str = "host"  # L2: "host" or "cluster"
+    unit: str = ""  # "bytes" shows sizes in binary units; anything else is printed after the amount
+    amount: str | int | float | None = None  # cluster scope: the total
+    description: str = ""
+
+    @property
+    def amount_value(self) -> float:
+        if self.amount is None:
+            return 0.0
+        return float(parse_size(self.amount, f"resource {self.name} amount")) if isinstance(self.amount, str) \
+            else float(self.amount)
+
+
+# descriptors every cluster has; a config's [[resources]] add to them or replace one by name
+BUILTIN_RESOURCES = (
+    ResourceConfig("slots", "L2", "host", "count", description="job slots (xce submit -n)"),
+    ResourceConfig("mem", "L2", "host", "bytes", description="memory a job reserves per slot"),
+    ResourceConfig("gpu", "L2", "host", "count", description="GPUs a job reserves per slot"),
+    ResourceConfig("scratch", "L2", "host", "bytes", description="local scratch space: --scratch claims draw on it"),
+)
+
+
+@dataclass(frozen=True)
 class PoolConfig:
     """A pool-scope L2 counter: storage that claims of the classes drawing on it are placed into."""
 
@@ -191,7 +224,14 @@ class Config:
     quotas: list[QuotaConfig] = field(default_factory=list)
     claims: ClaimsConfig = field(default_factory=ClaimsConfig)
     apps: list[AppConfig] = field(default_factory=list)
+    resources: list[ResourceConfig] = field(default_factory=lambda: list(BUILTIN_RESOURCES))
     source: str = "<embedded default>"
+
+    def resource(self, name: str) -> ResourceConfig | None:
+        return next((r for r in self.resources if r.name == name), None)
+
+    def cluster_counters(self) -> dict[str, float]:
+        return {r.name: r.amount_value for r in self.resources if r.layer == "L2" and r.scope == "cluster"}
 
     def app(self, name: str) -> AppConfig | None:
         return next((a for a in self.apps if a.name == name), None)
@@ -222,7 +262,7 @@ def parse_config(text: str, source: str = "<string>") -> Config:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{source}: {e}") from None
     unknown = sorted(set(raw) - {"controller", "users", "queues", "projects", "pools", "claim_classes",
-                                 "quotas", "claims", "apps"})
+                                 "quotas", "claims", "apps", "resources"})
     if unknown:
         raise ConfigError(f"{source}: unknown section(s) {', '.join(unknown)}")
     ctl = _build(ControllerConfig, raw.get("controller", {}), f"{source} [controller]")
@@ -235,6 +275,10 @@ def parse_config(text: str, source: str = "<string>") -> Config:
                for i, c in enumerate(raw.get("claim_classes", []))]
     quotas = [_build(QuotaConfig, q, f"{source} [[quotas]] #{i + 1}") for i, q in enumerate(raw.get("quotas", []))]
     claims = _build(ClaimsConfig, raw.get("claims", {}), f"{source} [claims]")
+    declared = [_build(ResourceConfig, r, f"{source} [[resources]] #{i + 1}")
+                for i, r in enumerate(raw.get("resources", []))]
+    names = {r.name for r in declared}
+    resources = [r for r in BUILTIN_RESOURCES if r.name not in names] + declared
     apps = []
     for i, a in enumerate(raw.get("apps", [])):
         where = f"{source} [[apps]] #{i + 1}"
@@ -243,7 +287,7 @@ def parse_config(text: str, source: str = "<string>") -> Config:
             a["claims"] = [_build(AppClaimConfig, c, f"{where} claims #{j + 1}") for j, c in enumerate(a.get("claims", []))]
         apps.append(_build(AppConfig, a, where))
     for kind, items in (("user", users), ("queue", queues), ("project", projects), ("pool", pools),
-                        ("claim class", classes), ("application profile", apps)):
+                        ("claim class", classes), ("application profile", apps), ("resource", declared)):
         names = [it.name for it in items]
         for n in names:
             try:
@@ -263,8 +307,28 @@ def parse_config(text: str, source: str = "<string>") -> Config:
         raise ConfigError(f"{source} [controller]: snapshot_every >= 1, lease_ttl > 0, max_body_bytes >= 1024")
     _check_claims(source, pools, classes, quotas, claims, project_names)
     _check_apps(source, apps, classes)
+    _check_resources(source, resources)
     return Config(controller=ctl, users=users, queues=queues, projects=projects, pools=pools,
-                  claim_classes=classes, quotas=quotas, claims=claims, apps=apps, source=source)
+                  claim_classes=classes, quotas=quotas, claims=claims, apps=apps, resources=resources,
+                  source=source)
+
+
+def _check_resources(source: str, resources: list[ResourceConfig]) -> None:
+    for r in resources:
+        where = f"{source}: resource {r.name!r}"
+        if r.layer not in ("L1", "L2"):
+            raise ConfigError(f"{where}: layer must be L1 (attribute) or L2 (counter)")
+        if r.layer == "L2" and r.scope not in ("host", "cluster"):
+            raise ConfigError(f"{where}: an L2 counter's scope is host or cluster (pool counters are [[pools]])")
+        if r.scope == "cluster" and r.amount is None:
+            raise ConfigError(f"{where}: a cluster-scope counter needs an amount")
+        if r.scope != "cluster" and r.amount is not None:
+            raise ConfigError(f"{where}: only cluster-scope counters have an amount (hosts report theirs)")
+        try:
+            if r.amount_value < 0:
+                raise ConfigError(f"{where}: amount must be >= 0")
+        except (InvalidRequest, ValueError) as e:
+            raise ConfigError(f"{where}: bad amount {r.amount!r}") from e
 
 
 def _check_apps(source: str, apps: list[AppConfig], classes: list[ClaimClassConfig]) -> None:

@@ -222,6 +222,7 @@ class JobAllocated(Fact):
     hosts: list[str]
     slots: dict[str, int]
     counters: dict[str, dict[str, float]] = field(default_factory=dict)
+    cluster_counters: dict[str, float] = field(default_factory=dict)  # cluster-scope counters reserved
     templates: list[dict[str, Any]] = field(default_factory=list)  # the run's template claims, ids decided
     attachments: list[dict[str, Any]] = field(default_factory=list)  # {attachment_id, claim_id, host, mode}
 

@@ -63,6 +63,7 @@ class Job:
     run: int = 0  # attempts so far; the current allocation's number
     alloc_slots: dict[str, int] = field(default_factory=dict)
     alloc_counters: dict[str, dict[str, float]] = field(default_factory=dict)
+    alloc_cluster: dict[str, float] = field(default_factory=dict)  # cluster-scope counters held
     start_time: float | None = None
     end_time: float | None = None
     signal: int | None = None
@@ -186,10 +187,16 @@ def submit(model: Model, actor: User, spec: JobSpec, now: float,
     for what, value in (("cwd", spec.cwd), ("stdout", spec.stdout), ("stderr", spec.stderr)):
         _check_path(what, value)
     try:
-        parse_resreq(spec.resreq)
+        rr = parse_resreq(spec.resreq)
     except ResReqError as e:
         raise InvalidRequest(f"bad resource requirement: {e.reason} at column {e.position + 1}: "
                              f"{e.text[:200]!r}") from None
+    if config is not None and rr.rusage:
+        known = {r.name for r in config.resources if r.layer == "L2"}
+        known.update(name for h in model.hosts.values() for name in h.counters)
+        if unknown := sorted(set(rr.rusage) - known):
+            raise InvalidRequest(f"unknown resource {', '.join(unknown)} in rusage[] (known counters: "
+                                 f"{', '.join(sorted(known))})")
     refs: list[dict[str, Any]] = []
     templates: list[dict[str, Any]] = []
     if spec.claims != JobClaimsSpec():
@@ -246,8 +253,10 @@ def _release(model: Model, job: Job) -> None:
         if host is not None:
             host.held_slots.pop(str(job.id), None)
             host.held_counters.pop(str(job.id), None)
+    model.cluster_held.pop(job.id, None)
     job.alloc_slots = {}
     job.alloc_counters = {}
+    job.alloc_cluster = {}
 
 
 def apply_job_allocated(model: Model, f: F.JobAllocated) -> None:
@@ -259,6 +268,9 @@ def apply_job_allocated(model: Model, f: F.JobAllocated) -> None:
     job.hosts = list(f.hosts)
     job.alloc_slots = dict(f.slots)
     job.alloc_counters = {h: dict(c) for h, c in f.counters.items()}
+    job.alloc_cluster = dict(f.cluster_counters)
+    if job.alloc_cluster:
+        model.cluster_held[job.id] = job.alloc_cluster
     job.pending_reason = f"dispatching to {f.hosts[0]}"
     job.kill_requested = job.kill_requeue = False
     job.phase, job.process_exit = None, None

@@ -104,6 +104,7 @@ class Model:
     released_names: dict[str, int] = field(default_factory=dict)  # released claim name -> newest id
     open_ops: set[int] = field(default_factory=set)  # claims with an open provider op
     pending_jobs: set[int] = field(default_factory=set)  # PEND with nothing allocated: what the scheduler plans
+    cluster_held: dict[int, dict[str, float]] = field(default_factory=dict)  # job -> cluster counters it holds
 
     def apply(self, position: int, fact: F.Fact) -> None:
         fold = FOLDS.get(type(fact))
@@ -135,6 +136,13 @@ class Model:
             self.__dict__["_tok_idx"] = idx
             self.__dict__["_tok_n"] = len(self.tokens)
         return idx
+
+    def cluster_used(self) -> dict[str, float]:
+        used: dict[str, float] = {}
+        for held in self.cluster_held.values():
+            for name, amount in held.items():
+                used[name] = used.get(name, 0.0) + amount
+        return used
 
     # ------------------------------------------------------------ snapshots
 
@@ -170,6 +178,7 @@ class Model:
         from xce.model.jobs import JobState
 
         self.pending_jobs = {j.id for j in self.jobs.values() if j.state is JobState.PEND and not j.alloc_slots}
+        self.cluster_held = {j.id: j.alloc_cluster for j in self.jobs.values() if j.alloc_cluster}
         for c in self.claims.values():
             if c.state is ClaimState.RELEASED:
                 self.released_names[c.name] = max(c.id, self.released_names.get(c.name, 0))

@@ -25,7 +25,9 @@ take something now never can later in the same cycle.  Two things use that:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from xce.scheduler.claims import place_claims
 from xce.scheduler.plan import Allocation, Plan
@@ -138,17 +140,24 @@ def _order_value(h: HostView, name: str) -> float:
 
 def schedule(snap: Snapshot) -> Plan:
     parsed: dict[str, ResReq | ResReqError] = {}
+    cluster_rusage: dict[str, dict[str, float]] = {}  # resreq -> its cluster-scope part, per slot
     least_rusage: dict[str, float] = {}
     for job in snap.pending:
         if job.resreq not in parsed:
             try:
-                rr = parsed[job.resreq] = parse_resreq(job.resreq)
+                rr = parse_resreq(job.resreq)
             except ResReqError as e:
                 parsed[job.resreq] = e
                 continue
+            if any(name in snap.cluster_free for name in rr.rusage):  # hosts see only their own counters
+                cluster_rusage[job.resreq] = {n: v for n, v in rr.rusage.items() if n in snap.cluster_free}
+                rr = dataclasses.replace(rr, rusage=MappingProxyType(
+                    {n: v for n, v in rr.rusage.items() if n not in snap.cluster_free}))
+            parsed[job.resreq] = rr
             for name, per_slot in rr.rusage.items():
                 least_rusage[name] = min(per_slot, least_rusage.get(name, per_slot))
     cycle = _Cycle(snap, least_rusage)
+    cluster_free = dict(snap.cluster_free)
     claimed = _Claimed()
     shapes: dict[tuple[str, int], _Shape] = {}
     allocations: list[Allocation] = []
@@ -157,6 +166,12 @@ def schedule(snap: Snapshot) -> Plan:
         rr = parsed[job.resreq]
         if isinstance(rr, ResReqError):
             reasons[job.id] = f"bad resource requirement: {rr}"
+            continue
+        cluster_need = {n: v * job.slots for n, v in cluster_rusage.get(job.resreq, {}).items()}
+        short = [n for n, v in cluster_need.items() if cluster_free.get(n, 0.0) < v]
+        if short:
+            reasons[job.id] = "; ".join(f"cluster resource {n}: {max(cluster_free.get(n, 0.0), 0):g} free, "
+                                        f"{cluster_need[n]:g} needed" for n in short)
             continue
         if job.claims or job.node_counters:  # constraints of its own: no shape to share
             placed = _place_with_claims(cycle, rr, job, claimed)
@@ -188,7 +203,10 @@ def schedule(snap: Snapshot) -> Plan:
                 cycle.free_ctr[first][name] = cycle.free_ctr[first].get(name, 0.0) - amount
                 held[name] = held.get(name, 0.0) + amount
         claimed.took(job, hosts)
-        allocations.append(Allocation(job_id=job.id, run=job.run, hosts=hosts, slots=slots, counters=counters))
+        for n, v in cluster_need.items():
+            cluster_free[n] -= v
+        allocations.append(Allocation(job_id=job.id, run=job.run, hosts=hosts, slots=slots, counters=counters,
+                                      cluster=cluster_need))
     placements, claim_reasons = place_claims(snap)
     return Plan(position=snap.position, allocations=tuple(allocations), pending_reasons=reasons,
                 placements=placements, claim_reasons=claim_reasons)

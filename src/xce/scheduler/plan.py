@@ -15,6 +15,7 @@ class Allocation:
     hosts: tuple[str, ...]
     slots: Mapping[str, int]
     counters: Mapping[str, Mapping[str, float]]
+    cluster: Mapping[str, float] = field(default_factory=dict)  # cluster-scope counters (licenses...)
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,6 +77,7 @@ class Snapshot:
     pending: tuple[JobView, ...]  # PEND jobs without an allocation, any order
     pools: tuple[PoolView, ...] = ()
     pending_claims: tuple[ClaimView, ...] = ()
+    cluster_free: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # cluster counters
 
 
 def build_snapshot(model: Model, config: Config | None = None) -> Snapshot:
@@ -102,10 +103,13 @@ def build_snapshot(model: Model, config: Config | None = None) -> Snapshot:
                     for j in map(model.jobs.__getitem__, sorted(model.pending_jobs)))
     pools: tuple[PoolView, ...] = ()
     claims: tuple[ClaimView, ...] = ()
+    cluster: dict[str, float] = {}
     if config is not None:
         pools, claims = _claim_views(model, config)
+        used = model.cluster_used()
+        cluster = {name: total - used.get(name, 0.0) for name, total in config.cluster_counters().items()}
     return Snapshot(position=model.position, hosts=tuple(hosts), pending=pending, pools=pools,
-                    pending_claims=claims)
+                    pending_claims=claims, cluster_free=MappingProxyType(cluster))
 
 
 def _claim_uses(model: Model, job) -> tuple[ClaimUse, ...]:

@@ -1,0 +1,90 @@
+"""The scheduler with claims, template-claim counters and cluster-scope counters, on plain snapshots."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from xce.scheduler.core import schedule
+from xce.scheduler.snapshot import ClaimUse, ClaimView, HostView, JobView, PoolView, Snapshot
+
+
+def host(name: str, slots: int = 4, counters: dict[str, float] | None = None) -> HostView:
+    c = MappingProxyType(dict(counters or {}))
+    return HostView(name=name, slots_free=slots, attrs=MappingProxyType({}), counters_total=c, counters_free=c)
+
+
+def job(id: int, slots: int = 1, resreq: str = "", claims=(), node_counters=None) -> JobView:
+    return JobView(id=id, run=0, queue="q", priority=1, slots=slots, resreq=resreq, claims=tuple(claims),
+                   node_counters=MappingProxyType(dict(node_counters or {})))
+
+
+def use(name: str, access: str = "RWX", state: str = "READY", reachable=None, on=(), holders=(), mode="rw"):
+    return ClaimUse(claim_id=hash(name) % 1000, name=name, mode=mode, access_mode=access, state=state,
+                    reachable=frozenset(reachable) if reachable is not None else None,
+                    attached_hosts=frozenset(on), holder_jobs=tuple(holders))
+
+
+def plan(hosts, jobs, **kw):
+    return schedule(Snapshot(position=1, hosts=tuple(hosts), pending=tuple(jobs), **kw))
+
+
+HOSTS = [host("h1"), host("h2"), host("h3")]
+
+
+def test_a_claim_reachable_from_one_host_takes_its_jobs_there():
+    p = plan(HOSTS, [job(1, claims=[use("c", reachable={"h3"})])])
+    assert p.allocations[0].hosts == ("h3",)
+
+
+def test_a_claim_reachable_from_nowhere_usable_says_so():
+    p = plan(HOSTS, [job(1, claims=[use("c", reachable={"h9"})])])
+    assert p.pending_reasons[1] == "claim c is reachable only from h9: no such host matches"
+
+
+def test_a_claim_not_ready_holds_the_job_with_its_state():
+    p = plan(HOSTS, [job(1, claims=[use("c", state="PREPARING")])])
+    assert p.pending_reasons[1] == "waiting for claim c (PREPARING)"
+
+
+def test_rwop_serves_one_job_at_a_time_even_within_a_cycle():
+    p = plan(HOSTS, [job(1, claims=[use("x", "RWOP")]), job(2, claims=[use("x", "RWOP")])])
+    assert [a.job_id for a in p.allocations] == [1]
+    assert p.pending_reasons[2] == "claim x (RWOP) in use by job 1"
+    p = plan(HOSTS, [job(3, claims=[use("x", "RWOP", holders=(9,))])])
+    assert p.pending_reasons[3] == "claim x (RWOP) in use by job 9"
+
+
+def test_rwo_keeps_every_user_on_one_host_and_one_job_on_one_host():
+    full = [host("h1", slots=1), host("h2"), host("h3")]
+    p = plan(full, [job(1, claims=[use("r", "RWO")]), job(2, claims=[use("r", "RWO")]),
+                    job(3, slots=3, claims=[use("r", "RWO")])])
+    hosts = {a.job_id: a.hosts for a in p.allocations}
+    assert hosts[1] == ("h1",) and 2 not in hosts  # h1 is full; RWO keeps job 2 waiting for it
+    assert 3 not in hosts
+    p = plan(HOSTS, [job(4, slots=3, claims=[use("r", "RWO", on={"h2"})])])
+    assert p.allocations[0].hosts == ("h2",) and p.allocations[0].slots == {"h2": 3}
+
+
+def test_template_counters_are_reserved_on_the_first_host():
+    hosts = [host("h1", counters={"scratch": 1e9}), host("h2", counters={"scratch": 10e9})]
+    p = plan(hosts, [job(1, node_counters={"scratch": 5e9}), job(2, node_counters={"scratch": 6e9})])
+    a = {x.job_id: x for x in p.allocations}
+    assert a[1].hosts == ("h2",) and a[1].counters == {"h2": {"scratch": 5e9}}
+    assert 2 not in a and p.pending_reasons[2].startswith("no matching host has 5.588Gi scratch free")
+
+
+def test_cluster_counters_are_shared_by_every_host():
+    p = plan(HOSTS, [job(1, resreq="rusage[lic=1]"), job(2, resreq="rusage[lic=1]"), job(3)],
+             cluster_free=MappingProxyType({"lic": 1.0}))
+    a = {x.job_id: x for x in p.allocations}
+    assert a[1].cluster == {"lic": 1.0} and a[1].counters == {}
+    assert 2 not in a and 3 in a
+    assert p.pending_reasons[2] == "cluster resource lic: 0 free, 1 needed"
+
+
+def test_claims_go_to_the_pool_with_room():
+    p = schedule(Snapshot(position=1, hosts=(), pending=(),
+                          pools=(PoolView("a", 100, 10), PoolView("b", 100, 50)),
+                          pending_claims=(ClaimView(1, "x", 40, ("a", "b")), ClaimView(2, "y", 40, ("a", "b")))))
+    assert [(c.claim_id, c.pool) for c in p.placements] == [(1, "b")]
+    assert p.claim_reasons[2] == "no pool has room for 40: a has 10 free, b has 10 free"
