@@ -271,7 +271,7 @@ def apply_job_allocated(model: Model, f: F.JobAllocated) -> None:
     job.alloc_cluster = dict(f.cluster_counters)
     if job.alloc_cluster:
         model.cluster_held[job.id] = job.alloc_cluster
-    job.pending_reason = f"dispatching to {f.hosts[0]}"
+    job.pending_reason = f"dispatching to {f.hosts[0]}" if f.hosts else None
     job.kill_requested = job.kill_requeue = False
     job.phase, job.process_exit = None, None
     for host_name, n in f.slots.items():
