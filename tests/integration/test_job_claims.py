@@ -282,3 +282,19 @@ def test_jobs_run_as_their_user_and_stage_in_only_what_that_user_may_read():
     finally:
         cl.stop()
         shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_shared_template_claims_come_from_a_pool_through_the_provisioner(cl, tmp_path):
+    out = tmp_path / "o"
+    job = cl.submit("--scratch", "1Gi:tiny", "-o", str(out), "--", "sh", "-c",
+                    'echo shared > "$XCE_SCRATCH/f" && cat "$XCE_SCRATCH/f"')
+    done = cl.wait_state(job, "DONE")
+    assert read(out).strip() == "shared"
+    scratch = next(c for c in done["claims"] if c.get("kind") == "scratch")
+    c = cl.wait_claim(scratch["name"], "RELEASED")
+    assert (c["scope"], c["pool"], c["class"]) == ("shared", "small", "tiny")
+    assert c["handle"] not in os.listdir(os.path.join(cl.provisioner.simfs_root, "volumes"))
+    big = cl.submit("--scratch", "5Gi:tiny", "--", "true")
+    reason = wait_for(lambda: (r := cl.job(big)["pending_reason"]) and "pool" in r and r, what="pool reason")
+    assert reason == "no pool has room for its scratch claim (5Gi): small has 3Gi free"
+    cl.xce("kill", str(big))

@@ -77,12 +77,26 @@ def _cluster_short(model: Model, config: Config | None, need: dict[str, float] |
     return None
 
 
+def _pool_short(model: Model, config: Config | None, job, pools, taken: dict[str, int]) -> str | None:
+    if not pools or config is None:
+        return None
+    used = pool_use(model)
+    for t in job.templates:
+        pool = pools.get(t["kind"])
+        p = config.pool(pool) if pool else None
+        if pool is not None and (p is None or p.capacity_bytes - used.get(pool, 0) - taken.get(pool, 0)
+                                 < t["size_bytes"]):
+            return f"pool {pool} no longer has room for its {t['kind']} claim"
+    return None
+
+
 def _apply_allocations(model: Model, plan: Plan, now: float, config: Config | None = None) -> Outcome:
     result = ApplyResult()
     facts: list[Fact] = []
     taken_slots: dict[str, int] = {}
     taken_ctr: dict[str, dict[str, float]] = {}
     taken_cluster: dict[str, float] = {}
+    taken_pool: dict[str, int] = {}
     next_claim, next_attachment = model.next_claim_id, model.next_attachment_id
     for a in plan.allocations:
         job = model.jobs.get(a.job_id)
@@ -92,6 +106,8 @@ def _apply_allocations(model: Model, plan: Plan, now: float, config: Config | No
         elif (gone := job_claims.unusable_ref(model, job)) is not None:
             why = gone
         elif (short := _cluster_short(model, config, a.cluster, taken_cluster)) is not None:
+            why = short
+        elif (short := _pool_short(model, config, job, a.pools, taken_pool)) is not None:
             why = short
         else:
             for host_name, n in a.slots.items():
@@ -118,11 +134,15 @@ def _apply_allocations(model: Model, plan: Plan, now: float, config: Config | No
             for name, amount in a.counters.get(host_name, {}).items():
                 t = taken_ctr.setdefault(host_name, {})
                 t[name] = t.get(name, 0.0) + amount
-        templates, attachments = job_claims.plan_claims(model, job, list(a.hosts), next_claim, next_attachment)
+        templates, attachments = job_claims.plan_claims(model, job, list(a.hosts), next_claim, next_attachment,
+                                                        dict(a.pools))
         next_claim += len(templates)
         next_attachment += len(attachments)
         for name, amount in a.cluster.items():
             taken_cluster[name] = taken_cluster.get(name, 0.0) + amount
+        for t in templates:
+            if t.get("pool"):
+                taken_pool[t["pool"]] = taken_pool.get(t["pool"], 0) + t["size_bytes"]
         facts.append(JobAllocated(time=now, job_id=a.job_id, run=a.run + 1, hosts=list(a.hosts),
                                   slots=dict(a.slots), counters={h: dict(c) for h, c in a.counters.items()},
                                   cluster_counters=dict(a.cluster), templates=templates, attachments=attachments))

@@ -344,11 +344,8 @@ def _check_apps(source: str, apps: list[AppConfig], classes: list[ClaimClassConf
                 parse_size(c.size, "size")
             except InvalidRequest as e:
                 raise ConfigError(f"{where}: {e.message}") from None
-            cls = by_name.get(c.claim_class)
-            if cls is None:
+            if c.claim_class not in by_name:
                 raise ConfigError(f"{where}: unknown claim class {c.claim_class!r}")
-            if cls.scope != "node":
-                raise ConfigError(f"{where}: template claims use node-scope classes ({c.claim_class!r} is shared)")
 
 
 def _check_claims(source: str, pools: list[PoolConfig], classes: list[ClaimClassConfig],

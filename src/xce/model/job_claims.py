@@ -107,10 +107,11 @@ def resolve(model: Model, config: Config, actor: User, project: str, spec: JobCl
 
     def add_template(kind: str, class_name: str, size: int, **extra: Any) -> None:
         cls = C.class_or_404(config, class_name)
-        if cls.scope != "node":
-            raise InvalidRequest(f"claim class {class_name!r} is shared: template claims use node-scope classes")
         C.check_quota(model, config, project, class_name, size)
-        templates.append({"kind": kind, "class": class_name, "size_bytes": size, "counter": cls.counter,
+        # node scope: on the run's first host, its host counter; shared: the provisioner makes it in a pool
+        templates.append({"kind": kind, "class": class_name, "size_bytes": size, "scope": cls.scope,
+                          "counter": cls.counter if cls.scope == "node" else None,
+                          "pools": list(cls.pools) if cls.scope == "shared" else [],
                           "stage_in": [], "stage_out": [], **extra})
 
     if spec.scratch is not None:
@@ -133,8 +134,8 @@ def resolve(model: Model, config: Config, actor: User, project: str, spec: JobCl
         cls = C.class_or_404(config, config.claims.stage_class)
         if cls.scope != "node":
             raise InvalidRequest(f"the staging class {cls.name!r} must be node-scope")
-        templates.append({"kind": "stage", "class": cls.name, "size_bytes": 0, "counter": None,
-                          "stage_in": ins, "stage_out": outs})
+        templates.append({"kind": "stage", "class": cls.name, "size_bytes": 0, "scope": "node", "counter": None,
+                          "pools": [], "stage_in": ins, "stage_out": outs})
     if spec.app is not None:
         app = config.app(spec.app)
         if app is None:
@@ -146,6 +147,12 @@ def resolve(model: Model, config: Config, actor: User, project: str, spec: JobCl
     if len(set(kinds)) != len(kinds):
         raise InvalidRequest(f"two template claims named {sorted(k for k in kinds if kinds.count(k) > 1)[0]!r}")
     return refs, templates
+
+
+def pool_needs(templates: list[dict[str, Any]]) -> tuple[tuple[str, tuple[str, ...], int], ...]:
+    """(kind, candidate pools, size) of the run's shared template claims, for the scheduler."""
+    return tuple((t["kind"], tuple(t.get("pools") or ()), t["size_bytes"]) for t in templates
+                 if t.get("scope") == "shared")
 
 
 def node_counters(templates: list[dict[str, Any]]) -> dict[str, float]:
@@ -170,11 +177,14 @@ def on_allocated(model: Model, job: Job, f: F.JobAllocated) -> None:
     job.run_attachments = []
     first = f.hosts[0] if f.hosts else None
     for t in f.templates:
+        shared = t.get("scope") == "shared"
         claim = Claim(id=t["claim_id"], name=template_name(job.id, f.run, t["kind"]), form=ClaimForm.TEMPLATE,
-                      class_name=t["class"], scope="node", size_bytes=t["size_bytes"], access_mode=AccessMode.RWO,
+                      class_name=t["class"], scope="shared" if shared else "node", size_bytes=t["size_bytes"],
+                      access_mode=AccessMode.RWX if shared else AccessMode.RWO,
                       reclaim_policy=C.ReclaimPolicy.DELETE, owner=job.user, project=job.project, created=f.time,
                       job_id=job.id, run=f.run, kind=t["kind"], stage_in=[list(x) for x in t["stage_in"]],
-                      stage_out=[list(x) for x in t["stage_out"]], placed=True, host=first)
+                      stage_out=[list(x) for x in t["stage_out"]], placed=True, pool=t.get("pool"),
+                      host=None if shared else first)
         C.add_template_claim(model, claim, f.time)
         job.run_claims.append(claim.id)
     for a in f.attachments:
@@ -184,10 +194,12 @@ def on_allocated(model: Model, job: Job, f: F.JobAllocated) -> None:
         job.run_attachments.append([a["claim_id"], a["attachment_id"]])
 
 
-def plan_claims(model: Model, job: Job, hosts: list[str], next_claim: int, next_attachment: int
-                ) -> tuple[list[dict], list[dict]]:
-    """The template claims and attachments a new run of ``job`` on ``hosts`` gets (for JobAllocated)."""
-    templates = [dict(t, claim_id=next_claim + i) for i, t in enumerate(job.templates)]
+def plan_claims(model: Model, job: Job, hosts: list[str], next_claim: int, next_attachment: int,
+                pools: dict[str, str] | None = None) -> tuple[list[dict], list[dict]]:
+    """The template claims and attachments a new run of ``job`` on ``hosts`` gets (for JobAllocated);
+    ``pools`` places its shared template claims (kind -> pool, chosen by the scheduler)."""
+    templates = [dict(t, claim_id=next_claim + i, pool=(pools or {}).get(t["kind"]))
+                 for i, t in enumerate(job.templates)]
     attachments = []
     for ref in job.claim_refs:
         for host in hosts:
@@ -361,8 +373,8 @@ def publish_list(model: Model, job: Job, host: str) -> list[dict[str, Any]]:
     out = []
     for claim_id in job.run_claims:
         claim = model.claims.get(claim_id)
-        if claim is None or claim.host != host:
-            continue
+        if claim is None or (claim.scope == "node" and claim.host != host):
+            continue  # node-scope claims live on the run's first host; shared ones are reachable anywhere
         env = {"scratch": "XCE_SCRATCH", "stage": "XCE_STAGE"}.get(claim.kind, env_name(claim.kind))
         out.append({"name": claim.kind, "claim": claim.name, "env": env, "path": claim.path, "readonly": False,
                     "form": "template"})

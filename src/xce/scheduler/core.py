@@ -158,6 +158,7 @@ def schedule(snap: Snapshot) -> Plan:
                 least_rusage[name] = min(per_slot, least_rusage.get(name, per_slot))
     cycle = _Cycle(snap, least_rusage)
     cluster_free = dict(snap.cluster_free)
+    pool_free = {p.name: p.free for p in snap.pools}
     claimed = _Claimed()
     shapes: dict[tuple[str, int], _Shape] = {}
     allocations: list[Allocation] = []
@@ -172,6 +173,10 @@ def schedule(snap: Snapshot) -> Plan:
         if short:
             reasons[job.id] = "; ".join(f"cluster resource {n}: {max(cluster_free.get(n, 0.0), 0):g} free, "
                                         f"{cluster_need[n]:g} needed" for n in short)
+            continue
+        pools = _pick_pools(job, pool_free)
+        if isinstance(pools, str):
+            reasons[job.id] = pools
             continue
         if job.claims or job.node_counters:  # constraints of its own: no shape to share
             placed = _place_with_claims(cycle, rr, job, claimed)
@@ -205,8 +210,10 @@ def schedule(snap: Snapshot) -> Plan:
         claimed.took(job, hosts)
         for n, v in cluster_need.items():
             cluster_free[n] -= v
+        for kind, pool in pools.items():
+            pool_free[pool] -= next(size for k, _, size in job.pool_needs if k == kind)
         allocations.append(Allocation(job_id=job.id, run=job.run, hosts=hosts, slots=slots, counters=counters,
-                                      cluster=cluster_need))
+                                      cluster=cluster_need, pools=pools))
     placements, claim_reasons = place_claims(snap)
     return Plan(position=snap.position, allocations=tuple(allocations), pending_reasons=reasons,
                 placements=placements, claim_reasons=claim_reasons)
@@ -247,6 +254,24 @@ def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape) -> list[tuple[in
             skip.passed(pos)
         pos = skip.next(pos + 1)
     return _shortage(cycle, rr, want, per_host, cands)
+
+
+def _pick_pools(job: JobView, pool_free: dict[str, int]) -> dict[str, str] | str:
+    """A pool with room for each of the job's shared template claims (all or none), or why not."""
+    taken: dict[str, int] = {}
+    out: dict[str, str] = {}
+    for kind, pools, size in job.pool_needs:
+        fits = [p for p in pools if pool_free.get(p, 0) - taken.get(p, 0) >= size]
+        if pools and not fits:
+            from xce.units import format_size
+
+            room = ", ".join(f"{p} has {format_size(max(pool_free.get(p, 0) - taken.get(p, 0), 0))} free"
+                             for p in pools)
+            return f"no pool has room for its {kind} claim ({format_size(size)}): {room}"
+        if fits:
+            out[kind] = max(fits, key=lambda p: (pool_free[p] - taken.get(p, 0), p))
+            taken[out[kind]] = taken.get(out[kind], 0) + size
+    return out
 
 
 class _Claimed:

@@ -16,6 +16,7 @@ class Allocation:
     slots: Mapping[str, int]
     counters: Mapping[str, Mapping[str, float]]
     cluster: Mapping[str, float] = field(default_factory=dict)  # cluster-scope counters (licenses...)
+    pools: Mapping[str, str] = field(default_factory=dict)  # shared template claim kind -> the pool it goes to
 
 
 @dataclass(frozen=True, slots=True)

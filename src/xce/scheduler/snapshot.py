@@ -49,6 +49,7 @@ class JobView:
     resreq: str
     claims: tuple[ClaimUse, ...] = ()
     node_counters: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # on the first host
+    pool_needs: tuple[tuple[str, tuple[str, ...], int], ...] = ()  # shared template claims: (kind, pools, size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +83,7 @@ class Snapshot:
 
 def build_snapshot(model: Model, config: Config | None = None) -> Snapshot:
     from xce.model.hosts import HostState
-    from xce.model.job_claims import node_counters
+    from xce.model.job_claims import node_counters, pool_needs
 
     hosts = []
     for h in model.hosts.values():
@@ -99,7 +100,7 @@ def build_snapshot(model: Model, config: Config | None = None) -> Snapshot:
     pending = tuple(JobView(id=j.id, run=j.run, queue=j.queue, priority=prio.get(j.queue, 0),
                             slots=j.slots, resreq=j.resreq, claims=_claim_uses(model, j) if j.claim_refs else (),
                             node_counters=MappingProxyType(node_counters(j.templates)) if j.templates else
-                            MappingProxyType({}))
+                            MappingProxyType({}), pool_needs=pool_needs(j.templates) if j.templates else ())
                     for j in map(model.jobs.__getitem__, sorted(model.pending_jobs)))
     pools: tuple[PoolView, ...] = ()
     claims: tuple[ClaimView, ...] = ()
