@@ -14,12 +14,13 @@ from typing import Any, Callable
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import xce
 from xce.api import schemas as S
-from xce.api.auth import admin, authenticated
+from xce.api.auth import SECURITY_SCHEME, admin, authenticated
 from xce.api.metrics import Metrics
 from xce.api.commands import audit_refusal, mutate
 from xce.api.views import audit_json, job_json, user_json
@@ -289,4 +290,19 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
     job_action("release", J.release)
 
     app.add_middleware(RequestCounter, metrics=metrics)
+
+    def openapi() -> dict[str, Any]:
+        """The generated document, with the bearer scheme every route but /healthz requires."""
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, description=app.description,
+                                 routes=app.routes)
+            schema.setdefault("components", {})["securitySchemes"] = SECURITY_SCHEME
+            for path, ops in schema.get("paths", {}).items():
+                if path != "/healthz":
+                    for op in ops.values():
+                        op["security"] = [{"bearer": []}]
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi
     return app
