@@ -105,6 +105,19 @@ class ControllerProcess:
         return self.proc.returncode if self.proc else 0
 
 
+def kill_jobs_of(work_dir: str) -> None:
+    """SIGKILL every job (and its shepherd) a worker in ``work_dir`` still has running."""
+    import glob
+
+    for run_dir in glob.glob(os.path.join(work_dir, "runs", "*")):
+        for name, kill in (("pgid", os.killpg), ("shepherd.pid", os.kill)):
+            try:
+                with open(os.path.join(run_dir, name)) as fh:
+                    kill(int(fh.read()), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+
+
 def children_of(pid: int) -> list[int]:
     out = []
     for child in os.listdir("/proc"):
@@ -255,6 +268,7 @@ class Cluster:
             self.provisioner.stop()
         for w in self.workers.values():
             w.stop()
+            kill_jobs_of(w.work_dir)  # jobs outlive their worker by design; not a test's
         self.ctl.stop()
 
 

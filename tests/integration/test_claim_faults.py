@@ -4,7 +4,6 @@ killed with SIGKILL mid-op; stale epochs; objects nobody owns."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 

@@ -10,19 +10,13 @@ import threading
 
 import httpx
 
-from tests.helpers import wait_for
+from tests.helpers import kill_jobs_of, wait_for
 from tests.integration.conftest import make_cluster
 
 
 def kill_runs_of(work_dir: str) -> None:
     """What a machine's death does to its jobs: every shepherd and job process group is gone."""
-    for run_dir in glob.glob(os.path.join(work_dir, "runs", "*")):
-        for name, kill in (("pgid", os.killpg), ("shepherd.pid", os.kill)):
-            try:
-                with open(os.path.join(run_dir, name)) as fh:
-                    kill(int(fh.read()), signal.SIGKILL)
-            except (OSError, ValueError):
-                pass
+    kill_jobs_of(work_dir)
 
 
 def host_state(cl, name: str) -> str:

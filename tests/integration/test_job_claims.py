@@ -15,7 +15,6 @@ import pytest
 
 from tests.helpers import Cluster, wait_for
 from tests.integration.test_claims import CONFIG as CLAIMS_CONFIG
-from tests.integration.test_claim_faults import inject
 from tests.integration.test_failures import kill_runs_of
 
 CONFIG = CLAIMS_CONFIG.replace("host_timeout = 5.0", "host_timeout = 2.0") + """
@@ -173,7 +172,8 @@ def test_stage_in_and_stage_out(cl, tmp_path):
     done = cl.wait_state(job, "DONE")
     assert read(tmp_path / "results" / "sum.txt") == "1,2,3\nA"
     stage = next(c for c in done["claims"] if c.get("kind") == "stage")
-    assert stage["state"] == "RELEASED" and stage["env"] == "XCE_STAGE"
+    assert stage["env"] == "XCE_STAGE"
+    cl.wait_claim(stage["name"], "RELEASED")
 
 
 def test_stage_out_failing_then_succeeding_ends_done(cl, tmp_path):

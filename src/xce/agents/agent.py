@@ -21,7 +21,6 @@ import concurrent.futures
 import logging
 import os
 import threading
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable

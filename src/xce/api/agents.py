@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 from xce.api import schemas as S
 from xce.api.auth import authenticated
 from xce.api.commands import mutate
-from xce.controller.agents import AgentChannel
+from xce.controller.longpoll import Waker
 from xce.controller.core import Controller
 from xce.errors import Conflict, Forbidden
 from xce.model import Model
@@ -66,7 +66,7 @@ def op_json(ctl: Controller, claim: Claim, op: Op, attachment: Attachment | None
     return out
 
 
-def add_agent_routes(app: FastAPI, ctl: Controller, channel: AgentChannel) -> None:
+def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
     @app.post("/v1/agents/{agent}/lease", tags=["agents"])
     async def take_lease(agent: AgentName, body: S.LeaseRequest, request: Request,
                          actor: User = Depends(authenticated)):

@@ -27,9 +27,9 @@ from xce.api.views import audit_json, job_json, user_json
 from xce.api.agents import add_agent_routes
 from xce.api.claims import add_claim_routes
 from xce.api.workers import add_worker_routes
-from xce.controller.agents import AgentChannel
 from xce.controller.core import Controller
 from xce.controller.hosts import HostMonitor
+from xce.controller.longpoll import AGENT_WAKE, Waker
 from xce.controller.scheduling import SchedulerLoop
 from xce.errors import InvalidRequest, XceError
 from xce.model import Model, audit as audit_model
@@ -123,7 +123,7 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
     app.state.scheduler = SchedulerLoop(controller)
     add_worker_routes(app, controller, monitor)
     add_claim_routes(app, controller)
-    add_agent_routes(app, controller, AgentChannel(controller))
+    add_agent_routes(app, controller, Waker(controller, AGENT_WAKE))
     metrics = Metrics(controller)
     app.add_middleware(BodyLimit, limit=controller.config.controller.max_body_bytes)
 

@@ -211,7 +211,7 @@ def add_worker_routes(app: FastAPI, ctl: Controller, monitor: HostMonitor) -> No
         await ctl.read_barrier()
         out = host_work(ctl.model, host)
         if not out["dispatch"] and not out["kill"] and wait > 0:
-            await monitor.wait_for_change(wait)
+            await monitor.work.wait(wait)
             await ctl.read_barrier()
             out = host_work(ctl.model, host)
         return JSONResponse(out)

@@ -16,6 +16,7 @@ import logging
 import time
 
 from xce.controller.core import Controller, Outcome
+from xce.controller.longpoll import HOST_WORK_WAKE, Waker
 from xce.errors import XceError
 from xce.model import Model
 from xce.model import facts as F
@@ -25,21 +26,15 @@ from xce.model.jobs import host_lost
 
 log = logging.getLogger("xce.hosts")
 
-# the readiness gate opens when a job's claims become READY/ATTACHED
-_WAKE = (F.JobAllocated, F.JobKillRequested, F.JobFinished, F.JobRequeued, F.ClaimOpSucceeded)
-
 
 class HostMonitor:
     def __init__(self, ctl: Controller, timeout: float) -> None:
         self.ctl = ctl
         self.timeout = timeout
         self.last_seen: dict[str, float] = {}
-        self._changed = asyncio.Condition()
+        self.work = Waker(ctl, HOST_WORK_WAKE)  # the workers' long-polls for dispatches and kills
         ctl.leader_listeners.append(self._grace)
-        ctl.commit_listeners.append(self._on_commit)
         ctl.background.append(self.run)
-        ctl.shutdown_listeners.append(self._close)
-        self._closing = False
 
     def _grace(self) -> None:
         now = time.monotonic()
@@ -47,28 +42,6 @@ class HostMonitor:
 
     def seen(self, host: str) -> None:
         self.last_seen[host] = time.monotonic()
-
-    def _on_commit(self, facts: list[F.Fact]) -> None:
-        if any(isinstance(f, _WAKE) for f in facts):
-            asyncio.get_running_loop().create_task(self._notify())
-
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
-
-    def _close(self) -> None:
-        self._closing = True
-        asyncio.get_running_loop().create_task(self._notify())
-
-    async def wait_for_change(self, timeout: float) -> None:
-        """Until a fact concerns some host's jobs, ``timeout`` passes, or the server shuts down."""
-        if self._closing:
-            return
-        async with self._changed:
-            try:
-                await asyncio.wait_for(self._changed.wait(), timeout)
-            except TimeoutError:
-                pass
 
     async def run(self) -> None:
         while True:

@@ -268,7 +268,7 @@ def fail_run(model: Model, job_id: int | None, run: int | None, what: str, now: 
 
 def consequences(model: Model, claim_id: int, op_id: str, result: Fact, now: float) -> list[Fact]:
     """What an op's result means for the job it serves (decided before ``result`` is folded)."""
-    from xce.model.jobs import JobState, finish_after_stage_out
+    from xce.model.jobs import finish_after_stage_out
 
     claim = model.claims.get(claim_id)
     found = claim.find_op(op_id) if claim is not None else None

@@ -1,0 +1,54 @@
+"""Waking long-polls: a waiter per kind of work, woken by the facts that may make new work.
+
+Work is always derived from the model (level-triggered), so this is only
+about answering quickly: a missed wake-up costs at most one poll timeout.
+On shutdown every waiter returns at once, so the server can drain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from xce.controller.core import Controller
+from xce.model import facts as F
+
+# workers' polls for dispatches and kills (the readiness gate opens when claims become READY/ATTACHED)
+HOST_WORK_WAKE = (F.JobAllocated, F.JobKillRequested, F.JobFinished, F.JobRequeued, F.ClaimOpSucceeded)
+# claim agents' polls: ops opened, retried, or released
+AGENT_WAKE = (F.ClaimPlaced, F.ClaimOpSucceeded, F.ClaimOpFailed, F.ClaimDeleteRequested, F.ClaimPurgeRequested,
+              F.AttachmentAdded, F.AttachmentRemoved, F.OrphanSeen, F.AgentLeased, F.JobAllocated,
+              F.JobProcessEnded, F.JobFinished, F.JobRequeued)
+
+
+class Waker:
+    def __init__(self, ctl: Controller, wake_on: tuple[type[F.Fact], ...]) -> None:
+        self.wake_on = wake_on
+        self._changed = asyncio.Condition()
+        self._closing = False
+        ctl.commit_listeners.append(self._on_commit)
+        ctl.shutdown_listeners.append(self._close)
+
+    def _on_commit(self, facts: list[F.Fact]) -> None:
+        if any(isinstance(f, self.wake_on) for f in facts):
+            asyncio.get_running_loop().create_task(self._notify())
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    def _close(self) -> None:
+        self._closing = True
+        asyncio.get_running_loop().create_task(self._notify())
+
+    async def wait(self, timeout: float, due_at: float | None = None) -> None:
+        """Until a waking fact is committed, ``timeout`` passes, ``due_at`` (epoch seconds) comes, or shutdown."""
+        if self._closing:
+            return
+        if due_at is not None:
+            timeout = max(0.0, min(timeout, due_at - time.time()))
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout)
+            except TimeoutError:
+                pass
