@@ -15,7 +15,7 @@ import time
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Path, Query, Request
-from fastapi.responses import JSONResponse
+from xce.api.responses import JSONResponse
 
 from xce.api import schemas as S
 from xce.api.auth import authenticated

@@ -15,11 +15,12 @@ from typing import Any, Callable
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import xce
 from xce.api import schemas as S
+from xce.api.responses import JSONResponse
 from xce.api.auth import SECURITY_SCHEME, admin, authenticated
 from xce.api.metrics import Metrics
 from xce.api.commands import audit_refusal, mutate

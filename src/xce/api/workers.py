@@ -11,7 +11,7 @@ import time
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Path, Query, Request
-from fastapi.responses import JSONResponse
+from xce.api.responses import JSONResponse
 from pydantic import Field
 
 from xce.api.commands import mutate

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
+import orjson
 import logging
 import os
 import time
@@ -67,7 +67,7 @@ class CommitStats:
 def load_model(store: Store) -> Model:
     """Latest snapshot plus every fact after it."""
     snap = store.load_snapshot()
-    model = Model.from_snapshot(json.loads(snap.data)) if snap else Model()
+    model = Model.from_snapshot(orjson.loads(snap.data)) if snap else Model()
     while True:
         records = store.read_after(model.position)
         if not records:
@@ -334,7 +334,9 @@ class Controller:
 
         Runs on the writer thread between batches, so the model equals the committed log.
         """
-        data = json.dumps(self.model.to_snapshot(), separators=(",", ":")).encode()
+        # orjson: a whole-model snapshot is the controller's one big serialisation, and the commit
+        # loop waits for it (it must see one model); the stdlib encoder takes ~5x longer
+        data = orjson.dumps(self.model.to_snapshot(), option=orjson.OPT_NON_STR_KEYS)
         position = self.model.position
         self.store.write_snapshot(self.epoch, Snapshot(position=position, data=data))
         self.store.compact(self.epoch, position)

@@ -13,7 +13,7 @@ function of the facts, so replay reproduces the live model exactly.
 from __future__ import annotations
 
 import dataclasses
-import json
+import orjson
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, TypeVar
 
@@ -51,7 +51,6 @@ def fact(type_name: str, version: int = 1) -> Callable[[F], F]:
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
-_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
 
 
 def payload_of(f: Fact) -> dict[str, Any]:
@@ -63,14 +62,14 @@ def payload_of(f: Fact) -> dict[str, Any]:
 
 def encode(f: Fact) -> tuple[str, int, str]:
     """A fact as stored: type name, version, compact JSON payload."""
-    return f.TYPE, f.VERSION, _ENCODER.encode(payload_of(f))
+    return f.TYPE, f.VERSION, orjson.dumps(payload_of(f), option=orjson.OPT_SORT_KEYS).decode()
 
 
 def decode(type_name: str, version: int, payload: str | dict[str, Any]) -> Fact:
     cls = REGISTRY.get(type_name)
     if cls is None:
         raise UndecodableFact(f"unknown fact type {type_name!r}")
-    data = json.loads(payload) if isinstance(payload, str) else dict(payload)
+    data = orjson.loads(payload) if isinstance(payload, str) else dict(payload)
     while version < cls.VERSION:
         up = UPCASTERS.get((type_name, version))
         if up is None:
