@@ -65,12 +65,12 @@ def test_permanent_failure_ends_failed_with_its_message(cl):
 
 
 def test_garbage_and_crashes_are_retried_with_the_stderr_tail_kept(cl):
-    inject(cl, "--garbage-next", "1")
+    inject(cl, "--garbage-next", "1", "--ops", "create")  # not the orphan scan's list
     create(cl, "garbled")
     c = cl.wait_claim("garbled", "READY")
     failed = [o for o in c["ops"] if o["result"] not in ("started", "ok")]
     assert [o["result"] for o in failed] == ["PROVIDER_GARBAGE"]
-    inject(cl, "--crash-after-act-next", "1")
+    inject(cl, "--crash-after-act-next", "1", "--ops", "create")
     create(cl, "crashy")
     c = cl.wait_claim("crashy", "READY")
     assert [o["result"] for o in c["ops"] if o["result"] not in ("started", "ok")] == ["PROVIDER_FAILED"]
