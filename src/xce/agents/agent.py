@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from xce.cli.http import ApiError, CliError, Client
 from xce.providers.contract import ProviderReply, ProviderRequest
-from xce.providers.runner import run_provider
+from xce.providers.runner import run_provider, run_simfs_in_process
 
 log = logging.getLogger("xce.agent")
 
@@ -40,6 +40,12 @@ class Provider:
     command: list[str]
     timeout: float = 60.0
     config: dict[str, Any] = field(default_factory=dict)
+    in_process: bool = False  # simfs run inside the agent (the worker's built-in node-local directories)
+
+    def run(self, cluster_id: str, requests: list[ProviderRequest]) -> list[ProviderReply]:
+        if self.in_process:
+            return run_simfs_in_process(self.config, cluster_id, requests, self.timeout)
+        return run_provider(self.command, self.config, cluster_id, requests, self.timeout)
 
 
 class Fenced(Exception):
@@ -150,8 +156,7 @@ class ClaimAgent:
                 if provider is None:
                     raise _Refused("NO_PROVIDER", f"this agent has no provider {items[0].get('provider')!r} "
                                                   "configured", retryable=False)
-                replies = run_provider(provider.command, provider.config, self.cluster_id,
-                                       [request_for(i) for i in items], provider.timeout)
+                replies = provider.run(self.cluster_id, [request_for(i) for i in items])
             except _Refused as e:
                 replies = [ProviderReply(op_id=i["op_id"], ok=False, error_code=e.code, retryable=e.retryable,
                                          message=e.message) for i in items]
@@ -185,7 +190,7 @@ class ClaimAgent:
                 return
             requests = [ProviderRequest(op_id=i["op_id"], op="release", class_name=i["class_name"],
                                         handle=i["handle"], tags=dict(i.get("tags") or {})) for i in items]
-            replies = run_provider(provider.command, provider.config, self.cluster_id, requests, provider.timeout)
+            replies = provider.run(self.cluster_id, requests)
             done = [i["handle"] for i, r in zip(items, replies) if r.ok]
             for i, r in zip(items, replies):
                 if not r.ok:
@@ -237,7 +242,7 @@ class ClaimAgent:
                 continue
             provider = self.providers[cls["provider"]]
             req = ProviderRequest(op_id=f"list.{uuid.uuid4().hex[:12]}", op="list", class_name=cls["name"])
-            reply = run_provider(provider.command, provider.config, self.cluster_id, [req], provider.timeout)[0]
+            reply = provider.run(self.cluster_id, [req])[0]
             if not reply.ok:
                 log.warning("list on %s failed: %s %s", cls["name"], reply.error_code, reply.message)
                 continue

@@ -458,7 +458,24 @@ def inject(root: str, clear: bool = False, **changes: object) -> dict:
 # The provider
 
 
-def handle(cfg: Config | Refusal, req: dict) -> dict:
+class InProcessExit(Exception):
+    """An injected garbage/crash fault, run inside its caller's process: the caller's process must
+    not exit, so the fault surfaces as this (``status`` is what the provider process would exit with)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"simfs exited with {status} without a reply (injected fault)")
+        self.status = status
+
+
+def _exit_process(status: int) -> None:
+    os._exit(status)
+
+
+def _raise_exit(status: int) -> None:
+    raise InProcessExit(status)
+
+
+def handle(cfg: Config | Refusal, req: dict, exit=_exit_process) -> dict:
     """One request -> one reply (or, as injected, a hang, garbage and exit, or a crash)."""
     op_id, op = req["op_id"], req.get("op")
     try:
@@ -468,9 +485,10 @@ def handle(cfg: Config | Refusal, req: dict) -> dict:
         if "hang" in fault:
             time.sleep(fault["hang"])
         if fault.get("garbage"):
-            sys.stdout.write("simfs: this is not JSON {\n")
-            sys.stdout.flush()
-            os._exit(0)
+            if exit is _exit_process:
+                sys.stdout.write("simfs: this is not JSON {\n")
+                sys.stdout.flush()
+            exit(0)
         if cfg.latency:
             time.sleep(cfg.latency)
         if "fail" in fault:
@@ -480,7 +498,7 @@ def handle(cfg: Config | Refusal, req: dict) -> dict:
             raise Refusal("UNSUPPORTED", f"simfs: unknown op {op!r}", False)
         reply = fn(cfg, req)
         if fault.get("crash"):
-            os._exit(CRASH_STATUS)  # acted, never replies: the caller must retry with the same op_id
+            exit(CRASH_STATUS)  # acted, never replies: the caller must retry with the same op_id
         if "hang_after" in fault:
             time.sleep(fault["hang_after"])  # acted; the reply is late (or never comes, if the caller dies)
         return reply
@@ -502,6 +520,14 @@ def serve(stdin, stdout) -> int:
     if not isinstance(doc, dict) or doc.get("contract") != CONTRACT or not isinstance(doc.get("requests"), list):
         print(f"simfs: not a contract {CONTRACT} request document", file=sys.stderr)
         return 2
+    stdout.write(json.dumps(handle_document(doc)))
+    stdout.flush()
+    return 0
+
+
+def handle_document(doc: dict, in_process: bool = False) -> dict:
+    """A request document -> the reply document.  ``in_process``: the caller runs simfs inside its
+    own process (no spawn); an injected crash or garbage then raises ``InProcessExit``."""
     try:
         cfg: Config | Refusal = Config(doc.get("config", {}))
     except Refusal as e:
@@ -511,10 +537,8 @@ def serve(stdin, stdout) -> int:
         if not isinstance(req, dict) or not isinstance(req.get("op_id"), str) or not req["op_id"]:
             print(f"simfs: skipping a request without an op_id: {str(req)[:80]}", file=sys.stderr)
             continue
-        replies.append(handle(cfg, req))
-    stdout.write(json.dumps({"contract": CONTRACT, "replies": replies}))
-    stdout.flush()
-    return 0
+        replies.append(handle(cfg, req, _raise_exit if in_process else _exit_process))
+    return {"contract": CONTRACT, "replies": replies}
 
 
 def command() -> list[str]:

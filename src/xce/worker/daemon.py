@@ -323,7 +323,9 @@ class Worker:
 
 
 def default_node_providers(work_dir: str) -> dict[str, Provider]:
-    """Without a provider config: simfs for node-scope classes, its root under the work dir."""
+    """Without a provider config: simfs for node-scope classes, its root under the work dir, run in
+    the worker's own process (node-local directories need no process of their own)."""
     root = os.path.join(work_dir, "simfs")
     os.makedirs(root, exist_ok=True)
-    return {"simfs": Provider(name="simfs", command=SIMFS_COMMAND, timeout=60.0, config={"root": root})}
+    return {"simfs": Provider(name="simfs", command=SIMFS_COMMAND, timeout=60.0, config={"root": root},
+                              in_process=True)}
