@@ -20,7 +20,8 @@ from xce.model.identity import User
 
 def _action(request: Request) -> str:
     route = request.scope.get("route")
-    return f"{request.method} {getattr(route, 'path', request.url.path)}"
+    path = route.path if route is not None else request.url.path  # (building request.url is not free)
+    return f"{request.method} {path}"
 
 
 async def audit_refusal(request: Request, code: str, message: str) -> None:

@@ -13,6 +13,7 @@ function of the facts, so replay reproduces the live model exactly.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import orjson
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, TypeVar
@@ -50,14 +51,17 @@ def fact(type_name: str, version: int = 1) -> Callable[[F], F]:
     return register
 
 
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_FIELDS: dict[type, tuple[tuple[str, ...], Callable[[Fact], Any]]] = {}
 
 
 def payload_of(f: Fact) -> dict[str, Any]:
-    names = _FIELD_NAMES.get(type(f))
-    if names is None:  # once per fact type: dataclasses.fields() is slow on the commit path
-        names = _FIELD_NAMES[type(f)] = tuple(fl.name for fl in dataclasses.fields(f))
-    return {name: getattr(f, name) for name in names}
+    spec = _FIELDS.get(type(f))
+    if spec is None:  # once per fact type: dataclasses.fields() is slow on the commit path
+        names = tuple(fl.name for fl in dataclasses.fields(f))
+        getter = operator.attrgetter(*names)
+        spec = _FIELDS[type(f)] = (names, getter if len(names) > 1 else (lambda x, g=getter: (g(x),)))
+    names, getter = spec
+    return dict(zip(names, getter(f)))
 
 
 def encode(f: Fact) -> tuple[str, int, str]:
