@@ -24,9 +24,10 @@ from xce.api.responses import JSONResponse
 from xce.api.auth import SECURITY_SCHEME, admin, authenticated
 from xce.api.metrics import Metrics
 from xce.api.commands import audit_refusal, mutate
-from xce.api.views import audit_json, job_json, user_json
+from xce.api.views import audit_json, user_json
 from xce.api.agents import add_agent_routes
 from xce.api.claims import add_claim_routes
+from xce.api.jobs import add_job_routes
 from xce.api.workers import add_worker_routes
 from xce.controller.core import Controller
 from xce.controller.hosts import HostMonitor
@@ -35,9 +36,7 @@ from xce.controller.scheduling import SchedulerLoop
 from xce.errors import InvalidRequest, XceError
 from xce.model import Model, audit as audit_model
 from xce.model.identity import User, define_user, issue_token
-from xce.model import jobs as J
-from xce.model.job_claims import JobClaimsSpec
-from xce.model.jobs import JobSpec, JobState, submit, visible_job
+from xce.model.jobs import JobState
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": S.ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 422, 503)
@@ -122,6 +121,8 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
     app.state.controller = controller
     monitor = HostMonitor(controller, controller.config.controller.host_timeout)
     app.state.scheduler = SchedulerLoop(controller)
+    # the busiest routes first: FastAPI tries them in order on every request
+    add_job_routes(app, controller)
     add_worker_routes(app, controller, monitor)
     add_claim_routes(app, controller)
     add_agent_routes(app, controller, Waker(controller, AGENT_WAKE))
@@ -234,61 +235,6 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
             user = actor.name  # users see only their own trail
         records = audit_model.query(controller.model, since=since, user=user, limit=limit)
         return JSONResponse([audit_json(r) for r in records])
-
-    # ------------------------------------------------------------ jobs
-
-    @app.post("/v1/jobs", response_model=S.JobOut, status_code=201, tags=["jobs"])
-    async def submit_job(body: S.JobSubmitRequest, request: Request, actor: User = Depends(authenticated)):
-        spec = JobSpec(command=body.command, name=body.name, queue=body.queue, project=body.project,
-                       slots=body.slots, resreq=body.resreq, cwd=body.cwd, stdout=body.stdout,
-                       stderr=body.stderr, rerunnable=body.rerunnable, held=body.hold,
-                       claims=JobClaimsSpec(claims=tuple(body.claims), scratch=body.scratch,
-                                            stage_in=tuple(body.stage_in), stage_out=tuple(body.stage_out),
-                                            app=body.app))
-        job_id = await mutate(request, actor, "job",
-                              lambda model: submit(model, actor, spec, time.time(), controller.config))
-        return JSONResponse(job_json(controller.model, controller.model.jobs[job_id],
-                                     controller.pending_reason(job_id)), status_code=201)
-
-    @app.get("/v1/jobs", response_model=list[S.JobOut], tags=["jobs"])
-    async def list_jobs(actor: User = Depends(authenticated),
-                        user: str | None = Query(None, max_length=63, description="only this user's jobs"),
-                        all_users: bool = Query(False, alias="all", description="admins: every user's jobs"),
-                        queue: str | None = Query(None, max_length=63),
-                        state: list[JobState] | None = Query(None),
-                        array: int | None = Query(None, description="only the elements of this job array")):
-        await controller.read_barrier()
-        if not actor.is_admin:
-            if user not in (None, actor.name):
-                raise InvalidRequest("users may list only their own jobs")
-            user = actor.name
-        elif user is None and not all_users and array is None:
-            user = actor.name
-        states = set(state) if state else None
-        reason = controller.pending_reason
-        out = [job_json(controller.model, j, reason(j.id)) for j in controller.model.jobs.values()
-               if (user is None or j.user == user) and (queue is None or j.queue == queue)
-               and (states is None or j.state in states) and (array is None or j.array_parent == array)]
-        return JSONResponse(out)
-
-    @app.get("/v1/jobs/{job_id}", response_model=S.JobOut, tags=["jobs"])
-    async def show_job(job_id: int, actor: User = Depends(authenticated)):
-        await controller.read_barrier()
-        return JSONResponse(job_json(controller.model, visible_job(controller.model, actor, job_id),
-                                     controller.pending_reason(job_id)))
-
-    def job_action(path: str, decide_one):
-        @app.post(f"/v1/jobs/{{job_id}}/{path}", response_model=S.JobOut, tags=["jobs"], name=f"job_{path}")
-        async def action(job_id: int, request: Request, actor: User = Depends(authenticated)):
-            await mutate(request, actor, f"job/{job_id}",
-                         lambda model: (decide_one(model, actor, job_id, time.time()), None))
-            return JSONResponse(job_json(controller.model, controller.model.jobs[job_id],
-                                         controller.pending_reason(job_id)))
-
-    job_action("kill", J.kill)
-    job_action("requeue", lambda m, a, i, now: J.kill(m, a, i, now, requeue=True))
-    job_action("hold", J.hold)
-    job_action("release", J.release)
 
     app.add_middleware(RequestCounter, metrics=metrics)
 

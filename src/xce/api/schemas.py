@@ -35,13 +35,13 @@ class JobSubmitRequest(Strict):
     rerunnable: bool = False
     hold: bool = False
     claims: Annotated[list[Annotated[str, Field(min_length=1, max_length=80)]], Field(max_length=32)] = Field(
-        [], description="standalone claims: NAME, NAME:rw or NAME:ro")
+        default_factory=list, description="standalone claims: NAME, NAME:rw or NAME:ro")
     scratch: Annotated[str, Field(min_length=1, max_length=100)] | None = Field(
         None, description="SIZE or SIZE:CLASS: a per-run scratch claim")
     stage_in: Annotated[list[Path], Field(max_length=64)] = Field(
-        [], description="SRC (absolute) or SRC:DEST (DEST relative to $XCE_STAGE)")
+        default_factory=list, description="SRC (absolute) or SRC:DEST (DEST relative to $XCE_STAGE)")
     stage_out: Annotated[list[Path], Field(max_length=64)] = Field(
-        [], description="SRC:DEST (SRC relative to $XCE_STAGE, DEST absolute)")
+        default_factory=list, description="SRC:DEST (SRC relative to $XCE_STAGE, DEST absolute)")
     app: Name | None = Field(None, description="an application profile that declares template claims")
 
 
@@ -148,7 +148,7 @@ class ClaimCreateRequest(Strict):
     size: Size = Field(description="bytes, or with a unit: 500Mi, 10Gi, 2T")
     access_mode: Literal["RWO", "ROX", "RWX", "RWOP"]
     reclaim_policy: Literal["retain", "delete"] | None = None
-    params: Annotated[dict[ParamName, Annotated[str, Field(max_length=1024)]], Field(max_length=64)] = {}
+    params: Annotated[dict[ParamName, Annotated[str, Field(max_length=1024)]], Field(max_length=64)] = Field(default_factory=dict)
     project: Name | None = None
 
 
@@ -203,7 +203,7 @@ class OpResult(Strict):
     handle: Annotated[str, Field(max_length=1024)] | None = None
     size_bytes: Annotated[int, Field(ge=0)] | None = None
     reachable_hosts: Annotated[list[Name], Field(max_length=100_000)] | None = None
-    host_labels: dict[Annotated[str, Field(max_length=256)], Annotated[str, Field(max_length=256)]] = {}
+    host_labels: dict[Annotated[str, Field(max_length=256)], Annotated[str, Field(max_length=256)]] = Field(default_factory=dict)
     path: Annotated[str, Field(max_length=4096)] | None = None
     message: Annotated[str, Field(max_length=8192)] = ""
     code: Annotated[str, Field(max_length=64)] = ""
@@ -213,15 +213,15 @@ class OpResult(Strict):
 
 class ReportsRequest(Strict):
     epoch: Annotated[int, Field(ge=1)]
-    results: Annotated[list[OpResult], Field(max_length=10_000)] = []
-    orphans_released: Annotated[list[Annotated[str, Field(max_length=1024)]], Field(max_length=10_000)] = []
+    results: Annotated[list[OpResult], Field(max_length=10_000)] = Field(default_factory=list)
+    orphans_released: Annotated[list[Annotated[str, Field(max_length=1024)]], Field(max_length=10_000)] = Field(default_factory=list)
 
 
 class InventoryObject(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     handle: Annotated[str, Field(min_length=1, max_length=1024)]
-    tags: dict[Annotated[str, Field(max_length=256)], Annotated[str, Field(max_length=1024)]] = {}
+    tags: dict[Annotated[str, Field(max_length=256)], Annotated[str, Field(max_length=1024)]] = Field(default_factory=dict)
     size_bytes: int | None = None
     created: float | None = None
 

@@ -40,10 +40,10 @@ class RunRef(Strict):
 
 class RegisterRequest(Strict):
     slots: Annotated[int, Field(ge=0, le=100_000)]
-    attrs: dict[Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)], Annotated[str, Field(max_length=256)]] = {}
-    counters: Counters = {}
+    attrs: dict[Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)], Annotated[str, Field(max_length=256)]] = Field(default_factory=dict)
+    counters: Counters = Field(default_factory=dict)
     boot_id: Annotated[str, Field(max_length=64)] = ""
-    running: Annotated[list[RunRef], Field(max_length=100_000)] = []
+    running: Annotated[list[RunRef], Field(max_length=100_000)] = Field(default_factory=list)
 
 
 class StartedReport(Strict):
@@ -66,8 +66,8 @@ class FinishedReport(Strict):
 
 
 class ReportsRequest(Strict):
-    started: Annotated[list[StartedReport], Field(max_length=10_000)] = []
-    finished: Annotated[list[FinishedReport], Field(max_length=10_000)] = []
+    started: Annotated[list[StartedReport], Field(max_length=10_000)] = Field(default_factory=list)
+    finished: Annotated[list[FinishedReport], Field(max_length=10_000)] = Field(default_factory=list)
 
 
 def _speaks_for(actor: User, host: str) -> None:

@@ -1,0 +1,78 @@
+"""Routes for jobs (``/v1/jobs``): submit, list, show, and the actions on one job.
+
+Registered before every other route: FastAPI tries routes in order, and a
+submission is the request the controller answers most often.
+"""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import Depends, FastAPI, Query, Request
+
+from xce.api import schemas as S
+from xce.api.auth import authenticated
+from xce.api.commands import mutate
+from xce.api.responses import JSONResponse
+from xce.api.views import job_json
+from xce.controller.core import Controller
+from xce.errors import InvalidRequest
+from xce.model import jobs as J
+from xce.model.identity import User
+from xce.model.job_claims import JobClaimsSpec
+from xce.model.jobs import JobSpec, JobState, submit, visible_job
+
+
+def add_job_routes(app: FastAPI, ctl: Controller) -> None:
+    @app.post("/v1/jobs", response_model=S.JobOut, status_code=201, tags=["jobs"])
+    async def submit_job(body: S.JobSubmitRequest, request: Request, actor: User = Depends(authenticated)):
+        spec = JobSpec(command=body.command, name=body.name, queue=body.queue, project=body.project,
+                       slots=body.slots, resreq=body.resreq, cwd=body.cwd, stdout=body.stdout,
+                       stderr=body.stderr, rerunnable=body.rerunnable, held=body.hold,
+                       claims=JobClaimsSpec(claims=tuple(body.claims), scratch=body.scratch,
+                                            stage_in=tuple(body.stage_in), stage_out=tuple(body.stage_out),
+                                            app=body.app))
+        job_id = await mutate(request, actor, "job",
+                              lambda model: submit(model, actor, spec, time.time(), ctl.config))
+        return JSONResponse(job_json(ctl.model, ctl.model.jobs[job_id],
+                                     ctl.pending_reason(job_id)), status_code=201)
+
+    @app.get("/v1/jobs", response_model=list[S.JobOut], tags=["jobs"])
+    async def list_jobs(actor: User = Depends(authenticated),
+                        user: str | None = Query(None, max_length=63, description="only this user's jobs"),
+                        all_users: bool = Query(False, alias="all", description="admins: every user's jobs"),
+                        queue: str | None = Query(None, max_length=63),
+                        state: list[JobState] | None = Query(None),
+                        array: int | None = Query(None, description="only the elements of this job array")):
+        await ctl.read_barrier()
+        if not actor.is_admin:
+            if user not in (None, actor.name):
+                raise InvalidRequest("users may list only their own jobs")
+            user = actor.name
+        elif user is None and not all_users and array is None:
+            user = actor.name
+        states = set(state) if state else None
+        reason = ctl.pending_reason
+        out = [job_json(ctl.model, j, reason(j.id)) for j in ctl.model.jobs.values()
+               if (user is None or j.user == user) and (queue is None or j.queue == queue)
+               and (states is None or j.state in states) and (array is None or j.array_parent == array)]
+        return JSONResponse(out)
+
+    @app.get("/v1/jobs/{job_id}", response_model=S.JobOut, tags=["jobs"])
+    async def show_job(job_id: int, actor: User = Depends(authenticated)):
+        await ctl.read_barrier()
+        return JSONResponse(job_json(ctl.model, visible_job(ctl.model, actor, job_id),
+                                     ctl.pending_reason(job_id)))
+
+    def job_action(path: str, decide_one):
+        @app.post(f"/v1/jobs/{{job_id}}/{path}", response_model=S.JobOut, tags=["jobs"], name=f"job_{path}")
+        async def action(job_id: int, request: Request, actor: User = Depends(authenticated)):
+            await mutate(request, actor, f"job/{job_id}",
+                         lambda model: (decide_one(model, actor, job_id, time.time()), None))
+            return JSONResponse(job_json(ctl.model, ctl.model.jobs[job_id],
+                                         ctl.pending_reason(job_id)))
+
+    job_action("kill", J.kill)
+    job_action("requeue", lambda m, a, i, now: J.kill(m, a, i, now, requeue=True))
+    job_action("hold", J.hold)
+    job_action("release", J.release)
