@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 from xce.model.audit import AuditRecord
@@ -18,11 +19,11 @@ def job_json(model: Model, job: Job, pending_reason: str | None = None) -> dict[
     """``pending_reason`` is the scheduler's latest word on a pending job (not a fact)."""
     reason = job.pending_reason or pending_reason
     if job.state is JobState.PEND and job.allocated:
-        reason = job_claims.blocking(model, job) or reason  # the readiness gate names the claim
+        reason = job_claims.blocking(model, job, time.time()) or reason  # the readiness gate names the claim
     if reason is None and job.state is JobState.PEND:
         reason = "waiting for the next scheduling cycle"
     if job.phase == "stage-out":
-        reason = job_claims.blocking_stage_out(model, job)
+        reason = job_claims.blocking_stage_out(model, job, time.time())
     return {
         "id": job.id, "display_id": job.display_id, "name": job.name, "user": job.user,
         "project": job.project, "queue": job.queue, "state": job.state.value,

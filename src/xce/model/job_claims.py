@@ -6,15 +6,16 @@ A job uses two kinds of claims:
   submission; each run *attaches* them on every one of its hosts;
 - **template** claims made for each run and released with it: ``--scratch``,
   the staging claim of ``--stage-in``/``--stage-out``, and the claims of an
-  application profile (``--app``).  They are node-scope claims on the run's
-  first host, prepared by that host's node agent.  (The job's workspace is
+  application profile (``--app``).  Node-scope ones live on the run's first
+  host, prepared by that host's node agent; shared-scope ones are placed in a
+  pool with the job and made by the provisioner.  (The job's workspace is
   the first template claim; the worker makes and removes it as the run's
   own start and cleanup, recorded in the job's facts.)
 
 The plan applier's ``JobAllocated`` fact carries the new template claims and
 attachments; its fold creates them here.  The job stays PEND, holding its
 allocation, until every one is READY/ATTACHED (``blocking``): the readiness
-gate.  A claim that fails for good ends the job (``claim_failed``).  When the
+gate.  A claim that fails for good ends the job (``fail_run``).  When the
 run ends, ``release_for_run`` lets its claims go: template claims are
 deleted (stage-out first), attachments detached.
 """
@@ -22,7 +23,6 @@ deleted (stage-out first), attachments detached.
 from __future__ import annotations
 
 import os
-import time as _time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -228,29 +228,32 @@ def _attachment(model: Model, claim_id: int, attachment_id: int):
     return claim, next((a for a in claim.attachments if a.id == attachment_id), None)
 
 
-def _describe(claim: Claim, op, last_error: str | None, state: str, where: str = "") -> str:
+def _describe(claim: Claim, op, last_error: str | None, state: str, where: str = "",
+              now: float | None = None) -> str:
     text = f"{claim.name} {state}{where}"
     if op is not None and op.attempts:
         text += f" attempt {op.attempts}"
-    if op is not None and op.next_retry is not None:
-        text += f", next retry in {max(0.0, op.next_retry - _time.time()):.0f}s"
+    if op is not None and op.next_retry is not None and now is not None:
+        text += f", next retry in {max(0.0, op.next_retry - now):.0f}s"
     if last_error:
         text += f": {last_error}"
     return text
 
 
-def blocking(model: Model, job: Job) -> str | None:
-    """Why an allocated job cannot be dispatched yet (None: every claim is ready: dispatch it)."""
+def blocking(model: Model, job: Job, now: float | None = None) -> str | None:
+    """Why an allocated job cannot be dispatched yet (None: every claim is ready: dispatch it).
+    With ``now``, a waiting retry says when it comes."""
     for claim_id in job.run_claims:
         claim = model.claims.get(claim_id)
         if claim is not None and claim.state is not ClaimState.READY:
-            return "waiting for claim " + _describe(claim, claim.op, claim.last_error, claim.state.value)
+            return "waiting for claim " + _describe(claim, claim.op, claim.last_error, claim.state.value, now=now)
     for claim_id, attachment_id in job.run_attachments:
         claim, a = _attachment(model, claim_id, attachment_id)
         if claim is None or a is None:
             return f"waiting for claim {claim_id} to be attached again"
         if a.state is not AttachmentState.ATTACHED:
-            return "waiting for claim " + _describe(claim, a.op, a.last_error, a.state.value, f" on {a.host}")
+            return "waiting for claim " + _describe(claim, a.op, a.last_error, a.state.value, f" on {a.host}",
+                                                    now)
     return None
 
 
@@ -359,11 +362,12 @@ def claims_json(model: Model, job: Job) -> list[dict[str, Any]]:
     return out
 
 
-def blocking_stage_out(model: Model, job: Job) -> str:
+def blocking_stage_out(model: Model, job: Job, now: float | None = None) -> str:
     for claim_id in job.run_claims:
         claim = model.claims.get(claim_id)
         if claim is not None and claim.op is not None and claim.op.kind is C.OpKind.STAGE_OUT:
-            return "process ended; staging out: " + _describe(claim, claim.op, claim.last_error, "RELEASING")
+            return "process ended; staging out: " + _describe(claim, claim.op, claim.last_error, "RELEASING",
+                                                              now=now)
     return "process ended; staging out"
 
 

@@ -184,5 +184,5 @@ class Model:
                 self.released_names[c.name] = max(c.id, self.released_names.get(c.name, 0))
             else:
                 self.claim_names[c.name] = c.id
-            if c.op is not None:
+            if c.open_ops():  # its own op, or an attachment's
                 self.open_ops.add(c.id)
