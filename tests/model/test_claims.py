@@ -200,3 +200,14 @@ class ClaimMachine(RuleBasedStateMachine):
 
 TestClaimMachine = ClaimMachine.TestCase
 TestClaimMachine.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
+
+
+def test_a_model_loaded_from_a_snapshot_still_offers_open_attachment_ops():
+    m = ClaimMachine()
+    m.two_ready_claims()
+    claim = C.live_by_name(m.model, "a")
+    m.commit([F.AttachmentAdded(time=m.tick(), claim_id=claim.id, attachment_id=9, host="h1", mode="rw",
+                                by="admin", job_id=1, run=1)])
+    assert [op.op_id for _, op, _ in C.due_ops(m.model, C.SHARED_AGENT, m.now)] == ["a9.attach"]
+    restored = Model.from_snapshot(json.loads(json.dumps(m.model.to_snapshot())))
+    assert [op.op_id for _, op, _ in C.due_ops(restored, C.SHARED_AGENT, m.now)] == ["a9.attach"]
