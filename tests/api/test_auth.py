@@ -84,3 +84,12 @@ def test_metrics_exposes_prometheus_text(ctl):
     with ctl.client() as c:
         body = c.get("/metrics").text
     assert "xce_log_position" in body and 'xce_http_requests_total{method="GET"' in body
+
+
+def test_a_submission_is_audited_with_the_new_job_as_its_target(ctl):
+    with ctl.client() as c:
+        job = c.post("/v1/jobs", json={"command": ["true"]}).json()
+        assert c.post("/v1/jobs", json={"command": ["true"], "queue": "nosuchqueue"}).status_code == 404
+    trail = audit_tail(ctl, 2)
+    assert [(a["action"], a["target"], a["result"]) for a in trail] == [
+        ("POST /v1/jobs", f"job/{job['id']}", "ok"), ("POST /v1/jobs", "job", "not_found")]

@@ -38,8 +38,12 @@ async def audit_refusal(request: Request, code: str, message: str) -> None:
 
 
 async def mutate(request: Request, actor: User, target: str,
-                 decide: Callable[[Model], tuple[list[Fact], Any]]) -> Any:
-    """Commit ``decide``'s facts with their audit record; a refusal commits its audit record alone."""
+                 decide: Callable[[Model], tuple[list[Fact], Any]],
+                 target_of: Callable[[Any], str] | None = None) -> Any:
+    """Commit ``decide``'s facts with their audit record; a refusal commits its audit record alone.
+
+    ``target_of`` names the target from the result when only the decision knows it (a new job's id).
+    """
     ctl: Controller = request.app.state.controller
     action = _action(request)
 
@@ -51,7 +55,8 @@ async def mutate(request: Request, actor: User, target: str,
             e.audited = True  # type: ignore[attr-defined]
             return Outcome([AuditRecorded(time=now, user=actor.name, action=action, target=target,
                                           result=e.code, detail=e.message[:512])], error=e)
-        facts.append(AuditRecorded(time=now, user=actor.name, action=action, target=target, result="ok"))
+        done = target_of(result) if target_of is not None else target
+        facts.append(AuditRecorded(time=now, user=actor.name, action=action, target=done, result="ok"))
         return Outcome(facts, result=result)
 
     return await ctl.execute(run)

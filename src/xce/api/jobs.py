@@ -33,7 +33,8 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
                                             stage_in=tuple(body.stage_in), stage_out=tuple(body.stage_out),
                                             app=body.app))
         job_id = await mutate(request, actor, "job",
-                              lambda model: submit(model, actor, spec, time.time(), ctl.config))
+                              lambda model: submit(model, actor, spec, time.time(), ctl.config),
+                              target_of=lambda new_id: f"job/{new_id}")
         return JSONResponse(job_json(ctl.model, ctl.model.jobs[job_id],
                                      ctl.pending_reason(job_id)), status_code=201)
 
