@@ -89,7 +89,8 @@ def test_restarted_worker_adopts_running_jobs_and_reports_ones_that_ended(tmp_pa
         gate.write_text("")
         done = cl.wait_state(long, "DONE")
         assert done["run"] == 1 and (tmp_path / "long.out").read_text().strip() == "finished"
-        assert glob.glob(os.path.join(w.work_dir, "runs", "*")) == []
+        # a run's directory goes once the controller has its final report (just after DONE is committed)
+        wait_for(lambda: glob.glob(os.path.join(w.work_dir, "runs", "*")) == [], what="run directories removed")
         assert glob.glob(os.path.join(w.work_dir, "jobs", "*")) == []
     finally:
         cl.stop()
