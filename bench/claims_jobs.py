@@ -57,11 +57,8 @@ import glob
 import itertools
 import os
 import re
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -69,8 +66,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from throughput import (  # noqa: E402  (the same cluster/process helpers as the throughput bench)
-    ACTIVE, PYTHON, ROOT, SLURM_DIR, Api, BenchTimeout, XceCluster, clean_env, log,
-    machine_busy, run_group, wait_drained,
+    ACTIVE, PYTHON, ROOT, SLURM_DIR, Api, XceCluster, clean_env, log,
+    run_group, run_sides, wait_drained,
 )
 
 BB_PLUGIN = "/usr/lib/x86_64-linux-gnu/slurm-wlm/burst_buffer_lua.so"  # what bb_stagein.sh checks
@@ -773,77 +770,10 @@ def main() -> int:
     if args.n < 1:
         ap.error("N must be >= 1")
 
-    notes: list[str] = []
-    t_start = time.monotonic()
-    # the last 150 s of the cap are kept for stopping things (xce down, teardown.sh: each bounded)
-    measure = max(60.0, args.max_seconds - 150)
-    deadline = t_start + measure
-    xce_deadline = t_start + (measure * 0.4 if not args.no_slurm else measure)
-
-    def on_signal(signum, frame):
-        raise KeyboardInterrupt if signum != signal.SIGALRM else BenchTimeout(f"{args.max_seconds:g}s cap")
-
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with SIGINT ignored (`cmd &`)
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGALRM, on_signal)
-    signal.alarm(int(measure + 20))  # a hard stop for the measurements if a bound above failed
-
-    busy = machine_busy()
-    busy_line = (f"machine: {os.cpu_count()} CPUs, {100 * busy:.0f}% busy in the second before the bench "
-                 f"(load average at start {os.getloadavg()[0]:.2f})")
-    log(busy_line)
-    if busy > 0.15:
-        log(f"warning: the machine is already {100 * busy:.0f}% busy: numbers will be skewed")
-    tmp = tempfile.mkdtemp(prefix="xce-claims-jobs-")
-    os.chmod(tmp, 0o755)  # munged wants every directory above its socket world-executable; `nobody` needs x
-    cleanup: list = []
-    results: list[dict] = []
-    rc = 0
-    try:
-        try:
-            xres, n1 = xce_side(args, tmp, xce_deadline, cleanup)
-            results += xres
-            notes += n1
-        except (KeyboardInterrupt, BenchTimeout):
-            raise
-        except Exception as e:
-            notes.append(f"xce side failed: {e!r}")
-            log(f"xce side failed: {e!r}")
-            rc = 1
-        finally:
-            for fn in reversed(cleanup):
-                fn()
-            cleanup.clear()
-        if not args.no_slurm:
-            try:
-                sres, n2 = slurm_side(args, tmp, deadline, cleanup)
-                results += sres
-                notes += n2
-            except (KeyboardInterrupt, BenchTimeout):
-                raise
-            except Exception as e:
-                notes.append(f"slurm side failed: {e!r}")
-                log(f"slurm side failed: {e!r}")
-        else:
-            notes.append("slurm: skipped (--no-slurm)")
-    except (KeyboardInterrupt, BenchTimeout) as e:
-        notes.append(f"interrupted: {type(e).__name__} {e}")
-        log(f"interrupted ({type(e).__name__}): cleaning up")
-        rc = 130
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the cleanup finish
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        for fn in reversed(cleanup):
-            try:
-                fn()
-            except Exception as e:
-                log(f"cleanup step failed: {e!r}")
-        if args.keep:
-            notes.append(f"state kept in {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    report(args, results, notes, time.monotonic() - t_start, busy_line)
+    xce_res, slurm_res, notes, rc, elapsed = run_sides(args, "xce-claims-jobs-", 0.4, xce_side, slurm_side)
+    results = xce_res + slurm_res
+    busy_line = notes.pop(0)  # printed with the table's header here
+    report(args, results, notes, elapsed, busy_line)
     if rc == 0 and any(not r["ok"] for r in results if r["system"] == "xce"):
         rc = 1
     return rc

@@ -679,12 +679,22 @@ def main() -> int:
     if args.n < 1:
         ap.error("N must be >= 1")
 
+    xce_res, slurm_res, notes, rc, elapsed = run_sides(args, "xce-throughput-", 0.5, xce_side, slurm_side)
+    report(args, xce_res, slurm_res, notes, elapsed)
+    return rc
+
+
+def run_sides(args, prefix: str, xce_share: float, xce_side, slurm_side):
+    """Both sides of a bench under one time cap, each cleaned up whatever happens (error, Ctrl-C,
+    SIGTERM, the cap): ``(xce results, slurm results, notes, exit code, seconds)``.  ``xce_share`` is
+    the part of the cap the XCE side may use when Slurm runs too; notes start with how busy the
+    machine was."""
     notes: list[str] = []
     t_start = time.monotonic()
     # the last 150 s of the cap are kept for stopping things (xce down, teardown.sh: each bounded)
     measure = max(60.0, args.max_seconds - 150)
     deadline = t_start + measure
-    xce_deadline = t_start + (measure * 0.5 if not args.no_slurm else measure)
+    xce_deadline = t_start + (measure * xce_share if not args.no_slurm else measure)
 
     def on_signal(signum, frame):
         raise KeyboardInterrupt if signum != signal.SIGALRM else BenchTimeout(f"{args.max_seconds:g}s cap")
@@ -697,10 +707,11 @@ def main() -> int:
     busy = machine_busy()
     notes.append(f"machine: {os.cpu_count()} CPUs, {100 * busy:.0f}% busy in the second before the bench "
                  f"(load average at start {os.getloadavg()[0]:.2f})")
+    log(notes[0])
     if busy > 0.15:
         log(f"warning: the machine is already {100 * busy:.0f}% busy: numbers will be skewed")
-    tmp = tempfile.mkdtemp(prefix="xce-throughput-")
-    os.chmod(tmp, 0o755)  # munged wants every directory above its socket world-executable
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    os.chmod(tmp, 0o755)  # munged wants every directory above its socket world-executable; `nobody` needs x
     cleanup: list = []
     xce_res: list[dict] = []
     slurm_res: list[dict] = []
@@ -747,8 +758,7 @@ def main() -> int:
             notes.append(f"state kept in {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
-    report(args, xce_res, slurm_res, notes, time.monotonic() - t_start)
-    return rc
+    return xce_res, slurm_res, notes, rc, time.monotonic() - t_start
 
 
 if __name__ == "__main__":

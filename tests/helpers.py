@@ -21,6 +21,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def terminate(proc: subprocess.Popen | None, timeout: float = 20) -> None:
+    """SIGTERM (a clean shutdown), SIGKILL if it takes longer than ``timeout``."""
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            kill_now(proc)
+
+
+def kill_now(proc: subprocess.Popen | None) -> None:
+    """SIGKILL: no shutdown path runs."""
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait(10)
+
+
 def wait_for(cond, timeout: float = 20.0, interval: float = 0.05, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while True:
@@ -89,19 +106,11 @@ class ControllerProcess:
 
     def kill(self) -> None:
         """SIGKILL: no shutdown path runs."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        kill_now(self.proc)
 
     def stop(self) -> int:
         """SIGTERM: clean shutdown (snapshot, release the lease)."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        terminate(self.proc)
         return self.proc.returncode if self.proc else 0
 
 
@@ -189,18 +198,10 @@ class WorkerProcess:
 
     def kill(self) -> None:
         """SIGKILL: the worker dies; its jobs' shepherds live on."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        kill_now(self.proc)
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        terminate(self.proc)
 
 
 class Cluster:
@@ -311,9 +312,7 @@ class ProvisionerProcess:
     def kill(self, with_providers: bool = True) -> None:
         """SIGKILL (and, as a machine's death would, its provider processes)."""
         kids = self.children() if with_providers else []
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        kill_now(self.proc)
         for pid in kids:
             try:
                 os.killpg(pid, signal.SIGKILL)
@@ -321,10 +320,4 @@ class ProvisionerProcess:
                 pass
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        terminate(self.proc)

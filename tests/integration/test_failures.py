@@ -14,11 +14,6 @@ from tests.helpers import kill_jobs_of, wait_for
 from tests.integration.conftest import make_cluster
 
 
-def kill_runs_of(work_dir: str) -> None:
-    """What a machine's death does to its jobs: every shepherd and job process group is gone."""
-    kill_jobs_of(work_dir)
-
-
 def host_state(cl, name: str) -> str:
     with cl.api() as c:
         return next(h["state"] for h in c.get("/v1/hosts").json() if h["name"] == name)
@@ -32,7 +27,7 @@ def test_lost_host_requeues_rerunnable_jobs_and_ends_the_others(cluster):
         assert cluster.wait_state(j, "RUN")["hosts"] == ["h1"]
     cluster.add_worker("h2", slots=4)
     h1.kill()
-    kill_runs_of(h1.work_dir)
+    kill_jobs_of(h1.work_dir)
     wait_for(lambda: host_state(cluster, "h1") == "UNAVAIL", what="h1 declared lost")
     ended = cluster.wait_state(plain, "EXIT")
     assert ended["exit_reason"] == "host lost (h1)"

@@ -13,9 +13,8 @@ import os
 
 import pytest
 
-from tests.helpers import Cluster, wait_for
+from tests.helpers import Cluster, kill_jobs_of, wait_for
 from tests.integration.test_claims import CONFIG as CLAIMS_CONFIG
-from tests.integration.test_failures import kill_runs_of
 
 CONFIG = CLAIMS_CONFIG.replace("host_timeout = 5.0", "host_timeout = 2.0") + """
 [[claim_classes]]
@@ -85,7 +84,7 @@ def test_a_checkpoint_survives_losing_the_host_and_the_requeued_run_reads_it(cl,
     wait_for(lambda: out.exists() and "first run" in read(out), what="checkpoint written")
     lost = cl.workers[first["hosts"][0]]
     lost.kill()  # the training host dies with its job
-    kill_runs_of(lost.work_dir)
+    kill_jobs_of(lost.work_dir)
     done = cl.wait_state(job, "DONE", timeout=60)
     assert done["run"] == 2 and done["hosts"] != first["hosts"]
     assert read(out).splitlines()[-1] == f"resumed from step 7 on {done['hosts'][0]} run 2"

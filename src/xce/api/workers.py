@@ -169,10 +169,10 @@ def add_worker_routes(app: FastAPI, ctl: Controller, monitor: HostMonitor) -> No
                         "total": sum(h.counters.get(name, 0.0) for h in hosts),
                         "used": sum(h.counters_used().get(name, 0.0) for h in hosts),
                         "description": "reported by hosts; not described in the config"})
+        pools_used = pool_use(model)
         for p in config.pools:
-            used_bytes = pool_use(model).get(p.name, 0)
             out.append({"name": p.name, "layer": "L2", "scope": "pool", "unit": "bytes",
-                        "total": p.capacity_bytes, "used": used_bytes, "description": p.description})
+                        "total": p.capacity_bytes, "used": pools_used.get(p.name, 0), "description": p.description})
         return JSONResponse(out)
 
     @app.post("/v1/hosts/{host}/register", tags=["hosts"])

@@ -264,8 +264,7 @@ def live_by_name(model: Model, name: str) -> Claim | None:
     return model.claims.get(claim_id) if claim_id is not None else None
 
 
-def create(model: Model, config: Config, actor: User, spec: ClaimSpec, now: float,
-           form: ClaimForm = ClaimForm.STANDALONE, job_id: int | None = None) -> tuple[list[Fact], int]:
+def create(model: Model, config: Config, actor: User, spec: ClaimSpec, now: float) -> tuple[list[Fact], int]:
     """``xce claim create``: check everything, charge quota, return the ``ClaimCreated`` fact."""
     check_name("claim", spec.name)
     cls = class_or_404(config, spec.class_name)
@@ -299,10 +298,10 @@ def create(model: Model, config: Config, actor: User, spec: ClaimSpec, now: floa
         raise Conflict(f"a claim named {spec.name!r} already exists")
     check_quota(model, config, project, cls.name, size)
     claim_id = model.next_claim_id
-    return [F.ClaimCreated(time=now, claim_id=claim_id, name=spec.name, form=form.value, class_name=cls.name,
-                           scope=cls.scope, size_bytes=size, access_mode=mode.value,
+    return [F.ClaimCreated(time=now, claim_id=claim_id, name=spec.name, form=ClaimForm.STANDALONE.value,
+                           class_name=cls.name, scope=cls.scope, size_bytes=size, access_mode=mode.value,
                            reclaim_policy=policy.value, owner=actor.name, project=project,
-                           params={**cls.parameters, **spec.params}, job_id=job_id)], claim_id
+                           params={**cls.parameters, **spec.params})], claim_id
 
 
 def quota_use(model: Model, project: str, class_name: str | None) -> tuple[int, int]:
@@ -557,19 +556,25 @@ def _advance_delete(model: Model, claim: Claim, time: float) -> None:
             _open_op(model, claim, OpKind.RELEASE)
 
 
-def add_template_claim(model: Model, claim: Claim, time: float) -> None:
-    """Fold helper (from ``JobAllocated``): a run's template claim, created with its create op open."""
+def _add(model: Model, claim: Claim, time: float, reason: str, detail: str) -> bool:
+    """A new claim enters the model, PENDING (False: its id or live name is taken; nothing changes)."""
     if claim.id in model.claims or claim.name in model.claim_names:
-        return
-    claim.history.append({"state": ClaimState.PENDING.value, "time": time,
-                          "reason": f"created for job {claim.job_id} run {claim.run} on {claim.host}"})
+        return False  # ids and live names are unique: the decide functions never make it otherwise
+    claim.history.append({"state": ClaimState.PENDING.value, "time": time, "reason": reason})
     model.claims[claim.id] = claim
     model.claim_names[claim.name] = claim.id
     model.next_claim_id = max(model.next_claim_id, claim.id + 1)
     model.audit.append(AuditRecord(seq=len(model.audit) + 1, time=time, user=claim.owner, action="claim.state",
                                    target=f"claim/{claim.name}", result=ClaimState.PENDING.value,
-                                   detail=f"created: template {claim.kind} {claim.class_name} for job {claim.job_id}"))
-    _open_op(model, claim, OpKind.CREATE)
+                                   detail=detail[:512]))
+    return True
+
+
+def add_template_claim(model: Model, claim: Claim, time: float) -> None:
+    """Fold helper (from ``JobAllocated``): a run's template claim, created with its create op open."""
+    if _add(model, claim, time, f"created for job {claim.job_id} run {claim.run} on {claim.host}",
+            f"created: template {claim.kind} {claim.class_name} for job {claim.job_id}"):
+        _open_op(model, claim, OpKind.CREATE)
 
 
 def begin_stage_out(model: Model, claim: Claim, time: float) -> None:
@@ -599,18 +604,10 @@ def release_template(model: Model, claim: Claim, time: float, reason: str) -> No
 
 
 def apply_claim_created(model: Model, f: F.ClaimCreated) -> None:
-    if f.claim_id in model.claims or f.name in model.claim_names:
-        return  # ids and live names are unique: ``create`` never decides otherwise
     claim = Claim(id=f.claim_id, name=f.name, form=f.form, class_name=f.class_name, scope=f.scope,
                   size_bytes=f.size_bytes, access_mode=f.access_mode, reclaim_policy=f.reclaim_policy,
                   owner=f.owner, project=f.project, created=f.time, params=dict(f.params), job_id=f.job_id)
-    claim.history.append({"state": ClaimState.PENDING.value, "time": f.time, "reason": "created"})
-    model.claims[claim.id] = claim
-    model.claim_names[claim.name] = claim.id
-    model.next_claim_id = max(model.next_claim_id, claim.id + 1)
-    model.audit.append(AuditRecord(seq=len(model.audit) + 1, time=f.time, user=f.owner, action="claim.state",
-                                   target=f"claim/{f.name}", result=ClaimState.PENDING.value,
-                                   detail=f"created: {f.form} {f.class_name} {f.size_bytes} bytes {f.access_mode}"))
+    _add(model, claim, f.time, "created", f"created: {f.form} {f.class_name} {f.size_bytes} bytes {f.access_mode}")
 
 
 def apply_claim_placed(model: Model, f: F.ClaimPlaced) -> None:
@@ -623,12 +620,17 @@ def apply_claim_placed(model: Model, f: F.ClaimPlaced) -> None:
     _open_op(model, claim, OpKind.CREATE)
 
 
+def _open_op_of(model: Model, claim_id: int, op_id: str) -> tuple[Claim, Op, Attachment | None] | None:
+    """The claim and its open op ``op_id`` a fact is about (None: decided already, or unknown)."""
+    claim = model.claims.get(claim_id)
+    found = claim.find_op(op_id) if claim is not None else None
+    return (claim, *found) if found is not None else None
+
+
 def apply_claim_op_intent(model: Model, f: F.ClaimOpIntent) -> None:
-    claim = model.claims.get(f.claim_id)
-    found = claim.find_op(f.op_id) if claim is not None else None
-    if found is None:
+    if (found := _open_op_of(model, f.claim_id, f.op_id)) is None:
         return
-    op, a = found
+    claim, op, a = found
     op.attempts += 1
     op.agent, op.epoch, op.next_retry = f.agent, f.epoch, None
     claim.ops.append({"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts, "agent": f.agent,
@@ -640,11 +642,9 @@ def apply_claim_op_intent(model: Model, f: F.ClaimOpIntent) -> None:
 
 
 def apply_claim_op_succeeded(model: Model, f: F.ClaimOpSucceeded) -> None:
-    claim = model.claims.get(f.claim_id)
-    found = claim.find_op(f.op_id) if claim is not None else None
-    if found is None:
+    if (found := _open_op_of(model, f.claim_id, f.op_id)) is None:
         return
-    op, a = found
+    claim, op, a = found
     agent = op.agent or "-"
     claim.ops.append({"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts, "time": f.time,
                       "result": "ok", "message": f.message, "host": a.host if a else None})
@@ -689,11 +689,9 @@ def apply_claim_op_succeeded(model: Model, f: F.ClaimOpSucceeded) -> None:
 
 
 def apply_claim_op_failed(model: Model, f: F.ClaimOpFailed) -> None:
-    claim = model.claims.get(f.claim_id)
-    found = claim.find_op(f.op_id) if claim is not None else None
-    if found is None:
+    if (found := _open_op_of(model, f.claim_id, f.op_id)) is None:
         return
-    op, a = found
+    claim, op, a = found
     agent = op.agent or "-"
     error = f"{f.code}: {f.message}"
     claim.ops.append({"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts, "time": f.time,

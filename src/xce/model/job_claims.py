@@ -60,7 +60,7 @@ def env_name(name: str) -> str:
     return "XCE_CLAIM_" + "".join(ch if ch.isalnum() else "_" for ch in name.upper())
 
 
-def _split_last(text: str, what: str) -> tuple[str, str | None]:
+def _split_last(text: str) -> tuple[str, str | None]:
     head, sep, tail = text.rpartition(":")
     return (head, tail) if sep else (text, None)
 
@@ -84,7 +84,7 @@ def resolve(model: Model, config: Config, actor: User, project: str, spec: JobCl
         raise InvalidRequest(f"at most {MAX_REFS} --claim references")
     refs: list[dict[str, Any]] = []
     for text in spec.claims:
-        name, mode = _split_last(text, "claim")
+        name, mode = _split_last(text)
         check_name("claim", name)
         claim = C.live_by_name(model, name)
         if claim is None or not (actor.is_admin or claim.project in actor.projects):
@@ -115,19 +115,19 @@ def resolve(model: Model, config: Config, actor: User, project: str, spec: JobCl
                           "stage_in": [], "stage_out": [], **extra})
 
     if spec.scratch is not None:
-        size_text, class_name = _split_last(spec.scratch, "scratch")
+        size_text, class_name = _split_last(spec.scratch)
         add_template("scratch", class_name or config.claims.scratch_class, parse_size(size_text, "--scratch size"))
     if spec.stage_in or spec.stage_out:
         if len(spec.stage_in) + len(spec.stage_out) > MAX_STAGE_ITEMS:
             raise InvalidRequest(f"at most {MAX_STAGE_ITEMS} --stage-in/--stage-out items")
         ins = []
         for text in spec.stage_in:
-            src, dest = _split_last(text, "stage-in")
+            src, dest = _split_last(text)
             src = _absolute(src, "--stage-in source")
             ins.append([src, _relative(dest if dest else os.path.basename(src), "--stage-in destination")])
         outs = []
         for text in spec.stage_out:
-            src, dest = _split_last(text, "stage-out")
+            src, dest = _split_last(text)
             if dest is None:
                 raise InvalidRequest(f"--stage-out {text}: give SRC:DEST, DEST an absolute path")
             outs.append([_relative(src, "--stage-out source"), _absolute(dest, "--stage-out destination")])

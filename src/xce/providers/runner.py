@@ -42,6 +42,7 @@ from xce.providers.contract import (
     check_reply,
     decode_reply_document,
     encode_request_document,
+    request_document,
     reply_error,
 )
 
@@ -106,7 +107,7 @@ def run_simfs_in_process(config: dict, cluster_id: str, requests: list[ProviderR
         return []
     from xce.providers import simfs
 
-    document = json.loads(encode_request_document(cluster_id, config, requests))
+    document = request_document(cluster_id, config, requests)
     try:
         out = _Outcome(stdout=json.dumps(simfs.handle_document(document, in_process=True)).encode(), exit_code=0)
     except simfs.InProcessExit as e:
