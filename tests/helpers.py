@@ -167,6 +167,7 @@ class WorkerProcess:
     attrs: dict[str, str] = field(default_factory=dict)
     counters: dict[str, str] = field(default_factory=dict)
     extra_args: list[str] = field(default_factory=list)
+    storage_roots: list[str] = field(default_factory=list)  # where shared claims live (the provisioner's roots)
     token: str | None = None
     proc: subprocess.Popen | None = None
     _started_at: float = 0.0
@@ -179,6 +180,7 @@ class WorkerProcess:
                      "--work-dir", self.work_dir, "--heartbeat", "0.5"]
         cmd += [a for k, v in self.attrs.items() for a in ("--attr", f"{k}={v}")]
         cmd += [a for k, v in self.counters.items() for a in ("--counter", f"{k}={v}")]
+        cmd += [a for root in self.storage_roots for a in ("--storage-root", root)]
         cmd += self.extra_args
         log = open(os.path.join(self.work_dir, "worker.log"), "ab")
         self._started_at = time.time()
@@ -212,12 +214,14 @@ class Cluster:
         self.ctl = ControllerProcess(state_dir=os.path.join(root, "ctl"), config=config)
         self.workers: dict[str, WorkerProcess] = {}
         self.provisioner: ProvisionerProcess | None = None
+        self.storage_roots: list[str] = []  # the provisioner's provider roots: workers publish shared claims from them
 
     def start(self) -> Cluster:
         self.ctl.start()
         return self
 
     def add_worker(self, host: str, **kw) -> WorkerProcess:
+        kw.setdefault("storage_roots", list(self.storage_roots))
         w = WorkerProcess(self.ctl, host, os.path.join(self.root, host), **kw).start()
         self.workers[host] = w
         return w
@@ -249,9 +253,12 @@ class Cluster:
         return wait_for(lambda: (j := self.job(job_id))["state"] in states and j,
                         timeout=timeout, what=f"job {job_id} in {states}")
 
-    def add_provisioner(self, extra_providers: str = "") -> ProvisionerProcess:
+    def add_provisioner(self, extra_providers: str = "", extra_roots: tuple[str, ...] = ()) -> ProvisionerProcess:
+        """The provisioner, with simfs under ROOT/simfs (and ``extra_providers``, whose roots are
+        ``extra_roots``): workers added after it publish shared claims from those roots."""
         self.provisioner = ProvisionerProcess(self.ctl, os.path.join(self.root, "provisioner"),
                                               os.path.join(self.root, "simfs"), extra_providers).start()
+        self.storage_roots += [self.provisioner.simfs_root, *extra_roots]
         return self.provisioner
 
     def claim(self, name: str) -> dict:

@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass
 
 from xce.cli.http import ApiError, CliError, Client
+from xce.agents.provisioner import load_provisioner_config
+from xce.worker.storage import StorageRoots
 
 DAEMON = [sys.executable, "-m", "xce.cli.main"]
 STOP_TIMEOUT = 30.0
@@ -166,8 +168,12 @@ class LocalCluster:
                        f'url = "{self.url}"\ntoken = "{admin_token}"\n')
         admin = Client(self.url, admin_token)
         token = self._daemon_token(admin, "provisioner", None, os.path.join(self.state_dir, "provisioner.token"))
-        self._spawn("provisioner", ["provisioner", "--controller", self.url, "--config", self._provisioner_config()],
+        provisioner_config = self._provisioner_config()
+        self._spawn("provisioner", ["provisioner", "--controller", self.url, "--config", provisioner_config],
                     env=dict(os.environ, XCE_TOKEN=token))  # tokens never on a command line
+        # the workers publish shared claims from where the provisioner's providers keep them
+        storage = [a for root in StorageRoots.of(load_provisioner_config(provisioner_config).providers).roots
+                   for a in ("--storage-root", root)]
         for i in range(1, self.nhosts + 1):
             host = f"host{i}"
             work_dir = os.path.join(self.state_dir, "hosts", host)
@@ -176,7 +182,7 @@ class LocalCluster:
             env = dict(os.environ, XCE_TOKEN=token)
             self._spawn(f"worker-{host}", ["worker", "--host", host, "--controller", self.url,
                                            "--slots", str(self.slots), "--work-dir", work_dir,
-                                           "--counter", f"scratch={SCRATCH_PER_HOST}"], env=env)
+                                           "--counter", f"scratch={SCRATCH_PER_HOST}", *storage], env=env)
         self._wait_hosts(admin)
 
     def _wait_hosts(self, admin: Client, timeout: float = 60.0) -> None:

@@ -99,7 +99,7 @@ def make_claims_cluster(root) -> Cluster:
     near3 = root / "simfs-near3"
     near3.mkdir()
     cl.add_provisioner(extra_providers=f'[providers.simfs-near3]\n[providers.simfs-near3.config]\n'
-                                       f'root = "{near3}"\nreachable_hosts = ["host3"]\n')
+                                       f'root = "{near3}"\nreachable_hosts = ["host3"]\n', extra_roots=(str(near3),))
     return cl
 
 
@@ -263,7 +263,7 @@ def test_duplicate_names_and_bad_names_are_refused(cl):
     cl.xce("claim", "create", "dup", "--class", "tiny", "--size", "1Mi", "--access", "RWO")
     before = claim_count(cl)
     r = cl.xce("claim", "create", "dup", "--class", "tiny", "--size", "1Mi", "--access", "RWO", ok=False)
-    assert r.returncode == 1 and r.stderr.strip() == "xce: a claim named 'dup' already exists"
+    assert r.returncode == 1 and r.stderr.strip() == "xce: a claim named 'dup' already exists in project 'default'"
     with cl.api() as api:
         r = api.post("/v1/claims", json={"name": "Bad Name", "class": "simfs", "size": "1Gi", "access_mode": "RWO"})
         assert r.status_code == 422

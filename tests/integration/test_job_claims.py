@@ -45,7 +45,7 @@ def make_job_cluster(root, hosts=("host1", "host2", "host3")) -> Cluster:
     near3 = root / "simfs-near3"
     near3.mkdir()
     cl.add_provisioner(extra_providers=f'[providers.simfs-near3]\n[providers.simfs-near3.config]\n'
-                                       f'root = "{near3}"\nreachable_hosts = ["host3"]\n')
+                                       f'root = "{near3}"\nreachable_hosts = ["host3"]\n', extra_roots=(str(near3),))
     for h in hosts:
         cl.add_worker(h, slots=4, counters={"scratch": "4Gi"})
     return cl

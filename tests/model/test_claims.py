@@ -75,7 +75,7 @@ class ClaimMachine(RuleBasedStateMachine):
         return out
 
     def claim(self, name: str):
-        return C.live_by_name(self.model, name)
+        return C.live_by_name(self.model, "default", name)
 
     @initialize()
     def two_ready_claims(self):
@@ -84,7 +84,7 @@ class ClaimMachine(RuleBasedStateMachine):
         self.create("b", "retain")
         self.schedule()
         self.intents_for_due_ops()
-        self.provider_round("ok", False)
+        self.provider_round("ok", False, False)
         assert [c.state for c in self.model.claims.values()] == [ClaimState.READY, ClaimState.READY]
 
     @rule(name=NAMES, policy=st.sampled_from(["delete", "retain"]))
@@ -109,18 +109,22 @@ class ClaimMachine(RuleBasedStateMachine):
         for c, op, _ in C.due_ops(self.model, C.SHARED_AGENT, now + 10):
             self.try_(lambda c=c, op=op: C.record_intent(self.model, C.SHARED_AGENT, self.epoch, op.op_id, c.id, now))
 
-    @rule(outcome=st.sampled_from(["ok", "ok", "ok", "retry", "permanent"]), stale=st.sampled_from([False] * 4 + [True]))
-    def provider_round(self, outcome, stale):
-        """The agent reports every op it has an intent for (or, stale, an older epoch tries to)."""
+    @rule(outcome=st.sampled_from(["ok", "ok", "ok", "retry", "permanent"]), stale=st.sampled_from([False] * 4 + [True]),
+          impostor=st.sampled_from([False] * 4 + [True]))
+    def provider_round(self, outcome, stale, impostor):
+        """The agent reports every op it has an intent for (or, stale, an older epoch tries to; or an
+        impostor: another agent whose epoch happens to be the same)."""
         epoch = self.epoch - 1 if stale else self.epoch
+        agent = C.node_agent("h1") if impostor else C.SHARED_AGENT
         for c in list(self.model.claims.values()):
             if c.op is None or c.op.epoch is None:
                 continue
             intent_epoch = c.op.epoch
             facts = self.try_(lambda c=c: C.record_result(
-                self.model, RETRIES, epoch, c.op.op_id, c.id, self.tick(), outcome == "ok", handle=f"h-{c.id}",
-                size_bytes=2**30, code="E", retryable=outcome == "retry", rng=self.rng))
-            assert (facts is None) == (intent_epoch != epoch), "only the intent's epoch may report"
+                self.model, RETRIES, agent, epoch, c.op.op_id, c.id, self.tick(), outcome == "ok",
+                handle=f"h-{c.id}", size_bytes=2**30, code="E", retryable=outcome == "retry", rng=self.rng))
+            assert (facts is None) == (intent_epoch != epoch or impostor), \
+                "only the agent holding the intent, in the intent's epoch, may report"
 
     @rule(name=NAMES)
     def delete(self, name):
@@ -156,7 +160,7 @@ class ClaimMachine(RuleBasedStateMachine):
 
     @invariant()
     def indexes_agree_with_claims(self):
-        live = {c.name: c.id for c in self.model.claims.values() if c.state in LIVE}
+        live = {C.name_key(c.project, c.name): c.id for c in self.model.claims.values() if c.state in LIVE}
         assert self.model.claim_names == live
         assert self.model.open_ops == {c.id for c in self.model.claims.values() if c.op is not None}
 
@@ -205,7 +209,7 @@ TestClaimMachine.settings = settings(max_examples=200, stateful_step_count=40, d
 def test_a_model_loaded_from_a_snapshot_still_offers_open_attachment_ops():
     m = ClaimMachine()
     m.two_ready_claims()
-    claim = C.live_by_name(m.model, "a")
+    claim = C.live_by_name(m.model, "default", "a")
     m.commit([F.AttachmentAdded(time=m.tick(), claim_id=claim.id, attachment_id=9, host="h1", mode="rw",
                                 by="admin", job_id=1, run=1)])
     assert [op.op_id for _, op, _ in C.due_ops(m.model, C.SHARED_AGENT, m.now)] == ["a9.attach"]

@@ -58,7 +58,8 @@ def op_json(ctl: Controller, claim: Claim, op: Op, attachment: Attachment | None
            "handle": claim.handle if op.kind is not OpKind.CREATE else None,
            "host": attachment.host if attachment is not None else claim.host, "path": claim.path,
            "tags": {"xce.cluster": ctl.model.cluster_id, "xce.claim": str(claim.id), "xce.op": op.op_id,
-                    "xce.reclaim": claim.reclaim_policy.value, "xce.project": claim.project}}
+                    "xce.reclaim": claim.reclaim_policy.value, "xce.project": claim.project,
+                    "xce.owner": claim.owner}}
     if op.kind in (OpKind.STAGE_IN, OpKind.STAGE_OUT):  # done by the node agent itself, as the job's user
         job = ctl.model.jobs.get(claim.job_id) if claim.job_id is not None else None
         out["user"] = job.user if job is not None else claim.owner
@@ -134,7 +135,7 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
             for r in body.results:
                 try:
                     results = C.record_result(
-                        model, ctl.config.claims, body.epoch, r.op_id, r.claim_id, now, r.ok, handle=r.handle,
+                        model, ctl.config.claims, agent, body.epoch, r.op_id, r.claim_id, now, r.ok, handle=r.handle,
                         size_bytes=r.size_bytes, reachable_hosts=r.reachable_hosts, host_labels=r.host_labels,
                         path=r.path, message=r.message, code=r.code, retryable=r.retryable,
                         stderr_tail=r.stderr_tail, rng=_rng)

@@ -21,13 +21,15 @@ from xce.controller.core import Controller
 from xce.errors import Forbidden, NotFound
 from xce.model import Model
 from xce.model import claims as C
-from xce.model.claims import ClaimSpec, ClaimState
+from xce.model.claims import TEMPLATE_NAME, ClaimSpec, ClaimState
 from xce.model.identity import User
 from xce.model.names import NAME_PATTERN
 from xce.model.orphans import claim_orphans
 from xce.scheduler.snapshot import pool_use
 
-ClaimName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=63)]
+# a standalone claim's name, or a run's template claim's (``j12.1:scratch``)
+ClaimName = Annotated[str, Path(pattern=f"({NAME_PATTERN})|({TEMPLATE_NAME.pattern})", max_length=96)]
+InProject = Annotated[str | None, Query(max_length=63, description="the claim's project (names are per project)")]
 
 
 def add_claim_routes(app: FastAPI, ctl: Controller) -> None:
@@ -71,9 +73,9 @@ def add_claim_routes(app: FastAPI, ctl: Controller) -> None:
         return JSONResponse(out)
 
     @app.get("/v1/claims/{name}", response_model=S.ClaimOut, tags=["claims"])
-    async def show_claim(name: ClaimName, actor: User = Depends(authenticated)):
+    async def show_claim(name: ClaimName, project: InProject = None, actor: User = Depends(authenticated)):
         await ctl.read_barrier()
-        return show(C.visible(ctl.model, actor, name).id)
+        return show(C.visible(ctl.model, actor, name, project).id)
 
     @app.get("/v1/claims/by-id/{claim_id}", response_model=S.ClaimOut, tags=["claims"])
     async def show_claim_by_id(claim_id: int, actor: User = Depends(authenticated)):
@@ -84,10 +86,11 @@ def add_claim_routes(app: FastAPI, ctl: Controller) -> None:
         return show(claim_id)
 
     @app.delete("/v1/claims/{name}", status_code=202, response_model=S.ClaimOut, tags=["claims"])
-    async def delete_claim(name: ClaimName, request: Request, actor: User = Depends(authenticated)):
+    async def delete_claim(name: ClaimName, request: Request, project: InProject = None,
+                           actor: User = Depends(authenticated)):
         def decide(model: Model):
-            claim = C.visible(model, actor, name)
-            return C.delete(model, actor, name, time.time()), claim.id
+            claim = C.visible(model, actor, name, project)
+            return C.delete(model, actor, name, time.time(), project), claim.id
 
         return show(await mutate(request, actor, f"claim/{name}", decide), 202)
 
@@ -98,18 +101,20 @@ def add_claim_routes(app: FastAPI, ctl: Controller) -> None:
         return show(claim_id, 202)
 
     @app.post("/v1/claims/{name}/attachments", status_code=201, tags=["claims"])
-    async def attach(name: ClaimName, body: S.AttachmentRequest, request: Request, actor: User = Depends(admin)):
+    async def attach(name: ClaimName, body: S.AttachmentRequest, request: Request, project: InProject = None,
+                     actor: User = Depends(admin)):
         attachment_id = await mutate(request, actor, f"claim/{name}", lambda model: C.add_attachment(
-            model, actor, name, body.host, body.mode, time.time(), job_id=body.job_id))
-        claim = C.visible(ctl.model, actor, name)
+            model, actor, name, body.host, body.mode, time.time(), job_id=body.job_id, project=project))
+        claim = C.visible(ctl.model, actor, name, project)
         return JSONResponse(attachment_json(next(a for a in claim.attachments if a.id == attachment_id)),
                             status_code=201)
 
     @app.delete("/v1/claims/{name}/attachments/{attachment_id}", tags=["claims"])
-    async def detach(name: ClaimName, attachment_id: int, request: Request, actor: User = Depends(admin)):
+    async def detach(name: ClaimName, attachment_id: int, request: Request, project: InProject = None,
+                     actor: User = Depends(admin)):
         def decide(model: Model):
-            claim = C.visible(model, actor, name)
-            return C.remove_attachment(model, actor, name, attachment_id, time.time()), claim.id
+            claim = C.visible(model, actor, name, project)
+            return C.remove_attachment(model, actor, name, attachment_id, time.time(), project), claim.id
 
         return show(await mutate(request, actor, f"claim/{name}", decide))
 

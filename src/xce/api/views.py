@@ -47,7 +47,8 @@ def audit_json(rec: AuditRecord) -> dict[str, Any]:
 
 
 def attachment_json(a: Attachment) -> dict[str, Any]:
-    return {"id": a.id, "host": a.host, "mode": a.mode, "job_id": a.job_id, "created": a.created, "by": a.by}
+    return {"id": a.id, "host": a.host, "mode": a.mode, "job_id": a.job_id, "run": a.run, "state": a.state.value,
+            "path": a.path, "created": a.created, "by": a.by}
 
 
 def claim_json(claim: Claim, reason: str | None = None) -> dict[str, Any]:

@@ -37,11 +37,13 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     ls.set_defaults(func=cmd_list)
 
     sh = csub.add_parser("show", parents=[common], help="every field, history, attempts and attachments")
-    sh.add_argument("name")
+    sh.add_argument("name", help="a claim's name, or a run's template claim (j12.1:scratch)")
+    sh.add_argument("--project", help="the claim's project (names are per project)")
     sh.set_defaults(func=cmd_show)
 
     d = csub.add_parser("delete", parents=[common], help="delete a claim (its reclaim policy decides the object's fate)")
     d.add_argument("name")
+    d.add_argument("--project", help="the claim's project (names are per project)")
     d.add_argument("--wait", action="store_true", help="show progress until RELEASED (exit 1 if FAILED)")
     d.add_argument("--timeout", type=float, default=600.0)
     d.set_defaults(func=cmd_delete)
@@ -99,6 +101,10 @@ def wait_for(client: Client, claim_id: int, done: tuple[str, ...], timeout: floa
         time.sleep(0.2)
 
 
+def _in_project(args) -> dict[str, str] | None:
+    return {"project": args.project} if args.project else None
+
+
 def cmd_create(args, ctx) -> int:
     body: dict[str, Any] = {"name": args.name, "class": args.claim_class, "size": args.size,
                             "access_mode": args.access, "params": _params(args.param)}
@@ -123,7 +129,7 @@ def cmd_create(args, ctx) -> int:
 
 def cmd_delete(args, ctx) -> int:
     client = ctx.client()
-    claim = client.request("DELETE", f"/v1/claims/{args.name}")
+    claim = client.request("DELETE", f"/v1/claims/{args.name}", params=_in_project(args))
     if not args.wait:
         if ctx.json:
             print_json(claim)
@@ -201,7 +207,7 @@ def show_text(c: dict[str, Any]) -> str:
 
 
 def cmd_show(args, ctx) -> int:
-    claim = ctx.client().get(f"/v1/claims/{args.name}")
+    claim = ctx.client().get(f"/v1/claims/{args.name}", _in_project(args))
     if ctx.json:
         print_json(claim)
     else:

@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="run each job as the unix account named like its XCE user (needs root)")
     w.add_argument("--provider-config", help="providers for node-scope claims ([providers.NAME] tables as for "
                                               "xce provisioner; default: simfs under the work dir)")
+    w.add_argument("--storage-root", action="append", dest="storage_roots", metavar="DIR",
+                   help="shared storage mounted on this host where shared claims live (repeatable); claims are "
+                        "published into jobs only from these and the node providers' roots")
     w.set_defaults(func=cmd_worker)
 
     pr = sub.add_parser("provisioner", help="run the provisioner (the claim agent for shared storage)")
@@ -82,7 +85,7 @@ def cmd_worker(args, ctx) -> int:
     if args.slots is not None and args.slots < 0:
         raise UsageError("--slots must be >= 0")
     return run_worker(args.host, args.controller, token, args.slots, args.attr, args.counter,
-                      args.work_dir, args.heartbeat, args.run_as_users, args.provider_config)
+                      args.work_dir, args.heartbeat, args.run_as_users, args.provider_config, args.storage_roots)
 
 
 def cmd_provisioner(args, ctx) -> int:

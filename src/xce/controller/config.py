@@ -348,6 +348,8 @@ def _check_apps(source: str, apps: list[AppConfig], classes: list[ClaimClassConf
                 raise ConfigError(f"{where}: {e.message}") from None
             if c.claim_class not in by_name:
                 raise ConfigError(f"{where}: unknown claim class {c.claim_class!r}")
+            if c.name == "workspace":  # every job's first claim: $XCE_WORKSPACE, claims/workspace
+                raise ConfigError(f"{where}: the name workspace is reserved for the job's workspace")
 
 
 def _check_claims(source: str, pools: list[PoolConfig], classes: list[ClaimClassConfig],

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import enum
 import random
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -97,6 +98,9 @@ TRANSITIONS: dict[ClaimState, frozenset[ClaimState]] = {
 LIVE = frozenset({S.PENDING, S.PREPARING, S.READY, S.RELEASING, S.FAILED})  # holds its name and quota
 
 SHARED_AGENT = "provisioner"
+# what a job publishes its own template claims as ($XCE_SCRATCH, $XCE_STAGE, $XCE_WORKSPACE): no
+# standalone claim may take these names, or it would be mounted over the job's own
+RESERVED_NAMES = frozenset({"scratch", "stage", "workspace"})
 
 
 def node_agent(host: str) -> str:
@@ -259,9 +263,38 @@ class ClaimSpec:
     project: str | None = None
 
 
-def live_by_name(model: Model, name: str) -> Claim | None:
-    claim_id = model.claim_names.get(name)
+def name_key(project: str, name: str) -> str:
+    """Standalone claim names are per project (as Kubernetes' PVCs are per namespace): the key of
+    ``model.claim_names``.  Template claims have no entry: nobody can name, squat or take theirs."""
+    return f"{project}/{name}"
+
+
+def live_by_name(model: Model, project: str, name: str) -> Claim | None:
+    claim_id = model.claim_names.get(name_key(project, name))
     return model.claims.get(claim_id) if claim_id is not None else None
+
+
+TEMPLATE_NAME = re.compile(r"^j(?P<job>[0-9]{1,18})\.(?P<run>[0-9]{1,9}):(?P<kind>[a-z0-9][a-z0-9\-_.]{0,62})$")
+
+
+def template_name(job_id: int, run: int, kind: str) -> str:
+    """``j12.1:scratch``: a run's template claim.  The ``:`` is outside the name pattern users
+    choose from, so no standalone claim can ever be called that."""
+    return f"j{job_id}.{run}:{kind}"
+
+
+def _template_by_name(model: Model, name: str) -> Claim | None:
+    m = TEMPLATE_NAME.match(name)
+    if m is None:
+        return None
+    job_id, run, kind = int(m["job"]), int(m["run"]), m["kind"]
+    job = model.jobs.get(job_id)
+    ids = job.run_claims if job is not None and job.run == run else model.claims  # an older run: look at all
+    for claim_id in ids:
+        c = model.claims.get(claim_id)
+        if c is not None and c.form is ClaimForm.TEMPLATE and (c.job_id, c.run, c.kind) == (job_id, run, kind):
+            return c
+    return None
 
 
 def create(model: Model, config: Config, actor: User, spec: ClaimSpec, now: float) -> tuple[list[Fact], int]:
@@ -294,8 +327,11 @@ def create(model: Model, config: Config, actor: User, spec: ClaimSpec, now: floa
         raise NotFound(f"project {project!r} does not exist")
     if not actor.is_admin and project not in actor.projects:
         raise Forbidden(f"user {actor.name!r} is not a member of project {project!r}")
-    if live_by_name(model, spec.name) is not None:
-        raise Conflict(f"a claim named {spec.name!r} already exists")
+    if spec.name in RESERVED_NAMES:
+        raise InvalidRequest(f"claim name {spec.name!r} is reserved (jobs publish their own "
+                             f"{', '.join(sorted(RESERVED_NAMES))} under these names)")
+    if live_by_name(model, project, spec.name) is not None:  # names are per project: this reveals no other's
+        raise Conflict(f"a claim named {spec.name!r} already exists in project {project!r}")
     check_quota(model, config, project, cls.name, size)
     claim_id = model.next_claim_id
     return [F.ClaimCreated(time=now, claim_id=claim_id, name=spec.name, form=ClaimForm.STANDALONE.value,
@@ -329,18 +365,30 @@ def check_quota(model: Model, config: Config, project: str, class_name: str, siz
                            f"{human(size)} asked", code="quota_exceeded")
 
 
-def visible(model: Model, actor: User, name: str) -> Claim:
-    """The live claim ``name`` (or the newest released one) if ``actor`` may see it; else 404."""
-    claim = live_by_name(model, name)
-    if claim is None:
-        claim = model.claims.get(model.released_names.get(name, -1))
-    if claim is None or not (actor.is_admin or claim.project in actor.projects):
-        raise NotFound(f"claim {name!r} not found")
-    return claim
+def visible(model: Model, actor: User, name: str, project: str | None = None) -> Claim:
+    """The claim ``name`` that ``actor`` may see: live (or else the newest released one) in
+    ``project``, or in any of the actor's projects (every project, for admins); a run's template
+    claim by its ``jN.R:kind`` name.  404 if there is none, 409 if the name is in several of them:
+    an unknown name and another project's name look the same."""
+    template = _template_by_name(model, name)
+    if template is not None:
+        if not (actor.is_admin or template.project in actor.projects):
+            raise NotFound(f"claim {name!r} not found")
+        return template
+    projects = [project] if project is not None else sorted(model.projects) if actor.is_admin else actor.projects
+    projects = [p for p in projects if actor.is_admin or p in actor.projects]
+    for index in (model.claim_names, model.released_names):
+        found = [model.claims[i] for p in projects if (i := index.get(name_key(p, name))) in model.claims]
+        if len(found) > 1:
+            raise Conflict(f"claim {name!r} exists in projects {', '.join(c.project for c in found)}: "
+                           f"say which (--project)", code="ambiguous")
+        if found:
+            return found[0]
+    raise NotFound(f"claim {name!r} not found" + (f" in project {project!r}" if project is not None else ""))
 
 
-def delete(model: Model, actor: User, name: str, now: float) -> list[Fact]:
-    claim = visible(model, actor, name)
+def delete(model: Model, actor: User, name: str, now: float, project: str | None = None) -> list[Fact]:
+    claim = visible(model, actor, name, project)
     if claim.form is ClaimForm.TEMPLATE and not actor.is_admin:
         raise Conflict(f"claim {name!r} belongs to job {claim.job_id}: it goes with the job")
     if claim.state is ClaimState.RELEASED:
@@ -362,8 +410,8 @@ def purge(model: Model, actor: User, claim_id: int, now: float) -> list[Fact]:
 
 
 def add_attachment(model: Model, actor: User, name: str, host: str, mode: str, now: float,
-                   job_id: int | None = None) -> tuple[list[Fact], int]:
-    claim = visible(model, actor, name)
+                   job_id: int | None = None, project: str | None = None) -> tuple[list[Fact], int]:
+    claim = visible(model, actor, name, project)
     check_name("host", host)
     if mode not in ("rw", "ro"):
         raise InvalidRequest(f"attachment mode must be rw or ro, got {mode!r}")
@@ -378,8 +426,9 @@ def add_attachment(model: Model, actor: User, name: str, host: str, mode: str, n
                               by=actor.name, job_id=job_id)], attachment_id
 
 
-def remove_attachment(model: Model, actor: User, name: str, attachment_id: int, now: float) -> list[Fact]:
-    claim = visible(model, actor, name)
+def remove_attachment(model: Model, actor: User, name: str, attachment_id: int, now: float,
+                      project: str | None = None) -> list[Fact]:
+    claim = visible(model, actor, name, project)
     if not any(a.id == attachment_id for a in claim.attachments):
         raise NotFound(f"claim {name!r} has no attachment {attachment_id}")
     return [F.AttachmentRemoved(time=now, claim_id=claim.id, attachment_id=attachment_id, by=actor.name)]
@@ -446,17 +495,22 @@ def retry_delay(cfg: ClaimsConfig, attempt: int, rng: random.Random) -> float:
     return base * rng.uniform(1 - cfg.retry_jitter, 1 + cfg.retry_jitter)
 
 
-def record_result(model: Model, cfg: ClaimsConfig, epoch: int, op_id: str, claim_id: int, now: float,
-                  ok: bool, *, handle: str | None = None, size_bytes: int | None = None,
+def record_result(model: Model, cfg: ClaimsConfig, agent: str, epoch: int, op_id: str, claim_id: int,
+                  now: float, ok: bool, *, handle: str | None = None, size_bytes: int | None = None,
                   reachable_hosts: list[str] | None = None, host_labels: dict[str, str] | None = None,
                   path: str | None = None, message: str = "", code: str = "", retryable: bool = True,
                   stderr_tail: str = "", rng: random.Random | None = None) -> list[Fact]:
-    """An agent's report on one op; it must come from the epoch that recorded the intent."""
+    """An agent's report on one op.  Only the agent that holds the op's intent may report it: the same
+    agent *and* the same epoch (epochs are per agent, so every agent has an epoch 1: the epoch alone
+    would let one host's worker report another's op)."""
     claim = model.claims.get(claim_id)
     found = claim.find_op(op_id) if claim is not None else None
     if found is None:
         return []  # decided already (a duplicate report): nothing to do
     op = found[0]
+    if op.agent != agent:
+        raise Conflict(f"op {op_id} of claim {claim_id} is not {agent}'s: its intent is "
+                       f"{op.agent or 'not recorded'}", code="not_your_op")
     if op.epoch != epoch:
         raise Conflict(f"op {op_id} was not started by epoch {epoch}", code="stale_epoch")
     if ok:
@@ -485,10 +539,11 @@ def _set_state(model: Model, claim: Claim, new: ClaimState, time: float, reason:
     model.audit.append(AuditRecord(seq=len(model.audit) + 1, time=time, user=by, action="claim.state",
                                    target=f"claim/{claim.name}", result=new.value,
                                    detail=f"{old.value} -> {new.value}: {reason}"[:512]))
-    if new is ClaimState.RELEASED:
-        if model.claim_names.get(claim.name) == claim.id:
-            del model.claim_names[claim.name]
-        model.released_names[claim.name] = max(claim.id, model.released_names.get(claim.name, 0))
+    if new is ClaimState.RELEASED and claim.form is ClaimForm.STANDALONE:
+        key = name_key(claim.project, claim.name)
+        if model.claim_names.get(key) == claim.id:
+            del model.claim_names[key]
+        model.released_names[key] = max(claim.id, model.released_names.get(key, 0))
 
 
 def _index(model: Model, claim: Claim) -> None:
@@ -557,24 +612,30 @@ def _advance_delete(model: Model, claim: Claim, time: float) -> None:
 
 
 def _add(model: Model, claim: Claim, time: float, reason: str, detail: str) -> bool:
-    """A new claim enters the model, PENDING (False: its id or live name is taken; nothing changes)."""
-    if claim.id in model.claims or claim.name in model.claim_names:
+    """A new claim enters the model, PENDING (False: its id, or a standalone claim's name in its
+    project, is taken; nothing changes but the id counter, so the id is never handed out again)."""
+    model.next_claim_id = max(model.next_claim_id, claim.id + 1)
+    key = name_key(claim.project, claim.name)
+    if claim.id in model.claims or claim.form is ClaimForm.STANDALONE and key in model.claim_names:
         return False  # ids and live names are unique: the decide functions never make it otherwise
     claim.history.append({"state": ClaimState.PENDING.value, "time": time, "reason": reason})
     model.claims[claim.id] = claim
-    model.claim_names[claim.name] = claim.id
-    model.next_claim_id = max(model.next_claim_id, claim.id + 1)
+    if claim.form is ClaimForm.STANDALONE:
+        model.claim_names[key] = claim.id
     model.audit.append(AuditRecord(seq=len(model.audit) + 1, time=time, user=claim.owner, action="claim.state",
                                    target=f"claim/{claim.name}", result=ClaimState.PENDING.value,
                                    detail=detail[:512]))
     return True
 
 
-def add_template_claim(model: Model, claim: Claim, time: float) -> None:
-    """Fold helper (from ``JobAllocated``): a run's template claim, created with its create op open."""
-    if _add(model, claim, time, f"created for job {claim.job_id} run {claim.run} on {claim.host}",
-            f"created: template {claim.kind} {claim.class_name} for job {claim.job_id}"):
-        _open_op(model, claim, OpKind.CREATE)
+def add_template_claim(model: Model, claim: Claim, time: float) -> bool:
+    """Fold helper (from ``JobAllocated``): a run's template claim, created with its create op open
+    (False: its id was taken, which the plan applier never decides; the run must not use it)."""
+    if not _add(model, claim, time, f"created for job {claim.job_id} run {claim.run} on {claim.host}",
+                f"created: template {claim.kind} {claim.class_name} for job {claim.job_id}"):
+        return False
+    _open_op(model, claim, OpKind.CREATE)
+    return True
 
 
 def begin_stage_out(model: Model, claim: Claim, time: float) -> None:

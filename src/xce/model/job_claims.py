@@ -56,8 +56,32 @@ class JobClaimsSpec:
 
 
 def env_name(name: str) -> str:
-    """``XCE_CLAIM_<NAME>``: upper-cased, every other character ``_``."""
+    """``XCE_CLAIM_<NAME>``: upper-cased, every other character ``_`` (so ``x-y``, ``x.y`` and ``x_y``
+    meet: ``check_published`` refuses a job whose claims would)."""
     return "XCE_CLAIM_" + "".join(ch if ch.isalnum() else "_" for ch in name.upper())
+
+
+def template_env(kind: str) -> str:
+    """The variable a template claim is published as: ``$XCE_SCRATCH``, ``$XCE_STAGE``, or by its kind."""
+    return {"scratch": "XCE_SCRATCH", "stage": "XCE_STAGE"}.get(kind) or env_name(kind)
+
+
+def check_published(refs: list[dict[str, Any]], templates: list[dict[str, Any]]) -> None:
+    """Every claim a job publishes needs its own mount point (``claims/<name>``) and its own variable:
+    refuse a submission where two would meet, or a standalone claim would hide the job's own
+    workspace, scratch or staging area."""
+    seen: dict[str, str] = {"workspace": "the workspace", "XCE_WORKSPACE": "the workspace"}
+    published = [(t["kind"], template_env(t["kind"]), f"template claim {t['kind']}") for t in templates]
+    published += [(r["name"], env_name(r["name"]), f"claim {r['name']}") for r in refs]
+    for name, env, what in published:
+        if name in C.RESERVED_NAMES and what.startswith("claim "):
+            raise InvalidRequest(f"{what} has a reserved name: it would hide the job's own {name}")
+        for key in (name, env):
+            if key in seen:
+                where = f"${key}" if key == env else f"the mount point claims/{key}"
+                raise InvalidRequest(f"{what} and {seen[key]} would both be published as {where}: "
+                                     f"rename one of them")
+            seen[key] = what
 
 
 def _split_last(text: str) -> tuple[str, str | None]:
@@ -86,11 +110,9 @@ def resolve(model: Model, config: Config, actor: User, project: str, spec: JobCl
     for text in spec.claims:
         name, mode = _split_last(text)
         check_name("claim", name)
-        claim = C.live_by_name(model, name)
-        if claim is None or not (actor.is_admin or claim.project in actor.projects):
-            raise NotFound(f"claim {name!r} not found (--claim {text})")
-        if claim.form is ClaimForm.TEMPLATE:
-            raise InvalidRequest(f"claim {name!r} is another job's template claim")
+        claim = C.live_by_name(model, project, name)  # a job uses its own project's claims
+        if claim is None:
+            raise NotFound(f"claim {name!r} not found in project {project!r} (--claim {text})")
         if mode is None:
             mode = "ro" if claim.access_mode is AccessMode.ROX else "rw"
         if mode not in ("rw", "ro"):
@@ -143,9 +165,7 @@ def resolve(model: Model, config: Config, actor: User, project: str, spec: JobCl
             raise NotFound(f"application profile {spec.app!r} does not exist (profiles: {known})")
         for c in app.claims:
             add_template(c.name, c.claim_class, parse_size(c.size, "size"))
-    kinds = [t["kind"] for t in templates]
-    if len(set(kinds)) != len(kinds):
-        raise InvalidRequest(f"two template claims named {sorted(k for k in kinds if kinds.count(k) > 1)[0]!r}")
+    check_published(refs, templates)
     return refs, templates
 
 
@@ -167,10 +187,6 @@ def node_counters(templates: list[dict[str, Any]]) -> dict[str, float]:
 # ---------------------------------------------------------------- allocation (folded from JobAllocated)
 
 
-def template_name(job_id: int, run: int, kind: str) -> str:
-    return f"j{job_id}-{run}-{kind}"[:63]
-
-
 def on_allocated(model: Model, job: Job, f: F.JobAllocated) -> None:
     """Make the run's template claims and attachments (ids decided by the plan applier)."""
     job.run_claims = []
@@ -178,15 +194,15 @@ def on_allocated(model: Model, job: Job, f: F.JobAllocated) -> None:
     first = f.hosts[0] if f.hosts else None
     for t in f.templates:
         shared = t.get("scope") == "shared"
-        claim = Claim(id=t["claim_id"], name=template_name(job.id, f.run, t["kind"]), form=ClaimForm.TEMPLATE,
+        claim = Claim(id=t["claim_id"], name=C.template_name(job.id, f.run, t["kind"]), form=ClaimForm.TEMPLATE,
                       class_name=t["class"], scope="shared" if shared else "node", size_bytes=t["size_bytes"],
                       access_mode=AccessMode.RWX if shared else AccessMode.RWO,
                       reclaim_policy=C.ReclaimPolicy.DELETE, owner=job.user, project=job.project, created=f.time,
                       job_id=job.id, run=f.run, kind=t["kind"], stage_in=[list(x) for x in t["stage_in"]],
                       stage_out=[list(x) for x in t["stage_out"]], placed=True, pool=t.get("pool"),
                       host=None if shared else first)
-        C.add_template_claim(model, claim, f.time)
-        job.run_claims.append(claim.id)
+        if C.add_template_claim(model, claim, f.time):
+            job.run_claims.append(claim.id)  # (never otherwise: ``blocking`` then holds the run back)
     for a in f.attachments:
         C.apply_attachment_added(model, F.AttachmentAdded(time=f.time, claim_id=a["claim_id"],
                                                           attachment_id=a["attachment_id"], host=a["host"],
@@ -221,11 +237,24 @@ def unusable_ref(model: Model, job: Job) -> str | None:
 # ---------------------------------------------------------------- the readiness gate
 
 
-def _attachment(model: Model, claim_id: int, attachment_id: int):
+def run_claims(model: Model, job: Job) -> list[Claim]:
+    """The current run's template claims: only those made for this job's run (a job never touches a
+    claim it was not allocated, whatever ids its lists hold)."""
+    out = []
+    for claim_id in job.run_claims:
+        claim = model.claims.get(claim_id)
+        if claim is not None and claim.form is ClaimForm.TEMPLATE and (claim.job_id, claim.run) == (job.id, job.run):
+            out.append(claim)
+    return out
+
+
+def _attachment(model: Model, job: Job, claim_id: int, attachment_id: int):
+    """The run's attachment ``attachment_id`` of claim ``claim_id`` (None, None: not this run's)."""
     claim = model.claims.get(claim_id)
-    if claim is None:
-        return None, None
-    return claim, next((a for a in claim.attachments if a.id == attachment_id), None)
+    a = next((a for a in claim.attachments if a.id == attachment_id), None) if claim is not None else None
+    if a is None or (a.job_id, a.run) != (job.id, job.run):
+        return claim, None
+    return claim, a
 
 
 def _describe(claim: Claim, op, last_error: str | None, state: str, where: str = "",
@@ -242,13 +271,15 @@ def _describe(claim: Claim, op, last_error: str | None, state: str, where: str =
 
 def blocking(model: Model, job: Job, now: float | None = None) -> str | None:
     """Why an allocated job cannot be dispatched yet (None: every claim is ready: dispatch it).
-    With ``now``, a waiting retry says when it comes."""
-    for claim_id in job.run_claims:
-        claim = model.claims.get(claim_id)
-        if claim is not None and claim.state is not ClaimState.READY:
+    With ``now``, a waiting retry says when it comes.  A run missing any template claim it declared
+    is never dispatched."""
+    if len(run_claims(model, job)) != len(job.templates):
+        return f"run {job.run} lacks template claims it declared: it cannot start"
+    for claim in run_claims(model, job):
+        if claim.state is not ClaimState.READY:
             return "waiting for claim " + _describe(claim, claim.op, claim.last_error, claim.state.value, now=now)
     for claim_id, attachment_id in job.run_attachments:
-        claim, a = _attachment(model, claim_id, attachment_id)
+        claim, a = _attachment(model, job, claim_id, attachment_id)
         if claim is None or a is None:
             return f"waiting for claim {claim_id} to be attached again"
         if a.state is not AttachmentState.ATTACHED:
@@ -303,9 +334,8 @@ def consequences(model: Model, claim_id: int, op_id: str, result: Fact, now: flo
 
 def start_stage_out(model: Model, job: Job, time: float) -> bool:
     """The process ended: stage-out begins (True) if the run has a staging claim with items to copy."""
-    for claim_id in job.run_claims:
-        claim = model.claims.get(claim_id)
-        if claim is not None and claim.stage_out and claim.state is ClaimState.READY:
+    for claim in run_claims(model, job):
+        if claim.stage_out and claim.state is ClaimState.READY:
             C.begin_stage_out(model, claim, time)
             return True
     return False
@@ -313,16 +343,15 @@ def start_stage_out(model: Model, job: Job, time: float) -> bool:
 
 def release_for_run(model: Model, job: Job, time: float, host_lost: bool = False) -> None:
     """The run is over: its template claims go (unless a failed stage-out keeps one), attachments detach."""
-    for claim_id in job.run_claims:
-        claim = model.claims.get(claim_id)
-        if claim is None or claim.keep or claim.state is ClaimState.RELEASED:
+    for claim in run_claims(model, job):
+        if claim.keep or claim.state is ClaimState.RELEASED:
             continue
         if host_lost and claim.stage_out and claim.data_exists:
             C.keep_data(model, claim, time, f"host {claim.host} lost before stage-out: the data is kept there")
             continue
         C.release_template(model, claim, time, f"job {job.display_id} run {job.run} ended")
     for claim_id, attachment_id in job.run_attachments:
-        claim, a = _attachment(model, claim_id, attachment_id)
+        claim, a = _attachment(model, job, claim_id, attachment_id)
         if a is not None:
             C.detach(model, claim, a, time)
     # the lists stay (xce job show lists what the run had) until the next run's allocation
@@ -339,11 +368,8 @@ def claims_json(model: Model, job: Job) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [{
         "name": "workspace", "form": "template", "class": "workspace", "mode": "rw", "path": job.workspace,
         "state": workspace_state, "attempts": None, "last_error": None, "env": "XCE_WORKSPACE"}]
-    for claim_id in job.run_claims:
-        claim = model.claims.get(claim_id)
-        if claim is None:
-            continue
-        env = {"scratch": "XCE_SCRATCH", "stage": "XCE_STAGE"}.get(claim.kind, env_name(claim.kind))
+    for claim in run_claims(model, job):
+        env = template_env(claim.kind)
         out.append({"name": claim.name, "form": "template", "class": claim.class_name, "kind": claim.kind,
                     "state": claim.state.value, "mode": "rw", "path": claim.path, "env": env,
                     "host": claim.host, "attempts": claim.op.attempts if claim.op else None,
@@ -363,9 +389,8 @@ def claims_json(model: Model, job: Job) -> list[dict[str, Any]]:
 
 
 def blocking_stage_out(model: Model, job: Job, now: float | None = None) -> str:
-    for claim_id in job.run_claims:
-        claim = model.claims.get(claim_id)
-        if claim is not None and claim.op is not None and claim.op.kind is C.OpKind.STAGE_OUT:
+    for claim in run_claims(model, job):
+        if claim.op is not None and claim.op.kind is C.OpKind.STAGE_OUT:
             return "process ended; staging out: " + _describe(claim, claim.op, claim.last_error, "RELEASING",
                                                               now=now)
     return "process ended; staging out"
@@ -375,15 +400,14 @@ def publish_list(model: Model, job: Job, host: str) -> list[dict[str, Any]]:
     """What the worker publishes into the run's sandbox on ``host``: each claim's data path, the name
     the job knows it by, its environment variable, and whether it is read-only."""
     out = []
-    for claim_id in job.run_claims:
-        claim = model.claims.get(claim_id)
-        if claim is None or (claim.scope == "node" and claim.host != host):
+    for claim in run_claims(model, job):
+        if claim.scope == "node" and claim.host != host:
             continue  # node-scope claims live on the run's first host; shared ones are reachable anywhere
-        env = {"scratch": "XCE_SCRATCH", "stage": "XCE_STAGE"}.get(claim.kind, env_name(claim.kind))
+        env = template_env(claim.kind)
         out.append({"name": claim.kind, "claim": claim.name, "env": env, "path": claim.path, "readonly": False,
                     "form": "template"})
     for claim_id, attachment_id in job.run_attachments:
-        claim, a = _attachment(model, claim_id, attachment_id)
+        claim, a = _attachment(model, job, claim_id, attachment_id)
         if a is None or a.host != host:
             continue
         readonly = a.mode == "ro" or claim.access_mode is AccessMode.ROX

@@ -16,7 +16,7 @@ from xce.model import audit, catalog, claims, hosts, identity, jobs, orphans
 from xce.model import facts as F
 from xce.model.audit import AuditRecord
 from xce.model.catalog import Project, Queue
-from xce.model.claims import Claim, ClaimState
+from xce.model.claims import Claim, ClaimForm, ClaimState, name_key
 from xce.model.hosts import Host
 from xce.model.identity import Token, User
 from xce.model.jobs import Job
@@ -100,8 +100,8 @@ class Model:
     orphans: dict[str, Orphan] = field(default_factory=dict)
     agent_epochs: dict[str, int] = field(default_factory=dict)
     # derived indexes, kept by the claim folds and rebuilt from ``claims`` on load (not snapshotted)
-    claim_names: dict[str, int] = field(default_factory=dict)  # live claim name -> id
-    released_names: dict[str, int] = field(default_factory=dict)  # released claim name -> newest id
+    claim_names: dict[str, int] = field(default_factory=dict)  # "project/name" of a live standalone claim -> id
+    released_names: dict[str, int] = field(default_factory=dict)  # "project/name" released -> newest id
     open_ops: set[int] = field(default_factory=set)  # claims with an open provider op
     pending_jobs: set[int] = field(default_factory=set)  # PEND with nothing allocated: what the scheduler plans
     cluster_held: dict[int, dict[str, float]] = field(default_factory=dict)  # job -> cluster counters it holds
@@ -180,9 +180,11 @@ class Model:
         self.pending_jobs = {j.id for j in self.jobs.values() if j.state is JobState.PEND and not j.alloc_slots}
         self.cluster_held = {j.id: j.alloc_cluster for j in self.jobs.values() if j.alloc_cluster}
         for c in self.claims.values():
-            if c.state is ClaimState.RELEASED:
-                self.released_names[c.name] = max(c.id, self.released_names.get(c.name, 0))
-            else:
-                self.claim_names[c.name] = c.id
+            if c.form is ClaimForm.STANDALONE:  # template claims have no name anyone can look up
+                key = name_key(c.project, c.name)
+                if c.state is ClaimState.RELEASED:
+                    self.released_names[key] = max(c.id, self.released_names.get(key, 0))
+                else:
+                    self.claim_names[key] = c.id
             if c.open_ops():  # its own op, or an attachment's
                 self.open_ops.add(c.id)

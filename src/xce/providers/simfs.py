@@ -19,7 +19,13 @@ volume, and ``create`` again with the same op_id finds it (one object, never
 two).  Dot-named entries are never listed and are swept by later changes.
 
 Private config: ``root`` (required, absolute, must exist), ``capacity_bytes``,
-``reachable_hosts``, ``host_labels``, ``latency``, ``min_size_bytes``.
+``reachable_hosts``, ``host_labels``, ``latency``, ``min_size_bytes``, ``set_owner``.
+
+Modes: the directories simfs makes are ``0711`` (passable, not listable),
+``meta.json`` is ``0600``, and each object's ``data/`` is ``0700``.  With
+``set_owner = true`` (simfs running as root for jobs that run as their
+users), ``data/`` belongs to the unix account named by the object's
+``xce.owner`` tag, so only that user (and root) can read it.
 
 Command line (for tests and people)::
 
@@ -41,7 +47,7 @@ import time
 CONTRACT = 1
 OPS = ("create", "attach", "detach", "release", "health", "list",
        "node_prepare", "node_publish", "node_unpublish")
-CONFIG_KEYS = ("root", "capacity_bytes", "reachable_hosts", "host_labels", "latency", "min_size_bytes")
+CONFIG_KEYS = ("root", "capacity_bytes", "reachable_hosts", "host_labels", "latency", "min_size_bytes", "set_owner")
 FAULT_KEYS = ("fail_next", "fail_code", "fail_retryable", "fail_message", "fail_ops", "fail_probability",
               "hang_next", "hang_seconds", "crash_after_act_next", "hang_after_act_next", "garbage_next")
 CRASH_STATUS = 137
@@ -86,6 +92,9 @@ class Config:
         if isinstance(latency, bool) or not isinstance(latency, (int, float)) or not 0 <= latency < 3600:
             raise Refusal("INVALID_CONFIG", "simfs: latency must be a number of seconds", True)
         self.latency = float(latency)
+        self.set_owner = raw.get("set_owner", False)
+        if not isinstance(self.set_owner, bool):
+            raise Refusal("INVALID_CONFIG", "simfs: set_owner must be true or false", True)
 
     @property
     def volumes(self) -> str:
@@ -162,11 +171,39 @@ def _read_json(path: str) -> dict | None:
 
 
 def _write_json(path: str, value: object) -> None:
-    """Atomically: a reader sees the old file or the new one, never half of one."""
+    """Atomically: a reader sees the old file or the new one, never half of one (mode 0600: owner
+    tags are nobody else's business)."""
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as fh:
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
         json.dump(value, fh, sort_keys=True)
     os.replace(tmp, path)
+
+
+def _owner_ids(cfg: Config, tags: dict) -> tuple[int, int] | None:
+    """The (uid, gid) an object's data is given to with ``set_owner`` (None: left to simfs's user)."""
+    if not cfg.set_owner:
+        return None
+    import pwd
+
+    name = tags.get("xce.owner")
+    try:
+        pw = pwd.getpwnam(name) if name else None
+    except KeyError:
+        pw = None
+    if pw is None:
+        raise Refusal("NOT_FOUND", f"simfs: the claim's owner {name!r} has no account on this host", False)
+    return pw.pw_uid, pw.pw_gid
+
+
+def _makedirs(path: str) -> None:
+    """``path`` and its parents, made passable but not listable by others (whatever the umask)."""
+    if not os.path.isdir(path):
+        _makedirs(os.path.dirname(path))
+        try:
+            os.mkdir(path, 0o711)
+        except FileExistsError:
+            return
+        os.chmod(path, 0o711)
 
 
 def _sweep(parent: str) -> None:
@@ -230,7 +267,7 @@ def _make(cfg: Config, parent: str, handle: str, req: dict) -> dict:
         meta = _read_json(os.path.join(final, "meta.json"))
         if meta is not None:
             return meta  # OBSERVATION: this op_id already acted (a retry, maybe after a crash)
-        os.makedirs(parent, exist_ok=True)
+        _makedirs(parent)
         _sweep(parent)
         actual = max(size, cfg.min_size)
         if cfg.capacity is not None and parent == cfg.volumes:
@@ -240,8 +277,12 @@ def _make(cfg: Config, parent: str, handle: str, req: dict) -> dict:
                                                     f"{cfg.capacity} bytes are in use", True)
         meta = {"handle": handle, "tags": tags, "size_bytes": actual, "created": time.time(),
                 "class": req.get("class_name") or "", "params": params, "attachments": []}
+        owner = _owner_ids(cfg, tags)
         build = os.path.join(parent, f".new-{handle}")
-        os.makedirs(os.path.join(build, "data"))
+        os.mkdir(build, 0o711)
+        os.mkdir(os.path.join(build, "data"), 0o700)
+        if owner is not None:
+            os.chown(os.path.join(build, "data"), *owner)
         _write_json(os.path.join(build, "meta.json"), meta)
         os.rename(build, final)
         return meta

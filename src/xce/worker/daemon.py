@@ -32,6 +32,7 @@ from xce.agents.provisioner import SIMFS_COMMAND
 from xce.cli.http import ApiError, CliError, Client
 from xce.model.claims import node_agent
 from xce.worker import sandbox, staging
+from xce.worker.storage import StorageRoots
 
 log = logging.getLogger("xce.worker")
 
@@ -42,7 +43,8 @@ ADOPT_POLL = 0.5
 class Worker:
     def __init__(self, host: str, url: str, token: str, slots: int, attrs: dict[str, str],
                  counters: dict[str, float], work_dir: str, heartbeat: float = 2.0,
-                 run_as_users: bool = False, providers: dict[str, Provider] | None = None) -> None:
+                 run_as_users: bool = False, providers: dict[str, Provider] | None = None,
+                 storage_roots: list[str] | None = None) -> None:
         self.host = host
         self.client = Client(url, token, timeout=90)
         self.slots, self.attrs, self.counters = slots, attrs, counters
@@ -55,20 +57,22 @@ class Worker:
         self.output_dir = os.path.join(work_dir, "output")
         for d in (self.runs_dir, self.jobs_dir, self.output_dir):
             os.makedirs(d, exist_ok=True)
-        os.chmod(self.jobs_dir, 0o711)  # users reach their own workspace, and list nobody's
-        os.chmod(self.output_dir, 0o711)
+            os.chmod(d, 0o711)  # users reach their own workspace, claims and output, and list nobody's
         self.running: set[tuple[int, int]] = set()
         self._lock = threading.Lock()
         self._reports: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()
         self._stop = threading.Event()
+        if providers is None:
+            providers = default_node_providers(work_dir, set_owner=run_as_users)
+        # claim data is published into jobs (and staged into) only from these directories
+        self.storage = StorageRoots.of(providers, storage_roots or ())
         # the node agent: prepares and releases this host's node-scope claims, stages files in and out
-        self.node_agent = ClaimAgent(Client(url, token, timeout=90), node_agent(host),
-                                     providers if providers is not None else default_node_providers(work_dir),
+        self.node_agent = ClaimAgent(Client(url, token, timeout=90), node_agent(host), providers,
                                      inventory_classes=False, local_ops={
                                          "stage_in": self._stage, "stage_out": self._stage})
 
     def _stage(self, item: dict[str, Any]):
-        return staging.run_stage_op(item, self.host, self.run_as_users)
+        return staging.run_stage_op(item, self.host, self.run_as_users, self.storage)
 
     # ------------------------------------------------------------ run directories
 
@@ -77,7 +81,7 @@ class Worker:
 
     def _write_journal(self, run_dir: str, data: dict[str, Any]) -> None:
         path = os.path.join(run_dir, "journal.json")
-        with open(path + ".tmp", "w") as fh:
+        with open(os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
             json.dump(data, fh)
             fh.flush()
             os.fsync(fh.fileno())
@@ -189,13 +193,13 @@ class Worker:
         with self._lock:
             if key in self.running or os.path.exists(run_dir):
                 return  # already started (its report may still be on its way)
-            os.mkdir(run_dir)
+            os.mkdir(run_dir, 0o711)  # the job passes through to its claims' mount points
         workspace = os.path.join(self.jobs_dir, f"{key[0]}.{key[1]}")
         intent = {"job_id": key[0], "run": key[1], "workspace": workspace, "user": job["user"]}
         self._write_journal(run_dir, intent)  # intent before action
         try:
             run_as = sandbox.run_as_for(job["user"], self.host) if self.run_as_users else None
-            started = sandbox.start(job, self.host, run_dir, workspace, self.output_dir, run_as)
+            started = sandbox.start(job, self.host, run_dir, workspace, self.output_dir, self.storage, run_as)
         except (sandbox.StartFailed, OSError) as e:
             reason = str(e) if isinstance(e, sandbox.StartFailed) else f"failed to start: {e}"
             sandbox.clean_workspace(workspace)
@@ -322,10 +326,12 @@ class Worker:
         self.node_agent.stop()
 
 
-def default_node_providers(work_dir: str) -> dict[str, Provider]:
+def default_node_providers(work_dir: str, set_owner: bool = False) -> dict[str, Provider]:
     """Without a provider config: simfs for node-scope classes, its root under the work dir, run in
-    the worker's own process (node-local directories need no process of their own)."""
+    the worker's own process (node-local directories need no process of their own).  With
+    ``set_owner`` (jobs run as their users) each object's data belongs to the claim's owner."""
     root = os.path.join(work_dir, "simfs")
-    os.makedirs(root, exist_ok=True)
-    return {"simfs": Provider(name="simfs", command=SIMFS_COMMAND, timeout=60.0, config={"root": root},
-                              in_process=True)}
+    os.makedirs(root, mode=0o711, exist_ok=True)
+    os.chmod(root, 0o711)  # users pass through to their own objects; nobody lists the others
+    config: dict[str, Any] = {"root": root, "set_owner": True} if set_owner else {"root": root}
+    return {"simfs": Provider(name="simfs", command=SIMFS_COMMAND, timeout=60.0, config=config, in_process=True)}

@@ -32,7 +32,8 @@ def parse_pairs(items: list[str] | None, what: str, numeric: bool) -> dict:
 
 def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[str] | None,
                counters: list[str] | None, work_dir: str | None, heartbeat: float,
-               run_as_users: bool = False, provider_config: str | None = None) -> int:
+               run_as_users: bool = False, provider_config: str | None = None,
+               storage_roots: list[str] | None = None) -> int:
     from xce.model.names import check_name
     from xce.errors import InvalidRequest
     from xce.worker.daemon import Worker
@@ -54,7 +55,8 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
     worker = Worker(host, url, token, slots if slots is not None else (os.cpu_count() or 1),
                     parse_pairs(attrs, "attr", numeric=False), parse_pairs(counters, "counter", numeric=True),
                     work_dir, heartbeat=heartbeat, run_as_users=run_as_users,
-                    providers=load_provisioner_config(provider_config).providers if provider_config else None)
+                    providers=load_provisioner_config(provider_config).providers if provider_config else None,
+                    storage_roots=[_storage_root(r) for r in storage_roots or ()])
 
     def on_signal(signum, frame) -> None:
         logging.getLogger("xce.worker").info("signal %d: stopping", signum)
@@ -73,3 +75,9 @@ def _parents(path: str) -> list[str]:
         if parent == path:
             return out
         path = parent
+
+
+def _storage_root(path: str) -> str:
+    if not os.path.isabs(path) or not os.path.isdir(path) or os.path.realpath(path) == "/":
+        raise UsageError(f"--storage-root {path}: must be an existing directory given as an absolute path (not /)")
+    return path

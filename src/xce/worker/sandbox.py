@@ -27,6 +27,8 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
+from xce.worker.storage import OutsideStorage, StorageRoots
+
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # $1 = run dir; the rest is the job's chain.  Waits for the job, records how it ended.
@@ -71,19 +73,25 @@ def publish_env(claims: list[dict[str, Any]], run_dir: str) -> dict[str, str]:
     return env
 
 
-def prepare_publish(claims: list[dict[str, Any]], run_dir: str, run_as: RunAs | None, as_root: bool) -> list[str]:
-    """Mount points (root) or symlinks (not root) for each claim; returns the PUBLISH arguments."""
+def prepare_publish(claims: list[dict[str, Any]], run_dir: str, roots: StorageRoots, as_root: bool) -> list[str]:
+    """Mount points (root) or symlinks (not root) for each claim; returns the PUBLISH arguments.
+
+    Each claim's data path must lie inside this worker's storage roots (a forged path such as
+    ``/etc`` is refused).  Nothing is chowned here: a claim's data belongs to whoever its provider
+    made it for (see ``set_owner`` in simfs); the worker changes ownership of nothing it did not
+    create for the run."""
     if not claims:
         return []
     base = claims_dir(run_dir)
-    os.makedirs(base, mode=0o755, exist_ok=True)
+    os.makedirs(base, mode=0o711, exist_ok=True)
     args: list[str] = []
     for c in claims:
-        src = c.get("path")
-        if not src or not os.path.isdir(src):
+        try:
+            src = roots.check(c.get("path"), f"claim {c['claim']}")
+        except OutsideStorage as e:
+            raise StartFailed(f"failed to start: {e}") from None
+        if not os.path.isdir(src):
             raise StartFailed(f"failed to start: claim {c['claim']} has no data directory on this host ({src})")
-        if run_as is not None and not c["readonly"]:
-            os.chown(src, run_as.uid, run_as.gid)  # ownership is the job's user
         dst = os.path.join(base, c["name"])
         if as_root:
             os.makedirs(dst, exist_ok=True)
@@ -139,7 +147,7 @@ def _resolve(command: str, cwd: str, path: str) -> str | None:
 
 
 def start(job: dict[str, Any], host: str, run_dir: str, workspace: str, output_dir: str,
-          run_as: RunAs | None = None) -> Started:
+          roots: StorageRoots, run_as: RunAs | None = None) -> Started:
     """Create the workspace, check what can be checked here, spawn the shepherd."""
     os.makedirs(workspace, mode=0o700, exist_ok=True)
     if run_as is not None:
@@ -151,7 +159,7 @@ def start(job: dict[str, Any], host: str, run_dir: str, workspace: str, output_d
     env = job_env(job, host, workspace, home)
     claims = job.get("claims") or []
     as_root = os.geteuid() == 0 and shutil.which("unshare") is not None
-    publish_args = prepare_publish(claims, run_dir, run_as, as_root)
+    publish_args = prepare_publish(claims, run_dir, roots, as_root)
     env.update(publish_env(claims, run_dir))
     if _resolve(job["command"][0], cwd, env["PATH"]) is None:
         raise StartFailed(f"failed to start: command not found: {job['command'][0]}")
@@ -162,7 +170,7 @@ def start(job: dict[str, Any], host: str, run_dir: str, workspace: str, output_d
     for p in {os.path.dirname(stdout), os.path.dirname(stderr)}:
         if not os.path.isdir(p):
             raise StartFailed(f"failed to start: output directory {p} does not exist on {host}")
-    if run_as is not None and not job["stdout"]:
+    if not job["stdout"]:
         _precreate(default_out, run_as)
     chain = [shutil.which("setsid") or "/usr/bin/setsid"]
     if as_root:
@@ -185,11 +193,14 @@ def start(job: dict[str, Any], host: str, run_dir: str, workspace: str, output_d
     return Started(pid=pid, workspace=workspace, stdout=stdout, stderr=stderr, publish=publish)
 
 
-def _precreate(path: str, run_as: RunAs) -> None:
-    """The default output file lives in the worker's directory: make it the user's before they open it."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+def _precreate(path: str, run_as: RunAs | None) -> None:
+    """The default output file lives in the worker's directory under a guessable name: make it 0600
+    (and the user's) before the job opens it, so no other user's job can read it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     try:
-        os.fchown(fd, run_as.uid, run_as.gid)
+        os.fchmod(fd, 0o600)
+        if run_as is not None:
+            os.fchown(fd, run_as.uid, run_as.gid)
     finally:
         os.close(fd)
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from xce.providers.contract import ProviderReply
 from xce.worker.sandbox import RunAs, StartFailed, run_as_for
+from xce.worker.storage import OutsideStorage, StorageRoots
 
 COPY_TIMEOUT = 3600.0
 # $1 source, $2 destination: the destination's directory is made, then the copy (recursive)
@@ -73,11 +74,18 @@ def _who(run_as: RunAs | None) -> str:
     return f"as {run_as.name}" if run_as is not None else f"as the worker's user (uid {os.geteuid()})"
 
 
-def run_stage_op(item: dict[str, Any], host: str, run_as_users: bool, timeout: float = COPY_TIMEOUT) -> ProviderReply:
-    """One stage_in or stage_out op of the node agent: every item copied, or an error reply."""
+def run_stage_op(item: dict[str, Any], host: str, run_as_users: bool, roots: StorageRoots,
+                 timeout: float = COPY_TIMEOUT) -> ProviderReply:
+    """One stage_in or stage_out op of the node agent: every item copied, or an error reply.
+
+    The staging area must be inside this worker's storage roots (a forged path is refused for
+    good); it already belongs to the job's user (its provider made it so), so nothing is chowned."""
     op_id, op = item["op_id"], item["op"]
-    base = item.get("path")
-    if not base or not os.path.isdir(base):
+    try:
+        base = roots.check(item.get("path"), f"the staging claim {item.get('claim_name', '')}".rstrip())
+    except OutsideStorage as e:
+        return ProviderReply(op_id=op_id, ok=False, error_code="PERMISSION_DENIED", retryable=False, message=str(e))
+    if not os.path.isdir(base):
         return ProviderReply(op_id=op_id, ok=False, error_code="NOT_FOUND", retryable=True,
                              message=f"the staging claim has no directory on {host} ({base})")
     try:
@@ -85,8 +93,6 @@ def run_stage_op(item: dict[str, Any], host: str, run_as_users: bool, timeout: f
     except StartFailed as e:
         return ProviderReply(op_id=op_id, ok=False, error_code="NO_ACCOUNT", retryable=False,
                              message=str(e).removeprefix("failed to start: "))
-    if run_as is not None:
-        os.chown(base, run_as.uid, run_as.gid)  # the staging area is the user's
     what = op.replace("_", "-")
     for src, dest in item.get("items") or []:
         if op == "stage_in":
