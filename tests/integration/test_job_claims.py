@@ -28,6 +28,7 @@ access_modes = ["RWO"]
 name = "stage"
 provider = "simfs"
 scope = "node"
+counter = "scratch"
 access_modes = ["RWO"]
 
 [[apps]]

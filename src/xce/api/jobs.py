@@ -54,7 +54,7 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
                        stderr=body.stderr, rerunnable=body.rerunnable, held=body.hold,
                        claims=JobClaimsSpec(claims=tuple(body.claims), scratch=body.scratch,
                                             stage_in=tuple(body.stage_in), stage_out=tuple(body.stage_out),
-                                            app=body.app))
+                                            stage_size=body.stage_size, app=body.app))
         job_id = await mutate(request, actor, "job",
                               lambda model: submit(model, actor, spec, time.time(), ctl.config),
                               target_of=lambda new_id: f"job/{new_id}")

@@ -42,6 +42,10 @@ class JobSubmitRequest(Strict):
         default_factory=list, description="SRC (absolute) or SRC:DEST (DEST relative to $XCE_STAGE)")
     stage_out: Annotated[list[Path], Field(max_length=64)] = Field(
         default_factory=list, description="SRC:DEST (SRC relative to $XCE_STAGE, DEST absolute)")
+    stage_size: Annotated[str, Field(min_length=1, max_length=40)] | None = Field(
+        None, description="SIZE: room for the staging area on the job's first host (stage-in data and what the "
+                          "job leaves there for stage-out); default [claims] stage_size. xce submit sends the "
+                          "size of the stage-in sources")
     app: Name | None = Field(None, description="an application profile that declares template claims")
 
 

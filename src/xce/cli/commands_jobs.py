@@ -42,6 +42,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="copy SRC into $XCE_STAGE (as DEST) before the job starts (repeatable)")
     s.add_argument("--stage-out", action="append", default=[], metavar="SRC[:DEST]",
                    help="copy $XCE_STAGE/SRC to DEST (default: here) after the job ends (repeatable)")
+    s.add_argument("--stage-size", metavar="SIZE",
+                   help="room for $XCE_STAGE on the job's host, reserved on its scratch (default: the size of the "
+                        "--stage-in sources, measured here)")
     s.add_argument("--app", metavar="PROFILE", help="an application profile (its template claims come along)")
     s.add_argument("command", nargs="+", metavar="CMD", help="the command and its arguments, after --")
     s.set_defaults(func=cmd_submit)
@@ -85,6 +88,27 @@ def _positive_int(text: str) -> int:
 # ---------------------------------------------------------------- submit
 
 
+def _stage_bytes(sources: list[str]) -> int:
+    """What the stage-in sources hold (the room their copy takes), rounded up to a whole MiB; what
+    cannot be read from here counts nothing (the stage-in itself will say why)."""
+    total = 0
+    for src in sources:
+        try:
+            st = os.lstat(src)
+        except OSError:
+            continue
+        total += st.st_size
+        if os.path.isdir(src):
+            for top, dirs, files in os.walk(src):
+                for name in dirs + files:
+                    try:
+                        total += os.lstat(os.path.join(top, name)).st_size
+                    except OSError:
+                        pass
+    mib = 1 << 20
+    return max(1, -(-total // mib)) * mib
+
+
 def cmd_submit(args, ctx) -> int:
     body: dict[str, Any] = {"command": args.command, "slots": args.slots, "resreq": args.resreq,
                             "rerunnable": args.rerunnable, "hold": args.hold}
@@ -113,6 +137,11 @@ def cmd_submit(args, ctx) -> int:
     for text in args.stage_out:  # destinations default to here
         src, sep, dest = text.partition(":")
         body["stage_out"].append(f"{src}:{os.path.join(here, dest or os.path.basename(src))}")
+    if args.stage_size:
+        body["stage_size"] = args.stage_size
+    elif body["stage_in"]:
+        body["stage_size"] = str(_stage_bytes([text.rpartition(":")[0] if ":" in text else text
+                                                for text in body["stage_in"]]))
     if args.resreq:
         from xce.scheduler.resreq import ResReqError, parse_resreq
 

@@ -62,8 +62,9 @@ description = "per-job local scratch (xce submit --scratch SIZE), on the host's 
 name = "stage"
 provider = "simfs"
 scope = "node"
+counter = "scratch"
 access_modes = ["RWO"]
-description = "per-job staging area (xce submit --stage-in/--stage-out), $XCE_STAGE"
+description = "per-job staging area (xce submit --stage-in/--stage-out, --stage-size), $XCE_STAGE, on the host's scratch counter"
 
 [[apps]]
 name = "serve"
@@ -213,6 +214,7 @@ class ClaimsConfig:
     orphan_scan_interval: float = 30.0
     scratch_class: str = "scratch"  # xce submit --scratch SIZE (without :CLASS)
     stage_class: str = "stage"  # the staging claim of --stage-in/--stage-out
+    stage_size: str = "64Mi"  # the staging area's size when a submission does not say (xce submit measures)
 
 
 @dataclass(frozen=True)
@@ -359,6 +361,7 @@ def _check_claims(source: str, pools: list[PoolConfig], classes: list[ClaimClass
             _ = p.capacity_bytes
         for q in quotas:
             _ = q.max_bytes_value
+        parse_size(claims.stage_size, "[claims] stage_size")
     except InvalidRequest as e:
         raise ConfigError(f"{source}: {e.message}") from None
     pool_names = {p.name for p in pools}

@@ -375,10 +375,14 @@ def visible(model: Model, actor: User, name: str, project: str | None = None) ->
         if not (actor.is_admin or template.project in actor.projects):
             raise NotFound(f"claim {name!r} not found")
         return template
-    projects = [project] if project is not None else sorted(model.projects) if actor.is_admin else actor.projects
-    projects = [p for p in projects if actor.is_admin or p in actor.projects]
     for index in (model.claim_names, model.released_names):
-        found = [model.claims[i] for p in projects if (i := index.get(name_key(p, name))) in model.claims]
+        if project is not None:
+            keys = [name_key(project, name)] if actor.is_admin or project in actor.projects else []
+        elif actor.is_admin:  # every project, those removed from the config too
+            keys = sorted(k for k in index if k.partition("/")[2] == name)
+        else:
+            keys = [name_key(p, name) for p in actor.projects]
+        found = [model.claims[i] for k in keys if (i := index.get(k)) in model.claims]
         if len(found) > 1:
             raise Conflict(f"claim {name!r} exists in projects {', '.join(c.project for c in found)}: "
                            f"say which (--project)", code="ambiguous")

@@ -52,6 +52,7 @@ class JobClaimsSpec:
     scratch: str | None = None  # SIZE or SIZE:CLASS
     stage_in: tuple[str, ...] = ()  # SRC (absolute) or SRC:DEST (DEST relative to $XCE_STAGE)
     stage_out: tuple[str, ...] = ()  # SRC (relative to $XCE_STAGE) or SRC:DEST (DEST absolute)
+    stage_size: str | None = None  # room the staging area takes on the host (default: [claims] stage_size)
     app: str | None = None
 
 
@@ -70,12 +71,13 @@ def check_published(refs: list[dict[str, Any]], templates: list[dict[str, Any]])
     """Every claim a job publishes needs its own mount point (``claims/<name>``) and its own variable:
     refuse a submission where two would meet, or a standalone claim would hide the job's own
     workspace, scratch or staging area."""
+    for r in refs:
+        if r["name"] in C.RESERVED_NAMES:
+            raise InvalidRequest(f"claim {r['name']} has a reserved name: it would hide the job's own {r['name']}")
     seen: dict[str, str] = {"workspace": "the workspace", "XCE_WORKSPACE": "the workspace"}
     published = [(t["kind"], template_env(t["kind"]), f"template claim {t['kind']}") for t in templates]
     published += [(r["name"], env_name(r["name"]), f"claim {r['name']}") for r in refs]
     for name, env, what in published:
-        if name in C.RESERVED_NAMES and what.startswith("claim "):
-            raise InvalidRequest(f"{what} has a reserved name: it would hide the job's own {name}")
         for key in (name, env):
             if key in seen:
                 where = f"${key}" if key == env else f"the mount point claims/{key}"
@@ -156,8 +158,15 @@ def resolve(model: Model, config: Config, actor: User, project: str, spec: JobCl
         cls = C.class_or_404(config, config.claims.stage_class)
         if cls.scope != "node":
             raise InvalidRequest(f"the staging class {cls.name!r} must be node-scope")
-        templates.append({"kind": "stage", "class": cls.name, "size_bytes": 0, "scope": "node", "counter": None,
-                          "pools": [], "stage_in": ins, "stage_out": outs})
+        # staged bytes take room on the host: reserved on the class's counter (its scratch), and the
+        # node agent refuses a stage-in larger than this before it copies anything
+        size = parse_size(spec.stage_size if spec.stage_size is not None else config.claims.stage_size,
+                          "--stage-size")
+        C.check_quota(model, config, project, cls.name, size)
+        templates.append({"kind": "stage", "class": cls.name, "size_bytes": size, "scope": "node",
+                          "counter": cls.counter, "pools": [], "stage_in": ins, "stage_out": outs})
+    elif spec.stage_size is not None:
+        raise InvalidRequest("--stage-size needs --stage-in or --stage-out")
     if spec.app is not None:
         app = config.app(spec.app)
         if app is None:

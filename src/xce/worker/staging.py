@@ -23,51 +23,76 @@ from xce.worker.storage import OutsideStorage, StorageRoots
 COPY_TIMEOUT = 3600.0
 # $1 source, $2 destination: the destination's directory is made, then the copy (recursive)
 COPY = 'mkdir -p -- "$(dirname -- "$2")" && cp -R -- "$1" "$2"'
+# every argument's apparent size in bytes, one line each
+MEASURE = 'exec du -s -b -- "$@"'
 
 
-def _spawn_copy(src: str, dest: str, run_as: RunAs | None, timeout: float) -> tuple[int, str]:
-    argv = ["/bin/sh", "-c", COPY, "xce-stage", src, dest]
+def _spawn(script: str, args: list[str], run_as: RunAs | None, timeout: float) -> tuple[int, str, str]:
+    """``sh -c SCRIPT`` with ``args``, as ``run_as`` when given: (exit code, stdout, stderr)."""
+    argv = ["/bin/sh", "-c", script, "xce-stage", *args]
     if run_as is not None:
         argv = [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={run_as.uid}", f"--regid={run_as.gid}",
                 "--init-groups", "--", *argv]
+    out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
         pid = os.posix_spawn(argv[0], argv, {"PATH": "/usr/bin:/bin", "LANG": "C"},
                              file_actions=[(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-                                           (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
+                                           (os.POSIX_SPAWN_DUP2, out_w, 1),
                                            (os.POSIX_SPAWN_DUP2, err_w, 2)], setsid=True)
     finally:
+        os.close(out_w)
         os.close(err_w)
     deadline = time.monotonic() + timeout
-    chunks = []
-    os.set_blocking(err_r, False)
+    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+    for fd in chunks:
+        os.set_blocking(fd, False)
+
+    def drain() -> None:
+        for fd, got in chunks.items():
+            while True:
+                try:
+                    chunk = os.read(fd, 65536)
+                except BlockingIOError:
+                    break
+                if not chunk:
+                    break
+                got.append(chunk)
+
     try:
         while True:
-            try:
-                chunk = os.read(err_r, 65536)
-                if chunk:
-                    chunks.append(chunk)
-            except BlockingIOError:
-                pass
+            drain()
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 break
             if time.monotonic() > deadline:
                 os.killpg(pid, 9)
                 os.waitpid(pid, 0)
-                return 124, f"copy timed out after {timeout:g}s"
+                return 124, "", f"timed out after {timeout:g}s"
             time.sleep(0.02)
-        while True:
-            try:
-                chunk = os.read(err_r, 65536)
-            except BlockingIOError:
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
+        drain()
     finally:
+        os.close(out_r)
         os.close(err_r)
-    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode(errors="replace").strip()
+    text = [b"".join(chunks[fd]).decode(errors="replace").strip() for fd in (out_r, err_r)]
+    return os.waitstatus_to_exitcode(status), text[0], text[1]
+
+
+def _spawn_copy(src: str, dest: str, run_as: RunAs | None, timeout: float) -> tuple[int, str]:
+    code, _, err = _spawn(COPY, [src, dest], run_as, timeout)
+    return code, ("copy " + err if code == 124 and err.startswith("timed out") else err)
+
+
+def _staged_bytes(sources: list[str], run_as: RunAs | None) -> int | None:
+    """How much the stage-in sources hold, measured as the user who may read them (None: some of
+    them cannot be measured; the copy will say why)."""
+    code, out, _ = _spawn(MEASURE, sources, run_as, 600.0)
+    if code != 0:
+        return None
+    try:
+        return sum(int(line.split()[0]) for line in out.splitlines() if line.strip())
+    except (ValueError, IndexError):
+        return None
 
 
 def _who(run_as: RunAs | None) -> str:
@@ -94,6 +119,13 @@ def run_stage_op(item: dict[str, Any], host: str, run_as_users: bool, roots: Sto
         return ProviderReply(op_id=op_id, ok=False, error_code="NO_ACCOUNT", retryable=False,
                              message=str(e).removeprefix("failed to start: "))
     what = op.replace("_", "-")
+    if op == "stage_in" and item.get("size_bytes"):  # (0: a staging claim made before sizes were reserved)
+        # the staging area's room was reserved on this host's scratch: copy nothing that does not fit
+        size = _staged_bytes([src for src, _ in item.get("items") or []], run_as)
+        if size is not None and size > item["size_bytes"]:
+            return ProviderReply(op_id=op_id, ok=False, error_code="RESOURCE_EXHAUSTED", retryable=False,
+                                 message=f"stage-in of {size} bytes does not fit the staging area's "
+                                         f"{item['size_bytes']} bytes (submit with a larger --stage-size)")
     for src, dest in item.get("items") or []:
         if op == "stage_in":
             src_path, dest_path = src, os.path.join(base, dest)
