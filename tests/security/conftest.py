@@ -6,6 +6,7 @@ it found it, or works on identities of its own.
 
 from __future__ import annotations
 
+import json
 import re
 
 import httpx
@@ -40,8 +41,6 @@ def xce_as(cl: Cluster, token: str, *args: str):
 
 def new_user(cl: Cluster, name: str, role: str = "user", **kw) -> str:
     """Create ``name`` (through the admin's CLI) and return a fresh token for it."""
-    import json
-
     args = ["user", "create", name, "--role", role] + [a for k, v in kw.items() for a in (f"--{k}", v)]
     cl.xce(*args)
     return json.loads(cl.xce("--json", "token", "create", "--user", name).stdout)["token"]

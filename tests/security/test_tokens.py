@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 
-import httpx
 import pytest
 
 from tests.helpers import XCE, daemon_env, wait_for, write_token_file
@@ -92,6 +91,24 @@ def test_an_admin_revokes_a_daemon_token(cl):
         assert {h["name"]: h["slots"] for h in adm.get("/v1/hosts").json()}["host2"] == 2  # not re-registered
     with as_user(cl, cl.workers["host2"].token) as c:  # the worker's own token is untouched
         assert c.post("/v1/hosts/host2/heartbeat", json={}).status_code == 200
+
+
+def test_a_secret_pasted_where_a_token_id_goes_is_never_kept(cl):
+    """A user revokes by pasting the secret itself: the CLI sends only its id; sent raw, it is refused
+    and the audit trail (a durable fact) keeps only the id."""
+    kim = new_user(cl, "kim")
+    leaked = json.loads(cl.xce("--json", "token", "create", "--user", "kim").stdout)["token"]
+    with as_user(cl, kim) as c:
+        r = c.delete(f"/v1/tokens/{leaked}")
+        assert r.status_code == 422 and leaked not in r.text
+        r = c.post(f"/v1/claims/{leaked}/attachments", json={})  # any route, any refusal
+        assert leaked not in r.text
+    r = xce_as(cl, kim, "token", "revoke", leaked)
+    assert r.returncode == 0 and leaked not in r.stdout + r.stderr
+    assert xce_as(cl, leaked, "jobs").returncode == 1
+    with cl.api() as adm:
+        trail = adm.get("/v1/audit", params={"limit": 100000}).text
+    assert leaked not in trail and f"/v1/tokens/xce_{token_id(leaked)}_***" in trail
 
 
 # ---------------------------------------------------------------- expiry

@@ -40,7 +40,8 @@ from xce.model.identity import (User, define_user, issue_token, revoke_token, se
 from xce.model.names import NAME_PATTERN
 from xce.model.jobs import JobState
 
-TokenId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$", max_length=64)]
+TokenId = Annotated[str, Path(pattern=r"^[0-9a-f]{1,32}$", max_length=32,
+                              description="the id shown by xce token list (the secret's xce_ID_ part)")]
 UserName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=63)]
 
 ERRORS: dict[int | str, dict[str, Any]] = {

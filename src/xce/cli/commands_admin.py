@@ -164,7 +164,10 @@ def cmd_token_list(args, ctx) -> int:
 
 
 def cmd_token_revoke(args, ctx) -> int:
-    return _show(ctx, ctx.client().delete(f"/v1/tokens/{quote(args.token_id, safe='')}"),
+    token_id = args.token_id
+    if token_id.startswith("xce_") and token_id.count("_") >= 2:  # a secret pasted whole: send only its id
+        token_id = token_id.split("_")[1]
+    return _show(ctx, ctx.client().delete(f"/v1/tokens/{quote(token_id, safe='')}"),
                  lambda t: print(f"Token {t['token_id']} of user <{t['user']}> is revoked"))
 
 

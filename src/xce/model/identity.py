@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import re
 import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -95,6 +96,15 @@ def new_token_secret() -> tuple[str, str]:
     """A fresh (token_id, secret).  The secret embeds the id so logs can name a token safely."""
     token_id = secrets.token_hex(6)
     return token_id, f"xce_{token_id}_{secrets.token_urlsafe(32)}"
+
+
+_SECRET = re.compile(r"xce_([0-9a-f]{1,32})_[A-Za-z0-9_-]+")
+
+
+def redact(text: str) -> str:
+    """``text`` with any token secret in it cut to its id (``xce_<id>_***``): for what is kept or shown
+    about a request someone else wrote (a secret pasted into a path or a name must not become a fact)."""
+    return _SECRET.sub(r"xce_\1_***", text) if "xce_" in text else text
 
 
 # ---------------------------------------------------------------- decisions
