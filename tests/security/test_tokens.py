@@ -289,3 +289,29 @@ def test_xce_up_leaks_no_token_to_its_logs_or_process_listing(tmp_path):
     finally:
         up.terminate()
         up.wait(60)
+
+
+def test_a_revoked_admin_token_is_replaced_in_the_state_dir_at_the_next_start(tmp_path):
+    """An admin revokes the bootstrap token (it leaked); whoever runs the controller gets a fresh one
+    in DIR/admin.token (0600) at the next start, and the leaked one stays dead."""
+    from tests.helpers import ControllerProcess
+
+    ctl = ControllerProcess(state_dir=str(tmp_path / "ctl")).start()
+    try:
+        old = ctl.token
+        with ctl.client() as c:
+            assert c.delete(f"/v1/tokens/{token_id(old)}").status_code == 200
+            assert c.get("/v1/ping").status_code == 401
+        ctl.stop()
+        ctl.start()
+        new = ctl.token
+        assert new != old
+        assert oct(os.stat(os.path.join(ctl.state_dir, "admin.token")).st_mode & 0o777) == "0o600"
+        with ctl.client(new) as c:
+            assert c.get("/v1/ping").json()["role"] == "admin"
+        with ctl.client(old) as c:
+            assert c.get("/v1/ping").status_code == 401
+        with open(ctl.log.name, "rb") as fh:
+            assert not SECRET.search(fh.read())
+    finally:
+        ctl.stop()
