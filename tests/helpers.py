@@ -146,6 +146,20 @@ def cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.Comp
                           timeout=timeout)
 
 
+def write_token_file(path: str, token: str) -> str:
+    """``token`` into ``path`` with mode 0600, as ``xce worker/provisioner --token-file`` requires."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(token + "\n")
+    os.chmod(path, 0o600)  # (an existing file keeps its mode through O_CREAT)
+    return path
+
+
+def daemon_env() -> dict[str, str]:
+    """The test's environment for a daemon, without any XCE_TOKEN the test runner may have."""
+    return {k: v for k, v in os.environ.items() if k != "XCE_TOKEN"}
+
+
 def daemon_token(ctl: ControllerProcess, host: str) -> str:
     """A daemon identity bound to ``host`` (created once) and a fresh token for it."""
     with ctl.client() as c:
@@ -158,7 +172,10 @@ def daemon_token(ctl: ControllerProcess, host: str) -> str:
 
 @dataclass
 class WorkerProcess:
-    """A real ``xce worker`` joined to ``ctl``, with its own daemon token and work dir."""
+    """A real ``xce worker`` joined to ``ctl``, with its own daemon token and work dir.
+
+    The token reaches the worker as the README says: ``--token-file WORK_DIR/token`` (mode 0600), never
+    on its command line."""
 
     ctl: ControllerProcess
     host: str
@@ -176,16 +193,16 @@ class WorkerProcess:
         os.makedirs(self.work_dir, exist_ok=True)
         if self.token is None:
             self.token = daemon_token(self.ctl, self.host)
+        token_file = write_token_file(os.path.join(self.work_dir, "token"), self.token)
         cmd = XCE + ["worker", "--host", self.host, "--controller", self.ctl.url, "--slots", str(self.slots),
-                     "--work-dir", self.work_dir, "--heartbeat", "0.5"]
+                     "--work-dir", self.work_dir, "--heartbeat", "0.5", "--token-file", token_file]
         cmd += [a for k, v in self.attrs.items() for a in ("--attr", f"{k}={v}")]
         cmd += [a for k, v in self.counters.items() for a in ("--counter", f"{k}={v}")]
         cmd += [a for root in self.storage_roots for a in ("--storage-root", root)]
         cmd += self.extra_args
         log = open(os.path.join(self.work_dir, "worker.log"), "ab")
         self._started_at = time.time()
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "XCE_TOKEN": self.token})
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=daemon_env())
         log.close()
         if wait_registered:
             wait_for(self._registered, what=f"worker {self.host} registered")
@@ -306,9 +323,11 @@ class ProvisionerProcess:
         with open(self.config_path, "w") as fh:
             fh.write(f'[provisioner]\npoll_wait = 5.0\n\n[providers.simfs]\ntimeout = 20.0\n'
                      f'[providers.simfs.config]\nroot = "{self.simfs_root}"\n\n{self.extra_providers}')
+        token_file = write_token_file(os.path.join(self.work_dir, "token"), self.token)
         log = open(os.path.join(self.work_dir, "provisioner.log"), "ab")
-        self.proc = subprocess.Popen(XCE + ["provisioner", "--controller", self.ctl.url, "--config", self.config_path],
-                                     stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "XCE_TOKEN": self.token})
+        self.proc = subprocess.Popen(XCE + ["provisioner", "--controller", self.ctl.url, "--config", self.config_path,
+                                            "--token-file", token_file],
+                                     stdout=log, stderr=subprocess.STDOUT, env=daemon_env())
         log.close()
         return self
 

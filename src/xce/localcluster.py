@@ -121,10 +121,21 @@ class LocalCluster:
         raise ClusterError(f"the controller did not become leader within {timeout:g}s; see {child.log_path}")
 
     def _daemon_token(self, admin: Client, user: str, host: str | None, path: str) -> str:
-        """A daemon identity's token (bound to ``host`` if given), made once and kept at ``path``."""
+        """A daemon identity (bound to ``host`` if given) whose token is kept at ``path`` (mode 0600).
+
+        Made once; made again if it stopped working (revoked, expired).  Returns ``path``: daemons read
+        their token from the file (``--token-file``), never from their command line or environment."""
         if os.path.exists(path):
             with open(path) as fh:
-                return fh.read().strip()
+                probe = Client(self.url, fh.read().strip())
+            try:
+                probe.get("/v1/ping")
+                return path
+            except ApiError as e:
+                if e.status != 401:
+                    raise
+            finally:
+                probe.close()
         try:
             admin.post("/v1/users", {"name": user, "role": "daemon", "host": host, "projects": []})
         except ApiError as e:
@@ -132,7 +143,7 @@ class LocalCluster:
                 raise
         token = admin.post("/v1/tokens", {"user": user})["token"]
         _write_private(path, token + "\n")
-        return token
+        return path
 
     def _provisioner_config(self) -> str:
         if self.provisioner_config:
@@ -167,10 +178,12 @@ class LocalCluster:
                        f'# written by xce up; use: xce --config {self.state_dir}/client.toml ...\n'
                        f'url = "{self.url}"\ntoken = "{admin_token}"\n')
         admin = Client(self.url, admin_token)
-        token = self._daemon_token(admin, "provisioner", None, os.path.join(self.state_dir, "provisioner.token"))
+        # tokens reach the daemons in files (0600), never on a command line; and not the caller's XCE_TOKEN
+        env = {k: v for k, v in os.environ.items() if k != "XCE_TOKEN"}
+        token_file = self._daemon_token(admin, "provisioner", None, os.path.join(self.state_dir, "provisioner.token"))
         provisioner_config = self._provisioner_config()
-        self._spawn("provisioner", ["provisioner", "--controller", self.url, "--config", provisioner_config],
-                    env=dict(os.environ, XCE_TOKEN=token))  # tokens never on a command line
+        self._spawn("provisioner", ["provisioner", "--controller", self.url, "--config", provisioner_config,
+                                    "--token-file", token_file], env=env)
         # the workers publish shared claims from where the provisioner's providers keep them
         storage = [a for root in StorageRoots.of(load_provisioner_config(provisioner_config).providers).roots
                    for a in ("--storage-root", root)]
@@ -178,11 +191,11 @@ class LocalCluster:
             host = f"host{i}"
             work_dir = os.path.join(self.state_dir, "hosts", host)
             os.makedirs(work_dir, mode=0o755, exist_ok=True)
-            token = self._daemon_token(admin, f"worker-{host}", host, os.path.join(work_dir, "token"))
-            env = dict(os.environ, XCE_TOKEN=token)
+            token_file = self._daemon_token(admin, f"worker-{host}", host, os.path.join(work_dir, "token"))
             self._spawn(f"worker-{host}", ["worker", "--host", host, "--controller", self.url,
                                            "--slots", str(self.slots), "--work-dir", work_dir,
-                                           "--counter", f"scratch={SCRATCH_PER_HOST}", *storage], env=env)
+                                           "--counter", f"scratch={SCRATCH_PER_HOST}", "--token-file", token_file,
+                                           *storage], env=env)
         self._wait_hosts(admin)
 
     def _wait_hosts(self, admin: Client, timeout: float = 60.0) -> None:

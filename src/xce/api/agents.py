@@ -2,7 +2,8 @@
 
 The agent named ``provisioner`` runs shared-scope ops: an admin or a daemon
 identity bound to no host may speak for it.  ``node:HOST`` is the node agent
-of worker HOST: only that host's daemon identity (or an admin).  Every call
+of worker HOST: only that host's daemon identity (or an admin).  The decision
+is ``identity.speaks_for_agent``.  Every call
 after the lease carries the agent's epoch; a call from an older epoch (an
 agent that was restarted or replaced) is refused whole with 409
 ``stale_epoch``, so a late report can never change a claim.
@@ -18,18 +19,18 @@ from fastapi import Depends, FastAPI, Path, Query, Request
 from xce.api.responses import JSONResponse
 
 from xce.api import schemas as S
-from xce.api.auth import authenticated
+from xce.api.auth import agent_identity
 from xce.api.commands import mutate
 from xce.controller.longpoll import Waker
 from xce.controller.core import Controller
-from xce.errors import Conflict, Forbidden
+from xce.errors import Conflict
 from xce.model import Model
 from xce.model import claims as C
 from xce.model import job_claims
 from xce.model import facts as F
 from xce.model.claims import SHARED_AGENT, Attachment, Claim, Op, OpKind
 from xce.model.facts import Fact
-from xce.model.identity import Role, User
+from xce.model.identity import User, speaks_for_agent
 from xce.model.orphans import due_for_release, inventory
 
 AgentName = Annotated[str, Path(pattern=r"^(provisioner|node:[a-z0-9][a-z0-9\-_.]{0,62})$", max_length=80)]
@@ -38,14 +39,7 @@ _rng = random.SystemRandom()
 
 
 def speaks_for(actor: User, agent: str) -> None:
-    if actor.is_admin:
-        return
-    if actor.role is Role.DAEMON:
-        if agent == SHARED_AGENT and actor.host is None:
-            return
-        if agent.startswith("node:") and actor.host == agent[len("node:"):]:
-            return
-    raise Forbidden(f"{actor.name!r} may not act as claim agent {agent!r}")
+    speaks_for_agent(actor, agent, SHARED_AGENT)
 
 
 def op_json(ctl: Controller, claim: Claim, op: Op, attachment: Attachment | None) -> dict[str, Any]:
@@ -70,7 +64,7 @@ def op_json(ctl: Controller, claim: Claim, op: Op, attachment: Attachment | None
 def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
     @app.post("/v1/agents/{agent}/lease", tags=["agents"])
     async def take_lease(agent: AgentName, body: S.LeaseRequest, request: Request,
-                         actor: User = Depends(authenticated)):
+                         actor: User = Depends(agent_identity)):
         speaks_for(actor, agent)
         epoch = await mutate(request, actor, f"agent/{agent}",
                              lambda model: C.lease(model, agent, body.holder, time.time()))
@@ -88,7 +82,7 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
         return out
 
     @app.get("/v1/agents/{agent}/work", tags=["agents"])
-    async def work(agent: AgentName, epoch: int = Query(..., ge=1), actor: User = Depends(authenticated),
+    async def work(agent: AgentName, epoch: int = Query(..., ge=1), actor: User = Depends(agent_identity),
                    wait: float = Query(0, ge=0, le=60), limit: int = Query(256, ge=1, le=10_000)):
         speaks_for(actor, agent)
         await ctl.read_barrier()
@@ -103,7 +97,7 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
 
     @app.post("/v1/agents/{agent}/intents", tags=["agents"])
     async def intents(agent: AgentName, body: S.IntentsRequest, request: Request,
-                      actor: User = Depends(authenticated)):
+                      actor: User = Depends(agent_identity)):
         speaks_for(actor, agent)
 
         def decide(model: Model):
@@ -123,7 +117,7 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
 
     @app.post("/v1/agents/{agent}/reports", tags=["agents"])
     async def reports(agent: AgentName, body: S.ReportsRequest, request: Request,
-                      actor: User = Depends(authenticated)):
+                      actor: User = Depends(agent_identity)):
         speaks_for(actor, agent)
 
         def decide(model: Model):
@@ -157,7 +151,7 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
 
     @app.post("/v1/agents/{agent}/inventory", tags=["agents"])
     async def take_inventory(agent: AgentName, body: S.InventoryRequest, request: Request,
-                             actor: User = Depends(authenticated)):
+                             actor: User = Depends(agent_identity)):
         speaks_for(actor, agent)
 
         def decide(model: Model):

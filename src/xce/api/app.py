@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any, Callable
+from typing import Annotated, Any, Callable
 
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
@@ -21,10 +21,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 import xce
 from xce.api import schemas as S
 from xce.api.responses import JSONResponse
-from xce.api.auth import SECURITY_SCHEME, admin, authenticated
+from xce.api.auth import SECURITY_SCHEME, admin, authenticated, catalog_reader, metrics_reader
 from xce.api.metrics import Metrics
 from xce.api.commands import audit_refusal, mutate
-from xce.api.views import audit_json, user_json
+from xce.api.views import audit_json, token_json, user_json
 from xce.api.agents import add_agent_routes
 from xce.api.claims import add_claim_routes
 from xce.api.jobs import add_job_routes
@@ -35,8 +35,14 @@ from xce.controller.longpoll import AGENT_WAKE, Waker
 from xce.controller.scheduling import SchedulerLoop
 from xce.errors import InvalidRequest, XceError
 from xce.model import Model, audit as audit_model
-from xce.model.identity import User, define_user, issue_token
+from xce.model.identity import (User, define_user, issue_token, revoke_token, set_user_disabled,
+                                visible_token, visible_tokens)
+from xce.model.names import NAME_PATTERN
 from xce.model.jobs import JobState
+
+TokenId = Annotated[str, Path(pattern=r"^[0-9a-f]{1,32}$", max_length=32,
+                              description="the id shown by xce token list (the secret's xce_ID_ part)")]
+UserName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=63)]
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": S.ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 422, 503)
@@ -160,12 +166,12 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
         return {"ok": True, "leader": controller.is_leader}
 
     @app.get("/metrics", tags=["service"], response_class=Response)
-    async def metrics_route(_: User = Depends(authenticated)) -> Response:
+    async def metrics_route(_: User = Depends(metrics_reader)) -> Response:
         body, ctype = metrics.render()
         return Response(body, media_type=ctype)
 
     @app.get("/v1/ping", response_model=S.PingOut, tags=["service"])
-    async def ping(actor: User = Depends(authenticated)):
+    async def ping(actor: User = Depends(catalog_reader)):
         await controller.read_barrier()
         return JSONResponse({
             "version": xce.__version__, "cluster_id": controller.model.cluster_id,
@@ -216,14 +222,45 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
         name = await mutate(request, actor, f"user/{body.name}", decide)
         return JSONResponse(user_json(controller.model.users[name]), status_code=201)
 
+    async def set_disabled(request: Request, actor: User, name: str, disabled: bool):
+        await mutate(request, actor, f"user/{name}",
+                     lambda model: (set_user_disabled(model, name, disabled, time.time()), None))
+        return JSONResponse(user_json(controller.model.users[name]))
+
+    @app.post("/v1/users/{name}/disable", response_model=S.UserOut, tags=["identity"])
+    async def disable_user(name: UserName, request: Request, actor: User = Depends(admin)):
+        """Every token of the user is refused (401) until the user is enabled again; jobs are untouched."""
+        return await set_disabled(request, actor, name, True)
+
+    @app.post("/v1/users/{name}/enable", response_model=S.UserOut, tags=["identity"])
+    async def enable_user(name: UserName, request: Request, actor: User = Depends(admin)):
+        return await set_disabled(request, actor, name, False)
+
     @app.post("/v1/tokens", response_model=S.TokenOut, status_code=201, tags=["identity"])
     async def create_token(body: S.TokenCreateRequest, request: Request, actor: User = Depends(admin)):
         def decide(model: Model):
-            facts, secret = issue_token(model, body.user, time.time())
+            facts, secret = issue_token(model, body.user, time.time(), expires=body.expires)
             return facts, (facts[0].token_id, secret)
 
         token_id, secret = await mutate(request, actor, f"user/{body.user}", decide)
-        return JSONResponse({"token_id": token_id, "user": body.user, "token": secret}, status_code=201)
+        return JSONResponse({"token_id": token_id, "user": body.user, "token": secret, "expires": body.expires},
+                            status_code=201)
+
+    @app.get("/v1/tokens", response_model=list[S.TokenInfo], tags=["identity"])
+    async def list_tokens(actor: User = Depends(authenticated),
+                          user: str | None = Query(None, pattern=NAME_PATTERN, max_length=63,
+                                                   description="admins: only this user's tokens")):
+        """Admins: every token (or one user's); users: their own.  Never a secret or a hash."""
+        await controller.read_barrier()
+        now = time.time()
+        return JSONResponse([token_json(t, now) for t in visible_tokens(controller.model, actor, user)])
+
+    @app.delete("/v1/tokens/{token_id}", response_model=S.TokenInfo, tags=["identity"])
+    async def delete_token(token_id: TokenId, request: Request, actor: User = Depends(authenticated)):
+        """Revoke a token (admins: any; users: their own).  It is refused from the next request on."""
+        await mutate(request, actor, f"token/{token_id}",
+                     lambda model: (revoke_token(model, actor, token_id, time.time()), None))
+        return JSONResponse(token_json(visible_token(controller.model, actor, token_id), time.time()))
 
     @app.get("/v1/audit", response_model=list[S.AuditOut], tags=["audit"])
     async def list_audit(actor: User = Depends(authenticated),

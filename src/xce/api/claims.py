@@ -14,7 +14,7 @@ from fastapi import Depends, FastAPI, Path, Query, Request
 from xce.api.responses import JSONResponse
 
 from xce.api import schemas as S
-from xce.api.auth import admin, authenticated
+from xce.api.auth import admin, authenticated, catalog_reader
 from xce.api.commands import mutate
 from xce.api.views import attachment_json, claim_json, orphan_json
 from xce.controller.core import Controller
@@ -119,7 +119,7 @@ def add_claim_routes(app: FastAPI, ctl: Controller) -> None:
         return show(await mutate(request, actor, f"claim/{name}", decide))
 
     @app.get("/v1/claimclasses", tags=["claims"])
-    async def list_classes(_: User = Depends(authenticated)):
+    async def list_classes(_: User = Depends(catalog_reader)):  # the claim agents read it too
         return JSONResponse([{"name": c.name, "provider": c.provider, "scope": c.scope, "pools": c.pools,
                               "access_modes": c.access_modes, "reclaim_policy": c.reclaim_policy,
                               "parameters": c.parameters, "allowed_parameters": c.allowed_parameters,

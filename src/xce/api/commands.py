@@ -15,7 +15,7 @@ from xce.controller.core import Controller, Outcome
 from xce.errors import XceError
 from xce.model import Model
 from xce.model.facts import AuditRecorded, Fact
-from xce.model.identity import User
+from xce.model.identity import User, redact
 
 
 def _action(request: Request) -> str:
@@ -29,8 +29,8 @@ async def audit_refusal(request: Request, code: str, message: str) -> None:
     ctl: Controller = request.app.state.controller
     actor: User | None = getattr(request.state, "actor", None)
     fact = AuditRecorded(time=time.time(), user=actor.name if actor else "-",
-                         action=_action(request), target=request.url.path[:256],
-                         result=code, detail=message[:512])
+                         action=_action(request), target=redact(request.url.path[:256]),
+                         result=code, detail=redact(message[:512]))
     try:
         await ctl.execute(lambda m: Outcome([fact]))
     except XceError:

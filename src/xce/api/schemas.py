@@ -51,13 +51,15 @@ class JobSubmitRequest(Strict):
 
 class UserCreateRequest(Strict):
     name: Name
-    role: Literal["admin", "user", "daemon"] = "user"
+    role: Literal["admin", "user", "daemon", "metrics"] = "user"
     projects: Annotated[list[Name], Field(max_length=256)] = ["default"]
     host: Name | None = None
 
 
 class TokenCreateRequest(Strict):
     user: Name
+    expires: Annotated[float, Field(gt=0, lt=1e11, description="when the token stops working, seconds "
+                                    "since the Unix epoch (default: never; revoke it to end it sooner)")] | None = None
 
 
 class ErrorBody(BaseModel):
@@ -109,12 +111,28 @@ class UserOut(BaseModel):
     projects: list[str]
     host: str | None
     created: float
+    disabled: bool
 
 
 class TokenOut(BaseModel):
+    """The one answer that carries a token's secret: the one that creates it."""
+
     token_id: str
     user: str
     token: str
+    expires: float | None
+
+
+class TokenInfo(BaseModel):
+    """A token as listed: never its secret nor its hash."""
+
+    token_id: str
+    user: str
+    created: float
+    expires: float | None
+    expired: bool
+    revoked: bool
+    revoked_time: float | None
 
 
 class AuditOut(BaseModel):

@@ -8,7 +8,7 @@ from typing import Any
 
 from xce.model.audit import AuditRecord
 from xce.model.claims import Attachment, Claim, ClaimState
-from xce.model.identity import User
+from xce.model.identity import Token, User
 from xce.model import job_claims
 from xce.model.jobs import Job, JobState
 from xce.model.state import Model
@@ -39,7 +39,13 @@ def job_json(model: Model, job: Job, pending_reason: str | None = None) -> dict[
 
 def user_json(user: User) -> dict[str, Any]:
     return {"name": user.name, "role": user.role.value, "projects": user.projects,
-            "host": user.host, "created": user.created}
+            "host": user.host, "created": user.created, "disabled": user.disabled}
+
+
+def token_json(tok: Token, now: float) -> dict[str, Any]:
+    """A token as listed: what it is and whether it works; never its secret nor its hash."""
+    return {"token_id": tok.token_id, "user": tok.user, "created": tok.created, "expires": tok.expires,
+            "expired": tok.expired(now), "revoked": tok.revoked, "revoked_time": tok.revoked_time}
 
 
 def audit_json(rec: AuditRecord) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Routes for worker daemons (``/v1/hosts/{host}/...``) and the host list.
 
-A daemon identity bound to a host may speak only for that host; admins may
-speak for any.  Workers register (with what they still run, so the controller
+Only the daemon identity bound to a host may speak for it (and admins for
+any): the provisioner's identity, bound to no host, may not
+(``identity.speaks_for_host``).  Workers register (with what they still run, so the controller
 can reconcile), heartbeat, long-poll for work, and report starts and exits.
 """
 
@@ -16,14 +17,14 @@ from pydantic import Field
 
 from xce.api.commands import mutate
 from xce.api.schemas import Strict
-from xce.api.auth import authenticated
+from xce.api.auth import agent_identity, authenticated
 from xce.controller.core import Controller
 from xce.controller.hosts import HostMonitor
-from xce.errors import Conflict, Forbidden
+from xce.errors import Conflict
 from xce.model import Model
 from xce.model.facts import Fact, HostRegistered, JobFinished, JobRequeued
 from xce.model.hosts import HostState
-from xce.model.identity import Role, User
+from xce.model.identity import User, speaks_for_host
 from xce.model import job_claims
 from xce.scheduler.snapshot import pool_use
 from xce.model.jobs import Job, JobState, report_finished, report_started
@@ -68,13 +69,6 @@ class FinishedReport(Strict):
 class ReportsRequest(Strict):
     started: Annotated[list[StartedReport], Field(max_length=10_000)] = Field(default_factory=list)
     finished: Annotated[list[FinishedReport], Field(max_length=10_000)] = Field(default_factory=list)
-
-
-def _speaks_for(actor: User, host: str) -> None:
-    if actor.is_admin:
-        return
-    if actor.role is not Role.DAEMON or (actor.host is not None and actor.host != host):
-        raise Forbidden(f"{actor.name!r} may not report for host {host!r}")
 
 
 def dispatch_json(model: Model, job: Job, host: str) -> dict[str, Any]:
@@ -177,8 +171,8 @@ def add_worker_routes(app: FastAPI, ctl: Controller, monitor: HostMonitor) -> No
 
     @app.post("/v1/hosts/{host}/register", tags=["hosts"])
     async def register(host: HostName, body: RegisterRequest, request: Request,
-                       actor: User = Depends(authenticated)):
-        _speaks_for(actor, host)
+                       actor: User = Depends(agent_identity)):
+        speaks_for_host(actor, host)
         monitor.seen(host)
 
         def decide(model: Model):
@@ -192,8 +186,8 @@ def add_worker_routes(app: FastAPI, ctl: Controller, monitor: HostMonitor) -> No
         return JSONResponse({"kill": kill})
 
     @app.post("/v1/hosts/{host}/heartbeat", tags=["hosts"])
-    async def heartbeat(host: HostName, actor: User = Depends(authenticated)):
-        _speaks_for(actor, host)
+    async def heartbeat(host: HostName, actor: User = Depends(agent_identity)):
+        speaks_for_host(actor, host)
         h = ctl.model.hosts.get(host)
         if h is None or h.state is not HostState.OK:
             raise Conflict(f"host {host} is not registered or was declared lost: register again",
@@ -202,9 +196,9 @@ def add_worker_routes(app: FastAPI, ctl: Controller, monitor: HostMonitor) -> No
         return JSONResponse({"ok": True})
 
     @app.get("/v1/hosts/{host}/work", tags=["hosts"])
-    async def work(host: HostName, actor: User = Depends(authenticated),
+    async def work(host: HostName, actor: User = Depends(agent_identity),
                    wait: float = Query(0, ge=0, le=60)):
-        _speaks_for(actor, host)
+        speaks_for_host(actor, host)
         if host not in ctl.model.hosts:
             raise Conflict(f"host {host} is not registered: register first", code="reregister")
         monitor.seen(host)
@@ -218,8 +212,8 @@ def add_worker_routes(app: FastAPI, ctl: Controller, monitor: HostMonitor) -> No
 
     @app.post("/v1/hosts/{host}/reports", tags=["hosts"])
     async def reports(host: HostName, body: ReportsRequest, request: Request,
-                      actor: User = Depends(authenticated)):
-        _speaks_for(actor, host)
+                      actor: User = Depends(agent_identity)):
+        speaks_for_host(actor, host)
         monitor.seen(host)
 
         def decide(model: Model):

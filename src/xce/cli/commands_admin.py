@@ -1,5 +1,5 @@
 """Cluster and identity commands: ``ping``, ``queues``, ``projects``, ``hosts``, ``users``,
-``user create``, ``token create``, ``audit``."""
+``user create|disable|enable``, ``token create|list|revoke``, ``audit``."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import argparse
 from typing import Any
 
 from xce.cli.base import Parser
+from urllib.parse import quote
+
 from xce.cli.http import EXIT_OK
-from xce.cli.output import ago, amount, fields, parse_since, print_json, print_table, size, when
+from xce.cli.output import ago, amount, fields, parse_since, parse_until, print_json, print_table, size, when
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -29,17 +31,32 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     usub = user.add_subparsers(dest="user_command", metavar="ACTION", required=True, parser_class=Parser)
     uc = usub.add_parser("create", parents=[common], help="create a user")
     uc.add_argument("name")
-    uc.add_argument("--role", choices=("user", "admin", "daemon"), default="user")
+    uc.add_argument("--role", choices=("user", "admin", "daemon", "metrics"), default="user",
+                    help="daemon: a worker (with --host) or the provisioner; metrics: may only scrape /metrics")
     uc.add_argument("--project", action="append", dest="projects", metavar="PROJECT",
                     help="a project the user belongs to (repeatable; default: default)")
     uc.add_argument("--host", help="daemon identities: the one host it may speak for")
     uc.set_defaults(func=cmd_user_create)
+    for action, text in (("disable", "refuse every token of a user until enabled again (jobs are untouched)"),
+                         ("enable", "let a disabled user's tokens work again")):
+        ud = usub.add_parser(action, parents=[common], help=text)
+        ud.add_argument("name")
+        ud.set_defaults(func=cmd_user_disable, disable=action == "disable")
 
-    token = sub.add_parser("token", parents=[common], help="manage API tokens (admins)")
+    token = sub.add_parser("token", parents=[common], help="API tokens: create (admins), list and revoke")
     tsub = token.add_subparsers(dest="token_command", metavar="ACTION", required=True, parser_class=Parser)
-    tc = tsub.add_parser("create", parents=[common], help="issue a token for a user (shown once)")
+    tc = tsub.add_parser("create", parents=[common], help="issue a token for a user (admins; shown once)")
     tc.add_argument("--user", required=True)
+    tc.add_argument("--expires", metavar="WHEN",
+                    help="when it stops working: a duration ahead (12h, 30d, 4w), an ISO time, or epoch seconds "
+                         "(default: never)")
     tc.set_defaults(func=cmd_token_create)
+    tl = tsub.add_parser("list", parents=[common], help="tokens: yours (admins: everyone's); never their secrets")
+    tl.add_argument("--user", help="admins: only this user's tokens")
+    tl.set_defaults(func=cmd_token_list)
+    tr = tsub.add_parser("revoke", parents=[common], help="revoke a token by its id (admins: any; users: their own)")
+    tr.add_argument("token_id", metavar="TOKEN_ID")
+    tr.set_defaults(func=cmd_token_revoke)
 
     a = sub.add_parser("audit", parents=[common], help="the audit trail: who did what, refusals included")
     a.add_argument("--since", help="a duration back (30m, 2h, 7d), an ISO time, or epoch seconds")
@@ -103,8 +120,9 @@ def cmd_resources(args, ctx) -> int:
 
 def cmd_users(args, ctx) -> int:
     return _show(ctx, ctx.client().get("/v1/users"), lambda us: print_table(
-        ("USER", "ROLE", "PROJECTS", "HOST", "CREATED"),
-        ((u["name"], u["role"], ",".join(u["projects"]), u["host"], when(u["created"])) for u in us)))
+        ("USER", "ROLE", "PROJECTS", "HOST", "CREATED", "STATUS"),
+        ((u["name"], u["role"], ",".join(u["projects"]), u["host"], when(u["created"]),
+          "disabled" if u.get("disabled") else "enabled") for u in us)))
 
 
 def cmd_user_create(args, ctx) -> int:
@@ -115,12 +133,42 @@ def cmd_user_create(args, ctx) -> int:
                  lambda u: print(f"User <{u['name']}> created ({u['role']}, projects {','.join(u['projects'])})"))
 
 
+def cmd_user_disable(args, ctx) -> int:
+    action = "disable" if args.disable else "enable"
+    return _show(ctx, ctx.client().post(f"/v1/users/{quote(args.name, safe='')}/{action}", {}),
+                 lambda u: print(f"User <{u['name']}> is {'disabled' if u['disabled'] else 'enabled'}"))
+
+
 def cmd_token_create(args, ctx) -> int:
+    body: dict[str, Any] = {"user": args.user}
+    if args.expires:
+        body["expires"] = parse_until(args.expires)
+
     def human(t: dict[str, Any]) -> None:
-        print(f"Token {t['token_id']} for user <{t['user']}> (shown once; keep it secret):")
+        until = f", expires {when(t['expires'])}" if t.get("expires") else ""
+        print(f"Token {t['token_id']} for user <{t['user']}>{until} (shown once; keep it secret):")
         print(t["token"])
 
-    return _show(ctx, ctx.client().post("/v1/tokens", {"user": args.user}), human)
+    return _show(ctx, ctx.client().post("/v1/tokens", body), human)
+
+
+def _token_status(t: dict[str, Any]) -> str:
+    return "revoked" if t["revoked"] else "expired" if t["expired"] else "active"
+
+
+def cmd_token_list(args, ctx) -> int:
+    return _show(ctx, ctx.client().get("/v1/tokens", {"user": args.user}), lambda ts: print_table(
+        ("TOKEN_ID", "USER", "CREATED", "EXPIRES", "STATUS"),
+        ((t["token_id"], t["user"], when(t["created"]), when(t["expires"]) or "never", _token_status(t))
+         for t in ts)))
+
+
+def cmd_token_revoke(args, ctx) -> int:
+    token_id = args.token_id
+    if token_id.startswith("xce_") and token_id.count("_") >= 2:  # a secret pasted whole: send only its id
+        token_id = token_id.split("_")[1]
+    return _show(ctx, ctx.client().delete(f"/v1/tokens/{quote(token_id, safe='')}"),
+                 lambda t: print(f"Token {t['token_id']} of user <{t['user']}> is revoked"))
 
 
 def cmd_audit(args, ctx) -> int:

@@ -8,9 +8,44 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 
 from xce.cli.http import UsageError
+
+TOKEN_ON_COMMAND_LINE = ("--token puts the secret in every process listing (jobs can read it): "
+                         "use --token-file PATH (mode 0600) or XCE_TOKEN")
+
+
+def read_token_file(path: str) -> str:
+    """A daemon's token from ``path``, which only its owner may read (like ssh's private keys)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise UsageError(f"--token-file {path}: {e.strerror}") from None
+    with os.fdopen(fd) as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise UsageError(f"--token-file {path}: not a regular file")
+        if st.st_mode & 0o077:
+            raise UsageError(f"--token-file {path} is readable or writable by group or others "
+                             f"(mode {stat.S_IMODE(st.st_mode):04o}): chmod 600 {path}")
+        token = fh.read(4096).strip()
+    if not token:
+        raise UsageError(f"--token-file {path} is empty")
+    return token
+
+
+def daemon_token(args, what: str) -> str:
+    """The daemon's token: from --token-file, else XCE_TOKEN; never from the command line."""
+    if getattr(args, "command_line_token", None) or getattr(args, "token", None):  # (xce --token T worker)
+        raise UsageError(f"xce {what}: {TOKEN_ON_COMMAND_LINE}")
+    if args.token_file:
+        return read_token_file(args.token_file)
+    token = os.environ.get("XCE_TOKEN", "").strip()
+    if not token:
+        raise UsageError(f"xce {what} needs its daemon token: --token-file PATH (mode 0600) or XCE_TOKEN")
+    return token
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -24,7 +59,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     w = sub.add_parser("worker", help="run a worker host")
     w.add_argument("--host", required=True, help="this host's name in the cluster")
     w.add_argument("--controller", required=True, metavar="URL")
-    w.add_argument("--token", dest="worker_token", help="the host's daemon token (or XCE_TOKEN)")
+    w.add_argument("--token-file", metavar="PATH",
+                   help="file holding the host's daemon token, mode 0600 (or XCE_TOKEN)")
+    w.add_argument("--token", dest="command_line_token", help=argparse.SUPPRESS)  # refused: see TOKEN_ON_COMMAND_LINE
     w.add_argument("--slots", type=int, help="job slots (default: CPU count)")
     w.add_argument("--attr", action="append", metavar="K=V", help="host attribute for select[] (repeatable)")
     w.add_argument("--counter", action="append", metavar="NAME=AMOUNT",
@@ -42,7 +79,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
     pr = sub.add_parser("provisioner", help="run the provisioner (the claim agent for shared storage)")
     pr.add_argument("--controller", required=True, metavar="URL")
-    pr.add_argument("--token", dest="agent_token", help="its daemon token (or XCE_TOKEN)")
+    pr.add_argument("--token-file", metavar="PATH",
+                    help="file holding its daemon token, mode 0600 (or XCE_TOKEN)")
+    pr.add_argument("--token", dest="command_line_token", help=argparse.SUPPRESS)  # refused
     pr.add_argument("--config", dest="provisioner_config", required=True,
                     help="providers and their private configs (TOML); read by nobody else")
     pr.set_defaults(func=cmd_provisioner)
@@ -77,9 +116,7 @@ def cmd_controller(args, ctx) -> int:
 def cmd_worker(args, ctx) -> int:
     from xce.worker.main import run_worker
 
-    token = args.worker_token or os.environ.get("XCE_TOKEN", "").strip()
-    if not token:
-        raise UsageError("xce worker needs the host's daemon token: --token T or XCE_TOKEN")
+    token = daemon_token(args, "worker")
     if args.run_as_users and os.geteuid() != 0:
         raise UsageError("--run-as-users needs the worker to run as root")
     if args.slots is not None and args.slots < 0:
@@ -91,9 +128,7 @@ def cmd_worker(args, ctx) -> int:
 def cmd_provisioner(args, ctx) -> int:
     from xce.agents.provisioner import run_provisioner
 
-    token = args.agent_token or os.environ.get("XCE_TOKEN", "").strip()
-    if not token:
-        raise UsageError("xce provisioner needs its daemon token: --token T or XCE_TOKEN")
+    token = daemon_token(args, "provisioner")
     return run_provisioner(args.controller, token, args.provisioner_config)
 
 

@@ -90,6 +90,9 @@ class Client:
     def post(self, path: str, body: Any) -> Any:
         return self.request("POST", path, body=body)
 
+    def delete(self, path: str) -> Any:
+        return self.request("DELETE", path)
+
     def request(self, method: str, path: str, *, params: dict[str, Any] | list[tuple[str, Any]] | None = None,
                 body: Any = None) -> Any:
         target = self.prefix + path

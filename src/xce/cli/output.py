@@ -64,6 +64,15 @@ _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
+def parse_until(text: str, now: float | None = None) -> float:
+    """``--expires``: a duration ahead of now (``90s``, ``12h``, ``30d``, ``4w``), an ISO time, or epoch seconds."""
+    now = time.time() if now is None else now
+    m = _DURATION.match(text.strip())
+    if m:
+        return now + float(m.group(1)) * _SECONDS[m.group(2)]
+    return parse_since(text, now)
+
+
 def parse_since(text: str, now: float | None = None) -> float:
     """``--since``: a duration back from now (``90s``, ``30m``, ``2h``, ``7d``), an ISO time, or epoch seconds."""
     now = time.time() if now is None else now

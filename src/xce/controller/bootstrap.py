@@ -42,8 +42,10 @@ def bootstrap_facts(model: Model, config: Config, now: float,
     for u in config.users:
         add(define_user(scratch, u.name, u.role, u.projects, now, host=u.host))
     secret = None
-    if need_admin_token:
-        admin = next(u.name for u in config.users if u.role == "admin")
-        token_facts, secret = issue_token(scratch, admin, now)
-        add(token_facts)
+    if need_admin_token:  # for the first configured admin still enabled (none: an admin must enable one)
+        admin = next((u.name for u in config.users if u.role == "admin" and not scratch.users[u.name].disabled
+                      and scratch.users[u.name].is_admin), None)
+        if admin is not None:
+            token_facts, secret = issue_token(scratch, admin, now)
+            add(token_facts)
     return facts, secret

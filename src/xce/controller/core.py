@@ -32,6 +32,7 @@ from xce.controller.config import Config
 from xce.errors import Unavailable, XceError
 from xce.model import Model, decode, encode
 from xce.model.facts import Fact
+from xce.model.identity import hash_token
 from xce.store import LeaseLost, Record, Snapshot, Store, StoreError
 
 log = logging.getLogger("xce.controller")
@@ -89,7 +90,6 @@ class Controller:
         self.is_leader = False
         self.committed = 0
         self.stats = CommitStats()
-        self.admin_token: str | None = None
         self._queue: asyncio.Queue[_Command] | None = None
         self._inflight: asyncio.Future | None = None
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="xce-writer")
@@ -201,19 +201,22 @@ class Controller:
         self.is_leader = True
         log.info("leader at epoch %d, log position %d", epoch, model.position)
         admin_token_path = os.path.join(self.state_dir, "admin.token")
+        held = _read_secret(admin_token_path)
 
         def decide(m: Model) -> Outcome:
-            facts, secret = bootstrap_facts(m, self.config, time.time(),
-                                            need_admin_token=not os.path.exists(admin_token_path))
+            # a missing admin token, or one revoked or expired meanwhile, is replaced: the file (0600, in the
+            # controller's own state dir) is the way back in for whoever runs the controller
+            now = time.time()
+            need = held is None or m.user_for_token_hash(hash_token(held), now) is None
+            facts, secret = bootstrap_facts(m, self.config, now, need_admin_token=need)
             return Outcome(facts, result=secret)
 
         secret = await self.execute(decide)
         if secret:
-            fd = os.open(admin_token_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            fd = os.open(admin_token_path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as fh:
                 fh.write(secret + "\n")
-        with open(admin_token_path) as fh:
-            self.admin_token = fh.read().strip()
+            os.replace(admin_token_path + ".tmp", admin_token_path)
         for listener in self.leader_listeners:
             listener()
         assert self._leader_event is not None
@@ -343,3 +346,11 @@ class Controller:
         self._since_snapshot = 0
         self.stats.snapshots += 1
         log.info("snapshot at position %d (%d bytes)", position, len(data))
+
+
+def _read_secret(path: str) -> str | None:
+    try:
+        with open(path) as fh:
+            return fh.read().strip() or None
+    except FileNotFoundError:
+        return None

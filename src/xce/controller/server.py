@@ -74,8 +74,8 @@ def run_controller(state_dir: str, listen: str, config_path: str | None, store_u
             fh.write(url + "\n")
         print(f"xce controller listening on {url} (store: {store.backend}, epoch {controller.epoch})",
               flush=True)
-        print(f"admin token: {controller.admin_token} (also in {os.path.join(state_dir, 'admin.token')})",
-              flush=True)
+        # never the secret itself: a log is read by more people, kept longer and copied further than the file
+        print(f"admin token: in {os.path.join(os.path.abspath(state_dir), 'admin.token')} (mode 0600)", flush=True)
 
     print(f"xce controller {url}: waiting for the leader lease ({controller.holder})", file=sys.stderr,
           flush=True)

@@ -114,12 +114,24 @@ class TokenIssued(Fact):
     token_id: str
     user: str
     token_hash: str  # sha256 hex of the secret; the secret itself is never stored
+    # when the token stops working (seconds since the epoch), None: never.  Added after v1 shipped: a
+    # default, so older records decode unchanged (authentication compares it with the request's clock)
+    expires: float | None = None
 
 
 @fact("token.revoked")
 @dataclass(frozen=True, slots=True)
 class TokenRevoked(Fact):
     token_id: str
+
+
+@fact("user.disabled")
+@dataclass(frozen=True, slots=True)
+class UserDisabled(Fact):
+    """A user is disabled (every token of theirs refused) or enabled again; tokens are kept."""
+
+    name: str
+    disabled: bool = True
 
 
 @fact("queue.defined")

@@ -29,6 +29,7 @@ FOLDS: dict[type[F.Fact], Callable[["Model", Any], None]] = {
     F.UserDefined: identity.apply_user_defined,
     F.TokenIssued: identity.apply_token_issued,
     F.TokenRevoked: identity.apply_token_revoked,
+    F.UserDisabled: identity.apply_user_disabled,
     F.QueueDefined: catalog.apply_queue_defined,
     F.ProjectDefined: catalog.apply_project_defined,
     F.ProjectRemoved: catalog.apply_project_removed,
@@ -122,11 +123,18 @@ class Model:
             return None
         return max(self.queues.values(), key=lambda q: (q.priority, q.name)).name
 
-    def user_for_token_hash(self, token_hash: str) -> User | None:
-        tok = self._token_index().get(token_hash)
-        if tok is None or tok.revoked:
+    def token_for_hash(self, token_hash: str) -> Token | None:
+        """The token with this hash, revoked or expired or not (``identity.authenticate`` decides)."""
+        return self._token_index().get(token_hash)
+
+    def user_for_token_hash(self, token_hash: str, now: float) -> User | None:
+        """Who the token stands for at ``now``: None when unknown, revoked, expired or its user disabled."""
+        from xce.errors import Unauthenticated
+
+        try:
+            return identity.authenticate(self, token_hash, now)
+        except Unauthenticated:
             return None
-        return self.users.get(tok.user)
 
     def _token_index(self) -> dict[str, Token]:
         # derived, never snapshotted; rebuilt when the token set changes
