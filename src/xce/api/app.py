@@ -33,7 +33,7 @@ from xce.controller.core import Controller
 from xce.controller.hosts import HostMonitor
 from xce.controller.longpoll import AGENT_WAKE, Waker
 from xce.controller.scheduling import SchedulerLoop
-from xce.errors import InvalidRequest, XceError
+from xce.errors import XceError
 from xce.model import Model, audit as audit_model
 from xce.model.identity import User, define_user, issue_token
 from xce.model.jobs import JobState
@@ -73,8 +73,10 @@ class BodyLimit:
             msg = await receive()
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
-                if seen > self.limit:
-                    raise InvalidRequest(f"request body over {self.limit} bytes", code="too_large")
+                if seen > self.limit:  # a chunked body has no length to check up front
+                    # an HTTPException passes through FastAPI's body reading unchanged (anything
+                    # else it turns into a 400 "error parsing the body"); answered 413 by http_error
+                    raise StarletteHTTPException(413, f"request body over {self.limit} bytes")
             return msg
 
         return await self.app(scope, limited, send)
@@ -149,7 +151,7 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(exc.status_code, "http_error")
         await audit_refusal(request, code, str(exc.detail))
         return _error_response(exc.status_code, code, str(exc.detail))
 
