@@ -293,7 +293,13 @@ def test_shared_template_claims_come_from_a_pool_through_the_provisioner(cl, tmp
     c = cl.wait_claim(scratch["name"], "RELEASED")
     assert (c["scope"], c["pool"], c["class"]) == ("shared", "small", "tiny")
     assert c["handle"] not in os.listdir(os.path.join(cl.provisioner.simfs_root, "volumes"))
-    big = cl.submit("--scratch", "5Gi:tiny", "--", "true")
+    # larger than the pool itself: refused at submission (it could never be placed)
+    r = cl.xce("submit", "--scratch", "5Gi:tiny", "--", "true", ok=False)
+    assert r.returncode == 1 and "the largest, small, has a capacity of 3Gi" in r.stderr
+    # larger than what is free now: it waits, and says why
+    cl.xce("claim", "create", "filler", "--class", "tiny", "--size", "2Gi", "--access", "RWO", "--wait")
+    big = cl.submit("--scratch", "2Gi:tiny", "--", "true")
     reason = wait_for(lambda: (r := cl.job(big)["pending_reason"]) and "pool" in r and r, what="pool reason")
-    assert reason == "no pool has room for its scratch claim (5Gi): small has 3Gi free"
+    assert reason == "no pool has room for its scratch claim (2Gi): small has 1Gi free"
     cl.xce("kill", str(big))
+    cl.xce("claim", "delete", "filler", "--wait")
