@@ -24,12 +24,13 @@ from xce.api.responses import JSONResponse
 from xce.api.auth import SECURITY_SCHEME, admin, authenticated
 from xce.api.metrics import Metrics
 from xce.api.commands import audit_refusal, mutate
+from xce.api.refusals import RefusalLimiter
 from xce.api.views import audit_json, user_json
 from xce.api.agents import add_agent_routes
 from xce.api.claims import add_claim_routes
 from xce.api.jobs import add_job_routes
 from xce.api.workers import add_worker_routes
-from xce.controller.core import Controller
+from xce.controller.core import Controller, Outcome
 from xce.controller.hosts import HostMonitor
 from xce.controller.longpoll import AGENT_WAKE, Waker
 from xce.controller.scheduling import SchedulerLoop
@@ -112,15 +113,35 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
                 on_leader()
 
         announcer = asyncio.create_task(announce())
+        flusher = asyncio.create_task(flush_refusals())
         try:
             yield
         finally:
             announcer.cancel()
+            flusher.cancel()
+            await commit_refusal_summaries(force=True)
             await controller.stop()
+
+    async def commit_refusal_summaries(force: bool = False) -> None:
+        """The held-back refusals' summaries, as facts; best effort (lost if this controller cannot commit)."""
+        if not controller.is_leader:
+            return
+        facts = refusals.flush(force)
+        if facts:
+            try:
+                await controller.execute(lambda m: Outcome(facts))
+            except XceError:
+                pass
+
+    async def flush_refusals() -> None:
+        while True:
+            await asyncio.sleep(refusals.window / 2)
+            await commit_refusal_summaries()
 
     app = FastAPI(title="XCE", version=xce.__version__, responses=ERRORS, lifespan=lifespan,
                   description="XCE workload manager API. Every route but /healthz needs a bearer token.")
     app.state.controller = controller
+    refusals = app.state.refusals = RefusalLimiter.from_config(controller.config.controller)
     monitor = HostMonitor(controller, controller.config.controller.host_timeout)
     app.state.scheduler = SchedulerLoop(controller)
     # the busiest routes first: FastAPI tries them in order on every request
