@@ -32,7 +32,8 @@ def parse_pairs(items: list[str] | None, what: str, numeric: bool) -> dict:
 
 def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[str] | None,
                counters: list[str] | None, work_dir: str | None, heartbeat: float,
-               run_as_users: bool = False, provider_config: str | None = None) -> int:
+               run_as_users: bool = False, provider_config: str | None = None,
+               allow_system_users: bool = False) -> int:
     from xce.model.names import check_name
     from xce.errors import InvalidRequest
     from xce.worker.daemon import Worker
@@ -54,7 +55,8 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
     worker = Worker(host, url, token, slots if slots is not None else (os.cpu_count() or 1),
                     parse_pairs(attrs, "attr", numeric=False), parse_pairs(counters, "counter", numeric=True),
                     work_dir, heartbeat=heartbeat, run_as_users=run_as_users,
-                    providers=load_provisioner_config(provider_config).providers if provider_config else None)
+                    providers=load_provisioner_config(provider_config).providers if provider_config else None,
+                    allow_system_users=allow_system_users)
 
     def on_signal(signum, frame) -> None:
         logging.getLogger("xce.worker").info("signal %d: stopping", signum)
