@@ -250,16 +250,24 @@ def _index(model: Model, job: Job) -> None:
             model.waiting_jobs.add(job.id)
         else:
             model.waiting_jobs.discard(job.id)
-        n = model.waiting_by_user.get(job.user, 0) + (1 if waiting else -1)
-        if n:
-            model.waiting_by_user[job.user] = n
-        else:  # no zero entries: the live model equals one rebuilt from a snapshot
-            model.waiting_by_user.pop(job.user, None)
+        _count_waiting(model, job.user, 1 if waiting else -1)
+
+
+def _count_waiting(model: Model, user: str, delta: int) -> None:
+    n = model.waiting_by_user.get(user, 0) + delta
+    if n:
+        model.waiting_by_user[user] = n
+    else:  # no zero entries: the live model equals one rebuilt from a snapshot
+        model.waiting_by_user.pop(user, None)
 
 
 def apply_job_submitted(model: Model, f: JobSubmitted) -> None:
     elements = [(f.id + i, f.id, idx) for i, idx in enumerate(f.array_indices)] or [(f.id, None, None)]
     for job_id, parent, index in elements:
+        old = model.jobs.get(job_id)
+        if old is not None and old.id in model.waiting_jobs:  # folds are total: a reused id replaces its job
+            _count_waiting(model, old.user, -1)
+            model.waiting_jobs.discard(old.id)
         model.jobs[job_id] = Job(
             id=job_id, name=f.name, user=f.user, project=f.project, queue=f.queue,
             command=list(f.command), submit_time=f.time,
