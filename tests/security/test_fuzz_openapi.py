@@ -73,3 +73,20 @@ def test_no_server_errors_under_schema_fuzzing_as_admin_and_as_user(ctl):
     assert httpx.get(ctl.url + "/healthz").json()["ok"]
     with open(ctl.log.name, errors="replace") as fh:
         assert "Traceback" not in fh.read()
+
+
+@pytest.mark.parametrize("report", [
+    {"started": [{"job_id": 22475331748402347114496, "run": 1, "pid": 1}]},
+    {"started": [{"job_id": 1, "run": 1, "pid": 314004556149568703444287488}]},
+    {"finished": [{"job_id": 1, "run": -(2**70), "exit_code": 2**64}]},
+    {"finished": [{"job_id": 1, "run": 1, "signal": 2**40}]},
+])
+def test_integers_beyond_64_bits_are_refused_not_a_500(ctl, report):
+    """What the fuzz found: a report naming a job id beyond 64 bits was echoed into an answer orjson cannot
+    render (500); one reaching a fact could not be stored.  Every request integer is bounded now."""
+    with ctl.client() as c:
+        r = c.post("/v1/hosts/h1/reports", json=report)
+        assert r.status_code == 422, r.text
+        r = c.post("/v1/hosts/h1/register", content='{"slots": 1, "counters": {"gpu": 1e400}}',  # infinity
+                   headers={"Content-Type": "application/json"})
+        assert r.status_code == 422, r.text
