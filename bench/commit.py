@@ -24,6 +24,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from tests.helpers import ControllerProcess  # noqa: E402
+from xce.controller.config import DEFAULT_CONFIG  # noqa: E402
+
+# the embedded defaults, but no per-user cap on pending jobs: the bench submits tens of thousands
+CONFIG = DEFAULT_CONFIG.replace("max_pending_jobs_per_user = 10000", "max_pending_jobs_per_user = 100000000")
 
 BODY = json.dumps({"command": ["true"], "name": "bench"}).encode()
 
@@ -91,7 +95,10 @@ def main() -> int:
                 if admin_dsn is None:
                     admin_dsn, stop_pg = start_private_server()
                 store = fresh_database(admin_dsn)
-            ctl = ControllerProcess(state_dir=os.path.join(tmp, "ctl"), store=store).start()
+            config = os.path.join(tmp, "xce.toml")
+            with open(config, "w") as fh:
+                fh.write(CONFIG)
+            ctl = ControllerProcess(state_dir=os.path.join(tmp, "ctl"), store=store, config=config).start()
             try:
                 for n in (int(c) for c in args.clients.split(",")):
                     r = asyncio.run(run_load(ctl.port, ctl.token, n, args.seconds))

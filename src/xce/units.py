@@ -7,6 +7,7 @@ loading the model.
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 from xce.errors import InvalidRequest
 
@@ -26,8 +27,12 @@ def parse_size(value: str | int, what: str = "size") -> int:
         m = _SIZE.match(value) if isinstance(value, str) else None
         if m is None:
             raise InvalidRequest(f"invalid {what} {value!r}: use bytes or a unit, e.g. 500Mi, 10Gi, 2T")
-        n = int(float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").lower()])
-    if n <= 0 or n > MAX_SIZE:
+        # exact decimal arithmetic: a float turns 24 digits of Pi into inf or rounds 2**63-1 up
+        n = int(Decimal(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").lower()])
+    if n > MAX_SIZE:
+        raise InvalidRequest(f"invalid {what} {value!r}: too large (at most {MAX_SIZE} bytes, "
+                             "just under 8192Pi)")
+    if n <= 0:
         raise InvalidRequest(f"invalid {what} {value!r}: must be more than 0 bytes")
     return n
 

@@ -276,8 +276,9 @@ def test_jobs_run_as_their_user_and_stage_in_only_what_that_user_may_read():
         assert read(os.path.join(shared, f"o.{ok}")).split() == ["65534", "data"]
         denied = json.loads(cli(nobody, "--json", "submit", "--stage-in", secret, "--", "true").stdout)["id"]
         job = cl.wait_state(denied, "EXIT")
-        assert job["exit_reason"].startswith("stage-in failed: PERMISSION_DENIED: stage-in ")
-        assert "as nobody" in job["exit_reason"] and "Permission denied" in job["exit_reason"]
+        # refused as the user would be; the answer is the same as for a file that is not there
+        assert job["exit_reason"] == (f"stage-in failed: NOT_READABLE: stage-in: cannot read {secret} as nobody "
+                                      "(missing or permission denied)")
         assert job["start_time"] is None, "the job never started"
     finally:
         cl.stop()
@@ -294,7 +295,13 @@ def test_shared_template_claims_come_from_a_pool_through_the_provisioner(cl, tmp
     c = cl.wait_claim(scratch["name"], "RELEASED")
     assert (c["scope"], c["pool"], c["class"]) == ("shared", "small", "tiny")
     assert c["handle"] not in os.listdir(os.path.join(cl.provisioner.simfs_root, "volumes"))
-    big = cl.submit("--scratch", "5Gi:tiny", "--", "true")
+    # larger than the pool itself: refused at submission (it could never be placed)
+    r = cl.xce("submit", "--scratch", "5Gi:tiny", "--", "true", ok=False)
+    assert r.returncode == 1 and "the largest, small, has a capacity of 3Gi" in r.stderr
+    # larger than what is free now: it waits, and says why
+    cl.xce("claim", "create", "filler", "--class", "tiny", "--size", "2Gi", "--access", "RWO", "--wait")
+    big = cl.submit("--scratch", "2Gi:tiny", "--", "true")
     reason = wait_for(lambda: (r := cl.job(big)["pending_reason"]) and "pool" in r and r, what="pool reason")
-    assert reason == "no pool has room for its scratch claim (5Gi): small has 3Gi free"
+    assert reason == "no pool has room for its scratch claim (2Gi): small has 1Gi free"
     cl.xce("kill", str(big))
+    cl.xce("claim", "delete", "filler", "--wait")

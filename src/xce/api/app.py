@@ -24,16 +24,17 @@ from xce.api.responses import JSONResponse
 from xce.api.auth import SECURITY_SCHEME, admin, authenticated, catalog_reader, metrics_reader
 from xce.api.metrics import Metrics
 from xce.api.commands import audit_refusal, mutate
+from xce.api.refusals import RefusalLimiter
 from xce.api.views import audit_json, token_json, user_json
 from xce.api.agents import add_agent_routes
 from xce.api.claims import add_claim_routes
 from xce.api.jobs import add_job_routes
 from xce.api.workers import add_worker_routes
-from xce.controller.core import Controller
+from xce.controller.core import Controller, Outcome
 from xce.controller.hosts import HostMonitor
 from xce.controller.longpoll import AGENT_WAKE, Waker
 from xce.controller.scheduling import SchedulerLoop
-from xce.errors import InvalidRequest, XceError
+from xce.errors import XceError
 from xce.model import Model, audit as audit_model
 from xce.model.identity import (User, define_user, issue_token, revoke_token, set_user_disabled,
                                 visible_token, visible_tokens)
@@ -79,8 +80,10 @@ class BodyLimit:
             msg = await receive()
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
-                if seen > self.limit:
-                    raise InvalidRequest(f"request body over {self.limit} bytes", code="too_large")
+                if seen > self.limit:  # a chunked body has no length to check up front
+                    # an HTTPException passes through FastAPI's body reading unchanged (anything
+                    # else it turns into a 400 "error parsing the body"); answered 413 by http_error
+                    raise StarletteHTTPException(413, f"request body over {self.limit} bytes")
             return msg
 
         return await self.app(scope, limited, send)
@@ -116,15 +119,35 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
                 on_leader()
 
         announcer = asyncio.create_task(announce())
+        flusher = asyncio.create_task(flush_refusals())
         try:
             yield
         finally:
             announcer.cancel()
+            flusher.cancel()
+            await commit_refusal_summaries(force=True)
             await controller.stop()
+
+    async def commit_refusal_summaries(force: bool = False) -> None:
+        """The held-back refusals' summaries, as facts; best effort (lost if this controller cannot commit)."""
+        if not controller.is_leader:
+            return
+        facts = refusals.flush(force)
+        if facts:
+            try:
+                await controller.execute(lambda m: Outcome(facts))
+            except XceError:
+                pass
+
+    async def flush_refusals() -> None:
+        while True:
+            await asyncio.sleep(refusals.window / 2)
+            await commit_refusal_summaries()
 
     app = FastAPI(title="XCE", version=xce.__version__, responses=ERRORS, lifespan=lifespan,
                   description="XCE workload manager API. Every route but /healthz needs a bearer token.")
     app.state.controller = controller
+    refusals = app.state.refusals = RefusalLimiter.from_config(controller.config.controller)
     monitor = HostMonitor(controller, controller.config.controller.host_timeout)
     app.state.scheduler = SchedulerLoop(controller)
     # the busiest routes first: FastAPI tries them in order on every request
@@ -155,7 +178,7 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(exc.status_code, "http_error")
         await audit_refusal(request, code, str(exc.detail))
         return _error_response(exc.status_code, code, str(exc.detail))
 

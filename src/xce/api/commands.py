@@ -2,6 +2,8 @@
 
 A refusal commits its audit record alone; ``audit_refusal`` records requests
 refused before they reached a decision (bad token, bad body, unknown route).
+Both go through the refusal limiter (``xce.api.refusals``): per source, a
+burst is recorded one by one and repeats beyond it are summed into one fact.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any, Callable
 
 from fastapi import Request
 
+from xce.api.refusals import RefusalLimiter
 from xce.controller.core import Controller, Outcome
 from xce.errors import XceError
 from xce.model import Model
@@ -24,15 +27,26 @@ def _action(request: Request) -> str:
     return f"{request.method} {path}"
 
 
+def _source(request: Request, actor: User | None) -> str:
+    """Who a refusal is counted against: the user once known, else the client's address."""
+    if actor is not None:
+        return f"user {actor.name}"
+    client = request.client
+    return f"addr {client.host if client is not None else '-'}"
+
+
 async def audit_refusal(request: Request, code: str, message: str) -> None:
-    """Record a refused request; best effort when this controller cannot commit."""
+    """Record a refused request, rate-limited per source (``xce.api.refusals``); best effort when
+    this controller cannot commit."""
     ctl: Controller = request.app.state.controller
     actor: User | None = getattr(request.state, "actor", None)
-    fact = AuditRecorded(time=time.time(), user=actor.name if actor else "-",
-                         action=_action(request), target=redact(request.url.path[:256]),
-                         result=code, detail=redact(message[:512]))
+    limiter: RefusalLimiter = request.app.state.refusals
+    facts = limiter.admit(_source(request, actor), actor.name if actor else "-", _action(request),
+                          redact(request.url.path[:256]), code, redact(message[:512]))
+    if not facts:
+        return
     try:
-        await ctl.execute(lambda m: Outcome([fact]))
+        await ctl.execute(lambda m: Outcome(facts))
     except XceError:
         pass
 
@@ -45,6 +59,7 @@ async def mutate(request: Request, actor: User, target: str,
     ``target_of`` names the target from the result when only the decision knows it (a new job's id).
     """
     ctl: Controller = request.app.state.controller
+    limiter: RefusalLimiter = request.app.state.refusals
     action = _action(request)
 
     def run(model: Model) -> Outcome:
@@ -53,8 +68,9 @@ async def mutate(request: Request, actor: User, target: str,
             facts, result = decide(model)
         except XceError as e:
             e.audited = True  # type: ignore[attr-defined]
-            return Outcome([AuditRecorded(time=now, user=actor.name, action=action, target=target,
-                                          result=e.code, detail=e.message[:512])], error=e)
+            # bounded per user like every refusal: a loop of bad submissions cannot grow the log at will
+            return Outcome(limiter.admit(f"user {actor.name}", actor.name, action, redact(target), e.code,
+                                         redact(e.message)), error=e)
         done = target_of(result) if target_of is not None else target
         facts.append(AuditRecorded(time=now, user=actor.name, action=action, target=done, result="ok"))
         return Outcome(facts, result=result)

@@ -26,6 +26,10 @@ from xce.model.identity import User
 from xce.model.job_claims import JobClaimsSpec
 from xce.model.jobs import JobSpec, JobState, submit, visible_job
 
+# a listing is bounded: GET /v1/jobs?all=true on a big cluster was tens of megabytes in one answer
+LIST_LIMIT = 1000
+MAX_LIST_LIMIT = 10_000
+
 
 class SubmitRoute(APIRoute):
     """``POST /v1/jobs`` without FastAPI's per-request dependency solving, for the controller's most
@@ -70,7 +74,9 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
                         all_users: bool = Query(False, alias="all", description="admins: every user's jobs"),
                         queue: str | None = Query(None, max_length=63),
                         state: list[JobState] | None = Query(None),
-                        array: int | None = Query(None, description="only the elements of this job array")):
+                        array: int | None = Query(None, description="only the elements of this job array"),
+                        limit: int = Query(LIST_LIMIT, ge=1, le=MAX_LIST_LIMIT,
+                                           description="at most this many jobs: the newest that match, by id")):
         await ctl.read_barrier()
         if not actor.is_admin:
             if user not in (None, actor.name):
@@ -80,9 +86,14 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
             user = actor.name
         states = set(state) if state else None
         reason = ctl.pending_reason
-        out = [job_json(ctl.model, j, reason(j.id)) for j in ctl.model.jobs.values()
-               if (user is None or j.user == user) and (queue is None or j.queue == queue)
-               and (states is None or j.state in states) and (array is None or j.array_parent == array)]
+        out = []
+        for j in reversed(ctl.model.jobs.values()):  # ids ascend in the model: newest first, then in id order
+            if (user is None or j.user == user) and (queue is None or j.queue == queue) \
+                    and (states is None or j.state in states) and (array is None or j.array_parent == array):
+                out.append(job_json(ctl.model, j, reason(j.id)))
+                if len(out) == limit:
+                    break
+        out.reverse()
         return JSONResponse(out)
 
     @app.get("/v1/jobs/{job_id}", response_model=S.JobOut, tags=["jobs"])

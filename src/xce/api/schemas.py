@@ -15,6 +15,10 @@ from xce.model.names import NAME_PATTERN
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]
 Path = Annotated[str, Field(min_length=1, max_length=4096)]
 Arg = Annotated[str, Field(max_length=65536)]
+# every integer a request carries fits the store's 64-bit JSON (orjson refuses bigger ones: a fact
+# holding one could not be written, and an answer echoing one could not be rendered)
+Id = Annotated[int, Field(ge=1, le=2**63 - 1)]
+Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
 
 
 class Strict(BaseModel):
@@ -177,7 +181,7 @@ class ClaimCreateRequest(Strict):
 class AttachmentRequest(Strict):
     host: Name
     mode: Literal["rw", "ro"] = "rw"
-    job_id: Annotated[int, Field(ge=1)] | None = None
+    job_id: Id | None = None
 
 
 class ClaimOut(BaseModel):
@@ -210,20 +214,20 @@ class LeaseRequest(Strict):
 
 class IntentRef(Strict):
     op_id: OpId
-    claim_id: Annotated[int, Field(ge=1)]
+    claim_id: Id
 
 
 class IntentsRequest(Strict):
-    epoch: Annotated[int, Field(ge=1)]
+    epoch: Id
     ops: Annotated[list[IntentRef], Field(max_length=10_000)]
 
 
 class OpResult(Strict):
     op_id: OpId
-    claim_id: Annotated[int, Field(ge=1)]
+    claim_id: Id
     ok: bool
     handle: Annotated[str, Field(max_length=1024)] | None = None
-    size_bytes: Annotated[int, Field(ge=0)] | None = None
+    size_bytes: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
     reachable_hosts: Annotated[list[Name], Field(max_length=100_000)] | None = None
     host_labels: dict[Annotated[str, Field(max_length=256)], Annotated[str, Field(max_length=256)]] = Field(default_factory=dict)
     path: Annotated[str, Field(max_length=4096)] | None = None
@@ -234,7 +238,7 @@ class OpResult(Strict):
 
 
 class ReportsRequest(Strict):
-    epoch: Annotated[int, Field(ge=1)]
+    epoch: Id
     results: Annotated[list[OpResult], Field(max_length=10_000)] = Field(default_factory=list)
     orphans_released: Annotated[list[Annotated[str, Field(max_length=1024)]], Field(max_length=10_000)] = Field(default_factory=list)
 
@@ -244,12 +248,12 @@ class InventoryObject(BaseModel):
 
     handle: Annotated[str, Field(min_length=1, max_length=1024)]
     tags: dict[Annotated[str, Field(max_length=256)], Annotated[str, Field(max_length=1024)]] = Field(default_factory=dict)
-    size_bytes: int | None = None
-    created: float | None = None
+    size_bytes: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
+    created: Annotated[float, Field(allow_inf_nan=False)] | None = None
 
 
 class InventoryRequest(Strict):
-    epoch: Annotated[int, Field(ge=1)]
+    epoch: Id
     class_name: Name
     provider: Annotated[str, Field(min_length=1, max_length=200)]
     objects: Annotated[list[InventoryObject], Field(max_length=1_000_000)]

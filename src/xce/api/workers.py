@@ -16,7 +16,7 @@ from xce.api.responses import JSONResponse
 from pydantic import Field
 
 from xce.api.commands import mutate
-from xce.api.schemas import Strict
+from xce.api.schemas import Id, Int64, Strict
 from xce.api.auth import agent_identity, authenticated
 from xce.controller.core import Controller
 from xce.controller.hosts import HostMonitor
@@ -31,12 +31,13 @@ from xce.model.jobs import Job, JobState, report_finished, report_started
 from xce.model.names import NAME_PATTERN
 
 HostName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=63)]
-Counters = dict[Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)], Annotated[float, Field(ge=0)]]
+Counters = dict[Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)],
+                Annotated[float, Field(ge=0, allow_inf_nan=False)]]
 
 
 class RunRef(Strict):
-    job_id: int
-    run: int
+    job_id: Id
+    run: Int64
 
 
 class RegisterRequest(Strict):
@@ -48,9 +49,9 @@ class RegisterRequest(Strict):
 
 
 class StartedReport(Strict):
-    job_id: int
-    run: int
-    pid: Annotated[int, Field(ge=0)]
+    job_id: Id
+    run: Int64
+    pid: Annotated[int, Field(ge=0, le=2**31 - 1)]
     workspace: Annotated[str, Field(max_length=4096)] = ""
     stdout: Annotated[str, Field(max_length=4096)] = ""
     stderr: Annotated[str, Field(max_length=4096)] = ""
@@ -58,10 +59,10 @@ class StartedReport(Strict):
 
 
 class FinishedReport(Strict):
-    job_id: int
-    run: int
-    exit_code: int | None = None
-    signal: int | None = None
+    job_id: Id
+    run: Int64
+    exit_code: Int64 | None = None
+    signal: Annotated[int, Field(ge=0, le=255)] | None = None
     reason: Annotated[str, Field(max_length=1024)] = ""
     lost: bool = False  # the worker no longer knows how the run ended (it restarted)
 

@@ -70,6 +70,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     w.add_argument("--heartbeat", type=float, default=2.0, help="seconds between heartbeats")
     w.add_argument("--run-as-users", action="store_true",
                    help="run each job as the unix account named like its XCE user (needs root)")
+    w.add_argument("--allow-system-users", action="store_true",
+                   help="with --run-as-users: also run jobs as root and system accounts (uid below UID_MIN "
+                        "in /etc/login.defs); refused by default")
     w.add_argument("--provider-config", help="providers for node-scope claims ([providers.NAME] tables as for "
                                               "xce provisioner; default: simfs under the work dir)")
     w.add_argument("--storage-root", action="append", dest="storage_roots", metavar="DIR",
@@ -121,8 +124,11 @@ def cmd_worker(args, ctx) -> int:
         raise UsageError("--run-as-users needs the worker to run as root")
     if args.slots is not None and args.slots < 0:
         raise UsageError("--slots must be >= 0")
+    if args.allow_system_users and not args.run_as_users:
+        raise UsageError("--allow-system-users goes with --run-as-users")
     return run_worker(args.host, args.controller, token, args.slots, args.attr, args.counter,
-                      args.work_dir, args.heartbeat, args.run_as_users, args.provider_config, args.storage_roots)
+                      args.work_dir, args.heartbeat, args.run_as_users, args.provider_config,
+                      args.storage_roots, allow_system_users=args.allow_system_users)
 
 
 def cmd_provisioner(args, ctx) -> int:

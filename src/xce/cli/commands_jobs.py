@@ -17,6 +17,10 @@ from xce.cli.base import Parser
 from xce.cli.http import EXIT_OK, EXIT_REFUSED, ApiError, Client, UsageError
 from xce.cli.output import fields, print_json, print_table, table, when
 
+# GET /v1/jobs's default and largest limit (xce.api.jobs; not imported: the CLI starts fast)
+LIST_LIMIT = 1000
+MAX_LIST_LIMIT = 10_000
+
 JOB_STATES = ("PEND", "PSUSP", "RUN", "DONE", "EXIT")
 _JOB_ID = re.compile(r"^(\d+)(?:\[(\d+)\])?$")
 
@@ -55,6 +59,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     j.add_argument("-q", "--queue")
     j.add_argument("--state", action="append", choices=JOB_STATES, type=str.upper,
                    help="only jobs in this state (repeatable)")
+    j.add_argument("--limit", type=_positive_int, default=LIST_LIMIT,
+                   help=f"at most this many jobs, the newest (default {LIST_LIMIT}, at most {MAX_LIST_LIMIT})")
     j.set_defaults(func=cmd_jobs)
 
     job = sub.add_parser("job", parents=[common], help="one job: show, why")
@@ -169,6 +175,9 @@ def _hosts(job: dict[str, Any]) -> str:
 def cmd_jobs(args, ctx) -> int:
     params: list[tuple[str, Any]] = [("all", args.all or None), ("user", args.user), ("queue", args.queue)]
     params += [("state", s) for s in args.state or ()]
+    if args.limit > MAX_LIST_LIMIT:
+        raise UsageError(f"--limit is at most {MAX_LIST_LIMIT}")
+    params.append(("limit", args.limit))
     jobs = ctx.client().get("/v1/jobs", params)
     jobs.sort(key=lambda j: j["id"])
     if ctx.json:
@@ -177,6 +186,8 @@ def cmd_jobs(args, ctx) -> int:
     if not jobs:
         print("No jobs found", file=sys.stderr)
         return EXIT_OK
+    if len(jobs) == args.limit:
+        print(f"(the newest {args.limit} jobs that match: --limit N for more)", file=sys.stderr)
     print_table(("JOBID", "USER", "STAT", "QUEUE", "NAME", "SLOTS", "EXEC_HOST", "SUBMIT_TIME"),
                 ((j["display_id"], j["user"], j["state"], j["queue"], j["name"], j["slots"], _hosts(j),
                   when(j["submit_time"])) for j in jobs))
@@ -193,7 +204,7 @@ def resolve(client: Client, text: str, *, whole_array: bool = True) -> list[dict
         job = client.get(f"/v1/jobs/{job_id}")
         if not whole_array or job.get("array_parent") != job["id"]:
             return [job]
-    elements = client.get("/v1/jobs", {"array": job_id})
+    elements = client.get("/v1/jobs", {"array": job_id, "limit": MAX_LIST_LIMIT})  # >= max_array_size
     if index is None:
         return sorted(elements, key=lambda j: j["id"]) or [job]
     found = [j for j in elements if j["array_index"] == int(index)]

@@ -19,6 +19,16 @@ snapshot_every = 50000     # facts between snapshots (replaying 50,000 facts at 
 lease_ttl = 10.0           # seconds a leader lease lasts without renewal
 max_body_bytes = 1048576   # larger request bodies are refused with 413
 host_timeout = 10.0        # seconds without a heartbeat before a host is UNAVAIL
+max_pending_jobs_per_user = 10000   # PEND and PSUSP jobs one user may have; more are refused
+max_array_size = 10000     # elements in one job array submission
+# refusals are audited, rate-limited per source (client address, or user once authenticated) and
+# result code: a token bucket of refusal_audit_burst refilled at refusal_audit_rate per second;
+# repeats beyond it are counted and recorded as one fact per refusal_audit_window seconds
+refusal_audit_rate = 1.0
+refusal_audit_burst = 20
+refusal_audit_window = 10.0
+refusal_audit_sources = 4096        # sources tracked at once (the oldest is forgotten first)
+refusal_audit_global_rate = 50.0    # all sources together (burst: 10 x refusal_audit_burst)
 
 [[users]]
 name = "admin"
@@ -108,6 +118,15 @@ class ControllerConfig:
     lease_ttl: float = 10.0
     max_body_bytes: int = 1 << 20
     host_timeout: float = 10.0
+    # one user cannot flood the scheduler or the model: refused at submission with the limit named
+    max_pending_jobs_per_user: int = 10_000
+    max_array_size: int = 10_000
+    # nobody who can reach the port can grow the log at will (xce.api.refusals)
+    refusal_audit_rate: float = 1.0  # audited refusals per second per source and result code, sustained
+    refusal_audit_burst: int = 20
+    refusal_audit_window: float = 10.0  # repeats held back are summed into one fact per window
+    refusal_audit_sources: int = 4096
+    refusal_audit_global_rate: float = 50.0
 
 
 @dataclass(frozen=True)
@@ -309,6 +328,13 @@ def parse_config(text: str, source: str = "<string>") -> Config:
             raise ConfigError(f"{source}: user {u.name!r} names unknown project(s) {', '.join(missing)}")
     if ctl.snapshot_every < 1 or ctl.lease_ttl <= 0 or ctl.max_body_bytes < 1024:
         raise ConfigError(f"{source} [controller]: snapshot_every >= 1, lease_ttl > 0, max_body_bytes >= 1024")
+    if ctl.max_pending_jobs_per_user < 1 or not 1 <= ctl.max_array_size <= 10_000:
+        # an array is listed (and killed, held...) through one GET /v1/jobs?array=ID of at most 10,000
+        raise ConfigError(f"{source} [controller]: max_pending_jobs_per_user >= 1, 1 <= max_array_size <= 10000")
+    if ctl.refusal_audit_rate <= 0 or ctl.refusal_audit_burst < 1 or ctl.refusal_audit_window <= 0 \
+            or ctl.refusal_audit_sources < 1 or ctl.refusal_audit_global_rate <= 0:
+        raise ConfigError(f"{source} [controller]: refusal_audit_rate > 0, refusal_audit_burst >= 1, "
+                          "refusal_audit_window > 0, refusal_audit_sources >= 1, refusal_audit_global_rate > 0")
     _check_claims(source, pools, classes, quotas, claims, project_names)
     _check_apps(source, apps, classes)
     _check_resources(source, resources)

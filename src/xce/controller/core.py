@@ -321,10 +321,15 @@ class Controller:
             except Exception as e:  # a bug in a decide function must not take the batch down
                 log.exception("decide failed")
                 out = Outcome(error=XceError(f"internal error: {type(e).__name__}"))
-            for f in out.facts:
+            try:  # encoded before any is applied: a fact the store cannot hold must not reach the model
+                encoded = [encode(f) for f in out.facts]
+            except (TypeError, ValueError) as e:
+                log.exception("a decision's facts cannot be encoded")
+                out = Outcome(error=XceError(f"internal error: {type(e).__name__}"))
+                encoded = []
+            for f, (t, v, payload) in zip(out.facts, encoded):
                 position = self.model.position + 1
                 self.model.apply(position, f)
-                t, v, payload = encode(f)
                 records.append(Record(position=position, type=t, version=v, payload=payload))
             facts.extend(out.facts)
             outcomes.append(out)

@@ -333,6 +333,7 @@ def create(model: Model, config: Config, actor: User, spec: ClaimSpec, now: floa
     if live_by_name(model, project, spec.name) is not None:  # names are per project: this reveals no other's
         raise Conflict(f"a claim named {spec.name!r} already exists in project {project!r}")
     check_quota(model, config, project, cls.name, size)
+    check_fits_a_pool(config, cls, size, f"claim {spec.name!r}")
     claim_id = model.next_claim_id
     return [F.ClaimCreated(time=now, claim_id=claim_id, name=spec.name, form=ClaimForm.STANDALONE.value,
                            class_name=cls.name, scope=cls.scope, size_bytes=size, access_mode=mode.value,
@@ -363,6 +364,23 @@ def check_quota(model: Model, config: Config, project: str, class_name: str, siz
         if limit is not None and total + size > limit:
             raise Conflict(f"quota exceeded for {scope}: at most {human(limit)}, {human(total)} in use, "
                            f"{human(size)} asked", code="quota_exceeded")
+
+
+def check_fits_a_pool(config: Config, cls: ClaimClassConfig, size: int, what: str) -> None:
+    """A shared claim larger than every pool its class can place it in would wait forever: refuse it.
+
+    Node-scope classes draw on host counters, which hosts report as they come and go: not checked.
+    """
+    if cls.scope != "shared":
+        return
+    pools = [p for p in map(config.pool, cls.pools) if p is not None]
+    if not pools:
+        return
+    largest = max(pools, key=lambda p: p.capacity_bytes)
+    if size > largest.capacity_bytes:
+        raise Conflict(f"{what} ({human(size)}) is larger than any pool of class {cls.name} can hold: "
+                       f"the largest, {largest.name}, has a capacity of {human(largest.capacity_bytes)}",
+                       code="larger_than_pools")
 
 
 def visible(model: Model, actor: User, name: str, project: str | None = None) -> Claim:

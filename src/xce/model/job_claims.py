@@ -132,6 +132,7 @@ def resolve(model: Model, config: Config, actor: User, project: str, spec: JobCl
     def add_template(kind: str, class_name: str, size: int, **extra: Any) -> None:
         cls = C.class_or_404(config, class_name)
         C.check_quota(model, config, project, class_name, size)
+        C.check_fits_a_pool(config, cls, size, f"template claim {kind!r}")
         # node scope: on the run's first host, its host counter; shared: the provisioner makes it in a pool
         templates.append({"kind": kind, "class": class_name, "size_bytes": size, "scope": cls.scope,
                           "counter": cls.counter if cls.scope == "node" else None,

@@ -21,7 +21,7 @@ from xce.model.names import check_name
 from xce.scheduler.resreq import ResReqError, parse_resreq
 
 if TYPE_CHECKING:
-    from xce.controller.config import Config
+    from xce.controller.config import Config, ControllerConfig
     from xce.model.identity import User
     from xce.model.state import Model
 
@@ -184,6 +184,8 @@ def submit(model: Model, actor: User, spec: JobSpec, now: float,
     if spec.name is not None:
         name, indices = parse_array_name(spec.name)
         check_name("job", name)
+    if config is not None:
+        _check_user_limits(model, actor, len(indices) or 1, config.controller)
     for what, value in (("cwd", spec.cwd), ("stdout", spec.stdout), ("stderr", spec.stderr)):
         _check_path(what, value)
     try:
@@ -212,6 +214,18 @@ def submit(model: Model, actor: User, spec: JobSpec, now: float,
     )], job_id
 
 
+def _check_user_limits(model: Model, actor: User, count: int, limits: ControllerConfig) -> None:
+    """One user cannot flood the model and the scheduler: array size and waiting jobs are bounded."""
+    if count > limits.max_array_size:
+        raise InvalidRequest(f"job array of {count} elements: at most {limits.max_array_size} per submission "
+                             "([controller] max_array_size)")
+    waiting = model.waiting_by_user.get(actor.name, 0)
+    if waiting + count > limits.max_pending_jobs_per_user:
+        raise Conflict(f"user {actor.name!r} has {waiting} pending jobs; {count} more would exceed the limit of "
+                       f"{limits.max_pending_jobs_per_user} ([controller] max_pending_jobs_per_user)",
+                       code="limit_exceeded")
+
+
 def visible_job(model: Model, actor: User, job_id: int) -> Job:
     """The job if ``actor`` may see it; unknown and foreign jobs look the same (404)."""
     job = model.jobs.get(job_id)
@@ -224,16 +238,36 @@ def visible_job(model: Model, actor: User, job_id: int) -> Job:
 
 
 def _index(model: Model, job: Job) -> None:
-    """Keep ``model.pending_jobs`` (PEND, nothing allocated: what the scheduler plans) up to date."""
+    """Keep ``model.pending_jobs`` (PEND, nothing allocated: what the scheduler plans) and the
+    per-user count of waiting (PEND or PSUSP) jobs up to date."""
     if job.state is JobState.PEND and not job.alloc_slots:
         model.pending_jobs.add(job.id)
     else:
         model.pending_jobs.discard(job.id)
+    waiting = job.state in (JobState.PEND, JobState.PSUSP)
+    if waiting != (job.id in model.waiting_jobs):
+        if waiting:
+            model.waiting_jobs.add(job.id)
+        else:
+            model.waiting_jobs.discard(job.id)
+        _count_waiting(model, job.user, 1 if waiting else -1)
+
+
+def _count_waiting(model: Model, user: str, delta: int) -> None:
+    n = model.waiting_by_user.get(user, 0) + delta
+    if n:
+        model.waiting_by_user[user] = n
+    else:  # no zero entries: the live model equals one rebuilt from a snapshot
+        model.waiting_by_user.pop(user, None)
 
 
 def apply_job_submitted(model: Model, f: JobSubmitted) -> None:
     elements = [(f.id + i, f.id, idx) for i, idx in enumerate(f.array_indices)] or [(f.id, None, None)]
     for job_id, parent, index in elements:
+        old = model.jobs.get(job_id)
+        if old is not None and old.id in model.waiting_jobs:  # folds are total: a reused id replaces its job
+            _count_waiting(model, old.user, -1)
+            model.waiting_jobs.discard(old.id)
         model.jobs[job_id] = Job(
             id=job_id, name=f.name, user=f.user, project=f.project, queue=f.queue,
             command=list(f.command), submit_time=f.time,

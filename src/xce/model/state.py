@@ -106,6 +106,8 @@ class Model:
     open_ops: set[int] = field(default_factory=set)  # claims with an open provider op
     pending_jobs: set[int] = field(default_factory=set)  # PEND with nothing allocated: what the scheduler plans
     cluster_held: dict[int, dict[str, float]] = field(default_factory=dict)  # job -> cluster counters it holds
+    waiting_jobs: set[int] = field(default_factory=set)  # PEND or PSUSP: what max_pending_jobs_per_user counts
+    waiting_by_user: dict[str, int] = field(default_factory=dict)  # user -> how many of waiting_jobs are theirs
 
     def apply(self, position: int, fact: F.Fact) -> None:
         fold = FOLDS.get(type(fact))
@@ -187,6 +189,11 @@ class Model:
 
         self.pending_jobs = {j.id for j in self.jobs.values() if j.state is JobState.PEND and not j.alloc_slots}
         self.cluster_held = {j.id: j.alloc_cluster for j in self.jobs.values() if j.alloc_cluster}
+        self.waiting_jobs = {j.id for j in self.jobs.values() if j.state in (JobState.PEND, JobState.PSUSP)}
+        self.waiting_by_user = {}
+        for job_id in self.waiting_jobs:
+            user = self.jobs[job_id].user
+            self.waiting_by_user[user] = self.waiting_by_user.get(user, 0) + 1
         for c in self.claims.values():
             if c.form is ClaimForm.STANDALONE:  # template claims have no name anyone can look up
                 key = name_key(c.project, c.name)

@@ -32,6 +32,9 @@ from types import MappingProxyType
 from typing import Callable, Mapping
 
 MAX_LENGTH = 4096
+# parentheses and negations nest at most this deep: the parser recurses once per level, and a
+# string of a few hundred "(" must be a clean refusal, not a RecursionError in the controller
+MAX_DEPTH = 32
 SECTIONS = ("select", "rusage", "span", "order")
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15,
           "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40, "pi": 2**50}
@@ -158,33 +161,58 @@ def _compare(name: str, op: str, value: str, number: float | None) -> Pred:
     return textual
 
 
+def _any(preds: list[Pred]) -> Pred:
+    """One closure over a whole ``a || b || c`` chain: evaluation depth does not grow with its length."""
+    if len(preds) == 1:
+        return preds[0]
+    items = tuple(preds)
+    return lambda x, y: any(p(x, y) for p in items)
+
+
+def _all(preds: list[Pred]) -> Pred:
+    if len(preds) == 1:
+        return preds[0]
+    items = tuple(preds)
+    return lambda x, y: all(p(x, y) for p in items)
+
+
 class _ExprParser:
     def __init__(self, toks: _Tokens) -> None:
         self.t = toks
         self.names: set[str] = set()
+        self.depth = 0
 
     def expr(self) -> Pred:
-        left = self.conj()
+        terms = [self.conj()]
         while self.t.accept("||", "or"):
-            right = self.conj()
-            left = (lambda a, b: lambda x, y: a(x, y) or b(x, y))(left, right)
-        return left
+            terms.append(self.conj())
+        return _any(terms)
 
     def conj(self) -> Pred:
-        left = self.neg()
+        terms = [self.neg()]
         while self.t.accept("&&", "and"):
-            right = self.neg()
-            left = (lambda a, b: lambda x, y: a(x, y) and b(x, y))(left, right)
-        return left
+            terms.append(self.neg())
+        return _all(terms)
+
+    def _deeper(self, pos: int) -> None:
+        """One more level of "(" or "!": refused past ``MAX_DEPTH`` (the parser recurses per level)."""
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise ResReqError(self.t.text, pos, f"expression nested deeper than {MAX_DEPTH} levels")
 
     def neg(self) -> Pred:
+        tok = self.t.peek()
         if self.t.accept("!", "not"):
+            self._deeper(tok[2])
             inner = self.neg()
+            self.depth -= 1
             return lambda x, y: not inner(x, y)
         kind, value, pos = self.t.next("a term")
         if kind == "op" and value == "(":
+            self._deeper(pos)
             inner = self.expr()
             self._close(")", pos)
+            self.depth -= 1
             return inner
         if kind == "name" and value == "defined" and self.t.accept("("):
             _, name, _ = self.t.next("a name inside defined(")

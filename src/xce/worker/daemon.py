@@ -44,13 +44,14 @@ class Worker:
     def __init__(self, host: str, url: str, token: str, slots: int, attrs: dict[str, str],
                  counters: dict[str, float], work_dir: str, heartbeat: float = 2.0,
                  run_as_users: bool = False, providers: dict[str, Provider] | None = None,
-                 storage_roots: list[str] | None = None) -> None:
+                 storage_roots: list[str] | None = None, allow_system_users: bool = False) -> None:
         self.host = host
         self.client = Client(url, token, timeout=90)
         self.slots, self.attrs, self.counters = slots, attrs, counters
         self.work_dir = work_dir
         self.heartbeat_interval = heartbeat
         self.run_as_users = run_as_users
+        self.allow_system_users = allow_system_users  # run as root / uid < UID_MIN too (sandbox.run_as_for)
         self.boot_id = uuid.uuid4().hex
         self.runs_dir = os.path.join(work_dir, "runs")
         self.jobs_dir = os.path.join(work_dir, "jobs")
@@ -72,7 +73,8 @@ class Worker:
                                          "stage_in": self._stage, "stage_out": self._stage})
 
     def _stage(self, item: dict[str, Any]):
-        return staging.run_stage_op(item, self.host, self.run_as_users, self.storage)
+        return staging.run_stage_op(item, self.host, self.run_as_users, self.storage,
+                                    allow_system_users=self.allow_system_users)
 
     # ------------------------------------------------------------ run directories
 
@@ -198,7 +200,7 @@ class Worker:
         intent = {"job_id": key[0], "run": key[1], "workspace": workspace, "user": job["user"]}
         self._write_journal(run_dir, intent)  # intent before action
         try:
-            run_as = sandbox.run_as_for(job["user"], self.host) if self.run_as_users else None
+            run_as = sandbox.run_as_for(job["user"], self.host, self.allow_system_users) if self.run_as_users else None
             started = sandbox.start(job, self.host, run_dir, workspace, self.output_dir, self.storage, run_as)
         except (sandbox.StartFailed, OSError) as e:
             reason = str(e) if isinstance(e, sandbox.StartFailed) else f"failed to start: {e}"
@@ -240,6 +242,8 @@ class Worker:
         elif status == sandbox.PUBLISH_FAILED and (err := sandbox.publish_error(run_dir)):
             report = {"job_id": key[0], "run": key[1], "exit_code": status,
                       "reason": f"failed to start: could not publish its claims: {err}"}
+        elif status == sandbox.LAUNCH_FAILED and (err := sandbox.launch_error(run_dir)):
+            report = {"job_id": key[0], "run": key[1], "exit_code": status, "reason": f"failed to start: {err}"}
         else:
             exit_code, sig = sandbox.exit_status(status)
             report = {"job_id": key[0], "run": key[1], "exit_code": exit_code, "signal": sig}

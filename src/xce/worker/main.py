@@ -33,7 +33,7 @@ def parse_pairs(items: list[str] | None, what: str, numeric: bool) -> dict:
 def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[str] | None,
                counters: list[str] | None, work_dir: str | None, heartbeat: float,
                run_as_users: bool = False, provider_config: str | None = None,
-               storage_roots: list[str] | None = None) -> int:
+               storage_roots: list[str] | None = None, allow_system_users: bool = False) -> int:
     from xce.model.names import check_name
     from xce.errors import InvalidRequest
     from xce.worker.daemon import Worker
@@ -56,7 +56,8 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
                     parse_pairs(attrs, "attr", numeric=False), parse_pairs(counters, "counter", numeric=True),
                     work_dir, heartbeat=heartbeat, run_as_users=run_as_users,
                     providers=load_provisioner_config(provider_config).providers if provider_config else None,
-                    storage_roots=[_storage_root(r) for r in storage_roots or ()])
+                    storage_roots=[_storage_root(r) for r in storage_roots or ()],
+                    allow_system_users=allow_system_users)
 
     def on_signal(signum, frame) -> None:
         logging.getLogger("xce.worker").info("signal %d: stopping", signum)

@@ -42,9 +42,17 @@ PUBLISH_FAILED = 125
 PUBLISH = ('run=$1; shift; while [ "$1" != -- ]; do mount --bind -- "$1" "$2" 2>>"$run/publish.err" || exit 125; '
            'if [ "$3" = ro ]; then mount -o remount,bind,ro -- "$2" 2>>"$run/publish.err" || exit 125; fi; '
            'shift 3; done; shift; exec "$@"')
-# runs as the job's user: cwd, output files opened with the user's rights, then the command
-LAUNCH = ('cd -- "$1" || exit 126; exec >>"$2" || exit 126; '
-          'if [ "$3" = "$2" ]; then exec 2>&1; else exec 2>>"$3" || exit 126; fi; shift 3; exec "$@"')
+# runs as the job's user: cwd, output files opened with the user's rights, then the command.  Fd 3 is
+# RUN/launch.err, opened by the worker (the user cannot write the run dir): the shell's own message and
+# ours go there, and the job never sees it.  ``command exec`` so that a failed redirection does not
+# end the shell (status 2, no word) before it can say which file it was.
+LAUNCH_FAILED = 126
+LAUNCH = ('exec 2>&3; cd -- "$1" || { echo "cannot enter working directory $1" >&3; exit 126; }; '
+          'command exec >>"$2" || { echo "cannot open output file $2" >&3; exit 126; }; '
+          'if [ "$3" = "$2" ]; then exec 2>&1; '
+          'else command exec 2>>"$3" || { echo "cannot open output file $3" >&3; exit 126; }; fi; '
+          'exec 3>&-; shift 3; exec "$@"')
+LAUNCH_ERR = "launch.err"
 
 
 class StartFailed(Exception):
@@ -131,11 +139,37 @@ def job_env(job: dict[str, Any], host: str, workspace: str, home: str) -> dict[s
     return env
 
 
-def run_as_for(user: str, host: str) -> RunAs:
+LOGIN_DEFS = "/etc/login.defs"
+DEFAULT_UID_MIN = 1000
+
+
+def uid_min(path: str = LOGIN_DEFS) -> int:
+    """The system's first uid for people (``UID_MIN`` in login.defs; 1000 when it says nothing)."""
+    try:
+        with open(path, errors="replace") as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) >= 2 and parts[0] == "UID_MIN" and parts[1].isdigit():
+                    return int(parts[1])
+    except OSError:
+        pass
+    return DEFAULT_UID_MIN
+
+
+def run_as_for(user: str, host: str, allow_system: bool = False) -> RunAs:
+    """The account named like the XCE user.  An XCE user called ``root`` (or ``daemon``, ``www-data``)
+    must not become that account: uid 0, group 0 and uids below UID_MIN are refused unless the worker
+    was started with ``--allow-system-users``."""
     try:
         pw = pwd.getpwnam(user)
     except KeyError:
         raise StartFailed(f"failed to start: user {user!r} has no account on {host}") from None
+    if not allow_system:
+        first = uid_min()
+        if pw.pw_uid == 0 or pw.pw_gid == 0 or pw.pw_uid < first:
+            raise StartFailed(f"failed to start: user {user!r} is a system account on {host} (uid {pw.pw_uid}, "
+                              f"gid {pw.pw_gid}; people start at uid {first}): jobs do not run as root or "
+                              "system accounts unless the worker runs with --allow-system-users")
     return RunAs(uid=pw.pw_uid, gid=pw.pw_gid, name=pw.pw_name, home=pw.pw_dir)
 
 
@@ -184,7 +218,9 @@ def start(job: dict[str, Any], host: str, run_dir: str, workspace: str, output_d
     argv = ["/bin/sh", "-c", SHEPHERD, "xce-shepherd", run_dir, "/bin/sh", "-c", MARK, run_dir, *chain]
     actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
                (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
-               (os.POSIX_SPAWN_DUP2, 1, 2)]
+               (os.POSIX_SPAWN_DUP2, 1, 2),
+               (os.POSIX_SPAWN_OPEN, 3, os.path.join(run_dir, LAUNCH_ERR),
+                os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)]
     try:
         pid = os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True)
     except OSError as e:
@@ -236,6 +272,25 @@ def publish_error(run_dir: str) -> str | None:
     except OSError:
         return None
     return text.splitlines()[-1] if text else None
+
+
+def launch_error(run_dir: str) -> str | None:
+    """Why LAUNCH could not start the job, from RUN/launch.err: our line, with the reason the
+    shell gave before it ("cannot open output file /x/out: Permission denied")."""
+    try:
+        with open(os.path.join(run_dir, LAUNCH_ERR), errors="replace") as fh:
+            lines = [ln.strip() for ln in fh.read().splitlines() if ln.strip()]
+    except OSError:
+        return None
+    if not lines:
+        return None
+    ours = lines[-1]
+    if len(lines) > 1 and ": " in lines[-2]:
+        reason = lines[-2].rsplit(": ", 1)[1]  # dash: "cannot create X: Permission denied"
+        if reason.startswith("can't cd to"):  # dash does not say why; the path is in our line
+            return ours
+        return f"{ours}: {reason}"
+    return ours
 
 
 def clean_workspace(workspace: str) -> None:

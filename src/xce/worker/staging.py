@@ -99,8 +99,16 @@ def _who(run_as: RunAs | None) -> str:
     return f"as {run_as.name}" if run_as is not None else f"as the worker's user (uid {os.geteuid()})"
 
 
+def _unreadable_source(err: str, src: str, dest: str) -> bool:
+    """Did the copy fail because the user cannot reach ``src`` (missing, or a directory on the way or
+    the file itself closed to them)?  cp names the path it failed on: the source, not the destination."""
+    first = err.splitlines()[0] if err else ""
+    return (src in first and dest not in first
+            and ("No such file" in first or "Permission denied" in first))
+
+
 def run_stage_op(item: dict[str, Any], host: str, run_as_users: bool, roots: StorageRoots,
-                 timeout: float = COPY_TIMEOUT) -> ProviderReply:
+                 timeout: float = COPY_TIMEOUT, allow_system_users: bool = False) -> ProviderReply:
     """One stage_in or stage_out op of the node agent: every item copied, or an error reply.
 
     The staging area must be inside this worker's storage roots (a forged path is refused for
@@ -114,7 +122,7 @@ def run_stage_op(item: dict[str, Any], host: str, run_as_users: bool, roots: Sto
         return ProviderReply(op_id=op_id, ok=False, error_code="NOT_FOUND", retryable=True,
                              message=f"the staging claim has no directory on {host} ({base})")
     try:
-        run_as = run_as_for(item["user"], host) if run_as_users else None
+        run_as = run_as_for(item["user"], host, allow_system_users) if run_as_users else None
     except StartFailed as e:
         return ProviderReply(op_id=op_id, ok=False, error_code="NO_ACCOUNT", retryable=False,
                              message=str(e).removeprefix("failed to start: "))
@@ -131,10 +139,17 @@ def run_stage_op(item: dict[str, Any], host: str, run_as_users: bool, roots: Sto
             src_path, dest_path = src, os.path.join(base, dest)
         else:
             src_path, dest_path = os.path.join(base, src), dest
-        if not os.path.lexists(src_path):  # a retry cannot make it appear
+        # as the worker's own user, existence tells nothing; as the job's user, the worker (root) must
+        # not answer "does not exist" where the user would meet "Permission denied": the copy, run as
+        # the user, is what finds out, and both answers are one (below)
+        if run_as is None and not os.path.lexists(src_path):  # a retry cannot make it appear
             return ProviderReply(op_id=op_id, ok=False, error_code="NOT_FOUND", retryable=False,
                                  message=f"{what}: {src_path} does not exist")
         code, err = _spawn_copy(src_path, dest_path, run_as, timeout)
+        if code != 0 and run_as is not None and _unreadable_source(err, src_path, dest_path):
+            return ProviderReply(op_id=op_id, ok=False, error_code="NOT_READABLE", retryable=False,
+                                 message=f"{what}: cannot read {src_path} {_who(run_as)} "
+                                         "(missing or permission denied)")
         if code != 0:
             # refused by the user's rights: permanent; anything else (a destination not there yet, a
             # full disk, a timeout) may pass on a later attempt
