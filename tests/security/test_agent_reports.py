@@ -67,7 +67,7 @@ def test_a_worker_token_cannot_report_the_provisioners_create_or_attach(cl, tmp_
     evil = worker_token(cl, "host1")
     etc = decoy(tmp_path)
     # a create in flight with the provisioner (its provider hangs), and the attacker reports it done
-    simfs.inject(cl.provisioner.simfs_root, hang_next=1, hang_seconds=15, fail_ops=["create"])
+    simfs.inject(cl.provisioner.simfs_root, hang_next=1, hang_seconds=6, fail_ops=["create"])
     cl.xce("claim", "create", "ckpt", "--class", "simfs", "--size", "1Gi", "--access", "RWO")
     op = op_started(cl, "ckpt", "create")
     claim_id = cl.claim("ckpt")["id"]
@@ -81,7 +81,7 @@ def test_a_worker_token_cannot_report_the_provisioners_create_or_attach(cl, tmp_
     assert ready["handle"] != "evil" and ready["path"].startswith(cl.provisioner.simfs_root)
 
     # an attach on host2 in flight with the provisioner; host1's token reports it with path /etc
-    simfs.inject(cl.provisioner.simfs_root, hang_next=1, hang_seconds=15, fail_ops=["attach"])
+    simfs.inject(cl.provisioner.simfs_root, hang_next=1, hang_seconds=6, fail_ops=["attach"])
     out = tmp_path / "out"
     job = cl.submit("--claim", "ckpt:rw", "-R", "select[node==two]", "-o", str(out), "--",
                     "sh", "-c", 'ls "$XCE_CLAIM_CKPT" > /dev/null; echo mine > "$XCE_CLAIM_CKPT/f"; '
