@@ -22,10 +22,14 @@ class AuditRecord:
     detail: str = ""
 
 
+def record(model: Model, time: float, user: str, action: str, target: str, result: str, detail: str = "") -> None:
+    """The one way a fold adds to the audit trail (a request's record, a claim's transition...)."""
+    model.audit.append(AuditRecord(seq=len(model.audit) + 1, time=time, user=user, action=action, target=target,
+                                   result=result, detail=detail[:512]))
+
+
 def apply_audit_recorded(model: Model, f: AuditRecorded) -> None:
-    model.audit.append(AuditRecord(seq=len(model.audit) + 1, time=f.time, user=f.user,
-                                   action=f.action, target=f.target, result=f.result,
-                                   detail=f.detail))
+    record(model, f.time, f.user, f.action, f.target, f.result, f.detail)
 
 
 def query(model: Model, since: float | None = None, user: str | None = None,

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from xce.model import facts as F
-from xce.model.audit import AuditRecord
+from xce.model import audit
 from xce.model.facts import Fact
 from xce.model.names import check_name
 from xce.units import format_size as human, parse_size
@@ -558,9 +558,8 @@ def _set_state(model: Model, claim: Claim, new: ClaimState, time: float, reason:
     old = claim.state
     claim.state = new
     claim.history.append({"state": new.value, "time": time, "reason": reason})
-    model.audit.append(AuditRecord(seq=len(model.audit) + 1, time=time, user=by, action="claim.state",
-                                   target=f"claim/{claim.name}", result=new.value,
-                                   detail=f"{old.value} -> {new.value}: {reason}"[:512]))
+    audit.record(model, time, by, "claim.state", f"claim/{claim.name}", new.value,
+                 f"{old.value} -> {new.value}: {reason}")
     if new is ClaimState.RELEASED and claim.form is ClaimForm.STANDALONE:
         key = name_key(claim.project, claim.name)
         if model.claim_names.get(key) == claim.id:
@@ -644,9 +643,7 @@ def _add(model: Model, claim: Claim, time: float, reason: str, detail: str) -> b
     model.claims[claim.id] = claim
     if claim.form is ClaimForm.STANDALONE:
         model.claim_names[key] = claim.id
-    model.audit.append(AuditRecord(seq=len(model.audit) + 1, time=time, user=claim.owner, action="claim.state",
-                                   target=f"claim/{claim.name}", result=ClaimState.PENDING.value,
-                                   detail=detail[:512]))
+    audit.record(model, time, claim.owner, "claim.state", f"claim/{claim.name}", ClaimState.PENDING.value, detail)
     return True
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from xce.model import facts as F
-from xce.model.audit import AuditRecord
+from xce.model import audit
 from xce.model.facts import Fact
 
 if TYPE_CHECKING:
@@ -100,8 +100,7 @@ def claim_orphans(model: Model) -> list[tuple[Claim, str]]:
 
 
 def _audit(model: Model, time: float, result: str, handle: str, detail: str) -> None:
-    model.audit.append(AuditRecord(seq=len(model.audit) + 1, time=time, user="-", action="orphan",
-                                   target=f"object/{handle}", result=result, detail=detail[:512]))
+    audit.record(model, time, "-", "orphan", f"object/{handle}", result, detail)
 
 
 def apply_orphan_seen(model: Model, f: F.OrphanSeen) -> None:
