@@ -264,7 +264,7 @@ def run_xce_mode(mode: str, cluster: XceCluster, api: Api, wl: Workload, args, d
     done = sum(j["state"] == "DONE" for j in jobs)
     failed = len(jobs) - done + len(errors)
     for j in [j for j in jobs if j["state"] != "DONE"][:3]:
-        problems.append(f"job {j['display_id']}: state={j['state']} phase={j.get('phase')} "
+        problems.append(f"job {j['display_id']}: state={j['state']} "
                         f"exit_code={j['exit_code']} signal={j.get('signal')} reason={j.get('exit_reason')!r} "
                         f"pending={j.get('pending_reason')!r} hosts={j['hosts']}")
     lat = [j["start_time"] - j["submit_time"] for j in jobs if j.get("start_time")]

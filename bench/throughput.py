@@ -50,7 +50,7 @@ VENV_BIN = os.path.join(ROOT, ".venv", "bin")
 XCE = os.path.join(VENV_BIN, "xce")
 PYTHON = os.path.join(VENV_BIN, "python")
 SLURM_DIR = os.path.normpath(os.path.join(ROOT, "..", "shared", "bench", "slurm"))
-ACTIVE = ("PEND", "RUN", "PSUSP")
+ACTIVE = ("PEND", "RUN", "STAGE_OUT", "PSUSP")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 

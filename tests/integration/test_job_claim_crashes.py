@@ -70,7 +70,7 @@ def test_worker_sigkill_during_stage_out(cl, tmp_path):
                     'head -c 256M /dev/zero > "$XCE_STAGE/result.bin"')
     copy = wait_for(copy_in_progress, interval=0.002, what="the stage-out copy running")
     os.killpg(copy, signal.SIGSTOP)  # caught in the middle
-    assert cl.job(job)["phase"] == "stage-out"
+    assert cl.job(job)["state"] == "STAGE_OUT"
     w.kill()
     os.killpg(copy, signal.SIGKILL)  # as the machine's crash would
     w.start()

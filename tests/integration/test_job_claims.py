@@ -184,7 +184,7 @@ def test_stage_out_failing_then_succeeding_ends_done(cl, tmp_path):
     stage = wait_for(lambda: next((c for c in cl.job(job)["claims"] if c.get("kind") == "stage"
                                    and (c.get("attempts") or 0) >= 2), None), what="stage-out retried")
     assert "COPY_FAILED" in stage["last_error"]
-    assert cl.job(job)["state"] == "RUN" and cl.job(job)["phase"] == "stage-out"
+    assert cl.job(job)["state"] == "STAGE_OUT"
     blocker.unlink()
     done = cl.wait_state(job, "DONE")
     assert done["exit_code"] == 0 and read(blocker / "out.txt") == "result\n"

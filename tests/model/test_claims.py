@@ -120,9 +120,10 @@ class ClaimMachine(RuleBasedStateMachine):
             if c.op is None or c.op.epoch is None:
                 continue
             intent_epoch = c.op.epoch
-            facts = self.try_(lambda c=c: C.record_result(
-                self.model, RETRIES, agent, epoch, c.op.op_id, c.id, self.tick(), outcome == "ok",
-                handle=f"h-{c.id}", size_bytes=2**30, code="E", retryable=outcome == "retry", rng=self.rng))
+            result = C.OpResult(op_id=c.op.op_id, claim_id=c.id, ok=outcome == "ok", handle=f"h-{c.id}",
+                                size_bytes=2**30, code="E", retryable=outcome == "retry")
+            facts = self.try_(lambda r=result: C.record_result(self.model, RETRIES, agent, epoch, r, self.tick(),
+                                                               self.rng))
             assert (facts is None) == (intent_epoch != epoch or impostor), \
                 "only the agent holding the intent, in the intent's epoch, may report"
 

@@ -123,25 +123,8 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
         def decide(model: Model):
             C.check_epoch(model, agent, body.epoch)
             now = time.time()
-            facts: list[Fact] = []
-            refused = {}
-            jobs_decided: set[int] = set()
-            for r in body.results:
-                try:
-                    results = C.record_result(
-                        model, ctl.config.claims, agent, body.epoch, r.op_id, r.claim_id, now, r.ok, handle=r.handle,
-                        size_bytes=r.size_bytes, reachable_hosts=r.reachable_hosts, host_labels=r.host_labels,
-                        path=r.path, message=r.message, code=r.code, retryable=r.retryable,
-                        stderr_tail=r.stderr_tail, rng=_rng)
-                except Conflict as e:
-                    refused[r.op_id] = e.message
-                    continue
-                facts += results
-                for result in results:  # what it means for the job the claim serves (one decision a job)
-                    for f in job_claims.consequences(model, r.claim_id, r.op_id, result, now):
-                        if f.job_id not in jobs_decided:
-                            jobs_decided.add(f.job_id)
-                            facts.append(f)
+            results = [C.OpResult(**r.model_dump()) for r in body.results]
+            facts, refused = job_claims.agent_report(model, ctl.config.claims, agent, body.epoch, results, now, _rng)
             if agent == SHARED_AGENT:
                 facts += [F.OrphanResolved(time=now, handle=h, how="released")
                           for h in body.orphans_released if h in model.orphans]

@@ -214,7 +214,7 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
             if c is not None:
                 if job.state in (JobState.PEND, JobState.PSUSP):
                     c[0] += 1
-                elif job.state is JobState.RUN:
+                elif job.started:
                     c[1] += 1
         queues = sorted(controller.model.queues.values(), key=lambda q: (-q.priority, q.name))
         return JSONResponse([{"name": q.name, "priority": q.priority, "description": q.description,

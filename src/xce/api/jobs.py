@@ -23,8 +23,9 @@ from xce.controller.core import Controller
 from xce.errors import InvalidRequest
 from xce.model import jobs as J
 from xce.model.identity import User
+from xce.model import job_claims
 from xce.model.job_claims import JobClaimsSpec
-from xce.model.jobs import JobSpec, JobState, submit, visible_job
+from xce.model.jobs import JobSpec, JobState, visible_job
 
 # a listing is bounded: GET /v1/jobs?all=true on a big cluster was tens of megabytes in one answer
 LIST_LIMIT = 1000
@@ -55,12 +56,11 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
     async def submit_job(body: S.JobSubmitRequest, request: Request, actor: User = Depends(authenticated)):
         spec = JobSpec(command=body.command, name=body.name, queue=body.queue, project=body.project,
                        slots=body.slots, resreq=body.resreq, cwd=body.cwd, stdout=body.stdout,
-                       stderr=body.stderr, rerunnable=body.rerunnable, held=body.hold,
-                       claims=JobClaimsSpec(claims=tuple(body.claims), scratch=body.scratch,
-                                            stage_in=tuple(body.stage_in), stage_out=tuple(body.stage_out),
-                                            stage_size=body.stage_size, app=body.app))
+                       stderr=body.stderr, rerunnable=body.rerunnable, held=body.hold)
+        claims = JobClaimsSpec(claims=tuple(body.claims), scratch=body.scratch, stage_in=tuple(body.stage_in),
+                               stage_out=tuple(body.stage_out), stage_size=body.stage_size, app=body.app)
         job_id = await mutate(request, actor, "job",
-                              lambda model: submit(model, actor, spec, time.time(), ctl.config),
+                              lambda model: job_claims.submit(model, actor, spec, claims, time.time(), ctl.config),
                               target_of=lambda new_id: f"job/{new_id}")
         return JSONResponse(job_json(ctl.model, ctl.model.jobs[job_id],
                                      ctl.pending_reason(job_id)), status_code=201)

@@ -17,24 +17,49 @@ from xce.model.orphans import Orphan
 
 def job_json(model: Model, job: Job, pending_reason: str | None = None) -> dict[str, Any]:
     """``pending_reason`` is the scheduler's latest word on a pending job (not a fact)."""
-    reason = job.pending_reason or pending_reason
-    if job.state is JobState.PEND and job.allocated:
-        reason = job_claims.blocking(model, job, time.time()) or reason  # the readiness gate names the claim
-    if reason is None and job.state is JobState.PEND:
-        reason = "waiting for the next scheduling cycle"
-    if job.phase == "stage-out":
-        reason = job_claims.blocking_stage_out(model, job, time.time())
+    reason = job_claims.status_reason(model, job, time.time(), pending_reason)
     return {
         "id": job.id, "display_id": job.display_id, "name": job.name, "user": job.user,
         "project": job.project, "queue": job.queue, "state": job.state.value,
         "command": job.command, "submit_time": job.submit_time,
         "start_time": job.start_time, "end_time": job.end_time, "pending_reason": reason,
         "exit_code": job.exit_code, "signal": job.signal, "exit_reason": job.exit_reason,
-        "hosts": job.hosts, "claims": job_claims.claims_json(model, job), "slots": job.slots, "resreq": job.resreq,
+        "hosts": job.hosts, "claims": job_claims_json(model, job), "slots": job.slots, "resreq": job.resreq,
         "cwd": job.cwd, "stdout": job.stdout, "stderr": job.stderr, "rerunnable": job.rerunnable,
         "array_parent": job.array_parent, "array_index": job.array_index, "run": job.run,
-        "phase": job.phase, "app": job.app, "publish": job.publish or None,
+        "app": job.app, "publish": job.publish or None, "history": job.history,
     }
+
+
+def job_claims_json(model: Model, job: Job) -> list[dict[str, Any]]:
+    """The job's claims as ``xce job show`` lists them (workspace first)."""
+    if job.state is JobState.RUN:
+        workspace_state = "READY"  # the worker made it before it started the job
+    elif job.start_time is not None or job.finished:
+        workspace_state = "RELEASED"  # removed with the run's cleanup
+    else:
+        workspace_state = "PENDING"
+    out: list[dict[str, Any]] = [{
+        "name": "workspace", "form": "template", "class": "workspace", "mode": "rw", "path": job.workspace,
+        "state": workspace_state, "attempts": None, "last_error": None, "env": "XCE_WORKSPACE"}]
+    for claim in job_claims.run_claims(model, job):
+        env = job_claims.template_env(claim.kind)
+        out.append({"name": claim.name, "form": "template", "class": claim.class_name, "kind": claim.kind,
+                    "state": claim.state.value, "mode": "rw", "path": claim.path, "env": env,
+                    "host": claim.host, "attempts": claim.op.attempts if claim.op else None,
+                    "last_error": claim.last_error, "claim_id": claim.id})
+    for ref in job.claim_refs:
+        claim = model.claims.get(ref["claim_id"])
+        if claim is None:
+            continue
+        attached = [{"id": a.id, "host": a.host, "state": a.state.value, "path": a.path,
+                     "attempts": a.op.attempts if a.op else None, "last_error": a.last_error}
+                    for a in claim.attachments if a.job_id == job.id and a.run == job.run]
+        out.append({"name": claim.name, "form": "standalone", "class": claim.class_name, "state": claim.state.value,
+                    "mode": ref["mode"], "access_mode": claim.access_mode.value, "env": job_claims.env_name(claim.name),
+                    "attempts": claim.op.attempts if claim.op else None, "last_error": claim.last_error,
+                    "attachments": attached, "claim_id": claim.id})
+    return out
 
 
 def user_json(user: User) -> dict[str, Any]:

@@ -22,12 +22,12 @@ from xce.controller.core import Controller
 from xce.controller.hosts import HostMonitor
 from xce.errors import Conflict
 from xce.model import Model
-from xce.model.facts import Fact, HostRegistered, JobFinished, JobRequeued
+from xce.model.facts import Fact, HostRegistered
 from xce.model.hosts import HostState
 from xce.model.identity import User, speaks_for_host
 from xce.model import job_claims
 from xce.scheduler.snapshot import pool_use
-from xce.model.jobs import Job, JobState, report_finished, report_started
+from xce.model.jobs import Job, JobState, reconcile_host, report_started
 from xce.model.names import NAME_PATTERN
 
 HostName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=63)]
@@ -92,33 +92,9 @@ def host_work(model: Model, host: str) -> dict[str, list]:
             continue
         if job.state is JobState.PEND and job_claims.blocking(model, job) is None:  # the readiness gate
             dispatch.append(dispatch_json(model, job, host))
-        elif job.state is JobState.RUN and job.kill_requested:
+        elif job.started and job.kill_requested:
             kill.append({"job_id": job.id, "run": job.run})
     return {"dispatch": dispatch, "kill": kill}
-
-
-def _reconcile(model: Model, host: str, running: list[RunRef], now: float) -> tuple[list[Fact], list[dict]]:
-    """Jobs this host should run but does not are decided; runs it has but should not are killed."""
-    facts: list[Fact] = []
-    have = {(r.job_id, r.run) for r in running}
-    h = model.hosts.get(host)
-    for key in list(h.held_slots) if h else []:
-        job = model.jobs.get(int(key))
-        if job is None or job.state is not JobState.RUN or job.hosts[0] != host or job.phase == "stage-out":
-            continue  # (in stage-out the process has ended already: the node agent finishes the job)
-        if (job.id, job.run) not in have:
-            if job.rerunnable:
-                facts.append(JobRequeued(time=now, job_id=job.id, run=job.run,
-                                         reason=f"worker on {host} restarted without it: requeued"))
-            else:
-                facts.append(JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value,
-                                         reason=f"lost: worker on {host} restarted"))
-    kill = []
-    for r in running:
-        job = model.jobs.get(r.job_id)
-        if job is None or job.run != r.run or job.finished or host not in job.alloc_slots:
-            kill.append({"job_id": r.job_id, "run": r.run})
-    return facts, kill
 
 
 def add_worker_routes(app: FastAPI, ctl: Controller, monitor: HostMonitor) -> None:
@@ -178,7 +154,8 @@ def add_worker_routes(app: FastAPI, ctl: Controller, monitor: HostMonitor) -> No
 
         def decide(model: Model):
             now = time.time()
-            facts, kill = _reconcile(model, host, body.running, now)
+            facts, lost = reconcile_host(model, host, {(r.job_id, r.run) for r in body.running}, now)
+            kill = [{"job_id": job_id, "run": run} for job_id, run in lost]
             facts.insert(0, HostRegistered(time=now, name=host, slots=body.slots, attrs=dict(body.attrs),
                                            counters=dict(body.counters), boot_id=body.boot_id))
             return facts, kill
@@ -230,13 +207,10 @@ def add_worker_routes(app: FastAPI, ctl: Controller, monitor: HostMonitor) -> No
             for r in body.finished:
                 try:
                     if r.lost:
-                        job = model.jobs.get(r.job_id)
-                        if job is not None and job.rerunnable and job.run == r.run and not job.finished:
-                            facts.append(JobRequeued(time=now, job_id=r.job_id, run=r.run,
-                                                     reason=f"worker on {host} lost the run: requeued"))
-                            continue
-                    facts += report_finished(model, host, r.job_id, r.run, now, r.exit_code, r.signal,
-                                             r.reason)
+                        facts += job_claims.report_lost(model, host, r.job_id, r.run, now, r.reason)
+                    else:
+                        facts += job_claims.report_finished(model, host, r.job_id, r.run, now, r.exit_code,
+                                                            r.signal, r.reason)
                 except Conflict:
                     pass  # a report about a run the controller already decided: nothing to do
             return facts, kill

@@ -21,7 +21,7 @@ from xce.cli.output import fields, print_json, print_table, table, when
 LIST_LIMIT = 1000
 MAX_LIST_LIMIT = 10_000
 
-JOB_STATES = ("PEND", "PSUSP", "RUN", "DONE", "EXIT")
+JOB_STATES = ("PEND", "PSUSP", "RUN", "STAGE_OUT", "DONE", "EXIT")
 _JOB_ID = re.compile(r"^(\d+)(?:\[(\d+)\])?$")
 
 
@@ -221,7 +221,8 @@ def _show_one(job: dict[str, Any]) -> str:
         ("Pending reason", job["pending_reason"] if pending else "omit"),
         ("Command", " ".join(job["command"])), ("Slots", job["slots"]),
         ("Resource req", job["resreq"]), ("Hosts", _hosts(job)), ("Run", job["run"]),
-        ("Phase", job.get("phase")), ("App profile", job.get("app")),
+        ("Staging out", job["pending_reason"] if job["state"] == "STAGE_OUT" else "omit"),
+        ("App profile", job.get("app")),
         ("Rerunnable", "yes" if job["rerunnable"] else "no"),
         ("Submitted", when(job["submit_time"])), ("Started", when(job["start_time"])),
         ("Ended", when(job["end_time"])), ("Exit code", job["exit_code"]), ("Signal", job["signal"]),
@@ -259,6 +260,8 @@ def why_text(job: dict[str, Any]) -> str:
         return job["pending_reason"] or "waiting for the next scheduling cycle"
     if state == "RUN":
         return f"running on {_hosts(job)}"
+    if state == "STAGE_OUT":
+        return job["pending_reason"] or "process ended; staging out"
     if state == "DONE":
         return "done (exit code 0)"
     return job["exit_reason"] or f"exit code {job['exit_code']}"

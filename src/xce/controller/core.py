@@ -33,6 +33,7 @@ from xce.errors import Unavailable, XceError
 from xce.model import Model, decode, encode
 from xce.model.facts import Fact
 from xce.model.identity import hash_token
+from xce.model.transitions import ImpossibleTransition
 from xce.store import LeaseLost, Record, Snapshot, Store, StoreError
 
 log = logging.getLogger("xce.controller")
@@ -329,7 +330,14 @@ class Controller:
                 encoded = []
             for f, (t, v, payload) in zip(out.facts, encoded):
                 position = self.model.position + 1
-                self.model.apply(position, f)
+                try:
+                    self.model.apply(position, f)
+                except ImpossibleTransition as e:
+                    # a decide function produced a fact its state machine forbids: the model now holds
+                    # part of a decision the log does not.  The log is the truth: stop here, loudly, and
+                    # let a restart (or a standby) replay it, as Nomad's FSM panics
+                    log.critical("impossible transition from a decision, stopping the controller: %s", e)
+                    os._exit(70)
                 records.append(Record(position=position, type=t, version=v, payload=payload))
             facts.extend(out.facts)
             outcomes.append(out)

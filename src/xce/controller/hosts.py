@@ -22,7 +22,7 @@ from xce.model import Model
 from xce.model import facts as F
 from xce.model.facts import HostStateChanged
 from xce.model.hosts import HostState
-from xce.model.jobs import host_lost
+from xce.model.job_claims import host_lost
 
 log = logging.getLogger("xce.hosts")
 

@@ -23,21 +23,23 @@ deleted (stage-out first), attachments detached.
 from __future__ import annotations
 
 import os
+import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from xce.errors import Conflict, InvalidRequest, NotFound
 from xce.model import claims as C
 from xce.model import facts as F
-from xce.model.claims import AccessMode, AttachmentState, Claim, ClaimForm, ClaimState
+from xce.model import jobs
+from xce.model.jobs import Job, JobSpec, JobState, finish_after_stage_out
+from xce.model.claims import AccessMode, AttachmentState, Claim, ClaimForm, ClaimState, Mode, Scope
 from xce.model.facts import Fact
 from xce.model.names import check_name
 from xce.units import parse_size
 
 if TYPE_CHECKING:
-    from xce.controller.config import Config
+    from xce.controller.config import ClaimsConfig, Config
     from xce.model.identity import User
-    from xce.model.jobs import Job
     from xce.model.state import Model
 
 MAX_REFS = 32
@@ -117,9 +119,9 @@ def resolve(model: Model, config: Config, actor: User, project: str, spec: JobCl
             raise NotFound(f"claim {name!r} not found in project {project!r} (--claim {text})")
         if mode is None:
             mode = "ro" if claim.access_mode is AccessMode.ROX else "rw"
-        if mode not in ("rw", "ro"):
+        if mode not in tuple(Mode):
             raise InvalidRequest(f"--claim {text}: the mode is rw or ro")
-        if mode == "rw" and claim.access_mode is AccessMode.ROX:
+        if mode == Mode.RW and claim.access_mode is AccessMode.ROX:
             raise InvalidRequest(f"claim {name!r} is ROX (read-only many): use --claim {name}:ro")
         if claim.delete_requested or claim.state in (ClaimState.RELEASING, ClaimState.FAILED):
             raise Conflict(f"claim {name!r} is {claim.state.value}"
@@ -135,8 +137,8 @@ def resolve(model: Model, config: Config, actor: User, project: str, spec: JobCl
         C.check_fits_a_pool(config, cls, size, f"template claim {kind!r}")
         # node scope: on the run's first host, its host counter; shared: the provisioner makes it in a pool
         templates.append({"kind": kind, "class": class_name, "size_bytes": size, "scope": cls.scope,
-                          "counter": cls.counter if cls.scope == "node" else None,
-                          "pools": list(cls.pools) if cls.scope == "shared" else [],
+                          "counter": cls.counter if cls.scope == Scope.NODE else None,
+                          "pools": list(cls.pools) if cls.scope == Scope.SHARED else [],
                           "stage_in": [], "stage_out": [], **extra})
 
     if spec.scratch is not None:
@@ -164,7 +166,7 @@ def resolve(model: Model, config: Config, actor: User, project: str, spec: JobCl
         size = parse_size(spec.stage_size if spec.stage_size is not None else config.claims.stage_size,
                           "--stage-size")
         C.check_quota(model, config, project, cls.name, size)
-        templates.append({"kind": "stage", "class": cls.name, "size_bytes": size, "scope": "node",
+        templates.append({"kind": "stage", "class": cls.name, "size_bytes": size, "scope": Scope.NODE.value,
                           "counter": cls.counter, "pools": [], "stage_in": ins, "stage_out": outs})
     elif spec.stage_size is not None:
         raise InvalidRequest("--stage-size needs --stage-in or --stage-out")
@@ -182,7 +184,7 @@ def resolve(model: Model, config: Config, actor: User, project: str, spec: JobCl
 def pool_needs(templates: list[dict[str, Any]]) -> tuple[tuple[str, tuple[str, ...], int], ...]:
     """(kind, candidate pools, size) of the run's shared template claims, for the scheduler."""
     return tuple((t["kind"], tuple(t.get("pools") or ()), t["size_bytes"]) for t in templates
-                 if t.get("scope") == "shared")
+                 if t.get("scope") == Scope.SHARED)
 
 
 def node_counters(templates: list[dict[str, Any]]) -> dict[str, float]:
@@ -194,6 +196,78 @@ def node_counters(templates: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
+# ---------------------------------------------------------------- jobs meet claims: decisions
+
+
+def submit(model: Model, actor: User, spec: JobSpec, claims: JobClaimsSpec, now: float,
+           config: Config) -> tuple[list[Fact], int]:
+    """``xce submit`` with its claims: the job's checks (``jobs.submit``), the claims resolved in the
+    job's project."""
+    def resolve_in(project: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]:
+        if claims == JobClaimsSpec():
+            return [], [], None
+        refs, templates = resolve(model, config, actor, project, claims)
+        return refs, templates, claims.app
+
+    return jobs.submit(model, actor, spec, now, config, claims=resolve_in)
+
+
+def stages_out(model: Model, job: Job) -> bool:
+    """Does the run copy files out of its staging claim after its process ends?"""
+    return any(c.stage_out for c in run_claims(model, job))
+
+
+def report_finished(model: Model, host: str, job_id: int, run: int, now: float, exit_code: int | None,
+                    signal: int | None, reason: str = "") -> list[Fact]:
+    """A worker says a run's process ended (``jobs.report_finished``, told whether it stages out)."""
+    job = model.jobs.get(job_id)
+    return jobs.report_finished(model, host, job_id, run, now, exit_code, signal, reason,
+                                stages_out=job is not None and stages_out(model, job))
+
+
+def report_lost(model: Model, host: str, job_id: int, run: int, now: float, reason: str) -> list[Fact]:
+    """A worker no longer knows how a run ended (``jobs.report_lost``, told whether it stages out)."""
+    job = model.jobs.get(job_id)
+    return jobs.report_lost(model, host, job_id, run, now, reason,
+                            stages_out=job is not None and stages_out(model, job))
+
+
+def host_lost(model: Model, host: str, now: float) -> list[Fact]:
+    """A host is lost: its jobs end or are requeued (``jobs.host_lost``), and every attachment on it is
+    fenced (removed): the host can no longer write, so an RWO/RWOP claim may be used elsewhere.
+    Template claims on it wait for it to come back."""
+    out = jobs.host_lost(model, host, now)
+    for claim in model.claims.values():
+        for a in claim.attachments:
+            if a.host == host:
+                out.append(F.AttachmentRemoved(time=now, claim_id=claim.id, attachment_id=a.id,
+                                               by=f"host {host} lost: fenced"))
+    return out
+
+
+# ---------------------------------------------------------------- jobs meet claims: folds
+
+
+def apply_job_allocated(model: Model, f: F.JobAllocated) -> None:
+    if (job := jobs.apply_job_allocated(model, f)) is not None:
+        on_allocated(model, job, f)
+
+
+def apply_job_finished(model: Model, f: F.JobFinished) -> None:
+    if (job := jobs.apply_job_finished(model, f)) is not None:
+        release_for_run(model, job, f.time, host_lost=f.host_lost)
+
+
+def apply_job_requeued(model: Model, f: F.JobRequeued) -> None:
+    if (job := jobs.apply_job_requeued(model, f)) is not None:
+        release_for_run(model, job, f.time, host_lost=f.host_lost)
+
+
+def apply_job_process_ended(model: Model, f: F.JobProcessEnded) -> None:
+    if (job := jobs.apply_job_process_ended(model, f)) is not None and start_stage_out(model, job, f.time):
+        jobs.begin_stage_out(model, job, f.time)
+
+
 # ---------------------------------------------------------------- allocation (folded from JobAllocated)
 
 
@@ -203,9 +277,9 @@ def on_allocated(model: Model, job: Job, f: F.JobAllocated) -> None:
     job.run_attachments = []
     first = f.hosts[0] if f.hosts else None
     for t in f.templates:
-        shared = t.get("scope") == "shared"
+        shared = t.get("scope") == Scope.SHARED
         claim = Claim(id=t["claim_id"], name=C.template_name(job.id, f.run, t["kind"]), form=ClaimForm.TEMPLATE,
-                      class_name=t["class"], scope="shared" if shared else "node", size_bytes=t["size_bytes"],
+                      class_name=t["class"], scope=Scope.SHARED if shared else Scope.NODE, size_bytes=t["size_bytes"],
                       access_mode=AccessMode.RWX if shared else AccessMode.RWO,
                       reclaim_policy=C.ReclaimPolicy.DELETE, owner=job.user, project=job.project, created=f.time,
                       job_id=job.id, run=f.run, kind=t["kind"], stage_in=[list(x) for x in t["stage_in"]],
@@ -300,8 +374,6 @@ def blocking(model: Model, job: Job, now: float | None = None) -> str | None:
 
 def fail_run(model: Model, job_id: int | None, run: int | None, what: str, now: float) -> list[Fact]:
     """A claim of an allocated, not yet started run failed for good: the job ends (or is requeued)."""
-    from xce.model.jobs import JobState
-
     job = model.jobs.get(job_id) if job_id is not None else None
     if job is None or job.run != run or job.state is not JobState.PEND or not job.alloc_slots:
         return []
@@ -310,10 +382,30 @@ def fail_run(model: Model, job_id: int | None, run: int | None, what: str, now: 
     return [F.JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value, reason=what)]
 
 
+def agent_report(model: Model, cfg: ClaimsConfig, agent: str, epoch: int, results: list[C.OpResult], now: float,
+                 rng: random.Random) -> tuple[list[Fact], dict[str, str]]:
+    """An agent's report on its ops: the facts of each result, and what each means for the job its
+    claim serves (one decision a job); ``refused`` says why an op's result was not taken."""
+    facts: list[Fact] = []
+    refused: dict[str, str] = {}
+    jobs_decided: set[int] = set()
+    for r in results:
+        try:
+            outcome = C.record_result(model, cfg, agent, epoch, r, now, rng)
+        except Conflict as e:
+            refused[r.op_id] = e.message
+            continue
+        facts += outcome
+        for fact in outcome:
+            for f in consequences(model, r.claim_id, r.op_id, fact, now):
+                if f.job_id not in jobs_decided:
+                    jobs_decided.add(f.job_id)
+                    facts.append(f)
+    return facts, refused
+
+
 def consequences(model: Model, claim_id: int, op_id: str, result: Fact, now: float) -> list[Fact]:
     """What an op's result means for the job it serves (decided before ``result`` is folded)."""
-    from xce.model.jobs import finish_after_stage_out
-
     claim = model.claims.get(claim_id)
     found = claim.find_op(op_id) if claim is not None else None
     if found is None:
@@ -367,35 +459,17 @@ def release_for_run(model: Model, job: Job, time: float, host_lost: bool = False
     # the lists stay (xce job show lists what the run had) until the next run's allocation
 
 
-def claims_json(model: Model, job: Job) -> list[dict[str, Any]]:
-    """The job's claims as ``xce job show`` lists them (workspace first)."""
-    if job.state.value == "RUN":
-        workspace_state = "READY"  # the worker made it before it started the job
-    elif job.start_time is not None or job.finished:
-        workspace_state = "RELEASED"  # removed with the run's cleanup
-    else:
-        workspace_state = "PENDING"
-    out: list[dict[str, Any]] = [{
-        "name": "workspace", "form": "template", "class": "workspace", "mode": "rw", "path": job.workspace,
-        "state": workspace_state, "attempts": None, "last_error": None, "env": "XCE_WORKSPACE"}]
-    for claim in run_claims(model, job):
-        env = template_env(claim.kind)
-        out.append({"name": claim.name, "form": "template", "class": claim.class_name, "kind": claim.kind,
-                    "state": claim.state.value, "mode": "rw", "path": claim.path, "env": env,
-                    "host": claim.host, "attempts": claim.op.attempts if claim.op else None,
-                    "last_error": claim.last_error, "claim_id": claim.id})
-    for ref in job.claim_refs:
-        claim = model.claims.get(ref["claim_id"])
-        if claim is None:
-            continue
-        attached = [{"id": a.id, "host": a.host, "state": a.state.value, "path": a.path,
-                     "attempts": a.op.attempts if a.op else None, "last_error": a.last_error}
-                    for a in claim.attachments if a.job_id == job.id and a.run == job.run]
-        out.append({"name": claim.name, "form": "standalone", "class": claim.class_name, "state": claim.state.value,
-                    "mode": ref["mode"], "access_mode": claim.access_mode.value, "env": env_name(claim.name),
-                    "attempts": claim.op.attempts if claim.op else None, "last_error": claim.last_error,
-                    "attachments": attached, "claim_id": claim.id})
-    return out
+def status_reason(model: Model, job: Job, now: float, scheduler_reason: str | None = None) -> str | None:
+    """Why a job is where it is, in words (``xce job why``): held, waiting for the scheduler (its
+    word), waiting for a claim (the readiness gate), or staging out."""
+    if job.state is JobState.STAGE_OUT:
+        return blocking_stage_out(model, job, now)
+    reason = job.pending_reason or scheduler_reason
+    if job.state is JobState.PEND and job.allocated:
+        reason = blocking(model, job, now) or reason  # the readiness gate names the claim
+    if reason is None and job.state is JobState.PEND:
+        reason = "waiting for the next scheduling cycle"
+    return reason
 
 
 def blocking_stage_out(model: Model, job: Job, now: float | None = None) -> str:
@@ -411,7 +485,7 @@ def publish_list(model: Model, job: Job, host: str) -> list[dict[str, Any]]:
     the job knows it by, its environment variable, and whether it is read-only."""
     out = []
     for claim in run_claims(model, job):
-        if claim.scope == "node" and claim.host != host:
+        if claim.scope is Scope.NODE and claim.host != host:
             continue  # node-scope claims live on the run's first host; shared ones are reachable anywhere
         env = template_env(claim.kind)
         out.append({"name": claim.kind, "claim": claim.name, "env": env, "path": claim.path, "readonly": False,
@@ -420,7 +494,7 @@ def publish_list(model: Model, job: Job, host: str) -> list[dict[str, Any]]:
         claim, a = _attachment(model, job, claim_id, attachment_id)
         if a is None or a.host != host:
             continue
-        readonly = a.mode == "ro" or claim.access_mode is AccessMode.ROX
+        readonly = a.mode is Mode.RO or claim.access_mode is AccessMode.ROX
         out.append({"name": claim.name, "claim": claim.name, "env": env_name(claim.name), "path": a.path,
                     "readonly": readonly, "form": "standalone"})
     return out

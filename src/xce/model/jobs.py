@@ -1,7 +1,18 @@
 """Jobs: the one module that owns a job's states and transitions.
 
-States follow LSF: PEND (waiting), PSUSP (held by its owner or an admin), RUN,
-DONE (exit 0), EXIT (anything else).  Only the folds below change a job.
+States (``JobState``) follow LSF, plus Slurm's stage-out state::
+
+    PEND ◀──▶ PSUSP            held by its owner or an admin, and released
+     │ ▲
+     │ └──────────────┐ requeue (-r and a lost host, xce requeue, a claim that failed)
+     ▼                │
+    RUN ──▶ STAGE_OUT ──▶ DONE (exit 0, and its stage-out succeeded) │ EXIT (anything else)
+     └──────────────────▶ DONE │ EXIT
+
+A job in STAGE_OUT has ended its process; its staging claim copies files out,
+and that decides DONE or EXIT.  ``_set_state`` is the only place a job's state
+changes: it checks ``TRANSITIONS`` and appends the job's history.  Decide
+functions check requests and return facts; the ``apply_*`` folds change the job.
 """
 
 from __future__ import annotations
@@ -10,14 +21,13 @@ import enum
 import os
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from xce.model import facts as F
 from xce.model.facts import Fact, JobSubmitted
-from xce.model import job_claims
-from xce.model.job_claims import JobClaimsSpec
 from xce.model.names import check_name
+from xce.model.transitions import check
 from xce.scheduler.resreq import ResReqError, parse_resreq
 
 if TYPE_CHECKING:
@@ -34,8 +44,23 @@ class JobState(enum.StrEnum):
     PEND = "PEND"
     PSUSP = "PSUSP"
     RUN = "RUN"
+    STAGE_OUT = "STAGE_OUT"  # the process ended; the staging claim copies out, then DONE or EXIT
     DONE = "DONE"
     EXIT = "EXIT"
+
+
+J = JobState
+TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    # PEND -> PEND: an allocated run requeued; -> STAGE_OUT/DONE: a run whose start report was lost
+    # (a worker restarted) reports its end directly
+    J.PEND: frozenset({J.PEND, J.PSUSP, J.RUN, J.STAGE_OUT, J.DONE, J.EXIT}),
+    J.PSUSP: frozenset({J.PEND, J.EXIT}),
+    J.RUN: frozenset({J.STAGE_OUT, J.DONE, J.EXIT, J.PEND}),
+    J.STAGE_OUT: frozenset({J.DONE, J.EXIT, J.PEND}),
+    J.DONE: frozenset({J.PEND}),  # xce requeue of a finished job
+    J.EXIT: frozenset({J.PEND}),
+}
+ACTIVE = frozenset({J.RUN, J.STAGE_OUT})  # holding its hosts after it started
 
 
 @dataclass
@@ -57,7 +82,6 @@ class Job:
     pending_reason: str | None = None
     exit_code: int | None = None
     hosts: list[str] = field(default_factory=list)
-    claims: list[dict[str, Any]] = field(default_factory=list)
     array_parent: int | None = None
     array_index: int | None = None
     run: int = 0  # attempts so far; the current allocation's number
@@ -79,9 +103,9 @@ class Job:
     app: str | None = None
     run_claims: list[int] = field(default_factory=list)  # the current run's template claims
     run_attachments: list[list[int]] = field(default_factory=list)  # its attachments: [claim_id, attachment_id]
-    phase: str | None = None  # "stage-out": the process ended, its staging claim copies out
     publish: str = ""  # how the run's claims were published in its sandbox: "bind", "symlink" (no root)
     process_exit: dict[str, Any] | None = None  # how the process ended, while the stage-out runs
+    history: list[dict[str, Any]] = field(default_factory=list)  # {state, time, reason}: every transition
 
     def __post_init__(self) -> None:
         self.state = JobState(self.state)
@@ -94,6 +118,11 @@ class Job:
     @property
     def finished(self) -> bool:
         return self.state in (JobState.DONE, JobState.EXIT)
+
+    @property
+    def started(self) -> bool:
+        """Its process was started for this run (RUN, or STAGE_OUT once it ended)."""
+        return self.state in ACTIVE
 
     @property
     def display_id(self) -> str:
@@ -115,7 +144,6 @@ class JobSpec:
     stderr: str | None = None
     rerunnable: bool = False
     held: bool = False
-    claims: JobClaimsSpec = field(default_factory=JobClaimsSpec)
 
 
 MAX_ARRAY = 100_000
@@ -157,8 +185,12 @@ def _check_path(what: str, value: str | None) -> None:
         raise InvalidRequest(f"--cwd must be an absolute path, got {value!r}")
 
 
-def submit(model: Model, actor: User, spec: JobSpec, now: float,
-           config: Config | None = None) -> tuple[list[Fact], int]:
+def submit(model: Model, actor: User, spec: JobSpec, now: float, config: Config | None = None,
+           claims: Callable[[str], tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]] | None = None,
+           ) -> tuple[list[Fact], int]:
+    """``xce submit``: check everything, return the ``JobSubmitted`` fact.  ``claims`` resolves the
+    submission's claims for the job's project (``job_claims.submit`` passes it): (references to
+    standalone claims, template claim specs, application profile)."""
     if not spec.command:
         raise InvalidRequest("a job needs a command: xce submit [options] -- CMD ARGS...")
     if len(spec.command) > MAX_COMMAND_ARGS or sum(len(a) for a in spec.command) > MAX_COMMAND_BYTES:
@@ -199,18 +231,13 @@ def submit(model: Model, actor: User, spec: JobSpec, now: float,
         if unknown := sorted(set(rr.rusage) - known):
             raise InvalidRequest(f"unknown resource {', '.join(unknown)} in rusage[] (known counters: "
                                  f"{', '.join(sorted(known))})")
-    refs: list[dict[str, Any]] = []
-    templates: list[dict[str, Any]] = []
-    if spec.claims != JobClaimsSpec():
-        if config is None:
-            raise InvalidRequest("claims need the controller's configuration")
-        refs, templates = job_claims.resolve(model, config, actor, project, spec.claims)
+    refs, templates, app = claims(project) if claims is not None else ([], [], None)
     job_id = model.next_job_id
     return [JobSubmitted(
         time=now, id=job_id, name=name, user=actor.name, project=project, queue=queue,
         command=list(spec.command), slots=spec.slots, resreq=spec.resreq, cwd=spec.cwd,
         stdout=spec.stdout, stderr=spec.stderr, rerunnable=spec.rerunnable, held=spec.held,
-        array_indices=indices, claim_refs=refs, templates=templates, app=spec.claims.app,
+        array_indices=indices, claim_refs=refs, templates=templates, app=app,
     )], job_id
 
 
@@ -253,6 +280,15 @@ def _index(model: Model, job: Job) -> None:
         _count_waiting(model, job.user, 1 if waiting else -1)
 
 
+def _set_state(model: Model, job: Job, new: JobState, time: float, reason: str) -> None:
+    """The one place a job changes state: checked against ``TRANSITIONS``, recorded in its history,
+    and the scheduler's indexes kept."""
+    check(TRANSITIONS, job.state, new, f"job {job.id} run {job.run}", reason)
+    job.state = new
+    job.history.append({"state": new.value, "time": time, "run": job.run, "reason": reason})
+    _index(model, job)
+
+
 def _count_waiting(model: Model, user: str, delta: int) -> None:
     n = model.waiting_by_user.get(user, 0) + delta
     if n:
@@ -268,14 +304,15 @@ def apply_job_submitted(model: Model, f: JobSubmitted) -> None:
         if old is not None and old.id in model.waiting_jobs:  # folds are total: a reused id replaces its job
             _count_waiting(model, old.user, -1)
             model.waiting_jobs.discard(old.id)
+        state = JobState.PSUSP if f.held else JobState.PEND
         model.jobs[job_id] = Job(
             id=job_id, name=f.name, user=f.user, project=f.project, queue=f.queue,
-            command=list(f.command), submit_time=f.time,
-            state=JobState.PSUSP if f.held else JobState.PEND,
+            command=list(f.command), submit_time=f.time, state=state,
             slots=f.slots, resreq=f.resreq, cwd=f.cwd, stdout=f.stdout, stderr=f.stderr,
             rerunnable=f.rerunnable, array_parent=parent, array_index=index,
             pending_reason="held by user" if f.held else None,
             claim_refs=[dict(r) for r in f.claim_refs], templates=[dict(t) for t in f.templates], app=f.app,
+            history=[{"state": state.value, "time": f.time, "run": 0, "reason": f"submitted by {f.user}"}],
         )
         _index(model, model.jobs[job_id])
         model.next_job_id = max(model.next_job_id, job_id + 1)
@@ -293,10 +330,11 @@ def _release(model: Model, job: Job) -> None:
     job.alloc_cluster = {}
 
 
-def apply_job_allocated(model: Model, f: F.JobAllocated) -> None:
+def apply_job_allocated(model: Model, f: F.JobAllocated) -> Job | None:
+    """The job holds its new run's hosts (None: an unknown job; ``job_claims`` makes the run's claims)."""
     job = model.jobs.get(f.job_id)
     if job is None:  # folds are total: a fact about an unknown job changes nothing
-        return
+        return None
     _release(model, job)
     job.run = f.run
     job.hosts = list(f.hosts)
@@ -307,25 +345,24 @@ def apply_job_allocated(model: Model, f: F.JobAllocated) -> None:
         model.cluster_held[job.id] = job.alloc_cluster
     job.pending_reason = f"dispatching to {f.hosts[0]}" if f.hosts else None
     job.kill_requested = job.kill_requeue = False
-    job.phase, job.process_exit = None, None
+    job.process_exit = None
     for host_name, n in f.slots.items():
         host = model.hosts.get(host_name)
         if host is not None:
             host.held_slots[str(job.id)] = n
             if f.counters.get(host_name):
                 host.held_counters[str(job.id)] = dict(f.counters[host_name])
-    job_claims.on_allocated(model, job, f)
     _index(model, job)
+    return job
 
 
 def apply_job_started(model: Model, f: F.JobStarted) -> None:
     job = model.jobs.get(f.job_id)
     if job is None:  # folds are total: a fact about an unknown job changes nothing
         return
-    if job.run != f.run or job.finished:
-        return
-    job.state = JobState.RUN
-    _index(model, job)
+    if job.run != f.run or job.state is not JobState.PEND:
+        return  # OBSERVATION: another run's, or started already (a repeated report), or it ended
+    _set_state(model, job, JobState.RUN, f.time, f"started on {f.host} (pid {f.pid})")
     job.start_time = f.time
     job.pid = f.pid
     job.workspace = f.workspace or None
@@ -335,34 +372,34 @@ def apply_job_started(model: Model, f: F.JobStarted) -> None:
     job.pending_reason = None
 
 
-def apply_job_finished(model: Model, f: F.JobFinished) -> None:
+def apply_job_finished(model: Model, f: F.JobFinished) -> Job | None:
+    """The run ended for good (None: the fact changed nothing; ``job_claims`` lets its claims go)."""
     job = model.jobs.get(f.job_id)
     if job is None:  # folds are total: a fact about an unknown job changes nothing
-        return
+        return None
     if job.run != f.run or job.finished:
-        return
+        return None  # OBSERVATION: another run's end, or decided already
     _release(model, job)
-    job_claims.release_for_run(model, job, f.time, host_lost=f.host_lost)
-    job.phase = None
-    job.state = JobState(f.state)
-    _index(model, job)
+    _set_state(model, job, JobState(f.state), f.time, f.reason or "exit code 0")
     job.exit_code = f.exit_code
     job.signal = f.signal
     job.exit_reason = f.reason or None
     job.end_time = f.time
     job.pending_reason = None
     job.kill_requested = False
+    return job
 
 
-def apply_job_requeued(model: Model, f: F.JobRequeued) -> None:
+def apply_job_requeued(model: Model, f: F.JobRequeued) -> Job | None:
+    """The run is over and the job waits again (None: the fact changed nothing)."""
     job = model.jobs.get(f.job_id)
     if job is None:  # folds are total: a fact about an unknown job changes nothing
-        return
+        return None
+    if job.run != f.run:
+        return None  # OBSERVATION: about another run (this one was allocated anew since)
     _release(model, job)
-    job_claims.release_for_run(model, job, f.time, host_lost=f.host_lost)
-    job.phase, job.process_exit = None, None
-    job.state = JobState.PEND
-    _index(model, job)
+    job.process_exit = None
+    _set_state(model, job, JobState.PEND, f.time, f.reason or "requeued")
     job.hosts = []
     job.pid = None
     job.start_time = job.end_time = None
@@ -370,6 +407,7 @@ def apply_job_requeued(model: Model, f: F.JobRequeued) -> None:
     job.exit_reason = None
     job.kill_requested = job.kill_requeue = False
     job.pending_reason = f.reason or "requeued"
+    return job
 
 
 def apply_job_kill_requested(model: Model, f: F.JobKillRequested) -> None:
@@ -386,8 +424,7 @@ def apply_job_held(model: Model, f: F.JobHeld) -> None:
     job = model.jobs.get(f.job_id)
     if job is None:  # folds are total: a fact about an unknown job changes nothing
         return
-    job.state = JobState.PSUSP
-    _index(model, job)
+    _set_state(model, job, JobState.PSUSP, f.time, f"held by {f.by}")
     job.pending_reason = f"held by {f.by}"
 
 
@@ -395,28 +432,22 @@ def apply_job_released(model: Model, f: F.JobReleased) -> None:
     job = model.jobs.get(f.job_id)
     if job is None:  # folds are total: a fact about an unknown job changes nothing
         return
-    job.state = JobState.PEND
-    _index(model, job)
+    _set_state(model, job, JobState.PEND, f.time, f"released by {f.by}")
     job.pending_reason = None
 
 
 # ---------------------------------------------------------------- decisions on existing jobs
 
 
-def _owned(model: Model, actor: User, job_id: int) -> Job:
-    job = visible_job(model, actor, job_id)
-    return job
-
-
 def kill(model: Model, actor: User, job_id: int, now: float, requeue: bool = False) -> list[Fact]:
     """``xce kill`` (and ``xce requeue``): finish or requeue now if nothing runs, else ask the worker."""
-    job = _owned(model, actor, job_id)
+    job = visible_job(model, actor, job_id)
     by = actor.name
     if job.finished:
         if requeue:
             return [F.JobRequeued(time=now, job_id=job.id, run=job.run, reason=f"requeued by {by}")]
         raise Conflict(f"job {job.display_id} already finished ({job.state.value})")
-    if job.state is JobState.RUN:
+    if job.started:  # (in STAGE_OUT the process has ended: its stage-out still decides)
         if job.kill_requested and job.kill_requeue == requeue:
             return []
         return [F.JobKillRequested(time=now, job_id=job.id, run=job.run, by=by, requeue=requeue)]
@@ -428,7 +459,7 @@ def kill(model: Model, actor: User, job_id: int, now: float, requeue: bool = Fal
 
 
 def hold(model: Model, actor: User, job_id: int, now: float) -> list[Fact]:
-    job = _owned(model, actor, job_id)
+    job = visible_job(model, actor, job_id)
     if job.state is JobState.PSUSP:
         return []
     if job.state is not JobState.PEND or job.allocated:
@@ -437,7 +468,7 @@ def hold(model: Model, actor: User, job_id: int, now: float) -> list[Fact]:
 
 
 def release(model: Model, actor: User, job_id: int, now: float) -> list[Fact]:
-    job = _owned(model, actor, job_id)
+    job = visible_job(model, actor, job_id)
     if job.state is JobState.PEND:
         return []
     if job.state is not JobState.PSUSP:
@@ -450,29 +481,53 @@ def report_started(model: Model, host: str, job_id: int, run: int, pid: int, now
     job = model.jobs.get(job_id)
     if job is None or job.run != run or job.finished or host not in job.alloc_slots:
         raise Conflict(f"job {job_id} run {run} is not dispatched to {host}")
-    if job.state is JobState.RUN:
-        return []
+    if job.started:
+        return []  # OBSERVATION: a repeated report
     return [F.JobStarted(time=now, job_id=job_id, run=run, host=host, pid=pid,
                          workspace=workspace, stdout=stdout, stderr=stderr, publish=publish)]
 
 
 def report_finished(model: Model, host: str, job_id: int, run: int, now: float, exit_code: int | None,
-                    signal: int | None, reason: str = "") -> list[Fact]:
-    """A worker says the run ended.  Decide DONE, EXIT (and why) or requeue."""
+                    signal: int | None, reason: str = "", stages_out: bool = False) -> list[Fact]:
+    """A worker says the run ended.  Decide DONE, EXIT (and why) or requeue; a run that ``stages_out``
+    (``job_claims`` knows) only records how its process ended: its stage-out decides."""
     job = model.jobs.get(job_id)
     if job is None or job.run != run or host not in job.alloc_slots:
         raise Conflict(f"job {job_id} run {run} is not dispatched to {host}")
-    if job.finished:
-        return []
-    if job.phase == "stage-out":
-        return []  # the process already ended; the stage-out decides
+    if job.finished or job.state is JobState.STAGE_OUT:
+        return []  # OBSERVATION: decided already, or the process ended before and the stage-out decides
     if job.kill_requested and job.kill_requeue:
         return [F.JobRequeued(time=now, job_id=job_id, run=run, reason=f"requeued by {job.kill_by}")]
-    if not job.kill_requested and _has_stage_out(model, job):
+    if not job.kill_requested and stages_out:
         return [F.JobProcessEnded(time=now, job_id=job_id, run=run, exit_code=exit_code, signal=signal,
                                   reason=reason)]
-    if job.kill_requested:
-        state, why = JobState.EXIT, f"killed by {job.kill_by}"
+    state, why = exit_decision(exit_code, signal, reason, killed_by=job.kill_by if job.kill_requested else None)
+    return [F.JobFinished(time=now, job_id=job_id, run=run, state=state.value, exit_code=exit_code,
+                          signal=signal, reason=why)]
+
+
+def host_lost(model: Model, host: str, now: float) -> list[Fact]:
+    """The jobs on a lost host: requeue if ``-r`` (or never started), else EXIT 'host lost'.
+    (``job_claims.host_lost`` fences the host's attachments too.)"""
+    out: list[Fact] = []
+    for job in model.jobs.values():
+        if host not in job.alloc_slots or job.finished:
+            continue
+        if job.rerunnable or not job.started:
+            out.append(F.JobRequeued(time=now, job_id=job.id, run=job.run, reason=f"host {host} lost: requeued",
+                                     host_lost=True))
+        else:
+            out.append(F.JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value,
+                                     reason=f"host lost ({host})", host_lost=True))
+    return out
+
+
+def exit_decision(exit_code: int | None, signal: int | None, reason: str = "", killed_by: str | None = None,
+                  stage_out_failure: str | None = None) -> tuple[JobState, str]:
+    """How a run ends: DONE only if its process exited 0 unkilled and its stage-out (if any) succeeded;
+    otherwise EXIT and why (the process's reason first, a stage-out failure after it)."""
+    if killed_by is not None:
+        state, why = JobState.EXIT, f"killed by {killed_by}"
     elif reason:
         state, why = JobState.EXIT, reason
     elif exit_code == 0:
@@ -481,65 +536,67 @@ def report_finished(model: Model, host: str, job_id: int, run: int, now: float, 
         state, why = JobState.EXIT, f"killed by signal {signal}"
     else:
         state, why = JobState.EXIT, f"nonzero exit code {exit_code}"
-    return [F.JobFinished(time=now, job_id=job_id, run=run, state=state.value, exit_code=exit_code,
-                          signal=signal, reason=why)]
+    if stage_out_failure:
+        state, why = JobState.EXIT, (f"{why}; {stage_out_failure}" if why else stage_out_failure)
+    return state, why
 
 
-def host_lost(model: Model, host: str, now: float) -> list[Fact]:
-    """The jobs on a lost host: requeue if ``-r`` (or never started), else EXIT 'host lost'.
+def reconcile_host(model: Model, host: str, running: set[tuple[int, int]],
+                   now: float) -> tuple[list[Fact], list[tuple[int, int]]]:
+    """A worker (re)registers with the runs it still has: a started run it lost is requeued (-r) or
+    ends EXIT; a run it has that is not its own (any more) is to be killed: ``(facts, runs to kill)``."""
+    facts: list[Fact] = []
+    h = model.hosts.get(host)
+    for key in list(h.held_slots) if h else []:
+        job = model.jobs.get(int(key))
+        if job is None or job.state is not JobState.RUN or job.hosts[0] != host:
+            continue  # OBSERVATION: not running here (in STAGE_OUT the node agent finishes the job)
+        if (job.id, job.run) not in running:
+            if job.rerunnable:
+                facts.append(F.JobRequeued(time=now, job_id=job.id, run=job.run,
+                                           reason=f"worker on {host} restarted without it: requeued"))
+            else:
+                facts.append(F.JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value,
+                                           reason=f"lost: worker on {host} restarted"))
+    kill = [(job_id, run) for job_id, run in sorted(running)
+            if (job := model.jobs.get(job_id)) is None or job.run != run or job.finished
+            or host not in job.alloc_slots]
+    return facts, kill
 
-    Then every attachment on the host is fenced (removed): the host can no longer write, so an
-    RWO/RWOP claim may be used elsewhere.  Template claims on it wait for it to come back.
-    """
-    out: list[Fact] = []
-    for job in model.jobs.values():
-        if host not in job.alloc_slots or job.finished:
-            continue
-        if job.rerunnable or job.state is not JobState.RUN:
-            out.append(F.JobRequeued(time=now, job_id=job.id, run=job.run, reason=f"host {host} lost: requeued",
-                                     host_lost=True))
-        else:
-            out.append(F.JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value,
-                                     reason=f"host lost ({host})", host_lost=True))
-    for claim in model.claims.values():
-        for a in claim.attachments:
-            if a.host == host:
-                out.append(F.AttachmentRemoved(time=now, claim_id=claim.id, attachment_id=a.id,
-                                               by=f"host {host} lost: fenced"))
-    return out
 
-
-def _has_stage_out(model: Model, job: Job) -> bool:
-    return any((c := model.claims.get(cid)) is not None and c.stage_out for cid in job.run_claims)
+def report_lost(model: Model, host: str, job_id: int, run: int, now: float, reason: str,
+                stages_out: bool = False) -> list[Fact]:
+    """The worker no longer knows how a run ended (its shepherd died too): requeue it if it may run
+    again (-r), else it ends as the worker says (``reason``)."""
+    job = model.jobs.get(job_id)
+    if job is not None and job.rerunnable and job.run == run and not job.finished:
+        return [F.JobRequeued(time=now, job_id=job_id, run=run, reason=f"worker on {host} lost the run: requeued")]
+    return report_finished(model, host, job_id, run, now, None, None, reason, stages_out)
 
 
 def finish_after_stage_out(model: Model, job_id: int, run: int | None, failure: str | None,
                            now: float) -> list[Fact]:
     """The stage-out of a run whose process ended is over: DONE only if both succeeded."""
     job = model.jobs.get(job_id)
-    if job is None or job.run != run or job.finished or job.phase != "stage-out":
+    if job is None or job.run != run or job.state is not JobState.STAGE_OUT:
         return []
     ended = job.process_exit or {}
-    exit_code, signal, reason = ended.get("exit_code"), ended.get("signal"), ended.get("reason", "")
-    if reason:
-        state, why = JobState.EXIT, reason
-    elif exit_code != 0:
-        state, why = JobState.EXIT, (f"killed by signal {signal}" if signal else f"nonzero exit code {exit_code}")
-    elif failure:
-        state, why = JobState.EXIT, failure
-    else:
-        state, why = JobState.DONE, ""
-    if failure and state is JobState.EXIT and why != failure:
-        why = f"{why}; {failure}"
+    exit_code, signal = ended.get("exit_code"), ended.get("signal")
+    state, why = exit_decision(exit_code, signal, ended.get("reason", ""), stage_out_failure=failure)
     return [F.JobFinished(time=now, job_id=job_id, run=job.run, state=state.value, exit_code=exit_code,
                           signal=signal, reason=why)]
 
 
-def apply_job_process_ended(model: Model, f: F.JobProcessEnded) -> None:
+def apply_job_process_ended(model: Model, f: F.JobProcessEnded) -> Job | None:
+    """The process of a run that stages out ended (None: the fact changed nothing): how it ended is
+    kept for the decision after the stage-out, which ``job_claims`` starts (``begin_stage_out``)."""
     job = model.jobs.get(f.job_id)
     if job is None or job.run != f.run or job.finished:
-        return
+        return None
     job.process_exit = {"exit_code": f.exit_code, "signal": f.signal, "reason": f.reason}
     job.exit_code, job.signal = f.exit_code, f.signal
-    if job_claims.start_stage_out(model, job, f.time):
-        job.phase = "stage-out"
+    return job
+
+
+def begin_stage_out(model: Model, job: Job, time: float) -> None:
+    _set_state(model, job, JobState.STAGE_OUT, time, "process ended: staging out")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from xce.model import audit, catalog, claims, hosts, identity, jobs, orphans
+from xce.model import audit, catalog, claims, hosts, identity, job_claims, jobs, orphans
 from xce.model import facts as F
 from xce.model.audit import AuditRecord
 from xce.model.catalog import Project, Queue
@@ -37,14 +37,14 @@ FOLDS: dict[type[F.Fact], Callable[["Model", Any], None]] = {
     F.AuditRecorded: audit.apply_audit_recorded,
     F.HostRegistered: hosts.apply_host_registered,
     F.HostStateChanged: hosts.apply_host_state_changed,
-    F.JobAllocated: jobs.apply_job_allocated,
+    F.JobAllocated: job_claims.apply_job_allocated,  # facts about a run: its claims too
     F.JobStarted: jobs.apply_job_started,
-    F.JobFinished: jobs.apply_job_finished,
-    F.JobRequeued: jobs.apply_job_requeued,
+    F.JobFinished: job_claims.apply_job_finished,
+    F.JobRequeued: job_claims.apply_job_requeued,
     F.JobKillRequested: jobs.apply_job_kill_requested,
     F.JobHeld: jobs.apply_job_held,
     F.JobReleased: jobs.apply_job_released,
-    F.JobProcessEnded: jobs.apply_job_process_ended,
+    F.JobProcessEnded: job_claims.apply_job_process_ended,
     F.ClaimCreated: claims.apply_claim_created,
     F.ClaimPlaced: claims.apply_claim_placed,
     F.ClaimOpIntent: claims.apply_claim_op_intent,

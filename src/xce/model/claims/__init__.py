@@ -1,0 +1,44 @@
+"""Claims: data and volumes as resources with a lifecycle.
+
+General layout::
+
+    entity      what a claim is: enums (state, form, access, reclaim, scope, mode, op kind,
+                attachment state), Claim, Op, Attachment, names
+    lifecycle   how it changes: the transition tables of claims and attachments, the only
+                functions that change their state (each writing history), and the folds
+    decide      what requests may do: create (quota, pools), find, delete, purge, attach
+    agents      what claim agents do: leases and epochs, due ops, intents, typed results
+
+Jobs meet claims in one place only: ``xce.model.job_claims``.
+"""
+
+from xce.model.claims.agents import (
+    OpResult, check_epoch, due_ops, lease, next_due, record_intent, record_result, retry_delay,
+)
+from xce.model.claims.decide import (
+    ClaimSpec, add_attachment, check_fits_a_pool, check_quota, class_or_404, create, delete, live_by_name, purge,
+    quota_use, remove_attachment, visible,
+)
+from xce.model.claims.entity import (
+    LIVE, RESERVED_NAMES, SHARED_AGENT, TEMPLATE_NAME, AccessMode, Attachment, AttachmentState, Claim, ClaimForm,
+    ClaimState, Mode, Op, OpKind, ReclaimPolicy, Scope, name_key, node_agent, template_name,
+)
+from xce.model.claims.lifecycle import (
+    ATTACHMENT_TRANSITIONS, TRANSITIONS, add_template_claim, apply_agent_leased, apply_attachment_added,
+    apply_attachment_removed, apply_claim_created, apply_claim_delete_requested, apply_claim_op_failed,
+    apply_claim_op_intent, apply_claim_op_succeeded, apply_claim_placed, apply_claim_purge_requested,
+    begin_stage_out, detach, keep_data, release_template,
+)
+
+__all__ = [
+    "ATTACHMENT_TRANSITIONS", "LIVE", "RESERVED_NAMES", "SHARED_AGENT", "TEMPLATE_NAME", "TRANSITIONS",
+    "AccessMode", "Attachment", "AttachmentState", "Claim", "ClaimForm", "ClaimSpec", "ClaimState", "Mode", "Op",
+    "OpKind", "OpResult", "ReclaimPolicy", "Scope",
+    "add_attachment", "add_template_claim", "apply_agent_leased", "apply_attachment_added",
+    "apply_attachment_removed", "apply_claim_created", "apply_claim_delete_requested", "apply_claim_op_failed",
+    "apply_claim_op_intent", "apply_claim_op_succeeded", "apply_claim_placed", "apply_claim_purge_requested",
+    "begin_stage_out", "check_epoch", "check_fits_a_pool", "check_quota", "class_or_404", "create", "delete",
+    "detach", "due_ops", "keep_data", "lease", "live_by_name", "name_key", "next_due", "node_agent", "purge",
+    "quota_use", "record_intent", "record_result", "release_template", "remove_attachment", "retry_delay",
+    "template_name", "visible",
+]

@@ -1,0 +1,225 @@
+"""What requests may do to claims: create (with quota and pool checks), find, delete, purge, attach.
+
+Each decide function checks a request against the model and returns the facts
+to commit (it changes nothing itself); a refusal is an ``XceError`` that
+changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from xce.model import facts as F
+from xce.model.claims.entity import (
+    RESERVED_NAMES, TEMPLATE_NAME, AccessMode, Claim, ClaimForm, ClaimState, Mode, ReclaimPolicy, name_key,
+)
+from xce.model.facts import Fact
+from xce.model.names import check_name
+from xce.units import format_size as human, parse_size
+
+if TYPE_CHECKING:
+    from xce.controller.config import ClaimClassConfig, Config
+    from xce.model.identity import User
+    from xce.model.state import Model
+
+
+def class_or_404(config: Config, name: str) -> ClaimClassConfig:
+    cls = config.claim_class(name)
+    if cls is None:
+        known = ", ".join(c.name for c in config.claim_classes) or "none configured"
+        raise NotFound(f"claim class {name!r} does not exist (classes: {known})")
+    return cls
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    name: str
+    class_name: str
+    size: str | int
+    access_mode: str
+    reclaim_policy: str | None = None
+    params: dict[str, str] = field(default_factory=dict)
+    project: str | None = None
+
+
+def live_by_name(model: Model, project: str, name: str) -> Claim | None:
+    claim_id = model.claim_names.get(name_key(project, name))
+    return model.claims.get(claim_id) if claim_id is not None else None
+
+
+
+def _template_by_name(model: Model, name: str) -> Claim | None:
+    m = TEMPLATE_NAME.match(name)
+    if m is None:
+        return None
+    job_id, run, kind = int(m["job"]), int(m["run"]), m["kind"]
+    job = model.jobs.get(job_id)
+    ids = job.run_claims if job is not None and job.run == run else model.claims  # an older run: look at all
+    for claim_id in ids:
+        c = model.claims.get(claim_id)
+        if c is not None and c.form is ClaimForm.TEMPLATE and (c.job_id, c.run, c.kind) == (job_id, run, kind):
+            return c
+    return None
+
+
+def create(model: Model, config: Config, actor: User, spec: ClaimSpec, now: float) -> tuple[list[Fact], int]:
+    """``xce claim create``: check everything, charge quota, return the ``ClaimCreated`` fact."""
+    check_name("claim", spec.name)
+    cls = class_or_404(config, spec.class_name)
+    size = parse_size(spec.size, "size")
+    try:
+        mode = AccessMode(spec.access_mode)
+    except ValueError:
+        raise InvalidRequest(f"unknown access mode {spec.access_mode!r}: expected RWO, ROX, RWX or RWOP") from None
+    if mode.value not in cls.access_modes:
+        raise InvalidRequest(f"claim class {cls.name!r} does not allow access mode {mode.value} "
+                             f"(allowed: {', '.join(cls.access_modes)})")
+    policy_text = spec.reclaim_policy or cls.reclaim_policy
+    try:
+        policy = ReclaimPolicy(policy_text)
+    except ValueError:
+        raise InvalidRequest(f"unknown reclaim policy {policy_text!r}: expected retain or delete") from None
+    allowed = set(cls.parameters) | set(cls.allowed_parameters)
+    if unknown := sorted(set(spec.params) - allowed):
+        raise InvalidRequest(f"claim class {cls.name!r} does not take parameter(s) {', '.join(unknown)}"
+                             + (f" (allowed: {', '.join(sorted(allowed))})" if allowed else ""))
+    for k, v in spec.params.items():
+        check_name("parameter", k)
+        if not isinstance(v, str) or len(v) > 1024:
+            raise InvalidRequest(f"parameter {k!r}: values are strings of at most 1024 characters")
+    project = spec.project or (actor.projects[0] if actor.projects else "default")
+    if project not in model.projects:
+        raise NotFound(f"project {project!r} does not exist")
+    if not actor.is_admin and project not in actor.projects:
+        raise Forbidden(f"user {actor.name!r} is not a member of project {project!r}")
+    if spec.name in RESERVED_NAMES:
+        raise InvalidRequest(f"claim name {spec.name!r} is reserved (jobs publish their own "
+                             f"{', '.join(sorted(RESERVED_NAMES))} under these names)")
+    if live_by_name(model, project, spec.name) is not None:  # names are per project: this reveals no other's
+        raise Conflict(f"a claim named {spec.name!r} already exists in project {project!r}")
+    check_quota(model, config, project, cls.name, size)
+    check_fits_a_pool(config, cls, size, f"claim {spec.name!r}")
+    claim_id = model.next_claim_id
+    return [F.ClaimCreated(time=now, claim_id=claim_id, name=spec.name, form=ClaimForm.STANDALONE.value,
+                           class_name=cls.name, scope=cls.scope, size_bytes=size, access_mode=mode.value,
+                           reclaim_policy=policy.value, owner=actor.name, project=project,
+                           params={**cls.parameters, **spec.params})], claim_id
+
+
+def quota_use(model: Model, project: str, class_name: str | None) -> tuple[int, int]:
+    """(claims, bytes) charged to ``project`` (and ``class_name``, None for all): live claims only."""
+    count = total = 0
+    for c in model.claims.values():
+        if c.live and c.project == project and (class_name is None or c.class_name == class_name):
+            count += 1
+            total += c.charged_bytes
+    return count, total
+
+
+def check_quota(model: Model, config: Config, project: str, class_name: str, size: int) -> None:
+    for q in config.quotas:
+        if q.project != project or q.claim_class not in ("*", class_name):
+            continue
+        count, total = quota_use(model, project, None if q.claim_class == "*" else class_name)
+        scope = f"project {project}" + ("" if q.claim_class == "*" else f", class {class_name}")
+        if q.max_claims is not None and count + 1 > q.max_claims:
+            raise Conflict(f"quota exceeded for {scope}: at most {q.max_claims} claims, {count} in use",
+                           code="quota_exceeded")
+        limit = q.max_bytes_value
+        if limit is not None and total + size > limit:
+            raise Conflict(f"quota exceeded for {scope}: at most {human(limit)}, {human(total)} in use, "
+                           f"{human(size)} asked", code="quota_exceeded")
+
+
+def check_fits_a_pool(config: Config, cls: ClaimClassConfig, size: int, what: str) -> None:
+    """A shared claim larger than every pool its class can place it in would wait forever: refuse it.
+
+    Node-scope classes draw on host counters, which hosts report as they come and go: not checked.
+    """
+    if cls.scope != "shared":
+        return
+    pools = [p for p in map(config.pool, cls.pools) if p is not None]
+    if not pools:
+        return
+    largest = max(pools, key=lambda p: p.capacity_bytes)
+    if size > largest.capacity_bytes:
+        raise Conflict(f"{what} ({human(size)}) is larger than any pool of class {cls.name} can hold: "
+                       f"the largest, {largest.name}, has a capacity of {human(largest.capacity_bytes)}",
+                       code="larger_than_pools")
+
+
+def visible(model: Model, actor: User, name: str, project: str | None = None) -> Claim:
+    """The claim ``name`` that ``actor`` may see: live (or else the newest released one) in
+    ``project``, or in any of the actor's projects (every project, for admins); a run's template
+    claim by its ``jN.R:kind`` name.  404 if there is none, 409 if the name is in several of them:
+    an unknown name and another project's name look the same."""
+    template = _template_by_name(model, name)
+    if template is not None:
+        if not (actor.is_admin or template.project in actor.projects):
+            raise NotFound(f"claim {name!r} not found")
+        return template
+    for index in (model.claim_names, model.released_names):
+        if project is not None:
+            keys = [name_key(project, name)] if actor.is_admin or project in actor.projects else []
+        elif actor.is_admin:  # every project, those removed from the config too
+            keys = sorted(k for k in index if k.partition("/")[2] == name)
+        else:
+            keys = [name_key(p, name) for p in actor.projects]
+        found = [model.claims[i] for k in keys if (i := index.get(k)) in model.claims]
+        if len(found) > 1:
+            raise Conflict(f"claim {name!r} exists in projects {', '.join(c.project for c in found)}: "
+                           f"say which (--project)", code="ambiguous")
+        if found:
+            return found[0]
+    raise NotFound(f"claim {name!r} not found" + (f" in project {project!r}" if project is not None else ""))
+
+
+def delete(model: Model, actor: User, name: str, now: float, project: str | None = None) -> list[Fact]:
+    claim = visible(model, actor, name, project)
+    if claim.form is ClaimForm.TEMPLATE and not actor.is_admin:
+        raise Conflict(f"claim {name!r} belongs to job {claim.job_id}: it goes with the job")
+    if claim.state is ClaimState.RELEASED:
+        return []
+    if claim.delete_requested and not (claim.state is ClaimState.FAILED and claim.op is None):
+        return []  # already on its way; deleting a FAILED claim again retries its release
+    return [F.ClaimDeleteRequested(time=now, claim_id=claim.id, by=actor.name)]
+
+
+def purge(model: Model, actor: User, claim_id: int, now: float) -> list[Fact]:
+    claim = model.claims.get(claim_id)
+    if claim is None:
+        raise NotFound(f"claim {claim_id} not found")
+    if not claim.retained:
+        raise Conflict(f"claim {claim.name!r} (id {claim.id}) is not a retained object")
+    if claim.op is not None:
+        return []
+    return [F.ClaimPurgeRequested(time=now, claim_id=claim.id, by=actor.name)]
+
+
+def add_attachment(model: Model, actor: User, name: str, host: str, mode: str, now: float,
+                   job_id: int | None = None, project: str | None = None) -> tuple[list[Fact], int]:
+    claim = visible(model, actor, name, project)
+    check_name("host", host)
+    if mode not in tuple(Mode):
+        raise InvalidRequest(f"attachment mode must be rw or ro, got {mode!r}")
+    if claim.state is not ClaimState.READY:
+        raise Conflict(f"claim {name!r} is {claim.state.value}: only READY claims can be attached")
+    if claim.delete_requested:
+        raise Conflict(f"claim {name!r} is being deleted")
+    if mode == Mode.RW and claim.access_mode is AccessMode.ROX:
+        raise Conflict(f"claim {name!r} is ROX (read-only): it cannot be attached rw")
+    attachment_id = model.next_attachment_id
+    return [F.AttachmentAdded(time=now, claim_id=claim.id, attachment_id=attachment_id, host=host, mode=mode,
+                              by=actor.name, job_id=job_id)], attachment_id
+
+
+def remove_attachment(model: Model, actor: User, name: str, attachment_id: int, now: float,
+                      project: str | None = None) -> list[Fact]:
+    claim = visible(model, actor, name, project)
+    if not any(a.id == attachment_id for a in claim.attachments):
+        raise NotFound(f"claim {name!r} has no attachment {attachment_id}")
+    return [F.AttachmentRemoved(time=now, claim_id=claim.id, attachment_id=attachment_id, by=actor.name)]
+
+

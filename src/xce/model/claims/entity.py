@@ -1,0 +1,243 @@
+"""What a claim is: its enums, the ``Claim``, its ``Op`` and ``Attachment`` records, and its names.
+
+Plain data.  How a claim changes is in ``lifecycle``; what requests may do to
+one is in ``decide``; what agents do with its ops is in ``agents``.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ClaimState(enum.StrEnum):
+    PENDING = "PENDING"
+    PREPARING = "PREPARING"
+    READY = "READY"
+    RELEASING = "RELEASING"
+    RELEASED = "RELEASED"
+    FAILED = "FAILED"
+
+
+class ClaimForm(enum.StrEnum):
+    STANDALONE = "standalone"
+    TEMPLATE = "template"
+
+
+class AccessMode(enum.StrEnum):
+    RWO = "RWO"  # read-write, jobs on one host at a time
+    ROX = "ROX"  # read-only, any hosts
+    RWX = "RWX"  # read-write, any hosts
+    RWOP = "RWOP"  # read-write, one job at a time
+
+
+class ReclaimPolicy(enum.StrEnum):
+    DELETE = "delete"
+    RETAIN = "retain"
+
+
+class OpKind(enum.StrEnum):
+    CREATE = "create"  # a node-scope claim's create is the provider's node_prepare
+    RELEASE = "release"
+    STAGE_IN = "stage_in"  # template staging claims: copied in by the node agent before the job
+    STAGE_OUT = "stage_out"  # ... and out after it
+    ATTACH = "attach"  # attachments: a standalone claim made reachable on a job's host
+    DETACH = "detach"
+
+
+class AttachmentState(enum.StrEnum):
+    ATTACHING = "ATTACHING"
+    ATTACHED = "ATTACHED"
+    DETACHING = "DETACHING"
+
+
+
+
+class Scope(enum.StrEnum):
+    """Who prepares a claim: the provisioner (shared storage) or the worker of its host (node-local)."""
+
+    SHARED = "shared"
+    NODE = "node"
+
+
+class Mode(enum.StrEnum):
+    """How an attachment (a job's use of a standalone claim) may touch the data."""
+
+    RW = "rw"
+    RO = "ro"
+
+
+S = ClaimState
+LIVE = frozenset({S.PENDING, S.PREPARING, S.READY, S.RELEASING, S.FAILED})  # holds its name and quota
+
+SHARED_AGENT = "provisioner"
+# what a job publishes its own template claims as ($XCE_SCRATCH, $XCE_STAGE, $XCE_WORKSPACE): no
+# standalone claim may take these names, or it would be mounted over the job's own
+RESERVED_NAMES = frozenset({"scratch", "stage", "workspace"})
+
+
+def node_agent(host: str) -> str:
+    return f"node:{host}"
+
+
+
+
+@dataclass
+class Op:
+    """The provider call a claim is waiting for.  ``epoch`` is set once an agent committed its intent."""
+
+    op_id: str
+    kind: OpKind
+    attempts: int = 0
+    agent: str | None = None
+    epoch: int | None = None
+    next_retry: float | None = None  # None: due now
+
+    def __post_init__(self) -> None:
+        self.kind = OpKind(self.kind)
+
+
+@dataclass
+class Attachment:
+    """One use of a standalone claim on one host (by a job's run, or added by an admin)."""
+
+    id: int
+    host: str
+    mode: Mode
+    created: float
+    by: str
+    job_id: int | None = None
+    run: int | None = None
+    state: AttachmentState = AttachmentState.ATTACHED
+    op: Op | None = None
+    path: str | None = None  # where the claim's data is reachable on the host (from the provider)
+    detach_requested: bool = False
+    last_error: str | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)  # {state, time, reason}
+
+    def __post_init__(self) -> None:
+        self.state = AttachmentState(self.state)
+        self.mode = Mode(self.mode)
+        if isinstance(self.op, dict):
+            self.op = Op(**self.op)
+
+
+@dataclass
+class Claim:
+    id: int
+    name: str
+    form: ClaimForm
+    class_name: str
+    scope: Scope
+    size_bytes: int
+    access_mode: AccessMode
+    reclaim_policy: ReclaimPolicy
+    owner: str
+    project: str
+    created: float
+    params: dict[str, str] = field(default_factory=dict)
+    job_id: int | None = None
+    state: ClaimState = ClaimState.PENDING
+    placed: bool = False
+    pool: str | None = None
+    host: str | None = None  # node-scope claims: the host whose agent prepares it
+    handle: str | None = None
+    actual_bytes: int | None = None
+    reachable_hosts: list[str] | None = None  # None: every host
+    host_labels: dict[str, str] = field(default_factory=dict)
+    path: str | None = None
+    op: Op | None = None
+    op_counts: dict[str, int] = field(default_factory=dict)  # op kind -> ops opened so far (for op ids)
+    last_error: str | None = None
+    stderr_tail: str = ""
+    attachments: list[Attachment] = field(default_factory=list)
+    delete_requested: bool = False
+    deleted_by: str | None = None
+    retained: bool = False  # RELEASED with the provider object kept (policy retain)
+    data_exists: bool = False  # a provider object exists (or may: a create was attempted)
+    history: list[dict[str, Any]] = field(default_factory=list)  # {state, time, reason}
+    ops: list[dict[str, Any]] = field(default_factory=list)  # every attempt: {op_id, op, attempt, result, time, ...}
+    # template claims
+    kind: str = ""  # "scratch", "stage", or the application profile's claim name
+    run: int | None = None  # the job's run it belongs to
+    stage_in: list[list[str]] = field(default_factory=list)  # [source, destination under the claim]
+    stage_out: list[list[str]] = field(default_factory=list)  # [source under the claim, destination]
+    keep: bool = False  # stage-out failed: the data stays, FAILED, until someone deletes the claim
+
+    def __post_init__(self) -> None:
+        self.form = ClaimForm(self.form)
+        self.scope = Scope(self.scope)
+        self.access_mode = AccessMode(self.access_mode)
+        self.reclaim_policy = ReclaimPolicy(self.reclaim_policy)
+        self.state = ClaimState(self.state)
+        if isinstance(self.op, dict):
+            self.op = Op(**self.op)
+        self.attachments = [a if isinstance(a, Attachment) else Attachment(**a) for a in self.attachments]
+
+    @property
+    def charged_bytes(self) -> int:
+        """Quota and pool use: the larger of what was asked and what the provider made."""
+        return max(self.size_bytes, self.actual_bytes or 0)
+
+    @property
+    def live(self) -> bool:
+        return self.state in LIVE
+
+    @property
+    def agent(self) -> str:
+        """Who runs this claim's provider ops: the provisioner, or the node agent of its host."""
+        return SHARED_AGENT if self.scope is Scope.SHARED or self.host is None else node_agent(self.host)
+
+    def agent_for(self, attachment: Attachment | None) -> str:
+        if attachment is None or self.scope is Scope.SHARED:
+            return self.agent
+        return node_agent(attachment.host)
+
+    def find_op(self, op_id: str) -> tuple[Op, Attachment | None] | None:
+        """The open op with this id: the claim's own, or one of its attachments'."""
+        if self.op is not None and self.op.op_id == op_id:
+            return self.op, None
+        for a in self.attachments:
+            if a.op is not None and a.op.op_id == op_id:
+                return a.op, a
+        return None
+
+    def open_ops(self) -> list[tuple[Op, Attachment | None]]:
+        out: list[tuple[Op, Attachment | None]] = [(self.op, None)] if self.op is not None else []
+        return out + [(a.op, a) for a in self.attachments if a.op is not None]
+
+    def waiting(self) -> str | None:
+        """What the claim waits for, in words (None when it waits for nothing)."""
+        if self.delete_requested and self.attachments and self.state is not ClaimState.RELEASED:
+            n = len(self.attachments)
+            return f"deletion waits for {n} attachment{'s' if n > 1 else ''} to go"
+        ops = self.open_ops()
+        if ops:
+            op, a = ops[0]
+            what = f"{op.kind.value}" + (f" on {a.host}" if a is not None else "") + f" (op {op.op_id}"
+            return what + (f", attempt {op.attempts})" if op.attempts else ")")
+        return None
+
+
+
+
+# ---------------------------------------------------------------- names
+
+
+def name_key(project: str, name: str) -> str:
+    """Standalone claim names are per project (as Kubernetes' PVCs are per namespace): the key of
+    ``model.claim_names``.  Template claims have no entry: nobody can name, squat or take theirs."""
+    return f"{project}/{name}"
+
+
+
+TEMPLATE_NAME = re.compile(r"^j(?P<job>[0-9]{1,18})\.(?P<run>[0-9]{1,9}):(?P<kind>[a-z0-9][a-z0-9\-_.]{0,62})$")
+
+
+def template_name(job_id: int, run: int, kind: str) -> str:
+    """``j12.1:scratch``: a run's template claim.  The ``:`` is outside the name pattern users
+    choose from, so no standalone claim can ever be called that."""
+    return f"j{job_id}.{run}:{kind}"
+

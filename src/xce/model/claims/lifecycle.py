@@ -1,0 +1,373 @@
+"""How a claim changes: the transition tables of claims and attachments, and the folds.  The only
+place a claim's or an attachment's state changes.
+
+States (``ClaimState``)::
+
+    PENDING ──▶ PREPARING ──▶ READY ──▶ RELEASING ──▶ RELEASED
+       │            │           │            │
+       │            ▼           └──(retain)──┼──────▶ RELEASED (retained: the object is kept)
+       └──────────▶ FAILED ◀─────────────────┘
+                      └──(delete)──▶ RELEASING / RELEASED
+
+A claim's provider work is an *op* (``create`` or ``release``) with a stable
+``op_id`` (``c<claim>.<op>.<n>``).  The scheduler places a PENDING claim in a
+pool, which opens its ``create`` op; an agent commits an intent (PENDING →
+PREPARING), calls the provider, and reports: success moves the claim on,
+a retryable failure schedules the next attempt (same op_id: providers are
+idempotent by it), and a permanent failure or the last attempt ends FAILED.
+Deleting opens ``release`` (policy ``delete``) or records the object as
+retained (policy ``retain``); a claim with attachments waits for the last
+one to go first, as Kubernetes' pvc-protection does.
+
+``_set_state`` is the only place a claim's state changes: it checks the
+transition table, appends the history entry, and the audit record.  Decide
+functions (``create``, ``delete``, ``record_intent``, ``record_result``...)
+check requests and return facts; the ``apply_*`` folds are pure and total.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from xce.model import audit
+from xce.model import facts as F
+from xce.model.transitions import check
+from xce.model.claims.entity import (
+    Attachment, AttachmentState, Claim, ClaimForm, ClaimState, OpKind, Op, ReclaimPolicy, name_key,
+)
+
+if TYPE_CHECKING:
+    from xce.model.state import Model
+
+S = ClaimState
+TRANSITIONS: dict[ClaimState, frozenset[ClaimState]] = {
+    S.PENDING: frozenset({S.PREPARING, S.FAILED, S.RELEASED}),
+    S.PREPARING: frozenset({S.READY, S.FAILED}),
+    S.READY: frozenset({S.RELEASING, S.RELEASED, S.FAILED}),  # FAILED: its host was lost, data kept there
+    S.RELEASING: frozenset({S.RELEASED, S.FAILED}),
+    S.FAILED: frozenset({S.RELEASING, S.RELEASED}),
+    S.RELEASED: frozenset(),
+}
+A = AttachmentState
+# an attachment that ends (detached, failed to attach, fenced, removed by an admin) leaves the claim
+ATTACHMENT_TRANSITIONS: dict[AttachmentState, frozenset[AttachmentState]] = {
+    A.ATTACHING: frozenset({A.ATTACHED}),
+    A.ATTACHED: frozenset({A.DETACHING}),
+    A.DETACHING: frozenset(),
+}
+
+
+def _set_state(model: Model, claim: Claim, new: ClaimState, time: float, reason: str, by: str) -> None:
+    """The one place a claim changes state: checked, recorded in its history and in the audit trail."""
+    check(TRANSITIONS, claim.state, new, f"claim {claim.id} ({claim.name})", reason)
+    old = claim.state
+    claim.state = new
+    claim.history.append({"state": new.value, "time": time, "reason": reason})
+    audit.record(model, time, by, "claim.state", f"claim/{claim.name}", new.value,
+                 f"{old.value} -> {new.value}: {reason}")
+    if new is ClaimState.RELEASED and claim.form is ClaimForm.STANDALONE:
+        key = name_key(claim.project, claim.name)
+        if model.claim_names.get(key) == claim.id:
+            del model.claim_names[key]
+        model.released_names[key] = max(claim.id, model.released_names.get(key, 0))
+
+
+def _index(model: Model, claim: Claim) -> None:
+    if claim.op is not None or any(a.op is not None for a in claim.attachments):
+        model.open_ops.add(claim.id)
+    else:
+        model.open_ops.discard(claim.id)
+
+
+def _open_op(model: Model, claim: Claim, kind: OpKind) -> None:
+    n = claim.op_counts.get(kind.value, 0) + 1
+    claim.op_counts[kind.value] = n
+    claim.op = Op(op_id=f"c{claim.id}.{kind.value}.{n}", kind=kind)
+    model.open_ops.add(claim.id)
+
+
+def _close_op(model: Model, claim: Claim) -> None:
+    claim.op = None
+    _index(model, claim)
+
+
+def _open_attachment_op(model: Model, claim: Claim, a: Attachment, kind: OpKind) -> None:
+    a.op = Op(op_id=f"a{a.id}.{kind.value}", kind=kind)
+    model.open_ops.add(claim.id)
+
+
+def _drop_attachment(model: Model, claim: Claim, a: Attachment, time: float) -> None:
+    claim.attachments = [x for x in claim.attachments if x.id != a.id]
+    _index(model, claim)
+    _advance_delete(model, claim, time)
+
+
+def _set_attachment_state(a: Attachment, new: AttachmentState, time: float, reason: str) -> None:
+    """The one place an attachment changes state: checked and recorded in its history."""
+    check(ATTACHMENT_TRANSITIONS, a.state, new, f"attachment {a.id} on {a.host}", reason)
+    a.state = new
+    a.history.append({"state": new.value, "time": time, "reason": reason})
+
+
+def detach(model: Model, claim: Claim, a: Attachment, time: float) -> None:
+    """Fold helper: the attachment's user is done with it.  Capacity comes back only once it is gone."""
+    if a.op is not None and a.op.kind is OpKind.ATTACH:
+        if a.op.epoch is not None:  # the attach is in flight: detach once it has answered
+            a.detach_requested = True
+            return
+        _drop_attachment(model, claim, a, time)  # never reached the provider
+    elif a.state is AttachmentState.ATTACHED:
+        if a.run is None:  # added by hand (no provider attach was made): nothing to undo
+            _drop_attachment(model, claim, a, time)
+        else:
+            _set_attachment_state(a, AttachmentState.DETACHING, time, "its user is done with it")
+            _open_attachment_op(model, claim, a, OpKind.DETACH)
+
+
+def _advance_delete(model: Model, claim: Claim, time: float) -> None:
+    """Carry out a requested deletion once nothing holds the claim (no attachment, no op in flight)."""
+    if not claim.delete_requested or claim.attachments or claim.op is not None and claim.op.epoch is not None:
+        return
+    by = claim.deleted_by or "-"
+    if claim.state is ClaimState.PENDING:  # never reached a provider
+        _close_op(model, claim)
+        _set_state(model, claim, ClaimState.RELEASED, time, "deleted before it was prepared", by)
+    elif claim.state in (ClaimState.READY, ClaimState.FAILED):
+        if not claim.data_exists:
+            _set_state(model, claim, ClaimState.RELEASED, time, "deleted; no provider object exists", by)
+        elif claim.reclaim_policy is ReclaimPolicy.RETAIN:
+            claim.retained = True
+            _set_state(model, claim, ClaimState.RELEASED, time,
+                       f"deleted; reclaim policy retain keeps {claim.handle or 'the object'}", by)
+        else:
+            _set_state(model, claim, ClaimState.RELEASING, time, "deleted; releasing the provider object", by)
+            _open_op(model, claim, OpKind.RELEASE)
+
+
+def _add(model: Model, claim: Claim, time: float, reason: str, detail: str) -> bool:
+    """A new claim enters the model, PENDING (False: its id, or a standalone claim's name in its
+    project, is taken; nothing changes but the id counter, so the id is never handed out again)."""
+    model.next_claim_id = max(model.next_claim_id, claim.id + 1)
+    key = name_key(claim.project, claim.name)
+    if claim.id in model.claims or claim.form is ClaimForm.STANDALONE and key in model.claim_names:
+        return False  # ids and live names are unique: the decide functions never make it otherwise
+    claim.history.append({"state": ClaimState.PENDING.value, "time": time, "reason": reason})
+    model.claims[claim.id] = claim
+    if claim.form is ClaimForm.STANDALONE:
+        model.claim_names[key] = claim.id
+    audit.record(model, time, claim.owner, "claim.state", f"claim/{claim.name}", ClaimState.PENDING.value, detail)
+    return True
+
+
+def add_template_claim(model: Model, claim: Claim, time: float) -> bool:
+    """Fold helper (from ``JobAllocated``): a run's template claim, created with its create op open
+    (False: its id was taken, which the plan applier never decides; the run must not use it)."""
+    if not _add(model, claim, time, f"created for job {claim.job_id} run {claim.run} on {claim.host}",
+                f"created: template {claim.kind} {claim.class_name} for job {claim.job_id}"):
+        return False
+    _open_op(model, claim, OpKind.CREATE)
+    return True
+
+
+def begin_stage_out(model: Model, claim: Claim, time: float) -> None:
+    """Fold helper: the job's process ended; its staging claim copies out before it is released."""
+    claim.delete_requested, claim.deleted_by = True, claim.owner
+    _set_state(model, claim, ClaimState.RELEASING, time, f"job {claim.job_id} ended: staging out", claim.owner)
+    _open_op(model, claim, OpKind.STAGE_OUT)
+
+
+def keep_data(model: Model, claim: Claim, time: float, reason: str) -> None:
+    """Fold helper: the claim's data must stay (nothing that holds data goes without a record)."""
+    claim.keep = True
+    claim.delete_requested = False
+    if claim.op is not None and claim.op.epoch is None:
+        _close_op(model, claim)
+    if claim.state is not ClaimState.FAILED:
+        _set_state(model, claim, ClaimState.FAILED, time, reason, "-")
+
+
+def release_template(model: Model, claim: Claim, time: float, reason: str) -> None:
+    """Fold helper: the run is over; its template claim goes (after any op in flight has answered)."""
+    if claim.delete_requested:
+        return
+    claim.delete_requested, claim.deleted_by = True, claim.owner
+    claim.history.append({"state": claim.state.value, "time": time, "reason": reason})
+    _advance_delete(model, claim, time)
+
+
+def apply_claim_created(model: Model, f: F.ClaimCreated) -> None:
+    claim = Claim(id=f.claim_id, name=f.name, form=f.form, class_name=f.class_name, scope=f.scope,
+                  size_bytes=f.size_bytes, access_mode=f.access_mode, reclaim_policy=f.reclaim_policy,
+                  owner=f.owner, project=f.project, created=f.time, params=dict(f.params), job_id=f.job_id)
+    _add(model, claim, f.time, "created", f"created: {f.form} {f.class_name} {f.size_bytes} bytes {f.access_mode}")
+
+
+def apply_claim_placed(model: Model, f: F.ClaimPlaced) -> None:
+    claim = model.claims.get(f.claim_id)
+    if claim is None or claim.state is not ClaimState.PENDING or claim.placed:
+        return
+    claim.placed = True
+    claim.pool = f.pool
+    claim.host = f.host
+    _open_op(model, claim, OpKind.CREATE)
+
+
+def _open_op_of(model: Model, claim_id: int, op_id: str) -> tuple[Claim, Op, Attachment | None] | None:
+    """The claim and its open op ``op_id`` a fact is about (None: decided already, or unknown)."""
+    claim = model.claims.get(claim_id)
+    found = claim.find_op(op_id) if claim is not None else None
+    return (claim, *found) if found is not None else None
+
+
+def apply_claim_op_intent(model: Model, f: F.ClaimOpIntent) -> None:
+    if (found := _open_op_of(model, f.claim_id, f.op_id)) is None:
+        return
+    claim, op, a = found
+    op.attempts += 1
+    op.agent, op.epoch, op.next_retry = f.agent, f.epoch, None
+    claim.ops.append({"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts, "agent": f.agent,
+                      "epoch": f.epoch, "time": f.time, "result": "started", "host": a.host if a else None})
+    if a is None and op.kind is OpKind.CREATE:
+        claim.data_exists = True  # from here on a provider object may exist: never assume it does not
+        if claim.state is ClaimState.PENDING:
+            _set_state(model, claim, ClaimState.PREPARING, f.time, f"{f.agent} creating (op {op.op_id})", f.agent)
+
+
+def apply_claim_op_succeeded(model: Model, f: F.ClaimOpSucceeded) -> None:
+    if (found := _open_op_of(model, f.claim_id, f.op_id)) is None:
+        return
+    claim, op, a = found
+    agent = op.agent or "-"
+    claim.ops.append({"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts, "time": f.time,
+                      "result": "ok", "message": f.message, "host": a.host if a else None})
+    if a is not None:
+        a.op, a.last_error = None, None
+        _index(model, claim)
+        if op.kind is OpKind.ATTACH:
+            a.path = f.path
+            _set_attachment_state(a, AttachmentState.ATTACHED, f.time, f"attached: {f.path}")
+            if a.detach_requested:
+                detach(model, claim, a, f.time)
+        else:
+            _drop_attachment(model, claim, a, f.time)
+        return
+    claim.last_error, claim.stderr_tail = None, ""
+    _close_op(model, claim)
+    if op.kind is OpKind.CREATE:
+        claim.handle = f.handle
+        claim.actual_bytes = f.size_bytes
+        claim.reachable_hosts = list(f.reachable_hosts) if f.reachable_hosts is not None else None
+        claim.host_labels = dict(f.host_labels)
+        claim.path = f.path
+        if claim.stage_in:
+            _open_op(model, claim, OpKind.STAGE_IN)  # still PREPARING: READY once the files are in
+            return
+        _set_state(model, claim, ClaimState.READY, f.time, f"created {f.handle} on attempt {op.attempts}", agent)
+        _advance_delete(model, claim, f.time)
+    elif op.kind is OpKind.STAGE_IN:
+        _set_state(model, claim, ClaimState.READY, f.time, f"staged in {len(claim.stage_in)} item(s)", agent)
+        _advance_delete(model, claim, f.time)
+    elif op.kind is OpKind.STAGE_OUT:
+        claim.history.append({"state": claim.state.value, "time": f.time,
+                              "reason": f"staged out {len(claim.stage_out)} item(s); releasing"})
+        _open_op(model, claim, OpKind.RELEASE)
+    else:
+        claim.data_exists = False
+        if claim.state is ClaimState.RELEASED:  # a purged retained object
+            claim.retained = False
+            claim.history.append({"state": claim.state.value, "time": f.time,
+                                  "reason": f"retained object {claim.handle} released (purged)"})
+        else:
+            _set_state(model, claim, ClaimState.RELEASED, f.time, f"released {claim.handle}", agent)
+
+
+def apply_claim_op_failed(model: Model, f: F.ClaimOpFailed) -> None:
+    if (found := _open_op_of(model, f.claim_id, f.op_id)) is None:
+        return
+    claim, op, a = found
+    agent = op.agent or "-"
+    error = f"{f.code}: {f.message}"
+    claim.ops.append({"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts, "time": f.time,
+                      "result": f.code, "message": f.message, "retryable": f.retryable,
+                      "next_retry": f.next_retry, "host": a.host if a else None})
+    if a is not None:
+        a.last_error = error
+    else:
+        claim.last_error, claim.stderr_tail = error, f.stderr_tail
+    if f.next_retry is not None:
+        op.epoch = None  # the next attempt needs a new intent
+        op.next_retry = f.next_retry
+        return
+    why = f"{op.kind.value} failed after {op.attempts} attempt{'s' if op.attempts != 1 else ''}: {error}"
+    if a is not None:
+        a.op = None
+        _index(model, claim)
+        claim.history.append({"state": claim.state.value, "time": f.time, "reason": f"{a.host}: {why}"})
+        if op.kind is OpKind.ATTACH:
+            _drop_attachment(model, claim, a, f.time)  # nothing is attached
+        # a detach that failed for good stays DETACHING (its host may still write): fenced only
+        # when the host is declared lost, or removed by an admin
+        return
+    _close_op(model, claim)
+    if op.kind is OpKind.CREATE:
+        # a permanent error from the provider means it made nothing; a crash on the last attempt
+        # may have left an object, which the orphan scan finds by its op_id tag
+        claim.data_exists = False
+        _set_state(model, claim, ClaimState.FAILED, f.time, why, agent)
+        _advance_delete(model, claim, f.time)
+    elif op.kind is OpKind.STAGE_IN:
+        _set_state(model, claim, ClaimState.FAILED, f.time, why, agent)
+        _advance_delete(model, claim, f.time)
+    elif op.kind is OpKind.STAGE_OUT:
+        claim.keep = True
+        claim.delete_requested = False
+        _set_state(model, claim, ClaimState.FAILED, f.time, why + "; the data is kept", agent)
+    elif claim.state is ClaimState.RELEASED:  # a purge that failed: still retained
+        claim.history.append({"state": claim.state.value, "time": f.time, "reason": f"purge failed: {why}"})
+    else:
+        _set_state(model, claim, ClaimState.FAILED, f.time, why + "; the data still exists", agent)
+
+
+def apply_claim_delete_requested(model: Model, f: F.ClaimDeleteRequested) -> None:
+    claim = model.claims.get(f.claim_id)
+    if claim is None or claim.state is ClaimState.RELEASED:
+        return
+    claim.delete_requested = True
+    claim.deleted_by = f.by
+    _advance_delete(model, claim, f.time)
+
+
+def apply_claim_purge_requested(model: Model, f: F.ClaimPurgeRequested) -> None:
+    claim = model.claims.get(f.claim_id)
+    if claim is None or not claim.retained or claim.op is not None:
+        return
+    claim.history.append({"state": claim.state.value, "time": f.time, "reason": f"purge requested by {f.by}"})
+    _open_op(model, claim, OpKind.RELEASE)
+
+
+def apply_attachment_added(model: Model, f: F.AttachmentAdded) -> None:
+    claim = model.claims.get(f.claim_id)
+    if claim is None:
+        return
+    state = AttachmentState.ATTACHING if f.run is not None else AttachmentState.ATTACHED
+    a = Attachment(id=f.attachment_id, host=f.host, mode=f.mode, created=f.time, by=f.by, job_id=f.job_id,
+                   run=f.run, state=state, history=[{"state": state.value, "time": f.time, "reason": f"added by {f.by}"}])
+    claim.attachments.append(a)
+    if f.run is not None:  # a job's: the provider makes the claim reachable on the host first
+        _open_attachment_op(model, claim, a, OpKind.ATTACH)
+    model.next_attachment_id = max(model.next_attachment_id, f.attachment_id + 1)
+
+
+def apply_attachment_removed(model: Model, f: F.AttachmentRemoved) -> None:
+    claim = model.claims.get(f.claim_id)
+    a = next((x for x in claim.attachments if x.id == f.attachment_id), None) if claim is not None else None
+    if a is None:
+        return
+    claim.history.append({"state": claim.state.value, "time": f.time,
+                          "reason": f"attachment #{a.id} on {a.host} removed by {f.by}"})
+    _drop_attachment(model, claim, a, f.time)
+
+
+def apply_agent_leased(model: Model, f: F.AgentLeased) -> None:
+    model.agent_epochs[f.agent] = f.epoch
+
