@@ -186,7 +186,7 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
 
     @app.get("/healthz", tags=["service"])
     async def healthz() -> dict[str, Any]:
-        return {"ok": True, "leader": controller.is_leader}
+        return {"ok": True, "leader": controller.serving}
 
     @app.get("/metrics", tags=["service"], response_class=Response)
     async def metrics_route(_: User = Depends(metrics_reader)) -> Response:

@@ -38,7 +38,7 @@ SECURITY_SCHEME = {"bearer": {"type": "http", "scheme": "bearer", "description":
 def identify(request: Request) -> User:
     """Whoever the bearer token stands for now, whatever their role (401 if nobody)."""
     ctl = request.app.state.controller
-    if not ctl.is_leader:  # a standby's model is not current: it cannot even check tokens
+    if not ctl.serving:  # a standby's model is not current: it cannot even check tokens
         raise Unavailable(ctl.not_leader_message())
     scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
     credentials = credentials.strip()

@@ -134,17 +134,18 @@ def _apply_allocations(model: Model, plan: Plan, now: float, config: Config | No
             for name, amount in a.counters.get(host_name, {}).items():
                 t = taken_ctr.setdefault(host_name, {})
                 t[name] = t.get(name, 0.0) + amount
-        templates, attachments = job_claims.plan_claims(model, job, list(a.hosts), next_claim, next_attachment,
-                                                        dict(a.pools))
+        templates, attachments = job_claims.plan_claims(job, a.run + 1, list(a.hosts), next_claim, next_attachment,
+                                                        dict(a.pools), now)
         next_claim += len(templates)
         next_attachment += len(attachments)
         for name, amount in a.cluster.items():
             taken_cluster[name] = taken_cluster.get(name, 0.0) + amount
         for t in templates:
-            if t.get("pool"):
-                taken_pool[t["pool"]] = taken_pool.get(t["pool"], 0) + t["size_bytes"]
+            if t.pool:
+                taken_pool[t.pool] = taken_pool.get(t.pool, 0) + t.size_bytes
         facts.append(JobAllocated(time=now, job_id=a.job_id, run=a.run + 1, hosts=list(a.hosts),
                                   slots=dict(a.slots), counters={h: dict(c) for h, c in a.counters.items()},
-                                  cluster_counters=dict(a.cluster), templates=templates, attachments=attachments))
+                                  cluster_counters=dict(a.cluster), attachments=attachments))
+        facts += templates  # the run's template claims: made through the same fact as any claim
         result.accepted.append(a.job_id)
     return Outcome(facts, result=result)

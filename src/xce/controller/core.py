@@ -223,6 +223,12 @@ class Controller:
         assert self._leader_event is not None
         self._leader_event.set()
 
+    @property
+    def serving(self) -> bool:
+        """Leader, and its leadership's bootstrap (config facts, the admin token) is committed: the API
+        answers only then (a request in between would meet users and tokens not yet there)."""
+        return self.is_leader and self._leader_event is not None and self._leader_event.is_set()
+
     def _step_down(self, reason: str) -> None:
         if self.is_leader:
             log.warning("stepping down: %s", reason)

@@ -238,7 +238,8 @@ class JobAllocated(Fact):
     slots: dict[str, int]
     counters: dict[str, dict[str, float]] = field(default_factory=dict)
     cluster_counters: dict[str, float] = field(default_factory=dict)  # cluster-scope counters reserved
-    templates: list[dict[str, Any]] = field(default_factory=list)  # the run's template claims, ids decided
+    # logs before template claims had their own ClaimCreated facts carried the run's templates here
+    templates: list[dict[str, Any]] = field(default_factory=list)
     attachments: list[dict[str, Any]] = field(default_factory=list)  # {attachment_id, claim_id, host, mode}
 
 
@@ -334,6 +335,13 @@ class ClaimCreated(Fact):
     project: str
     params: dict[str, str] = field(default_factory=dict)
     job_id: int | None = None  # template claims: the job they belong to
+    # template claims (made by the plan applier with their run's allocation, placed already):
+    run: int | None = None  # the job's run they belong to
+    kind: str = ""  # "scratch", "stage", or the application profile's claim name
+    host: str | None = None  # node scope: the run's first host, whose worker prepares it
+    pool: str | None = None  # shared scope: the pool the scheduler chose
+    stage_in: list[list[str]] = field(default_factory=list)
+    stage_out: list[list[str]] = field(default_factory=list)
 
 
 @fact("claim.placed")

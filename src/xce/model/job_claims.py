@@ -271,22 +271,36 @@ def apply_job_process_ended(model: Model, f: F.JobProcessEnded) -> None:
 # ---------------------------------------------------------------- allocation (folded from JobAllocated)
 
 
+def template_fact(job: Job, run: int, hosts: list[str], t: dict[str, Any], now: float) -> F.ClaimCreated:
+    """The ``ClaimCreated`` of one of a run's template claims (``t``: the job's template spec, with the
+    ``claim_id`` and ``pool`` the plan applier decided)."""
+    shared = t.get("scope") == Scope.SHARED
+    return F.ClaimCreated(time=now, claim_id=t["claim_id"], name=C.template_name(job.id, run, t["kind"]),
+                          form=ClaimForm.TEMPLATE.value, class_name=t["class"],
+                          scope=(Scope.SHARED if shared else Scope.NODE).value, size_bytes=t["size_bytes"],
+                          access_mode=(AccessMode.RWX if shared else AccessMode.RWO).value,
+                          reclaim_policy=C.ReclaimPolicy.DELETE.value, owner=job.user, project=job.project,
+                          job_id=job.id, run=run, kind=t["kind"], host=None if shared or not hosts else hosts[0],
+                          pool=t.get("pool"), stage_in=[list(x) for x in t["stage_in"]],
+                          stage_out=[list(x) for x in t["stage_out"]])
+
+
+def apply_claim_created(model: Model, f: F.ClaimCreated) -> None:
+    """A claim is made (``claims``' fold); a run's template claim joins its run."""
+    if not C.apply_claim_created(model, f) or f.job_id is None or f.run is None:
+        return  # (a template claim whose id was taken never joins: ``blocking`` then holds the run back)
+    job = model.jobs.get(f.job_id)
+    if job is not None and job.run == f.run and f.claim_id not in job.run_claims:
+        job.run_claims.append(f.claim_id)
+
+
 def on_allocated(model: Model, job: Job, f: F.JobAllocated) -> None:
-    """Make the run's template claims and attachments (ids decided by the plan applier)."""
+    """A new run: its attachments (ids decided by the plan applier).  Its template claims follow as
+    ``ClaimCreated`` facts; logs written before they did carry them in ``f.templates``."""
     job.run_claims = []
     job.run_attachments = []
-    first = f.hosts[0] if f.hosts else None
     for t in f.templates:
-        shared = t.get("scope") == Scope.SHARED
-        claim = Claim(id=t["claim_id"], name=C.template_name(job.id, f.run, t["kind"]), form=ClaimForm.TEMPLATE,
-                      class_name=t["class"], scope=Scope.SHARED if shared else Scope.NODE, size_bytes=t["size_bytes"],
-                      access_mode=AccessMode.RWX if shared else AccessMode.RWO,
-                      reclaim_policy=C.ReclaimPolicy.DELETE, owner=job.user, project=job.project, created=f.time,
-                      job_id=job.id, run=f.run, kind=t["kind"], stage_in=[list(x) for x in t["stage_in"]],
-                      stage_out=[list(x) for x in t["stage_out"]], placed=True, pool=t.get("pool"),
-                      host=None if shared else first)
-        if C.add_template_claim(model, claim, f.time):
-            job.run_claims.append(claim.id)  # (never otherwise: ``blocking`` then holds the run back)
+        apply_claim_created(model, template_fact(job, f.run, list(f.hosts), t, f.time))
     for a in f.attachments:
         C.apply_attachment_added(model, F.AttachmentAdded(time=f.time, claim_id=a["claim_id"],
                                                           attachment_id=a["attachment_id"], host=a["host"],
@@ -294,11 +308,12 @@ def on_allocated(model: Model, job: Job, f: F.JobAllocated) -> None:
         job.run_attachments.append([a["claim_id"], a["attachment_id"]])
 
 
-def plan_claims(model: Model, job: Job, hosts: list[str], next_claim: int, next_attachment: int,
-                pools: dict[str, str] | None = None) -> tuple[list[dict], list[dict]]:
-    """The template claims and attachments a new run of ``job`` on ``hosts`` gets (for JobAllocated);
-    ``pools`` places its shared template claims (kind -> pool, chosen by the scheduler)."""
-    templates = [dict(t, claim_id=next_claim + i, pool=(pools or {}).get(t["kind"]))
+def plan_claims(job: Job, run: int, hosts: list[str], next_claim: int, next_attachment: int,
+                pools: dict[str, str], now: float) -> tuple[list[F.ClaimCreated], list[dict]]:
+    """What a new run of ``job`` on ``hosts`` gets: its template claims (``ClaimCreated`` facts, to
+    follow its ``JobAllocated``) and its attachments (in ``JobAllocated``); ``pools`` places its
+    shared template claims (kind -> pool, chosen by the scheduler)."""
+    templates = [template_fact(job, run, hosts, dict(t, claim_id=next_claim + i, pool=pools.get(t["kind"])), now)
                  for i, t in enumerate(job.templates)]
     attachments = []
     for ref in job.claim_refs:

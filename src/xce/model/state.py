@@ -45,7 +45,7 @@ FOLDS: dict[type[F.Fact], Callable[["Model", Any], None]] = {
     F.JobHeld: jobs.apply_job_held,
     F.JobReleased: jobs.apply_job_released,
     F.JobProcessEnded: job_claims.apply_job_process_ended,
-    F.ClaimCreated: claims.apply_claim_created,
+    F.ClaimCreated: job_claims.apply_claim_created,  # a run's template claims join their run
     F.ClaimPlaced: claims.apply_claim_placed,
     F.ClaimOpIntent: claims.apply_claim_op_intent,
     F.ClaimOpSucceeded: claims.apply_claim_op_succeeded,

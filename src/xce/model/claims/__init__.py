@@ -24,7 +24,7 @@ from xce.model.claims.entity import (
     ClaimState, Mode, Op, OpKind, ReclaimPolicy, Scope, name_key, node_agent, template_name,
 )
 from xce.model.claims.lifecycle import (
-    ATTACHMENT_TRANSITIONS, TRANSITIONS, add_template_claim, apply_agent_leased, apply_attachment_added,
+    ATTACHMENT_TRANSITIONS, TRANSITIONS, apply_agent_leased, apply_attachment_added,
     apply_attachment_removed, apply_claim_created, apply_claim_delete_requested, apply_claim_op_failed,
     apply_claim_op_intent, apply_claim_op_succeeded, apply_claim_placed, apply_claim_purge_requested,
     begin_stage_out, detach, keep_data, release_template,
@@ -34,7 +34,7 @@ __all__ = [
     "ATTACHMENT_TRANSITIONS", "LIVE", "RESERVED_NAMES", "SHARED_AGENT", "TEMPLATE_NAME", "TRANSITIONS",
     "AccessMode", "Attachment", "AttachmentState", "Claim", "ClaimForm", "ClaimSpec", "ClaimState", "Mode", "Op",
     "OpKind", "OpResult", "ReclaimPolicy", "Scope",
-    "add_attachment", "add_template_claim", "apply_agent_leased", "apply_attachment_added",
+    "add_attachment", "apply_agent_leased", "apply_attachment_added",
     "apply_attachment_removed", "apply_claim_created", "apply_claim_delete_requested", "apply_claim_op_failed",
     "apply_claim_op_intent", "apply_claim_op_succeeded", "apply_claim_placed", "apply_claim_purge_requested",
     "begin_stage_out", "check_epoch", "check_fits_a_pool", "check_quota", "class_or_404", "create", "delete",

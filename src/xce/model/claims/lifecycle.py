@@ -159,16 +159,6 @@ def _add(model: Model, claim: Claim, time: float, reason: str, detail: str) -> b
     return True
 
 
-def add_template_claim(model: Model, claim: Claim, time: float) -> bool:
-    """Fold helper (from ``JobAllocated``): a run's template claim, created with its create op open
-    (False: its id was taken, which the plan applier never decides; the run must not use it)."""
-    if not _add(model, claim, time, f"created for job {claim.job_id} run {claim.run} on {claim.host}",
-                f"created: template {claim.kind} {claim.class_name} for job {claim.job_id}"):
-        return False
-    _open_op(model, claim, OpKind.CREATE)
-    return True
-
-
 def begin_stage_out(model: Model, claim: Claim, time: float) -> None:
     """Fold helper: the job's process ended; its staging claim copies out before it is released."""
     claim.delete_requested, claim.deleted_by = True, claim.owner
@@ -195,11 +185,25 @@ def release_template(model: Model, claim: Claim, time: float, reason: str) -> No
     _advance_delete(model, claim, time)
 
 
-def apply_claim_created(model: Model, f: F.ClaimCreated) -> None:
+def apply_claim_created(model: Model, f: F.ClaimCreated) -> bool:
+    """A new claim, PENDING (False: its id or name was taken, which no decision makes).  A standalone
+    claim waits for the scheduler to place it; a run's template claim comes placed, its create op open."""
+    template = f.form == ClaimForm.TEMPLATE and f.run is not None
     claim = Claim(id=f.claim_id, name=f.name, form=f.form, class_name=f.class_name, scope=f.scope,
                   size_bytes=f.size_bytes, access_mode=f.access_mode, reclaim_policy=f.reclaim_policy,
-                  owner=f.owner, project=f.project, created=f.time, params=dict(f.params), job_id=f.job_id)
-    _add(model, claim, f.time, "created", f"created: {f.form} {f.class_name} {f.size_bytes} bytes {f.access_mode}")
+                  owner=f.owner, project=f.project, created=f.time, params=dict(f.params), job_id=f.job_id,
+                  run=f.run, kind=f.kind, host=f.host, pool=f.pool, placed=template,
+                  stage_in=[list(x) for x in f.stage_in], stage_out=[list(x) for x in f.stage_out])
+    if template:
+        reason = f"created for job {f.job_id} run {f.run}" + (f" on {f.host}" if f.host else "")
+        detail = f"created: template {f.kind} {f.class_name} for job {f.job_id}"
+    else:
+        reason, detail = "created", f"created: {f.form} {f.class_name} {f.size_bytes} bytes {f.access_mode}"
+    if not _add(model, claim, f.time, reason, detail):
+        return False
+    if template:
+        _open_op(model, claim, OpKind.CREATE)
+    return True
 
 
 def apply_claim_placed(model: Model, f: F.ClaimPlaced) -> None:
