@@ -34,11 +34,11 @@ def job_json(model: Model, job: Job, pending_reason: str | None = None) -> dict[
 def job_claims_json(model: Model, job: Job) -> list[dict[str, Any]]:
     """The job's claims as ``xce job show`` lists them (workspace first)."""
     if job.state is JobState.RUN:
-        workspace_state = "READY"  # the worker made it before it started the job
+        workspace_state = ClaimState.READY.value  # the worker made it before it started the job
     elif job.start_time is not None or job.finished:
-        workspace_state = "RELEASED"  # removed with the run's cleanup
+        workspace_state = ClaimState.RELEASED.value  # removed with the run's cleanup
     else:
-        workspace_state = "PENDING"
+        workspace_state = ClaimState.PENDING.value
     out: list[dict[str, Any]] = [{
         "name": "workspace", "form": "template", "class": "workspace", "mode": "rw", "path": job.workspace,
         "state": workspace_state, "attempts": None, "last_error": None, "env": "XCE_WORKSPACE"}]

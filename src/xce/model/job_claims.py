@@ -490,7 +490,7 @@ def status_reason(model: Model, job: Job, now: float, scheduler_reason: str | No
 def blocking_stage_out(model: Model, job: Job, now: float | None = None) -> str:
     for claim in run_claims(model, job):
         if claim.op is not None and claim.op.kind is C.OpKind.STAGE_OUT:
-            return "process ended; staging out: " + _describe(claim, claim.op, claim.last_error, "RELEASING",
+            return "process ended; staging out: " + _describe(claim, claim.op, claim.last_error, ClaimState.RELEASING.value,
                                                               now=now)
     return "process ended; staging out"
 

@@ -29,6 +29,7 @@ import dataclasses
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from xce.model.claims import AccessMode, ClaimState
 from xce.scheduler.claims import place_claims
 from xce.scheduler.plan import Allocation, Plan
 from xce.scheduler.resreq import ResReq, ResReqError, parse_resreq
@@ -283,9 +284,9 @@ class _Claimed:
 
     def took(self, job: JobView, hosts: tuple[str, ...]) -> None:
         for use in job.claims:
-            if use.access_mode == "RWOP":
+            if use.access_mode == AccessMode.RWOP:
                 self.rwop[use.claim_id] = job.id
-            elif use.access_mode == "RWO":
+            elif use.access_mode == AccessMode.RWO:
                 self.rwo.setdefault(use.claim_id, hosts[0])
 
 
@@ -300,14 +301,14 @@ def _place_with_claims(cycle: _Cycle, rr: ResReq, job: JobView, claimed: _Claime
     single = rr.span_hosts == 1
     why_restricted = []
     for use in job.claims:
-        if use.state != "READY":
+        if use.state != ClaimState.READY:
             return f"waiting for claim {use.name} ({use.state}" + (f": {use.waiting})" if use.waiting else ")")
-        if use.access_mode == "RWOP":
+        if use.access_mode == AccessMode.RWOP:
             holder = use.holder_jobs[0] if use.holder_jobs else claimed.rwop.get(use.claim_id)
             if holder is not None:
                 return f"claim {use.name} (RWOP) in use by job {holder}"
             single = True
-        if use.access_mode == "RWO":
+        if use.access_mode == AccessMode.RWO:
             single = True
             on = set(use.attached_hosts) | ({claimed.rwo[use.claim_id]} if use.claim_id in claimed.rwo else set())
             if on:
