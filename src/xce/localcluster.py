@@ -12,7 +12,7 @@ and tokens, and the workers' journals are all in ``DIR``.
 
 Layout of ``DIR``::
 
-    xce.db, admin.token, controller.url   the controller's (see xce.controller.server)
+    xce.db, admin.token, controller.url   the controller's (see xce.api.server)
     client.toml                           url + admin token for ``xce --config`` (mode 0600)
     up.pid                                the supervising ``xce up`` process
     provisioner.toml, provisioner.token   the provisioner's providers (edit freely) and daemon token

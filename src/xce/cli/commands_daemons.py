@@ -105,8 +105,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def cmd_controller(args, ctx) -> int:
-    from xce.controller.config import ConfigError
-    from xce.controller.server import run_controller
+    from xce.config import ConfigError
+    from xce.api.server import run_controller
     from xce.store import StoreError
 
     try:

@@ -149,7 +149,7 @@ def cmd_submit(args, ctx) -> int:
         body["stage_size"] = str(_stage_bytes([text.rpartition(":")[0] if ":" in text else text
                                                 for text in body["stage_in"]]))
     if args.resreq:
-        from xce.scheduler.resreq import ResReqError, parse_resreq
+        from xce.resreq import ResReqError, parse_resreq
 
         try:
             parse_resreq(args.resreq)

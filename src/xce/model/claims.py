@@ -36,11 +36,11 @@ from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from xce.model import facts as F
 from xce.model import audit
 from xce.model.facts import Fact
-from xce.model.names import check_name
+from xce.names import check_name
 from xce.units import format_size as human, parse_size
 
 if TYPE_CHECKING:
-    from xce.controller.config import ClaimClassConfig, ClaimsConfig, Config
+    from xce.config import ClaimClassConfig, ClaimsConfig, Config
     from xce.model.identity import User
     from xce.model.state import Model
 

@@ -31,11 +31,11 @@ from xce.model import claims as C
 from xce.model import facts as F
 from xce.model.claims import AccessMode, AttachmentState, Claim, ClaimForm, ClaimState
 from xce.model.facts import Fact
-from xce.model.names import check_name
+from xce.names import check_name
 from xce.units import parse_size
 
 if TYPE_CHECKING:
-    from xce.controller.config import Config
+    from xce.config import Config
     from xce.model.identity import User
     from xce.model.jobs import Job
     from xce.model.state import Model

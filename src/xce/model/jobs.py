@@ -17,11 +17,11 @@ from xce.model import facts as F
 from xce.model.facts import Fact, JobSubmitted
 from xce.model import job_claims
 from xce.model.job_claims import JobClaimsSpec
-from xce.model.names import check_name
-from xce.scheduler.resreq import ResReqError, parse_resreq
+from xce.names import check_name
+from xce.resreq import ResReqError, parse_resreq
 
 if TYPE_CHECKING:
-    from xce.controller.config import Config, ControllerConfig
+    from xce.config import Config, ControllerConfig
     from xce.model.identity import User
     from xce.model.state import Model
 

@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping
 
 if TYPE_CHECKING:
-    from xce.controller.config import Config
+    from xce.config import Config
     from xce.model import Model
 
 
@@ -132,19 +132,9 @@ def _claim_uses(model: Model, job) -> tuple[ClaimUse, ...]:
     return tuple(out)
 
 
-def pool_use(model: Model) -> dict[str, int]:
-    """Bytes charged to each pool: every claim whose object exists or may (retained ones included)."""
-    from xce.model.claims import ClaimState
-
-    used: dict[str, int] = {}
-    for c in model.claims.values():
-        if c.pool is not None and (c.state is not ClaimState.RELEASED or c.retained):
-            used[c.pool] = used.get(c.pool, 0) + c.charged_bytes
-    return used
-
-
 def _claim_views(model: Model, config: Config) -> tuple[tuple[PoolView, ...], tuple[ClaimView, ...]]:
     from xce.model.claims import ClaimState
+    from xce.model.pools import pool_use
 
     used = pool_use(model)
     pools = tuple(PoolView(name=p.name, capacity=p.capacity_bytes, free=p.capacity_bytes - used.get(p.name, 0))

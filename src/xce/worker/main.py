@@ -9,8 +9,8 @@ import signal
 
 from xce.agents.provisioner import load_provisioner_config
 from xce.cli.http import UsageError
-from xce.model.names import NAME_PATTERN
-from xce.scheduler.resreq import parse_amount
+from xce.names import NAME_PATTERN
+from xce.units import parse_amount
 
 
 def parse_pairs(items: list[str] | None, what: str, numeric: bool) -> dict:
@@ -34,7 +34,7 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
                counters: list[str] | None, work_dir: str | None, heartbeat: float,
                run_as_users: bool = False, provider_config: str | None = None,
                storage_roots: list[str] | None = None, allow_system_users: bool = False) -> int:
-    from xce.model.names import check_name
+    from xce.names import check_name
     from xce.errors import InvalidRequest
     from xce.worker.daemon import Worker
 
