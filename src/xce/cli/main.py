@@ -13,7 +13,8 @@ import argparse
 import sys
 
 from xce.cli.base import Context, Parser
-from xce.cli.http import EXIT_USAGE, CliError
+from xce.cli.errors import EXIT_USAGE, CliError, from_client
+from xce.client import ClientError
 
 
 def _common() -> argparse.ArgumentParser:
@@ -48,13 +49,19 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return func(args, Context(args))
+    except ClientError as e:  # the boundary: the client's errors become the CLI's exit codes
+        return _report(from_client(e))
     except CliError as e:
-        print(f"xce: {e.message}", file=sys.stderr)
-        return e.exit_code
+        return _report(e)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `xce jobs | head`
         return 0
+
+
+def _report(e: CliError) -> int:
+    print(f"xce: {e.message}", file=sys.stderr)
+    return e.exit_code
 
 
 if __name__ == "__main__":

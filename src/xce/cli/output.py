@@ -9,7 +9,7 @@ import time
 from datetime import datetime
 from typing import Any, Iterable, Sequence
 
-from xce.cli.http import UsageError
+from xce.cli.errors import UsageError
 from xce.units import format_size as size  # noqa: F401  (re-exported for commands)
 
 
