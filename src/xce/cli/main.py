@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+import xce
 from xce.cli.base import Context, Parser
 from xce.cli.errors import EXIT_USAGE, CliError, from_client
 from xce.client import ClientError
@@ -34,6 +35,7 @@ def build_parser() -> Parser:
 
     common = _common()
     p = Parser(prog="xce", parents=[common], description="XCE workload manager (alias: xcecli)")
+    p.add_argument("--version", action="version", version=f"xce {xce.__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for module in (commands_jobs, commands_claims, commands_admin, commands_daemons):
         module.register(sub, common)
