@@ -7,7 +7,6 @@ resource requirement parser can use it without loading the model or the schedule
 from __future__ import annotations
 
 import re
-from decimal import Decimal
 
 from xce.errors import InvalidRequest
 
@@ -29,6 +28,9 @@ def parse_size(value: str | int, what: str = "size") -> int:
         if m is None:
             raise InvalidRequest(f"invalid {what} {value!r}: use bytes or a unit, e.g. 500Mi, 10Gi, 2T")
         # exact decimal arithmetic: a float turns 24 digits of Pi into inf or rounds 2**63-1 up
+        # (imported here: decimal costs every CLI start ~1 ms, and the CLI only formats sizes)
+        from decimal import Decimal
+
         n = int(Decimal(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").lower()])
     if n > MAX_SIZE:
         raise InvalidRequest(f"invalid {what} {value!r}: too large (at most {MAX_SIZE} bytes, "
