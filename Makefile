@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: deps dev test demo bench clean
+.PHONY: deps dev test lint demo bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -20,8 +20,13 @@ deps:
 
 dev: $(STAMP)
 
+# import-linter first: a broken layer contract ([tool.importlinter] in pyproject.toml) fails the run
 test: $(STAMP)
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/lint-imports
 
 demo: $(STAMP)
 	$(BIN)/python -m xce.demo
@@ -30,4 +35,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/commit.py
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache
+	rm -rf $(VENV) build dist .pytest_cache .grimp_cache

@@ -24,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from tests.helpers import ControllerProcess  # noqa: E402
-from xce.controller.config import DEFAULT_CONFIG  # noqa: E402
+from xce.config import DEFAULT_CONFIG  # noqa: E402
 
 # the embedded defaults, but no per-user cap on pending jobs: the bench submits tens of thousands
 CONFIG = DEFAULT_CONFIG.replace("max_pending_jobs_per_user = 10000", "max_pending_jobs_per_user = 100000000")

@@ -34,7 +34,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 from xce.model import facts as F  # noqa: E402
 from xce.model.state import Model  # noqa: E402
 from xce.scheduler.core import schedule  # noqa: E402
-from xce.scheduler.snapshot import JobView, Snapshot, build_snapshot  # noqa: E402
+from xce.controller.snapshot import build_snapshot  # noqa: E402
+from xce.scheduler.snapshot import JobView, Snapshot  # noqa: E402
 
 GiB = 2**30
 QUEUES = (("high", 100, 1), ("normal", 50, 6), ("low", 10, 3))  # name, priority, weight

@@ -12,7 +12,7 @@ and tokens, and the workers' journals are all in ``DIR``.
 
 Layout of ``DIR``::
 
-    xce.db, admin.token, controller.url   the controller's (see xce.controller.server)
+    xce.db, admin.token, controller.url   the controller's (see xce.api.server)
     client.toml                           url + admin token for ``xce --config`` (mode 0600)
     up.pid                                the supervising ``xce up`` process
     provisioner.toml, provisioner.token   the provisioner's providers (edit freely) and daemon token
@@ -30,8 +30,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from xce.cli.http import ApiError, CliError, Client
-from xce.agents.provisioner import load_provisioner_config
+from xce.agents.provisioner import ProvisionerConfigError, load_provisioner_config
+from xce.client import ApiError, Client, ClientError
 from xce.worker.storage import StorageRoots
 
 DAEMON = [sys.executable, "-m", "xce.cli.main"]
@@ -262,9 +262,9 @@ def up(state_dir: str, hosts: int, listen: str, config: str | None, slots: int,
     signal.signal(signal.SIGINT, cluster.request_stop)
     try:
         cluster.start()
-    except (ClusterError, CliError) as e:
+    except (ClusterError, ClientError, ProvisionerConfigError) as e:
         cluster.stop()
-        msg = e.message if isinstance(e, CliError) else str(e)
+        msg = e.message if isinstance(e, ClientError) else str(e)
         print(f"xce up: {msg}", file=sys.stderr)
         return 1
     cluster._say(f"xce cluster up: controller {cluster.url}, hosts host1..host{hosts} ({slots} slots each)\n"

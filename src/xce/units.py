@@ -1,13 +1,12 @@
-"""Sizes in bytes: parsing what people type (``500Mi``, ``10Gi``, ``2T``) and printing it back.
+"""Sizes and amounts: parsing what people type (``500Mi``, ``10Gi``, ``2T``) and printing it back.
 
-A module of its own with no XCE imports but the error type, so the CLI can use it without
-loading the model.
+A module of its own with no XCE imports but the error type, so the CLI, the worker and the
+resource requirement parser can use it without loading the model or the scheduler.
 """
 
 from __future__ import annotations
 
 import re
-from decimal import Decimal
 
 from xce.errors import InvalidRequest
 
@@ -15,6 +14,7 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtpKMGTP][iI]?)?[bB]?\s*$")
 _SIZE_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "p": 10**15,
                "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40, "pi": 2**50}
 MAX_SIZE = 2**63 - 1
+_AMOUNT = re.compile(r"(\d+(?:\.\d+)?)([kmgtpKMGTP][iI]?)?")
 
 
 def parse_size(value: str | int, what: str = "size") -> int:
@@ -28,6 +28,9 @@ def parse_size(value: str | int, what: str = "size") -> int:
         if m is None:
             raise InvalidRequest(f"invalid {what} {value!r}: use bytes or a unit, e.g. 500Mi, 10Gi, 2T")
         # exact decimal arithmetic: a float turns 24 digits of Pi into inf or rounds 2**63-1 up
+        # (imported here: decimal costs every CLI start ~1 ms, and the CLI only formats sizes)
+        from decimal import Decimal
+
         n = int(Decimal(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").lower()])
     if n > MAX_SIZE:
         raise InvalidRequest(f"invalid {what} {value!r}: too large (at most {MAX_SIZE} bytes, "
@@ -35,6 +38,18 @@ def parse_size(value: str | int, what: str = "size") -> int:
     if n <= 0:
         raise InvalidRequest(f"invalid {what} {value!r}: must be more than 0 bytes")
     return n
+
+
+def parse_amount(text: str) -> float | None:
+    """A counter amount (``8``, ``500M``, ``100Gi``, ``1.5T``) as a float, or None if it is not one.
+
+    Same units as sizes, but no error and no bounds: ``-R rusage[...]`` and ``xce worker --counter``
+    report a malformed amount in their own words, and counters may be fractional or zero.
+    """
+    m = _AMOUNT.fullmatch(text)
+    if not m:
+        return None
+    return float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").lower()]
 
 
 def format_size(n: float | None) -> str | None:

@@ -171,3 +171,10 @@ def test_job_arrays_by_id_and_element(env):
     assert states == ["PSUSP", "EXIT", "PSUSP"]
     r = xce(env, "job", "show", f"{parent}[9]")
     assert r.returncode == 1 and f"job {parent}[9] not found" in r.stderr
+
+
+def test_version_needs_no_controller():
+    import xce
+
+    r = cli({"XCE_URL": "", "XCE_TOKEN": "", "XCE_CONFIG": ""}, "--version")
+    assert r.returncode == 0 and r.stdout == f"xce {xce.__version__}\n"

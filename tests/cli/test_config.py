@@ -5,7 +5,7 @@ import os
 import pytest
 
 from xce.cli.config import resolve
-from xce.cli.http import UsageError
+from xce.cli.errors import UsageError
 
 
 def write(path, text):

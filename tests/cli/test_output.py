@@ -2,7 +2,7 @@
 
 import pytest
 
-from xce.cli.http import UsageError
+from xce.cli.errors import UsageError
 from xce.cli.output import fields, parse_since, size, table
 
 

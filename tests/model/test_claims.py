@@ -19,7 +19,7 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from xce.controller.config import ClaimsConfig, parse_config
+from xce.config import ClaimsConfig, parse_config
 from xce.errors import XceError
 from xce.model import Model
 from xce.model import claims as C

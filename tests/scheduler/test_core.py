@@ -9,7 +9,7 @@ import pytest
 
 from xce.scheduler.core import schedule
 from xce.scheduler.plan import Allocation, Plan
-from xce.scheduler.resreq import ResReqError, parse_resreq
+from xce.resreq import ResReqError, parse_resreq
 from xce.scheduler.snapshot import HostView, JobView, Snapshot
 
 G = 1e9

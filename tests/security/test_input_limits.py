@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from tests.helpers import Cluster, ControllerProcess, cli, wait_for
-from xce.controller.config import DEFAULT_CONFIG
-from xce.scheduler.resreq import MAX_DEPTH, ResReqError, parse_resreq
+from xce.config import DEFAULT_CONFIG
+from xce.resreq import MAX_DEPTH, ResReqError, parse_resreq
 from xce.units import MAX_SIZE
 from xce.worker import sandbox
 

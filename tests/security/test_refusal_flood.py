@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers import ControllerProcess, wait_for
 from xce.api.refusals import RefusalLimiter
-from xce.controller.config import DEFAULT_CONFIG
+from xce.config import DEFAULT_CONFIG
 
 RATE, BURST, WINDOW = 1.0, 20, 2.0
 CONFIG = DEFAULT_CONFIG.replace("refusal_audit_window = 10.0", f"refusal_audit_window = {WINDOW}")

@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from xce.cli.http import ApiError, CliError, Client
+from xce.client import ApiError, Client, ClientError
 from xce.providers.contract import ProviderReply, ProviderRequest
 from xce.providers.runner import run_provider, run_simfs_in_process
 
@@ -141,7 +141,7 @@ class ClaimAgent:
                 for op_id, why in reply.get("refused", {}).items():
                     log.warning("report for %s refused: %s", op_id, why)
                 return
-            except CliError as e:
+            except ClientError as e:
                 if self._stop.is_set():
                     return  # the next life re-drives these ops with the same op ids
                 log.warning("report failed, retrying in %.1fs: %s", delay, e.message)
@@ -259,7 +259,7 @@ class ClaimAgent:
                 self.scan()
             except Fenced:
                 return
-            except CliError as e:
+            except ClientError as e:
                 log.warning("orphan scan failed: %s", e.message)
             except Exception:
                 log.exception("orphan scan failed")
@@ -271,7 +271,7 @@ class ClaimAgent:
             try:
                 self.take_lease()
                 break
-            except CliError as e:
+            except ClientError as e:
                 log.warning("cannot take the %s lease yet: %s", self.agent, e.message)
                 self._stop.wait(1.0)
         if self.inventory_classes:
@@ -284,7 +284,7 @@ class ClaimAgent:
             except Fenced as e:
                 log.warning("%s: %s; another agent took over, stopping", self.agent, e)
                 break
-            except CliError as e:
+            except ClientError as e:
                 log.warning("work poll failed: %s", e.message)
                 self._stop.wait(1.0)
         self._pool.shutdown(wait=True, cancel_futures=False)

@@ -27,10 +27,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from xce.agents.agent import ClaimAgent, Provider
-from xce.cli.http import Client, UsageError
+from xce.client import Client
 from xce.model.claims import SHARED_AGENT
 
 SIMFS_COMMAND = [sys.executable, "-m", "xce.providers.simfs"]
+
+
+class ProvisionerConfigError(ValueError):
+    """A provisioner config (or a worker's ``--provider-config``) cannot be read or is malformed.
+
+    The message names the file and what is wrong; ``xce provisioner``/``xce worker`` report it as
+    bad usage (exit 2) and ``xce up`` as a failure to start.
+    """
 
 
 @dataclass(frozen=True)
@@ -45,27 +53,27 @@ def parse_provisioner_config(text: str, source: str) -> ProvisionerConfig:
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise UsageError(f"{source}: {e}") from None
+        raise ProvisionerConfigError(f"{source}: {e}") from None
     if unknown := sorted(set(raw) - {"provisioner", "providers"}):
-        raise UsageError(f"{source}: unknown section(s) {', '.join(unknown)}")
+        raise ProvisionerConfigError(f"{source}: unknown section(s) {', '.join(unknown)}")
     settings: dict[str, Any] = dict(raw.get("provisioner", {}))
     if unknown := sorted(set(settings) - {"batch", "concurrency", "poll_wait"}):
-        raise UsageError(f"{source} [provisioner]: unknown key(s) {', '.join(unknown)}")
+        raise ProvisionerConfigError(f"{source} [provisioner]: unknown key(s) {', '.join(unknown)}")
     providers = {}
     for name, p in raw.get("providers", {}).items():
         if not isinstance(p, dict) or (unknown := sorted(set(p) - {"command", "timeout", "config"})):
-            raise UsageError(f"{source} [providers.{name}]: expected command, timeout and config")
+            raise ProvisionerConfigError(f"{source} [providers.{name}]: expected command, timeout and config")
         command = p.get("command") or (SIMFS_COMMAND if name.startswith("simfs") else None)
         if not command or not isinstance(command, list) or not all(isinstance(a, str) for a in command):
-            raise UsageError(f"{source} [providers.{name}]: command must be a list of strings")
+            raise ProvisionerConfigError(f"{source} [providers.{name}]: command must be a list of strings")
         timeout = p.get("timeout", 60.0)
         if not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise UsageError(f"{source} [providers.{name}]: timeout must be a positive number of seconds")
+            raise ProvisionerConfigError(f"{source} [providers.{name}]: timeout must be a positive number of seconds")
         providers[name] = Provider(name=name, command=list(command), timeout=float(timeout),
                                    config=dict(p.get("config", {})))
     cfg = ProvisionerConfig(providers=providers, **settings)
     if cfg.batch < 1 or cfg.concurrency < 1 or cfg.poll_wait <= 0:
-        raise UsageError(f"{source} [provisioner]: batch >= 1, concurrency >= 1, poll_wait > 0")
+        raise ProvisionerConfigError(f"{source} [provisioner]: batch >= 1, concurrency >= 1, poll_wait > 0")
     return cfg
 
 
@@ -74,7 +82,7 @@ def load_provisioner_config(path: str) -> ProvisionerConfig:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
     except OSError as e:
-        raise UsageError(f"cannot read provisioner config {path}: {e.strerror}") from None
+        raise ProvisionerConfigError(f"cannot read provisioner config {path}: {e.strerror}") from None
     return parse_provisioner_config(text, path)
 
 

@@ -38,7 +38,7 @@ from xce.errors import XceError
 from xce.model import Model, audit as audit_model
 from xce.model.identity import (User, define_user, issue_token, revoke_token, set_user_disabled,
                                 visible_token, visible_tokens)
-from xce.model.names import NAME_PATTERN
+from xce.names import NAME_PATTERN
 from xce.model.jobs import JobState
 
 TokenId = Annotated[str, Path(pattern=r"^[0-9a-f]{1,32}$", max_length=32,

@@ -23,9 +23,9 @@ from xce.model import Model
 from xce.model import claims as C
 from xce.model.claims import TEMPLATE_NAME, ClaimSpec, ClaimState
 from xce.model.identity import User
-from xce.model.names import NAME_PATTERN
+from xce.names import NAME_PATTERN
 from xce.model.orphans import claim_orphans
-from xce.scheduler.snapshot import pool_use
+from xce.model.pools import pool_use
 
 # a standalone claim's name, or a run's template claim's (``j12.1:scratch``)
 ClaimName = Annotated[str, Path(pattern=f"({NAME_PATTERN})|({TEMPLATE_NAME.pattern})", max_length=96)]

@@ -25,7 +25,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
-from xce.controller.config import ControllerConfig
+from xce.config import ControllerConfig
 from xce.model.facts import AuditRecorded
 
 #: summaries written one by one per flush; beyond that, the rest are summed into one fact

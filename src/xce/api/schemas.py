@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from xce.model.names import NAME_PATTERN
+from xce.names import NAME_PATTERN
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]
 Path = Annotated[str, Field(min_length=1, max_length=4096)]

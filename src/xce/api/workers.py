@@ -26,9 +26,9 @@ from xce.model.facts import Fact, HostRegistered
 from xce.model.hosts import HostState
 from xce.model.identity import User, speaks_for_host
 from xce.model import job_claims
-from xce.scheduler.snapshot import pool_use
+from xce.model.pools import pool_use
 from xce.model.jobs import Job, JobState, reconcile_host, report_started
-from xce.model.names import NAME_PATTERN
+from xce.names import NAME_PATTERN
 
 HostName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=63)]
 Counters = dict[Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)],

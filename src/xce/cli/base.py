@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from xce.cli.http import EXIT_USAGE, Client
+from xce.cli.errors import EXIT_USAGE
+from xce.client import Client
 
 # Start-up time matters for a command people (and scripts) run thousands of times.  argparse asks
 # gettext to translate every string it builds (~0.15 ms a lookup, ~15 ms a run) and Python ships

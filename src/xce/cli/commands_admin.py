@@ -9,7 +9,7 @@ from typing import Any
 from xce.cli.base import Parser
 from urllib.parse import quote
 
-from xce.cli.http import EXIT_OK
+from xce.cli.errors import EXIT_OK
 from xce.cli.output import ago, amount, fields, parse_since, parse_until, print_json, print_table, size, when
 
 

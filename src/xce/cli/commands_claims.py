@@ -8,7 +8,8 @@ import time
 from typing import Any
 
 from xce.cli.base import Parser
-from xce.cli.http import EXIT_OK, EXIT_REFUSED, CliError, Client, UsageError
+from xce.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
+from xce.client import Client
 from xce.cli.output import ago, fields, print_json, print_table, size, when
 
 CLAIM_STATES = ("PENDING", "PREPARING", "READY", "RELEASING", "RELEASED", "FAILED")
@@ -84,21 +85,15 @@ def progress_line(c: dict[str, Any]) -> str:
     return line
 
 
-def wait_for(client: Client, claim_id: int, done: tuple[str, ...], timeout: float) -> dict[str, Any]:
-    """Print each change until the claim reaches a state in ``done`` or FAILED; return it."""
-    deadline = time.monotonic() + timeout
-    last: tuple = ()
-    while True:
-        c = client.get(f"/v1/claims/by-id/{claim_id}")
-        key = (c["state"], c["waiting"], c["last_error"], c["next_retry"])
-        if key != last:  # a change, not the retry countdown
-            print(progress_line(c), flush=True)
-            last = key
-        if c["state"] in done or c["state"] == "FAILED":
-            return c
-        if time.monotonic() > deadline:
-            raise CliError(f"claim {c['name']} is still {c['state']} after {timeout:g}s")
-        time.sleep(0.2)
+def wait_for(client: Client, claim_id: int, done: tuple[str, ...], timeout: float, *,
+             json: bool = False) -> dict[str, Any]:
+    """Print each change until the claim reaches a state in ``done`` or FAILED; return it.
+
+    Progress goes to stdout for people, and to stderr under ``--json``, whose stdout is only the
+    final document (``xce --json claim create X --wait | jq``)."""
+    out = sys.stderr if json else sys.stdout
+    return client.wait_claim(claim_id, done, timeout,
+                             on_change=lambda c: print(progress_line(c), file=out, flush=True))
 
 
 def _in_project(args) -> dict[str, str] | None:
@@ -121,7 +116,7 @@ def cmd_create(args, ctx) -> int:
             print(f"Claim <{claim['name']}> (id {claim['id']}) is created: {claim['state']}, "
                   f"{size(claim['size_bytes'])} {claim['access_mode']} in class {claim['class']}.")
         return EXIT_OK
-    final = wait_for(client, claim["id"], ("READY",), args.timeout)
+    final = wait_for(client, claim["id"], ("READY",), args.timeout, json=ctx.json)
     if ctx.json:
         print_json(final)
     return EXIT_OK if final["state"] == "READY" else EXIT_REFUSED
@@ -137,7 +132,7 @@ def cmd_delete(args, ctx) -> int:
             what = claim["waiting"] if claim["state"] not in ("RELEASED",) and claim["waiting"] else claim["state"]
             print(f"Claim <{claim['name']}> is being deleted: {what}.")
         return EXIT_OK
-    final = wait_for(client, claim["id"], ("RELEASED",), args.timeout)
+    final = wait_for(client, claim["id"], ("RELEASED",), args.timeout, json=ctx.json)
     if ctx.json:
         print_json(final)
     elif final["retained"]:

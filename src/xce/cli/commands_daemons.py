@@ -11,7 +11,7 @@ import os
 import stat
 import sys
 
-from xce.cli.http import UsageError
+from xce.cli.errors import UsageError
 
 TOKEN_ON_COMMAND_LINE = ("--token puts the secret in every process listing (jobs can read it): "
                          "use --token-file PATH (mode 0600) or XCE_TOKEN")
@@ -105,8 +105,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def cmd_controller(args, ctx) -> int:
-    from xce.controller.config import ConfigError
-    from xce.controller.server import run_controller
+    from xce.config import ConfigError
+    from xce.api.server import run_controller
     from xce.store import StoreError
 
     try:
@@ -117,7 +117,8 @@ def cmd_controller(args, ctx) -> int:
 
 
 def cmd_worker(args, ctx) -> int:
-    from xce.worker.main import run_worker
+    from xce.agents.provisioner import ProvisionerConfigError
+    from xce.worker.main import WorkerConfigError, run_worker
 
     token = daemon_token(args, "worker")
     if args.run_as_users and os.geteuid() != 0:
@@ -126,16 +127,22 @@ def cmd_worker(args, ctx) -> int:
         raise UsageError("--slots must be >= 0")
     if args.allow_system_users and not args.run_as_users:
         raise UsageError("--allow-system-users goes with --run-as-users")
-    return run_worker(args.host, args.controller, token, args.slots, args.attr, args.counter,
-                      args.work_dir, args.heartbeat, args.run_as_users, args.provider_config,
-                      args.storage_roots, allow_system_users=args.allow_system_users)
+    try:
+        return run_worker(args.host, args.controller, token, args.slots, args.attr, args.counter,
+                          args.work_dir, args.heartbeat, args.run_as_users, args.provider_config,
+                          args.storage_roots, allow_system_users=args.allow_system_users)
+    except (WorkerConfigError, ProvisionerConfigError) as e:
+        raise UsageError(str(e)) from None
 
 
 def cmd_provisioner(args, ctx) -> int:
-    from xce.agents.provisioner import run_provisioner
+    from xce.agents.provisioner import ProvisionerConfigError, run_provisioner
 
     token = daemon_token(args, "provisioner")
-    return run_provisioner(args.controller, token, args.provisioner_config)
+    try:
+        return run_provisioner(args.controller, token, args.provisioner_config)
+    except ProvisionerConfigError as e:
+        raise UsageError(str(e)) from None
 
 
 def cmd_up(args, ctx) -> int:

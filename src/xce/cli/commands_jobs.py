@@ -14,7 +14,8 @@ import sys
 from typing import Any
 
 from xce.cli.base import Parser
-from xce.cli.http import EXIT_OK, EXIT_REFUSED, ApiError, Client, UsageError
+from xce.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
+from xce.client import ApiError, Client
 from xce.cli.output import fields, print_json, print_table, table, when
 
 # GET /v1/jobs's default and largest limit (xce.api.jobs; not imported: the CLI starts fast)
@@ -149,7 +150,7 @@ def cmd_submit(args, ctx) -> int:
         body["stage_size"] = str(_stage_bytes([text.rpartition(":")[0] if ":" in text else text
                                                 for text in body["stage_in"]]))
     if args.resreq:
-        from xce.scheduler.resreq import ResReqError, parse_resreq
+        from xce.resreq import ResReqError, parse_resreq
 
         try:
             parse_resreq(args.resreq)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Mapping, NamedTuple
 
-from xce.cli.http import UsageError
+from xce.cli.errors import UsageError
 
 KEYS = ("url", "token")
 

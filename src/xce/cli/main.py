@@ -12,8 +12,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+import xce
 from xce.cli.base import Context, Parser
-from xce.cli.http import EXIT_USAGE, CliError
+from xce.cli.errors import EXIT_USAGE, CliError, from_client
+from xce.client import ClientError
 
 
 def _common() -> argparse.ArgumentParser:
@@ -33,6 +35,7 @@ def build_parser() -> Parser:
 
     common = _common()
     p = Parser(prog="xce", parents=[common], description="XCE workload manager (alias: xcecli)")
+    p.add_argument("--version", action="version", version=f"xce {xce.__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for module in (commands_jobs, commands_claims, commands_admin, commands_daemons):
         module.register(sub, common)
@@ -48,13 +51,19 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return func(args, Context(args))
+    except ClientError as e:  # the boundary: the client's errors become the CLI's exit codes
+        return _report(from_client(e))
     except CliError as e:
-        print(f"xce: {e.message}", file=sys.stderr)
-        return e.exit_code
+        return _report(e)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `xce jobs | head`
         return 0
+
+
+def _report(e: CliError) -> int:
+    print(f"xce: {e.message}", file=sys.stderr)
+    return e.exit_code
 
 
 if __name__ == "__main__":

@@ -18,10 +18,10 @@ from xce.model.facts import ClaimPlaced, Fact, JobAllocated
 from xce.model.hosts import HostState
 from xce.model.jobs import JobState
 from xce.scheduler.plan import Plan
-from xce.scheduler.snapshot import pool_use
+from xce.model.pools import pool_use
 
 if TYPE_CHECKING:
-    from xce.controller.config import Config
+    from xce.config import Config
 
 
 @dataclass

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 
-from xce.controller.config import Config
+from xce.config import Config
 from xce.model import Model
 from xce.model.catalog import define_project, define_queue, remove_project
 from xce.model.facts import ClusterInitialized, Fact

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from xce.controller.bootstrap import bootstrap_facts
-from xce.controller.config import Config
+from xce.config import Config
 from xce.errors import Unavailable, XceError
 from xce.model import Model, decode, encode
 from xce.model.facts import Fact

@@ -24,7 +24,7 @@ from xce.model import facts as F
 from xce.model.claims import ClaimState
 from xce.model.hosts import HostState
 from xce.scheduler.core import schedule
-from xce.scheduler.snapshot import build_snapshot
+from xce.controller.snapshot import build_snapshot
 
 log = logging.getLogger("xce.scheduler")
 

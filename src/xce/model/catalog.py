@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from xce.model.facts import Fact, ProjectDefined, ProjectRemoved, QueueDefined
-from xce.model.names import check_name
+from xce.names import check_name
 
 if TYPE_CHECKING:
     from xce.model.state import Model

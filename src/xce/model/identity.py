@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound, Unauthenticated
 from xce.model.facts import Fact, TokenIssued, TokenRevoked, UserDefined, UserDisabled
-from xce.model.names import check_name
+from xce.names import check_name
 
 if TYPE_CHECKING:
     from xce.model.state import Model

@@ -34,11 +34,11 @@ from xce.model import jobs
 from xce.model.jobs import Job, JobSpec, JobState, finish_after_stage_out
 from xce.model.claims import AccessMode, AttachmentState, Claim, ClaimForm, ClaimState, Mode, Scope
 from xce.model.facts import Fact
-from xce.model.names import check_name
+from xce.names import check_name
 from xce.units import parse_size
 
 if TYPE_CHECKING:
-    from xce.controller.config import ClaimsConfig, Config
+    from xce.config import ClaimsConfig, Config
     from xce.model.identity import User
     from xce.model.state import Model
 

@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any, Callable
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from xce.model import facts as F
 from xce.model.facts import Fact, JobSubmitted
-from xce.model.names import check_name
 from xce.model.transitions import check
-from xce.scheduler.resreq import ResReqError, parse_resreq
+from xce.names import check_name
+from xce.resreq import ResReqError, parse_resreq
 
 if TYPE_CHECKING:
-    from xce.controller.config import Config, ControllerConfig
+    from xce.config import Config, ControllerConfig
     from xce.model.identity import User
     from xce.model.state import Model
 

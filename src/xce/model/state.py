@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from xce.errors import Unauthenticated
 from xce.model import audit, catalog, claims, hosts, identity, job_claims, jobs, orphans
 from xce.model import facts as F
 from xce.model.audit import AuditRecord
@@ -19,7 +20,7 @@ from xce.model.catalog import Project, Queue
 from xce.model.claims import Claim, ClaimForm, ClaimState, name_key
 from xce.model.hosts import Host
 from xce.model.identity import Token, User
-from xce.model.jobs import Job
+from xce.model.jobs import Job, JobState
 from xce.model.orphans import Orphan
 
 SNAPSHOT_FORMAT = 1
@@ -131,8 +132,6 @@ class Model:
 
     def user_for_token_hash(self, token_hash: str, now: float) -> User | None:
         """Who the token stands for at ``now``: None when unknown, revoked, expired or its user disabled."""
-        from xce.errors import Unauthenticated
-
         try:
             return identity.authenticate(self, token_hash, now)
         except Unauthenticated:
@@ -185,8 +184,6 @@ class Model:
         return m
 
     def _rebuild_indexes(self) -> None:
-        from xce.model.jobs import JobState
-
         self.pending_jobs = {j.id for j in self.jobs.values() if j.state is JobState.PEND and not j.alloc_slots}
         self.cluster_held = {j.id: j.alloc_cluster for j in self.jobs.values() if j.alloc_cluster}
         self.waiting_jobs = {j.id for j in self.jobs.values() if j.state in (JobState.PEND, JobState.PSUSP)}

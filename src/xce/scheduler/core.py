@@ -32,7 +32,7 @@ from types import MappingProxyType
 from xce.model.claims import AccessMode, ClaimState
 from xce.scheduler.claims import place_claims
 from xce.scheduler.plan import Allocation, Plan
-from xce.scheduler.resreq import ResReq, ResReqError, parse_resreq
+from xce.resreq import ResReq, ResReqError, parse_resreq
 from xce.scheduler.snapshot import HostView, JobView, Snapshot
 
 

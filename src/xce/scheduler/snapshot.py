@@ -1,18 +1,15 @@
 """The scheduler's input: an immutable, cached view of what it may plan with.
 
-Built by the controller from the model between commits; the scheduler reads
-nothing else.  Hosts carry what is *free* at the snapshot's position.
+Built by the controller from the model between commits
+(``xce.controller.snapshot``); the scheduler reads nothing else.  Hosts carry
+what is *free* at the snapshot's position.  Plain data: no model, no config.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Mapping
-
-if TYPE_CHECKING:
-    from xce.controller.config import Config
-    from xce.model import Model
+from typing import Mapping
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,80 +76,3 @@ class Snapshot:
     pools: tuple[PoolView, ...] = ()
     pending_claims: tuple[ClaimView, ...] = ()
     cluster_free: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # cluster counters
-
-
-def build_snapshot(model: Model, config: Config | None = None) -> Snapshot:
-    from xce.model.hosts import HostState
-    from xce.model.job_claims import node_counters, pool_needs
-
-    hosts = []
-    for h in model.hosts.values():
-        if h.state is not HostState.OK:
-            continue
-        used = h.counters_used()
-        free = {k: v - used.get(k, 0.0) for k, v in h.counters.items()}
-        hosts.append(HostView(name=h.name, slots_free=h.slots - h.slots_used,
-                              attrs=MappingProxyType(dict(h.attrs)),
-                              counters_total=MappingProxyType(dict(h.counters)),
-                              counters_free=MappingProxyType(free)))
-    hosts.sort(key=lambda h: h.name)
-    prio = {q.name: q.priority for q in model.queues.values()}
-    pending = tuple(JobView(id=j.id, run=j.run, queue=j.queue, priority=prio.get(j.queue, 0),
-                            slots=j.slots, resreq=j.resreq, claims=_claim_uses(model, j) if j.claim_refs else (),
-                            node_counters=MappingProxyType(node_counters(j.templates)) if j.templates else
-                            MappingProxyType({}), pool_needs=pool_needs(j.templates) if j.templates else ())
-                    for j in map(model.jobs.__getitem__, sorted(model.pending_jobs)))
-    pools: tuple[PoolView, ...] = ()
-    claims: tuple[ClaimView, ...] = ()
-    cluster: dict[str, float] = {}
-    if config is not None:
-        pools, claims = _claim_views(model, config)
-        used = model.cluster_used()
-        cluster = {name: total - used.get(name, 0.0) for name, total in config.cluster_counters().items()}
-    return Snapshot(position=model.position, hosts=tuple(hosts), pending=pending, pools=pools,
-                    pending_claims=claims, cluster_free=MappingProxyType(cluster))
-
-
-def _claim_uses(model: Model, job) -> tuple[ClaimUse, ...]:
-    out = []
-    for ref in job.claim_refs:
-        c = model.claims.get(ref["claim_id"])
-        if c is None:
-            out.append(ClaimUse(claim_id=ref["claim_id"], name=ref["name"], mode=ref["mode"], access_mode="RWX",
-                                state="GONE", reachable=None))
-            continue
-        others = [a for a in c.attachments if a.job_id != job.id]
-        out.append(ClaimUse(claim_id=c.id, name=c.name, mode=ref["mode"], access_mode=c.access_mode.value,
-                            state="BEING_DELETED" if c.delete_requested else c.state.value,
-                            reachable=frozenset(c.reachable_hosts) if c.reachable_hosts is not None else None,
-                            attached_hosts=frozenset(a.host for a in others if a.mode == "rw" or
-                                                     c.access_mode.value == "RWO"),
-                            holder_jobs=tuple(sorted({a.job_id for a in others if a.job_id is not None})),
-                            waiting=c.waiting() or ""))
-    return tuple(out)
-
-
-def pool_use(model: Model) -> dict[str, int]:
-    """Bytes charged to each pool: every claim whose object exists or may (retained ones included)."""
-    from xce.model.claims import ClaimState
-
-    used: dict[str, int] = {}
-    for c in model.claims.values():
-        if c.pool is not None and (c.state is not ClaimState.RELEASED or c.retained):
-            used[c.pool] = used.get(c.pool, 0) + c.charged_bytes
-    return used
-
-
-def _claim_views(model: Model, config: Config) -> tuple[tuple[PoolView, ...], tuple[ClaimView, ...]]:
-    from xce.model.claims import ClaimState
-
-    used = pool_use(model)
-    pools = tuple(PoolView(name=p.name, capacity=p.capacity_bytes, free=p.capacity_bytes - used.get(p.name, 0))
-                  for p in config.pools)
-    claims = []
-    for c in model.claims.values():
-        if c.state is ClaimState.PENDING and not c.placed and not c.delete_requested and c.scope == "shared":
-            cls = config.claim_class(c.class_name)
-            claims.append(ClaimView(id=c.id, name=c.name, size=c.charged_bytes,
-                                    pools=tuple(cls.pools) if cls else ()))
-    return pools, tuple(claims)

@@ -29,7 +29,7 @@ from typing import Any
 
 from xce.agents.agent import ClaimAgent, Provider
 from xce.agents.provisioner import SIMFS_COMMAND
-from xce.cli.http import ApiError, CliError, Client
+from xce.client import ApiError, Client, ClientError
 from xce.model.claims import node_agent
 from xce.worker import sandbox, staging
 from xce.worker.storage import StorageRoots
@@ -147,7 +147,7 @@ class Worker:
             except ApiError as e:
                 if e.code == "reregister":
                     self._try(self.register)
-            except CliError as e:
+            except ClientError as e:
                 log.warning("heartbeat failed: %s", e.message)
 
     def _reporter_loop(self) -> None:
@@ -169,7 +169,7 @@ class Worker:
                 try:
                     reply = self.client.post(f"/v1/hosts/{self.host}/reports", body)
                     break
-                except CliError as e:
+                except ClientError as e:
                     log.warning("report failed, retrying in %.1fs: %s", delay, e.message)
                     if self._stop.wait(delay) and isinstance(e, ApiError):
                         return
@@ -183,7 +183,7 @@ class Worker:
         try:
             fn()
             return True
-        except CliError as e:
+        except ClientError as e:
             log.warning("%s failed: %s", getattr(fn, "__name__", "call"), e.message)
             return False
 
@@ -313,7 +313,7 @@ class Worker:
                     log.warning("work poll refused: %s", e.message)
                     self._stop.wait(1.0)
                 continue
-            except CliError as e:
+            except ClientError as e:
                 log.warning("work poll failed: %s", e.message)
                 self._stop.wait(1.0)
                 continue

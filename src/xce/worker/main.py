@@ -8,9 +8,13 @@ import re
 import signal
 
 from xce.agents.provisioner import load_provisioner_config
-from xce.cli.http import UsageError
-from xce.model.names import NAME_PATTERN
-from xce.scheduler.resreq import parse_amount
+from xce.names import NAME_PATTERN
+from xce.units import parse_amount
+
+
+class WorkerConfigError(ValueError):
+    """What ``xce worker`` was told about its host is malformed (``--attr``, ``--counter``,
+    ``--storage-root``, the host name); ``xce worker`` reports it as bad usage (exit 2)."""
 
 
 def parse_pairs(items: list[str] | None, what: str, numeric: bool) -> dict:
@@ -19,11 +23,11 @@ def parse_pairs(items: list[str] | None, what: str, numeric: bool) -> dict:
     for item in items or ():
         key, sep, value = item.partition("=")
         if not sep or not re.match(NAME_PATTERN, key):
-            raise UsageError(f"--{what} {item!r}: expected NAME=VALUE with a name like [a-z0-9][a-z0-9-_.]*")
+            raise WorkerConfigError(f"--{what} {item!r}: expected NAME=VALUE with a name like [a-z0-9][a-z0-9-_.]*")
         if numeric:
             amount = parse_amount(value.strip())
             if amount is None:
-                raise UsageError(f"--{what} {item!r}: invalid amount {value!r} (e.g. 8, 500M, 100Gi)")
+                raise WorkerConfigError(f"--{what} {item!r}: invalid amount {value!r} (e.g. 8, 500M, 100Gi)")
             out[key] = amount
         else:
             out[key] = value
@@ -34,14 +38,14 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
                counters: list[str] | None, work_dir: str | None, heartbeat: float,
                run_as_users: bool = False, provider_config: str | None = None,
                storage_roots: list[str] | None = None, allow_system_users: bool = False) -> int:
-    from xce.model.names import check_name
+    from xce.names import check_name
     from xce.errors import InvalidRequest
     from xce.worker.daemon import Worker
 
     try:
         check_name("host", host)
     except InvalidRequest as e:
-        raise UsageError(e.message) from None
+        raise WorkerConfigError(e.message) from None
     logging.basicConfig(level=os.environ.get("XCE_LOG_LEVEL", "INFO"),
                         format=f"%(asctime)s worker[{host}] %(levelname)s %(message)s")
     work_dir = os.path.abspath(work_dir or os.path.join(os.path.expanduser("~"), ".xce", "worker", host))
@@ -80,5 +84,5 @@ def _parents(path: str) -> list[str]:
 
 def _storage_root(path: str) -> str:
     if not os.path.isabs(path) or not os.path.isdir(path) or os.path.realpath(path) == "/":
-        raise UsageError(f"--storage-root {path}: must be an existing directory given as an absolute path (not /)")
+        raise WorkerConfigError(f"--storage-root {path}: must be an existing directory given as an absolute path (not /)")
     return path

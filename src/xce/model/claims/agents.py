@@ -18,7 +18,7 @@ from xce.model.claims.entity import Attachment, Claim, Op
 from xce.model.facts import Fact
 
 if TYPE_CHECKING:
-    from xce.controller.config import ClaimsConfig
+    from xce.config import ClaimsConfig
     from xce.model.state import Model
 
 

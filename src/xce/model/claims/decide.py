@@ -16,11 +16,11 @@ from xce.model.claims.entity import (
     RESERVED_NAMES, TEMPLATE_NAME, AccessMode, Claim, ClaimForm, ClaimState, Mode, ReclaimPolicy, name_key,
 )
 from xce.model.facts import Fact
-from xce.model.names import check_name
+from xce.names import check_name
 from xce.units import format_size as human, parse_size
 
 if TYPE_CHECKING:
-    from xce.controller.config import ClaimClassConfig, Config
+    from xce.config import ClaimClassConfig, Config
     from xce.model.identity import User
     from xce.model.state import Model
 

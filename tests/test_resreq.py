@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from xce.scheduler.resreq import MAX_LENGTH, ResReqError, parse_amount, parse_resreq
+from xce.resreq import MAX_LENGTH, ResReqError, parse_resreq
+from xce.units import parse_amount
 
 GI = 2**30
 

@@ -1,10 +1,10 @@
-"""A small REST client on plain sockets: HTTP/1.1 with keep-alive, stdlib only.
+"""The HTTP transport: HTTP/1.1 with keep-alive on plain sockets, stdlib only.
 
 ``http.client`` costs ~45 ms of imports, a third of the CLI's start-up; this
 speaks just the HTTP the controller does (Content-Length or chunked bodies).
 Each thread keeps its own connection open, so the worker's threads never
-share a socket.  Every failure becomes a ``CliError`` carrying the exit code
-and a one-line message; commands never see sockets or raw HTTP.
+share a socket.  Every failure becomes a ``ClientError`` (``xce.client._errors``)
+with a one-line message; callers never see sockets or raw HTTP.
 """
 
 from __future__ import annotations
@@ -16,43 +16,12 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 import xce
+from xce.client._errors import ApiError, BadResponse, InvalidURL, Unreachable
 
 DEFAULT_TIMEOUT = 30.0
 
-EXIT_OK = 0
-EXIT_REFUSED = 1  # the server said no, or could not be reached
-EXIT_USAGE = 2
-
-
-class CliError(Exception):
-    """A failure to report as ``xce: <message>`` on stderr and exit with ``exit_code``."""
-
-    exit_code = EXIT_REFUSED
-
-    def __init__(self, message: str, exit_code: int | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        if exit_code is not None:
-            self.exit_code = exit_code
-
-
-class UsageError(CliError):
-    """Bad usage found after argument parsing (exit 2)."""
-
-    exit_code = EXIT_USAGE
-
-
-class ApiError(CliError):
-    """The server refused the request: ``{"error": {"code", "message"}}`` with a 4xx/5xx status."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-
-
-class Unreachable(CliError):
-    """No HTTP answer at all: connection refused, DNS failure, timeout, TLS failure."""
+# query parameters: a mapping, or pairs when a name repeats (state=RUN&state=PEND); None values are left out
+Params = dict[str, Any] | list[tuple[str, Any]] | None
 
 
 def parse_url(url: str) -> tuple[str, str, int | None, str]:
@@ -64,16 +33,16 @@ def parse_url(url: str) -> tuple[str, str, int | None, str]:
         parts = urlsplit(raw)
         port = parts.port
     except ValueError as e:
-        raise UsageError(f"invalid controller URL {url!r}: {e}") from None
+        raise InvalidURL(f"invalid controller URL {url!r}: {e}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"invalid controller URL {url!r}: expected http[s]://HOST[:PORT]")
+        raise InvalidURL(f"invalid controller URL {url!r}: expected http[s]://HOST[:PORT]")
     if parts.query or parts.fragment:
-        raise UsageError(f"invalid controller URL {url!r}: no query or fragment allowed")
+        raise InvalidURL(f"invalid controller URL {url!r}: no query or fragment allowed")
     return parts.scheme, parts.hostname, port, parts.path.rstrip("/")
 
 
-class Client:
-    """One controller, one bearer token.  ``get``/``post`` return the decoded JSON body."""
+class Transport:
+    """One controller, one bearer token; ``request`` sends one call and returns the decoded JSON body."""
 
     def __init__(self, url: str, token: str, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.url = url.strip().rstrip("/")
@@ -84,17 +53,7 @@ class Client:
         self.timeout = timeout
         self._local = threading.local()
 
-    def get(self, path: str, params: dict[str, Any] | list[tuple[str, Any]] | None = None) -> Any:
-        return self.request("GET", path, params=params)
-
-    def post(self, path: str, body: Any) -> Any:
-        return self.request("POST", path, body=body)
-
-    def delete(self, path: str) -> Any:
-        return self.request("DELETE", path)
-
-    def request(self, method: str, path: str, *, params: dict[str, Any] | list[tuple[str, Any]] | None = None,
-                body: Any = None) -> Any:
+    def request(self, method: str, path: str, *, params: Params = None, body: Any = None) -> Any:
         target = self.prefix + path
         query = _query(params)
         if query:
@@ -221,7 +180,7 @@ class _Connection:
             pass
 
 
-def _query(params: dict[str, Any] | list[tuple[str, Any]] | None) -> str:
+def _query(params: Params) -> str:
     if not params:
         return ""
     items = params.items() if isinstance(params, dict) else params
@@ -253,7 +212,7 @@ def _decode(status: int, reason: str, data: bytes) -> Any:
         doc, is_json = None, False
     if 200 <= status < 300:
         if not is_json:
-            raise CliError(f"the controller sent a response that is not JSON (HTTP {status})")
+            raise BadResponse(f"the controller sent a response that is not JSON (HTTP {status})")
         return doc
     err = doc.get("error") if isinstance(doc, dict) else None
     if isinstance(err, dict) and isinstance(err.get("message"), str):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xce.errors import InvalidRequest
-from xce.model.names import check_name
+from xce.names import check_name
 from xce.units import parse_size
 
 DEFAULT_CONFIG = """

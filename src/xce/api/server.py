@@ -1,4 +1,9 @@
-"""``xce controller``: open the store, serve the API on uvicorn, lead or stand by."""
+"""``xce controller``: open the store, serve the API on uvicorn, lead or stand by.
+
+The controller process's composition root: it wires the store, the config and the
+``Controller`` to the REST app.  It lives with the API, not in ``xce.controller``, because it
+needs the app: the controller package stays below the API and never imports it.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,8 @@ import sys
 
 import uvicorn
 
-from xce.controller.config import load_config
+from xce.api.app import create_app
+from xce.config import load_config
 from xce.controller.core import Controller
 from xce.store import open_store
 
@@ -57,8 +63,6 @@ class _Server(uvicorn.Server):
 
 
 def run_controller(state_dir: str, listen: str, config_path: str | None, store_url: str | None) -> int:
-    from xce.api.app import create_app
-
     logging.basicConfig(level=os.environ.get("XCE_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     os.makedirs(state_dir, mode=0o700, exist_ok=True)

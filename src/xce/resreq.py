@@ -31,13 +31,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Callable, Mapping
 
+from xce.units import parse_amount
+
 MAX_LENGTH = 4096
 # parentheses and negations nest at most this deep: the parser recurses once per level, and a
 # string of a few hundred "(" must be a clean refusal, not a RecursionError in the controller
 MAX_DEPTH = 32
 SECTIONS = ("select", "rusage", "span", "order")
-_UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15,
-          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40, "pi": 2**50}
 _TOKEN = re.compile(r"""\s*(?:(?P<num>\d+(?:\.\d+)?(?:[kmgtpKMGTP][iI]?)?(?![\w.-]))
                         |(?P<badnum>\d[\w.\-]*)  # 4GB, 1.5.2: a malformed number, reported where it is used
                         |(?P<op>&&|\|\||==|!=|<=|>=|[()<>=!,-])
@@ -58,13 +58,6 @@ class ResReqError(ValueError):
 
     def pretty(self) -> str:
         return f"{self.text}\n{' ' * self.position}^ {self.reason}"
-
-
-def parse_amount(text: str) -> float | None:
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgtpKMGTP][iI]?)?", text)
-    if not m:
-        return None
-    return float(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
 
 
 @dataclass(frozen=True)

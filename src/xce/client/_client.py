@@ -1,0 +1,209 @@
+"""``Client``: the REST API as Python calls, raw (``get``/``post``/``request``) and typed helpers.
+
+The helpers are thin: each is one route of ``/v1/`` (see ``/openapi.json``), takes the request's
+fields as keyword arguments and returns the controller's JSON document as a dict: a job is what
+``GET /v1/jobs/{id}`` answers (the shape ``xce --json job show`` prints), a claim what
+``GET /v1/claims/{name}`` answers.  Those shapes are the API's stable ones, so a dict loses nothing
+and costs no import; the aliases ``Job`` and ``Claim`` name them in signatures.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterable
+from urllib.parse import quote
+
+from xce.client._errors import WaitTimeout
+from xce.client._http import DEFAULT_TIMEOUT, Params, Transport
+
+Job = dict[str, Any]  # GET /v1/jobs/{id}: id, display_id, name, user, project, queue, state, exit_code, ...
+Claim = dict[str, Any]  # GET /v1/claims/{name}: id, name, class, size_bytes, access_mode, state, waiting, ...
+
+JOB_FINISHED = ("DONE", "EXIT")  # a job in these states changes only if someone requeues it
+CLAIM_FAILED = "FAILED"  # a claim stays FAILED until someone deletes it
+
+
+class Client:
+    """A connection to one controller with one bearer token.
+
+    Safe to share between threads: each thread keeps its own kept-alive connection.  Every call
+    returns decoded JSON or raises a ``ClientError``.  ``with Client(...) as c:`` closes the
+    calling thread's connection at the end.
+    """
+
+    def __init__(self, url: str, token: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+        """``url``: ``http[s]://HOST[:PORT]`` (a bare ``HOST:PORT`` means http); raises ``InvalidURL``.
+
+        ``timeout`` bounds each call's connect and each wait for bytes, in seconds."""
+        self._transport = Transport(url, token, timeout)
+
+    @property
+    def url(self) -> str:
+        return self._transport.url
+
+    @property
+    def timeout(self) -> float:
+        return self._transport.timeout
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close this thread's connection (the next call opens a new one)."""
+        self._transport.close()
+
+    # ------------------------------------------------------------ raw calls
+
+    def request(self, method: str, path: str, *, params: Params = None, body: Any = None) -> Any:
+        """One call: ``path`` under the URL's prefix (``/v1/...``), ``params`` as the query, ``body`` as JSON."""
+        return self._transport.request(method, path, params=params, body=body)
+
+    def get(self, path: str, params: Params = None) -> Any:
+        return self._transport.request("GET", path, params=params)
+
+    def post(self, path: str, body: Any) -> Any:
+        return self._transport.request("POST", path, body=body)
+
+    def delete(self, path: str, params: Params = None) -> Any:
+        return self._transport.request("DELETE", path, params=params)
+
+    # ------------------------------------------------------------ jobs
+
+    def ping(self) -> dict[str, Any]:
+        """The controller's version, cluster id, leader epoch and log position (``GET /v1/ping``)."""
+        return self.get("/v1/ping")
+
+    def submit(self, command: Iterable[str], *, name: str | None = None, queue: str | None = None,
+               project: str | None = None, slots: int = 1, resreq: str = "", cwd: str | None = None,
+               stdout: str | None = None, stderr: str | None = None, rerunnable: bool = False,
+               hold: bool = False, claims: Iterable[str] = (), scratch: str | None = None,
+               stage_in: Iterable[str] = (), stage_out: Iterable[str] = (), stage_size: str | None = None,
+               app: str | None = None) -> Job:
+        """Submit a job (``POST /v1/jobs``); returns it as submitted (``state`` PEND or PSUSP).
+
+        The arguments are ``xce submit``'s: ``name="sweep[1-100]"`` submits an array (the parent is
+        returned), ``resreq`` is ``-R``, ``claims`` are ``"NAME"``, ``"NAME:rw"`` or ``"NAME:ro"``,
+        ``scratch`` is ``"SIZE[:CLASS]"``.  Paths (``cwd``, ``stdout``, ``stderr``, ``stage_in``
+        sources, ``stage_out`` destinations) are taken as given: make them absolute, as ``xce submit``
+        does, since the job runs elsewhere.
+        """
+        body: dict[str, Any] = {"command": list(command), "slots": slots, "resreq": resreq,
+                                "rerunnable": rerunnable, "hold": hold, "claims": list(claims),
+                                "stage_in": list(stage_in), "stage_out": list(stage_out)}
+        for key, value in (("name", name), ("queue", queue), ("project", project), ("cwd", cwd),
+                           ("stdout", stdout), ("stderr", stderr), ("scratch", scratch),
+                           ("stage_size", stage_size), ("app", app)):
+            if value is not None:
+                body[key] = value
+        return self.post("/v1/jobs", body)
+
+    def jobs(self, *, states: Iterable[str] = (), queue: str | None = None, user: str | None = None,
+             all_users: bool = False, array: int | None = None, limit: int | None = None) -> list[Job]:
+        """Jobs, newest first (``GET /v1/jobs``): yours, or ``user``'s / everyone's (``all_users``) for admins.
+
+        ``states`` filters (``("PEND", "RUN")``), ``array`` gives the elements of one job array, and
+        ``limit`` caps the answer (the controller's default is 1000).
+        """
+        params: list[tuple[str, Any]] = [("user", user), ("queue", queue), ("array", array), ("limit", limit)]
+        if all_users:
+            params.append(("all", True))
+        params += [("state", s) for s in states]
+        return self.get("/v1/jobs", params)
+
+    def job(self, job_id: int) -> Job:
+        """One job by id (``GET /v1/jobs/{id}``); ``ApiError`` 404 if it does not exist for you."""
+        return self.get(f"/v1/jobs/{int(job_id)}")
+
+    def wait_job(self, job_id: int, states: Iterable[str] = JOB_FINISHED, timeout: float = 600.0, *,
+                 interval: float = 0.2, on_change: Callable[[Job], None] | None = None) -> Job:
+        """Poll the job until its state is one of ``states`` (default: finished) and return it.
+
+        A job that finishes (DONE or EXIT) ends the wait too, whatever ``states`` says: check
+        ``job["state"]``.  ``on_change(job)`` is called with each new state seen.  Raises
+        ``WaitTimeout`` after ``timeout`` seconds.
+        """
+        wanted = set(states) | set(JOB_FINISHED)
+        return self._wait(lambda: self.job(job_id), lambda j: (j["state"],), lambda j: j["state"] in wanted,
+                          timeout, interval, on_change,
+                          lambda j: f"job {j['display_id']} is still {j['state']} after {timeout:g}s")
+
+    # ------------------------------------------------------------ claims
+
+    def create_claim(self, name: str, *, claim_class: str, size: str | int, access_mode: str,
+                     reclaim_policy: str | None = None, params: dict[str, str] | None = None,
+                     project: str | None = None) -> Claim:
+        """Create a standalone claim (``POST /v1/claims``); returns it PENDING.
+
+        ``size``: bytes or ``"10Gi"``; ``access_mode``: RWO, ROX, RWX or RWOP; ``reclaim_policy``:
+        ``"retain"`` or ``"delete"`` (default: the class's); ``project``: default your first.
+        Follow it with ``wait_claim(claim["id"])`` to wait until it is READY.
+        """
+        body: dict[str, Any] = {"name": name, "class": claim_class, "size": size, "access_mode": access_mode,
+                                "params": dict(params or {})}
+        if reclaim_policy is not None:
+            body["reclaim_policy"] = reclaim_policy
+        if project is not None:
+            body["project"] = project
+        return self.post("/v1/claims", body)
+
+    def claims(self, *, project: str | None = None, states: Iterable[str] = (), all_states: bool = False,
+               retained: bool = False) -> list[Claim]:
+        """Your projects' claims (``GET /v1/claims``); ``all_states`` includes RELEASED ones."""
+        params: list[tuple[str, Any]] = [("project", project)]
+        if all_states:
+            params.append(("all", True))
+        if retained:
+            params.append(("retained", True))
+        params += [("state", s) for s in states]
+        return self.get("/v1/claims", params)
+
+    def claim(self, name: str | int, project: str | None = None) -> Claim:
+        """One claim by name (``project``: when yours are in several) or by id (an int)."""
+        if isinstance(name, int):
+            return self.get(f"/v1/claims/by-id/{name}")
+        return self.get(f"/v1/claims/{quote(name, safe=':')}", {"project": project})
+
+    def delete_claim(self, name: str, project: str | None = None) -> Claim:
+        """Delete a claim (``DELETE /v1/claims/{name}``): its reclaim policy decides the object's fate.
+
+        Returns the claim, on its way to RELEASED; ``wait_claim(claim["id"], ("RELEASED",))`` waits.
+        """
+        return self.delete(f"/v1/claims/{quote(name, safe=':')}", {"project": project})
+
+    def wait_claim(self, claim: str | int, states: Iterable[str] = ("READY",), timeout: float = 600.0, *,
+                   project: str | None = None, interval: float = 0.2,
+                   on_change: Callable[[Claim], None] | None = None) -> Claim:
+        """Poll the claim (by id, or name and ``project``) until its state is in ``states``; return it.
+
+        FAILED ends the wait too (a claim stays FAILED until deleted): check ``claim["state"]``.
+        ``on_change(claim)`` is called whenever its state, what it waits for or its last error
+        changes (not for the retry countdown).  Raises ``WaitTimeout`` after ``timeout`` seconds.
+        """
+        wanted = set(states) | {CLAIM_FAILED}
+        return self._wait(lambda: self.claim(claim, project),
+                          lambda c: (c["state"], c["waiting"], c["last_error"], c["next_retry"]),
+                          lambda c: c["state"] in wanted, timeout, interval, on_change,
+                          lambda c: f"claim {c['name']} is still {c['state']} after {timeout:g}s")
+
+    # ------------------------------------------------------------ waiting
+
+    @staticmethod
+    def _wait(read: Callable[[], dict[str, Any]], key: Callable[[dict[str, Any]], tuple],
+              done: Callable[[dict[str, Any]], bool], timeout: float, interval: float,
+              on_change: Callable[[dict[str, Any]], None] | None,
+              too_long: Callable[[dict[str, Any]], str]) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        last: tuple | None = None
+        while True:
+            doc = read()
+            if on_change is not None and key(doc) != last:
+                on_change(doc)
+            last = key(doc)
+            if done(doc):
+                return doc
+            if time.monotonic() > deadline:
+                raise WaitTimeout(too_long(doc))
+            time.sleep(interval)

@@ -1,0 +1,79 @@
+"""The snapshot builder: the model, read between commits, as the scheduler's immutable view.
+
+The scheduler (``xce.scheduler``) plans from the view types only; this is the
+one place that knows both the model and those types.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from xce.config import Config
+from xce.model import Model
+from xce.model.claims import AccessMode, ClaimState, Mode, Scope
+from xce.model.hosts import HostState
+from xce.model.job_claims import node_counters, pool_needs
+from xce.model.pools import pool_use
+from xce.scheduler.snapshot import ClaimUse, ClaimView, HostView, JobView, PoolView, Snapshot
+
+
+def build_snapshot(model: Model, config: Config | None = None) -> Snapshot:
+    """The scheduler's view of ``model`` at its position (``config``: pools and cluster counters)."""
+    hosts = []
+    for h in model.hosts.values():
+        if h.state is not HostState.OK:
+            continue
+        used = h.counters_used()
+        free = {k: v - used.get(k, 0.0) for k, v in h.counters.items()}
+        hosts.append(HostView(name=h.name, slots_free=h.slots - h.slots_used,
+                              attrs=MappingProxyType(dict(h.attrs)),
+                              counters_total=MappingProxyType(dict(h.counters)),
+                              counters_free=MappingProxyType(free)))
+    hosts.sort(key=lambda h: h.name)
+    prio = {q.name: q.priority for q in model.queues.values()}
+    pending = tuple(JobView(id=j.id, run=j.run, queue=j.queue, priority=prio.get(j.queue, 0),
+                            slots=j.slots, resreq=j.resreq, claims=_claim_uses(model, j) if j.claim_refs else (),
+                            node_counters=MappingProxyType(node_counters(j.templates)) if j.templates else
+                            MappingProxyType({}), pool_needs=pool_needs(j.templates) if j.templates else ())
+                    for j in map(model.jobs.__getitem__, sorted(model.pending_jobs)))
+    pools: tuple[PoolView, ...] = ()
+    claims: tuple[ClaimView, ...] = ()
+    cluster: dict[str, float] = {}
+    if config is not None:
+        pools, claims = _claim_views(model, config)
+        used = model.cluster_used()
+        cluster = {name: total - used.get(name, 0.0) for name, total in config.cluster_counters().items()}
+    return Snapshot(position=model.position, hosts=tuple(hosts), pending=pending, pools=pools,
+                    pending_claims=claims, cluster_free=MappingProxyType(cluster))
+
+
+def _claim_uses(model: Model, job) -> tuple[ClaimUse, ...]:
+    out = []
+    for ref in job.claim_refs:
+        c = model.claims.get(ref["claim_id"])
+        if c is None:
+            out.append(ClaimUse(claim_id=ref["claim_id"], name=ref["name"], mode=ref["mode"], access_mode="RWX",
+                                state="GONE", reachable=None))
+            continue
+        others = [a for a in c.attachments if a.job_id != job.id]
+        out.append(ClaimUse(claim_id=c.id, name=c.name, mode=ref["mode"], access_mode=c.access_mode.value,
+                            state="BEING_DELETED" if c.delete_requested else c.state.value,
+                            reachable=frozenset(c.reachable_hosts) if c.reachable_hosts is not None else None,
+                            attached_hosts=frozenset(a.host for a in others if a.mode is Mode.RW or
+                                                     c.access_mode is AccessMode.RWO),
+                            holder_jobs=tuple(sorted({a.job_id for a in others if a.job_id is not None})),
+                            waiting=c.waiting() or ""))
+    return tuple(out)
+
+
+def _claim_views(model: Model, config: Config) -> tuple[tuple[PoolView, ...], tuple[ClaimView, ...]]:
+    used = pool_use(model)
+    pools = tuple(PoolView(name=p.name, capacity=p.capacity_bytes, free=p.capacity_bytes - used.get(p.name, 0))
+                  for p in config.pools)
+    claims = []
+    for c in model.claims.values():
+        if c.state is ClaimState.PENDING and not c.placed and not c.delete_requested and c.scope is Scope.SHARED:
+            cls = config.claim_class(c.class_name)
+            claims.append(ClaimView(id=c.id, name=c.name, size=c.charged_bytes,
+                                    pools=tuple(cls.pools) if cls else ()))
+    return pools, tuple(claims)

@@ -1,0 +1,24 @@
+"""What storage pools hold: the bytes placed claims charge to each pool.
+
+Pools are pool-scope counters whose capacity comes from the config; what is *used* is a fact of
+the model (which claims were placed where), so it is computed here, once, for the scheduler's
+snapshot, the plan applier's re-check and the API's ``/v1/pools`` and ``/v1/resources``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from xce.model.claims import ClaimState
+
+if TYPE_CHECKING:
+    from xce.model.state import Model
+
+
+def pool_use(model: Model) -> dict[str, int]:
+    """Bytes charged to each pool: every claim whose object exists or may (retained ones included)."""
+    used: dict[str, int] = {}
+    for c in model.claims.values():
+        if c.pool is not None and (c.state is not ClaimState.RELEASED or c.retained):
+            used[c.pool] = used.get(c.pool, 0) + c.charged_bytes
+    return used
