@@ -93,8 +93,19 @@ class Client:
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)
 
+    def get_page(self, path: str, params: dict[str, Any] | list[tuple[str, Any]] | None = None
+                 ) -> tuple[Any, str | None]:
+        """One page of a paged listing: the decoded body and the cursor of the next page (None: the last)."""
+        status, reason, headers, data = self._exchange("GET", path, params, None)
+        return _decode(status, reason, data), headers.get("x-next-cursor")
+
     def request(self, method: str, path: str, *, params: dict[str, Any] | list[tuple[str, Any]] | None = None,
                 body: Any = None) -> Any:
+        status, reason, _, data = self._exchange(method, path, params, body)
+        return _decode(status, reason, data)
+
+    def _exchange(self, method: str, path: str, params: dict[str, Any] | list[tuple[str, Any]] | None,
+                  body: Any) -> tuple[int, str, dict[str, str], bytes]:
         target = self.prefix + path
         query = _query(params)
         if query:
@@ -111,7 +122,7 @@ class Client:
                 conn = self._connection()
                 reused = conn.used
                 conn.send(head + payload)
-                status, reason, data = conn.response()
+                status, reason, headers, data = conn.response()
                 break
             except (socket.timeout, TimeoutError):
                 self._drop()
@@ -126,7 +137,7 @@ class Client:
                 if reused and attempt == 1 and isinstance(e, (ConnectionResetError, BrokenPipeError)):
                     continue
                 raise Unreachable(f"cannot reach the controller at {self.url}: {_reason(e)}") from None
-        return _decode(status, reason, data)
+        return status, reason, headers, data
 
     def close(self) -> None:
         self._drop()
@@ -184,7 +195,7 @@ class _Connection:
         out, self.buf = self.buf[:n], self.buf[n:]
         return out
 
-    def response(self) -> tuple[int, str, bytes]:
+    def response(self) -> tuple[int, str, dict[str, str], bytes]:
         self.used = True
         while b"\r\n\r\n" not in self.buf:
             self._fill()
@@ -212,7 +223,7 @@ class _Connection:
             body = self._exactly(int(headers.get("content-length", "0")))
         if headers.get("connection", "").lower() == "close":
             self.close()
-        return status, reason[0] if reason else "", body
+        return status, reason[0] if reason else "", headers, body
 
     def close(self) -> None:
         try:
