@@ -3,6 +3,7 @@
 Every mutating route goes through ``mutate``: the decision, its facts and its
 audit record are committed together before the response is sent.  Every
 refusal (4xx) is audited as well, under the caller's name when it is known.
+The trail is read back from the store by ``GET /v1/audit`` (``xce.api.audit``).
 """
 
 from __future__ import annotations
