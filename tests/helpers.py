@@ -49,6 +49,20 @@ def wait_for(cond, timeout: float = 20.0, interval: float = 0.05, what: str = "c
         time.sleep(interval)
 
 
+def audit_trail(client: httpx.Client, **params) -> list[dict]:
+    """Every audit record matching ``params``, oldest first: ``GET /v1/audit`` page by page, following
+    ``X-Next-Cursor`` (pages run newest first, each in log order)."""
+    out: list[dict] = []
+    cursor = None
+    while True:
+        r = client.get("/v1/audit", params={**params, "limit": 10_000, **({"cursor": cursor} if cursor else {})})
+        assert r.status_code == 200, r.text
+        out[:0] = r.json()
+        cursor = r.headers.get("X-Next-Cursor")
+        if cursor is None:
+            return out
+
+
 @dataclass
 class ControllerProcess:
     state_dir: str

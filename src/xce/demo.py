@@ -152,7 +152,7 @@ def main() -> int:
             step("4. where everything stands")
             demo.xce("jobs", "-a")
             demo.xce("claim", "list", "-a")
-            trail = demo.get("audit", "--limit", "100000")
+            trail = demo.get("audit", "--all")
             claims = demo.get("claim", "list", "-a")
             print(f"{len(claims)} claims ({sum(c['form'] == 'template' for c in claims)} of them template claims, "
                   f"all RELEASED: {all(c['state'] == 'RELEASED' for c in claims if c['form'] == 'template')}); "

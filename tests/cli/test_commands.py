@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.helpers import ControllerProcess, cli
+from tests.helpers import ControllerProcess, audit_trail, cli
 
 JOB_KEYS = {"id", "name", "user", "project", "queue", "state", "command", "submit_time", "pending_reason",
             "exit_code", "hosts", "claims"}
@@ -99,6 +99,21 @@ def test_audit_shows_mutations_and_refusals(env):
     assert ok_json(env, "audit", "--user", "nobody-at-all") == []
 
 
+def test_audit_filters_and_pages(env, ctl):
+    for i in range(5):
+        ok_json(env, "submit", "-J", f"aud{i}", "--", "true")
+    everything = ok_json(env, "audit", "--all")
+    with ctl.client() as c:
+        assert everything == audit_trail(c)
+    assert ok_json(env, "audit", "--limit", "3") == everything[-3:]  # the newest, oldest first
+    jobs = ok_json(env, "audit", "--target", "job/", "--action", "POST /v1/jobs", "--result", "ok")
+    assert len(jobs) >= 5 and all(r["target"].startswith("job/") and r["result"] == "ok" for r in jobs)
+    until = everything[-1]["time"]
+    assert ok_json(env, "audit", "--all", "--until", str(until)) == [r for r in everything if r["time"] < until]
+    r = xce(env, "audit", "--target", "job/", "--limit", "2")
+    assert r.returncode == 0 and r.stdout.startswith("TIME") and len(r.stdout.strip().splitlines()) == 3
+
+
 @pytest.mark.parametrize("args,fragment", [
     (["submit"], "the following arguments are required: CMD"),
     (["submit", "-n", "abc", "--", "true"], "expected a positive integer"),
@@ -107,6 +122,7 @@ def test_audit_shows_mutations_and_refusals(env):
     (["nosuchcommand"], "invalid choice"),
     (["jobs", "--state", "WEIRD"], "invalid choice"),
     (["audit", "--since", "last tuesday"], "invalid time"),
+    (["audit", "--limit", "0"], "expected a positive integer"),
     (["job", "show", "x1"], "invalid job id 'x1'"),
     (["submit", "-R", "select[mem>", "--", "true"], "at column 12"),
     (["submit", "-R", "rusage[mem=lots]", "--", "true"], "invalid amount 'lots'"),
@@ -117,6 +133,21 @@ def test_bad_usage_is_exit_2_with_one_clear_line(env, args, fragment):
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert fragment in r.stderr and "Traceback" not in r.stderr
     assert len(ok_json(env, "jobs")) == before
+
+
+def test_audit_filters_and_pages(env, ctl):
+    for i in range(5):
+        ok_json(env, "submit", "-J", f"aud{i}", "--", "true")
+    everything = ok_json(env, "audit", "--all")
+    with ctl.client() as c:
+        assert everything == audit_trail(c)
+    assert ok_json(env, "audit", "--limit", "3") == everything[-3:]  # the newest, oldest first
+    jobs = ok_json(env, "audit", "--target", "job/", "--action", "POST /v1/jobs", "--result", "ok")
+    assert len(jobs) >= 5 and all(r["target"].startswith("job/") and r["result"] == "ok" for r in jobs)
+    until = everything[-1]["time"]
+    assert ok_json(env, "audit", "--all", "--until", str(until)) == [r for r in everything if r["time"] < until]
+    r = xce(env, "audit", "--target", "job/", "--limit", "2")
+    assert r.returncode == 0 and r.stdout.startswith("TIME") and len(r.stdout.strip().splitlines()) == 3
 
 
 @pytest.mark.parametrize("args,fragment", [

@@ -10,7 +10,7 @@ import threading
 
 import httpx
 
-from tests.helpers import ControllerProcess, wait_for
+from tests.helpers import ControllerProcess, audit_trail, wait_for
 
 
 def submit_burst(ctl: ControllerProcess, clients: int, stop: threading.Event,
@@ -55,7 +55,7 @@ def test_sigkill_mid_burst_loses_no_acknowledged_job(tmp_path):
             # nothing half-written: every job that exists is whole and has its audit record
             for j in jobs:
                 assert j["state"] == "PEND" and j["command"][0] == "echo" and j["name"].startswith("c")
-            audit = c.get("/v1/audit", params={"limit": 100000}).json()
+            audit = audit_trail(c)
             submits = [a for a in audit if a["action"] == "POST /v1/jobs" and a["result"] == "ok"]
             assert len(submits) == len(jobs)
             # ids stay unique and the log goes on after the crash

@@ -11,6 +11,7 @@ import pytest
 
 from tests.helpers import wait_for
 from tests.integration.test_claims import make_claims_cluster, volumes
+from xce.providers import simfs
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +81,11 @@ def test_garbage_and_crashes_are_retried_with_the_stderr_tail_kept(cl):
 def test_provisioner_sigkill_between_intent_and_reply_converges_to_one_object(cl):
     inject(cl, "--hang-next", "1", "--hang-seconds", "60", "--ops", "create")
     create(cl, "interrupted")
-    wait_for(lambda: (c := cl.claim("interrupted"))["op"] and c["op"]["epoch"] and cl.provisioner.children(),
-             what="intent committed and the provider running")
+    # the provider must have taken the injected hang before the kill: a provider killed while still starting
+    # leaves the hang for the retry, which then hangs and times out (a third attempt)
+    wait_for(lambda: (c := cl.claim("interrupted"))["op"] and c["op"]["epoch"] and cl.provisioner.children()
+             and not simfs.inject(cl.provisioner.simfs_root).get("hang_next"),
+             what="intent committed and the provider hanging")
     first_epoch = cl.claim("interrupted")["op"]["epoch"]
     cl.provisioner.kill()  # with its hung provider, as a machine crash would
     assert cl.claim("interrupted")["state"] == "PREPARING"

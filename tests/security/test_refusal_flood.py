@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from tests.helpers import ControllerProcess, wait_for
+from tests.helpers import ControllerProcess, audit_trail, wait_for
 from xce.api.refusals import RefusalLimiter
 from xce.config import DEFAULT_CONFIG
 
@@ -48,7 +48,7 @@ def bound(elapsed: float) -> int:
 def refusals_recorded(ctl, result: str, detail_has: str = "") -> int:
     """Refusals the trail accounts for: one per record, N more per summary."""
     with ctl.client() as c:
-        trail = c.get("/v1/audit", params={"limit": 100_000}).json()
+        trail = audit_trail(c)
     n = 0
     for rec in trail:
         if rec["result"] != result or detail_has not in rec["detail"]:
@@ -72,7 +72,7 @@ def test_a_bad_token_loop_adds_a_bounded_number_of_facts_and_every_refusal_is_co
     wait_for(lambda: refusals_recorded(ctl, "unauthenticated", "") >= ATTACK, timeout=8 * WINDOW,
              what="the summary of the held-back refusals")
     with ctl.client() as c:
-        trail = c.get("/v1/audit", params={"limit": 100_000}).json()
+        trail = audit_trail(c)
     summary = [r for r in trail if "more refusal(s) like this from 127.0.0.1" in r["detail"]]
     assert summary and summary[-1]["action"] == "GET /v1/jobs" and summary[-1]["user"] == "-"
     assert position(ctl) - before <= bound(time.monotonic() - t0)
@@ -96,7 +96,7 @@ def test_an_authenticated_user_is_bounded_too_refused_by_role_and_by_decision(ct
              refusals_recorded(ctl, "not_found", "") >= ATTACK // 4, timeout=8 * WINDOW,
              what="every refusal accounted for")
     with ctl.client() as c:
-        mine = c.get("/v1/audit", params={"user": "mallory", "limit": 100_000}).json()
+        mine = audit_trail(c, user="mallory")
     assert any("more refusal(s) like this from mallory" in r["detail"] for r in mine)
 
 

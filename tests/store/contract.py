@@ -17,7 +17,7 @@ from typing import Callable
 
 import pytest
 
-from xce.store import LeaseLost, PositionConflict, Record, Snapshot, StaleEpoch, Store
+from xce.store import AuditQuery, AuditRecord, LeaseLost, PositionConflict, Record, Snapshot, StaleEpoch, Store
 
 SHORT_TTL = 0.3   # seconds; leases that must expire during a test
 LONG_TTL = 120.0  # seconds; leases that must not
@@ -48,6 +48,33 @@ def poll(cond: Callable[[], object], timeout: float = 15.0, what: str = "conditi
 
 def read_all(store: Store) -> list[Record]:
     return store.read_after(0, limit=1_000_000)
+
+
+def arec(position: int, index: int = 0, *, time: float = 1000.0, user: str = "alice", action: str = "POST /v1/jobs",
+         target: str = "job/1", result: str = "ok", detail: str = "") -> AuditRecord:
+    return AuditRecord(time=time, user=user, action=action, target=target, result=result, detail=detail,
+                       position=position, index=index)
+
+
+def unseq(records: list[AuditRecord]) -> list[AuditRecord]:
+    """Records without their store-assigned seq, for comparing what was written with what was read."""
+    return [AuditRecord(**{**{f: getattr(r, f) for f in AuditRecord.__slots__}, "seq": 0}) for r in records]
+
+
+def trail(store: Store, **filters) -> list[AuditRecord]:
+    return store.query_audit(AuditQuery(limit=1_000_000, **filters))
+
+
+def walk(store: Store, limit: int, before: int | None = None, **filters) -> list[AuditRecord]:
+    """Every record matching ``filters`` (below seq ``before``), page by page."""
+    out: list[AuditRecord] = []
+    while True:
+        page = store.query_audit(AuditQuery(limit=limit, before_seq=before, **filters))
+        assert len(page) <= limit
+        out += page
+        if len(page) < limit:
+            return out
+        before = page[-1].seq
 
 
 class StoreContract:
@@ -418,6 +445,202 @@ class StoreContract:
         got = read_all(store)
         assert [(r.position, r.epoch) for r in got] == [(1, a.epoch), (2, a.epoch), (3, a.epoch),
                                                          (4, b.epoch), (5, b.epoch)]
+
+    # ------------------------------------------------------------ audit trail
+
+    def test_new_store_has_an_empty_trail(self, store):
+        assert trail(store) == []
+
+    def test_audit_records_are_written_with_their_batch_and_read_newest_first(self, store, epoch):
+        written = [arec(1, 0, target="job/1"), arec(1, 1, target="claim/a", action="claim.state", result="READY"),
+                   arec(3, 0, user="bob", target="job/2", result="forbidden", detail="no")]
+        store.append(epoch, recs(1, 3), written)
+        got = trail(store)
+        assert unseq(got) == unseq(written)[::-1]
+        assert [r.seq for r in got] == sorted((r.seq for r in got), reverse=True)
+        assert len({r.seq for r in got}) == 3 and all(r.seq > 0 for r in got)
+        store.append(epoch, recs(4, 1), [arec(4)])
+        newest = trail(store)[0]
+        assert (newest.position, newest.seq > got[0].seq) == (4, True)
+
+    def test_audit_text_round_trips_exactly(self, store, epoch):
+        texts = ["", 'quote " and \' and \\ backslash', "tab\tnew\nline", "žluťoučký 日本語 🚀", "%_ like*", "x" * 4000]
+        written = [arec(1, i, user=t[:63], action=t, target=t, result=t, detail=t, time=1000.5 + i)
+                   for i, t in enumerate(texts)]
+        store.append(epoch, recs(1, 1), written)
+        assert unseq(trail(store))[::-1] == unseq(written)
+
+    @pytest.mark.parametrize("positions", [[0], [1], [4], [2, 5]])
+    def test_audit_records_outside_their_batch_refuse_the_whole_append(self, store, epoch, positions):
+        store.append(epoch, recs(1, 1), [arec(1)])
+        with pytest.raises(PositionConflict):
+            store.append(epoch, recs(2, 2), [arec(p, i) for i, p in enumerate(positions)])
+        with pytest.raises(PositionConflict):
+            store.append(epoch, [], [arec(2)])  # audit records never come without their facts
+        assert store.last_position() == 1
+        assert [r.position for r in trail(store)] == [1]
+
+    def test_a_refused_append_writes_no_audit_record(self, store, epoch):
+        with pytest.raises(StaleEpoch):
+            store.append(epoch + 1, recs(1, 1), [arec(1)])
+        with pytest.raises(PositionConflict):
+            store.append(epoch, recs(2, 1), [arec(2)])
+        assert trail(store) == []
+        store.append(epoch, recs(1, 1), [arec(1)])
+        assert len(trail(store)) == 1
+
+    def test_a_duplicate_audit_key_fails_the_whole_batch(self, store, epoch):
+        with pytest.raises(Exception):
+            store.append(epoch, recs(1, 2), [arec(1, 0), arec(1, 0)])
+        assert store.last_position() == 0 and trail(store) == []
+
+    def test_audit_query_filters(self, store, epoch):
+        rows = [arec(1, 0, time=100.0, user="alice", target="job/1", action="POST /v1/jobs"),
+                arec(2, 0, time=200.0, user="alice", target="job/12", action="POST /v1/jobs/{job_id}/kill"),
+                arec(3, 0, time=300.0, user="bob", target="job/2", result="forbidden"),
+                arec(4, 0, time=400.0, user="-", target="claim/ckpt", action="claim.state", result="READY"),
+                arec(4, 1, time=400.0, user="-", target="claim/ckpt2", action="claim.state", result="READY"),
+                arec(5, 0, time=500.0, user="carol", target="claim/data", action="claim.state", result="PENDING"),
+                arec(6, 0, time=600.0, user="dave", target="claim/日本", action="orphan", result="seen"),
+                arec(7, 0, time=700.0, user="erin", target="100%_done", action="x", result="ok")]
+        store.append(epoch, recs(1, 7), rows)
+
+        def pos(**f) -> list[tuple[int, int]]:
+            return [(r.position, r.index) for r in trail(store, **f)]
+
+        assert pos(since=300.0) == [(7, 0), (6, 0), (5, 0), (4, 1), (4, 0), (3, 0)]
+        assert pos(until=300.0) == [(2, 0), (1, 0)]
+        assert pos(since=200.0, until=400.0) == [(3, 0), (2, 0)]
+        assert pos(since=450.0, until=450.0) == []
+        assert pos(user="alice") == [(2, 0), (1, 0)]
+        assert pos(user="nobody") == []
+        assert pos(target="job/1") == [(2, 0), (1, 0)]  # a prefix: job/12 too
+        assert pos(target="job/12") == [(2, 0)]
+        assert pos(target="job/") == [(3, 0), (2, 0), (1, 0)]
+        assert pos(target="claim/ckpt") == [(4, 1), (4, 0)]
+        assert pos(target="claim/") == [(6, 0), (5, 0), (4, 1), (4, 0)]
+        assert pos(target="claim/日") == [(6, 0)]
+        assert pos(target="100%") == [(7, 0)]  # no wildcard: % and _ are plain characters
+        assert pos(target="1_0") == [] and pos(target="%") == []
+        assert pos(target="JOB/") == []  # case-sensitive
+        assert pos(action="claim.state") == [(5, 0), (4, 1), (4, 0)]
+        assert pos(action="claim.state", result="READY") == [(4, 1), (4, 0)]
+        assert pos(result="forbidden") == [(3, 0)]
+        assert pos(user="alice", target="job/12", since=150.0) == [(2, 0)]
+        assert pos(user="alice", target="claim/") == []
+        assert [r.position for r in store.query_audit(AuditQuery(limit=2))] == [7, 6]
+        assert store.query_audit(AuditQuery(limit=0)) == []
+
+    def test_audit_paging_walks_every_record_once_newest_first(self, store, epoch):
+        for p in range(1, 24):
+            store.append(epoch, recs(p, 1), [arec(p, i, user="alice" if i % 2 else "bob") for i in range(p % 3)])
+        everything = trail(store)
+        assert len(everything) == 24
+        for limit in (1, 2, 5, 24, 25, 100):
+            assert walk(store, limit) == everything
+        assert walk(store, 3, user="bob") == trail(store, user="bob")
+        before = everything[4].seq
+        assert store.query_audit(AuditQuery(limit=3, before_seq=before)) == everything[5:8]
+
+    def test_audit_paging_is_stable_under_concurrent_appends(self, open_store):
+        writer, reader = open_store(), open_store()
+        lease = writer.acquire_lease("a", LONG_TTL)
+        for p in range(1, 41):
+            writer.append(lease.epoch, recs(p, 1), [arec(p, 0), arec(p, 1, user="bob")])
+        first = trail(reader)
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def keep_appending() -> None:
+            try:
+                p = 41
+                while not stop.is_set():
+                    writer.append(lease.epoch, recs(p, 1), [arec(p, 0), arec(p, 1, user="bob")])
+                    p += 1
+            except BaseException as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        t = threading.Thread(target=keep_appending)
+        t.start()
+        try:
+            poll(lambda: reader.last_position() > 45, what="appends to be under way")
+            newest = reader.query_audit(AuditQuery(limit=7))
+            walked = newest + walk(reader, 7, before=newest[-1].seq)
+        finally:
+            stop.set()
+            t.join(30)
+        assert not errors, errors
+        seqs = [r.seq for r in walked]
+        assert seqs == sorted(set(seqs), reverse=True)  # newest first, never twice
+        # every record older than the first page's newest is there exactly once, the 80 from before included
+        assert walked == trail(reader, before_seq=walked[0].seq + 1)
+        assert set(unseq(first)) <= set(unseq(walked))
+
+    def test_racing_appends_give_seq_in_commit_order(self, open_store):
+        handles = [open_store(), open_store()]
+        lease = handles[0].acquire_lease("a", LONG_TTL)
+        start = threading.Barrier(2)
+        errors: list[BaseException] = []
+
+        def writer(i: int) -> None:
+            s = handles[i]
+            try:
+                start.wait()
+                done = 0
+                while done < 40:
+                    last = s.last_position()
+                    try:
+                        s.append(lease.epoch, [Record(position=last + 1, type="W", version=i, payload="")],
+                                 [arec(last + 1, 0, user=f"w{i}"), arec(last + 1, 1, user=f"w{i}")])
+                        done += 1
+                    except PositionConflict:
+                        pass
+            except BaseException as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors
+        got = trail(handles[1])[::-1]
+        assert len(got) == 160
+        assert [(r.position, r.index) for r in got] == [(p, i) for p in range(1, 81) for i in (0, 1)]
+
+    def test_backfill_adds_only_positions_the_trail_lacks(self, store, epoch):
+        store.append(epoch, recs(1, 3), [arec(1, 0), arec(2, 0), arec(2, 1)])
+        # a replay derives the records of positions 1..3 again, position 3 having had none before
+        replayed = [arec(1, 0), arec(2, 0), arec(2, 1), arec(2, 2, detail="a newer fold's extra line"), arec(3, 0)]
+        assert store.backfill_audit(epoch, replayed) == 1
+        assert [(r.position, r.index) for r in trail(store)] == [(3, 0), (2, 1), (2, 0), (1, 0)]
+        assert store.backfill_audit(epoch, replayed) == 0  # idempotent
+        assert store.backfill_audit(epoch, []) == 0
+        legacy = [arec(0, i, time=float(i)) for i in range(1, 6)]  # an old snapshot's trail: position 0
+        assert store.backfill_audit(epoch, legacy) == 5
+        assert store.backfill_audit(epoch, legacy) == 0
+        got = trail(store)
+        assert [(r.position, r.index) for r in got[:5]] == [(0, 5), (0, 4), (0, 3), (0, 2), (0, 1)]
+        assert len(got) == 9 and len({r.seq for r in got}) == 9
+
+    def test_backfill_is_fenced(self, store, epoch):
+        store.append(epoch, recs(1, 1))
+        with pytest.raises(StaleEpoch):
+            store.backfill_audit(epoch + 1, [arec(1)])
+        assert trail(store) == []
+
+    def test_the_trail_survives_compaction_and_reopening(self, open_store):
+        first = open_store()
+        lease = first.acquire_lease("a", LONG_TTL)
+        first.append(lease.epoch, recs(1, 5), [arec(p) for p in range(1, 6)])
+        first.write_snapshot(lease.epoch, Snapshot(position=5, data=b"s"))
+        assert first.compact(lease.epoch, 5) == 5
+        before = trail(first)
+        first.close()
+        again = open_store()
+        assert trail(again) == before and len(before) == 5
+        again.append(lease.epoch, recs(6, 1), [arec(6)])
+        assert trail(again)[0].seq > before[0].seq
 
     # ------------------------------------------------------------ several handles
 

@@ -108,6 +108,9 @@ class ClaimAgent:
         self._pool = concurrent.futures.ThreadPoolExecutor(concurrency, thread_name_prefix="provider")
         self._stop = threading.Event()
         self._fenced = threading.Event()
+        # orphan releases (provider, then report) and inventories (list, then report) take turns: an
+        # inventory between a release and its report would record the object "gone", not "released"
+        self._orphan_lock = threading.Lock()
         self._inflight = threading.Semaphore(concurrency * 2)  # bounded: polls wait when providers are busy
 
     @property
@@ -190,13 +193,14 @@ class ClaimAgent:
                 return
             requests = [ProviderRequest(op_id=i["op_id"], op="release", class_name=i["class_name"],
                                         handle=i["handle"], tags=dict(i.get("tags") or {})) for i in items]
-            replies = provider.run(self.cluster_id, requests)
-            done = [i["handle"] for i, r in zip(items, replies) if r.ok]
-            for i, r in zip(items, replies):
-                if not r.ok:
-                    log.warning("orphan %s not released: %s %s", i["handle"], r.error_code, r.message)
-            if done:
-                self._report([], done)
+            with self._orphan_lock:  # an inventory taken now would see them gone before we say why
+                replies = provider.run(self.cluster_id, requests)
+                done = [i["handle"] for i, r in zip(items, replies) if r.ok]
+                for i, r in zip(items, replies):
+                    if not r.ok:
+                        log.warning("orphan %s not released: %s %s", i["handle"], r.error_code, r.message)
+                if done:
+                    self._report([], done)
         except Fenced:
             pass
         except Exception:
@@ -242,14 +246,16 @@ class ClaimAgent:
                 continue
             provider = self.providers[cls["provider"]]
             req = ProviderRequest(op_id=f"list.{uuid.uuid4().hex[:12]}", op="list", class_name=cls["name"])
-            reply = provider.run(self.cluster_id, [req])[0]
-            if not reply.ok:
-                log.warning("list on %s failed: %s %s", cls["name"], reply.error_code, reply.message)
-                continue
-            objects = [{"handle": o.get("handle"), "tags": o.get("tags") or {}, "size_bytes": o.get("size_bytes"),
-                        "created": o.get("created")} for o in reply.objects or []]
-            out = self._call("POST", "/inventory", {"epoch": self.epoch, "class_name": cls["name"],
-                                                    "provider": provider.name, "objects": objects})
+            with self._orphan_lock:  # not while an orphan release is between its provider and its report
+                reply = provider.run(self.cluster_id, [req])[0]
+                if not reply.ok:
+                    log.warning("list on %s failed: %s %s", cls["name"], reply.error_code, reply.message)
+                    continue
+                objects = [{"handle": o.get("handle"), "tags": o.get("tags") or {},
+                            "size_bytes": o.get("size_bytes"), "created": o.get("created")}
+                           for o in reply.objects or []]
+                out = self._call("POST", "/inventory", {"epoch": self.epoch, "class_name": cls["name"],
+                                                        "provider": provider.name, "objects": objects})
             if out.get("new_orphans"):
                 log.warning("%d new orphan(s) in class %s", out["new_orphans"], cls["name"])
 

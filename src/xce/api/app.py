@@ -3,6 +3,7 @@
 Every mutating route goes through ``mutate``: the decision, its facts and its
 audit record are committed together before the response is sent.  Every
 refusal (4xx) is audited as well, under the caller's name when it is known.
+The trail is read back from the store by ``GET /v1/audit`` (``xce.api.audit``).
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from xce.api.auth import SECURITY_SCHEME, admin, authenticated, catalog_reader, 
 from xce.api.metrics import Metrics
 from xce.api.commands import audit_refusal, mutate
 from xce.api.refusals import RefusalLimiter
-from xce.api.views import audit_json, token_json, user_json
+from xce.api.views import token_json, user_json
 from xce.api.agents import add_agent_routes
+from xce.api.audit import add_audit_routes
 from xce.api.claims import add_claim_routes
 from xce.api.jobs import add_job_routes
 from xce.api.workers import add_worker_routes
@@ -35,7 +37,7 @@ from xce.controller.hosts import HostMonitor
 from xce.controller.longpoll import AGENT_WAKE, Waker
 from xce.controller.scheduling import SchedulerLoop
 from xce.errors import XceError
-from xce.model import Model, audit as audit_model
+from xce.model import Model
 from xce.model.identity import (User, define_user, issue_token, revoke_token, set_user_disabled,
                                 visible_token, visible_tokens)
 from xce.names import NAME_PATTERN
@@ -154,6 +156,7 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
     add_job_routes(app, controller)
     add_worker_routes(app, controller, monitor)
     add_claim_routes(app, controller)
+    add_audit_routes(app, controller)
     add_agent_routes(app, controller, Waker(controller, AGENT_WAKE))
     metrics = Metrics(controller)
     app.add_middleware(BodyLimit, limit=controller.config.controller.max_body_bytes)
@@ -284,17 +287,6 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
         await mutate(request, actor, f"token/{token_id}",
                      lambda model: (revoke_token(model, actor, token_id, time.time()), None))
         return JSONResponse(token_json(visible_token(controller.model, actor, token_id), time.time()))
-
-    @app.get("/v1/audit", response_model=list[S.AuditOut], tags=["audit"])
-    async def list_audit(actor: User = Depends(authenticated),
-                         since: float | None = Query(None, description="seconds since the Unix epoch"),
-                         user: str | None = Query(None, max_length=63),
-                         limit: int = Query(1000, ge=1, le=100_000)):
-        await controller.read_barrier()
-        if not actor.is_admin:
-            user = actor.name  # users see only their own trail
-        records = audit_model.query(controller.model, since=since, user=user, limit=limit)
-        return JSONResponse([audit_json(r) for r in records])
 
     app.add_middleware(RequestCounter, metrics=metrics)
 

@@ -12,6 +12,10 @@ A global bucket bounds all sources together, and the number of sources
 tracked is capped (the least recently seen is forgotten first, its count
 carried into one summary for "other sources"), so memory is bounded too.
 
+Records and summaries alike are ``AuditRecorded`` facts: durable in the log,
+and their audit records reach the store's audit table in the same
+transaction (``xce.model.audit``), never the controller's memory.
+
 The limiter is plain data and arithmetic with an injected clock: the
 controller calls it from its event loop; a lock keeps it safe from any
 thread all the same.

@@ -147,6 +147,7 @@ class AuditOut(BaseModel):
     target: str
     result: str
     detail: str
+    position: int
 
 
 class PingOut(BaseModel):

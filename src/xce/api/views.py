@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any
 
@@ -74,7 +73,10 @@ def token_json(tok: Token, now: float) -> dict[str, Any]:
 
 
 def audit_json(rec: AuditRecord) -> dict[str, Any]:
-    return dataclasses.asdict(rec)
+    """An audit record; ``position`` is the log position of the fact it came with (0: from before
+    the trail moved to the store's table)."""
+    return {"seq": rec.seq, "time": rec.time, "user": rec.user, "action": rec.action, "target": rec.target,
+            "result": rec.result, "detail": rec.detail, "position": rec.position}
 
 
 def attachment_json(a: Attachment) -> dict[str, Any]:

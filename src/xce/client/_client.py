@@ -70,6 +70,11 @@ class Client:
     def delete(self, path: str, params: Params = None) -> Any:
         return self._transport.request("DELETE", path, params=params)
 
+    def get_page(self, path: str, params: Params = None) -> tuple[Any, str | None]:
+        """One page of a paged listing (``GET /v1/audit``): the decoded body and the cursor of the next
+        page, from the ``X-Next-Cursor`` header (None: that was the last)."""
+        return self._transport.get_page(path, params)
+
     # ------------------------------------------------------------ jobs
 
     def ping(self) -> dict[str, Any]:

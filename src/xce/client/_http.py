@@ -54,6 +54,15 @@ class Transport:
         self._local = threading.local()
 
     def request(self, method: str, path: str, *, params: Params = None, body: Any = None) -> Any:
+        status, reason, _, data = self._exchange(method, path, params, body)
+        return _decode(status, reason, data)
+
+    def get_page(self, path: str, params: Params = None) -> tuple[Any, str | None]:
+        """One page of a paged listing: the decoded body and the cursor of the next page (None: the last)."""
+        status, reason, headers, data = self._exchange("GET", path, params, None)
+        return _decode(status, reason, data), headers.get("x-next-cursor")
+
+    def _exchange(self, method: str, path: str, params: Params, body: Any) -> tuple[int, str, dict[str, str], bytes]:
         target = self.prefix + path
         query = _query(params)
         if query:
@@ -70,7 +79,7 @@ class Transport:
                 conn = self._connection()
                 reused = conn.used
                 conn.send(head + payload)
-                status, reason, data = conn.response()
+                status, reason, headers, data = conn.response()
                 break
             except (socket.timeout, TimeoutError):
                 self._drop()
@@ -85,7 +94,7 @@ class Transport:
                 if reused and attempt == 1 and isinstance(e, (ConnectionResetError, BrokenPipeError)):
                     continue
                 raise Unreachable(f"cannot reach the controller at {self.url}: {_reason(e)}") from None
-        return _decode(status, reason, data)
+        return status, reason, headers, data
 
     def close(self) -> None:
         self._drop()
@@ -143,7 +152,7 @@ class _Connection:
         out, self.buf = self.buf[:n], self.buf[n:]
         return out
 
-    def response(self) -> tuple[int, str, bytes]:
+    def response(self) -> tuple[int, str, dict[str, str], bytes]:
         self.used = True
         while b"\r\n\r\n" not in self.buf:
             self._fill()
@@ -171,7 +180,7 @@ class _Connection:
             body = self._exactly(int(headers.get("content-length", "0")))
         if headers.get("connection", "").lower() == "close":
             self.close()
-        return status, reason[0] if reason else "", body
+        return status, reason[0] if reason else "", headers, body
 
     def close(self) -> None:
         try:

@@ -13,6 +13,14 @@ call ``read_barrier()`` first, so nobody is shown a fact that is not yet
 durable.  If an append fails, the model may hold facts the store does not:
 the controller steps down and, when it leads again, rebuilds the model from
 the store.
+
+The audit trail is not in the model (``xce.model.audit``): folding a batch
+fills the model's transient audit outbox, and the batch's append carries
+those records into the store's audit table in the same transaction.  At
+start-up the replayed tail derives its records again and ``backfill_audit``
+keeps only those of positions the table lacks (none, unless the state was
+written before the trail moved to the store); a format-1 snapshot's trail is
+moved the same way, and a fresh snapshot then replaces it.
 """
 
 from __future__ import annotations
@@ -31,10 +39,12 @@ from xce.controller.bootstrap import bootstrap_facts
 from xce.config import Config
 from xce.errors import Unavailable, XceError
 from xce.model import Model, decode, encode
+from xce.model.audit import AuditOutbox
 from xce.model.facts import Fact
 from xce.model.identity import hash_token
+from xce.model.state import SNAPSHOT_FORMAT
 from xce.model.transitions import ImpossibleTransition
-from xce.store import LeaseLost, Record, Snapshot, Store, StoreError
+from xce.store import AuditQuery, AuditRecord, LeaseLost, Record, Snapshot, Store, StoreError
 
 log = logging.getLogger("xce.controller")
 
@@ -66,14 +76,31 @@ class CommitStats:
     last_batch: int = 0
 
 
-def load_model(store: Store) -> Model:
-    """Latest snapshot plus every fact after it."""
+@dataclass
+class Recovered:
+    """What start-up rebuilds: the model, and whether its snapshot is of an older format."""
+
+    model: Model
+    old_snapshot: bool = False
+
+
+def load_model(store: Store) -> Recovered:
+    """Latest snapshot plus every fact after it.
+
+    The model comes back with an audit outbox holding the records its replay derived (and those
+    of a format-1 snapshot): the caller hands them to ``Store.backfill_audit``, which keeps only
+    what the trail lacks.
+    """
     snap = store.load_snapshot()
-    model = Model.from_snapshot(orjson.loads(snap.data)) if snap else Model()
+    data = orjson.loads(snap.data) if snap else None
+    model = Model.from_snapshot(data) if data else Model()
+    if model.audit_outbox is None:
+        model.audit_outbox = AuditOutbox()
+    recovered = Recovered(model, old_snapshot=data is not None and data.get("format") != SNAPSHOT_FORMAT)
     while True:
         records = store.read_after(model.position)
         if not records:
-            return model
+            return recovered
         for rec in records:
             if rec.position != model.position + 1:
                 raise RuntimeError(f"log gap: expected position {model.position + 1}, found {rec.position}")
@@ -95,6 +122,8 @@ class Controller:
         self._inflight: asyncio.Future | None = None
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="xce-writer")
         self._lease_io = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="xce-lease")
+        # audit queries: off the writer thread (the stores read on their own connections)
+        self._reader = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="xce-reader")
         self._tasks: list[asyncio.Task] = []
         self._since_snapshot = 0
         self._leader_event: asyncio.Event | None = None
@@ -161,6 +190,7 @@ class Controller:
         self.is_leader = False
         self._writer.shutdown(wait=True)
         self._lease_io.shutdown(wait=True)
+        self._reader.shutdown(wait=True)
 
     # ------------------------------------------------------------ leadership
 
@@ -192,12 +222,23 @@ class Controller:
                 log.exception("lease loop error")
             await asyncio.sleep(ttl / 3 if self.is_leader else min(1.0, ttl / 3))
 
+    def _recover(self, epoch: int) -> Recovered:
+        """Rebuild the model from the store and complete the audit trail from what the replay derived."""
+        recovered = load_model(self.store)
+        added = self.store.backfill_audit(epoch, recovered.model.take_audit())
+        if added:
+            log.info("audit trail: %d record(s) recovered from the log and the snapshot", added)
+        return recovered
+
     async def _become_leader(self, epoch: int) -> None:
         loop = asyncio.get_running_loop()
-        model = await loop.run_in_executor(self._writer, load_model, self.store)
+        recovered = await loop.run_in_executor(self._writer, self._recover, epoch)
+        model = recovered.model
         self.model = model
         self.committed = model.position
         self.epoch = epoch
+        if recovered.old_snapshot:  # its trail is in the table now: a snapshot without it replaces it
+            await loop.run_in_executor(self._writer, self._snapshot_now)
         self._lease_expires = time.monotonic() + self.config.controller.lease_ttl
         self.is_leader = True
         log.info("leader at epoch %d, log position %d", epoch, model.position)
@@ -283,10 +324,11 @@ class Controller:
                         cmd.future.set_exception(Unavailable(self.not_leader_message()))
                 continue
             outcomes, records, facts = self._decide_batch(batch)
+            audit = self.model.take_audit()  # the batch's records: committed with its facts, or not at all
             if records:
                 self._inflight = loop.create_future()
                 try:
-                    await loop.run_in_executor(self._writer, self.store.append, self.epoch, records)
+                    await loop.run_in_executor(self._writer, self.store.append, self.epoch, records, audit)
                 except StoreError as e:
                     self._step_down(f"append refused: {type(e).__name__}: {e}")
                     for cmd in batch:
@@ -348,6 +390,18 @@ class Controller:
             facts.extend(out.facts)
             outcomes.append(out)
         return outcomes, records, facts
+
+    # ------------------------------------------------------------ audit
+
+    async def query_audit(self, query: AuditQuery) -> list[AuditRecord]:
+        """Audit records from the store, newest first.  Only the leader answers, like every read: a
+        record is in the table once its batch committed, so this reads nothing that is not durable."""
+        if not self.is_leader:
+            raise Unavailable(self.not_leader_message())
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._reader, self.store.query_audit, query)
+        except StoreError as e:
+            raise Unavailable(f"the store cannot answer: {e}") from e
 
     # ------------------------------------------------------------ snapshots
 

@@ -5,6 +5,12 @@ the module that owns that entity; nothing else mutates the model.
 ``to_snapshot`` / ``from_snapshot`` carry every field: loading the snapshot
 taken at position N and applying the facts after N gives exactly the live
 model (``tests/model/test_snapshot_property.py`` proves it).
+
+The audit trail is not model state: folds hand their records to the
+transient ``audit_outbox`` and the controller writes them to the store
+(``xce.model.audit``).  Snapshot format 2 has no audit; format 1 (which
+carried the whole trail) is still read, its records moved into the outbox
+under position 0 so the controller can migrate them to the store once.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from typing import Any, Callable
 from xce.errors import Unauthenticated
 from xce.model import audit, catalog, claims, hosts, identity, job_claims, jobs, orphans
 from xce.model import facts as F
-from xce.model.audit import AuditRecord
+from xce.model.audit import AuditOutbox, AuditRecord
 from xce.model.catalog import Project, Queue
 from xce.model.claims import Claim, ClaimForm, ClaimState, name_key
 from xce.model.hosts import Host
@@ -23,7 +29,9 @@ from xce.model.identity import Token, User
 from xce.model.jobs import Job, JobState
 from xce.model.orphans import Orphan
 
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2
+#: formats ``from_snapshot`` still reads: 1 carried the audit trail (moved into the outbox on load)
+LEGACY_SNAPSHOT_FORMATS = (1,)
 
 FOLDS: dict[type[F.Fact], Callable[["Model", Any], None]] = {
     F.ClusterInitialized: lambda m, f: setattr(m, "cluster_id", f.cluster_id),
@@ -95,7 +103,6 @@ class Model:
     projects: dict[str, Project] = field(default_factory=dict)
     jobs: dict[int, Job] = field(default_factory=dict)
     hosts: dict[str, Host] = field(default_factory=dict)
-    audit: list[AuditRecord] = field(default_factory=list)
     next_claim_id: int = 1
     next_attachment_id: int = 1
     claims: dict[int, Claim] = field(default_factory=dict)
@@ -109,11 +116,15 @@ class Model:
     cluster_held: dict[int, dict[str, float]] = field(default_factory=dict)  # job -> cluster counters it holds
     waiting_jobs: set[int] = field(default_factory=set)  # PEND or PSUSP: what max_pending_jobs_per_user counts
     waiting_by_user: dict[str, int] = field(default_factory=dict)  # user -> how many of waiting_jobs are theirs
+    # transient: audit records folded but not yet handed to the store (``xce.model.audit``); None records nothing
+    audit_outbox: AuditOutbox | None = field(default=None, compare=False, repr=False)
 
     def apply(self, position: int, fact: F.Fact) -> None:
         fold = FOLDS.get(type(fact))
         if fold is None:  # a registered fact with no fold is a programming error
             raise TypeError(f"no fold for fact {fact.TYPE}")
+        if self.audit_outbox is not None:
+            self.audit_outbox.folding(position)
         fold(self, fact)
         self.position = position
 
@@ -164,7 +175,6 @@ class Model:
             "next_claim_id": self.next_claim_id,
             "next_attachment_id": self.next_attachment_id,
             "agent_epochs": dict(self.agent_epochs),
-            "audit": [dict(vars(r)) for r in self.audit],
         }
         for attr in _COLLECTIONS:
             out[attr] = [_plain(e) for e in getattr(self, attr).values()]
@@ -172,16 +182,22 @@ class Model:
 
     @classmethod
     def from_snapshot(cls, data: dict[str, Any]) -> Model:
-        if data.get("format") != SNAPSHOT_FORMAT:
-            raise ValueError(f"unsupported snapshot format {data.get('format')!r}")
+        fmt = data.get("format")
+        if fmt != SNAPSHOT_FORMAT and fmt not in LEGACY_SNAPSHOT_FORMATS:
+            raise ValueError(f"unsupported snapshot format {fmt!r}")
         m = cls(position=data["position"], cluster_id=data["cluster_id"],
                 next_job_id=data["next_job_id"], next_claim_id=data["next_claim_id"],
-                next_attachment_id=data["next_attachment_id"], agent_epochs=dict(data["agent_epochs"]),
-                audit=[AuditRecord(**r) for r in data["audit"]])
+                next_attachment_id=data["next_attachment_id"], agent_epochs=dict(data["agent_epochs"]))
+        if fmt == 1:
+            m.audit_outbox = AuditOutbox(records=[_legacy_record(r) for r in data.get("audit", [])])
         for attr, (entity, key) in _COLLECTIONS.items():
             setattr(m, attr, {d[key]: entity(**d) for d in data[attr]})
         m._rebuild_indexes()
         return m
+
+    def take_audit(self) -> list[AuditRecord]:
+        """The audit records folded since the last call (none when the model keeps no outbox)."""
+        return self.audit_outbox.take() if self.audit_outbox is not None else []
 
     def _rebuild_indexes(self) -> None:
         self.pending_jobs = {j.id for j in self.jobs.values() if j.state is JobState.PEND and not j.alloc_slots}
@@ -200,3 +216,10 @@ class Model:
                     self.claim_names[key] = c.id
             if c.open_ops():  # its own op, or an attachment's
                 self.open_ops.add(c.id)
+
+
+def _legacy_record(r: dict[str, Any]) -> AuditRecord:
+    """A format-1 snapshot's record.  Its fact's position was not kept: position 0, and its old
+    ``seq`` (1.. in trail order) as the index, which keeps the migration's key unique and its order."""
+    return AuditRecord(time=r["time"], user=r["user"], action=r["action"], target=r["target"], result=r["result"],
+                       detail=r.get("detail", ""), position=0, index=r["seq"])

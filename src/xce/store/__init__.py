@@ -1,10 +1,10 @@
-"""The durable log, snapshots and leader lease, behind one interface (``Store``)."""
+"""The durable log, snapshots, leader lease and audit trail, behind one interface (``Store``)."""
 
 from __future__ import annotations
 
 import os
 
-from xce.store.base import Lease, Record, Snapshot, Store
+from xce.store.base import AuditQuery, AuditRecord, Lease, Record, Snapshot, Store
 from xce.store.errors import LeaseLost, PositionConflict, StaleEpoch, StoreError, StoreUnavailable
 
 
@@ -20,5 +20,5 @@ def open_store(url: str | None, state_dir: str) -> Store:
     return SQLiteStore(path)
 
 
-__all__ = ["Lease", "LeaseLost", "PositionConflict", "Record", "Snapshot", "StaleEpoch", "Store",
+__all__ = ["AuditQuery", "AuditRecord", "Lease", "LeaseLost", "PositionConflict", "Record", "Snapshot", "StaleEpoch", "Store",
            "StoreError", "StoreUnavailable", "open_store"]

@@ -1,8 +1,18 @@
 """The store interface every backend implements (SQLite, PostgreSQL).
 
 The store knows nothing about fact types: it keeps an ordered log of opaque
-records, one latest snapshot, and the leader lease whose epoch fences every
-append.  ``tests/store/contract.py`` is the one suite both backends pass.
+records, one latest snapshot, the leader lease whose epoch fences every
+append, and the audit trail.  ``tests/store/contract.py`` is the one suite
+both backends pass.
+
+The audit trail is a table beside the log, not part of the model: it grows
+with traffic, so it lives where it is queried (``query_audit``) and never in
+memory or in a snapshot.  Its rows arrive with the facts they came from, in
+the same transaction (``append(..., audit=...)``), so an acknowledged request
+always has its record and a batch that did not commit has none.  Each row is
+keyed by the log position of its fact and its index among that fact's rows;
+``backfill_audit`` relies on that key to make replay after a restart (and the
+migration of an old snapshot's trail) add nothing twice.
 """
 
 from __future__ import annotations
@@ -10,6 +20,8 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 from typing import Sequence
+
+from xce.records import AuditQuery, AuditRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,12 +55,31 @@ class Store(abc.ABC):
     backend: str = ""
 
     @abc.abstractmethod
-    def append(self, epoch: int, records: Sequence[Record]) -> None:
-        """Append ``records`` atomically, all or nothing, durable on return.
+    def append(self, epoch: int, records: Sequence[Record], audit: Sequence[AuditRecord] = ()) -> None:
+        """Append ``records`` and the ``audit`` records they came with atomically, all or nothing,
+        durable on return.
 
         Refused with ``StaleEpoch`` unless ``epoch`` is the lease's current
         epoch, and with ``PositionConflict`` unless the positions continue the
-        log (first = ``last_position() + 1``, consecutive).
+        log (first = ``last_position() + 1``, consecutive) and every audit
+        record's position is one of this batch's.  The audit records get their
+        ``seq`` in the order given.
+        """
+
+    @abc.abstractmethod
+    def backfill_audit(self, epoch: int, audit: Sequence[AuditRecord]) -> int:
+        """Write audit records derived again from facts already in the log; how many were new.
+
+        The records of a position the trail already holds are skipped (all of that position's,
+        so replaying a fact never adds to its records).  Fenced like ``append``.  Used when a
+        controller replays the log's tail at start-up and when an old snapshot's trail moves in.
+        """
+
+    @abc.abstractmethod
+    def query_audit(self, query: AuditQuery) -> list[AuditRecord]:
+        """Audit records matching ``query``, newest (highest ``seq``) first, at most ``query.limit``.
+
+        Reads never wait behind an append in progress (backends read on their own connection).
         """
 
     @abc.abstractmethod
@@ -94,10 +125,66 @@ class Store(abc.ABC):
     def close(self) -> None: ...
 
 
-def check_continuous(last: int, records: Sequence[Record]) -> None:
+def check_continuous(last: int, records: Sequence[Record], audit: Sequence[AuditRecord] = ()) -> None:
     from xce.store.errors import PositionConflict
 
     for i, r in enumerate(records):
         if r.position != last + 1 + i:
             raise PositionConflict(
                 f"append at position {r.position} does not continue the log at {last + i}")
+    if audit:
+        lo, hi = (records[0].position, records[-1].position) if records else (1, 0)
+        for a in audit:
+            if not lo <= a.position <= hi:
+                raise PositionConflict(f"audit record at position {a.position} is not from this batch ({lo}..{hi})")
+
+
+def prefix_bound(prefix: str) -> str | None:
+    """The least string above every string that starts with ``prefix``, in code-point order (which
+    is UTF-8 byte order, SQLite's BINARY and PostgreSQL's "C" collation): a prefix filter becomes
+    the index-friendly range ``prefix <= x < bound``.  None when there is no such bound."""
+    p = prefix.rstrip("\U0010ffff")
+    if not p:
+        return None
+    nxt = ord(p[-1]) + 1
+    return p[:-1] + chr(0xE000 if 0xD800 <= nxt <= 0xDFFF else nxt)  # surrogates are not characters
+
+
+def audit_where(query: AuditQuery, ph: str) -> tuple[str, list[object]]:
+    """The WHERE clause (with ``ph`` as the placeholder) and parameters of ``query``, for both
+    backends: one definition of what each filter means."""
+    clauses: list[str] = []
+    params: list[object] = []
+
+    def add(sql: str, *values: object) -> None:
+        clauses.append(sql.replace("?", ph))
+        params.extend(values)
+
+    if query.since is not None:
+        add("time >= ?", query.since)
+    if query.until is not None:
+        add("time < ?", query.until)
+    if query.user is not None:
+        add("user_name = ?", query.user)
+    if query.action is not None:
+        add("action = ?", query.action)
+    if query.result is not None:
+        add("result = ?", query.result)
+    if query.target:
+        bound = prefix_bound(query.target)
+        if bound is None:
+            add("target >= ?", query.target)
+        else:
+            add("target >= ? AND target < ?", query.target, bound)
+    if query.before_seq is not None:
+        add("seq < ?", query.before_seq)
+    return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+
+AUDIT_COLUMNS = "seq, time, user_name, action, target, result, detail, position, idx"
+
+
+def audit_row(row: Sequence) -> AuditRecord:
+    seq, time, user, action, target, result, detail, position, index = row
+    return AuditRecord(time=time, user=user, action=action, target=target, result=result, detail=detail,
+                       position=position, index=index, seq=seq)

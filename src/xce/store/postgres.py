@@ -1,15 +1,21 @@
 """PostgreSQL store: for a controller pair that fails over, one database shared by both.
 
 Same tables and semantics as the SQLite store (``xce_facts``, ``xce_head``,
-``xce_snapshot``, ``xce_lease``).  Every fenced write is one transaction that
+``xce_snapshot``, ``xce_lease``, ``xce_audit``).  Every fenced write is one transaction that
 first locks the lease row ``FOR SHARE`` (so a new holder's ``acquire_lease``,
 which updates that row, waits for in-flight appends and every later append sees
 the new epoch) and the head row ``FOR UPDATE`` (so two writers cannot both pass
 the continuity check).  Lease times come from the database server's clock, so
 controllers on machines whose clocks disagree still agree on expiry.
 
-Two connections, each behind its own lock: one for the log and snapshots, one
-for the lease, so a renewal never waits behind a large append in this process.
+Three connections, each behind its own lock: one for the log and snapshots, one
+for the lease, so a renewal never waits behind a large append in this process,
+and one for audit queries, so a large query never holds up group commit.
+Audit records are written in the append's transaction, after the head row is
+locked: appends are serialized by that lock, so the trail's ``seq`` (an
+identity column, assigned at insert) grows in commit order, and a reader
+paging by ``seq`` never finds a smaller one committed behind its back.  The
+``target`` column has the "C" collation so that a prefix is an index range.
 A connection that breaks is dropped; the call that saw it raises
 ``StoreUnavailable`` and the next call reconnects.  Calls are never retried
 here: a failed append may or may not be durable, and only the caller can
@@ -24,7 +30,8 @@ from typing import Any, Callable, Sequence, TypeVar
 import psycopg
 from psycopg import conninfo as pg_conninfo
 
-from xce.store.base import Lease, Record, Snapshot, Store, check_continuous
+from xce.store.base import (AUDIT_COLUMNS, AuditQuery, AuditRecord, Lease, Record, Snapshot, Store,
+                            audit_row, audit_where, check_continuous)
 from xce.store.errors import LeaseLost, StaleEpoch, StoreUnavailable
 
 T = TypeVar("T")
@@ -58,7 +65,34 @@ SCHEMA = [
     )""",
     "INSERT INTO xce_lease (name, holder, epoch, expires_at) VALUES ('leader', NULL, 0, 0)"
     " ON CONFLICT (name) DO NOTHING",
+    """CREATE TABLE IF NOT EXISTS xce_audit (
+        seq       BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        position  BIGINT NOT NULL,
+        idx       INTEGER NOT NULL,
+        time      DOUBLE PRECISION NOT NULL,
+        user_name TEXT NOT NULL,
+        action    TEXT NOT NULL,
+        target    TEXT COLLATE "C" NOT NULL,
+        result    TEXT NOT NULL,
+        detail    TEXT NOT NULL,
+        UNIQUE (position, idx)
+    )""",
+    "CREATE INDEX IF NOT EXISTS xce_audit_user ON xce_audit (user_name, seq)",
+    "CREATE INDEX IF NOT EXISTS xce_audit_target ON xce_audit (target, seq)",
+    "CREATE INDEX IF NOT EXISTS xce_audit_time ON xce_audit (time)",
 ]
+
+#: the audit records of a batch, from arrays, in the order given (their seq follows that order)
+INSERT_AUDIT = (
+    "INSERT INTO xce_audit (position, idx, time, user_name, action, target, result, detail)"
+    " SELECT p, i, t, u, a, g, r, d FROM unnest(%s::bigint[], %s::int[], %s::float8[], %s::text[], %s::text[],"
+    " %s::text[], %s::text[], %s::text[]) WITH ORDINALITY AS x(p, i, t, u, a, g, r, d, n) ORDER BY n")
+
+
+def _audit_arrays(audit: Sequence[AuditRecord]) -> tuple[list, ...]:
+    return ([a.position for a in audit], [a.index for a in audit], [a.time for a in audit],
+            [a.user for a in audit], [a.action for a in audit], [a.target for a in audit],
+            [a.result for a in audit], [a.detail for a in audit])
 
 #: the database server's clock, in seconds since the Unix epoch
 NOW = "extract(epoch from clock_timestamp())::float8"
@@ -162,6 +196,7 @@ class PostgresStore(Store):
         self.where = describe_dsn(dsn)
         self._log = _Connection(self._dsn, self.where)
         self._lease = _Connection(self._dsn, self.where)
+        self._read = _Connection(self._dsn, self.where)
         try:
             self._log.run(self._create_schema)
         except StoreUnavailable as e:
@@ -195,14 +230,14 @@ class PostgresStore(Store):
 
     # ------------------------------------------------------------ log
 
-    def append(self, epoch: int, records: Sequence[Record]) -> None:
-        if not records:
+    def append(self, epoch: int, records: Sequence[Record], audit: Sequence[AuditRecord] = ()) -> None:
+        if not records and not audit:
             return
 
         def run(conn: psycopg.Connection) -> None:
             with conn.transaction(), conn.cursor() as cur:
                 last = self._fence(cur, epoch, head=True)
-                check_continuous(last, records)
+                check_continuous(last, records, audit)
                 # the whole batch in one statement, and the head moved in the same one
                 cur.execute(
                     "WITH ins AS ("
@@ -214,8 +249,38 @@ class PostgresStore(Store):
                      [r.position for r in records], [r.type for r in records],
                      [r.version for r in records], [r.payload for r in records],
                      records[-1].position))
+                if audit:
+                    cur.execute(INSERT_AUDIT, _audit_arrays(audit))
 
         self._log.run(run)
+
+    # ------------------------------------------------------------ audit
+
+    def backfill_audit(self, epoch: int, audit: Sequence[AuditRecord]) -> int:
+        if not audit:
+            return 0
+
+        def run(conn: psycopg.Connection) -> int:
+            with conn.transaction(), conn.cursor() as cur:
+                self._fence(cur, epoch, head=True)  # the head lock orders seq with appends
+                have = {p for (p,) in cur.execute(
+                    "SELECT DISTINCT position FROM xce_audit WHERE position = ANY(%s::bigint[])",
+                    (sorted({a.position for a in audit}),)).fetchall()}
+                new = [a for a in audit if a.position not in have]
+                if new:
+                    cur.execute(INSERT_AUDIT, _audit_arrays(new))
+                return len(new)
+
+        return self._log.run(run)
+
+    def query_audit(self, query: AuditQuery) -> list[AuditRecord]:
+        where, params = audit_where(query, "%s")
+
+        def run(conn: psycopg.Connection) -> list[Any]:
+            return conn.execute(f"SELECT {AUDIT_COLUMNS} FROM xce_audit{where} ORDER BY seq DESC LIMIT %s",
+                                (*params, max(0, query.limit))).fetchall()
+
+        return [audit_row(r) for r in self._read.run(run)]
 
     def read_after(self, position: int, limit: int = 10_000) -> list[Record]:
         def run(conn: psycopg.Connection) -> list[Any]:
@@ -303,3 +368,4 @@ class PostgresStore(Store):
     def close(self) -> None:
         self._log.close()
         self._lease.close()
+        self._read.close()

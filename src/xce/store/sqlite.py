@@ -2,7 +2,10 @@
 
 WAL journal with ``synchronous=FULL`` so a committed append survives power
 loss; each append is one ``BEGIN IMMEDIATE`` transaction that checks the lease
-epoch and the log head before inserting, so fencing and continuity are atomic.
+epoch and the log head before inserting, so fencing and continuity are atomic,
+and inserts the batch's audit records in the same transaction.  Audit queries
+run on a second connection: WAL readers never wait for the writer, so a large
+query does not hold up group commit.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ import threading
 import time
 from typing import Sequence
 
-from xce.store.base import Lease, Record, Snapshot, Store, check_continuous
+from xce.store.base import (AUDIT_COLUMNS, AuditQuery, AuditRecord, Lease, Record, Snapshot, Store,
+                            audit_row, audit_where, check_continuous)
 from xce.store.errors import LeaseLost, StaleEpoch, StoreUnavailable
 
 SCHEMA = """
@@ -40,7 +44,32 @@ CREATE TABLE IF NOT EXISTS xce_lease (
     expires_at REAL NOT NULL
 );
 INSERT OR IGNORE INTO xce_lease (name, holder, epoch, expires_at) VALUES ('leader', NULL, 0, 0);
+CREATE TABLE IF NOT EXISTS xce_audit (
+    seq       INTEGER PRIMARY KEY AUTOINCREMENT,
+    position  INTEGER NOT NULL,
+    idx       INTEGER NOT NULL,
+    time      REAL NOT NULL,
+    user_name TEXT NOT NULL,
+    action    TEXT NOT NULL,
+    target    TEXT NOT NULL,
+    result    TEXT NOT NULL,
+    detail    TEXT NOT NULL,
+    UNIQUE (position, idx)
+);
+CREATE INDEX IF NOT EXISTS xce_audit_user ON xce_audit (user_name, seq);
+CREATE INDEX IF NOT EXISTS xce_audit_target ON xce_audit (target, seq);
+CREATE INDEX IF NOT EXISTS xce_audit_time ON xce_audit (time);
 """
+
+INSERT_AUDIT = ("INSERT INTO xce_audit (position, idx, time, user_name, action, target, result, detail)"
+                " VALUES (?,?,?,?,?,?,?,?)")
+
+#: positions looked up per statement when backfilling (SQLite bounds a statement's variables)
+CHUNK = 500
+
+
+def _audit_values(audit: Sequence[AuditRecord]) -> list[tuple]:
+    return [(a.position, a.index, a.time, a.user, a.action, a.target, a.result, a.detail) for a in audit]
 
 
 class SQLiteStore(Store):
@@ -49,12 +78,14 @@ class SQLiteStore(Store):
     def __init__(self, path: str) -> None:
         self.path = path
         self._lock = threading.Lock()
+        self._read_lock = threading.Lock()
         try:
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
                                        timeout=30)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(SCHEMA)
+            self._reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
         except sqlite3.Error as e:
             raise StoreUnavailable(f"cannot open SQLite store {path}: {e}") from e
 
@@ -84,20 +115,53 @@ class SQLiteStore(Store):
 
     # ------------------------------------------------------------ log
 
-    def append(self, epoch: int, records: Sequence[Record]) -> None:
-        if not records:
+    def append(self, epoch: int, records: Sequence[Record], audit: Sequence[AuditRecord] = ()) -> None:
+        if not records and not audit:
             return
 
         def run(cur: sqlite3.Cursor) -> None:
             self._fence(cur, epoch)
             (last,) = cur.execute("SELECT last_position FROM xce_head WHERE id=1").fetchone()
-            check_continuous(last, records)
+            check_continuous(last, records, audit)
             cur.executemany(
                 "INSERT INTO xce_facts (position, epoch, type, version, payload) VALUES (?,?,?,?,?)",
                 [(r.position, epoch, r.type, r.version, r.payload) for r in records])
             cur.execute("UPDATE xce_head SET last_position=? WHERE id=1", (records[-1].position,))
+            if audit:
+                cur.executemany(INSERT_AUDIT, _audit_values(audit))
 
         self._tx(run)
+
+    # ------------------------------------------------------------ audit
+
+    def backfill_audit(self, epoch: int, audit: Sequence[AuditRecord]) -> int:
+        if not audit:
+            return 0
+
+        def run(cur: sqlite3.Cursor) -> int:
+            self._fence(cur, epoch)
+            positions = sorted({a.position for a in audit})
+            have: set[int] = set()
+            for i in range(0, len(positions), CHUNK):
+                chunk = positions[i:i + CHUNK]
+                have.update(p for (p,) in cur.execute(
+                    f"SELECT DISTINCT position FROM xce_audit WHERE position IN ({','.join('?' * len(chunk))})",
+                    chunk))
+            new = [a for a in audit if a.position not in have]
+            cur.executemany(INSERT_AUDIT, _audit_values(new))
+            return len(new)
+
+        return self._tx(run)
+
+    def query_audit(self, query: AuditQuery) -> list[AuditRecord]:
+        where, params = audit_where(query, "?")
+        try:
+            with self._read_lock:
+                rows = self._reader.execute(f"SELECT {AUDIT_COLUMNS} FROM xce_audit{where} ORDER BY seq DESC LIMIT ?",
+                                            (*params, max(0, query.limit))).fetchall()
+        except sqlite3.Error as e:
+            raise StoreUnavailable(f"SQLite: {e}") from e
+        return [audit_row(r) for r in rows]
 
     def read_after(self, position: int, limit: int = 10_000) -> list[Record]:
         with self._lock:
@@ -177,3 +241,5 @@ class SQLiteStore(Store):
     def close(self) -> None:
         with self._lock:
             self._db.close()
+        with self._read_lock:
+            self._reader.close()
