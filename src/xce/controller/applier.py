@@ -14,7 +14,7 @@ from xce.controller.core import Outcome
 from xce.model import Model
 from xce.model import job_claims
 from xce.model.claims import ClaimState
-from xce.model.facts import ClaimPlaced, Fact, JobAllocated
+from xce.model.facts import ClaimCreated, ClaimPlaced, Fact, JobAllocated
 from xce.model.hosts import HostState
 from xce.model.jobs import JobState
 from xce.scheduler.plan import Plan
@@ -35,13 +35,18 @@ class ApplyResult:
 def apply_plan(model: Model, plan: Plan, now: float, config: Config | None = None) -> Outcome:
     outcome = _apply_allocations(model, plan, now, config)
     if config is not None and plan.placements:
-        outcome.facts.extend(_apply_placements(model, plan, now, config, outcome.result))
+        outcome.facts.extend(_apply_placements(model, plan, now, config, outcome.result, outcome.facts))
     return outcome
 
 
-def _apply_placements(model: Model, plan: Plan, now: float, config: Config, result: ApplyResult) -> list[Fact]:
-    """Re-check each claim placement against the current pools; the claim may have been deleted."""
+def _apply_placements(model: Model, plan: Plan, now: float, config: Config, result: ApplyResult,
+                      accepted: list[Fact]) -> list[Fact]:
+    """Re-check each claim placement against the current pools, less what the plan's accepted
+    allocations took for their template claims (``accepted``); the claim may have been deleted."""
     used = pool_use(model)
+    for f in accepted:
+        if isinstance(f, ClaimCreated) and f.pool is not None:
+            used[f.pool] = used.get(f.pool, 0) + f.size_bytes
     facts: list[Fact] = []
     for p in plan.placements:
         claim = model.claims.get(p.claim_id)

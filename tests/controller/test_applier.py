@@ -1,0 +1,275 @@
+"""The plan applier (``xce.controller.applier``) on plain data: a model folded from facts, a ``Plan`` built by hand.
+
+The scheduler plans on a snapshot; by the time its plan is applied the model
+may have moved on.  Each test makes the model move between "snapshot" and
+apply, and checks that exactly the decisions that still hold are committed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from xce.controller.applier import ApplyResult, apply_plan
+from xce.controller.config import parse_config
+from xce.model import Model
+from xce.model import claims as C
+from xce.model import facts as F
+from xce.model import job_claims, jobs
+from xce.model.claims import ClaimState
+from xce.model.identity import Role, User
+from xce.model.job_claims import JobClaimsSpec
+from xce.model.jobs import Job, JobSpec, JobState
+from xce.scheduler.plan import Allocation, Placement, Plan
+
+GiB = 2**30
+CONFIG = parse_config("""
+[[users]]
+name = "admin"
+role = "admin"
+projects = ["default"]
+[[queues]]
+name = "default"
+[[projects]]
+name = "default"
+[[resources]]
+name = "license"
+scope = "cluster"
+amount = 1
+[[pools]]
+name = "p"
+capacity = "10Gi"
+[[claim_classes]]
+name = "vol"
+provider = "simfs"
+pools = ["p"]
+[[claim_classes]]
+name = "scratch"
+provider = "simfs"
+scope = "node"
+counter = "scratch"
+access_modes = ["RWO"]
+[[apps]]
+name = "small"
+claims = [{ name = "kv-cache", claim_class = "vol", size = "1Gi" }]
+[[apps]]
+name = "big"
+claims = [{ name = "kv-cache", claim_class = "vol", size = "6Gi" }]
+""")
+ADMIN = User(name="admin", role=Role.ADMIN, projects=["default"])
+
+
+class World:
+    def __init__(self) -> None:
+        self.model = Model(cluster_id="k")
+        self.now = 100.0
+        self.commit([F.ProjectDefined(time=0, name="default"), F.QueueDefined(time=0, name="default", priority=30),
+                     F.HostRegistered(time=0, name="h1", slots=4, counters={"mem": 8.0 * GiB, "scratch": 50.0 * GiB}),
+                     F.HostRegistered(time=0, name="h2", slots=4, counters={"mem": 8.0 * GiB, "scratch": 50.0 * GiB})])
+
+    def tick(self) -> float:
+        self.now += 1.0
+        return self.now
+
+    def commit(self, facts):
+        for f in facts:
+            self.model.apply(self.model.position + 1, f)
+        return facts
+
+    def submit(self, rerunnable: bool = False, **claims) -> Job:
+        facts, job_id = job_claims.submit(self.model, ADMIN, JobSpec(command=["run"], rerunnable=rerunnable),
+                                          JobClaimsSpec(**claims), self.tick(), CONFIG)
+        self.commit(facts)
+        return self.model.jobs[job_id]
+
+    def standalone(self, name: str, size: str = "1Gi", ready: bool = True) -> C.Claim:
+        facts, claim_id = C.create(self.model, CONFIG, ADMIN, C.ClaimSpec(name=name, class_name="vol", size=size,
+                                                                          access_mode="RWX"), self.tick())
+        self.commit(facts)
+        if ready:
+            epoch = self.commit(C.lease(self.model, C.SHARED_AGENT, "t", self.tick())[0])[0].epoch
+            self.commit([F.ClaimPlaced(time=self.tick(), claim_id=claim_id, pool="p")])
+            op_id = self.model.claims[claim_id].op.op_id
+            self.commit(C.record_intent(self.model, C.SHARED_AGENT, epoch, op_id, claim_id, self.tick()))
+            self.commit(C.record_result(self.model, CONFIG.claims, C.SHARED_AGENT, epoch,
+                                        C.OpResult(op_id=op_id, claim_id=claim_id, ok=True, handle="h"), self.tick()))
+            assert self.model.claims[claim_id].state is ClaimState.READY
+        return self.model.claims[claim_id]
+
+    def apply(self, *decisions: Allocation | Placement) -> ApplyResult:
+        """Apply a plan of these decisions and commit what the applier returns."""
+        plan = Plan(position=self.model.position,
+                    allocations=tuple(d for d in decisions if isinstance(d, Allocation)),
+                    placements=tuple(d for d in decisions if isinstance(d, Placement)))
+        outcome = apply_plan(self.model, plan, self.tick(), CONFIG)
+        self.facts = outcome.facts
+        self.commit(outcome.facts)
+        return outcome.result
+
+
+def on(job: Job, host: str = "h1", slots: int = 1, mem: float = 0.0, license: float = 0.0,
+       pools: dict[str, str] | None = None) -> Allocation:
+    """The scheduler's decision for ``job``'s next run (made on the model as it is now)."""
+    return Allocation(job_id=job.id, run=job.run, hosts=(host,), slots={host: slots},
+                      counters={host: {"mem": mem}} if mem else {}, cluster={"license": license} if license else {},
+                      pools=pools or {})
+
+
+@pytest.fixture
+def w() -> World:
+    return World()
+
+
+def test_accepted_decisions_allocate_the_next_run_and_make_template_claims_with_fresh_distinct_ids(w):
+    data = w.standalone("data")
+    a = w.submit(app="small", claims=("data",))
+    b = w.submit(app="small", scratch="1Gi", claims=("data",))
+    first_claim, first_attachment = w.model.next_claim_id, w.model.next_attachment_id
+    result = w.apply(on(a, pools={"kv-cache": "p"}), on(b, "h2", pools={"kv-cache": "p"}))
+    assert result.accepted == [a.id, b.id] and result.rejected == {}
+    kinds = [(type(f).__name__, getattr(f, "job_id", None), getattr(f, "claim_id", None)) for f in w.facts]
+    assert kinds == [("JobAllocated", a.id, None), ("ClaimCreated", a.id, first_claim),
+                     ("JobAllocated", b.id, None), ("ClaimCreated", b.id, first_claim + 1),
+                     ("ClaimCreated", b.id, first_claim + 2)], "each run's template claims follow its JobAllocated"
+    allocated = {f.job_id: f for f in w.facts if isinstance(f, F.JobAllocated)}
+    assert allocated[a.id].run == allocated[b.id].run == 1
+    assert allocated[a.id].attachments == [{"attachment_id": first_attachment, "claim_id": data.id, "host": "h1",
+                                            "mode": "rw"}]
+    assert allocated[b.id].attachments == [{"attachment_id": first_attachment + 1, "claim_id": data.id, "host": "h2",
+                                            "mode": "rw"}]
+    assert sorted(x.id for x in data.attachments) == [first_attachment, first_attachment + 1]
+    assert [c.name for c in job_claims.run_claims(w.model, a)] == [f"j{a.id}.1:kv-cache"]
+    assert [(c.id, c.kind, c.pool, c.host) for c in job_claims.run_claims(w.model, b)] == [
+        (first_claim + 1, "scratch", None, "h2"), (first_claim + 2, "kv-cache", "p", None)]
+    assert a.state is JobState.PEND and a.allocated and a.hosts == ["h1"] and b.hosts == ["h2"]
+    assert w.model.next_claim_id == first_claim + 3
+    # the next plan's claims never reuse an id
+    c = w.submit(app="small")
+    w.apply(on(c, pools={"kv-cache": "p"}))
+    assert [f.claim_id for f in w.facts if isinstance(f, F.ClaimCreated)] == [first_claim + 3]
+
+
+def test_a_requeued_job_is_allocated_its_next_run(w):
+    job = w.submit(rerunnable=True)
+    w.apply(on(job))
+    w.commit(jobs.kill(w.model, ADMIN, job.id, w.tick(), requeue=True))
+    assert job.run == 1 and not job.allocated
+    result = w.apply(on(job))
+    assert result.accepted == [job.id] and job.run == 2
+
+
+def test_a_decision_for_a_job_that_changed_since_the_snapshot_is_rejected(w):
+    killed, held, allocated, requeued, fine = (w.submit(rerunnable=True) for _ in range(5))
+    stale = [on(j) for j in (killed, held, allocated, requeued, fine)]  # the plan, made on the snapshot
+    stale.append(Allocation(job_id=99, run=0, hosts=("h1",), slots={"h1": 1}, counters={}))
+    # ... and meanwhile:
+    w.commit(jobs.kill(w.model, ADMIN, killed.id, w.tick()))
+    w.commit(jobs.hold(w.model, ADMIN, held.id, w.tick()))
+    w.apply(on(allocated, "h2"))
+    w.apply(on(requeued, "h2"))
+    w.commit(jobs.kill(w.model, ADMIN, requeued.id, w.tick(), requeue=True))  # PEND again, but its run is 1 now
+    result = w.apply(*stale)
+    assert result.rejected == {j: "job changed since the snapshot" for j in (killed.id, held.id, allocated.id,
+                                                                              requeued.id, 99)}
+    assert result.accepted == [fine.id]
+    assert [f.job_id for f in w.facts] == [fine.id]
+    assert (killed.state, held.state, allocated.hosts, requeued.allocated) == (JobState.EXIT, JobState.PSUSP,
+                                                                               ["h2"], False)
+
+
+def test_a_host_that_lost_its_free_slots_meanwhile_rejects_that_decision_only(w):
+    a, b, taker = w.submit(), w.submit(), w.submit()
+    plan = [on(a, "h1", slots=2), on(b, "h2", slots=2)]
+    w.apply(on(taker, "h1", slots=3))  # meanwhile
+    result = w.apply(*plan)
+    assert result.rejected == {a.id: "host h1 has no longer 2 free slots"}
+    assert result.accepted == [b.id] and b.allocated and not a.allocated and a.id in w.model.pending_jobs
+
+
+def test_a_host_that_lost_its_counters_meanwhile_rejects_that_decision_only(w):
+    a, b, taker = w.submit(), w.submit(), w.submit()
+    plan = [on(a, "h1", mem=4 * GiB), on(b, "h2", mem=4 * GiB)]
+    w.apply(on(taker, "h1", mem=6 * GiB))
+    result = w.apply(*plan)
+    assert result.rejected == {a.id: f"host h1 has no longer {4 * GiB:g} mem free"}
+    assert result.accepted == [b.id]
+
+
+def test_a_host_that_went_away_rejects_the_decisions_on_it(w):
+    a, b = w.submit(), w.submit()
+    w.commit([F.HostStateChanged(time=w.tick(), name="h1", state="UNAVAIL", reason="no heartbeat")])
+    result = w.apply(on(a, "h1"), on(b, "nowhere"))
+    assert result.rejected == {a.id: "host h1 is not available", b.id: "host nowhere is not available"}
+    assert w.facts == []
+
+
+def test_two_decisions_competing_for_the_same_slots_or_counters_only_the_first_wins(w):
+    a, b, c, d = (w.submit() for _ in range(4))
+    result = w.apply(on(a, "h1", slots=3), on(b, "h1", slots=2), on(c, "h2", mem=5 * GiB), on(d, "h2", mem=5 * GiB))
+    assert result.accepted == [a.id, c.id]
+    assert result.rejected == {b.id: "host h1 has no longer 2 free slots",
+                               d.id: f"host h2 has no longer {5 * GiB:g} mem free"}
+    assert w.model.hosts["h1"].slots_used == 3 and w.model.hosts["h2"].counters_used() == {"mem": 5.0 * GiB}
+
+
+def test_cluster_counters_are_rechecked_against_holders_and_the_plan_itself(w):
+    a, b, c = w.submit(), w.submit(), w.submit()
+    result = w.apply(on(a, license=1), on(b, "h2", license=1))
+    assert result.accepted == [a.id] and result.rejected == {b.id: "cluster resource license has no longer 1 free"}
+    assert w.apply(on(c, "h2", license=1)).rejected == {c.id: "cluster resource license has no longer 1 free"}
+    w.commit(jobs.kill(w.model, ADMIN, a.id, w.tick()))  # a releases the license
+    assert w.apply(on(c, "h2", license=1)).accepted == [c.id]
+
+
+def test_pool_capacity_is_rechecked_for_a_runs_shared_template_claims(w):
+    a, b, c = (w.submit(app="big") for _ in range(3))  # 6Gi each in pool p of 10Gi
+    result = w.apply(on(a, pools={"kv-cache": "p"}), on(b, pools={"kv-cache": "p"}))
+    assert result.accepted == [a.id]
+    assert result.rejected == {b.id: "pool p no longer has room for its kv-cache claim"}
+    assert w.apply(on(c, pools={"kv-cache": "gone"})).rejected == {c.id: "pool gone no longer has room for its "
+                                                                         "kv-cache claim"}
+    w.commit(jobs.kill(w.model, ADMIN, a.id, w.tick()))  # its claim goes (never created: nothing to release)
+    blocker = w.standalone("blocker", size="5Gi")  # ... and a standalone claim takes room meanwhile
+    assert blocker.pool == "p"
+    assert w.apply(on(b, pools={"kv-cache": "p"})).rejected == {b.id: "pool p no longer has room for its "
+                                                                      "kv-cache claim"}
+
+
+def test_a_standalone_claim_reference_that_became_unusable_rejects_the_decision(w):
+    data, ckpt = w.standalone("data"), w.standalone("ckpt")
+    a, b, fine = w.submit(claims=("data",)), w.submit(claims=("ckpt",)), w.submit()
+    plan = [on(a), on(b), on(fine)]
+    w.commit(C.delete(w.model, ADMIN, "data", w.tick()))  # RELEASING, being deleted
+    w.commit([F.ClaimDeleteRequested(time=w.tick(), claim_id=ckpt.id, by="admin")])
+    epoch = w.commit(C.lease(w.model, C.SHARED_AGENT, "t", w.tick())[0])[0].epoch
+    op_id = ckpt.op.op_id  # the provisioner releases ckpt
+    w.commit(C.record_intent(w.model, C.SHARED_AGENT, epoch, op_id, ckpt.id, w.tick()))
+    w.commit(C.record_result(w.model, CONFIG.claims, C.SHARED_AGENT, epoch,
+                             C.OpResult(op_id=op_id, claim_id=ckpt.id, ok=True), w.tick()))
+    assert (data.state, ckpt.state) == (ClaimState.RELEASING, ClaimState.RELEASED)
+    result = w.apply(*plan)
+    assert result.rejected == {a.id: "claim data is being deleted", b.id: "claim ckpt is being deleted"}
+    assert result.accepted == [fine.id]
+    assert data.attachments == [] and ckpt.attachments == []
+
+
+def test_claim_placements_are_rechecked_against_pool_capacity(w):
+    one, two, gone, odd = (w.standalone(n, size="6Gi", ready=False) for n in ("one", "two", "gone", "odd"))
+    w.commit(C.delete(w.model, ADMIN, "gone", w.tick()))  # deleted before it was placed: RELEASED
+    result = w.apply(Placement(one.id, "p", one.size_bytes), Placement(two.id, "p", two.size_bytes),
+                     Placement(gone.id, "p", gone.size_bytes), Placement(odd.id, "nowhere", odd.size_bytes))
+    assert result.claims_placed == [one.id]
+    assert result.claims_rejected == {two.id: "pool p no longer has room", gone.id: "claim changed since the snapshot",
+                                      odd.id: "pool nowhere is no longer configured"}
+    assert [(type(f), f.claim_id, f.pool) for f in w.facts] == [(F.ClaimPlaced, one.id, "p")]
+    assert one.placed and one.pool == "p" and one.op.kind is C.OpKind.CREATE and not two.placed
+    assert w.apply(Placement(one.id, "p", one.size_bytes)).claims_rejected == {
+        one.id: "claim changed since the snapshot"}, "placed already"
+
+
+def test_a_placement_sees_the_pool_room_the_same_plans_allocations_took(w):
+    job = w.submit(app="big")  # its kv-cache claim: 6Gi in pool p (10Gi)
+    claim = w.standalone("vol", size="6Gi", ready=False)
+    result = w.apply(on(job, pools={"kv-cache": "p"}), Placement(claim.id, "p", claim.size_bytes))
+    assert result.accepted == [job.id]
+    assert result.claims_rejected == {claim.id: "pool p no longer has room"}, "12Gi never go into a 10Gi pool"
+    assert not claim.placed
