@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from xce.controller.applier import ApplyResult, apply_plan
-from xce.controller.config import parse_config
+from xce.config import parse_config
 from xce.model import Model
 from xce.model import claims as C
 from xce.model import facts as F

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from xce.controller.config import ClaimsConfig, parse_config
+from xce.config import ClaimsConfig, parse_config
 from xce.errors import Conflict, InvalidRequest, NotFound
 from xce.model import Model
 from xce.model import claims as C
