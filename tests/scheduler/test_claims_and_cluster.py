@@ -88,3 +88,16 @@ def test_claims_go_to_the_pool_with_room():
                           pending_claims=(ClaimView(1, "x", 40, ("a", "b")), ClaimView(2, "y", 40, ("a", "b")))))
     assert [(c.claim_id, c.pool) for c in p.placements] == [(1, "b")]
     assert p.claim_reasons[2] == "no pool has room for 40: a has 10 free, b has 10 free"
+
+
+def test_standalone_placements_see_the_pool_room_the_cycles_allocations_took():
+    """A shared template claim allocated in this cycle takes pool room first: a standalone claim that
+    no longer fits waits for the next cycle, with the room left as its reason."""
+    gib = 2**30
+    templated = JobView(id=1, run=0, queue="q", priority=1, slots=1, resreq="",
+                        pool_needs=(("scratch", ("p",), 6 * gib),))
+    p = plan(HOSTS, [templated], pools=(PoolView(name="p", capacity=10 * gib, free=10 * gib),),
+             pending_claims=(ClaimView(id=7, name="ckpt", size=6 * gib, pools=("p",)),))
+    assert [a.job_id for a in p.allocations] == [1] and dict(p.allocations[0].pools) == {"scratch": "p"}
+    assert p.placements == ()
+    assert p.claim_reasons[7] == "no pool has room for 6Gi: p has 4Gi free"

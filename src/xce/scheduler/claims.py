@@ -13,8 +13,11 @@ from xce.scheduler.snapshot import Snapshot
 from xce.units import format_size
 
 
-def place_claims(snap: Snapshot) -> tuple[tuple[Placement, ...], dict[int, str]]:
-    free = {p.name: p.free for p in snap.pools}
+def place_claims(snap: Snapshot, pool_free: dict[str, int] | None = None,
+                 ) -> tuple[tuple[Placement, ...], dict[int, str]]:
+    """Standalone claims into pools, largest free first; ``pool_free``: the room left once the same
+    cycle's allocations took theirs (default: the snapshot's)."""
+    free = dict(pool_free) if pool_free is not None else {p.name: p.free for p in snap.pools}
     placements: list[Placement] = []
     reasons: dict[int, str] = {}
     for claim in sorted(snap.pending_claims, key=lambda c: c.id):

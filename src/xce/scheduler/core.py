@@ -215,7 +215,7 @@ def schedule(snap: Snapshot) -> Plan:
             pool_free[pool] -= next(size for k, _, size in job.pool_needs if k == kind)
         allocations.append(Allocation(job_id=job.id, run=job.run, hosts=hosts, slots=slots, counters=counters,
                                       cluster=cluster_need, pools=pools))
-    placements, claim_reasons = place_claims(snap)
+    placements, claim_reasons = place_claims(snap, pool_free)  # what this cycle's allocations left
     return Plan(position=snap.position, allocations=tuple(allocations), pending_reasons=reasons,
                 placements=placements, claim_reasons=claim_reasons)
 
