@@ -322,3 +322,17 @@ def test_a_model_loaded_from_a_snapshot_still_offers_open_attachment_ops():
     assert [op.op_id for _, op, _ in C.due_ops(m.model, C.SHARED_AGENT, m.now)] == ["a9.attach"]
     restored = Model.from_snapshot(json.loads(json.dumps(m.model.to_snapshot())))
     assert [op.op_id for _, op, _ in C.due_ops(restored, C.SHARED_AGENT, m.now)] == ["a9.attach"]
+
+
+def test_every_list_of_access_modes_is_the_enums():
+    """The config (below the model) and the provider contract (a spec of its own) keep plain tuples;
+    they must say what ``AccessMode`` says."""
+    import typing
+
+    from xce.api.schemas import ClaimCreateRequest
+    from xce.config import ACCESS_MODES
+    from xce.providers.contract import ACCESS_MODES as CONTRACT_MODES
+
+    modes = tuple(m.value for m in C.AccessMode)
+    assert ACCESS_MODES == CONTRACT_MODES == modes
+    assert typing.get_args(ClaimCreateRequest.model_fields["access_mode"].annotation) == modes

@@ -34,6 +34,7 @@ from xce.scheduler.claims import place_claims
 from xce.scheduler.plan import Allocation, Plan
 from xce.resreq import ResReq, ResReqError, parse_resreq
 from xce.scheduler.snapshot import HostView, JobView, Snapshot
+from xce.units import format_size
 
 
 @dataclass
@@ -264,8 +265,6 @@ def _pick_pools(job: JobView, pool_free: dict[str, int]) -> dict[str, str] | str
     for kind, pools, size in job.pool_needs:
         fits = [p for p in pools if pool_free.get(p, 0) - taken.get(p, 0) >= size]
         if pools and not fits:
-            from xce.units import format_size
-
             room = ", ".join(f"{p} has {format_size(max(pool_free.get(p, 0) - taken.get(p, 0), 0))} free"
                              for p in pools)
             return f"no pool has room for its {kind} claim ({format_size(size)}): {room}"
@@ -346,8 +345,6 @@ def _place_with_claims(cycle: _Cycle, rr: ResReq, job: JobView, claimed: _Claime
             if remaining == 0:
                 return placed
     if job.node_counters and not any(node_room(i) for i in cands):
-        from xce.units import format_size
-
         room = ", ".join(f"{format_size(v)} {n}" for n, v in job.node_counters.items())
         return f"no matching host has {room} free for its template claims; {len(cands)} host(s) match"
     where = f"{restricted}: " if restricted else ""

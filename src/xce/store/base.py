@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from xce.records import AuditQuery, AuditRecord
+from xce.store.errors import PositionConflict
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,8 +127,6 @@ class Store(abc.ABC):
 
 
 def check_continuous(last: int, records: Sequence[Record], audit: Sequence[AuditRecord] = ()) -> None:
-    from xce.store.errors import PositionConflict
-
     for i, r in enumerate(records):
         if r.position != last + 1 + i:
             raise PositionConflict(

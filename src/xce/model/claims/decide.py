@@ -72,7 +72,7 @@ def create(model: Model, config: Config, actor: User, spec: ClaimSpec, now: floa
     try:
         mode = AccessMode(spec.access_mode)
     except ValueError:
-        raise InvalidRequest(f"unknown access mode {spec.access_mode!r}: expected RWO, ROX, RWX or RWOP") from None
+        raise InvalidRequest(f"unknown access mode {spec.access_mode!r}: expected {', '.join(AccessMode)}") from None
     if mode.value not in cls.access_modes:
         raise InvalidRequest(f"claim class {cls.name!r} does not allow access mode {mode.value} "
                              f"(allowed: {', '.join(cls.access_modes)})")
