@@ -39,3 +39,14 @@ class Context:
                         getattr(self.args, "config", None))
             self._client = Client(s.url, s.token)
         return self._client
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a positive integer, or a usage error that says what was given."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value

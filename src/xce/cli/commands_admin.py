@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from xce.cli.base import Parser
+from xce.cli.base import Parser, positive_int
 from urllib.parse import quote
 
 from xce.cli.errors import EXIT_OK
@@ -69,7 +69,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     a.add_argument("--target", help="only targets starting with this: claim/ckpt, job/12, token/")
     a.add_argument("--action", help="only this action: 'POST /v1/jobs', claim.state, orphan")
     a.add_argument("--result", help="only this result: ok, or a refusal code (forbidden, not_found...)")
-    a.add_argument("--limit", type=_positive_int, default=AUDIT_CLI_LIMIT,
+    a.add_argument("--limit", type=positive_int, default=AUDIT_CLI_LIMIT,
                    help=f"the newest N records that match (default {AUDIT_CLI_LIMIT}; fetched page by page)")
     a.add_argument("--all", action="store_true", help="every record that matches, however many")
     a.set_defaults(func=cmd_audit)
@@ -201,12 +201,3 @@ def cmd_audit(args, ctx) -> int:
         ("TIME", "USER", "ACTION", "TARGET", "RESULT", "DETAIL"),
         ((when(r["time"]), r["user"], r["action"], r["target"], r["result"], r["detail"]) for r in rs)))
 
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value

@@ -13,7 +13,7 @@ import re
 import sys
 from typing import Any
 
-from xce.cli.base import Parser
+from xce.cli.base import Parser, positive_int
 from xce.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
 from xce.client import ApiError, Client
 from xce.cli.output import fields, print_json, print_table, table, when
@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     s = sub.add_parser("submit", parents=[common], help="submit a job (like bsub)",
                        usage="xce submit [options] -- CMD [ARGS...]")
     s.add_argument("-q", "--queue", help="queue (default: the default queue)")
-    s.add_argument("-n", "--slots", type=_positive_int, default=1, help="slots (default 1)")
+    s.add_argument("-n", "--slots", type=positive_int, default=1, help="slots (default 1)")
     s.add_argument("-R", "--resreq", default="",
                    help="resource requirement: select[...] rusage[...] span[...] order[...]")
     s.add_argument("-J", "--name", help="job name; NAME[1-100] submits a job array")
@@ -60,7 +60,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     j.add_argument("-q", "--queue")
     j.add_argument("--state", action="append", choices=JOB_STATES, type=str.upper,
                    help="only jobs in this state (repeatable)")
-    j.add_argument("--limit", type=_positive_int, default=LIST_LIMIT,
+    j.add_argument("--limit", type=positive_int, default=LIST_LIMIT,
                    help=f"at most this many jobs, the newest (default {LIST_LIMIT}, at most {MAX_LIST_LIMIT})")
     j.set_defaults(func=cmd_jobs)
 
@@ -80,16 +80,6 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         a = sub.add_parser(name, parents=[common], help=what)
         a.add_argument("ids", nargs="+", metavar="ID")
         a.set_defaults(func=cmd_action, action=path)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return n
 
 
 # ---------------------------------------------------------------- submit
