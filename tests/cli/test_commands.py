@@ -194,3 +194,18 @@ def test_version_needs_no_controller():
 
     r = cli({"XCE_URL": "", "XCE_TOKEN": "", "XCE_CONFIG": ""}, "--version")
     assert r.returncode == 0 and r.stdout == f"xce {xce.__version__}\n"
+
+
+def test_each_command_is_built_from_the_module_that_registers_it():
+    """``xce CMD`` builds only CMD's module's parsers (a one-shot call starts faster): the table that
+    says which module that is must name every command the whole parser has, and no other."""
+    from xce.cli.main import COMMANDS, _command, build_parser
+
+    full = build_parser()
+    choices = set(full._subparsers._group_actions[0].choices)
+    assert set(COMMANDS) == choices
+    for command, module in COMMANDS.items():
+        assert command in build_parser(module)._subparsers._group_actions[0].choices
+    assert _command(["--url", "http://x", "--json", "submit", "--", "ls"]) == "submit"
+    assert _command(["--config", "jobs", "ping"]) == "ping"
+    assert _command(["--json"]) is None

@@ -30,21 +30,49 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
-def build_parser() -> Parser:
-    from xce.cli import commands_admin, commands_claims, commands_daemons, commands_jobs
+# which module registers each command: a one-shot ``xce submit`` imports and builds only its own
+# module's parsers (tests/cli checks this table against the full parser)
+COMMANDS = {
+    **dict.fromkeys(("submit", "jobs", "job", "kill", "requeue", "hold", "release"), "commands_jobs"),
+    **dict.fromkeys(("claim", "claimclass", "orphans"), "commands_claims"),
+    **dict.fromkeys(("ping", "queues", "projects", "hosts", "resources", "users", "user", "token", "audit"),
+                    "commands_admin"),
+    **dict.fromkeys(("controller", "worker", "provisioner", "up", "down"), "commands_daemons"),
+}
+_TAKES_VALUE = ("--url", "--token", "--config")
+
+
+def build_parser(only: str | None = None) -> Parser:
+    """The whole command line, or (``only``) just the commands one module registers."""
+    import importlib
 
     common = _common()
     p = Parser(prog="xce", parents=[common], description="XCE workload manager (alias: xcecli)")
     p.add_argument("--version", action="version", version=f"xce {xce.__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    for module in (commands_jobs, commands_claims, commands_admin, commands_daemons):
-        module.register(sub, common)
+    modules = [only] if only else sorted(set(COMMANDS.values()), key=list(COMMANDS.values()).index)
+    for name in modules:
+        importlib.import_module(f"xce.cli.{name}").register(sub, common)
     return p
 
 
+def _command(argv: list[str]) -> str | None:
+    """The command word of ``argv`` (global options may come first), if any."""
+    it = iter(argv)
+    for word in it:
+        if word == "--":
+            return None
+        if word in _TAKES_VALUE:
+            next(it, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(COMMANDS.get(_command(words) or ""))
+    args = parser.parse_args(words)
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help(sys.stderr)
