@@ -360,6 +360,14 @@ def test_simfs_imports_no_xce_module_but_the_package():
     assert json.loads(out) == ["xce", "xce.providers", "xce.providers.simfs"]
 
 
+def test_btrfs_imports_no_xce_module_but_the_package():
+    """Like simfs, the btrfs provider is spawned per batch and speaks the contract from its text."""
+    code = ("import json, sys, xce.providers.btrfs; "
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('xce', 'pydantic', 'fastapi')))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == ["xce", "xce.providers", "xce.providers.btrfs"]
+
+
 # ---------------------------------------------------------------------------
 # The schema
 
