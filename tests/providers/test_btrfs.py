@@ -13,8 +13,10 @@ import contextlib
 import errno
 import json
 import os
+import pwd
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -210,6 +212,32 @@ def test_crash_shaped_leftovers_are_swept(bt, fs):
     assert sorted(os.listdir(bt.root / "volumes")) == sorted([keep.handle, handle])
     listing = subvolumes(fs)
     assert ".new-" not in listing and ".gone-" not in listing
+
+
+def test_concurrent_retries_of_one_op_id_make_one_volume(bt):
+    results: list[ProviderReply] = []
+
+    def one() -> None:
+        results.append(bt.one(create("op-same", 1)))
+
+    threads = [threading.Thread(target=one) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(r.ok for r in results) and len({r.handle for r in results}) == 1 and len(results) == 6
+    assert list(bt.objects()) == [results[0].handle]
+
+
+def test_set_owner_gives_the_volume_to_its_owner(bt):
+    bt.config.update(set_owner=True)
+    nobody = pwd.getpwnam("nobody")
+    r = bt.ok(create("op-1", 1, **{"xce.owner": "nobody"}))
+    st = os.stat(r.path)
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (nobody.pw_uid, nobody.pw_gid, 0o700)
+    assert_error(bt.one(create("op-2", 2, **{"xce.owner": "no-such-user-xce"})), ErrorCode.NOT_FOUND, False,
+                 "has no account")
+    assert list(bt.objects()) == [r.handle]
 
 
 # ---------------------------------------------------------------------------
