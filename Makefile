@@ -12,10 +12,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# System packages the tests need (root, Debian): PostgreSQL server binaries and venv support.
+# System packages the tests need (root, Debian): PostgreSQL server binaries, btrfs-progs (the btrfs
+# provider's tests make a loop-file btrfs filesystem) and venv support.
 deps:
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
 		apt-get update -q && (apt-get install -y -q postgresql-15 || apt-get install -y -q postgresql); fi
+	@command -v mkfs.btrfs >/dev/null 2>&1 || apt-get install -y -q btrfs-progs || \
+		{ apt-get update -q && apt-get install -y -q btrfs-progs; }
 	@$(PY) -m venv --help >/dev/null 2>&1 || { apt-get update -q; apt-get install -y -q python3-venv; }
 
 dev: $(STAMP)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from xce.providers import (
+    CAPABILITY_FLAGS,
     CONTRACT_VERSION,
     OPS,
     ContractError,
@@ -28,6 +29,7 @@ from xce.providers import (
     request_document,
 )
 from xce.providers import simfs
+from xce.providers.contract import OPTIONAL_WIRE_FIELDS
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs" / "providers.md"
@@ -83,10 +85,18 @@ def create_request(op_id: str = "op-1", claim_id: int = 7, **kw) -> ProviderRequ
 
 def test_request_round_trip_every_field():
     req = create_request(claim_name="ckpt-7", class_name="shared-fs", size_bytes=1 << 30, access_mode="RWOP",
-                         params={"tier": "fast"}, readonly=True)
+                         params={"tier": "fast"}, readonly=True, source_handle="s7-snap")
     wire = req.to_json()
     assert set(wire) == set(ProviderRequest.__dataclass_fields__)
     assert ProviderRequest.from_json(json.loads(json.dumps(wire))) == req
+
+
+def test_fields_added_since_the_first_text_are_sent_only_when_set():
+    """A provider written before source_handle sees exactly the documents it always saw."""
+    wire = create_request().to_json()
+    assert "source_handle" not in wire
+    assert set(wire) == set(ProviderRequest.__dataclass_fields__) - set(OPTIONAL_WIRE_FIELDS)
+    assert ProviderRequest.from_json(wire) == create_request()
 
 
 def test_request_from_json_fills_defaults():
@@ -130,6 +140,14 @@ def test_request_refuses_malformed_fields(kw, fragment):
     ({"op": "node_prepare", "host": "h1", "tags": owner_tags("c1", 7, "op-1")}, "handle or a claim_id"),
     ({"op": "node_publish", "handle": "v1", "host": "h1", "target_path": "rel/path"}, "absolute"),
     ({"op": "node_publish", "handle": "v1", "host": "h1"}, "needs target_path"),
+    ({"op": "create_snapshot", "handle": "v1", "tags": owner_tags("c1", 7, "op-1")}, "needs claim_id"),
+    ({"op": "create_snapshot", "claim_id": 7, "tags": owner_tags("c1", 7, "op-1")}, "needs handle"),
+    ({"op": "create_snapshot", "claim_id": 7, "handle": "v1"}, "owner tags"),
+    ({"op": "delete_snapshot"}, "needs handle"),
+    ({"op": "expand", "handle": "v1"}, "expand needs size_bytes"),
+    ({"op": "expand", "size_bytes": 5}, "needs handle"),
+    ({"op": "attach", "handle": "v1", "host": "h1", "source_handle": "s1"}, "only for create"),
+    ({"op": "create", "claim_id": 7, "tags": owner_tags("c1", 7, "op-1"), "source_handle": ""}, "source_handle"),
 ])
 def test_request_refuses_what_its_op_cannot_do_without(kw, fragment):
     with pytest.raises(ContractError, match=fragment):
@@ -167,8 +185,14 @@ def test_encoded_request_document():
 FULL_OK = reply_ok("op-1", handle="v7-abc", size_bytes=2048, reachable_hosts=["h1", "h3"],
                    host_labels={"fs": "lustre"}, path="/srv/v7/data",
                    objects=[{"handle": "v7-abc", "tags": {"xce.claim": "7"}, "size_bytes": 2048,
-                             "created": 1700000000.5}],
-                   healthy=True, message="made it")
+                             "created": 1700000000.5},
+                            {"handle": "s7-abc", "tags": {"xce.claim": "7"}, "size_bytes": 2048,
+                             "created": 1700000001, "used_bytes": 1024, "kind": "snapshot",
+                             "source_handle": "v7-abc"}],
+                   healthy=True, message="made it", used_bytes=1024, capacity_bytes=1 << 40,
+                   available_bytes=1 << 39,
+                   capabilities={"create_snapshot": True, "clone": True, "expand": True,
+                                 "online_expand": False, "access_modes": ["RWO", "RWX"]})
 
 
 @pytest.mark.parametrize("reply", [
@@ -232,6 +256,22 @@ MALFORMED_REPLIES = [
     ("retryable", {"op_id": "a", "ok": False, "error": {"code": "X", "message": "", "retryable": "yes"}}),
     ("unexpected fields handle", {"op_id": "a", "ok": False, "handle": "v1",
                                   "error": {"code": "X", "message": "", "retryable": True}}),
+    ("used_bytes", {"op_id": "a", "ok": True, "used_bytes": -1}),
+    ("capacity_bytes", {"op_id": "a", "ok": True, "capacity_bytes": "1T"}),
+    ("available_bytes", {"op_id": "a", "ok": True, "available_bytes": True}),
+    ("missing online_expand", {"op_id": "a", "ok": True, "capabilities": {
+        "create_snapshot": True, "clone": True, "expand": True, "access_modes": []}}),
+    ("unexpected snapshot", {"op_id": "a", "ok": True, "capabilities": {
+        "create_snapshot": True, "clone": True, "expand": True, "online_expand": True, "access_modes": [],
+        "snapshot": True}}),
+    ("clone", {"op_id": "a", "ok": True, "capabilities": {
+        "create_snapshot": True, "clone": "yes", "expand": True, "online_expand": True, "access_modes": []}}),
+    ("access_modes", {"op_id": "a", "ok": True, "capabilities": {
+        "create_snapshot": True, "clone": True, "expand": True, "online_expand": True, "access_modes": ["rw"]}}),
+    ("kind", {"op_id": "a", "ok": True, "objects": [{"handle": "v1", "tags": {}, "kind": "clone"}]}),
+    ("used_bytes", {"op_id": "a", "ok": True, "objects": [{"handle": "v1", "tags": {}, "used_bytes": "1"}]}),
+    ("unexpected fields used_bytes", {"op_id": "a", "ok": False, "used_bytes": 1,
+                                      "error": {"code": "X", "message": "", "retryable": True}}),
 ]
 
 
@@ -261,6 +301,13 @@ def test_check_reply_demands_what_each_op_answers():
         check_reply(ProviderRequest(op_id="h", op="health"), reply_ok("h"))
     with pytest.raises(ContractError, match="different request"):
         check_reply(create_request(), reply_ok("op-2", handle="v7"))
+    snap = ProviderRequest(op_id="s", op="create_snapshot", claim_id=7, handle="v7", tags=owner_tags("c1", 7, "s"))
+    with pytest.raises(ContractError, match="lacks size_bytes"):
+        check_reply(snap, reply_ok("s", handle="s7"))
+    with pytest.raises(ContractError, match="lacks size_bytes"):
+        check_reply(ProviderRequest(op_id="e", op="expand", handle="v7", size_bytes=9), reply_ok("e"))
+    with pytest.raises(ContractError, match="lacks capabilities"):
+        check_reply(ProviderRequest(op_id="c", op="capabilities"), reply_ok("c"))
 
 
 # ---------------------------------------------------------------------------
@@ -302,7 +349,7 @@ def test_package_exports_are_lazy_but_complete():
         assert getattr(p, name) is not None
     with pytest.raises(AttributeError):
         p.no_such_name  # noqa: B018
-    assert OPS[0] == "create" and len(OPS) == 9
+    assert OPS[0] == "create" and len(OPS) == 13
 
 
 def test_simfs_imports_no_xce_module_but_the_package():
@@ -311,6 +358,14 @@ def test_simfs_imports_no_xce_module_but_the_package():
             "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('xce', 'pydantic', 'fastapi')))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == ["xce", "xce.providers", "xce.providers.simfs"]
+
+
+def test_btrfs_imports_no_xce_module_but_the_package():
+    """Like simfs, the btrfs provider is spawned per batch and speaks the contract from its text."""
+    code = ("import json, sys, xce.providers.btrfs; "
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('xce', 'pydantic', 'fastapi')))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == ["xce", "xce.providers", "xce.providers.btrfs"]
 
 
 # ---------------------------------------------------------------------------
@@ -383,6 +438,11 @@ def test_every_request_the_contract_builds_is_valid_against_schema(schema):
         ProviderRequest(op_id="np2", op="node_prepare", handle="n1", host="h1", tags=owner_tags("c1", 3, "np2")),
         ProviderRequest(op_id="pub", op="node_publish", handle="n1", host="h1", target_path="/x/y", readonly=True),
         ProviderRequest(op_id="unp", op="node_unpublish", handle="n1", host="h1"),
+        create_request("clone", 8, size_bytes=5, source_handle="s1"),
+        ProviderRequest(op_id="cs", op="create_snapshot", claim_id=3, handle="v1", tags=owner_tags("c1", 3, "cs")),
+        ProviderRequest(op_id="ds", op="delete_snapshot", handle="s1"),
+        ProviderRequest(op_id="ex", op="expand", handle="v1", size_bytes=10),
+        ProviderRequest(op_id="cap", op="capabilities"),
     ]
     assert {r.op for r in reqs} == set(OPS)
     assert errors(schema.request, json.loads(encode_request_document("c1", {"k": "v"}, reqs))) == []
@@ -398,6 +458,9 @@ def test_every_request_the_contract_builds_is_valid_against_schema(schema):
     lambda r: r.update(claim_id=None),
     lambda r: r.update(op="attach"),  # attach without handle/host
     lambda r: r.update(target_path="relative"),
+    lambda r: r.update(source_handle=""),
+    lambda r: r.update(op="create_snapshot", handle=None),
+    lambda r: r.update(op="expand", handle="v1", size_bytes=0),
 ])
 def test_schema_refuses_malformed_requests(schema, mutate):
     doc = json.loads(encode_request_document("c1", {}, [create_request()]))
@@ -452,3 +515,34 @@ def test_real_simfs_replies_are_valid_against_schema(schema, tmp_path):
                                                   True, True, False, False]
     assert {r.error_code for r in replies.values() if not r.ok} == {
         "NOT_REACHABLE", "NOT_FOUND", "INVALID_ARGUMENT", "RESOURCE_EXHAUSTED"}
+
+
+def test_simfs_capabilities_and_the_ops_it_cannot_do(schema, tmp_path):
+    """simfs says it can snapshot, clone and expand nothing, and refuses each for good if asked anyway."""
+    root = tmp_path / "simfs"
+    root.mkdir()
+    reqs = [
+        ProviderRequest(op_id="cap", op="capabilities"),
+        create_request("clone", 8, size_bytes=5, source_handle="s1"),
+        ProviderRequest(op_id="cs", op="create_snapshot", claim_id=3, handle="v1", tags=owner_tags("c1", 3, "cs")),
+        ProviderRequest(op_id="ds", op="delete_snapshot", handle="s1"),
+        ProviderRequest(op_id="ex", op="expand", handle="v1", size_bytes=10),
+    ]
+    out = subprocess.run(simfs.command(), input=encode_request_document("c1", {"root": str(root)}, reqs),
+                         capture_output=True, check=True).stdout
+    assert errors(schema.reply, json.loads(out)) == []
+    replies = {e["op_id"]: ProviderReply.from_json(e) for e in decode_reply_document(out)}
+    for req in reqs:
+        check_reply(req, replies[req.op_id])
+    cap = replies["cap"].capabilities
+    assert {f: cap[f] for f in CAPABILITY_FLAGS} == dict.fromkeys(CAPABILITY_FLAGS, False)
+    assert cap["access_modes"] == ["RWO", "ROX", "RWX", "RWOP"]
+    for op_id in ("clone", "cs", "ds", "ex"):
+        assert (replies[op_id].error_code, replies[op_id].retryable) == ("UNSUPPORTED", False), op_id
+    assert "content source" in replies["clone"].message
+    assert not (root / "volumes").exists() or list((root / "volumes").iterdir()) == []  # no empty "clone"
+
+
+def test_schema_lists_the_contracts_ops_and_capabilities():
+    assert SCHEMA["$defs"]["op"]["enum"] == list(OPS)
+    assert set(SCHEMA["$defs"]["capabilities"]["required"]) == {*CAPABILITY_FLAGS, "access_modes"}

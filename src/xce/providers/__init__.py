@@ -6,6 +6,8 @@ General layout (one job per module):
                 error codes and ``ContractError`` (the package's only exception); pure
 - ``runner``    ``run_provider``: spawn a provider (``posix_spawn``), one batch
                 in, one reply per request out, whatever the provider does
+- ``btrfs``     the first real provider: a btrfs subvolume per claim, qgroup
+                limits, snapshots, clones and online growth
 - ``simfs``     the simulated storage provider shipped with XCE and the
                 contract's reference implementation; also a fault-injection CLI
 
@@ -16,6 +18,7 @@ use rather than here.  ``docs/providers.md`` is the contract's text.
 
 __all__ = [
     "ACCESS_MODES",
+    "CAPABILITY_FLAGS",
     "CONTRACT_VERSION",
     "ContractError",
     "ErrorCode",

@@ -34,7 +34,15 @@ from xce.errors import XceError
 CONTRACT_VERSION = 1
 
 OPS = ("create", "attach", "detach", "release", "health", "list",
-       "node_prepare", "node_publish", "node_unpublish")
+       "node_prepare", "node_publish", "node_unpublish",
+       "create_snapshot", "delete_snapshot", "expand", "capabilities")
+
+# What a provider says it can do (the ``capabilities`` op).  A provider that
+# answers ``capabilities`` with UNSUPPORTED (one written before the op
+# existed) can do none of the flags; callers refuse those operations for its
+# classes rather than send them.
+CAPABILITY_FLAGS = ("create_snapshot", "clone", "expand", "online_expand")
+OBJECT_KINDS = ("volume", "snapshot")
 
 ACCESS_MODES = ("RWO", "ROX", "RWX", "RWOP")
 
@@ -107,8 +115,15 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "node_prepare": ("host",),  # and a handle, or a claim_id to derive one from
     "node_publish": ("handle", "host", "target_path"),
     "node_unpublish": ("handle", "host"),
+    "create_snapshot": ("claim_id", "handle"),  # handle: the volume to snapshot
+    "delete_snapshot": ("handle",),
+    "expand": ("handle",),  # and size_bytes > 0: the new size
+    "capabilities": (),
 }
-MAKES_OBJECTS = ("create", "node_prepare")
+MAKES_OBJECTS = ("create", "node_prepare", "create_snapshot")
+# Request fields added to contract 1 after its first text: sent only when set,
+# so a provider written before them sees the documents it always saw.
+OPTIONAL_WIRE_FIELDS = ("source_handle",)
 
 
 @dataclass(frozen=True)
@@ -128,6 +143,10 @@ class ProviderRequest:
     host: str | None = None  # attach, detach, node_*
     target_path: str | None = None  # node_publish: where the caller will bind-mount
     readonly: bool = False
+    # create: the content source (CSI VolumeContentSource), a snapshot or volume handle of the same
+    # provider; the new volume starts as a copy of it.  Only a provider whose capabilities say
+    # ``clone`` may be sent one.
+    source_handle: str | None = None
 
     def __post_init__(self) -> None:
         where = f"request {self.op_id!r}" if isinstance(self.op_id, str) else "request"
@@ -144,8 +163,10 @@ class ProviderRequest:
         # private copies: a frozen request must not change through a dict the caller still holds
         object.__setattr__(self, "params", _str_map(self.params, f"{where}: params"))
         object.__setattr__(self, "tags", _str_map(self.tags, f"{where}: tags"))
-        for name in ("handle", "host", "target_path"):
+        for name in ("handle", "host", "target_path", "source_handle"):
             _opt_str(getattr(self, name), f"{where}: {name}", nonempty=True)
+        if self.source_handle is not None and self.op != "create":
+            raise ContractError(f"{where}: source_handle is only for create, not {self.op}")
         if self.target_path is not None and not self.target_path.startswith("/"):
             raise ContractError(f"{where}: target_path must be absolute, got {self.target_path!r}")
         _bool(self.readonly, f"{where}: readonly")
@@ -154,6 +175,8 @@ class ProviderRequest:
                 raise ContractError(f"{where}: {self.op} needs {name}")
         if self.op == "node_prepare" and self.handle is None and self.claim_id is None:
             raise ContractError(f"{where}: node_prepare needs a handle or a claim_id")
+        if self.op == "expand" and self.size_bytes <= 0:
+            raise ContractError(f"{where}: expand needs size_bytes, the new size")
         if self.op in MAKES_OBJECTS:
             missing = [t for t in OWNER_TAGS if t not in self.tags]
             if missing:
@@ -165,12 +188,17 @@ class ProviderRequest:
                                     f"not the claim_id {self.claim_id}")
 
     def to_json(self) -> dict[str, Any]:
-        """The wire form: every field, always (providers can rely on each key being there)."""
-        return {"op_id": self.op_id, "op": self.op, "claim_id": self.claim_id,
-                "claim_name": self.claim_name, "class_name": self.class_name,
-                "size_bytes": self.size_bytes, "access_mode": self.access_mode,
-                "params": dict(self.params), "tags": dict(self.tags), "handle": self.handle,
-                "host": self.host, "target_path": self.target_path, "readonly": self.readonly}
+        """The wire form: every field of contract 1's first text, always (providers can rely on each
+        key being there); the fields added since (``OPTIONAL_WIRE_FIELDS``) only when they are set."""
+        d = {"op_id": self.op_id, "op": self.op, "claim_id": self.claim_id,
+             "claim_name": self.claim_name, "class_name": self.class_name,
+             "size_bytes": self.size_bytes, "access_mode": self.access_mode,
+             "params": dict(self.params), "tags": dict(self.tags), "handle": self.handle,
+             "host": self.host, "target_path": self.target_path, "readonly": self.readonly}
+        for name in OPTIONAL_WIRE_FIELDS:
+            if getattr(self, name) is not None:
+                d[name] = getattr(self, name)
+        return d
 
     @classmethod
     def from_json(cls, d: Any) -> ProviderRequest:
@@ -197,9 +225,15 @@ def owner_tags(cluster_id: str, claim_id: int, op_id: str, **more: str) -> dict[
 # Replies
 
 _OK_FIELDS = frozenset({"op_id", "ok", "handle", "size_bytes", "reachable_hosts", "host_labels",
-                        "path", "objects", "healthy", "message"})
+                        "path", "objects", "healthy", "message",
+                        "used_bytes", "capacity_bytes", "available_bytes", "capabilities"})
 _ERROR_FIELDS = frozenset({"op_id", "ok", "error"})
 _OBJECT_FIELDS = frozenset({"handle", "tags", "size_bytes", "created"})
+# optional on a listed object; kept only when the provider sent them
+_OBJECT_OPTIONAL_FIELDS = frozenset({"used_bytes", "kind", "source_handle"})
+# the ok-reply fields that are null (absent on the wire) unless an op answers them
+_VALUE_FIELDS = ("handle", "size_bytes", "reachable_hosts", "path", "objects", "healthy",
+                 "used_bytes", "capacity_bytes", "available_bytes", "capabilities")
 
 
 @dataclass(frozen=True)
@@ -220,6 +254,10 @@ class ProviderReply:
     objects: list[dict[str, Any]] | None = None  # list: {"handle", "tags", "size_bytes", "created"}
     healthy: bool | None = None  # health
     message: str = ""
+    used_bytes: int | None = None  # create, create_snapshot, expand: bytes the object's data takes now
+    capacity_bytes: int | None = None  # health: the backend's total size (CSI GetCapacity)
+    available_bytes: int | None = None  # health: what is free on it now
+    capabilities: dict[str, Any] | None = None  # capabilities: CAPABILITY_FLAGS as booleans, access_modes
     error_code: str = ""
     retryable: bool = False
     stderr_tail: str = ""
@@ -241,6 +279,10 @@ class ProviderReply:
             object.__setattr__(self, "objects", _objects(self.objects, f"{where}: objects"))
         if self.healthy is not None:
             _bool(self.healthy, f"{where}: healthy")
+        for name in ("used_bytes", "capacity_bytes", "available_bytes"):
+            _opt_int(getattr(self, name), f"{where}: {name}")
+        if self.capabilities is not None:
+            object.__setattr__(self, "capabilities", _capabilities(self.capabilities, f"{where}: capabilities"))
         _str(self.message, f"{where}: message")
         _str(self.error_code, f"{where}: error_code")
         _bool(self.retryable, f"{where}: retryable")
@@ -250,9 +292,7 @@ class ProviderReply:
                 raise ContractError(f"{where}: an ok reply has no error_code and is not retryable")
         else:
             _error_code(self.error_code, f"{where}: error code")
-            if any(getattr(self, n) is not None for n in
-                   ("handle", "size_bytes", "reachable_hosts", "path", "objects", "healthy")) \
-                    or self.host_labels:
+            if any(getattr(self, n) is not None for n in _VALUE_FIELDS) or self.host_labels:
                 raise ContractError(f"{where}: an error reply carries only its error")
 
     def to_json(self) -> dict[str, Any]:
@@ -262,7 +302,7 @@ class ProviderReply:
                     "error": {"code": self.error_code, "message": self.message,
                               "retryable": self.retryable}}
         d: dict[str, Any] = {"op_id": self.op_id, "ok": True}
-        for name in ("handle", "size_bytes", "reachable_hosts", "path", "objects", "healthy"):
+        for name in _VALUE_FIELDS:
             value = getattr(self, name)
             if value is not None:
                 d[name] = list(value) if isinstance(value, list) else value
@@ -332,6 +372,9 @@ REPLY_NEEDS: dict[str, tuple[str, ...]] = {
     "node_publish": ("path",),
     "health": ("healthy",),
     "list": ("objects",),
+    "create_snapshot": ("handle", "size_bytes"),
+    "expand": ("size_bytes",),
+    "capabilities": ("capabilities",),
 }
 
 
@@ -515,7 +558,7 @@ def _objects(value: Any, where: str) -> list[dict[str, Any]]:
         w = f"{where}[{i}]"
         if not isinstance(o, dict):
             raise ContractError(f"{w} must be an object, got {_kind(o)}")
-        unknown = sorted(set(o) - _OBJECT_FIELDS)
+        unknown = sorted(set(o) - _OBJECT_FIELDS - _OBJECT_OPTIONAL_FIELDS)
         if unknown:
             raise ContractError(f"{w}: unexpected fields {', '.join(unknown)}")
         _opt_str(o.get("handle"), f"{w}: handle", nonempty=True)
@@ -529,6 +572,34 @@ def _objects(value: Any, where: str) -> list[dict[str, Any]]:
         if created is not None and (isinstance(created, bool) or not isinstance(created, (int, float))
                                     or not math.isfinite(created)):
             raise ContractError(f"{w}: created must be a number (unix seconds) or null, got {_kind(created)}")
-        out.append({"handle": o["handle"], "tags": tags, "size_bytes": o.get("size_bytes"),
-                    "created": created})
+        item = {"handle": o["handle"], "tags": tags, "size_bytes": o.get("size_bytes"), "created": created}
+        if "used_bytes" in o:
+            _opt_int(o["used_bytes"], f"{w}: used_bytes")
+            item["used_bytes"] = o["used_bytes"]
+        if "kind" in o:
+            if o["kind"] not in OBJECT_KINDS:
+                raise ContractError(f"{w}: kind must be one of {', '.join(OBJECT_KINDS)}, got {_kind(o['kind'])}")
+            item["kind"] = o["kind"]
+        if "source_handle" in o:
+            _opt_str(o["source_handle"], f"{w}: source_handle", nonempty=True)
+            item["source_handle"] = o["source_handle"]
+        out.append(item)
     return out
+
+
+def _capabilities(value: Any, where: str) -> dict[str, Any]:
+    """Exactly the CAPABILITY_FLAGS as booleans and ``access_modes`` (a list of ACCESS_MODES)."""
+    if not isinstance(value, dict):
+        raise ContractError(f"{where} must be an object, got {_kind(value)}")
+    expected = {*CAPABILITY_FLAGS, "access_modes"}
+    unknown, missing = sorted(set(value) - expected), sorted(expected - set(value))
+    if unknown or missing:
+        raise ContractError(f"{where} must have exactly {', '.join(sorted(expected))}"
+                            + (f"; missing {', '.join(missing)}" if missing else "")
+                            + (f"; unexpected {', '.join(unknown)}" if unknown else ""))
+    for flag in CAPABILITY_FLAGS:
+        _bool(value[flag], f"{where}: {flag}")
+    modes = value["access_modes"]
+    if not isinstance(modes, list) or not all(m in ACCESS_MODES for m in modes):
+        raise ContractError(f"{where}: access_modes must be a list of {', '.join(ACCESS_MODES)}, got {_kind(modes)}")
+    return {**{f: value[f] for f in CAPABILITY_FLAGS}, "access_modes": list(modes)}

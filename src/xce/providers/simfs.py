@@ -46,7 +46,11 @@ import time
 
 CONTRACT = 1
 OPS = ("create", "attach", "detach", "release", "health", "list",
-       "node_prepare", "node_publish", "node_unpublish")
+       "node_prepare", "node_publish", "node_unpublish", "capabilities")
+# simfs volumes are plain directories: no snapshots, no clones, no resizing (create_snapshot,
+# delete_snapshot and expand answer UNSUPPORTED, as any op simfs does not know).
+CAPABILITIES = {"create_snapshot": False, "clone": False, "expand": False, "online_expand": False,
+                "access_modes": ["RWO", "ROX", "RWX", "RWOP"]}
 CONFIG_KEYS = ("root", "capacity_bytes", "reachable_hosts", "host_labels", "latency", "min_size_bytes", "set_owner")
 FAULT_KEYS = ("fail_next", "fail_code", "fail_retryable", "fail_message", "fail_ops", "fail_probability",
               "hang_next", "hang_seconds", "crash_after_act_next", "hang_after_act_next", "garbage_next")
@@ -290,6 +294,9 @@ def _make(cfg: Config, parent: str, handle: str, req: dict) -> dict:
 
 def op_create(cfg: Config, req: dict) -> dict:
     _check_root(cfg)
+    if req.get("source_handle") is not None:  # never silently make an empty volume for a clone
+        raise Refusal("UNSUPPORTED", "simfs: cannot create a volume from a content source "
+                                     "(its capabilities say clone: false)", False)
     claim_id = _field(req, "claim_id", int, required=True)
     handle = derive_handle(claim_id, req["op_id"])
     meta = _make(cfg, cfg.volumes, handle, req)
@@ -395,6 +402,10 @@ def op_node_publish(cfg: Config, req: dict) -> dict:
     raise Refusal("NOT_FOUND", f"simfs: {handle} is not prepared on host {host}", False)
 
 
+def op_capabilities(cfg: Config, req: dict) -> dict:
+    return ok(req["op_id"], capabilities=CAPABILITIES)
+
+
 def op_node_unpublish(cfg: Config, req: dict) -> dict:
     _name(req.get("handle"), "handle")
     _name(req.get("host"), "host")
@@ -403,7 +414,8 @@ def op_node_unpublish(cfg: Config, req: dict) -> dict:
 
 OPERATIONS = {"create": op_create, "attach": op_attach, "detach": op_detach, "release": op_release,
               "health": op_health, "list": op_list, "node_prepare": op_node_prepare,
-              "node_publish": op_node_publish, "node_unpublish": op_node_unpublish}
+              "node_publish": op_node_publish, "node_unpublish": op_node_unpublish,
+              "capabilities": op_capabilities}
 ACTS = ("create", "release")  # what crash_after_act applies to
 
 

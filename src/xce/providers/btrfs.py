@@ -1,0 +1,764 @@
+"""btrfs: a real storage provider: one btrfs subvolume per claim, its size a qgroup limit.
+
+Run as ``python -m xce.providers.btrfs``: it reads one request document on
+stdin and writes one reply document on stdout (docs/providers.md).  Like
+simfs it is started once per batch, imports only stdlib modules and none of
+XCE, and runs ``btrfs`` (btrfs-progs) as child processes with argument lists
+and timeouts, never a shell string.
+
+Layout under the configured ``root`` (a directory on a btrfs filesystem with
+quotas enabled)::
+
+    root/.lock                          flock'd around every change (several providers may share a root)
+    root/volumes/<handle>/meta.json     {"handle", "kind": "volume", "tags", "size_bytes", "created", "class",
+                                         "params", "attachments", "subvol_id", "source_handle", "expanded_by"}
+    root/volumes/<handle>/data          the volume: a subvolume whose qgroup limit is size_bytes
+    root/snapshots/<handle>/meta.json   the same, "kind": "snapshot", "source_handle": the volume it was taken of
+    root/snapshots/<handle>/data        a read-only snapshot of that volume's data
+    root/nodes/<host>/<handle>/...      node-local objects (node_prepare), laid out as volumes
+
+Why the data is a subvolume *inside* a plain directory rather than the
+directory itself: the metadata must be where the volume's user cannot change
+it (a user who owns a directory can rename or delete any file in it, so it
+cannot live in the subvolume), a read-only snapshot's metadata cannot be
+written into the snapshot, and one ``rename`` of the envelope directory then
+makes the whole object (metadata and data) appear at once.  The envelope is
+built under a dot name (``.new-<handle>``) and renamed into place, so a crash
+leaves nothing or a whole object; release renames it to ``.gone-<handle>``
+before deleting.  Dot-named leftovers are swept (their subvolumes deleted)
+by later changes.  (A read-only subvolume cannot itself be moved to another
+directory, but the envelope that holds it can.)
+
+Ops: create (optionally from ``source_handle``: a writable snapshot of a
+snapshot or volume, instant, no copy), create_snapshot (read-only),
+delete_snapshot, expand (raise the qgroup limit, online), release, attach,
+detach, health (btrfs? quotas? capacity), list (used bytes: qgroup
+referenced bytes), node_prepare, node_publish, node_unpublish, capabilities.
+
+Every op is idempotent by op_id: handles are derived from the op_id
+(``v<claim>-<sha1>`` volumes, ``s<claim>-<sha1>`` snapshots) and an existing
+object is answered as it is; ``expand`` records the op_ids it applied.
+
+Private config: ``root`` (required, absolute), ``reachable_hosts``,
+``host_labels``, ``set_owner`` (as simfs: the volume's top directory goes to
+the unix account named by the ``xce.owner`` tag).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+CONTRACT = 1
+CONFIG_KEYS = ("root", "reachable_hosts", "host_labels", "set_owner")
+ACCESS_MODES = ["RWO", "ROX", "RWX", "RWOP"]
+CAPABILITIES = {"create_snapshot": True, "clone": True, "expand": True, "online_expand": True,
+                "access_modes": ACCESS_MODES}
+MIN_SIZE_BYTES = 1 << 20  # smaller sizes are rounded up (and the actual size reported)
+BTRFS_TIMEOUT = 60.0  # seconds for one btrfs command; the runner's own timeout bounds the whole call
+SUBVOLUME_INODE = 256  # the inode number of every subvolume's top directory
+EXPANDS_KEPT = 64  # expand op_ids remembered per volume, for idempotent retries
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+class Refusal(Exception):
+    """This request fails with an error reply (the batch goes on)."""
+
+    def __init__(self, code: str, message: str, retryable: bool) -> None:
+        super().__init__(message)
+        self.code, self.message, self.retryable = code, message, retryable
+
+
+# ---------------------------------------------------------------------------
+# Configuration
+
+
+class Config:
+    """The request document's ``config``, checked; ``fs_checked`` caches the btrfs check per document."""
+
+    def __init__(self, raw: object) -> None:
+        if not isinstance(raw, dict):
+            raise Refusal("INVALID_CONFIG", "btrfs: config must be an object", True)
+        unknown = sorted(set(raw) - set(CONFIG_KEYS))
+        if unknown:
+            raise Refusal("INVALID_CONFIG", f"btrfs: unknown config keys {', '.join(unknown)}", True)
+        root = raw.get("root")
+        if not isinstance(root, str) or not os.path.isabs(root):
+            raise Refusal("INVALID_CONFIG", "btrfs: config root must be an absolute path", True)
+        self.root = os.path.normpath(root)
+        hosts = raw.get("reachable_hosts")
+        if hosts is not None and (not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts)):
+            raise Refusal("INVALID_CONFIG", "btrfs: reachable_hosts must be a list of host names", True)
+        self.reachable_hosts: list[str] | None = hosts
+        labels = raw.get("host_labels", {})
+        if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                   for k, v in labels.items()):
+            raise Refusal("INVALID_CONFIG", "btrfs: host_labels must map strings to strings", True)
+        self.host_labels: dict[str, str] = labels
+        self.set_owner = raw.get("set_owner", False)
+        if not isinstance(self.set_owner, bool):
+            raise Refusal("INVALID_CONFIG", "btrfs: set_owner must be true or false", True)
+        self.fs_checked = False
+
+    @property
+    def volumes(self) -> str:
+        return os.path.join(self.root, "volumes")
+
+    @property
+    def snapshots(self) -> str:
+        return os.path.join(self.root, "snapshots")
+
+    def node_dir(self, host: str) -> str:
+        return os.path.join(self.root, "nodes", host)
+
+    def lock(self) -> _Flock:
+        return _Flock(os.path.join(self.root, ".lock"))
+
+
+# ---------------------------------------------------------------------------
+# btrfs commands
+
+
+def _btrfs(*args: str, what: str) -> str:
+    """Run ``btrfs ARGS`` (an argument list, no shell); its stdout, or a Refusal naming ``what`` failed.
+
+    Errors are read from btrfs-progs' stderr: no space is RESOURCE_EXHAUSTED,
+    everything else UNAVAILABLE; both retryable (the same op_id comes back).
+    """
+    try:
+        done = subprocess.run(["btrfs", *args], capture_output=True, text=True, timeout=BTRFS_TIMEOUT,
+                              stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise Refusal("UNAVAILABLE", "btrfs: the btrfs command is not installed (Debian: btrfs-progs)", True) \
+            from None
+    except subprocess.TimeoutExpired:
+        raise Refusal("UNAVAILABLE", f"btrfs: {what}: btrfs {args[0]} {args[1]} took more than "
+                                     f"{BTRFS_TIMEOUT:.0f} s", True) from None
+    if done.returncode != 0:
+        err = " ".join(done.stderr.split()) or f"exit status {done.returncode}"
+        if "No space left" in err or "Disk quota exceeded" in err:
+            raise Refusal("RESOURCE_EXHAUSTED", f"btrfs: {what}: {err}", True)
+        raise Refusal("UNAVAILABLE", f"btrfs: {what}: {err}", True)
+    return done.stdout
+
+
+def _qgroups(cfg: Config, sync: bool) -> dict[int, tuple[int, int | None]]:
+    """Each level-0 qgroup's (referenced bytes, referenced limit or None), by subvolume id.
+
+    Also the check that ``root`` is btrfs with quotas on: a Refusal that says
+    which is missing.  ``sync`` commits the filesystem first, so bytes written
+    just now are counted (qgroup numbers move at transaction commits).
+    """
+    if not os.path.isdir(cfg.root):
+        raise Refusal("UNAVAILABLE", f"btrfs: root {cfg.root} is not a directory (storage not mounted?)", True)
+    try:
+        out = _btrfs("qgroup", "show", "--raw", "-r", *(["--sync"] if sync else []), cfg.root,
+                     what=f"reading quota groups of {cfg.root}")
+    except Refusal as e:
+        if "not a btrfs filesystem" in e.message:
+            raise Refusal("INVALID_CONFIG", f"btrfs: root {cfg.root} is not on a btrfs filesystem "
+                                            f"(is the btrfs filesystem mounted there?)", True) from None
+        if "quotas not enabled" in e.message:
+            raise Refusal("INVALID_CONFIG", f"btrfs: quotas are not enabled on the filesystem of {cfg.root}, "
+                                            f"so sizes cannot be enforced (btrfs quota enable MOUNTPOINT)", True) \
+                from None
+        raise
+    cfg.fs_checked = True
+    groups: dict[int, tuple[int, int | None]] = {}
+    for line in out.splitlines():
+        cols = line.split()
+        if len(cols) < 4 or not cols[0].startswith("0/") or not cols[0][2:].isdigit():
+            continue  # the header, its underline, and higher-level qgroups
+        limit = int(cols[3]) if cols[3].isdigit() else None
+        groups[int(cols[0][2:])] = (int(cols[1]), limit)
+    return groups
+
+
+def _check_fs(cfg: Config) -> None:
+    """Refuse clearly, once per document, unless ``root`` is a directory on btrfs with quotas enabled."""
+    if not cfg.fs_checked:
+        _qgroups(cfg, sync=False)
+
+
+def _subvol_id(path: str) -> int:
+    return int(_btrfs("inspect-internal", "rootid", path, what=f"reading the subvolume id of {path}").strip())
+
+
+def _is_subvolume(path: str) -> bool:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return st.st_ino == SUBVOLUME_INODE and os.path.isdir(path)
+
+
+def _delete_subvolume(cfg: Config, path: str) -> None:
+    """Delete the subvolume at ``path`` and the ones a user made inside it (btrfs refuses a subvolume
+    that still holds another, so those go first, deepest first); then its qgroup, best effort.
+
+    The qgroup cannot be destroyed until btrfs's cleaner has dropped the
+    subvolume (EBUSY); recent kernels then remove it themselves.  Where a
+    kernel does not, what is left is an empty stale qgroup that
+    ``btrfs qgroup clear-stale`` removes: harmless either way.
+    """
+    sid = _subvol_id(path)
+    try:
+        _btrfs("subvolume", "delete", path, what=f"deleting subvolume {path}")
+    except Refusal as e:
+        if "Directory not empty" not in e.message:
+            raise
+        for nested in reversed(_nested_subvolumes(path)):
+            _btrfs("subvolume", "delete", nested, what=f"deleting nested subvolume {nested}")
+        _btrfs("subvolume", "delete", path, what=f"deleting subvolume {path}")
+    try:
+        _btrfs("qgroup", "destroy", f"0/{sid}", cfg.root, what=f"destroying qgroup 0/{sid}")
+    except Refusal:
+        pass
+
+
+def _nested_subvolumes(top: str) -> list[str]:
+    """Subvolumes below ``top`` (not ``top``), parents before children.  Only walked when a delete
+    was refused, so an ordinary release never reads a user's whole tree."""
+    found = []
+    for dirpath, dirnames, _ in os.walk(top):
+        for d in dirnames:
+            p = os.path.join(dirpath, d)
+            if not os.path.islink(p) and _is_subvolume(p):
+                found.append(p)
+    return found
+
+
+def _limit(path: str, size: int) -> None:
+    """The subvolume's referenced bytes may not pass ``size``: a write past it fails with EDQUOT."""
+    _btrfs("qgroup", "limit", str(size), path, what=f"limiting {path} to {size} bytes")
+
+
+# ---------------------------------------------------------------------------
+# Small helpers (as simfs's: a provider imports none of XCE, simfs included)
+
+
+class _Flock:
+    """An exclusive flock on ``path`` for a with-block (created if missing)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __enter__(self) -> int:
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self.fd
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)  # releases the lock
+
+
+def derive_handle(claim_id: int, op_id: str, prefix: str = "v") -> str:
+    """The handle an object-making op gives: the same op_id always names the same object."""
+    return f"{prefix}{claim_id}-{hashlib.sha1(op_id.encode()).hexdigest()[:10]}"
+
+
+def _name(value: object, what: str) -> str:
+    """A handle or host name that is safe as one path component (no '/', no '..', no dot names)."""
+    if not isinstance(value, str) or not value or len(value) > 200 or value[0] == "." \
+            or not set(value) <= _NAME_CHARS:
+        raise Refusal("INVALID_ARGUMENT", f"btrfs: {what} must be a name of letters, digits, '.', '_' "
+                                          f"and '-' not starting with '.', got {value!r}", False)
+    return value
+
+
+def _field(req: dict, key: str, kind: type, default: object = None, required: bool = False) -> object:
+    value = req.get(key, default)
+    if value is None and not required:
+        return default
+    if value is None or isinstance(value, bool) is not (kind is bool) or not isinstance(value, kind):
+        raise Refusal("INVALID_ARGUMENT", f"btrfs: {req.get('op')} needs {key} ({kind.__name__}), "
+                                          f"got {value!r}", False)
+    return value
+
+
+def _str_map(req: dict, key: str) -> dict:
+    value = req.get(key) or {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise Refusal("INVALID_ARGUMENT", f"btrfs: {key} must map strings to strings", False)
+    return value
+
+
+def _read_json(path: str) -> dict | None:
+    try:
+        with open(path) as fh:
+            value = json.load(fh)
+    except FileNotFoundError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _write_json(path: str, value: object) -> None:
+    """Atomically, mode 0600 (a reader sees the old file or the new one)."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
+        json.dump(value, fh, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def _makedirs(path: str) -> None:
+    """``path`` and its parents, passable but not listable by others (whatever the umask)."""
+    if not os.path.isdir(path):
+        _makedirs(os.path.dirname(path))
+        try:
+            os.mkdir(path, 0o711)
+        except FileExistsError:
+            return
+        os.chmod(path, 0o711)
+
+
+def _owner_ids(cfg: Config, tags: dict) -> tuple[int, int] | None:
+    """The (uid, gid) a volume's top directory is given to with ``set_owner`` (None: left to root)."""
+    if not cfg.set_owner:
+        return None
+    import pwd
+
+    name = tags.get("xce.owner")
+    try:
+        pw = pwd.getpwnam(name) if name else None
+    except KeyError:
+        pw = None
+    if pw is None:
+        raise Refusal("NOT_FOUND", f"btrfs: the claim's owner {name!r} has no account on this host", False)
+    return pw.pw_uid, pw.pw_gid
+
+
+def _sweep(cfg: Config, parent: str) -> None:
+    """Remove dot-named leftovers of crashed runs, subvolumes included; call under the lock.
+
+    ``.new-*`` objects were never answered to anyone and ``.gone-*`` ones were
+    being released: neither holds data that anyone still has a claim to.
+    """
+    try:
+        names = os.listdir(parent)
+    except FileNotFoundError:
+        return
+    for n in names:
+        if not n.startswith("."):
+            continue
+        leftover = os.path.join(parent, n)
+        if _is_subvolume(os.path.join(leftover, "data")):
+            _delete_subvolume(cfg, os.path.join(leftover, "data"))
+        if os.path.isdir(leftover) and not os.path.islink(leftover):
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            os.unlink(leftover)
+
+
+def _metas_in(parent: str) -> list[dict]:
+    out = []
+    try:
+        names = sorted(os.listdir(parent))
+    except FileNotFoundError:
+        return out
+    for n in names:
+        if not n.startswith("."):
+            meta = _read_json(os.path.join(parent, n, "meta.json"))
+            if meta is not None:
+                out.append(meta)
+    return out
+
+
+def _find(cfg: Config, handle: str) -> tuple[str, dict] | None:
+    """(object directory, meta) of the volume or snapshot ``handle``, or None."""
+    for parent in (cfg.volumes, cfg.snapshots):
+        meta = _read_json(os.path.join(parent, handle, "meta.json"))
+        if meta is not None:
+            return os.path.join(parent, handle), meta
+    return None
+
+
+def _volume(cfg: Config, handle: str, doing: str) -> tuple[str, dict]:
+    """The volume ``handle`` for an op that needs a writable volume: NOT_FOUND, or a snapshot refused."""
+    found = _find(cfg, handle)
+    if found is None:
+        raise Refusal("NOT_FOUND", f"btrfs: volume {handle} does not exist", False)
+    if found[1].get("kind") == "snapshot":
+        raise Refusal("INVALID_ARGUMENT", f"btrfs: cannot {doing} {handle}: it is a read-only snapshot "
+                                          f"(create a volume from it to use it)", False)
+    return found
+
+
+def _check_reachable(cfg: Config, host: str, handle: str) -> None:
+    if cfg.reachable_hosts is not None and host not in cfg.reachable_hosts:
+        raise Refusal("NOT_REACHABLE", f"btrfs: {handle} cannot be reached from host {host} "
+                                       f"(reachable from {', '.join(cfg.reachable_hosts) or 'no host'})", False)
+
+
+def _used(cfg: Config, meta: dict) -> int | None:
+    """The object's referenced bytes now (after a commit), or None if btrfs has no qgroup for it."""
+    got = _qgroups(cfg, sync=True).get(meta.get("subvol_id", -1))
+    return got[0] if got else None
+
+
+def ok(op_id: str, **fields: object) -> dict:
+    return {"op_id": op_id, "ok": True, **{k: v for k, v in fields.items() if v is not None}}
+
+
+def error(op_id: str, code: str, message: str, retryable: bool) -> dict:
+    return {"op_id": op_id, "ok": False, "error": {"code": code, "message": message, "retryable": retryable}}
+
+
+# ---------------------------------------------------------------------------
+# Making objects
+
+
+def _make(cfg: Config, parent: str, handle: str, meta: dict, build) -> dict:
+    """The object ``handle`` under ``parent``: found if it exists, else built and renamed into place.
+
+    ``build(data_path)`` makes the subvolume (and may refuse) and returns what
+    it adds to ``meta``; the caller holds the lock.  Whatever fails after the subvolume exists, the half-built
+    envelope is removed before the refusal goes out, and a crash leaves only
+    a dot name that the next change sweeps.
+    """
+    final = os.path.join(parent, handle)
+    found = _read_json(os.path.join(final, "meta.json"))
+    if found is not None:
+        return found  # OBSERVATION: this op_id already acted (a retry, maybe after a crash)
+    _makedirs(parent)
+    _sweep(cfg, parent)
+    envelope = os.path.join(parent, f".new-{handle}")
+    os.mkdir(envelope, 0o711)
+    data = os.path.join(envelope, "data")
+    try:
+        meta = {**meta, **build(data), "handle": handle, "created": time.time(), "subvol_id": _subvol_id(data)}
+        _write_json(os.path.join(envelope, "meta.json"), meta)
+        os.rename(envelope, final)
+    except BaseException:
+        if _is_subvolume(data):
+            _delete_subvolume(cfg, data)
+        shutil.rmtree(envelope, ignore_errors=True)
+        raise
+    return meta
+
+
+def _new_volume(cfg: Config, size: int, tags: dict, source: str | None):
+    """The ``build`` for a writable volume: empty, or a writable snapshot of the object ``source``
+    (refused unless it exists and fits in ``size``); then its limit."""
+    def build(data: str) -> dict:
+        owner = _owner_ids(cfg, tags)
+        if source is None:
+            _btrfs("subvolume", "create", data, what=f"creating subvolume {data}")
+        else:
+            found = _find(cfg, source)
+            if found is None:
+                raise Refusal("NOT_FOUND", f"btrfs: the content source {source} does not exist", False)
+            if found[1]["size_bytes"] > size:
+                raise Refusal("INVALID_ARGUMENT", f"btrfs: a volume made from {source} needs at least "
+                                                  f"{found[1]['size_bytes']} bytes (the source's size), "
+                                                  f"not {size}", False)
+            _btrfs("subvolume", "snapshot", os.path.join(found[0], "data"), data, what=f"cloning {source}")
+        os.chmod(data, 0o700)
+        if owner is not None:
+            os.chown(data, *owner)
+        _limit(data, size)
+        return {}
+    return build
+
+
+def _size(req: dict) -> int:
+    size = _field(req, "size_bytes", int, 0)
+    if size < 0:
+        raise Refusal("INVALID_ARGUMENT", f"btrfs: size_bytes must not be negative, got {size}", False)
+    return max(size, MIN_SIZE_BYTES)
+
+
+def _volume_meta(req: dict, size: int, source: str | None) -> dict:
+    return {"kind": "volume", "tags": _str_map(req, "tags"), "size_bytes": size,
+            "class": req.get("class_name") or "", "params": _str_map(req, "params"), "attachments": [],
+            "source_handle": source, "expanded_by": []}
+
+
+# ---------------------------------------------------------------------------
+# Operations: each takes (cfg, request) and returns a reply, or raises Refusal
+
+
+def op_create(cfg: Config, req: dict) -> dict:
+    """A volume of ``size_bytes`` (enforced), empty or, with ``source_handle``, a writable copy of that
+    snapshot or volume (a btrfs snapshot: instant, shares its blocks until either side writes)."""
+    _check_fs(cfg)
+    claim_id = _field(req, "claim_id", int, required=True)
+    source = req.get("source_handle")
+    if source is not None:
+        source = _name(source, "source_handle")
+    size = _size(req)
+    tags = _str_map(req, "tags")
+    handle = derive_handle(claim_id, req["op_id"])
+    with cfg.lock():
+        meta = _make(cfg, cfg.volumes, handle, _volume_meta(req, size, source),
+                     _new_volume(cfg, size, tags, source))
+    return ok(req["op_id"], handle=handle, size_bytes=meta["size_bytes"], reachable_hosts=cfg.reachable_hosts,
+              host_labels=cfg.host_labels or None, path=os.path.join(cfg.volumes, handle, "data"),
+              used_bytes=_used(cfg, meta))
+
+
+def op_create_snapshot(cfg: Config, req: dict) -> dict:
+    """A read-only point-in-time copy of the volume ``handle`` (atomic: crash-consistent, not
+    application-consistent); its size is the volume's size when it was taken."""
+    _check_fs(cfg)
+    claim_id = _field(req, "claim_id", int, required=True)
+    source = _name(req.get("handle"), "handle")
+    snap = derive_handle(claim_id, req["op_id"], prefix="s")
+
+    def build(data: str) -> dict:
+        vol, vmeta = _volume(cfg, source, "snapshot")
+        _btrfs("subvolume", "snapshot", "-r", os.path.join(vol, "data"), data, what=f"snapshotting {source}")
+        return {"size_bytes": vmeta["size_bytes"]}
+
+    meta = {"kind": "snapshot", "tags": _str_map(req, "tags"), "size_bytes": 0,
+            "class": req.get("class_name") or "", "params": _str_map(req, "params"), "attachments": [],
+            "source_handle": source, "expanded_by": []}
+    with cfg.lock():
+        meta = _make(cfg, cfg.snapshots, snap, meta, build)
+    return ok(req["op_id"], handle=snap, size_bytes=meta["size_bytes"], used_bytes=_used(cfg, meta))
+
+
+def op_expand(cfg: Config, req: dict) -> dict:
+    """Raise the volume's limit to ``size_bytes`` while it may be in use; never lower it."""
+    _check_fs(cfg)
+    handle = _name(req.get("handle"), "handle")
+    new = _field(req, "size_bytes", int, required=True)
+    with cfg.lock():
+        vol, meta = _volume(cfg, handle, "expand")
+        current = meta["size_bytes"]
+        if req["op_id"] not in meta.get("expanded_by", []) and new != current:
+            if new < current:
+                raise Refusal("INVALID_ARGUMENT", f"btrfs: volume {handle} is {current} bytes and cannot shrink "
+                                                  f"to {new}", False)
+            _limit(os.path.join(vol, "data"), new)  # before the record: a crash between is re-applied
+            meta["size_bytes"] = new
+            meta["expanded_by"] = [*meta.get("expanded_by", []), req["op_id"]][-EXPANDS_KEPT:]
+            _write_json(os.path.join(vol, "meta.json"), meta)
+    return ok(req["op_id"], handle=handle, size_bytes=meta["size_bytes"], used_bytes=_used(cfg, meta))
+
+
+def _remove(cfg: Config, parent: str, handle: str) -> None:
+    """Delete the object: gone at once for everyone (renamed to a dot name), then its subvolume."""
+    _sweep(cfg, parent)
+    target = os.path.join(parent, handle)
+    if not os.path.isdir(target):
+        return
+    trash = os.path.join(parent, f".gone-{handle}")
+    os.rename(target, trash)
+    if _is_subvolume(os.path.join(trash, "data")):
+        _delete_subvolume(cfg, os.path.join(trash, "data"))
+    shutil.rmtree(trash)
+
+
+def op_release(cfg: Config, req: dict) -> dict:
+    """Delete the volume or snapshot (or, with a host, that host's node-local object); gone already is
+    fine.  A volume with snapshots can go: each snapshot keeps the blocks it shares with it."""
+    _check_fs(cfg)
+    handle = _name(req.get("handle"), "handle")
+    host = req.get("host")
+    with cfg.lock():
+        if host is not None:
+            _remove(cfg, cfg.node_dir(_name(host, "host")), handle)
+        else:
+            _remove(cfg, cfg.volumes, handle)
+            _remove(cfg, cfg.snapshots, handle)
+    return ok(req["op_id"])
+
+
+def op_delete_snapshot(cfg: Config, req: dict) -> dict:
+    """Delete the snapshot ``handle``; gone already is fine; a volume's handle is refused (release it)."""
+    _check_fs(cfg)
+    handle = _name(req.get("handle"), "handle")
+    with cfg.lock():
+        if os.path.isdir(os.path.join(cfg.volumes, handle)):
+            raise Refusal("INVALID_ARGUMENT", f"btrfs: {handle} is a volume, not a snapshot "
+                                              f"(release deletes volumes)", False)
+        _remove(cfg, cfg.snapshots, handle)
+    return ok(req["op_id"])
+
+
+def op_attach(cfg: Config, req: dict) -> dict:
+    _check_fs(cfg)
+    handle = _name(req.get("handle"), "handle")
+    host = _name(req.get("host"), "host")
+    with cfg.lock():
+        vol, meta = _volume(cfg, handle, "attach")
+        _check_reachable(cfg, host, handle)
+        if host not in meta["attachments"]:
+            meta["attachments"].append(host)
+            _write_json(os.path.join(vol, "meta.json"), meta)
+    return ok(req["op_id"], path=os.path.join(vol, "data"))
+
+
+def op_detach(cfg: Config, req: dict) -> dict:
+    _check_fs(cfg)
+    handle = _name(req.get("handle"), "handle")
+    host = _name(req.get("host"), "host")
+    with cfg.lock():
+        vol = os.path.join(cfg.volumes, handle)
+        meta = _read_json(os.path.join(vol, "meta.json"))
+        if meta is not None and host in meta["attachments"]:
+            meta["attachments"].remove(host)
+            _write_json(os.path.join(vol, "meta.json"), meta)
+    return ok(req["op_id"])
+
+
+def op_health(cfg: Config, req: dict) -> dict:
+    """Healthy when root is a writable directory on btrfs with quotas on; capacity from statvfs."""
+    try:
+        _qgroups(cfg, sync=False)
+    except Refusal as e:
+        return ok(req["op_id"], healthy=False, message=e.message)
+    if not os.access(cfg.root, os.W_OK | os.X_OK):
+        return ok(req["op_id"], healthy=False, message=f"btrfs: root {cfg.root} is not writable")
+    st = os.statvfs(cfg.root)
+    return ok(req["op_id"], healthy=True, capacity_bytes=st.f_blocks * st.f_frsize,
+              available_bytes=st.f_bavail * st.f_frsize,
+              message=f"root {cfg.root} is on btrfs with quotas enabled")
+
+
+def _listed(meta: dict, groups: dict[int, tuple[int, int | None]]) -> dict:
+    got = groups.get(meta.get("subvol_id", -1))
+    item = {"handle": meta["handle"], "tags": meta["tags"], "size_bytes": meta["size_bytes"],
+            "created": meta["created"], "used_bytes": got[0] if got else None, "kind": meta["kind"]}
+    if meta.get("source_handle"):
+        item["source_handle"] = meta["source_handle"]
+    return item
+
+
+def op_list(cfg: Config, req: dict) -> dict:
+    """Every volume and snapshot (or with a host, that host's node-local objects), with used bytes."""
+    groups = _qgroups(cfg, sync=True)
+    host = req.get("host")
+    parents = [cfg.node_dir(_name(host, "host"))] if host is not None else [cfg.volumes, cfg.snapshots]
+    return ok(req["op_id"], objects=[_listed(m, groups) for p in parents for m in _metas_in(p)])
+
+
+def op_node_prepare(cfg: Config, req: dict) -> dict:
+    _check_fs(cfg)
+    host = _name(req.get("host"), "host")
+    if req.get("handle") is not None:
+        handle = _name(req["handle"], "handle")
+    else:
+        handle = derive_handle(_field(req, "claim_id", int, required=True), req["op_id"])
+    _check_reachable(cfg, host, handle)
+    size = _size(req)
+    parent = cfg.node_dir(host)
+    with cfg.lock():
+        meta = _make(cfg, parent, handle, _volume_meta(req, size, None),
+                     _new_volume(cfg, size, _str_map(req, "tags"), None))
+    return ok(req["op_id"], handle=handle, size_bytes=meta["size_bytes"],
+              path=os.path.join(parent, handle, "data"))
+
+
+def op_node_publish(cfg: Config, req: dict) -> dict:
+    """Where the data is for the caller's bind mount: the node-local object, or a volume attached to the host."""
+    _check_fs(cfg)
+    handle = _name(req.get("handle"), "handle")
+    host = _name(req.get("host"), "host")
+    target = _field(req, "target_path", str, required=True)
+    if not target.startswith("/"):
+        raise Refusal("INVALID_ARGUMENT", f"btrfs: target_path must be absolute, got {target!r}", False)
+    _field(req, "readonly", bool, False)
+    _check_reachable(cfg, host, handle)
+    node = os.path.join(cfg.node_dir(host), handle)
+    if os.path.isfile(os.path.join(node, "meta.json")):
+        return ok(req["op_id"], path=os.path.join(node, "data"))
+    found = _find(cfg, handle)
+    if found is not None and found[1]["kind"] == "volume" and host in found[1]["attachments"]:
+        return ok(req["op_id"], path=os.path.join(found[0], "data"))
+    if found is not None:
+        raise Refusal("NOT_FOUND", f"btrfs: {found[1]['kind']} {handle} is not attached to host {host}", False)
+    raise Refusal("NOT_FOUND", f"btrfs: {handle} is not prepared on host {host}", False)
+
+
+def op_node_unpublish(cfg: Config, req: dict) -> dict:
+    _name(req.get("handle"), "handle")
+    _name(req.get("host"), "host")
+    return ok(req["op_id"])  # the caller unmounts; nothing is kept per publish
+
+
+def op_capabilities(cfg: Config, req: dict) -> dict:
+    return ok(req["op_id"], capabilities=CAPABILITIES)
+
+
+OPERATIONS = {"create": op_create, "create_snapshot": op_create_snapshot, "delete_snapshot": op_delete_snapshot,
+              "expand": op_expand, "attach": op_attach, "detach": op_detach, "release": op_release,
+              "health": op_health, "list": op_list, "node_prepare": op_node_prepare,
+              "node_publish": op_node_publish, "node_unpublish": op_node_unpublish,
+              "capabilities": op_capabilities}
+OPS = tuple(OPERATIONS)
+
+
+# ---------------------------------------------------------------------------
+# The provider
+
+
+def handle(cfg: Config | Refusal, req: dict) -> dict:
+    """One request -> one reply; nothing a request does costs the batch's other replies."""
+    op_id, op = req["op_id"], req.get("op")
+    try:
+        if isinstance(cfg, Refusal):
+            raise cfg
+        fn = OPERATIONS.get(op) if isinstance(op, str) else None
+        if fn is None:
+            raise Refusal("UNSUPPORTED", f"btrfs: unknown op {op!r}", False)
+        return fn(cfg, req)
+    except Refusal as e:
+        return error(op_id, e.code, e.message, e.retryable)
+    except OSError as e:
+        return error(op_id, "UNAVAILABLE", f"btrfs: {op} failed: {e}", True)
+    except Exception as e:  # a bug here must not cost the batch's other replies
+        return error(op_id, "INTERNAL", f"btrfs: {op} failed: {type(e).__name__}: {e}", True)
+
+
+def handle_document(doc: dict) -> dict:
+    """A request document -> the reply document."""
+    try:
+        cfg: Config | Refusal = Config(doc.get("config", {}))
+    except Refusal as e:
+        cfg = e
+    replies = []
+    for req in doc["requests"]:
+        if not isinstance(req, dict) or not isinstance(req.get("op_id"), str) or not req["op_id"]:
+            print(f"btrfs: skipping a request without an op_id: {str(req)[:80]}", file=sys.stderr)
+            continue
+        replies.append(handle(cfg, req))
+    return {"contract": CONTRACT, "replies": replies}
+
+
+def serve(stdin, stdout) -> int:
+    """The provider: the request document from ``stdin``, the reply document to ``stdout``."""
+    try:
+        doc = json.loads(stdin.read())
+    except ValueError as e:
+        print(f"btrfs: the request document is not JSON: {e}", file=sys.stderr)
+        return 2
+    if not isinstance(doc, dict) or doc.get("contract") != CONTRACT or not isinstance(doc.get("requests"), list):
+        print(f"btrfs: not a contract {CONTRACT} request document", file=sys.stderr)
+        return 2
+    stdout.write(json.dumps(handle_document(doc)))
+    stdout.flush()
+    return 0
+
+
+def command() -> list[str]:
+    """How to run the btrfs provider from this interpreter."""
+    return [sys.executable, "-m", "xce.providers.btrfs"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv:
+        print(f"btrfs: unknown arguments {' '.join(argv)} (the request document comes on stdin)", file=sys.stderr)
+        return 2
+    return serve(sys.stdin.buffer, sys.stdout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
