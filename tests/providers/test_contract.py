@@ -353,11 +353,12 @@ def test_package_exports_are_lazy_but_complete():
 
 
 def test_simfs_imports_no_xce_module_but_the_package():
-    """simfs is spawned per batch: importing it must not pull in the rest of XCE (or pydantic)."""
+    """simfs is spawned per batch: importing it must not pull in the rest of XCE (or pydantic); the
+    helpers XCE's providers share (``kit``, stdlib only) are all it takes."""
     code = ("import json, sys, xce.providers.simfs; "
             "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('xce', 'pydantic', 'fastapi')))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert json.loads(out) == ["xce", "xce.providers", "xce.providers.simfs"]
+    assert json.loads(out) == ["xce", "xce.providers", "xce.providers.kit", "xce.providers.simfs"]
 
 
 def test_btrfs_imports_no_xce_module_but_the_package():
@@ -365,7 +366,7 @@ def test_btrfs_imports_no_xce_module_but_the_package():
     code = ("import json, sys, xce.providers.btrfs; "
             "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('xce', 'pydantic', 'fastapi')))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert json.loads(out) == ["xce", "xce.providers", "xce.providers.btrfs"]
+    assert json.loads(out) == ["xce", "xce.providers", "xce.providers.btrfs", "xce.providers.kit"]
 
 
 # ---------------------------------------------------------------------------

@@ -46,14 +46,19 @@ the unix account named by the ``xce.owner`` tag).
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+
+from xce.providers import kit
+from xce.providers.kit import Flock as _Flock, Refusal, derive_handle, error, ok
+from xce.providers.kit import makedirs as _makedirs, read_json as _read_json, write_json as _write_json
+
+PROVIDER = "btrfs"  # in every refusal message
+
 
 CONTRACT = 1
 CONFIG_KEYS = ("root", "reachable_hosts", "host_labels", "set_owner")
@@ -64,58 +69,25 @@ MIN_SIZE_BYTES = 1 << 20  # smaller sizes are rounded up (and the actual size re
 BTRFS_TIMEOUT = 60.0  # seconds for one btrfs command; the runner's own timeout bounds the whole call
 SUBVOLUME_INODE = 256  # the inode number of every subvolume's top directory
 EXPANDS_KEPT = 64  # expand op_ids remembered per volume, for idempotent retries
-_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-
-
-class Refusal(Exception):
-    """This request fails with an error reply (the batch goes on)."""
-
-    def __init__(self, code: str, message: str, retryable: bool) -> None:
-        super().__init__(message)
-        self.code, self.message, self.retryable = code, message, retryable
 
 
 # ---------------------------------------------------------------------------
 # Configuration
 
 
-class Config:
+class Config(kit.ProviderConfig):
     """The request document's ``config``, checked; ``fs_checked`` caches the btrfs check per document."""
 
-    def __init__(self, raw: object) -> None:
-        if not isinstance(raw, dict):
-            raise Refusal("INVALID_CONFIG", "btrfs: config must be an object", True)
-        unknown = sorted(set(raw) - set(CONFIG_KEYS))
-        if unknown:
-            raise Refusal("INVALID_CONFIG", f"btrfs: unknown config keys {', '.join(unknown)}", True)
-        root = raw.get("root")
-        if not isinstance(root, str) or not os.path.isabs(root):
-            raise Refusal("INVALID_CONFIG", "btrfs: config root must be an absolute path", True)
-        self.root = os.path.normpath(root)
-        hosts = raw.get("reachable_hosts")
-        if hosts is not None and (not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts)):
-            raise Refusal("INVALID_CONFIG", "btrfs: reachable_hosts must be a list of host names", True)
-        self.reachable_hosts: list[str] | None = hosts
-        labels = raw.get("host_labels", {})
-        if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                   for k, v in labels.items()):
-            raise Refusal("INVALID_CONFIG", "btrfs: host_labels must map strings to strings", True)
-        self.host_labels: dict[str, str] = labels
-        self.set_owner = raw.get("set_owner", False)
-        if not isinstance(self.set_owner, bool):
-            raise Refusal("INVALID_CONFIG", "btrfs: set_owner must be true or false", True)
-        self.fs_checked = False
+    WHO = PROVIDER
+    KEYS = CONFIG_KEYS
 
-    @property
-    def volumes(self) -> str:
-        return os.path.join(self.root, "volumes")
+    def __init__(self, raw: object) -> None:
+        super().__init__(raw)
+        self.fs_checked = False
 
     @property
     def snapshots(self) -> str:
         return os.path.join(self.root, "snapshots")
-
-    def node_dir(self, host: str) -> str:
-        return os.path.join(self.root, "nodes", host)
 
     def lock(self) -> _Flock:
         return _Flock(os.path.join(self.root, ".lock"))
@@ -240,97 +212,19 @@ def _limit(path: str, size: int) -> None:
 
 
 # ---------------------------------------------------------------------------
-# Small helpers (as simfs's: a provider imports none of XCE, simfs included)
-
-
-class _Flock:
-    """An exclusive flock on ``path`` for a with-block (created if missing)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def __enter__(self) -> int:
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return self.fd
-
-    def __exit__(self, *exc: object) -> None:
-        os.close(self.fd)  # releases the lock
-
-
-def derive_handle(claim_id: int, op_id: str, prefix: str = "v") -> str:
-    """The handle an object-making op gives: the same op_id always names the same object."""
-    return f"{prefix}{claim_id}-{hashlib.sha1(op_id.encode()).hexdigest()[:10]}"
+# Small helpers (the shared ones are in kit: a provider imports nothing else of XCE)
 
 
 def _name(value: object, what: str) -> str:
-    """A handle or host name that is safe as one path component (no '/', no '..', no dot names)."""
-    if not isinstance(value, str) or not value or len(value) > 200 or value[0] == "." \
-            or not set(value) <= _NAME_CHARS:
-        raise Refusal("INVALID_ARGUMENT", f"btrfs: {what} must be a name of letters, digits, '.', '_' "
-                                          f"and '-' not starting with '.', got {value!r}", False)
-    return value
+    return kit.check_name(value, what, PROVIDER)
 
 
 def _field(req: dict, key: str, kind: type, default: object = None, required: bool = False) -> object:
-    value = req.get(key, default)
-    if value is None and not required:
-        return default
-    if value is None or isinstance(value, bool) is not (kind is bool) or not isinstance(value, kind):
-        raise Refusal("INVALID_ARGUMENT", f"btrfs: {req.get('op')} needs {key} ({kind.__name__}), "
-                                          f"got {value!r}", False)
-    return value
+    return kit.field(req, key, kind, PROVIDER, default, required)
 
 
 def _str_map(req: dict, key: str) -> dict:
-    value = req.get(key) or {}
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise Refusal("INVALID_ARGUMENT", f"btrfs: {key} must map strings to strings", False)
-    return value
-
-
-def _read_json(path: str) -> dict | None:
-    try:
-        with open(path) as fh:
-            value = json.load(fh)
-    except FileNotFoundError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _write_json(path: str, value: object) -> None:
-    """Atomically, mode 0600 (a reader sees the old file or the new one)."""
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
-        json.dump(value, fh, sort_keys=True)
-    os.replace(tmp, path)
-
-
-def _makedirs(path: str) -> None:
-    """``path`` and its parents, passable but not listable by others (whatever the umask)."""
-    if not os.path.isdir(path):
-        _makedirs(os.path.dirname(path))
-        try:
-            os.mkdir(path, 0o711)
-        except FileExistsError:
-            return
-        os.chmod(path, 0o711)
-
-
-def _owner_ids(cfg: Config, tags: dict) -> tuple[int, int] | None:
-    """The (uid, gid) a volume's top directory is given to with ``set_owner`` (None: left to root)."""
-    if not cfg.set_owner:
-        return None
-    import pwd
-
-    name = tags.get("xce.owner")
-    try:
-        pw = pwd.getpwnam(name) if name else None
-    except KeyError:
-        pw = None
-    if pw is None:
-        raise Refusal("NOT_FOUND", f"btrfs: the claim's owner {name!r} has no account on this host", False)
-    return pw.pw_uid, pw.pw_gid
+    return kit.str_map(req, key, PROVIDER)
 
 
 def _sweep(cfg: Config, parent: str) -> None:
@@ -401,14 +295,6 @@ def _used(cfg: Config, meta: dict) -> int | None:
     return got[0] if got else None
 
 
-def ok(op_id: str, **fields: object) -> dict:
-    return {"op_id": op_id, "ok": True, **{k: v for k, v in fields.items() if v is not None}}
-
-
-def error(op_id: str, code: str, message: str, retryable: bool) -> dict:
-    return {"op_id": op_id, "ok": False, "error": {"code": code, "message": message, "retryable": retryable}}
-
-
 # ---------------------------------------------------------------------------
 # Making objects
 
@@ -446,7 +332,7 @@ def _new_volume(cfg: Config, size: int, tags: dict, source: str | None):
     """The ``build`` for a writable volume: empty, or a writable snapshot of the object ``source``
     (refused unless it exists and fits in ``size``); then its limit."""
     def build(data: str) -> dict:
-        owner = _owner_ids(cfg, tags)
+        owner = kit.owner_ids(cfg.set_owner, tags, PROVIDER)
         if source is None:
             _btrfs("subvolume", "create", data, what=f"creating subvolume {data}")
         else:

@@ -2,8 +2,9 @@
 
 Run as ``python -m xce.providers.simfs``: it reads one request document on
 stdin and writes one reply document on stdout (docs/providers.md).  It is
-started once per batch, so it imports nothing but a few stdlib modules (and
-none of XCE: it speaks the contract from its text, like any provider).
+started once per batch, so it imports nothing but a few stdlib modules and ``xce.providers.kit``
+(the helpers XCE's providers share, stdlib only): it speaks the contract from
+its text, like any provider.
 
 Layout under the configured ``root``::
 
@@ -36,13 +37,19 @@ Command line (for tests and people)::
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import random
 import shutil
 import sys
 import time
+
+from xce.providers import kit
+from xce.providers.kit import Flock as _Flock, Refusal, derive_handle, error, ok
+from xce.providers.kit import makedirs as _makedirs, read_json as _read_json, write_json as _write_json
+
+PROVIDER = "simfs"  # in every refusal message
+
 
 CONTRACT = 1
 OPS = ("create", "attach", "detach", "release", "health", "list",
@@ -55,57 +62,24 @@ CONFIG_KEYS = ("root", "capacity_bytes", "reachable_hosts", "host_labels", "late
 FAULT_KEYS = ("fail_next", "fail_code", "fail_retryable", "fail_message", "fail_ops", "fail_probability",
               "hang_next", "hang_seconds", "crash_after_act_next", "hang_after_act_next", "garbage_next")
 CRASH_STATUS = 137
-_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-
-
-class Refusal(Exception):
-    """This request fails with an error reply (the batch goes on)."""
-
-    def __init__(self, code: str, message: str, retryable: bool) -> None:
-        super().__init__(message)
-        self.code, self.message, self.retryable = code, message, retryable
 
 
 # ---------------------------------------------------------------------------
 # Configuration
 
 
-class Config:
+class Config(kit.ProviderConfig):
+    WHO = PROVIDER
+    KEYS = CONFIG_KEYS
+
     def __init__(self, raw: object) -> None:
-        if not isinstance(raw, dict):
-            raise Refusal("INVALID_CONFIG", "simfs: config must be an object", True)
-        unknown = sorted(set(raw) - set(CONFIG_KEYS))
-        if unknown:
-            raise Refusal("INVALID_CONFIG", f"simfs: unknown config keys {', '.join(unknown)}", True)
-        root = raw.get("root")
-        if not isinstance(root, str) or not os.path.isabs(root):
-            raise Refusal("INVALID_CONFIG", "simfs: config root must be an absolute path", True)
-        self.root = os.path.normpath(root)
+        super().__init__(raw)
         self.capacity = _cfg_int(raw, "capacity_bytes", None)
         self.min_size = _cfg_int(raw, "min_size_bytes", 0)
-        hosts = raw.get("reachable_hosts")
-        if hosts is not None and (not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts)):
-            raise Refusal("INVALID_CONFIG", "simfs: reachable_hosts must be a list of host names", True)
-        self.reachable_hosts: list[str] | None = hosts
-        labels = raw.get("host_labels", {})
-        if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                   for k, v in labels.items()):
-            raise Refusal("INVALID_CONFIG", "simfs: host_labels must map strings to strings", True)
-        self.host_labels: dict[str, str] = labels
         latency = raw.get("latency", 0.0)
         if isinstance(latency, bool) or not isinstance(latency, (int, float)) or not 0 <= latency < 3600:
             raise Refusal("INVALID_CONFIG", "simfs: latency must be a number of seconds", True)
         self.latency = float(latency)
-        self.set_owner = raw.get("set_owner", False)
-        if not isinstance(self.set_owner, bool):
-            raise Refusal("INVALID_CONFIG", "simfs: set_owner must be true or false", True)
-
-    @property
-    def volumes(self) -> str:
-        return os.path.join(self.root, "volumes")
-
-    def node_dir(self, host: str) -> str:
-        return os.path.join(self.root, "nodes", host)
 
 
 def _cfg_int(raw: dict, key: str, default: int | None) -> int | None:
@@ -119,95 +93,16 @@ def _cfg_int(raw: dict, key: str, default: int | None) -> int | None:
 # Small helpers
 
 
-class _Flock:
-    """An exclusive flock on ``path`` for a with-block (created if missing)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def __enter__(self) -> int:
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return self.fd
-
-    def __exit__(self, *exc: object) -> None:
-        os.close(self.fd)  # releases the lock
-
-
-def derive_handle(claim_id: int, op_id: str) -> str:
-    """The handle ``create`` (and ``node_prepare``) give: the same op_id always names the same object."""
-    return f"v{claim_id}-{hashlib.sha1(op_id.encode()).hexdigest()[:10]}"
-
-
 def _name(value: object, what: str) -> str:
-    """A handle or host name that is safe as one path component."""
-    if not isinstance(value, str) or not value or len(value) > 200 or value[0] == "." \
-            or not set(value) <= _NAME_CHARS:
-        raise Refusal("INVALID_ARGUMENT", f"simfs: {what} must be a name of letters, digits, '.', '_' "
-                                          f"and '-' not starting with '.', got {value!r}", False)
-    return value
+    return kit.check_name(value, what, PROVIDER)
 
 
 def _field(req: dict, key: str, kind: type, default: object = None, required: bool = False) -> object:
-    value = req.get(key, default)
-    if value is None and not required:
-        return default
-    if value is None or isinstance(value, bool) is not (kind is bool) or not isinstance(value, kind):
-        raise Refusal("INVALID_ARGUMENT", f"simfs: {req.get('op')} needs {key} ({getattr(kind, '__name__', kind)}),"
-                                          f" got {value!r}", False)
-    return value
+    return kit.field(req, key, kind, PROVIDER, default, required)
 
 
 def _str_map(req: dict, key: str) -> dict:
-    value = req.get(key) or {}
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise Refusal("INVALID_ARGUMENT", f"simfs: {key} must map strings to strings", False)
-    return value
-
-
-def _read_json(path: str) -> dict | None:
-    try:
-        with open(path) as fh:
-            value = json.load(fh)
-    except FileNotFoundError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _write_json(path: str, value: object) -> None:
-    """Atomically: a reader sees the old file or the new one, never half of one (mode 0600: owner
-    tags are nobody else's business)."""
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
-        json.dump(value, fh, sort_keys=True)
-    os.replace(tmp, path)
-
-
-def _owner_ids(cfg: Config, tags: dict) -> tuple[int, int] | None:
-    """The (uid, gid) an object's data is given to with ``set_owner`` (None: left to simfs's user)."""
-    if not cfg.set_owner:
-        return None
-    import pwd
-
-    name = tags.get("xce.owner")
-    try:
-        pw = pwd.getpwnam(name) if name else None
-    except KeyError:
-        pw = None
-    if pw is None:
-        raise Refusal("NOT_FOUND", f"simfs: the claim's owner {name!r} has no account on this host", False)
-    return pw.pw_uid, pw.pw_gid
-
-
-def _makedirs(path: str) -> None:
-    """``path`` and its parents, made passable but not listable by others (whatever the umask)."""
-    if not os.path.isdir(path):
-        _makedirs(os.path.dirname(path))
-        try:
-            os.mkdir(path, 0o711)
-        except FileExistsError:
-            return
-        os.chmod(path, 0o711)
+    return kit.str_map(req, key, PROVIDER)
 
 
 def _sweep(parent: str) -> None:
@@ -247,14 +142,6 @@ def _check_root(cfg: Config) -> None:
         raise Refusal("UNAVAILABLE", f"simfs: root {cfg.root} is not a directory (storage not mounted?)", True)
 
 
-def ok(op_id: str, **fields: object) -> dict:
-    return {"op_id": op_id, "ok": True, **{k: v for k, v in fields.items() if v is not None}}
-
-
-def error(op_id: str, code: str, message: str, retryable: bool) -> dict:
-    return {"op_id": op_id, "ok": False, "error": {"code": code, "message": message, "retryable": retryable}}
-
-
 # ---------------------------------------------------------------------------
 # Operations: each takes (cfg, request) and returns a reply, or raises Refusal
 
@@ -281,7 +168,7 @@ def _make(cfg: Config, parent: str, handle: str, req: dict) -> dict:
                                                     f"{cfg.capacity} bytes are in use", True)
         meta = {"handle": handle, "tags": tags, "size_bytes": actual, "created": time.time(),
                 "class": req.get("class_name") or "", "params": params, "attachments": []}
-        owner = _owner_ids(cfg, tags)
+        owner = kit.owner_ids(cfg.set_owner, tags, PROVIDER)
         build = os.path.join(parent, f".new-{handle}")
         os.mkdir(build, 0o711)
         os.mkdir(os.path.join(build, "data"), 0o700)
