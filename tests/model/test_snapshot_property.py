@@ -77,6 +77,10 @@ DOMAIN[(F.JobAllocated, "attachments")] = st.lists(st.fixed_dictionaries(
     {"attachment_id": st.integers(1, 4), "claim_id": CLAIM_IDS, "host": NAMES, "mode": st.sampled_from(["rw", "ro"])}),
     max_size=2)
 DOMAIN[(F.ClaimOpIntent, "agent")] = st.sampled_from(["provisioner", "node:a"])
+DOMAIN[(F.ClassCapabilitiesReported, "class_name")] = NAMES
+DOMAIN[(F.ClassCapabilitiesReported, "capabilities")] = st.fixed_dictionaries(
+    {}, optional={"expand": st.booleans(), "online_expand": st.booleans(), "clone": st.booleans(),
+                  "access_modes": st.lists(st.sampled_from(["RWO", "ROX"]), max_size=2), "other": st.integers()})
 
 
 def fact_strategy(cls: type[F.Fact]) -> st.SearchStrategy:

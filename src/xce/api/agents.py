@@ -23,8 +23,9 @@ from xce.api.auth import agent_identity
 from xce.api.commands import mutate
 from xce.controller.longpoll import Waker
 from xce.controller.core import Controller
-from xce.errors import Conflict
+from xce.errors import Conflict, XceError
 from xce.model import Model
+from xce.model import capabilities as K
 from xce.model import claims as C
 from xce.model import job_claims
 from xce.model import facts as F
@@ -129,6 +130,27 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
                 facts += [F.OrphanResolved(time=now, handle=h, how="released")
                           for h in body.orphans_released if h in model.orphans]
             return facts, {"refused": refused}
+
+        return JSONResponse(await mutate(request, actor, f"agent/{agent}", decide))
+
+    @app.post("/v1/agents/{agent}/capabilities", tags=["agents"])
+    async def report_capabilities(agent: AgentName, body: S.CapabilitiesRequest, request: Request,
+                                  actor: User = Depends(agent_identity)):
+        """What each class's provider can do (its ``capabilities`` op): a fact per change, not per report."""
+        speaks_for(actor, agent)
+
+        def decide(model: Model):
+            C.check_epoch(model, agent, body.epoch)
+            now = time.time()
+            facts: list[Fact] = []
+            refused: dict[str, str] = {}
+            for c in body.classes:
+                try:
+                    facts += K.report(model, ctl.config, agent, SHARED_AGENT, c.class_name, c.provider,
+                                      c.capabilities, now)
+                except XceError as e:
+                    refused[c.class_name] = e.message
+            return facts, {"changed": len(facts), "refused": refused}
 
         return JSONResponse(await mutate(request, actor, f"agent/{agent}", decide))
 

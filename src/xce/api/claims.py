@@ -120,10 +120,14 @@ def add_claim_routes(app: FastAPI, ctl: Controller) -> None:
 
     @app.get("/v1/claimclasses", tags=["claims"])
     async def list_classes(_: User = Depends(catalog_reader)):  # the claim agents read it too
+        known = ctl.model.class_capabilities
         return JSONResponse([{"name": c.name, "provider": c.provider, "scope": c.scope, "pools": c.pools,
                               "access_modes": c.access_modes, "reclaim_policy": c.reclaim_policy,
                               "parameters": c.parameters, "allowed_parameters": c.allowed_parameters,
-                              "description": c.description} for c in ctl.config.claim_classes])
+                              "description": c.description,
+                              # None: no agent has asked the provider yet (it can do none of them until then)
+                              "capabilities": dict(known[c.name].flags) if c.name in known else None}
+                             for c in ctl.config.claim_classes])
 
     @app.get("/v1/pools", tags=["claims"])
     async def list_pools(_: User = Depends(authenticated)):

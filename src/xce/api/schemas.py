@@ -258,3 +258,19 @@ class InventoryRequest(Strict):
     class_name: Name
     provider: Annotated[str, Field(min_length=1, max_length=200)]
     objects: Annotated[list[InventoryObject], Field(max_length=1_000_000)]
+
+
+CapabilityValue = bool | Annotated[list[Annotated[str, Field(max_length=8)]], Field(max_length=8)]
+
+
+class ClassCapabilitiesIn(Strict):
+    class_name: Name
+    provider: Annotated[str, Field(min_length=1, max_length=200)]
+    # the provider's ``capabilities`` reply; None: it answered UNSUPPORTED (it can do none of them)
+    capabilities: Annotated[dict[Annotated[str, Field(max_length=64)], CapabilityValue],
+                            Field(max_length=16)] | None = None
+
+
+class CapabilitiesRequest(Strict):
+    epoch: Id
+    classes: Annotated[list[ClassCapabilitiesIn], Field(max_length=1000)]

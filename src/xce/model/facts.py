@@ -438,6 +438,18 @@ class AgentLeased(Fact):
     holder: str
 
 
+@fact("claimclass.capabilities")
+@dataclass(frozen=True, slots=True)
+class ClassCapabilitiesReported(Fact):
+    """What a claim class's provider can do, as the agent that runs its ops asked it (``capabilities``):
+    ``create_snapshot``, ``clone``, ``expand``, ``online_expand`` (booleans) and ``access_modes``."""
+
+    class_name: str
+    provider: str
+    agent: str
+    capabilities: dict[str, Any] = field(default_factory=dict)
+
+
 @fact("orphan.seen")
 @dataclass(frozen=True, slots=True)
 class OrphanSeen(Fact):

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from xce.errors import Unauthenticated
-from xce.model import audit, catalog, claims, hosts, identity, job_claims, jobs, orphans
+from xce.model import audit, capabilities, catalog, claims, hosts, identity, job_claims, jobs, orphans
 from xce.model import facts as F
 from xce.model.audit import AuditOutbox, AuditRecord
+from xce.model.capabilities import ClassCapabilities
 from xce.model.catalog import Project, Queue
 from xce.model.claims import Claim, ClaimForm, ClaimState, name_key
 from xce.model.hosts import Host
@@ -64,6 +65,7 @@ FOLDS: dict[type[F.Fact], Callable[["Model", Any], None]] = {
     F.AttachmentAdded: claims.apply_attachment_added,
     F.AttachmentRemoved: claims.apply_attachment_removed,
     F.AgentLeased: claims.apply_agent_leased,
+    F.ClassCapabilitiesReported: capabilities.apply_class_capabilities,
     F.OrphanSeen: orphans.apply_orphan_seen,
     F.OrphanResolved: orphans.apply_orphan_resolved,
 }
@@ -78,7 +80,10 @@ _COLLECTIONS: dict[str, tuple[type, str]] = {
     "hosts": (Host, "name"),
     "claims": (Claim, "id"),
     "orphans": (Orphan, "handle"),
+    "class_capabilities": (ClassCapabilities, "class_name"),
 }
+# collections added after snapshot format 2 shipped: a snapshot written before has none of them
+_ADDED_COLLECTIONS = frozenset({"class_capabilities"})
 
 
 def _plain(entity: Any) -> dict[str, Any]:
@@ -108,6 +113,7 @@ class Model:
     claims: dict[int, Claim] = field(default_factory=dict)
     orphans: dict[str, Orphan] = field(default_factory=dict)
     agent_epochs: dict[str, int] = field(default_factory=dict)
+    class_capabilities: dict[str, ClassCapabilities] = field(default_factory=dict)  # class -> its provider's
     # derived indexes, kept by the claim folds and rebuilt from ``claims`` on load (not snapshotted)
     claim_names: dict[str, int] = field(default_factory=dict)  # "project/name" of a live standalone claim -> id
     released_names: dict[str, int] = field(default_factory=dict)  # "project/name" released -> newest id
@@ -191,7 +197,8 @@ class Model:
         if fmt == 1:
             m.audit_outbox = AuditOutbox(records=[_legacy_record(r) for r in data.get("audit", [])])
         for attr, (entity, key) in _COLLECTIONS.items():
-            setattr(m, attr, {d[key]: entity(**d) for d in data[attr]})
+            rows = data.get(attr, []) if attr in _ADDED_COLLECTIONS else data[attr]
+            setattr(m, attr, {d[key]: entity(**d) for d in rows})
         m._rebuild_indexes()
         return m
 
