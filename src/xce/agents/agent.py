@@ -275,14 +275,29 @@ class ClaimAgent:
 
     # ------------------------------------------------------------ inventory (orphan scans)
 
+    def _capacity(self, provider: Provider, class_name: str) -> tuple[int | None, int | None]:
+        """The provider's ``health`` reading: (capacity_bytes, available_bytes), None where it says none."""
+        req = ProviderRequest(op_id=f"health.{uuid.uuid4().hex[:12]}", op="health", class_name=class_name)
+        try:
+            reply = provider.run(self.cluster_id, [req])[0]
+        except Exception as e:
+            log.warning("health of %s failed: %s", provider.name, e)
+            return None, None
+        if not reply.ok:
+            return None, None
+        return reply.capacity_bytes, reply.available_bytes
+
     def scan(self) -> None:
         """List every class's provider objects and hand them to the controller to find orphans."""
         classes = self.client.get("/v1/claimclasses")
         self.report_capabilities(classes)
+        capacity: dict[str, tuple[int | None, int | None]] = {}
         for cls in classes:
             if cls["scope"] != "shared" or cls["provider"] not in self.providers:
                 continue
             provider = self.providers[cls["provider"]]
+            if provider.name not in capacity:
+                capacity[provider.name] = self._capacity(provider, cls["name"])
             req = ProviderRequest(op_id=f"list.{uuid.uuid4().hex[:12]}", op="list", class_name=cls["name"])
             with self._orphan_lock:  # not while an orphan release is between its provider and its report
                 reply = provider.run(self.cluster_id, [req])[0]
@@ -290,10 +305,13 @@ class ClaimAgent:
                     log.warning("list on %s failed: %s %s", cls["name"], reply.error_code, reply.message)
                     continue
                 objects = [{"handle": o.get("handle"), "tags": o.get("tags") or {},
-                            "size_bytes": o.get("size_bytes"), "created": o.get("created")}
+                            "size_bytes": o.get("size_bytes"), "created": o.get("created"),
+                            "used_bytes": o.get("used_bytes")}
                            for o in reply.objects or []]
+                total, available = capacity[provider.name]
                 out = self._call("POST", "/inventory", {"epoch": self.epoch, "class_name": cls["name"],
-                                                        "provider": provider.name, "objects": objects})
+                                                        "provider": provider.name, "objects": objects,
+                                                        "capacity_bytes": total, "available_bytes": available})
             if out.get("new_orphans"):
                 log.warning("%d new orphan(s) in class %s", out["new_orphans"], cls["name"])
 

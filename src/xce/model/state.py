@@ -62,6 +62,8 @@ FOLDS: dict[type[F.Fact], Callable[["Model", Any], None]] = {
     F.ClaimOpFailed: claims.apply_claim_op_failed,
     F.ClaimDeleteRequested: claims.apply_claim_delete_requested,
     F.ClaimPurgeRequested: claims.apply_claim_purge_requested,
+    F.ClaimResizeRequested: claims.apply_claim_resize_requested,
+    F.ClaimResizeReserved: claims.apply_claim_resize_reserved,
     F.AttachmentAdded: claims.apply_attachment_added,
     F.AttachmentRemoved: claims.apply_attachment_removed,
     F.AgentLeased: claims.apply_agent_leased,
@@ -94,6 +96,7 @@ def _plain(entity: Any) -> dict[str, Any]:
         out["op"] = dict(vars(entity.op)) if entity.op is not None else None
         out["attachments"] = [dict(vars(a), op=dict(vars(a.op)) if a.op is not None else None)
                               for a in entity.attachments]
+        out["resize"] = dict(vars(entity.resize)) if entity.resize is not None else None
     return out
 
 
