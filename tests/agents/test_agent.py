@@ -56,8 +56,11 @@ doc = json.load(sys.stdin)
 cfg = doc["config"]
 replies = []
 for r in doc["requests"]:
-    if r["op"] in ("list", "health"):  # the agent's own checks: not what the tests look at
+    if r["op"] in ("list", "health", "capabilities"):  # the agent's own checks: not what the tests look at
         replies.append({"op_id": r["op_id"], "ok": True, "objects": []} if r["op"] == "list"
+                       else {"op_id": r["op_id"], "ok": True, "capabilities": {
+                           "create_snapshot": False, "clone": False, "expand": True, "online_expand": False,
+                           "access_modes": ["RWO"]}} if r["op"] == "capabilities"
                        else {"op_id": r["op_id"], "ok": True, "healthy": True})
         continue
     with open(cfg["record"], "a") as fh:
@@ -257,3 +260,11 @@ def test_a_fenced_agent_has_its_report_refused_and_stops(bench):
     assert ready["handle"] == f"B-{op_id}"
     assert [r["label"] for r in bench.requests()] == ["A", "B"]
 
+
+
+def test_the_agent_reports_each_class_capabilities_once_it_has_its_lease(bench):
+    """The provider's ``capabilities`` answer reaches the model as a fact (one per change, not per report)."""
+    bench.provisioner("A")
+    cls = wait_for(lambda: (c := bench.api.get("/v1/claimclasses").json()[0])["capabilities"] and c,
+                   what="capabilities reported")
+    assert cls["capabilities"] == {"create_snapshot": False, "clone": False, "expand": True, "online_expand": False}

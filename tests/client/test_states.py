@@ -1,7 +1,7 @@
 """The client's state names are the model's: the API reports the model's enums' values."""
 
 from xce.client import states
-from xce.model.claims.entity import ClaimState
+from xce.model.claims.entity import ClaimState, ResizeState
 from xce.model.jobs import JobState
 
 
@@ -11,3 +11,7 @@ def test_job_states_are_the_models():
 
 def test_claim_states_are_the_models():
     assert {s.name: s.value for s in states.ClaimState} == {s.name: s.value for s in ClaimState}
+
+
+def test_resize_states_are_the_models():
+    assert {s.name: s.value for s in states.ResizeState} == {s.name: s.value for s in ResizeState}

@@ -273,3 +273,52 @@ def test_a_placement_sees_the_pool_room_the_same_plans_allocations_took(w):
     assert result.accepted == [job.id]
     assert result.claims_rejected == {claim.id: "pool p no longer has room"}, "12Gi never go into a 10Gi pool"
     assert not claim.placed
+
+
+def grant_expand(w: World, online: bool = True) -> None:
+    from xce.model import capabilities
+
+    w.commit(capabilities.report(w.model, CONFIG, C.SHARED_AGENT, C.SHARED_AGENT, "vol", "simfs",
+                                 {"expand": True, "online_expand": online}, w.tick()))
+
+
+def test_a_resize_that_fits_is_reserved_and_opens_its_expand_op_one_that_does_not_stays_requested(w):
+    from xce.model.pools import pool_use
+    from xce.scheduler.plan import Reservation
+
+    grant_expand(w)
+    small, big = w.standalone("small", size="2Gi"), w.standalone("big", size="4Gi")
+    w.commit(C.resize(w.model, CONFIG, ADMIN, "small", "5Gi", w.tick())[0])
+    w.commit(C.resize(w.model, CONFIG, ADMIN, "big", "8Gi", w.tick())[0])
+    assert pool_use(w.model) == {"p": 6 * GiB}, "asked is not reserved"
+    plan = Plan(position=w.model.position, resizes=(Reservation(small.id, "p", 5 * GiB, 3 * GiB),
+                                                    Reservation(big.id, "p", 8 * GiB, 4 * GiB)))
+    outcome = apply_plan(w.model, plan, w.tick(), CONFIG)
+    w.commit(outcome.facts)
+    assert outcome.result.resizes_reserved == [small.id]
+    assert outcome.result.resizes_rejected == {big.id: "pool p no longer has room"}, "9Gi + 4Gi > 10Gi"
+    assert [type(f) for f in outcome.facts] == [F.ClaimResizeReserved]
+    assert small.resize.state is C.ResizeState.EXPANDING and small.op.kind is C.OpKind.EXPAND
+    assert big.resize.state is C.ResizeState.REQUESTED and big.op is None
+    assert pool_use(w.model) == {"p": 9 * GiB} and small.size_bytes == 2 * GiB, "reserved, not yet grown"
+    again = apply_plan(w.model, plan, w.tick(), CONFIG).result
+    assert again.resizes_rejected[small.id] == "resize changed since the snapshot"
+
+
+def test_the_snapshot_offers_requested_resizes_with_their_growth_and_the_observed_pool_room(w):
+    from xce.controller.observed import Observed
+    from xce.controller.snapshot import build_snapshot
+
+    grant_expand(w)
+    claim = w.standalone("vol", size="2Gi")
+    w.commit(C.resize(w.model, CONFIG, ADMIN, "vol", "3Gi", w.tick())[0])
+    snap = build_snapshot(w.model, CONFIG)
+    assert [(r.claim_id, r.pool, r.size, r.grow) for r in snap.pending_resizes] == [(claim.id, "p", 3 * GiB, GiB)]
+    assert [(p.name, p.capacity, p.free) for p in snap.pools] == [("p", 10 * GiB, 8 * GiB)]
+    seen = Observed()
+    seen.report_capacity("vol", 6 * GiB, 3 * GiB, w.now)  # the backend is smaller than the config says
+    assert [(p.capacity, p.free) for p in build_snapshot(w.model, CONFIG, seen).pools] == [(6 * GiB, 3 * GiB)]
+    seen.report_capacity("vol", None, None, w.now)  # no reading: the configured capacity again
+    assert [(p.capacity, p.free) for p in build_snapshot(w.model, CONFIG, seen).pools] == [(10 * GiB, 8 * GiB)]
+    seen.report_capacity("vol", 20 * GiB, None, w.now)  # the config is the cap
+    assert [(p.capacity, p.free) for p in build_snapshot(w.model, CONFIG, seen).pools] == [(10 * GiB, 8 * GiB)]

@@ -22,6 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from xce.config import ClaimsConfig, parse_config
 from xce.errors import XceError
 from xce.model import Model
+from xce.model import capabilities
 from xce.model import claims as C
 from xce.model import facts as F
 from xce.model import job_claims, jobs
@@ -71,6 +72,8 @@ class ClaimMachine(RuleBasedStateMachine):
         self.rng = random.Random(7)
         self.epoch = 0
         self.restart_agent()
+        self.commit(capabilities.report(self.model, CONFIG, C.SHARED_AGENT, C.SHARED_AGENT, "simfs", "simfs",
+                                        {"expand": True, "online_expand": True}, self.tick()))
 
     def commit(self, facts) -> None:
         for f in facts:
@@ -109,10 +112,17 @@ class ClaimMachine(RuleBasedStateMachine):
 
     @rule()
     def schedule(self):
-        """The scheduler places every pending claim (the pool never runs out here)."""
+        """The scheduler places every pending claim and reserves every resize (the pool never runs out here)."""
         for c in list(self.model.claims.values()):
             if c.state is ClaimState.PENDING and not c.placed and not c.delete_requested:
                 self.commit([F.ClaimPlaced(time=self.tick(), claim_id=c.id, pool="p")])
+            elif c.resize is not None and c.resize.state is C.ResizeState.REQUESTED and c.op is None \
+                    and c.state is ClaimState.READY and not c.delete_requested:
+                self.commit([F.ClaimResizeReserved(time=self.tick(), claim_id=c.id, size_bytes=c.resize.size_bytes)])
+
+    @rule(name=NAMES, size=st.sampled_from(["512Mi", "2Gi", "3Gi"]))
+    def resize(self, name, size):
+        self.try_(lambda: C.resize(self.model, CONFIG, ADMIN, name, size, self.tick()))
 
     @rule()
     def restart_agent(self):
@@ -269,6 +279,27 @@ class ClaimMachine(RuleBasedStateMachine):
             if c.form is ClaimForm.TEMPLATE:
                 event(f"template claim reached {c.state.value}")
                 assert c.job_id in self.model.jobs and c.name == C.template_name(c.job_id, c.run, c.kind)
+
+    @invariant()
+    def resizes_follow_their_table_and_leave_the_claim_ready(self):
+        for c in self.model.claims.values():
+            r = c.resize
+            if r is None:
+                continue
+            event(f"resize reached {r.state.value}")
+            states = [C.ResizeState(h["state"]) for h in r.history]
+            assert states[0] is C.ResizeState.REQUESTED and states[-1] is r.state
+            for x, y in zip(states, states[1:]):
+                assert y in C.RESIZE_TRANSITIONS[x], f"resize of {c.name}: {x} -> {y}"
+            if r.open:
+                assert c.state is ClaimState.READY, "a claim is READY and usable while it is resized"
+                assert c.charged_bytes == r.size_bytes >= c.reserved_bytes, "charged when asked, reserved after"
+            if r.state is C.ResizeState.EXPANDING and c.op is not None:
+                assert c.op.kind is C.OpKind.EXPAND
+            if r.state is C.ResizeState.DONE:
+                assert c.size_bytes == r.size_bytes
+            if r.state is C.ResizeState.FAILED:
+                assert max(c.size_bytes, c.actual_bytes or 0) == r.old_bytes, "a failed resize changes no size"
 
     @invariant()
     def released_claims_hold_nothing(self):

@@ -55,13 +55,17 @@ DOMAIN: dict[tuple[type, str], st.SearchStrategy] = {
 }
 # claim facts refer to a few claims and their real op ids, so that sequences exercise the lifecycle
 CLAIM_IDS = st.integers(1, 3)
-OP_IDS = st.sampled_from([f"c{c}.{op}.{n}" for c in (1, 2, 3) for op in ("create", "release") for n in (1, 2)])
+OP_IDS = st.sampled_from([f"c{c}.{op}.{n}" for c in (1, 2, 3) for op in ("create", "release", "expand")
+                          for n in (1, 2)])
 for cls in (F.ClaimCreated, F.ClaimPlaced, F.ClaimOpIntent, F.ClaimOpSucceeded, F.ClaimOpFailed,
-            F.ClaimDeleteRequested, F.ClaimPurgeRequested, F.AttachmentAdded, F.AttachmentRemoved):
+            F.ClaimDeleteRequested, F.ClaimPurgeRequested, F.AttachmentAdded, F.AttachmentRemoved,
+            F.ClaimResizeRequested, F.ClaimResizeReserved):
     DOMAIN[(cls, "claim_id")] = CLAIM_IDS
 for cls in (F.ClaimOpIntent, F.ClaimOpSucceeded, F.ClaimOpFailed):
     DOMAIN[(cls, "op_id")] = OP_IDS
 DOMAIN[(F.AttachmentRemoved, "attachment_id")] = st.integers(1, 3)
+for cls in (F.ClaimResizeRequested, F.ClaimResizeReserved):  # the sizes a request and its reservation share
+    DOMAIN[(cls, "size_bytes")] = st.sampled_from([5, 30, 2**31])
 DOMAIN[(F.AttachmentAdded, "mode")] = st.sampled_from(["rw", "ro"])
 # claims in jobs: references, template specs, and what an allocation makes
 _PATHS = st.lists(st.tuples(st.sampled_from(["/in/a", "b"]), st.sampled_from(["a", "/out/b"])).map(list), max_size=2)
@@ -77,6 +81,10 @@ DOMAIN[(F.JobAllocated, "attachments")] = st.lists(st.fixed_dictionaries(
     {"attachment_id": st.integers(1, 4), "claim_id": CLAIM_IDS, "host": NAMES, "mode": st.sampled_from(["rw", "ro"])}),
     max_size=2)
 DOMAIN[(F.ClaimOpIntent, "agent")] = st.sampled_from(["provisioner", "node:a"])
+DOMAIN[(F.ClassCapabilitiesReported, "class_name")] = NAMES
+DOMAIN[(F.ClassCapabilitiesReported, "capabilities")] = st.fixed_dictionaries(
+    {}, optional={"expand": st.booleans(), "online_expand": st.booleans(), "clone": st.booleans(),
+                  "access_modes": st.lists(st.sampled_from(["RWO", "ROX"]), max_size=2), "other": st.integers()})
 
 
 def fact_strategy(cls: type[F.Fact]) -> st.SearchStrategy:

@@ -519,7 +519,7 @@ def test_real_simfs_replies_are_valid_against_schema(schema, tmp_path):
 
 
 def test_simfs_capabilities_and_the_ops_it_cannot_do(schema, tmp_path):
-    """simfs says it can snapshot, clone and expand nothing, and refuses each for good if asked anyway."""
+    """simfs says it can expand (online), snapshot and clone nothing, and refuses those for good if asked."""
     root = tmp_path / "simfs"
     root.mkdir()
     reqs = [
@@ -536,10 +536,12 @@ def test_simfs_capabilities_and_the_ops_it_cannot_do(schema, tmp_path):
     for req in reqs:
         check_reply(req, replies[req.op_id])
     cap = replies["cap"].capabilities
-    assert {f: cap[f] for f in CAPABILITY_FLAGS} == dict.fromkeys(CAPABILITY_FLAGS, False)
+    assert {f: cap[f] for f in CAPABILITY_FLAGS} == {**dict.fromkeys(CAPABILITY_FLAGS, False), "expand": True,
+                                                     "online_expand": True}
     assert cap["access_modes"] == ["RWO", "ROX", "RWX", "RWOP"]
-    for op_id in ("clone", "cs", "ds", "ex"):
+    for op_id in ("clone", "cs", "ds"):
         assert (replies[op_id].error_code, replies[op_id].retryable) == ("UNSUPPORTED", False), op_id
+    assert (replies["ex"].error_code, replies["ex"].retryable) == ("NOT_FOUND", False)  # no volume v1
     assert "content source" in replies["clone"].message
     assert not (root / "volumes").exists() or list((root / "volumes").iterdir()) == []  # no empty "clone"
 
@@ -547,3 +549,84 @@ def test_simfs_capabilities_and_the_ops_it_cannot_do(schema, tmp_path):
 def test_schema_lists_the_contracts_ops_and_capabilities():
     assert SCHEMA["$defs"]["op"]["enum"] == list(OPS)
     assert set(SCHEMA["$defs"]["capabilities"]["required"]) == {*CAPABILITY_FLAGS, "access_modes"}
+
+
+# ---------------------------------------------------------------------------
+# expand: one behaviour, every provider that says it can (simfs always; btrfs as root, on a loop file)
+
+
+@pytest.fixture(scope="module", params=["simfs", "btrfs"])
+def expanding(request, tmp_path_factory):
+    """(command, config) of a provider whose capabilities say expand, with a fresh root."""
+    root = tmp_path_factory.mktemp(request.param)
+    if request.param == "simfs":
+        yield simfs.command(), {"root": str(root), "capacity_bytes": 64 << 20}
+        return
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a loop-file btrfs filesystem needs root (CI runs these tests as root)")
+    from tests.providers.test_btrfs import loop_btrfs
+    from xce.providers import btrfs
+
+    with loop_btrfs(root) as mnt:
+        yield btrfs.command(), {"root": str(mnt)}
+
+
+def test_expand_grows_refuses_to_shrink_and_is_idempotent_by_op_id(expanding, schema):
+    from xce.providers import run_provider
+
+    command, config = expanding
+    MiB = 1 << 20
+
+    def call(*reqs: ProviderRequest) -> list[ProviderReply]:
+        replies = run_provider(command, config, "c1", list(reqs), 60.0)
+        for req, reply in zip(reqs, replies):
+            check_reply(req, reply)
+        return replies
+
+    def ex(op_id: str, handle: str, size: int) -> ProviderRequest:
+        return ProviderRequest(op_id=op_id, op="expand", handle=handle, size_bytes=size)
+
+    [cap] = call(ProviderRequest(op_id="cap", op="capabilities"))
+    assert cap.capabilities["expand"] is True
+    [vol] = call(create_request("c-ex", 41, size_bytes=8 * MiB))
+    assert vol.ok and vol.size_bytes == 8 * MiB
+    grown, same, shrink, missing = call(ex("ex-1", vol.handle, 12 * MiB), ex("ex-same", vol.handle, 12 * MiB),
+                                        ex("ex-shrink", vol.handle, 4 * MiB), ex("ex-none", "v99-0000000000", 20 * MiB))
+    assert (grown.ok, grown.size_bytes, grown.handle) == (True, 12 * MiB, vol.handle)
+    assert isinstance(grown.used_bytes, int) and grown.used_bytes >= 0
+    assert (same.ok, same.size_bytes) == (True, 12 * MiB), "the current size is a no-op success"
+    assert (shrink.ok, shrink.error_code, shrink.retryable) == (False, "INVALID_ARGUMENT", False)
+    assert (missing.ok, missing.error_code, missing.retryable) == (False, "NOT_FOUND", False)
+    [later] = call(ex("ex-2", vol.handle, 20 * MiB))
+    [again] = call(ex("ex-1", vol.handle, 12 * MiB))  # ex-1 re-driven after ex-2: ok, nothing shrinks
+    assert (later.size_bytes, again.ok, again.size_bytes) == (20 * MiB, True, 20 * MiB)
+    [listing] = call(ProviderRequest(op_id="l", op="list"))
+    assert {o["handle"]: o["size_bytes"] for o in listing.objects}[vol.handle] == 20 * MiB
+    call(ProviderRequest(op_id="r", op="release", handle=vol.handle))
+
+
+def test_simfs_expand_stays_within_its_capacity_and_injected_faults_apply(tmp_path):
+    from xce.providers import run_provider
+
+    root = tmp_path / "simfs"
+    root.mkdir()
+    config = {"root": str(root), "capacity_bytes": 100}
+    [vol] = run_provider(simfs.command(), config, "c1", [create_request("c1", 1, size_bytes=60)], 30)
+    [full] = run_provider(simfs.command(), config, "c1", [ProviderRequest(
+        op_id="ex", op="expand", handle=vol.handle, size_bytes=101)], 30)
+    assert (full.error_code, full.retryable) == ("RESOURCE_EXHAUSTED", True)
+    simfs.inject(str(root), fail_next=1, fail_code="UNAVAILABLE", fail_ops=["expand"])
+    [failed] = run_provider(simfs.command(), config, "c1", [ProviderRequest(
+        op_id="ex", op="expand", handle=vol.handle, size_bytes=90)], 30)
+    assert (failed.error_code, failed.retryable) == ("UNAVAILABLE", True)
+    simfs.inject(str(root), clear=True, crash_after_act_next=1, fail_ops=["expand"])
+    [crashed] = run_provider(simfs.command(), config, "c1", [ProviderRequest(
+        op_id="ex", op="expand", handle=vol.handle, size_bytes=90)], 30)
+    assert not crashed.ok  # acted, never answered
+    [health] = run_provider(simfs.command(), config, "c1", [ProviderRequest(op_id="h", op="health")], 30)
+    assert (health.capacity_bytes, health.available_bytes) == (100, 10), "the crashed expand had acted"
+    [retry] = run_provider(simfs.command(), config, "c1", [ProviderRequest(
+        op_id="ex", op="expand", handle=vol.handle, size_bytes=90)], 30)
+    assert (retry.ok, retry.size_bytes) == (True, 90)

@@ -101,3 +101,19 @@ def test_standalone_placements_see_the_pool_room_the_cycles_allocations_took():
     assert [a.job_id for a in p.allocations] == [1] and dict(p.allocations[0].pools) == {"scratch": "p"}
     assert p.placements == ()
     assert p.claim_reasons[7] == "no pool has room for 6Gi: p has 4Gi free"
+
+
+def test_a_resize_is_reserved_in_its_claims_pool_before_new_claims_or_waits_with_a_reason():
+    from xce.scheduler.snapshot import ResizeView
+
+    gib = 2**30
+    p = schedule(Snapshot(position=1, hosts=(), pending=(), pools=(PoolView("p", 10 * gib, 5 * gib),),
+                          pending_claims=(ClaimView(9, "new", 2 * gib, ("p",)),),
+                          pending_resizes=(ResizeView(3, "grow", "p", 8 * gib, 4 * gib),
+                                           ResizeView(4, "huge", "p", 12 * gib, 6 * gib),
+                                           ResizeView(5, "nopool", None, 3 * gib, gib))))
+    assert [(r.claim_id, r.pool, r.size, r.grow) for r in p.resizes] == [(3, "p", 8 * gib, 4 * gib),
+                                                                         (5, None, 3 * gib, gib)]
+    assert p.resize_reasons == {4: "pool p has no room for 6Gi more: 1Gi free"}
+    assert p.placements == () and p.claim_reasons[9] == "no pool has room for 2Gi: p has 1Gi free", \
+        "the reserved growth is not handed to a new claim in the same cycle"

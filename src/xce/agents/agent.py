@@ -236,15 +236,68 @@ class ClaimAgent:
             self._inflight.acquire()
             self._pool.submit(self._release_orphans, self.providers.get(name), items)
 
+    # ------------------------------------------------------------ capabilities
+
+    def _ask_capabilities(self, provider: Provider, class_name: str) -> dict[str, Any] | None | bool:
+        """The provider's ``capabilities`` (None: it answered UNSUPPORTED, so it can do none of them;
+        False: no answer now, ask again at the next scan)."""
+        req = ProviderRequest(op_id=f"capabilities.{uuid.uuid4().hex[:12]}", op="capabilities",
+                              class_name=class_name)
+        try:
+            reply = provider.run(self.cluster_id, [req])[0]
+        except Exception as e:
+            log.warning("capabilities of %s failed: %s", provider.name, e)
+            return False
+        if reply.ok:
+            return reply.capabilities
+        if reply.error_code == "UNSUPPORTED":
+            return None
+        log.warning("capabilities of %s failed: %s %s", provider.name, reply.error_code, reply.message)
+        return False
+
+    def report_capabilities(self, classes: list[dict[str, Any]]) -> None:
+        """Ask each shared class's provider what it can do and tell the controller (which records a
+        fact only when an answer changes, so this runs with every scan)."""
+        answers: dict[str, dict[str, Any] | None | bool] = {}
+        out = []
+        for cls in classes:
+            if cls["scope"] != "shared" or cls["provider"] not in self.providers:
+                continue
+            name = cls["provider"]
+            if name not in answers:
+                answers[name] = self._ask_capabilities(self.providers[name], cls["name"])
+            if answers[name] is not False:
+                out.append({"class_name": cls["name"], "provider": name, "capabilities": answers[name]})
+        if out:
+            reply = self._call("POST", "/capabilities", {"epoch": self.epoch, "classes": out})
+            for class_name, why in reply.get("refused", {}).items():
+                log.warning("capabilities of class %s refused: %s", class_name, why)
+
     # ------------------------------------------------------------ inventory (orphan scans)
+
+    def _capacity(self, provider: Provider, class_name: str) -> tuple[int | None, int | None]:
+        """The provider's ``health`` reading: (capacity_bytes, available_bytes), None where it says none."""
+        req = ProviderRequest(op_id=f"health.{uuid.uuid4().hex[:12]}", op="health", class_name=class_name)
+        try:
+            reply = provider.run(self.cluster_id, [req])[0]
+        except Exception as e:
+            log.warning("health of %s failed: %s", provider.name, e)
+            return None, None
+        if not reply.ok:
+            return None, None
+        return reply.capacity_bytes, reply.available_bytes
 
     def scan(self) -> None:
         """List every class's provider objects and hand them to the controller to find orphans."""
         classes = self.client.get("/v1/claimclasses")
+        self.report_capabilities(classes)
+        capacity: dict[str, tuple[int | None, int | None]] = {}
         for cls in classes:
             if cls["scope"] != "shared" or cls["provider"] not in self.providers:
                 continue
             provider = self.providers[cls["provider"]]
+            if provider.name not in capacity:
+                capacity[provider.name] = self._capacity(provider, cls["name"])
             req = ProviderRequest(op_id=f"list.{uuid.uuid4().hex[:12]}", op="list", class_name=cls["name"])
             with self._orphan_lock:  # not while an orphan release is between its provider and its report
                 reply = provider.run(self.cluster_id, [req])[0]
@@ -252,10 +305,13 @@ class ClaimAgent:
                     log.warning("list on %s failed: %s %s", cls["name"], reply.error_code, reply.message)
                     continue
                 objects = [{"handle": o.get("handle"), "tags": o.get("tags") or {},
-                            "size_bytes": o.get("size_bytes"), "created": o.get("created")}
+                            "size_bytes": o.get("size_bytes"), "created": o.get("created"),
+                            "used_bytes": o.get("used_bytes")}
                            for o in reply.objects or []]
+                total, available = capacity[provider.name]
                 out = self._call("POST", "/inventory", {"epoch": self.epoch, "class_name": cls["name"],
-                                                        "provider": provider.name, "objects": objects})
+                                                        "provider": provider.name, "objects": objects,
+                                                        "capacity_bytes": total, "available_bytes": available})
             if out.get("new_orphans"):
                 log.warning("%d new orphan(s) in class %s", out["new_orphans"], cls["name"])
 
@@ -282,6 +338,12 @@ class ClaimAgent:
                 self._stop.wait(1.0)
         if self.inventory_classes:
             threading.Thread(target=self._scan_loop, daemon=True, name="orphan-scan").start()
+            try:  # at once, not a scan interval later: resize, snapshot and clone requests wait on it
+                self.report_capabilities(self.client.get("/v1/claimclasses"))
+            except Fenced:
+                pass  # the loop below sees it and stops
+            except ClientError as e:
+                log.warning("capabilities not reported yet: %s", e.message)
         while not self._stop.is_set() and not self._fenced.is_set():
             try:
                 work = self._call("GET", "/work", params={"epoch": self.epoch, "wait": self.poll_wait,

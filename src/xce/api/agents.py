@@ -23,8 +23,9 @@ from xce.api.auth import agent_identity
 from xce.api.commands import mutate
 from xce.controller.longpoll import Waker
 from xce.controller.core import Controller
-from xce.errors import Conflict
+from xce.errors import Conflict, XceError
 from xce.model import Model
+from xce.model import capabilities as K
 from xce.model import claims as C
 from xce.model import job_claims
 from xce.model import facts as F
@@ -47,7 +48,9 @@ def op_json(ctl: Controller, claim: Claim, op: Op, attachment: Attachment | None
     cls = ctl.config.claim_class(claim.class_name)
     out = {"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts + 1, "claim_id": claim.id,
            "claim_name": claim.name, "class_name": claim.class_name, "scope": claim.scope,
-           "provider": cls.provider if cls else None, "size_bytes": claim.size_bytes,
+           "provider": cls.provider if cls else None,
+           # an expand asks for the resize's size: the claim keeps its old one until the provider grew it
+           "size_bytes": claim.resize.size_bytes if op.kind is OpKind.EXPAND and claim.resize else claim.size_bytes,
            "access_mode": claim.access_mode.value, "params": claim.params,
            "handle": claim.handle if op.kind is not OpKind.CREATE else None,
            "host": attachment.host if attachment is not None else claim.host, "path": claim.path,
@@ -132,15 +135,43 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
 
         return JSONResponse(await mutate(request, actor, f"agent/{agent}", decide))
 
+    @app.post("/v1/agents/{agent}/capabilities", tags=["agents"])
+    async def report_capabilities(agent: AgentName, body: S.CapabilitiesRequest, request: Request,
+                                  actor: User = Depends(agent_identity)):
+        """What each class's provider can do (its ``capabilities`` op): a fact per change, not per report."""
+        speaks_for(actor, agent)
+
+        def decide(model: Model):
+            C.check_epoch(model, agent, body.epoch)
+            now = time.time()
+            facts: list[Fact] = []
+            refused: dict[str, str] = {}
+            for c in body.classes:
+                try:
+                    facts += K.report(model, ctl.config, agent, SHARED_AGENT, c.class_name, c.provider,
+                                      c.capabilities, now)
+                except XceError as e:
+                    refused[c.class_name] = e.message
+            return facts, {"changed": len(facts), "refused": refused}
+
+        return JSONResponse(await mutate(request, actor, f"agent/{agent}", decide))
+
     @app.post("/v1/agents/{agent}/inventory", tags=["agents"])
     async def take_inventory(agent: AgentName, body: S.InventoryRequest, request: Request,
                              actor: User = Depends(agent_identity)):
         speaks_for(actor, agent)
 
+        objects = [o.model_dump() for o in body.objects]
+
         def decide(model: Model):
             C.check_epoch(model, agent, body.epoch)
-            objects = [o.model_dump() for o in body.objects]
-            facts = inventory(model, body.class_name, body.provider, objects, time.time())
+            now = time.time()
+            facts = inventory(model, body.class_name, body.provider, objects, now)
+            if agent == SHARED_AGENT and (cls := ctl.config.claim_class(body.class_name)) is not None \
+                    and cls.provider == body.provider:
+                # readings, not facts (controller/observed.py says why); taken with the decision, on the leader
+                ctl.observed.report_used(model, body.class_name, objects, now)
+                ctl.observed.report_capacity(body.class_name, body.capacity_bytes, body.available_bytes, now)
             return facts, {"new_orphans": sum(isinstance(f, F.OrphanSeen) for f in facts)}
 
         return JSONResponse(await mutate(request, actor, f"agent/{agent}", decide))

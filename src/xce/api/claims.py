@@ -25,7 +25,6 @@ from xce.model.claims import TEMPLATE_NAME, ClaimSpec, ClaimState
 from xce.model.identity import User
 from xce.names import NAME_PATTERN
 from xce.model.orphans import claim_orphans
-from xce.model.pools import pool_use
 
 # a standalone claim's name, or a run's template claim's (``j12.1:scratch``)
 ClaimName = Annotated[str, Path(pattern=f"({NAME_PATTERN})|({TEMPLATE_NAME.pattern})", max_length=96)]
@@ -33,9 +32,12 @@ InProject = Annotated[str | None, Query(max_length=63, description="the claim's 
 
 
 def add_claim_routes(app: FastAPI, ctl: Controller) -> None:
+    def view(claim: C.Claim) -> dict[str, Any]:
+        return claim_json(claim, ctl.claim_reasons.get(claim.id), resize_reason=ctl.resize_reasons.get(claim.id),
+                          used_bytes=ctl.observed.used_bytes(claim.id))
+
     def show(claim_id: int, status: int = 200) -> JSONResponse:
-        return JSONResponse(claim_json(ctl.model.claims[claim_id], ctl.claim_reasons.get(claim_id)),
-                            status_code=status)
+        return JSONResponse(view(ctl.model.claims[claim_id]), status_code=status)
 
     @app.post("/v1/claims", status_code=201, response_model=S.ClaimOut, tags=["claims"])
     async def create_claim(body: S.ClaimCreateRequest, request: Request, actor: User = Depends(authenticated)):
@@ -69,7 +71,7 @@ def add_claim_routes(app: FastAPI, ctl: Controller) -> None:
                     continue
             elif c.state is ClaimState.RELEASED and not all_states:
                 continue
-            out.append(claim_json(c, ctl.claim_reasons.get(c.id)))
+            out.append(view(c))
         return JSONResponse(out)
 
     @app.get("/v1/claims/{name}", response_model=S.ClaimOut, tags=["claims"])
@@ -93,6 +95,15 @@ def add_claim_routes(app: FastAPI, ctl: Controller) -> None:
             return C.delete(model, actor, name, time.time(), project), claim.id
 
         return show(await mutate(request, actor, f"claim/{name}", decide), 202)
+
+    @app.post("/v1/claims/{name}/resize", status_code=202, response_model=S.ClaimOut, tags=["claims"])
+    async def resize_claim(name: ClaimName, body: S.ClaimResizeRequest, request: Request, project: InProject = None,
+                           actor: User = Depends(authenticated)):
+        """Grow a READY claim (online when its class can).  The scheduler reserves the growth in the
+        claim's pool, then the provisioner expands it; ``resize`` in the answer follows it."""
+        claim_id = await mutate(request, actor, f"claim/{name}", lambda model: C.resize(
+            model, ctl.config, actor, name, body.size, time.time(), project))
+        return show(claim_id, 202)
 
     @app.post("/v1/claims/by-id/{claim_id}/purge", status_code=202, response_model=S.ClaimOut, tags=["claims"])
     async def purge_claim(claim_id: int, request: Request, actor: User = Depends(admin)):
@@ -120,17 +131,27 @@ def add_claim_routes(app: FastAPI, ctl: Controller) -> None:
 
     @app.get("/v1/claimclasses", tags=["claims"])
     async def list_classes(_: User = Depends(catalog_reader)):  # the claim agents read it too
+        known = ctl.model.class_capabilities
         return JSONResponse([{"name": c.name, "provider": c.provider, "scope": c.scope, "pools": c.pools,
                               "access_modes": c.access_modes, "reclaim_policy": c.reclaim_policy,
                               "parameters": c.parameters, "allowed_parameters": c.allowed_parameters,
-                              "description": c.description} for c in ctl.config.claim_classes])
+                              "description": c.description,
+                              # None: no agent has asked the provider yet (it can do none of them until then)
+                              "capabilities": dict(known[c.name].flags) if c.name in known else None}
+                             for c in ctl.config.claim_classes])
 
     @app.get("/v1/pools", tags=["claims"])
     async def list_pools(_: User = Depends(authenticated)):
+        """``capacity_bytes``: the configured capacity, or less if the provider reports less;
+        ``used_bytes``: what placed claims reserve; ``free_bytes``: what is left for new claims (no
+        more than the provider reports free); ``data_bytes``: what the claims hold, as last listed."""
         await ctl.read_barrier()
-        used = pool_use(ctl.model)
-        return JSONResponse([{"name": p.name, "capacity_bytes": p.capacity_bytes, "used_bytes": used.get(p.name, 0),
-                              "description": p.description} for p in ctl.config.pools])
+        rooms = ctl.observed.rooms(ctl.model, ctl.config)
+        return JSONResponse([{"name": p.name, "capacity_bytes": rooms[p.name].capacity,
+                              "configured_bytes": rooms[p.name].configured, "used_bytes": rooms[p.name].reserved,
+                              "free_bytes": rooms[p.name].free, "available_bytes": rooms[p.name].available,
+                              "data_bytes": rooms[p.name].used, "description": p.description}
+                             for p in ctl.config.pools])
 
     @app.get("/v1/orphans", tags=["claims"])
     async def list_orphans(_: User = Depends(admin)):

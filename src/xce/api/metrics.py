@@ -1,11 +1,20 @@
-"""Prometheus metrics for ``/metrics``: request counts, commit batching, log position, leadership."""
+"""Prometheus metrics for ``/metrics``: request counts, commit batching, log position, leadership, and
+claims per class and pool (by state, bytes requested and used, provider ops by outcome) and pools
+(capacity, reserved, free).
+
+Claim and pool gauges are read from the model (and the provider readings of ``controller.observed``)
+at scrape time; op outcomes are counted from committed facts, so they start at zero with the process,
+as Prometheus counters do."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from xce.model import facts as F
 
 if TYPE_CHECKING:
     from xce.controller.core import Controller
@@ -29,6 +38,25 @@ class Metrics:
         }
         for name, (doc, fn) in gauges.items():
             Gauge(name, doc, registry=self.registry).set_function(fn)
+        self.claim_ops = Counter("xce_claim_ops", "provider op results by claim class, pool, op and outcome "
+                                 "(ok; retry: failed, tried again; failed: failed for good)",
+                                 ["class", "pool", "op", "outcome"], registry=self.registry)
+        self.registry.register(_ClaimCollector(ctl))
+        self._ctl = ctl
+        ctl.commit_listeners.append(self._on_commit)
+
+    def _on_commit(self, facts: list[F.Fact]) -> None:
+        for f in facts:
+            if isinstance(f, F.ClaimOpSucceeded):
+                outcome = "ok"
+            elif isinstance(f, F.ClaimOpFailed):
+                outcome = "retry" if f.next_retry is not None else "failed"
+            else:
+                continue
+            claim = self._ctl.model.claims.get(f.claim_id)
+            op = f.op_id.split(".")[1] if f.op_id.count(".") >= 1 else "?"  # c12.expand.1, a5.attach
+            self.claim_ops.labels(claim.class_name if claim else "?", (claim.pool if claim else None) or "",
+                                  op, outcome).inc()
 
     def count_request(self, method: str, status: int) -> None:
         key = (method, status)
@@ -39,3 +67,47 @@ class Metrics:
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class _ClaimCollector:
+    """Claims and pools as gauges, read at scrape time."""
+
+    def __init__(self, ctl: Controller) -> None:
+        self.ctl = ctl
+
+    def describe(self):  # nothing at registration: collect() reads the live model
+        return []
+
+    def collect(self):
+        model, config = self.ctl.model, self.ctl.config
+        states = GaugeMetricFamily("xce_claims", "claims by class, pool and state", labels=["class", "pool", "state"])
+        asked = GaugeMetricFamily("xce_claim_requested_bytes", "bytes live claims ask for (quota use), by class and "
+                                  "pool", labels=["class", "pool"])
+        used = GaugeMetricFamily("xce_claim_used_bytes", "bytes live claims hold, as their providers last listed "
+                                 "them, by class and pool", labels=["class", "pool"])
+        counts: dict[tuple[str, str, str], int] = {}
+        asked_by: dict[tuple[str, str], int] = {}
+        used_by: dict[tuple[str, str], int] = {}
+        for c in list(model.claims.values()):
+            key = (c.class_name, c.pool or "")
+            counts[(*key, c.state.value)] = counts.get((*key, c.state.value), 0) + 1
+            if c.live:
+                asked_by[key] = asked_by.get(key, 0) + c.charged_bytes
+                if (u := self.ctl.observed.used_bytes(c.id)) is not None:
+                    used_by[key] = used_by.get(key, 0) + u
+        for labels, n in sorted(counts.items()):
+            states.add_metric(list(labels), n)
+        for labels, n in sorted(asked_by.items()):
+            asked.add_metric(list(labels), n)
+        for labels, n in sorted(used_by.items()):
+            used.add_metric(list(labels), n)
+        yield from (states, asked, used)
+        rooms = self.ctl.observed.rooms(model, config)
+        for name, doc, value in (("capacity", "capacity (configured, or less as its provider reports)",
+                                  lambda r: r.capacity),
+                                 ("reserved", "bytes placed claims and reserved resizes take", lambda r: r.reserved),
+                                 ("free", "bytes left for new claims and resizes", lambda r: r.free)):
+            g = GaugeMetricFamily(f"xce_pool_{name}_bytes", f"a pool's {doc}", labels=["pool"])
+            for room in rooms.values():
+                g.add_metric([room.name], value(room))
+            yield g

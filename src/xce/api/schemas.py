@@ -179,6 +179,10 @@ class ClaimCreateRequest(Strict):
     project: Name | None = None
 
 
+class ClaimResizeRequest(Strict):
+    size: Size = Field(description="the new size: bytes, or with a unit (500Mi, 10Gi, 2T); larger than the claim's")
+
+
 class AttachmentRequest(Strict):
     host: Name
     mode: Literal["rw", "ro"] = "rw"
@@ -202,6 +206,10 @@ class ClaimOut(BaseModel):
     reachable_hosts: list[str] | None
     attachments: list[dict[str, Any]]
     history: list[dict[str, Any]]
+    used_bytes: int | None = Field(None, description="what the provider last listed the claim's data taking "
+                                                     "(None: no reading yet)")
+    resize: dict[str, Any] | None = Field(None, description="the latest resize: state (REQUESTED, EXPANDING, DONE, "
+                                                            "FAILED), size_bytes, old_bytes, error, waiting, history")
 
 
 # ---------------------------------------------------------------- claim agents
@@ -251,6 +259,7 @@ class InventoryObject(BaseModel):
     tags: dict[Annotated[str, Field(max_length=256)], Annotated[str, Field(max_length=1024)]] = Field(default_factory=dict)
     size_bytes: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
     created: Annotated[float, Field(allow_inf_nan=False)] | None = None
+    used_bytes: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
 
 
 class InventoryRequest(Strict):
@@ -258,3 +267,22 @@ class InventoryRequest(Strict):
     class_name: Name
     provider: Annotated[str, Field(min_length=1, max_length=200)]
     objects: Annotated[list[InventoryObject], Field(max_length=1_000_000)]
+    # the class's provider's ``health`` reading (CSI GetCapacity); None: it reports none
+    capacity_bytes: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
+    available_bytes: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
+
+
+CapabilityValue = bool | Annotated[list[Annotated[str, Field(max_length=8)]], Field(max_length=8)]
+
+
+class ClassCapabilitiesIn(Strict):
+    class_name: Name
+    provider: Annotated[str, Field(min_length=1, max_length=200)]
+    # the provider's ``capabilities`` reply; None: it answered UNSUPPORTED (it can do none of them)
+    capabilities: Annotated[dict[Annotated[str, Field(max_length=64)], CapabilityValue],
+                            Field(max_length=16)] | None = None
+
+
+class CapabilitiesRequest(Strict):
+    epoch: Id
+    classes: Annotated[list[ClassCapabilitiesIn], Field(max_length=1000)]

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from xce.model.audit import AuditRecord
-from xce.model.claims import Attachment, Claim, ClaimState
+from xce.model.claims import Attachment, Claim, ClaimState, ResizeState
 from xce.model.identity import Token, User
 from xce.model import job_claims
 from xce.model.jobs import Job, JobState
@@ -84,15 +84,34 @@ def attachment_json(a: Attachment) -> dict[str, Any]:
             "path": a.path, "created": a.created, "by": a.by}
 
 
-def claim_json(claim: Claim, reason: str | None = None) -> dict[str, Any]:
-    """A claim as the API shows it.  ``reason`` is the scheduler's word on an unplaced claim."""
+def resize_json(claim: Claim, reason: str | None = None) -> dict[str, Any] | None:
+    """The claim's latest resize; ``reason`` is the scheduler's word on one waiting for room."""
+    r = claim.resize
+    if r is None:
+        return None
+    waiting = None
+    if r.state is ResizeState.REQUESTED:
+        waiting = reason or "waiting for the scheduler to reserve the growth in its pool"
+    elif r.state is ResizeState.EXPANDING:
+        waiting = claim.waiting()
+    return {"state": r.state.value, "size_bytes": r.size_bytes, "old_bytes": r.old_bytes, "by": r.by,
+            "requested": r.requested, "error": r.error, "waiting": waiting, "history": r.history}
+
+
+def claim_json(claim: Claim, reason: str | None = None, *, resize_reason: str | None = None,
+               used_bytes: int | None = None) -> dict[str, Any]:
+    """A claim as the API shows it.  ``reason`` is the scheduler's word on an unplaced claim (and
+    ``resize_reason`` on a resize waiting for room); ``used_bytes`` what its provider last listed."""
     op = claim.op
     waiting = claim.waiting()
     if reason and claim.state is ClaimState.PENDING and not claim.placed:
         waiting = reason
+    elif claim.resize is not None and claim.resize.state is ResizeState.REQUESTED and waiting is None:
+        waiting = f"resize to {claim.resize.size_bytes} bytes: " + (resize_reason or "waiting for room")
     return {
         "id": claim.id, "name": claim.name, "form": claim.form.value, "class": claim.class_name,
         "scope": claim.scope, "size_bytes": claim.size_bytes, "actual_bytes": claim.actual_bytes,
+        "used_bytes": used_bytes, "resize": resize_json(claim, resize_reason),
         "access_mode": claim.access_mode.value, "reclaim_policy": claim.reclaim_policy.value,
         "state": claim.state.value, "owner": claim.owner, "project": claim.project, "params": claim.params,
         "job_id": claim.job_id, "pool": claim.pool, "host": claim.host, "handle": claim.handle,

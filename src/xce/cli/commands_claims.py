@@ -1,4 +1,4 @@
-"""Claim commands: ``claim create|list|show|delete|purge``, ``claimclass list``, ``orphans``."""
+"""Claim commands: ``claim create|list|show|resize|delete|purge``, ``claimclass list``, ``orphans``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from xce.cli.base import Parser
 from xce.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
 from xce.client import Client
-from xce.client.states import ClaimState
+from xce.client.states import RESIZE_ENDED, ClaimState, ResizeState
 from xce.cli.output import ago, fields, print_json, print_table, size, when
 
 CLAIM_STATES = tuple(ClaimState)
@@ -42,6 +42,14 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     sh.add_argument("name", help="a claim's name, or a run's template claim (j12.1:scratch)")
     sh.add_argument("--project", help="the claim's project (names are per project)")
     sh.set_defaults(func=cmd_show)
+
+    rs = csub.add_parser("resize", parents=[common], help="grow a READY claim (online if its class can)")
+    rs.add_argument("name")
+    rs.add_argument("size", help="the new size, larger than the claim's: e.g. 20Gi")
+    rs.add_argument("--project", help="the claim's project (names are per project)")
+    rs.add_argument("--wait", action="store_true", help="show progress until the resize is done (exit 1 if it failed)")
+    rs.add_argument("--timeout", type=float, default=600.0, help="with --wait: give up after this many seconds")
+    rs.set_defaults(func=cmd_resize)
 
     d = csub.add_parser("delete", parents=[common], help="delete a claim (its reclaim policy decides the object's fate)")
     d.add_argument("name")
@@ -123,6 +131,38 @@ def cmd_create(args, ctx) -> int:
     return EXIT_OK if final["state"] == ClaimState.READY else EXIT_REFUSED
 
 
+def resize_line(c: dict[str, Any]) -> str:
+    r = c["resize"] or {}
+    line = f"claim {c['name']}: resize to {size(r.get('size_bytes'))} {r.get('state')}"
+    if r.get("waiting"):
+        line += f", {r['waiting']}"
+    if c.get("next_retry"):
+        line += f", next retry in {max(0.0, c['next_retry'] - time.time()):.0f}s"
+    if r.get("state") == ResizeState.FAILED:
+        line += f"; {r.get('error')}; the claim is still {size(r.get('old_bytes'))} and {c['state']}"
+    elif c.get("last_error"):
+        line += f"; last error: {c['last_error']}"
+    return line
+
+
+def cmd_resize(args, ctx) -> int:
+    client = ctx.client()
+    claim = client.resize_claim(args.name, args.size, args.project)
+    if not args.wait:
+        if ctx.json:
+            print_json(claim)
+        else:
+            print(f"Claim <{claim['name']}> is being resized from {size(claim['resize']['old_bytes'])} to "
+                  f"{size(claim['resize']['size_bytes'])}: {claim['resize']['state']}.")
+        return EXIT_OK
+    out = sys.stderr if ctx.json else sys.stdout
+    final = client.wait_resize(claim["id"], args.timeout,
+                               on_change=lambda c: print(resize_line(c), file=out, flush=True))
+    if ctx.json:
+        print_json(final)
+    return EXIT_OK if final["resize"] and final["resize"]["state"] == ResizeState.DONE else EXIT_REFUSED
+
+
 def cmd_delete(args, ctx) -> int:
     client = ctx.client()
     claim = client.request("DELETE", f"/v1/claims/{args.name}", params=_in_project(args))
@@ -164,9 +204,13 @@ def cmd_list(args, ctx) -> int:
     if not claims:
         print("No claims found", file=sys.stderr)
         return EXIT_OK
-    print_table(("ID", "NAME", "STATE", "CLASS", "SIZE", "ACCESS", "RECLAIM", "PROJECT", "ATTACHED", "WAITING"),
+    print_table(("ID", "NAME", "STATE", "CLASS", "SIZE", "USED", "ACCESS", "RECLAIM", "PROJECT", "ATTACHED",
+                 "WAITING"),
                 ((c["id"], c["name"], c["state"] + (" (retained)" if c["retained"] else ""), c["class"],
-                  size(c["size_bytes"]), c["access_mode"], c["reclaim_policy"], c["project"],
+                  size(c["size_bytes"]) + (f" -> {size(c['resize']['size_bytes'])}" if c.get("resize") and
+                                           c["resize"]["state"] not in RESIZE_ENDED else ""),
+                  size(c["used_bytes"]) if c.get("used_bytes") is not None else None,
+                  c["access_mode"], c["reclaim_policy"], c["project"],
                   len(c["attachments"]) or None, c["waiting"]) for c in claims))
     return EXIT_OK
 
@@ -176,7 +220,10 @@ def show_text(c: dict[str, Any]) -> str:
         ("Claim", f"{c['name']} (id {c['id']})"), ("Form", c["form"]), ("Class", c["class"]),
         ("State", c["state"] + (" (object retained)" if c["retained"] else "")),
         ("Waiting", c["waiting"]), ("Size", f"{size(c['size_bytes'])} asked"
-                                    + (f", {size(c['actual_bytes'])} provisioned" if c["actual_bytes"] else "")),
+                                    + (f", {size(c['actual_bytes'])} provisioned" if c["actual_bytes"] else "")
+                                    + (f", {size(c['used_bytes'])} used" if c.get("used_bytes") is not None
+                                       else "")),
+        ("Resize", _resize_text(c.get("resize"))),
         ("Access mode", c["access_mode"]), ("Reclaim policy", c["reclaim_policy"]),
         ("Owner", c["owner"]), ("Project", c["project"]), ("Job", c["job_id"]),
         ("Parameters", " ".join(f"{k}={v}" for k, v in sorted(c["params"].items()))),
@@ -202,6 +249,17 @@ def show_text(c: dict[str, Any]) -> str:
     return out
 
 
+def _resize_text(r: dict[str, Any] | None) -> str | None:
+    if not r:
+        return None
+    text = f"{size(r['old_bytes'])} -> {size(r['size_bytes'])} {r['state']} (asked by {r['by']} {when(r['requested'])})"
+    if r.get("waiting"):
+        text += f"; {r['waiting']}"
+    if r.get("error"):
+        text += f"; {r['error']}"
+    return text
+
+
 def cmd_show(args, ctx) -> int:
     claim = ctx.client().get(f"/v1/claims/{args.name}", _in_project(args))
     if ctx.json:
@@ -220,12 +278,18 @@ def cmd_classes(args, ctx) -> int:
     pools = {p["name"]: p for p in client.get("/v1/pools")}
 
     def room(names: list[str]) -> str:
-        return ", ".join(f"{n} ({size(pools[n]['capacity_bytes'] - pools[n]['used_bytes'])} free of "
-                         f"{size(pools[n]['capacity_bytes'])})" if n in pools else n for n in names)
+        return ", ".join(f"{n} ({size(pools[n]['free_bytes'])} free of {size(pools[n]['capacity_bytes'])})"
+                         if n in pools else n for n in names)
 
-    print_table(("CLASS", "PROVIDER", "SCOPE", "ACCESS", "RECLAIM", "POOLS", "DESCRIPTION"),
+    def can(c: dict[str, Any]) -> str:
+        caps = c.get("capabilities")
+        if caps is None:
+            return "?"  # its provider has not been asked yet
+        return ",".join(k for k in ("expand", "online_expand", "create_snapshot", "clone") if caps.get(k)) or "-"
+
+    print_table(("CLASS", "PROVIDER", "SCOPE", "ACCESS", "RECLAIM", "POOLS", "CAN", "DESCRIPTION"),
                 ((c["name"], c["provider"], c["scope"], ",".join(c["access_modes"]), c["reclaim_policy"],
-                  room(c["pools"]), c["description"]) for c in classes))
+                  room(c["pools"]), can(c), c["description"]) for c in classes))
     return EXIT_OK
 
 

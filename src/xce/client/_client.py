@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 from xce.client._errors import WaitTimeout
 from xce.client._http import DEFAULT_TIMEOUT, Params, Transport
-from xce.client.states import JOB_FINISHED, ClaimState
+from xce.client.states import JOB_FINISHED, RESIZE_ENDED, ClaimState
 
 Job = dict[str, Any]  # GET /v1/jobs/{id}: id, display_id, name, user, project, queue, state, exit_code, ...
 Claim = dict[str, Any]  # GET /v1/claims/{name}: id, name, class, size_bytes, access_mode, state, waiting, ...
@@ -177,6 +177,25 @@ class Client:
         Returns the claim, on its way to RELEASED; ``wait_claim(claim["id"], ("RELEASED",))`` waits.
         """
         return self.delete(f"/v1/claims/{quote(name, safe=':')}", {"project": project})
+
+    def resize_claim(self, name: str, size: str | int, project: str | None = None) -> Claim:
+        """Grow a READY claim (``POST /v1/claims/{name}/resize``); ``size``: bytes or ``"20Gi"``.
+
+        Returns the claim with ``resize`` REQUESTED; ``wait_resize(claim["id"])`` waits until it is
+        DONE (the claim's ``size_bytes`` is the new size) or FAILED (the claim keeps its old size).
+        """
+        return self.request("POST", f"/v1/claims/{quote(name, safe=':')}/resize", body={"size": size},
+                            params={"project": project} if project else None)
+
+    def wait_resize(self, claim: str | int, timeout: float = 600.0, *, project: str | None = None,
+                    interval: float = 0.2, on_change: Callable[[Claim], None] | None = None) -> Claim:
+        """Poll the claim until its latest resize is DONE or FAILED; return the claim."""
+        return self._wait(lambda: self.claim(claim, project),
+                          lambda c: (c["resize"] and c["resize"]["state"], c["resize"] and c["resize"]["waiting"],
+                                     c["last_error"], c["next_retry"]),
+                          lambda c: c["resize"] is None or c["resize"]["state"] in RESIZE_ENDED, timeout,
+                          interval, on_change,
+                          lambda c: f"claim {c['name']}: its resize is still {c['resize']['state']} after {timeout:g}s")
 
     def wait_claim(self, claim: str | int, states: Iterable[str] = (ClaimState.READY,), timeout: float = 600.0, *,
                    project: str | None = None, interval: float = 0.2,

@@ -28,5 +28,15 @@ class ClaimState(StrEnum):
     FAILED = "FAILED"
 
 
+class ResizeState(StrEnum):
+    """A claim's resize (``claim["resize"]["state"]``); the claim stays usable throughout."""
+
+    REQUESTED = "REQUESTED"
+    EXPANDING = "EXPANDING"
+    DONE = "DONE"
+    FAILED = "FAILED"  # the claim keeps its old size
+
+
 JOB_PENDING = (JobState.PEND, JobState.PSUSP)
 JOB_FINISHED = (JobState.DONE, JobState.EXIT)  # a job in these states changes only if someone requeues it
+RESIZE_ENDED = (ResizeState.DONE, ResizeState.FAILED)

@@ -14,11 +14,12 @@ from xce.controller.core import Outcome
 from xce.model import Model
 from xce.model import job_claims
 from xce.model.claims import ClaimState
-from xce.model.facts import ClaimCreated, ClaimPlaced, Fact, JobAllocated
+from xce.controller.observed import Observed, pool_free
+from xce.model.claims import ResizeState
+from xce.model.facts import ClaimCreated, ClaimPlaced, ClaimResizeReserved, Fact, JobAllocated
 from xce.model.hosts import HostState
 from xce.model.jobs import JobState
 from xce.scheduler.plan import Plan
-from xce.model.pools import pool_use
 
 if TYPE_CHECKING:
     from xce.config import Config
@@ -30,23 +31,52 @@ class ApplyResult:
     rejected: dict[int, str] = field(default_factory=dict)
     claims_placed: list[int] = field(default_factory=list)
     claims_rejected: dict[int, str] = field(default_factory=dict)
+    resizes_reserved: list[int] = field(default_factory=list)
+    resizes_rejected: dict[int, str] = field(default_factory=dict)
 
 
-def apply_plan(model: Model, plan: Plan, now: float, config: Config | None = None) -> Outcome:
-    outcome = _apply_allocations(model, plan, now, config)
-    if config is not None and plan.placements:
-        outcome.facts.extend(_apply_placements(model, plan, now, config, outcome.result, outcome.facts))
+def apply_plan(model: Model, plan: Plan, now: float, config: Config | None = None,
+               observed: Observed | None = None) -> Outcome:
+    """``observed``: the pools' reported capacity (``controller.observed``); None: the config's alone."""
+    outcome = _apply_allocations(model, plan, now, config, observed)
+    if config is not None and (plan.placements or plan.resizes):
+        free = pool_free(model, config, observed)
+        for f in outcome.facts:  # less what the plan's accepted allocations took for their template claims
+            if isinstance(f, ClaimCreated) and f.pool is not None and f.pool in free:
+                free[f.pool] -= f.size_bytes
+        outcome.facts.extend(_apply_resizes(model, plan, now, free, outcome.result))
+        outcome.facts.extend(_apply_placements(model, plan, now, free, outcome.result))
     return outcome
 
 
-def _apply_placements(model: Model, plan: Plan, now: float, config: Config, result: ApplyResult,
-                      accepted: list[Fact]) -> list[Fact]:
-    """Re-check each claim placement against the current pools, less what the plan's accepted
-    allocations took for their template claims (``accepted``); the claim may have been deleted."""
-    used = pool_use(model)
-    for f in accepted:
-        if isinstance(f, ClaimCreated) and f.pool is not None:
-            used[f.pool] = used.get(f.pool, 0) + f.size_bytes
+def _apply_resizes(model: Model, plan: Plan, now: float, free: dict[str, int], result: ApplyResult) -> list[Fact]:
+    """Re-check each resize reservation: the resize is still waiting, the same size, and its pool has room."""
+    facts: list[Fact] = []
+    for r in plan.resizes:
+        claim = model.claims.get(r.claim_id)
+        resize = claim.resize if claim is not None else None
+        why = None
+        if resize is None or resize.state is not ResizeState.REQUESTED or resize.size_bytes != r.size \
+                or claim.state is not ClaimState.READY or claim.delete_requested or claim.op is not None:
+            why = "resize changed since the snapshot"
+        else:
+            grow = resize.size_bytes - claim.reserved_bytes
+            if claim.pool is not None and (claim.pool not in free or free[claim.pool] < grow):
+                why = f"pool {claim.pool} no longer has room"
+        if why:
+            result.resizes_rejected[r.claim_id] = why
+            continue
+        if claim.pool is not None:
+            free[claim.pool] -= grow
+        facts.append(ClaimResizeReserved(time=now, claim_id=r.claim_id, size_bytes=r.size))
+        result.resizes_reserved.append(r.claim_id)
+    return facts
+
+
+def _apply_placements(model: Model, plan: Plan, now: float, free: dict[str, int],
+                      result: ApplyResult) -> list[Fact]:
+    """Re-check each claim placement against the pools' current room (``free``, less what this plan
+    took already); the claim may have been deleted."""
     facts: list[Fact] = []
     for p in plan.placements:
         claim = model.claims.get(p.claim_id)
@@ -54,16 +84,15 @@ def _apply_placements(model: Model, plan: Plan, now: float, config: Config, resu
         if claim is None or claim.state is not ClaimState.PENDING or claim.placed or claim.delete_requested:
             why = "claim changed since the snapshot"
         elif p.pool is not None:
-            pool = config.pool(p.pool)
-            if pool is None:
+            if p.pool not in free:
                 why = f"pool {p.pool} is no longer configured"
-            elif pool.capacity_bytes - used.get(p.pool, 0) < claim.charged_bytes:
+            elif free[p.pool] < claim.charged_bytes:
                 why = f"pool {p.pool} no longer has room"
         if why:
             result.claims_rejected[p.claim_id] = why
             continue
         if p.pool is not None:
-            used[p.pool] = used.get(p.pool, 0) + claim.charged_bytes
+            free[p.pool] -= claim.charged_bytes
         facts.append(ClaimPlaced(time=now, claim_id=p.claim_id, pool=p.pool))
         result.claims_placed.append(p.claim_id)
     return facts
@@ -82,20 +111,20 @@ def _cluster_short(model: Model, config: Config | None, need: dict[str, float] |
     return None
 
 
-def _pool_short(model: Model, config: Config | None, job, pools, taken: dict[str, int]) -> str | None:
+def _pool_short(model: Model, config: Config | None, observed: Observed | None, job, pools,
+                taken: dict[str, int]) -> str | None:
     if not pools or config is None:
         return None
-    used = pool_use(model)
+    free = pool_free(model, config, observed)
     for t in job.templates:
         pool = pools.get(t["kind"])
-        p = config.pool(pool) if pool else None
-        if pool is not None and (p is None or p.capacity_bytes - used.get(pool, 0) - taken.get(pool, 0)
-                                 < t["size_bytes"]):
+        if pool is not None and (pool not in free or free[pool] - taken.get(pool, 0) < t["size_bytes"]):
             return f"pool {pool} no longer has room for its {t['kind']} claim"
     return None
 
 
-def _apply_allocations(model: Model, plan: Plan, now: float, config: Config | None = None) -> Outcome:
+def _apply_allocations(model: Model, plan: Plan, now: float, config: Config | None = None,
+                       observed: Observed | None = None) -> Outcome:
     result = ApplyResult()
     facts: list[Fact] = []
     taken_slots: dict[str, int] = {}
@@ -112,7 +141,7 @@ def _apply_allocations(model: Model, plan: Plan, now: float, config: Config | No
             why = gone
         elif (short := _cluster_short(model, config, a.cluster, taken_cluster)) is not None:
             why = short
-        elif (short := _pool_short(model, config, job, a.pools, taken_pool)) is not None:
+        elif (short := _pool_short(model, config, observed, job, a.pools, taken_pool)) is not None:
             why = short
         else:
             for host_name, n in a.slots.items():

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from xce.controller.bootstrap import bootstrap_facts
+from xce.controller.observed import Observed
 from xce.config import Config
 from xce.errors import Unavailable, XceError
 from xce.model import Model, decode, encode
@@ -141,6 +142,9 @@ class Controller:
         self.pending_reasons: dict[int, str] = {}
         self.idle_reason: str | None = None  # every pending job's reason when no host has room at all
         self.claim_reasons: dict[int, str] = {}  # the same for standalone claims waiting for a pool
+        self.resize_reasons: dict[int, str] = {}  # ... and for resizes waiting for room in their pool
+        # what claim agents observe of storage (capacity, used bytes): readings, not facts
+        self.observed = Observed()
 
     def pending_reason(self, job_id: int) -> str | None:
         """The scheduler's latest word on a pending job (volatile, recomputed every cycle)."""

@@ -21,7 +21,7 @@ from xce.controller.core import Controller
 from xce.errors import XceError
 from xce.model import Model
 from xce.model import facts as F
-from xce.model.claims import ClaimState
+from xce.model.claims import ClaimState, ResizeState
 from xce.model.hosts import HostState
 from xce.scheduler.core import schedule
 from xce.controller.snapshot import build_snapshot
@@ -30,7 +30,7 @@ log = logging.getLogger("xce.scheduler")
 
 # facts after which a new plan may place more jobs
 _POKE = (F.JobSubmitted, F.JobFinished, F.JobRequeued, F.JobReleased, F.HostRegistered, F.HostStateChanged,
-         F.ClaimCreated, F.ClaimOpSucceeded, F.ClaimOpFailed)
+         F.ClaimCreated, F.ClaimOpSucceeded, F.ClaimOpFailed, F.ClaimResizeRequested)
 
 
 class SchedulerLoop:
@@ -75,24 +75,30 @@ class SchedulerLoop:
         if idle and not _claims_waiting(model):
             # nothing can be placed: skip the snapshot (O(pending jobs)), one reason fits them all
             self.ctl.pending_reasons, self.ctl.claim_reasons, self.ctl.idle_reason = {}, {}, idle
+            self.ctl.resize_reasons = {}
             return
         self.ctl.idle_reason = None
-        snap = build_snapshot(model, config)
-        if not snap.pending and not snap.pending_claims:
+        snap = build_snapshot(model, config, self.ctl.observed)
+        if not snap.pending and not snap.pending_claims and not snap.pending_resizes:
             self.ctl.pending_reasons = {}
             self.ctl.claim_reasons = {}
+            self.ctl.resize_reasons = {}
             return
         plan = await asyncio.get_running_loop().run_in_executor(self._pool, schedule, snap)
         self.cycles += 1
         self.ctl.pending_reasons = dict(plan.pending_reasons)
         self.ctl.claim_reasons = dict(plan.claim_reasons)
-        if plan.allocations or plan.placements:
-            result = await self.ctl.execute(lambda m: apply_plan(m, plan, time.time(), config))
+        self.ctl.resize_reasons = dict(plan.resize_reasons)
+        if plan.allocations or plan.placements or plan.resizes:
+            observed = self.ctl.observed
+            result = await self.ctl.execute(lambda m: apply_plan(m, plan, time.time(), config, observed))
             for job_id, why in result.rejected.items():
                 self.ctl.pending_reasons[job_id] = f"plan rejected ({why}); retrying"
             for claim_id, why in result.claims_rejected.items():
                 self.ctl.claim_reasons[claim_id] = f"placement rejected ({why}); retrying"
-            if result.rejected or result.claims_rejected:
+            for claim_id, why in result.resizes_rejected.items():
+                self.ctl.resize_reasons[claim_id] = f"reservation rejected ({why}); retrying"
+            if result.rejected or result.claims_rejected or result.resizes_rejected:
                 self._wake.set()
 
 
@@ -107,4 +113,5 @@ def _no_room(model: Model) -> str | None:
 
 
 def _claims_waiting(model: Model) -> bool:
-    return any(c.state is ClaimState.PENDING and not c.placed for c in model.claims.values())
+    return any(c.state is ClaimState.PENDING and not c.placed or c.resize is not None and c.resize.state
+               is ResizeState.REQUESTED for c in model.claims.values())

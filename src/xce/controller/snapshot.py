@@ -9,16 +9,18 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from xce.config import Config
+from xce.controller.observed import Observed
 from xce.model import Model
-from xce.model.claims import AccessMode, ClaimState, Mode, Scope
+from xce.model import capabilities
+from xce.model.claims import AccessMode, ClaimState, Mode, ResizeState, Scope
 from xce.model.hosts import HostState
 from xce.model.job_claims import node_counters, pool_needs
-from xce.model.pools import pool_use
-from xce.scheduler.snapshot import ClaimUse, ClaimView, HostView, JobView, PoolView, Snapshot
+from xce.scheduler.snapshot import ClaimUse, ClaimView, HostView, JobView, PoolView, ResizeView, Snapshot
 
 
-def build_snapshot(model: Model, config: Config | None = None) -> Snapshot:
-    """The scheduler's view of ``model`` at its position (``config``: pools and cluster counters)."""
+def build_snapshot(model: Model, config: Config | None = None, observed: Observed | None = None) -> Snapshot:
+    """The scheduler's view of ``model`` at its position (``config``: pools and cluster counters;
+    ``observed``: what providers report of the pools' capacity)."""
     hosts = []
     for h in model.hosts.values():
         if h.state is not HostState.OK:
@@ -38,13 +40,14 @@ def build_snapshot(model: Model, config: Config | None = None) -> Snapshot:
                     for j in map(model.jobs.__getitem__, sorted(model.pending_jobs)))
     pools: tuple[PoolView, ...] = ()
     claims: tuple[ClaimView, ...] = ()
+    resizes: tuple[ResizeView, ...] = ()
     cluster: dict[str, float] = {}
     if config is not None:
-        pools, claims = _claim_views(model, config)
+        pools, claims, resizes = _claim_views(model, config, observed)
         used = model.cluster_used()
         cluster = {name: total - used.get(name, 0.0) for name, total in config.cluster_counters().items()}
     return Snapshot(position=model.position, hosts=tuple(hosts), pending=pending, pools=pools,
-                    pending_claims=claims, cluster_free=MappingProxyType(cluster))
+                    pending_claims=claims, pending_resizes=resizes, cluster_free=MappingProxyType(cluster))
 
 
 def _claim_uses(model: Model, job) -> tuple[ClaimUse, ...]:
@@ -56,8 +59,13 @@ def _claim_uses(model: Model, job) -> tuple[ClaimUse, ...]:
                                 state="GONE", reachable=None))
             continue
         others = [a for a in c.attachments if a.job_id != job.id]
+        state = c.state.value
+        if c.delete_requested:
+            state = "BEING_DELETED"
+        elif c.resize is not None and c.resize.open and not capabilities.can(model, c.class_name, "online_expand"):
+            state = "RESIZING"  # its class expands only offline: no job attaches it until that is done
         out.append(ClaimUse(claim_id=c.id, name=c.name, mode=ref["mode"], access_mode=c.access_mode.value,
-                            state="BEING_DELETED" if c.delete_requested else c.state.value,
+                            state=state,
                             reachable=frozenset(c.reachable_hosts) if c.reachable_hosts is not None else None,
                             attached_hosts=frozenset(a.host for a in others if a.mode is Mode.RW or
                                                      c.access_mode is AccessMode.RWO),
@@ -66,14 +74,19 @@ def _claim_uses(model: Model, job) -> tuple[ClaimUse, ...]:
     return tuple(out)
 
 
-def _claim_views(model: Model, config: Config) -> tuple[tuple[PoolView, ...], tuple[ClaimView, ...]]:
-    used = pool_use(model)
-    pools = tuple(PoolView(name=p.name, capacity=p.capacity_bytes, free=p.capacity_bytes - used.get(p.name, 0))
-                  for p in config.pools)
+def _claim_views(model: Model, config: Config, observed: Observed | None,
+                 ) -> tuple[tuple[PoolView, ...], tuple[ClaimView, ...], tuple[ResizeView, ...]]:
+    rooms = (observed or Observed()).rooms(model, config)
+    pools = tuple(PoolView(name=r.name, capacity=r.capacity, free=r.free) for r in rooms.values())
     claims = []
+    resizes = []
     for c in model.claims.values():
         if c.state is ClaimState.PENDING and not c.placed and not c.delete_requested and c.scope is Scope.SHARED:
             cls = config.claim_class(c.class_name)
             claims.append(ClaimView(id=c.id, name=c.name, size=c.charged_bytes,
                                     pools=tuple(cls.pools) if cls else ()))
-    return pools, tuple(claims)
+        elif c.resize is not None and c.resize.state is ResizeState.REQUESTED and c.state is ClaimState.READY \
+                and not c.delete_requested and c.op is None:
+            resizes.append(ResizeView(claim_id=c.id, name=c.name, pool=c.pool, size=c.resize.size_bytes,
+                                      grow=c.resize.size_bytes - c.reserved_bytes))
+    return pools, tuple(claims), tuple(resizes)

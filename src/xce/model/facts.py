@@ -392,6 +392,25 @@ class ClaimOpFailed(Fact):
     stderr_tail: str = ""
 
 
+@fact("claim.resize_requested")
+@dataclass(frozen=True, slots=True)
+class ClaimResizeRequested(Fact):
+    """``xce claim resize``: grow a READY claim to ``size_bytes`` (quota charged from now on)."""
+
+    claim_id: int
+    size_bytes: int
+    by: str
+
+
+@fact("claim.resize_reserved")
+@dataclass(frozen=True, slots=True)
+class ClaimResizeReserved(Fact):
+    """The plan applier reserved the resize's growth in the claim's pool: its expand op opens."""
+
+    claim_id: int
+    size_bytes: int
+
+
 @fact("claim.delete_requested")
 @dataclass(frozen=True, slots=True)
 class ClaimDeleteRequested(Fact):
@@ -436,6 +455,18 @@ class AgentLeased(Fact):
     agent: str
     epoch: int
     holder: str
+
+
+@fact("claimclass.capabilities")
+@dataclass(frozen=True, slots=True)
+class ClassCapabilitiesReported(Fact):
+    """What a claim class's provider can do, as the agent that runs its ops asked it (``capabilities``):
+    ``create_snapshot``, ``clone``, ``expand``, ``online_expand`` (booleans) and ``access_modes``."""
+
+    class_name: str
+    provider: str
+    agent: str
+    capabilities: dict[str, Any] = field(default_factory=dict)
 
 
 @fact("orphan.seen")

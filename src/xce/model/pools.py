@@ -16,9 +16,10 @@ if TYPE_CHECKING:
 
 
 def pool_use(model: Model) -> dict[str, int]:
-    """Bytes charged to each pool: every claim whose object exists or may (retained ones included)."""
+    """Bytes reserved in each pool: every claim whose object exists or may (retained ones included),
+    with the size of a resize the scheduler has reserved."""
     used: dict[str, int] = {}
     for c in model.claims.values():
         if c.pool is not None and (c.state is not ClaimState.RELEASED or c.retained):
-            used[c.pool] = used.get(c.pool, 0) + c.charged_bytes
+            used[c.pool] = used.get(c.pool, 0) + c.reserved_bytes
     return used

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from xce.errors import Unauthenticated
-from xce.model import audit, catalog, claims, hosts, identity, job_claims, jobs, orphans
+from xce.model import audit, capabilities, catalog, claims, hosts, identity, job_claims, jobs, orphans
 from xce.model import facts as F
 from xce.model.audit import AuditOutbox, AuditRecord
+from xce.model.capabilities import ClassCapabilities
 from xce.model.catalog import Project, Queue
 from xce.model.claims import Claim, ClaimForm, ClaimState, name_key
 from xce.model.hosts import Host
@@ -61,9 +62,12 @@ FOLDS: dict[type[F.Fact], Callable[["Model", Any], None]] = {
     F.ClaimOpFailed: claims.apply_claim_op_failed,
     F.ClaimDeleteRequested: claims.apply_claim_delete_requested,
     F.ClaimPurgeRequested: claims.apply_claim_purge_requested,
+    F.ClaimResizeRequested: claims.apply_claim_resize_requested,
+    F.ClaimResizeReserved: claims.apply_claim_resize_reserved,
     F.AttachmentAdded: claims.apply_attachment_added,
     F.AttachmentRemoved: claims.apply_attachment_removed,
     F.AgentLeased: claims.apply_agent_leased,
+    F.ClassCapabilitiesReported: capabilities.apply_class_capabilities,
     F.OrphanSeen: orphans.apply_orphan_seen,
     F.OrphanResolved: orphans.apply_orphan_resolved,
 }
@@ -78,7 +82,10 @@ _COLLECTIONS: dict[str, tuple[type, str]] = {
     "hosts": (Host, "name"),
     "claims": (Claim, "id"),
     "orphans": (Orphan, "handle"),
+    "class_capabilities": (ClassCapabilities, "class_name"),
 }
+# collections added after snapshot format 2 shipped: a snapshot written before has none of them
+_ADDED_COLLECTIONS = frozenset({"class_capabilities"})
 
 
 def _plain(entity: Any) -> dict[str, Any]:
@@ -89,6 +96,7 @@ def _plain(entity: Any) -> dict[str, Any]:
         out["op"] = dict(vars(entity.op)) if entity.op is not None else None
         out["attachments"] = [dict(vars(a), op=dict(vars(a.op)) if a.op is not None else None)
                               for a in entity.attachments]
+        out["resize"] = dict(vars(entity.resize)) if entity.resize is not None else None
     return out
 
 
@@ -108,6 +116,7 @@ class Model:
     claims: dict[int, Claim] = field(default_factory=dict)
     orphans: dict[str, Orphan] = field(default_factory=dict)
     agent_epochs: dict[str, int] = field(default_factory=dict)
+    class_capabilities: dict[str, ClassCapabilities] = field(default_factory=dict)  # class -> its provider's
     # derived indexes, kept by the claim folds and rebuilt from ``claims`` on load (not snapshotted)
     claim_names: dict[str, int] = field(default_factory=dict)  # "project/name" of a live standalone claim -> id
     released_names: dict[str, int] = field(default_factory=dict)  # "project/name" released -> newest id
@@ -191,7 +200,8 @@ class Model:
         if fmt == 1:
             m.audit_outbox = AuditOutbox(records=[_legacy_record(r) for r in data.get("audit", [])])
         for attr, (entity, key) in _COLLECTIONS.items():
-            setattr(m, attr, {d[key]: entity(**d) for d in data[attr]})
+            rows = data.get(attr, []) if attr in _ADDED_COLLECTIONS else data[attr]
+            setattr(m, attr, {d[key]: entity(**d) for d in rows})
         m._rebuild_indexes()
         return m
 

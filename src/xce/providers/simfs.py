@@ -53,11 +53,13 @@ PROVIDER = "simfs"  # in every refusal message
 
 CONTRACT = 1
 OPS = ("create", "attach", "detach", "release", "health", "list",
-       "node_prepare", "node_publish", "node_unpublish", "capabilities")
-# simfs volumes are plain directories: no snapshots, no clones, no resizing (create_snapshot,
-# delete_snapshot and expand answer UNSUPPORTED, as any op simfs does not know).
-CAPABILITIES = {"create_snapshot": False, "clone": False, "expand": False, "online_expand": False,
+       "node_prepare", "node_publish", "node_unpublish", "capabilities", "expand")
+# simfs volumes are plain directories: no snapshots, no clones (create_snapshot and delete_snapshot
+# answer UNSUPPORTED, as any op simfs does not know).  Sizes are records checked against
+# ``capacity_bytes``, so growing one is a new record, whether the volume is in use or not.
+CAPABILITIES = {"create_snapshot": False, "clone": False, "expand": True, "online_expand": True,
                 "access_modes": ["RWO", "ROX", "RWX", "RWOP"]}
+EXPANDS_KEPT = 16  # op_ids of the latest expands a volume remembers (a retry of one answers ok)
 CONFIG_KEYS = ("root", "capacity_bytes", "reachable_hosts", "host_labels", "latency", "min_size_bytes", "set_owner")
 FAULT_KEYS = ("fail_next", "fail_code", "fail_retryable", "fail_message", "fail_ops", "fail_probability",
               "hang_next", "hang_seconds", "crash_after_act_next", "hang_after_act_next", "garbage_next")
@@ -239,9 +241,54 @@ def op_release(cfg: Config, req: dict) -> dict:
     return ok(req["op_id"])
 
 
+def op_expand(cfg: Config, req: dict) -> dict:
+    """Grow the volume's size (attached or not: a size is a record here) within ``capacity_bytes``;
+    never shrink it.  The op_ids applied are kept, so a retry after a later, larger expand is ok."""
+    _check_root(cfg)
+    handle, vol = _volume(cfg, req)
+    new = _field(req, "size_bytes", int, required=True)
+    if new <= 0:
+        raise Refusal("INVALID_ARGUMENT", f"simfs: expand needs the new size_bytes, got {new}", False)
+    with _Flock(os.path.join(cfg.root, ".lock")):
+        meta = _read_json(os.path.join(vol, "meta.json"))
+        if meta is None:
+            raise Refusal("NOT_FOUND", f"simfs: volume {handle} does not exist", False)
+        current = meta["size_bytes"]
+        if req["op_id"] not in meta.get("expanded_by", []) and new != current:
+            if new < current:
+                raise Refusal("INVALID_ARGUMENT", f"simfs: volume {handle} is {current} bytes and cannot shrink "
+                                                  f"to {new}", False)
+            if cfg.capacity is not None:
+                used = sum(m.get("size_bytes") or 0 for m in _objects_in(cfg.volumes))
+                if used - current + new > cfg.capacity:
+                    raise Refusal("RESOURCE_EXHAUSTED", f"simfs: no room to grow {handle} by {new - current} "
+                                                        f"bytes: {used} of {cfg.capacity} bytes are in use", True)
+            meta["size_bytes"] = new
+            meta["expanded_by"] = [*meta.get("expanded_by", []), req["op_id"]][-EXPANDS_KEPT:]
+            _write_json(os.path.join(vol, "meta.json"), meta)
+    return ok(req["op_id"], handle=handle, size_bytes=meta["size_bytes"], used_bytes=_used(os.path.join(vol, "data")))
+
+
+def _used(data: str) -> int:
+    """The bytes the files under ``data`` hold (their sizes: simfs limits nothing on disk)."""
+    total = 0
+    for top, dirs, files in os.walk(data):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(top, name))
+            except OSError:
+                continue  # removed while we walked
+            total += st.st_size
+    return total
+
+
 def op_health(cfg: Config, req: dict) -> dict:
+    """Healthy when root is a writable directory; with ``capacity_bytes``, what is not yet given to volumes."""
     writable = os.path.isdir(cfg.root) and os.access(cfg.root, os.W_OK | os.X_OK)
-    return ok(req["op_id"], healthy=writable,
+    available = None
+    if writable and cfg.capacity is not None:
+        available = max(0, cfg.capacity - sum(m.get("size_bytes") or 0 for m in _objects_in(cfg.volumes)))
+    return ok(req["op_id"], healthy=writable, capacity_bytes=cfg.capacity, available_bytes=available,
               message=f"root {cfg.root} is {'' if writable else 'not '}a writable directory")
 
 
@@ -251,7 +298,8 @@ def op_list(cfg: Config, req: dict) -> dict:
     host = req.get("host")
     parent = cfg.node_dir(_name(host, "host")) if host is not None else cfg.volumes
     objects = [{"handle": m["handle"], "tags": m["tags"], "size_bytes": m["size_bytes"],
-                "created": m["created"]} for m in _objects_in(parent)]
+                "created": m["created"], "used_bytes": _used(os.path.join(parent, m["handle"], "data"))}
+               for m in _objects_in(parent)]
     return ok(req["op_id"], objects=objects)
 
 
@@ -302,8 +350,8 @@ def op_node_unpublish(cfg: Config, req: dict) -> dict:
 OPERATIONS = {"create": op_create, "attach": op_attach, "detach": op_detach, "release": op_release,
               "health": op_health, "list": op_list, "node_prepare": op_node_prepare,
               "node_publish": op_node_publish, "node_unpublish": op_node_unpublish,
-              "capabilities": op_capabilities}
-ACTS = ("create", "release")  # what crash_after_act applies to
+              "capabilities": op_capabilities, "expand": op_expand}
+ACTS = ("create", "release", "expand")  # what crash_after_act applies to
 
 
 # ---------------------------------------------------------------------------
@@ -510,9 +558,9 @@ def _cli(argv: list[str]) -> int:
     i.add_argument("--hang-next", type=int, metavar="K", help="the next K requests hang first")
     i.add_argument("--hang-seconds", type=float, metavar="S", help="for how long (default 3600)")
     i.add_argument("--crash-after-act-next", type=int, metavar="K",
-                   help="the next K create/release requests act, then exit 137 without replying")
+                   help="the next K create/release/expand requests act, then exit 137 without replying")
     i.add_argument("--hang-after-act-next", type=int, metavar="K",
-                   help="the next K create/release requests act, then hang (--hang-seconds) before replying")
+                   help="the next K create/release/expand requests act, then hang (--hang-seconds) before replying")
     i.add_argument("--garbage-next", type=int, metavar="K", help="the next K requests print garbage and exit 0")
     ls = sub.add_parser("list", help="print the volumes (or a host's node-local objects)")
     ls.add_argument("--root", required=True)

@@ -1,5 +1,8 @@
-"""Placing standalone claims into pools: part of ``schedule``, pure like the rest of it.
+"""Placing standalone claims into pools, and reserving their resizes: part of ``schedule``, pure like
+the rest of it.
 
+A resize's growth is reserved in the pool its claim is in, before new claims are placed (a claim
+in use that runs out of room is the more urgent); one that does not fit waits, with a reason.
 Each pending claim goes to the candidate pool (from its class) with the most
 room that fits its size; the pool's free capacity is reserved within the
 cycle so two claims never share the last bytes.  A claim that fits nowhere
@@ -8,7 +11,7 @@ stays PENDING with a reason naming each pool's free room.
 
 from __future__ import annotations
 
-from xce.scheduler.plan import Placement
+from xce.scheduler.plan import Placement, Reservation
 from xce.scheduler.snapshot import Snapshot
 from xce.units import format_size
 
@@ -37,3 +40,21 @@ def place_claims(snap: Snapshot, pool_free: dict[str, int] | None = None,
         free[pool] -= claim.size
         placements.append(Placement(claim_id=claim.id, pool=pool, size=claim.size))
     return tuple(placements), reasons
+
+
+def reserve_resizes(snap: Snapshot, free: dict[str, int]) -> tuple[tuple[Reservation, ...], dict[int, str]]:
+    """Each pending resize's growth in its claim's pool, oldest claim first; ``free`` is taken from."""
+    out: list[Reservation] = []
+    reasons: dict[int, str] = {}
+    for r in sorted(snap.pending_resizes, key=lambda r: r.claim_id):
+        if r.pool is not None:
+            if r.pool not in free:
+                reasons[r.claim_id] = f"its pool {r.pool} is not configured"
+                continue
+            if free[r.pool] < r.grow:
+                reasons[r.claim_id] = (f"pool {r.pool} has no room for {format_size(r.grow)} more: "
+                                       f"{format_size(max(free[r.pool], 0))} free")
+                continue
+            free[r.pool] -= r.grow
+        out.append(Reservation(claim_id=r.claim_id, pool=r.pool, size=r.size, grow=r.grow))
+    return tuple(out), reasons

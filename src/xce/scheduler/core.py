@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from xce.model.claims import AccessMode, ClaimState
-from xce.scheduler.claims import place_claims
+from xce.scheduler.claims import place_claims, reserve_resizes
 from xce.scheduler.plan import Allocation, Plan
 from xce.resreq import ResReq, ResReqError, parse_resreq
 from xce.scheduler.snapshot import HostView, JobView, Snapshot
@@ -216,9 +216,10 @@ def schedule(snap: Snapshot) -> Plan:
             pool_free[pool] -= next(size for k, _, size in job.pool_needs if k == kind)
         allocations.append(Allocation(job_id=job.id, run=job.run, hosts=hosts, slots=slots, counters=counters,
                                       cluster=cluster_need, pools=pools))
-    placements, claim_reasons = place_claims(snap, pool_free)  # what this cycle's allocations left
+    resizes, resize_reasons = reserve_resizes(snap, pool_free)  # what this cycle's allocations left
+    placements, claim_reasons = place_claims(snap, pool_free)  # ... and the resizes
     return Plan(position=snap.position, allocations=tuple(allocations), pending_reasons=reasons,
-                placements=placements, claim_reasons=claim_reasons)
+                placements=placements, claim_reasons=claim_reasons, resizes=resizes, resize_reasons=resize_reasons)
 
 
 def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape) -> list[tuple[int, int]] | str:

@@ -29,9 +29,21 @@ class Placement:
 
 
 @dataclass(frozen=True, slots=True)
+class Reservation:
+    """Reserve claim ``claim_id``'s resize to ``size`` bytes in its ``pool`` (None: no pool)."""
+
+    claim_id: int
+    pool: str | None
+    size: int
+    grow: int
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     position: int  # the snapshot position the plan was made at
     allocations: tuple[Allocation, ...] = ()
     pending_reasons: Mapping[int, str] = field(default_factory=dict)
     placements: tuple[Placement, ...] = ()
     claim_reasons: Mapping[int, str] = field(default_factory=dict)  # claim id -> why it waits
+    resizes: tuple[Reservation, ...] = ()
+    resize_reasons: Mapping[int, str] = field(default_factory=dict)  # claim id -> why its resize waits

@@ -51,7 +51,8 @@ class JobView:
 
 @dataclass(frozen=True, slots=True)
 class PoolView:
-    """A pool-scope counter: capacity from the config, minus what placed claims charge."""
+    """A pool-scope counter: its capacity (the config's, or less if its provider reports less), and
+    what is free (capacity less what placed claims reserve, and no more than the provider has free)."""
 
     name: str
     capacity: int
@@ -69,10 +70,22 @@ class ClaimView:
 
 
 @dataclass(frozen=True, slots=True)
+class ResizeView:
+    """A READY claim's resize waiting for its growth to be reserved in the claim's pool."""
+
+    claim_id: int
+    name: str
+    pool: str | None  # where the claim was placed (None: its class draws on no pool)
+    size: int  # the new size
+    grow: int  # what it adds to the pool's use
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     position: int
     hosts: tuple[HostView, ...]
     pending: tuple[JobView, ...]  # PEND jobs without an allocation, any order
     pools: tuple[PoolView, ...] = ()
     pending_claims: tuple[ClaimView, ...] = ()
+    pending_resizes: tuple[ResizeView, ...] = ()
     cluster_free: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # cluster counters

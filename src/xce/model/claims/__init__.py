@@ -17,28 +17,29 @@ from xce.model.claims.agents import (
 )
 from xce.model.claims.decide import (
     ClaimSpec, add_attachment, check_fits_a_pool, check_quota, class_or_404, create, delete, live_by_name, purge,
-    quota_use, remove_attachment, visible,
+    quota_use, remove_attachment, resize, visible,
 )
 from xce.model.claims.entity import (
     LIVE, RESERVED_NAMES, SHARED_AGENT, TEMPLATE_NAME, AccessMode, Attachment, AttachmentState, Claim, ClaimForm,
-    ClaimState, Mode, Op, OpKind, ReclaimPolicy, Scope, name_key, node_agent, template_name,
+    ClaimState, Mode, Op, OpKind, ReclaimPolicy, Resize, ResizeState, Scope, name_key, node_agent, template_name,
 )
 from xce.model.claims.lifecycle import (
-    ATTACHMENT_TRANSITIONS, TRANSITIONS, apply_agent_leased, apply_attachment_added,
+    ATTACHMENT_TRANSITIONS, RESIZE_TRANSITIONS, TRANSITIONS, apply_agent_leased, apply_attachment_added,
     apply_attachment_removed, apply_claim_created, apply_claim_delete_requested, apply_claim_op_failed,
     apply_claim_op_intent, apply_claim_op_succeeded, apply_claim_placed, apply_claim_purge_requested,
-    begin_stage_out, detach, keep_data, release_template,
+    apply_claim_resize_requested, apply_claim_resize_reserved, begin_stage_out, detach, keep_data, release_template,
 )
 
 __all__ = [
-    "ATTACHMENT_TRANSITIONS", "LIVE", "RESERVED_NAMES", "SHARED_AGENT", "TEMPLATE_NAME", "TRANSITIONS",
+    "ATTACHMENT_TRANSITIONS", "LIVE", "RESERVED_NAMES", "RESIZE_TRANSITIONS", "SHARED_AGENT", "TEMPLATE_NAME", "TRANSITIONS",
     "AccessMode", "Attachment", "AttachmentState", "Claim", "ClaimForm", "ClaimSpec", "ClaimState", "Mode", "Op",
-    "OpKind", "OpResult", "ReclaimPolicy", "Scope",
+    "OpKind", "OpResult", "ReclaimPolicy", "Resize", "ResizeState", "Scope",
     "add_attachment", "apply_agent_leased", "apply_attachment_added",
     "apply_attachment_removed", "apply_claim_created", "apply_claim_delete_requested", "apply_claim_op_failed",
     "apply_claim_op_intent", "apply_claim_op_succeeded", "apply_claim_placed", "apply_claim_purge_requested",
+    "apply_claim_resize_requested", "apply_claim_resize_reserved",
     "begin_stage_out", "check_epoch", "check_fits_a_pool", "check_quota", "class_or_404", "create", "delete",
     "detach", "due_ops", "keep_data", "lease", "live_by_name", "name_key", "next_due", "node_agent", "purge",
-    "quota_use", "record_intent", "record_result", "release_template", "remove_attachment", "retry_delay",
+    "quota_use", "record_intent", "record_result", "release_template", "remove_attachment", "resize", "retry_delay",
     "template_name", "visible",
 ]

@@ -1,4 +1,5 @@
-"""What requests may do to claims: create (with quota and pool checks), find, delete, purge, attach.
+"""What requests may do to claims: create and resize (with quota and pool checks), find, delete, purge,
+attach.
 
 Each decide function checks a request against the model and returns the facts
 to commit (it changes nothing itself); a refusal is an ``XceError`` that
@@ -11,9 +12,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from xce.model import capabilities
 from xce.model import facts as F
 from xce.model.claims.entity import (
-    RESERVED_NAMES, TEMPLATE_NAME, AccessMode, Claim, ClaimForm, ClaimState, Mode, ReclaimPolicy, name_key,
+    RESERVED_NAMES, TEMPLATE_NAME, AccessMode, Claim, ClaimForm, ClaimState, Mode, ReclaimPolicy, Scope, name_key,
 )
 from xce.model.facts import Fact
 from xce.names import check_name
@@ -118,13 +120,14 @@ def quota_use(model: Model, project: str, class_name: str | None) -> tuple[int, 
     return count, total
 
 
-def check_quota(model: Model, config: Config, project: str, class_name: str, size: int) -> None:
+def check_quota(model: Model, config: Config, project: str, class_name: str, size: int, new_claims: int = 1) -> None:
+    """``size`` more bytes (and ``new_claims`` more claims: 0 for a resize) for ``project`` in ``class_name``."""
     for q in config.quotas:
         if q.project != project or q.claim_class not in ("*", class_name):
             continue
         count, total = quota_use(model, project, None if q.claim_class == "*" else class_name)
         scope = f"project {project}" + ("" if q.claim_class == "*" else f", class {class_name}")
-        if q.max_claims is not None and count + 1 > q.max_claims:
+        if new_claims and q.max_claims is not None and count + new_claims > q.max_claims:
             raise Conflict(f"quota exceeded for {scope}: at most {q.max_claims} claims, {count} in use",
                            code="quota_exceeded")
         limit = q.max_bytes_value
@@ -148,6 +151,48 @@ def check_fits_a_pool(config: Config, cls: ClaimClassConfig, size: int, what: st
         raise Conflict(f"{what} ({human(size)}) is larger than any pool of class {cls.name} can hold: "
                        f"the largest, {largest.name}, has a capacity of {human(largest.capacity_bytes)}",
                        code="larger_than_pools")
+
+
+def resize(model: Model, config: Config, actor: User, name: str, size: str | int, now: float,
+           project: str | None = None) -> tuple[list[Fact], int]:
+    """``xce claim resize``: grow a READY claim.  Refused (changing nothing) when it would not grow,
+    when its class cannot expand (or only offline, and it is attached), or when the growth would
+    exceed the project's quota or its pool; the scheduler then reserves the growth in the pool."""
+    claim = visible(model, actor, name, project)
+    new = parse_size(size, "size")
+    if claim.form is ClaimForm.TEMPLATE:
+        raise Conflict(f"claim {name!r} belongs to job {claim.job_id}: template claims are not resized")
+    if claim.state is not ClaimState.READY:
+        raise Conflict(f"claim {name!r} is {claim.state.value}: only READY claims can be resized")
+    if claim.delete_requested:
+        raise Conflict(f"claim {name!r} is being deleted")
+    if claim.resize is not None and claim.resize.open:
+        raise Conflict(f"claim {name!r} is already being resized to {human(claim.resize.size_bytes)} "
+                       f"({claim.resize.state.value})", code="resize_in_progress")
+    current = claim.charged_bytes
+    if new <= current:
+        raise InvalidRequest(f"claim {name!r} is {human(current)}: a resize can only grow it "
+                             f"({human(new)} asked; shrinking is not supported)")
+    if claim.scope is not Scope.SHARED:
+        raise Conflict(f"claim {name!r} is node-local (class {claim.class_name}): only shared claims can be resized",
+                       code="unsupported")
+    cls = class_or_404(config, claim.class_name)
+    can_expand = capabilities.can(model, cls.name, "expand")
+    if can_expand is None:
+        raise Conflict(f"claim class {cls.name} cannot resize claims yet: its provider {cls.provider} has not "
+                       f"said what it can do (is the provisioner running?)", code="capabilities_unknown")
+    if not can_expand:
+        raise Conflict(f"claim class {cls.name} cannot resize claims: its provider {cls.provider} does not "
+                       f"expand volumes", code="unsupported")
+    if claim.attachments and not capabilities.can(model, cls.name, "online_expand"):
+        hosts = ", ".join(sorted({a.host for a in claim.attachments}))
+        raise Conflict(f"claim class {cls.name} can expand claims only offline: claim {name!r} is attached on "
+                       f"{hosts}; resize it once its jobs are done", code="attached")
+    check_quota(model, config, claim.project, cls.name, new - current, new_claims=0)
+    if claim.pool is not None and (pool := config.pool(claim.pool)) is not None and new > pool.capacity_bytes:
+        raise Conflict(f"claim {name!r} cannot grow to {human(new)}: its pool {pool.name} has a capacity of "
+                       f"{human(pool.capacity_bytes)}", code="larger_than_pools")
+    return [F.ClaimResizeRequested(time=now, claim_id=claim.id, size_bytes=new, by=actor.name)], claim.id
 
 
 def visible(model: Model, actor: User, name: str, project: str | None = None) -> Claim:
@@ -208,6 +253,9 @@ def add_attachment(model: Model, actor: User, name: str, host: str, mode: str, n
         raise Conflict(f"claim {name!r} is {claim.state.value}: only READY claims can be attached")
     if claim.delete_requested:
         raise Conflict(f"claim {name!r} is being deleted")
+    if claim.resize is not None and claim.resize.open and capabilities.can(model, claim.class_name,
+                                                                           "online_expand") is False:
+        raise Conflict(f"claim {name!r} is being resized and its class {claim.class_name} expands only offline")
     if mode == Mode.RW and claim.access_mode is AccessMode.ROX:
         raise Conflict(f"claim {name!r} is ROX (read-only): it cannot be attached rw")
     attachment_id = model.next_attachment_id

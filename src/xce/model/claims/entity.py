@@ -45,12 +45,22 @@ class OpKind(enum.StrEnum):
     STAGE_OUT = "stage_out"  # ... and out after it
     ATTACH = "attach"  # attachments: a standalone claim made reachable on a job's host
     DETACH = "detach"
+    EXPAND = "expand"  # a READY claim grown to its resize's size (CSI ControllerExpandVolume)
 
 
 class AttachmentState(enum.StrEnum):
     ATTACHING = "ATTACHING"
     ATTACHED = "ATTACHED"
     DETACHING = "DETACHING"
+
+
+class ResizeState(enum.StrEnum):
+    """A resize of a READY claim (the claim stays READY and usable throughout)."""
+
+    REQUESTED = "REQUESTED"  # asked (quota charged); waiting for the scheduler to reserve the growth in its pool
+    EXPANDING = "EXPANDING"  # the growth is reserved; the expand op is open
+    DONE = "DONE"  # the provider grew it: the claim's size is the new one
+    FAILED = "FAILED"  # refused for good, out of attempts, or cancelled: the claim keeps its old size
 
 
 
@@ -97,6 +107,26 @@ class Op:
 
     def __post_init__(self) -> None:
         self.kind = OpKind(self.kind)
+
+
+@dataclass
+class Resize:
+    """The claim's latest resize: open (REQUESTED, EXPANDING) or how the last one ended."""
+
+    size_bytes: int  # the size asked for
+    old_bytes: int  # the claim's size when it was asked
+    by: str
+    requested: float
+    state: ResizeState = ResizeState.REQUESTED
+    error: str | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)  # {state, time, reason}
+
+    def __post_init__(self) -> None:
+        self.state = ResizeState(self.state)
+
+    @property
+    def open(self) -> bool:
+        return self.state in (ResizeState.REQUESTED, ResizeState.EXPANDING)
 
 
 @dataclass
@@ -165,6 +195,7 @@ class Claim:
     stage_in: list[list[str]] = field(default_factory=list)  # [source, destination under the claim]
     stage_out: list[list[str]] = field(default_factory=list)  # [source under the claim, destination]
     keep: bool = False  # stage-out failed: the data stays, FAILED, until someone deletes the claim
+    resize: Resize | None = None  # the latest resize (``xce claim resize``)
 
     def __post_init__(self) -> None:
         self.form = ClaimForm(self.form)
@@ -175,11 +206,22 @@ class Claim:
         if isinstance(self.op, dict):
             self.op = Op(**self.op)
         self.attachments = [a if isinstance(a, Attachment) else Attachment(**a) for a in self.attachments]
+        if isinstance(self.resize, dict):
+            self.resize = Resize(**self.resize)
 
     @property
     def charged_bytes(self) -> int:
-        """Quota and pool use: the larger of what was asked and what the provider made."""
-        return max(self.size_bytes, self.actual_bytes or 0)
+        """Quota use: the larger of what was asked and what the provider made, and an open resize's
+        size from the moment it is asked (as a new claim is charged before it is placed)."""
+        open_resize = self.resize.size_bytes if self.resize is not None and self.resize.open else 0
+        return max(self.size_bytes, self.actual_bytes or 0, open_resize)
+
+    @property
+    def reserved_bytes(self) -> int:
+        """Pool use: as ``charged_bytes``, but a resize counts only once the scheduler reserved it."""
+        expanding = self.resize.size_bytes if self.resize is not None and self.resize.state is \
+            ResizeState.EXPANDING else 0
+        return max(self.size_bytes, self.actual_bytes or 0, expanding)
 
     @property
     def live(self) -> bool:

@@ -9,7 +9,17 @@ States (``ClaimState``)::
        └──────────▶ FAILED ◀─────────────────┘
                       └──(delete)──▶ RELEASING / RELEASED
 
-A claim's provider work is an *op* (``create`` or ``release``) with a stable
+Resizes of a READY claim (``ResizeState``; the claim stays READY and usable)::
+
+    REQUESTED ──▶ EXPANDING ──▶ DONE       (the claim's size is the new one)
+        │             │
+        └─────────────┴───────▶ FAILED     (refused, out of attempts, or cancelled: the old size stays)
+
+A resize is asked (quota charged), the scheduler reserves its growth in the
+claim's pool like a new claim's size (``ClaimResizeReserved``), and that opens
+the claim's ``expand`` op, run and retried like any other.
+
+A claim's provider work is an *op* (``create``, ``expand`` or ``release``) with a stable
 ``op_id`` (``c<claim>.<op>.<n>``).  The scheduler places a PENDING claim in a
 pool, which opens its ``create`` op; an agent commits an intent (PENDING →
 PREPARING), calls the provider, and reports: success moves the claim on,
@@ -33,8 +43,10 @@ from xce.model import audit
 from xce.model import facts as F
 from xce.model.transitions import check
 from xce.model.claims.entity import (
-    Attachment, AttachmentState, Claim, ClaimForm, ClaimState, OpKind, Op, ReclaimPolicy, name_key,
+    Attachment, AttachmentState, Claim, ClaimForm, ClaimState, OpKind, Op, ReclaimPolicy, Resize, ResizeState,
+    Scope, name_key,
 )
+from xce.units import format_size
 
 if TYPE_CHECKING:
     from xce.model.state import Model
@@ -55,6 +67,13 @@ ATTACHMENT_TRANSITIONS: dict[AttachmentState, frozenset[AttachmentState]] = {
     A.ATTACHED: frozenset({A.DETACHING}),
     A.DETACHING: frozenset(),
 }
+R = ResizeState
+RESIZE_TRANSITIONS: dict[ResizeState, frozenset[ResizeState]] = {
+    R.REQUESTED: frozenset({R.EXPANDING, R.FAILED}),  # FAILED: cancelled (the claim is being deleted)
+    R.EXPANDING: frozenset({R.DONE, R.FAILED}),
+    R.DONE: frozenset(),
+    R.FAILED: frozenset(),
+}
 
 
 def _set_state(model: Model, claim: Claim, new: ClaimState, time: float, reason: str, by: str) -> None:
@@ -70,6 +89,22 @@ def _set_state(model: Model, claim: Claim, new: ClaimState, time: float, reason:
         if model.claim_names.get(key) == claim.id:
             del model.claim_names[key]
         model.released_names[key] = max(claim.id, model.released_names.get(key, 0))
+
+
+def _set_resize_state(model: Model, claim: Claim, new: ResizeState, time: float, reason: str, by: str) -> None:
+    """The one place a resize changes state: checked, recorded in its history, the claim's and the
+    audit trail (the claim's own state does not change: it stays READY throughout)."""
+    r = claim.resize
+    assert r is not None
+    what = f"resize of claim {claim.id} ({claim.name}) to {r.size_bytes} bytes"
+    check(RESIZE_TRANSITIONS, r.state, new, what, reason)
+    old = r.state
+    r.state = new
+    r.history.append({"state": new.value, "time": time, "reason": reason})
+    claim.history.append({"state": claim.state.value, "time": time,
+                          "reason": f"resize to {format_size(r.size_bytes)} {new.value}: {reason}"})
+    audit.record(model, time, by, "claim.resize", f"claim/{claim.name}", new.value,
+                 f"{old.value} -> {new.value}: {reason}")
 
 
 def _index(model: Model, claim: Claim) -> None:
@@ -129,6 +164,11 @@ def _advance_delete(model: Model, claim: Claim, time: float) -> None:
     if not claim.delete_requested or claim.attachments or claim.op is not None and claim.op.epoch is not None:
         return
     by = claim.deleted_by or "-"
+    if claim.resize is not None and claim.resize.open:  # not in flight (that waits, above): cancelled
+        if claim.op is not None and claim.op.kind is OpKind.EXPAND:
+            _close_op(model, claim)
+        claim.resize.error = "cancelled: the claim is being deleted"
+        _set_resize_state(model, claim, ResizeState.FAILED, time, claim.resize.error, by)
     if claim.state is ClaimState.PENDING:  # never reached a provider
         _close_op(model, claim)
         _set_state(model, claim, ClaimState.RELEASED, time, "deleted before it was prepared", by)
@@ -271,6 +311,14 @@ def apply_claim_op_succeeded(model: Model, f: F.ClaimOpSucceeded) -> None:
     elif op.kind is OpKind.STAGE_IN:
         _set_state(model, claim, ClaimState.READY, f.time, f"staged in {len(claim.stage_in)} item(s)", agent)
         _advance_delete(model, claim, f.time)
+    elif op.kind is OpKind.EXPAND:
+        r = claim.resize
+        if r is not None and r.state is ResizeState.EXPANDING:
+            claim.size_bytes = r.size_bytes
+            claim.actual_bytes = f.size_bytes if f.size_bytes is not None else r.size_bytes
+            _set_resize_state(model, claim, ResizeState.DONE, f.time, f"expanded on attempt {op.attempts} "
+                              f"(provider size {format_size(claim.actual_bytes)})", agent)
+        _advance_delete(model, claim, f.time)
     elif op.kind is OpKind.STAGE_OUT:
         claim.history.append({"state": claim.state.value, "time": f.time,
                               "reason": f"staged out {len(claim.stage_out)} item(s); releasing"})
@@ -301,6 +349,10 @@ def apply_claim_op_failed(model: Model, f: F.ClaimOpFailed) -> None:
     if f.next_retry is not None:
         op.epoch = None  # the next attempt needs a new intent
         op.next_retry = f.next_retry
+        if op.kind is OpKind.EXPAND:
+            # OBSERVATION: a deletion waited for this attempt; between attempts nothing holds it up
+            # (the resize is cancelled; the object is released whatever size it reached)
+            _advance_delete(model, claim, f.time)
         return
     why = f"{op.kind.value} failed after {op.attempts} attempt{'s' if op.attempts != 1 else ''}: {error}"
     if a is not None:
@@ -322,6 +374,13 @@ def apply_claim_op_failed(model: Model, f: F.ClaimOpFailed) -> None:
     elif op.kind is OpKind.STAGE_IN:
         _set_state(model, claim, ClaimState.FAILED, f.time, why, agent)
         _advance_delete(model, claim, f.time)
+    elif op.kind is OpKind.EXPAND:  # the provider made nothing bigger: the claim is as it was
+        r = claim.resize
+        if r is not None and r.state is ResizeState.EXPANDING:
+            r.error = error
+            _set_resize_state(model, claim, ResizeState.FAILED, f.time,
+                              why + f"; still {format_size(max(claim.size_bytes, claim.actual_bytes or 0))}", agent)
+        _advance_delete(model, claim, f.time)
     elif op.kind is OpKind.STAGE_OUT:
         claim.keep = True
         claim.delete_requested = False
@@ -330,6 +389,32 @@ def apply_claim_op_failed(model: Model, f: F.ClaimOpFailed) -> None:
         claim.history.append({"state": claim.state.value, "time": f.time, "reason": f"purge failed: {why}"})
     else:
         _set_state(model, claim, ClaimState.FAILED, f.time, why + "; the data still exists", agent)
+
+
+def apply_claim_resize_requested(model: Model, f: F.ClaimResizeRequested) -> None:
+    """A resize asked of a READY shared claim with no resize open (the decide function checks that;
+    the fold ignores anything else)."""
+    claim = model.claims.get(f.claim_id)
+    if claim is None or claim.state is not ClaimState.READY or claim.delete_requested or claim.scope \
+            is not Scope.SHARED or claim.resize is not None and claim.resize.open or f.size_bytes <= 0:
+        return
+    reason = f"asked by {f.by}: from {format_size(claim.charged_bytes)} to {format_size(f.size_bytes)}"
+    claim.resize = Resize(size_bytes=f.size_bytes, old_bytes=claim.charged_bytes, by=f.by, requested=f.time,
+                          history=[{"state": ResizeState.REQUESTED.value, "time": f.time, "reason": reason}])
+    claim.history.append({"state": claim.state.value, "time": f.time,
+                          "reason": f"resize to {format_size(f.size_bytes)} REQUESTED: {reason}"})
+    audit.record(model, f.time, f.by, "claim.resize", f"claim/{claim.name}", ResizeState.REQUESTED.value, reason)
+
+
+def apply_claim_resize_reserved(model: Model, f: F.ClaimResizeReserved) -> None:
+    claim = model.claims.get(f.claim_id)
+    r = claim.resize if claim is not None else None
+    if r is None or r.state is not ResizeState.REQUESTED or r.size_bytes != f.size_bytes or claim.op is not None:
+        return
+    reason = f"{format_size(f.size_bytes - r.old_bytes)} more reserved" + (f" in pool {claim.pool}" if claim.pool
+                                                                           else "")
+    _set_resize_state(model, claim, ResizeState.EXPANDING, f.time, reason, "-")
+    _open_op(model, claim, OpKind.EXPAND)
 
 
 def apply_claim_delete_requested(model: Model, f: F.ClaimDeleteRequested) -> None:

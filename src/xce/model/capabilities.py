@@ -1,0 +1,82 @@
+"""What each claim class's provider can do, as its claim agent found out (the ``capabilities`` op).
+
+The controller knows a class's provider by name only; the agent that runs the class's ops (the
+provisioner for shared classes) asks the provider and reports the answer, per class.  The answer
+is a fact (``ClassCapabilities``), recorded only when it changes: requests that depend on it (resize,
+snapshot, clone) are refused or accepted the same way after a restart or a failover, and the log
+grows by one fact per class per provider change, not per report.
+
+A class with no report yet can do none of the optional things: the requests say so, and that the
+agent has not reported yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from xce.errors import Conflict, InvalidRequest
+from xce.model import facts as F
+from xce.model.facts import Fact
+
+if TYPE_CHECKING:
+    from xce.config import Config
+    from xce.model.state import Model
+
+#: the contract's capability flags (docs/providers.md); anything else a provider says is ignored
+FLAGS = ("create_snapshot", "clone", "expand", "online_expand")
+
+
+@dataclass
+class ClassCapabilities:
+    class_name: str
+    provider: str
+    agent: str
+    time: float
+    flags: dict[str, bool] = field(default_factory=dict)  # FLAGS -> what the provider said
+    access_modes: list[str] = field(default_factory=list)
+
+
+def normalized(raw: dict[str, Any] | None) -> tuple[dict[str, bool], list[str]]:
+    """A provider's ``capabilities`` object as flags (missing: False) and access modes; None (the
+    provider answered UNSUPPORTED: it predates the op) can do none of them."""
+    raw = raw or {}
+    flags = {k: raw.get(k) is True for k in FLAGS}
+    modes = [m for m in raw.get("access_modes") or [] if isinstance(m, str)][:8]
+    return flags, modes
+
+
+def report(model: Model, config: Config, agent: str, shared_agent: str, class_name: str, provider: str,
+           raw: dict[str, Any] | None, now: float) -> list[Fact]:
+    """An agent's report of a class's capabilities: a fact when it differs from what is known.
+
+    Only the agent that runs the class's ops may report it: the shared agent for shared classes, a
+    node agent for node-scope ones; and only for the provider the class names."""
+    cls = config.claim_class(class_name)
+    if cls is None:
+        raise InvalidRequest(f"claim class {class_name!r} does not exist")
+    if cls.provider != provider:
+        raise Conflict(f"claim class {class_name} is provided by {cls.provider}, not {provider}",
+                       code="wrong_provider")
+    if (cls.scope == "shared") != (agent == shared_agent):
+        raise Conflict(f"claim class {class_name} ({cls.scope} scope) is not {agent}'s to report",
+                       code="not_your_class")
+    flags, modes = normalized(raw)
+    known = model.class_capabilities.get(class_name)
+    if known is not None and (known.provider, known.flags, known.access_modes) == (provider, flags, modes):
+        return []
+    return [F.ClassCapabilitiesReported(time=now, class_name=class_name, provider=provider, agent=agent,
+                                        capabilities={**flags, "access_modes": modes})]
+
+
+def can(model: Model, class_name: str, flag: str) -> bool | None:
+    """Whether the class's provider can do ``flag`` (None: no agent has reported it yet)."""
+    known = model.class_capabilities.get(class_name)
+    return None if known is None else known.flags.get(flag, False)
+
+
+def apply_class_capabilities(model: Model, f: F.ClassCapabilitiesReported) -> None:
+    flags, modes = normalized(f.capabilities)
+    model.class_capabilities[f.class_name] = ClassCapabilities(class_name=f.class_name, provider=f.provider,
+                                                              agent=f.agent, time=f.time, flags=flags,
+                                                              access_modes=modes)
