@@ -114,4 +114,4 @@ def claim_json(claim: Claim, reason: str | None = None) -> dict[str, Any]:
 def orphan_json(o: Orphan, now: float) -> dict[str, Any]:
     return {"kind": "provider_object", "handle": o.handle, "class": o.class_name, "provider": o.provider,
             "claim_id": o.claim_id, "tags": o.tags, "size_bytes": o.size_bytes, "first_seen": o.first_seen,
-            "age": round(now - o.first_seen, 1), "retain": o.retain}
+            "age": round(now - o.first_seen, 1), "retain": o.retain, "object_kind": o.kind}

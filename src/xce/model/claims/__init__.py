@@ -16,21 +16,22 @@ from xce.model.claims.agents import (
     OpResult, check_epoch, due_ops, lease, next_due, record_intent, record_result, retry_delay,
 )
 from xce.model.claims.decide import (
-    ClaimSpec, add_attachment, check_fits_a_pool, check_quota, class_or_404, create, delete, live_by_name, purge,
-    quota_use, remove_attachment, visible,
+    CAPABILITY_WORDS, ClaimSpec, add_attachment, check_fits_a_pool, check_quota, check_quota_bytes, class_or_404, create, delete, live_by_name, purge,
+    quota_use, remove_attachment, require_capability, visible,
 )
 from xce.model.claims.entity import (
     LIVE, RESERVED_NAMES, SHARED_AGENT, TEMPLATE_NAME, AccessMode, Attachment, AttachmentState, Claim, ClaimForm,
-    ClaimState, Mode, Op, OpKind, ReclaimPolicy, Scope, name_key, node_agent, template_name,
+    ClaimState, ContentSource, Mode, Op, OpKind, ReclaimPolicy, Scope, name_key, node_agent, template_name,
 )
 from xce.model.claims.lifecycle import (
-    ATTACHMENT_TRANSITIONS, TRANSITIONS, apply_agent_leased, apply_attachment_added,
+    ATTACHMENT_TRANSITIONS, TRANSITIONS, apply_agent_leased, apply_class_capabilities, apply_attachment_added,
     apply_attachment_removed, apply_claim_created, apply_claim_delete_requested, apply_claim_op_failed,
     apply_claim_op_intent, apply_claim_op_succeeded, apply_claim_placed, apply_claim_purge_requested,
     begin_stage_out, detach, keep_data, release_template,
 )
 
 __all__ = [
+    "CAPABILITY_WORDS", "ContentSource", "apply_class_capabilities", "check_quota_bytes", "require_capability",
     "ATTACHMENT_TRANSITIONS", "LIVE", "RESERVED_NAMES", "SHARED_AGENT", "TEMPLATE_NAME", "TRANSITIONS",
     "AccessMode", "Attachment", "AttachmentState", "Claim", "ClaimForm", "ClaimSpec", "ClaimState", "Mode", "Op",
     "OpKind", "OpResult", "ReclaimPolicy", "Scope",

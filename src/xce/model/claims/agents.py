@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xce.errors import Conflict
 from xce.model import facts as F
-from xce.model.claims.entity import Attachment, Claim, Op
+from xce.model.claims.entity import SHARED_AGENT, Attachment, Claim, Op
 from xce.model.facts import Fact
 
 if TYPE_CHECKING:
@@ -22,10 +22,18 @@ if TYPE_CHECKING:
     from xce.model.state import Model
 
 
-def lease(model: Model, agent: str, holder: str, now: float) -> tuple[list[Fact], int]:
-    """A (re)started agent takes a new epoch; reports from older epochs are refused from now on."""
+def lease(model: Model, agent: str, holder: str, now: float,
+          capabilities: dict[str, dict[str, Any]] | None = None) -> tuple[list[Fact], int]:
+    """A (re)started agent takes a new epoch; reports from older epochs are refused from now on.
+
+    The provisioner says with it what each shared class's provider can do (``capabilities``, asked
+    of the providers as it starts): what snapshots and clones are refused or offered by.  Only the
+    shared agent's word counts (the node agents prepare node-local claims, which never snapshot)."""
     epoch = model.agent_epochs.get(agent, 0) + 1
-    return [F.AgentLeased(time=now, agent=agent, epoch=epoch, holder=holder)], epoch
+    facts: list[Fact] = [F.AgentLeased(time=now, agent=agent, epoch=epoch, holder=holder)]
+    if agent == SHARED_AGENT and capabilities is not None and capabilities != model.class_capabilities:
+        facts.append(F.ClassCapabilitiesReported(time=now, agent=agent, capabilities=capabilities))
+    return facts, epoch
 
 
 def check_epoch(model: Model, agent: str, epoch: int) -> None:
