@@ -70,12 +70,15 @@ def request_for(item: dict[str, Any]) -> ProviderRequest:
                            claim_name=item.get("claim_name", ""), class_name=item.get("class_name", ""),
                            size_bytes=item.get("size_bytes") or 0, access_mode=item.get("access_mode", ""),
                            params=dict(item.get("params") or {}), tags=dict(item.get("tags") or {}),
-                           handle=item.get("handle"), host=item.get("host"))
+                           handle=item.get("handle"), host=item.get("host"),
+                           source_handle=item.get("source_handle") if item["op"] == "create" else None)
 
 
 def result_for(item: dict[str, Any], reply: ProviderReply) -> dict[str, Any]:
     out: dict[str, Any] = {"op_id": item["op_id"], "claim_id": item["claim_id"], "ok": reply.ok,
                            "message": reply.message}
+    if item.get("snapshot_id") is not None:  # a snapshot's op: the controller files it under the snapshot
+        out["snapshot_id"] = item["snapshot_id"]
     if reply.ok:
         out.update(handle=reply.handle, size_bytes=reply.size_bytes, reachable_hosts=reply.reachable_hosts,
                    host_labels=dict(reply.host_labels or {}), path=reply.path)
@@ -93,7 +96,7 @@ class ClaimAgent:
 
     def __init__(self, client: Client, agent: str, providers: dict[str, Provider], *, batch: int = 64,
                  concurrency: int = 4, poll_wait: float = 20.0, inventory_classes: bool = True,
-                 local_ops: dict[str, LocalOp] | None = None) -> None:
+                 local_ops: dict[str, LocalOp] | None = None, report_capabilities: bool | None = None) -> None:
         self.client = client
         self.agent = agent
         self.providers = providers
@@ -101,6 +104,8 @@ class ClaimAgent:
         self.batch = batch
         self.poll_wait = poll_wait
         self.inventory_classes = inventory_classes
+        # the provisioner tells the controller what each shared class's provider can do with its lease
+        self.report_capabilities = inventory_classes if report_capabilities is None else report_capabilities
         self.holder = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.epoch = 0
         self.cluster_id = ""
@@ -128,8 +133,37 @@ class ClaimAgent:
                 raise Fenced(e.message) from None
             raise
 
+    def capabilities(self) -> dict[str, dict[str, Any]]:
+        """Each shared class's provider's answer to ``capabilities``, asked once per provider.  A
+        provider that cannot answer (``UNSUPPORTED``: written before the op) can do none of them; one
+        that fails otherwise leaves its classes unknown (the controller refuses snapshots and clones
+        for them until a later lease says more)."""
+        out: dict[str, dict[str, Any]] = {}
+        answers: dict[str, dict[str, Any] | None] = {}
+        for cls in self.client.get("/v1/claimclasses"):
+            name = cls["provider"]
+            if cls["scope"] != "shared" or name not in self.providers:
+                continue
+            if name not in answers:
+                req = ProviderRequest(op_id=f"capabilities.{uuid.uuid4().hex[:12]}", op="capabilities")
+                reply = self.providers[name].run(self.cluster_id, [req])[0]
+                if reply.ok and reply.capabilities is not None:
+                    answers[name] = dict(reply.capabilities)
+                elif not reply.ok and reply.error_code == "UNSUPPORTED":
+                    answers[name] = {"create_snapshot": False, "clone": False, "expand": False,
+                                     "online_expand": False, "access_modes": []}
+                else:
+                    log.warning("capabilities of provider %s unknown: %s %s", name, reply.error_code, reply.message)
+                    answers[name] = None
+            if answers[name] is not None:
+                out[cls["name"]] = answers[name]
+        return out
+
     def take_lease(self) -> None:
-        reply = self._call("POST", "/lease", {"holder": self.holder})
+        body: dict[str, Any] = {"holder": self.holder}
+        if self.report_capabilities:
+            body["capabilities"] = self.capabilities()
+        reply = self._call("POST", "/lease", body)
         self.epoch, self.cluster_id = reply["epoch"], reply["cluster_id"]
         self.scan_interval = float(reply.get("orphan_scan_interval", 30.0))
         log.info("%s: lease taken, epoch %d", self.agent, self.epoch)
@@ -212,7 +246,8 @@ class ClaimAgent:
         accepted: set[str] = set()
         if ops:
             reply = self._call("POST", "/intents", {"epoch": self.epoch, "ops": [
-                {"op_id": o["op_id"], "claim_id": o["claim_id"]} for o in ops]})
+                {"op_id": o["op_id"], "claim_id": o["claim_id"]}
+                | ({"snapshot_id": o["snapshot_id"]} if o.get("snapshot_id") is not None else {}) for o in ops]})
             accepted = set(reply["accepted"])
             for op_id, why in reply.get("refused", {}).items():
                 log.info("intent for %s refused: %s", op_id, why)
@@ -252,7 +287,8 @@ class ClaimAgent:
                     log.warning("list on %s failed: %s %s", cls["name"], reply.error_code, reply.message)
                     continue
                 objects = [{"handle": o.get("handle"), "tags": o.get("tags") or {},
-                            "size_bytes": o.get("size_bytes"), "created": o.get("created")}
+                            "size_bytes": o.get("size_bytes"), "created": o.get("created"),
+                            "kind": o.get("kind") or "volume"}
                            for o in reply.objects or []]
                 out = self._call("POST", "/inventory", {"epoch": self.epoch, "class_name": cls["name"],
                                                         "provider": provider.name, "objects": objects})

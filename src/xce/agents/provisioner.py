@@ -13,6 +13,14 @@ knows a class's provider by name only.  Format (TOML)::
     timeout = 60.0
     [providers.simfs.config]                # private: passed to the provider on stdin, never logged
     root = "/var/lib/xce/simfs"
+
+    [providers.btrfs]                       # a claim class with provider = "btrfs"
+    # command defaults to this interpreter's ``-m xce.providers.btrfs`` for names starting with btrfs
+    [providers.btrfs.config]
+    root = "/srv/btrfs/xce"                 # on a btrfs filesystem with quotas enabled
+
+Snapshots and clones are offered for a class only when its provider says it can
+(``capabilities``, asked as the provisioner takes its lease).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from xce.client import Client
 from xce.model.claims import SHARED_AGENT
 
 SIMFS_COMMAND = [sys.executable, "-m", "xce.providers.simfs"]
+BTRFS_COMMAND = [sys.executable, "-m", "xce.providers.btrfs"]
 
 
 class ProvisionerConfigError(ValueError):
@@ -63,7 +72,8 @@ def parse_provisioner_config(text: str, source: str) -> ProvisionerConfig:
     for name, p in raw.get("providers", {}).items():
         if not isinstance(p, dict) or (unknown := sorted(set(p) - {"command", "timeout", "config"})):
             raise ProvisionerConfigError(f"{source} [providers.{name}]: expected command, timeout and config")
-        command = p.get("command") or (SIMFS_COMMAND if name.startswith("simfs") else None)
+        command = p.get("command") or (SIMFS_COMMAND if name.startswith("simfs") else
+                                       BTRFS_COMMAND if name.startswith("btrfs") else None)
         if not command or not isinstance(command, list) or not all(isinstance(a, str) for a in command):
             raise ProvisionerConfigError(f"{source} [providers.{name}]: command must be a list of strings")
         timeout = p.get("timeout", 60.0)
