@@ -56,6 +56,10 @@ doc = json.load(sys.stdin)
 cfg = doc["config"]
 replies = []
 for r in doc["requests"]:
+    if r["op"] == "capabilities":  # asked as the provisioner starts; answered as a provider older than it
+        replies.append({"op_id": r["op_id"], "ok": False, "error": {
+            "code": "UNSUPPORTED", "message": "no capabilities op", "retryable": False}})
+        continue
     if r["op"] in ("list", "health"):  # the agent's own checks: not what the tests look at
         replies.append({"op_id": r["op_id"], "ok": True, "objects": []} if r["op"] == "list"
                        else {"op_id": r["op_id"], "ok": True, "healthy": True})

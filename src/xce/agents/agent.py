@@ -134,7 +134,8 @@ class ClaimAgent:
             raise
 
     def capabilities(self) -> dict[str, dict[str, Any]]:
-        """Each shared class's provider's answer to ``capabilities``, asked once per provider.  A
+        """Each shared class's provider's answer to ``capabilities``, asked once per provider (after the
+        lease: the request names the cluster).  A
         provider that cannot answer (``UNSUPPORTED``: written before the op) can do none of them; one
         that fails otherwise leaves its classes unknown (the controller refuses snapshots and clones
         for them until a later lease says more)."""
@@ -160,13 +161,21 @@ class ClaimAgent:
         return out
 
     def take_lease(self) -> None:
-        body: dict[str, Any] = {"holder": self.holder}
-        if self.report_capabilities:
-            body["capabilities"] = self.capabilities()
-        reply = self._call("POST", "/lease", body)
+        reply = self._call("POST", "/lease", {"holder": self.holder})
         self.epoch, self.cluster_id = reply["epoch"], reply["cluster_id"]
         self.scan_interval = float(reply.get("orphan_scan_interval", 30.0))
         log.info("%s: lease taken, epoch %d", self.agent, self.epoch)
+        if self.report_capabilities:
+            try:
+                caps = self.capabilities()
+                self._call("POST", "/capabilities", {"epoch": self.epoch, "capabilities": caps})
+                log.info("%s: capabilities of %d class(es) reported", self.agent, len(caps))
+            except Fenced:
+                raise
+            except ClientError as e:  # the agent still runs claims; snapshots and clones stay refused
+                log.warning("capabilities could not be reported: %s", e.message)
+            except Exception:
+                log.exception("capabilities could not be asked")
 
     def _report(self, results: list[dict[str, Any]], orphans_released: list[str] | None = None) -> None:
         """Until the controller has it (or we are fenced): a result is never dropped."""

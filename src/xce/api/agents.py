@@ -1,5 +1,8 @@
 """Routes for claim agents (``/v1/agents/{agent}/...``): lease, work, intents, reports, inventory.
 
+The provisioner also reports what each shared class's provider can do
+(``capabilities``), which snapshots and clones are offered or refused by.
+
 The agent named ``provisioner`` runs shared-scope ops: an admin or a daemon
 identity bound to no host may speak for it.  ``node:HOST`` is the node agent
 of worker HOST: only that host's daemon identity (or an admin).  The decision
@@ -88,9 +91,17 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
                          actor: User = Depends(agent_identity)):
         speaks_for(actor, agent)
         epoch = await mutate(request, actor, f"agent/{agent}",
-                             lambda model: C.lease(model, agent, body.holder, time.time(), body.capabilities))
+                             lambda model: C.lease(model, agent, body.holder, time.time()))
         return JSONResponse({"agent": agent, "epoch": epoch, "cluster_id": ctl.model.cluster_id,
                              "orphan_scan_interval": ctl.config.claims.orphan_scan_interval})
+
+    @app.post("/v1/agents/{agent}/capabilities", tags=["agents"])
+    async def capabilities(agent: AgentName, body: S.CapabilitiesRequest, request: Request,
+                           actor: User = Depends(agent_identity)):
+        speaks_for(actor, agent)
+        await mutate(request, actor, f"agent/{agent}", lambda model: (C.report_capabilities(
+            model, agent, body.epoch, body.capabilities, time.time()), None))
+        return JSONResponse({"classes": sorted(body.capabilities)})
 
     def work_now(agent: str, limit: int) -> dict[str, Any]:
         now = time.time()

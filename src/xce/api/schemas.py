@@ -163,6 +163,7 @@ class PingOut(BaseModel):
 
 # ---------------------------------------------------------------- claims
 
+AccessModeName = Literal["RWO", "ROX", "RWX", "RWOP"]
 Size = Annotated[int, Field(ge=1, le=2**63 - 1)] | Annotated[str, Field(min_length=1, max_length=32)]
 ParamName = Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]
 
@@ -174,7 +175,7 @@ class ClaimCreateRequest(Strict):
     claim_class: Name | None = Field(None, alias="class", description="required unless the claim is a clone")
     size: Size | None = Field(None, description="bytes, or with a unit: 500Mi, 10Gi, 2T; a clone's defaults to "
                                                 "its source's (and may not be smaller)")
-    access_mode: Literal["RWO", "ROX", "RWX", "RWOP"] | None = Field(
+    access_mode: AccessModeName | None = Field(
         None, description="required unless the claim is a clone (which takes its source's)")
     reclaim_policy: Literal["retain", "delete"] | None = None
     params: Annotated[dict[ParamName, Annotated[str, Field(max_length=1024)]], Field(max_length=64)] = Field(default_factory=dict)
@@ -234,14 +235,19 @@ OpId = Annotated[str, Field(min_length=1, max_length=200)]
 
 
 Capabilities = dict[Annotated[str, Field(max_length=32)],
-                    bool | Annotated[list[Literal["RWO", "ROX", "RWX", "RWOP"]], Field(max_length=4)]]
+                    bool | Annotated[list[AccessModeName], Field(max_length=4)]]
 
 
 class LeaseRequest(Strict):
     holder: Annotated[str, Field(min_length=1, max_length=200)]
-    # the provisioner: what each shared class's provider answered to ``capabilities`` (a class left
-    # out is unknown, and refuses snapshots and clones)
-    capabilities: Annotated[dict[Name, Capabilities], Field(max_length=1000)] | None = None
+
+
+class CapabilitiesRequest(Strict):
+    """The provisioner: what each shared class's provider answered to ``capabilities`` (a class left
+    out is unknown, and refuses snapshots and clones)."""
+
+    epoch: Id
+    capabilities: Annotated[dict[Name, Capabilities], Field(max_length=1000)]
 
 
 class IntentRef(Strict):

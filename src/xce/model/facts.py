@@ -445,7 +445,7 @@ class AgentLeased(Fact):
 @dataclass(frozen=True, slots=True)
 class ClassCapabilitiesReported(Fact):
     """What the provider of each shared claim class can do, as the provisioner found out by asking it
-    (``capabilities``) when it took its lease.  Replaces what was known; a class not named is unknown."""
+    (``capabilities``) once it took its lease.  Replaces what was known; a class not named is unknown."""
 
     agent: str
     capabilities: dict[str, dict[str, Any]] = field(default_factory=dict)  # class -> the provider's answer

@@ -13,7 +13,8 @@ Jobs meet claims in one place only: ``xce.model.job_claims``.
 """
 
 from xce.model.claims.agents import (
-    OpResult, check_epoch, due_ops, lease, next_due, record_intent, record_result, retry_delay,
+    OpResult, check_epoch, due_ops, lease, next_due, record_intent, record_result, report_capabilities,
+    retry_delay,
 )
 from xce.model.claims.decide import (
     CAPABILITY_WORDS, ClaimSpec, add_attachment, check_fits_a_pool, check_quota, check_quota_bytes, class_or_404, create, delete, live_by_name, purge,
@@ -31,7 +32,7 @@ from xce.model.claims.lifecycle import (
 )
 
 __all__ = [
-    "CAPABILITY_WORDS", "ContentSource", "apply_class_capabilities", "check_quota_bytes", "require_capability",
+    "CAPABILITY_WORDS", "ContentSource", "report_capabilities", "apply_class_capabilities", "check_quota_bytes", "require_capability",
     "ATTACHMENT_TRANSITIONS", "LIVE", "RESERVED_NAMES", "SHARED_AGENT", "TEMPLATE_NAME", "TRANSITIONS",
     "AccessMode", "Attachment", "AttachmentState", "Claim", "ClaimForm", "ClaimSpec", "ClaimState", "Mode", "Op",
     "OpKind", "OpResult", "ReclaimPolicy", "Scope",

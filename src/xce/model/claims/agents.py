@@ -22,18 +22,23 @@ if TYPE_CHECKING:
     from xce.model.state import Model
 
 
-def lease(model: Model, agent: str, holder: str, now: float,
-          capabilities: dict[str, dict[str, Any]] | None = None) -> tuple[list[Fact], int]:
-    """A (re)started agent takes a new epoch; reports from older epochs are refused from now on.
-
-    The provisioner says with it what each shared class's provider can do (``capabilities``, asked
-    of the providers as it starts): what snapshots and clones are refused or offered by.  Only the
-    shared agent's word counts (the node agents prepare node-local claims, which never snapshot)."""
+def lease(model: Model, agent: str, holder: str, now: float) -> tuple[list[Fact], int]:
+    """A (re)started agent takes a new epoch; reports from older epochs are refused from now on."""
     epoch = model.agent_epochs.get(agent, 0) + 1
-    facts: list[Fact] = [F.AgentLeased(time=now, agent=agent, epoch=epoch, holder=holder)]
-    if agent == SHARED_AGENT and capabilities is not None and capabilities != model.class_capabilities:
-        facts.append(F.ClassCapabilitiesReported(time=now, agent=agent, capabilities=capabilities))
-    return facts, epoch
+    return [F.AgentLeased(time=now, agent=agent, epoch=epoch, holder=holder)], epoch
+
+
+def report_capabilities(model: Model, agent: str, epoch: int, capabilities: dict[str, dict[str, Any]],
+                        now: float) -> list[Fact]:
+    """The provisioner says what each shared class's provider can do (it asks them, ``capabilities``,
+    once it holds its lease): what snapshots and clones are offered or refused by.  Only the shared
+    agent's word counts (node agents prepare node-local claims, which never snapshot or clone)."""
+    check_epoch(model, agent, epoch)
+    if agent != SHARED_AGENT:
+        raise Conflict(f"{agent} does not report class capabilities: the provisioner does", code="not_your_op")
+    if capabilities == model.class_capabilities:
+        return []
+    return [F.ClassCapabilitiesReported(time=now, agent=agent, capabilities=capabilities)]
 
 
 def check_epoch(model: Model, agent: str, epoch: int) -> None:
