@@ -19,6 +19,7 @@ from xce.api.commands import mutate
 from xce.api.responses import JSONResponse
 from xce.api.views import snapshot_json
 from xce.controller.core import Controller
+from xce.errors import NotFound
 from xce.model import Model
 from xce.model import snapshots as SN
 from xce.model.identity import User
@@ -65,6 +66,14 @@ def add_snapshot_routes(app: FastAPI, ctl: Controller) -> None:
     async def show_snapshot(name: SnapshotName, project: InProject = None, actor: User = Depends(authenticated)):
         await ctl.read_barrier()
         return show(SN.visible(ctl.model, actor, name, project).id)
+
+    @app.get("/v1/snapshots/by-id/{snapshot_id}", response_model=S.SnapshotOut, tags=["snapshots"])
+    async def show_snapshot_by_id(snapshot_id: int, actor: User = Depends(authenticated)):
+        await ctl.read_barrier()
+        snap = ctl.model.snapshots.get(snapshot_id)
+        if snap is None or not (actor.is_admin or snap.project in actor.projects):
+            raise NotFound(f"snapshot {snapshot_id} not found")
+        return show(snapshot_id)
 
     @app.delete("/v1/snapshots/{name}", status_code=202, response_model=S.SnapshotOut, tags=["snapshots"])
     async def delete_snapshot(name: SnapshotName, request: Request, project: InProject = None,
