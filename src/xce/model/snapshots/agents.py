@@ -32,6 +32,8 @@ def due_ops(model: Model, agent: str, now: float, limit: int = 1000) -> list[tup
     epoch = model.agent_epochs.get(agent)
     out = []
     for snapshot_id in sorted(model.open_snapshot_ops):
+        if len(out) >= limit:
+            break
         snap = model.snapshots[snapshot_id]
         op = snap.op
         if op is None or op.epoch is not None and op.epoch == epoch:
@@ -39,8 +41,6 @@ def due_ops(model: Model, agent: str, now: float, limit: int = 1000) -> list[tup
         if op.next_retry is not None and op.next_retry > now:
             continue
         out.append((snap, op))
-        if len(out) >= limit:
-            break
     return out
 
 
