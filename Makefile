@@ -12,29 +12,37 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
+# The xce command's native front (native/xce.c) replaces the entry-point script pip writes: it runs
+# a plain `xce submit` without starting Python and hands everything else to the Python CLI.
+NATIVE := $(VENV)/.native
+$(NATIVE): native/xce.c $(STAMP)
+	$(CC) -O2 -Wall -Wextra -o $(BIN)/xce native/xce.c
+	touch $(NATIVE)
+
 # System packages the tests need (root, Debian): PostgreSQL server binaries, btrfs-progs (the btrfs
-# provider's tests make a loop-file btrfs filesystem) and venv support.
+# provider's tests make a loop-file btrfs filesystem), venv support and a C compiler (native/xce.c).
 deps:
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
 		apt-get update -q && (apt-get install -y -q postgresql-15 || apt-get install -y -q postgresql); fi
 	@command -v mkfs.btrfs >/dev/null 2>&1 || apt-get install -y -q btrfs-progs || \
 		{ apt-get update -q && apt-get install -y -q btrfs-progs; }
 	@$(PY) -m venv --help >/dev/null 2>&1 || { apt-get update -q; apt-get install -y -q python3-venv; }
+	@command -v $(CC) >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q gcc; }
 
-dev: $(STAMP)
+dev: $(STAMP) $(NATIVE)
 
 # import-linter first: a broken layer contract ([tool.importlinter] in pyproject.toml) fails the run
-test: $(STAMP)
+test: $(STAMP) $(NATIVE)
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
 	$(BIN)/lint-imports
 
-demo: $(STAMP)
+demo: $(STAMP) $(NATIVE)
 	$(BIN)/python -m xce.demo
 
-bench: $(STAMP)
+bench: $(STAMP) $(NATIVE)
 	$(BIN)/python bench/commit.py
 
 clean:

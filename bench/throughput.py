@@ -14,8 +14,9 @@ as the Slurm script polls ``squeue``):
   api     N separate ``POST /v1/jobs`` from one process over keep-alive
           connections (httpx), --api-clients concurrent connections
   cli     N separate ``xce submit -o /dev/null -- true`` processes, one after
-          another (what an ``sbatch`` loop is compared to); bytecode is
-          precompiled and PYTHONDONTWRITEBYTECODE unset, as in a real install
+          another (what an ``sbatch`` loop is compared to), through
+          ``.venv/bin/xce`` as ``make dev`` builds it: the native front
+          (native/xce.c) sends a plain submit without starting Python
 
 Slurm side (unless --no-slurm): ``../shared/bench/slurm/setup.sh`` (PROFILE
 =--slurm-profile, default knobs; installs the Debian packages if missing),
@@ -494,6 +495,9 @@ def xce_side(args, tmp: str, xce_deadline: float, cleanup: list) -> tuple[list[d
     log(f"xce cluster up in {time.monotonic() - t:.1f}s at {cluster.url}: daemons {cluster.daemons}")
     notes.append(f"xce: {args.hosts} hosts x {args.slots} slots = {args.hosts * args.slots} job slots "
                  f"(xce up --slots {args.slots}), controller {cluster.url}, state {state}")
+    with open(XCE, "rb") as fh:
+        native = fh.read(4) == b"\x7fELF"
+    notes.append(f"xce cli: {XCE} is the {'native front (native/xce.c)' if native else 'Python entry script'}")
     api = Api(cluster.url, cluster.token)
     cleanup.append(api.close)
     results = []

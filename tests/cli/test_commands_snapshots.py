@@ -8,12 +8,10 @@ NOWHERE = {"XCE_URL": "http://127.0.0.1:9", "XCE_TOKEN": "x", "XCE_CONFIG": ""}
 
 
 def test_the_cli_offers_the_models_states():
-    from xce.cli.commands_claims import CLAIM_STATES, SNAPSHOT_STATES
-    from xce.model.claims import ClaimState
+    from xce.cli.commands_claims import SNAPSHOT_STATES
     from xce.model.snapshots import SnapshotState
 
     assert set(SNAPSHOT_STATES) == {s.value for s in SnapshotState}
-    assert set(CLAIM_STATES) == {s.value for s in ClaimState}
 
 
 def test_claim_create_needs_class_size_and_access_unless_it_is_a_clone():
