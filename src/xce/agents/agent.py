@@ -8,6 +8,11 @@
    a timeout), one process per batch of ops of one provider;
 5. report every result, fenced by the epoch.
 
+The provisioner also tells the controller, once per lease, what each shared
+class's provider can do (``capabilities``): snapshots and clones are offered
+by it.  Snapshot ops come in the same work as claim ops, with a ``snapshot_id``
+that their intents and results carry back.
+
 The agent keeps no state of its own: everything it needs to resume is in the
 controller.  Restarted, it takes a new epoch, and the controller hands it
 the ops whose intents an older epoch committed but never reported: it runs
@@ -165,17 +170,26 @@ class ClaimAgent:
         self.epoch, self.cluster_id = reply["epoch"], reply["cluster_id"]
         self.scan_interval = float(reply.get("orphan_scan_interval", 30.0))
         log.info("%s: lease taken, epoch %d", self.agent, self.epoch)
-        if self.report_capabilities:
+
+    def _report_capabilities(self) -> None:
+        """Ask the providers and report, retrying with backoff until the controller has it: in a
+        thread of its own, so that a slow or hung provider never delays claim work (until it is
+        reported, the controller refuses snapshots and clones for its classes)."""
+        delay = 0.5
+        while not self._stop.is_set() and not self._fenced.is_set():
             try:
                 caps = self.capabilities()
                 self._call("POST", "/capabilities", {"epoch": self.epoch, "capabilities": caps})
                 log.info("%s: capabilities of %d class(es) reported", self.agent, len(caps))
+                return
             except Fenced:
-                raise
-            except ClientError as e:  # the agent still runs claims; snapshots and clones stay refused
-                log.warning("capabilities could not be reported: %s", e.message)
+                return
+            except ClientError as e:
+                log.warning("capabilities not reported yet, retrying in %.1fs: %s", delay, e.message)
             except Exception:
-                log.exception("capabilities could not be asked")
+                log.exception("capabilities could not be asked; retrying in %.1fs", delay)
+            self._stop.wait(delay)
+            delay = min(delay * 2, 30.0)
 
     def _report(self, results: list[dict[str, Any]], orphans_released: list[str] | None = None) -> None:
         """Until the controller has it (or we are fenced): a result is never dropped."""
@@ -325,6 +339,8 @@ class ClaimAgent:
             except ClientError as e:
                 log.warning("cannot take the %s lease yet: %s", self.agent, e.message)
                 self._stop.wait(1.0)
+        if self.report_capabilities:
+            threading.Thread(target=self._report_capabilities, daemon=True, name="capabilities").start()
         if self.inventory_classes:
             threading.Thread(target=self._scan_loop, daemon=True, name="orphan-scan").start()
         while not self._stop.is_set() and not self._fenced.is_set():
