@@ -15,3 +15,9 @@ def test_claim_states_are_the_models():
 
 def test_resize_states_are_the_models():
     assert {s.name: s.value for s in states.ResizeState} == {s.name: s.value for s in ResizeState}
+
+
+def test_snapshot_states_are_the_models():
+    from xce.model.snapshots import SnapshotState
+
+    assert {s.name: s.value for s in states.SnapshotState} == {s.name: s.value for s in SnapshotState}

@@ -1,4 +1,4 @@
-"""The claim state machine, driven through its decide functions by hypothesis.
+"""The claim state machine, driven through its decide functions by hypothesis (with snapshots and clones).
 
 Whatever order creates, placements, intents, provider results, deletions,
 attachments, purges and agent restarts come in, the claim folds keep their
@@ -26,6 +26,7 @@ from xce.model import capabilities
 from xce.model import claims as C
 from xce.model import facts as F
 from xce.model import job_claims, jobs
+from xce.model import snapshots as SN
 from xce.model.claims import ATTACHMENT_TRANSITIONS, LIVE, TRANSITIONS, AttachmentState, ClaimForm, ClaimSpec, ClaimState
 from xce.model.identity import Role, User
 from xce.model.job_claims import JobClaimsSpec
@@ -60,6 +61,8 @@ max_claims = 4
 ADMIN = User(name="admin", role=Role.ADMIN, projects=["default"])
 RETRIES = ClaimsConfig(max_attempts=3, retry_base=0.1, retry_cap=0.2)
 NAMES = st.sampled_from(["a", "b"])
+SNAPSHOT_NAMES = st.sampled_from(["s1", "s2"])
+CAN = {"create_snapshot": True, "clone": True, "expand": True, "online_expand": True, "access_modes": ["RWO"]}
 
 
 class ClaimMachine(RuleBasedStateMachine):
@@ -73,7 +76,7 @@ class ClaimMachine(RuleBasedStateMachine):
         self.epoch = 0
         self.restart_agent()
         self.commit(capabilities.report(self.model, CONFIG, C.SHARED_AGENT, C.SHARED_AGENT, "simfs", "simfs",
-                                        {"expand": True, "online_expand": True}, self.tick()))
+                                        CAN, self.tick()))
 
     def commit(self, facts) -> None:
         for f in facts:
@@ -233,7 +236,70 @@ class ClaimMachine(RuleBasedStateMachine):
             if c.retained:
                 self.try_(lambda c=c: C.purge(self.model, ADMIN, c.id, self.tick()))
 
+    # ------------------------------------------------------------ snapshots and clones
+
+    @rule(claim=NAMES, name=SNAPSHOT_NAMES)
+    def take_snapshot(self, claim, name):
+        self.try_(lambda: SN.create(self.model, CONFIG, ADMIN, claim, name, self.tick()))
+
+    @rule()
+    def snapshot_intents(self):
+        now = self.tick()
+        for s, op in SN.due_ops(self.model, C.SHARED_AGENT, now + 10):
+            self.try_(lambda s=s, op=op: SN.record_intent(self.model, C.SHARED_AGENT, self.epoch, op.op_id, s.id, now))
+
+    @rule(outcome=st.sampled_from(["ok", "ok", "retry", "permanent"]), stale=st.sampled_from([False] * 4 + [True]))
+    def snapshot_round(self, outcome, stale):
+        epoch = self.epoch - 1 if stale else self.epoch
+        for s in list(self.model.snapshots.values()):
+            if s.op is None or s.op.epoch is None:
+                continue
+            intent_epoch = s.op.epoch
+            r = SN.SnapshotResult(op_id=s.op.op_id, snapshot_id=s.id, ok=outcome == "ok", handle=f"s-{s.id}",
+                                  size_bytes=2**30, code="E", retryable=outcome == "retry")
+            facts = self.try_(lambda r=r: SN.record_result(self.model, RETRIES, C.SHARED_AGENT, epoch, r,
+                                                           self.tick(), self.rng))
+            assert (facts is None) == (intent_epoch != epoch), "only the intent's epoch may report"
+
+    @rule(name=SNAPSHOT_NAMES)
+    def delete_snapshot(self, name):
+        self.try_(lambda: SN.delete(self.model, ADMIN, name, self.tick()))
+
+    @rule(name=NAMES, snapshot=st.one_of(st.none(), SNAPSHOT_NAMES), claim=NAMES)
+    def clone(self, name, snapshot, claim):
+        spec = ClaimSpec(name=name, class_name=None, size=None, access_mode=None)
+        self.try_(lambda: SN.clone(self.model, CONFIG, ADMIN, spec, self.tick(), from_snapshot=snapshot,
+                                   from_claim=None if snapshot else claim))
+
     # ------------------------------------------------------------ invariants
+
+    @invariant()
+    def snapshots_follow_their_table_and_indexes(self):
+        for s in self.model.snapshots.values():
+            event(f"snapshot reached {s.state.value}")
+            states = [SN.SnapshotState(h["state"]) for h in s.history]
+            assert states[0] is SN.SnapshotState.PENDING and states[-1] is s.state
+            for x, y in zip(states, states[1:]):
+                assert y in SN.TRANSITIONS[x], f"snapshot {s.id}: {x} -> {y}"
+            if s.being_made:  # its claim stays until the provider has made it
+                assert self.model.claims[s.claim_id].state not in (ClaimState.RELEASING, ClaimState.RELEASED)
+            if s.state is SN.SnapshotState.RELEASED:
+                assert s.op is None and not s.data_exists
+        live = {C.name_key(s.project, s.name): s.id for s in self.model.snapshots.values() if s.live}
+        assert self.model.snapshot_names == live
+        assert self.model.open_snapshot_ops == {s.id for s in self.model.snapshots.values() if s.op is not None}
+
+    @invariant()
+    def a_clone_being_made_keeps_its_source(self):
+        for c in self.model.claims.values():
+            if c.source is None or c.state not in (ClaimState.PENDING, ClaimState.PREPARING):
+                continue
+            event(f"clone from a {c.source['kind']} {c.state.value}")
+            if c.source["kind"] == "snapshot":
+                src = self.model.snapshots[c.source["id"]]
+                assert src.state is not SN.SnapshotState.RELEASED and not src.delete_requested
+            else:
+                assert self.model.claims[c.source["id"]].state not in (ClaimState.RELEASING, ClaimState.RELEASED)
 
     @invariant()
     def transitions_follow_the_table(self):
@@ -360,10 +426,11 @@ def test_every_list_of_access_modes_is_the_enums():
     they must say what ``AccessMode`` says."""
     import typing
 
-    from xce.api.schemas import ClaimCreateRequest
+    from xce.api.schemas import AccessModeName, ClaimCreateRequest
     from xce.config import ACCESS_MODES
     from xce.providers.contract import ACCESS_MODES as CONTRACT_MODES
 
     modes = tuple(m.value for m in C.AccessMode)
     assert ACCESS_MODES == CONTRACT_MODES == modes
-    assert typing.get_args(ClaimCreateRequest.model_fields["access_mode"].annotation) == modes
+    assert typing.get_args(AccessModeName) == modes
+    assert AccessModeName in typing.get_args(ClaimCreateRequest.model_fields["access_mode"].annotation)

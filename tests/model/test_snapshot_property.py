@@ -85,6 +85,22 @@ DOMAIN[(F.ClassCapabilitiesReported, "class_name")] = NAMES
 DOMAIN[(F.ClassCapabilitiesReported, "capabilities")] = st.fixed_dictionaries(
     {}, optional={"expand": st.booleans(), "online_expand": st.booleans(), "clone": st.booleans(),
                   "access_modes": st.lists(st.sampled_from(["RWO", "ROX"]), max_size=2), "other": st.integers()})
+# clones, capabilities and snapshots
+DOMAIN[(F.ClaimCreated, "source")] = st.one_of(st.none(), st.fixed_dictionaries(
+    {"kind": st.sampled_from(["snapshot", "claim"]), "id": st.integers(1, 3), "name": NAMES,
+     "handle": st.sampled_from(["s1-abc", "v2-def"])}))
+SNAPSHOT_IDS = st.integers(1, 3)
+SNAPSHOT_OP_IDS = st.sampled_from([f"s{s}.{op}.{n}" for s in (1, 2, 3)
+                                   for op in ("create_snapshot", "delete_snapshot") for n in (1, 2)])
+for cls in (F.SnapshotCreated, F.SnapshotOpIntent, F.SnapshotOpSucceeded, F.SnapshotOpFailed,
+            F.SnapshotDeleteRequested):
+    DOMAIN[(cls, "snapshot_id")] = SNAPSHOT_IDS
+for cls in (F.SnapshotOpIntent, F.SnapshotOpSucceeded, F.SnapshotOpFailed):
+    DOMAIN[(cls, "op_id")] = SNAPSHOT_OP_IDS
+DOMAIN[(F.SnapshotCreated, "claim_id")] = CLAIM_IDS
+DOMAIN[(F.SnapshotCreated, "access_mode")] = st.sampled_from(["RWO", "ROX", "RWX", "RWOP"])
+DOMAIN[(F.SnapshotOpIntent, "agent")] = st.just("provisioner")
+DOMAIN[(F.OrphanSeen, "kind")] = st.sampled_from(["volume", "snapshot"])
 
 
 def fact_strategy(cls: type[F.Fact]) -> st.SearchStrategy:

@@ -437,7 +437,7 @@ def test_capabilities_of_btrfs_and_simfs(bt, tmp_path):
     assert cap == {**dict.fromkeys(CAPABILITY_FLAGS, True), "access_modes": ["RWO", "ROX", "RWX", "RWOP"]}
     [sim] = run_provider(simfs.command(), {"root": str(tmp_path)}, CLUSTER,
                          [ProviderRequest(op_id="cap", op="capabilities")], GOOD)
-    assert sim.capabilities == {**dict.fromkeys(CAPABILITY_FLAGS, False), "expand": True, "online_expand": True,
+    assert sim.capabilities == {**dict.fromkeys(CAPABILITY_FLAGS, True),
                                 "access_modes": ["RWO", "ROX", "RWX", "RWOP"]}
 
 

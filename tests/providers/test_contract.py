@@ -27,6 +27,7 @@ from xce.providers import (
     reply_error,
     reply_ok,
     request_document,
+    run_provider,
 )
 from xce.providers import simfs
 from xce.providers.contract import OPTIONAL_WIRE_FIELDS
@@ -518,17 +519,12 @@ def test_real_simfs_replies_are_valid_against_schema(schema, tmp_path):
         "NOT_REACHABLE", "NOT_FOUND", "INVALID_ARGUMENT", "RESOURCE_EXHAUSTED"}
 
 
-def test_simfs_capabilities_and_the_ops_it_cannot_do(schema, tmp_path):
-    """simfs says it can expand (online), snapshot and clone nothing, and refuses those for good if asked."""
+def test_simfs_capabilities(schema, tmp_path):
+    """simfs says it can do all of it: expand (online), snapshot and clone (copies: it is a simulator)."""
     root = tmp_path / "simfs"
     root.mkdir()
-    reqs = [
-        ProviderRequest(op_id="cap", op="capabilities"),
-        create_request("clone", 8, size_bytes=5, source_handle="s1"),
-        ProviderRequest(op_id="cs", op="create_snapshot", claim_id=3, handle="v1", tags=owner_tags("c1", 3, "cs")),
-        ProviderRequest(op_id="ds", op="delete_snapshot", handle="s1"),
-        ProviderRequest(op_id="ex", op="expand", handle="v1", size_bytes=10),
-    ]
+    reqs = [ProviderRequest(op_id="cap", op="capabilities"),
+            ProviderRequest(op_id="ex", op="expand", handle="v1", size_bytes=10)]
     out = subprocess.run(simfs.command(), input=encode_request_document("c1", {"root": str(root)}, reqs),
                          capture_output=True, check=True).stdout
     assert errors(schema.reply, json.loads(out)) == []
@@ -536,14 +532,104 @@ def test_simfs_capabilities_and_the_ops_it_cannot_do(schema, tmp_path):
     for req in reqs:
         check_reply(req, replies[req.op_id])
     cap = replies["cap"].capabilities
-    assert {f: cap[f] for f in CAPABILITY_FLAGS} == {**dict.fromkeys(CAPABILITY_FLAGS, False), "expand": True,
-                                                     "online_expand": True}
+    assert {f: cap[f] for f in CAPABILITY_FLAGS} == dict.fromkeys(CAPABILITY_FLAGS, True)
     assert cap["access_modes"] == ["RWO", "ROX", "RWX", "RWOP"]
-    for op_id in ("clone", "cs", "ds"):
-        assert (replies[op_id].error_code, replies[op_id].retryable) == ("UNSUPPORTED", False), op_id
     assert (replies["ex"].error_code, replies["ex"].retryable) == ("NOT_FOUND", False)  # no volume v1
-    assert "content source" in replies["clone"].message
-    assert not (root / "volumes").exists() or list((root / "volumes").iterdir()) == []  # no empty "clone"
+
+
+@pytest.fixture(params=["simfs", "btrfs"])
+def snapshotting(request, tmp_path):
+    """(run, root) of a provider that can snapshot and clone: simfs, and btrfs on a loop-file
+    filesystem (root only)."""
+    if request.param == "simfs":
+        root = tmp_path / "simfs"
+        root.mkdir()
+        yield (lambda *reqs: run_provider(simfs.command(), {"root": str(root)}, "c1", list(reqs), 60.0)), root
+        return
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("btrfs needs root to mount a loop-file filesystem")
+    from xce.providers import btrfs
+    from tests.providers.test_btrfs import loop_btrfs
+
+    with loop_btrfs(tmp_path) as mnt:
+        root = mnt / "xce"
+        root.mkdir()
+        yield (lambda *reqs: run_provider(btrfs.command(), {"root": str(root)}, "c1", list(reqs), 60.0)), root
+
+
+def test_snapshots_and_clones_through_the_contract(snapshotting, schema):
+    """create_snapshot keeps the volume's content of that moment; create with a source_handle starts
+    from a snapshot's or a volume's content; each is idempotent by op_id; list says which is which;
+    delete_snapshot deletes snapshots only, and again is ok."""
+    run, root = snapshotting
+
+    def one(req: ProviderRequest) -> ProviderReply:
+        [reply] = run(req)
+        check_reply(req, reply)
+        return reply
+
+    def ok(req: ProviderRequest) -> ProviderReply:
+        reply = one(req)
+        assert reply.ok, (reply.error_code, reply.message, reply.stderr_tail)
+        return reply
+
+    size = 8 << 20
+    vol = ok(create_request("c1", 1, size_bytes=size))
+    (Path(vol.path) / "a").write_text("one")
+    snap_req = ProviderRequest(op_id="s1", op="create_snapshot", claim_id=1, handle=vol.handle,
+                               tags=owner_tags("c1", 1, "s1", **{"xce.snapshot": "5"}))
+    snap = ok(snap_req)
+    assert snap.handle != vol.handle and snap.size_bytes >= size
+    assert ok(snap_req).handle == snap.handle, "the same op_id answers the same snapshot"
+    (Path(vol.path) / "a").write_text("two")
+    clone_req = create_request("c2", 2, size_bytes=size, source_handle=snap.handle)
+    clone = ok(clone_req)
+    assert (Path(clone.path) / "a").read_text() == "one", "a clone of the snapshot has the snapshot's content"
+    assert ok(clone_req).handle == clone.handle
+    (Path(clone.path) / "a").write_text("three")  # writable, and apart from its source
+    assert (Path(vol.path) / "a").read_text() == "two"
+    of_volume = ok(create_request("c3", 3, size_bytes=size, source_handle=vol.handle))
+    assert (Path(of_volume.path) / "a").read_text() == "two"
+    small = one(create_request("c4", 4, size_bytes=size // 2, source_handle=snap.handle))
+    assert (small.ok, small.error_code, small.retryable) == (False, "INVALID_ARGUMENT", False)
+    missing = one(create_request("c5", 5, size_bytes=size, source_handle="s9-0000000000"))
+    assert (missing.ok, missing.error_code, missing.retryable) == (False, "NOT_FOUND", False)
+    listed = {o["handle"]: o for o in ok(ProviderRequest(op_id="ls", op="list")).objects}
+    assert listed[snap.handle]["kind"] == "snapshot" and listed[snap.handle]["source_handle"] == vol.handle
+    assert listed[snap.handle]["tags"]["xce.snapshot"] == "5"
+    assert listed[vol.handle].get("kind", "volume") == "volume"
+    assert listed[clone.handle]["source_handle"] == snap.handle
+    refused = one(ProviderRequest(op_id="d0", op="delete_snapshot", handle=vol.handle))
+    assert (refused.ok, refused.error_code, refused.retryable) == (False, "INVALID_ARGUMENT", False)
+    ok(ProviderRequest(op_id="r1", op="release", handle=vol.handle))  # a volume with snapshots may go
+    assert (Path(clone.path) / "a").read_text() == "three"
+    for _ in range(2):
+        ok(ProviderRequest(op_id="d1", op="delete_snapshot", handle=snap.handle))
+    listed = {o["handle"] for o in ok(ProviderRequest(op_id="ls2", op="list")).objects}
+    assert snap.handle not in listed and vol.handle not in listed and clone.handle in listed
+
+
+def test_simfs_faults_apply_to_snapshots(tmp_path):
+    """A create_snapshot that acted and crashed is found again by its op_id: one snapshot, not two."""
+    root = tmp_path / "simfs"
+    root.mkdir()
+
+    def run(*reqs):
+        return run_provider(simfs.command(), {"root": str(root)}, "c1", list(reqs), 60.0)
+
+    [vol] = run(create_request("c1", 1, size_bytes=100))
+    simfs.inject(str(root), crash_after_act_next=1, fail_ops=["create_snapshot"])
+    req = ProviderRequest(op_id="s1", op="create_snapshot", claim_id=1, handle=vol.handle,
+                          tags=owner_tags("c1", 1, "s1"))
+    [crashed] = run(req)
+    assert (crashed.ok, crashed.error_code) == (False, "PROVIDER_FAILED")
+    [again] = run(req)
+    assert again.ok and len(list((root / "snapshots").iterdir())) == 1
+    simfs.inject(str(root), fail_next=1, fail_code="UNAVAILABLE", fail_ops=["delete_snapshot"])
+    [failed] = run(ProviderRequest(op_id="d1", op="delete_snapshot", handle=again.handle))
+    assert (failed.ok, failed.error_code, failed.retryable) == (False, "UNAVAILABLE", True)
 
 
 def test_schema_lists_the_contracts_ops_and_capabilities():

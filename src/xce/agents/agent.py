@@ -8,6 +8,11 @@
    a timeout), one process per batch of ops of one provider;
 5. report every result, fenced by the epoch.
 
+The provisioner also tells the controller what each shared class's provider
+can do (``capabilities``) once it holds its lease and at every scan: resizes,
+snapshots and clones are offered by it.  Snapshot ops come in the same work as claim ops, with a ``snapshot_id``
+that their intents and results carry back.
+
 The agent keeps no state of its own: everything it needs to resume is in the
 controller.  Restarted, it takes a new epoch, and the controller hands it
 the ops whose intents an older epoch committed but never reported: it runs
@@ -70,12 +75,15 @@ def request_for(item: dict[str, Any]) -> ProviderRequest:
                            claim_name=item.get("claim_name", ""), class_name=item.get("class_name", ""),
                            size_bytes=item.get("size_bytes") or 0, access_mode=item.get("access_mode", ""),
                            params=dict(item.get("params") or {}), tags=dict(item.get("tags") or {}),
-                           handle=item.get("handle"), host=item.get("host"))
+                           handle=item.get("handle"), host=item.get("host"),
+                           source_handle=item.get("source_handle") if item["op"] == "create" else None)
 
 
 def result_for(item: dict[str, Any], reply: ProviderReply) -> dict[str, Any]:
     out: dict[str, Any] = {"op_id": item["op_id"], "claim_id": item["claim_id"], "ok": reply.ok,
                            "message": reply.message}
+    if item.get("snapshot_id") is not None:  # a snapshot's op: the controller files it under the snapshot
+        out["snapshot_id"] = item["snapshot_id"]
     if reply.ok:
         out.update(handle=reply.handle, size_bytes=reply.size_bytes, reachable_hosts=reply.reachable_hosts,
                    host_labels=dict(reply.host_labels or {}), path=reply.path)
@@ -133,6 +141,25 @@ class ClaimAgent:
         self.epoch, self.cluster_id = reply["epoch"], reply["cluster_id"]
         self.scan_interval = float(reply.get("orphan_scan_interval", 30.0))
         log.info("%s: lease taken, epoch %d", self.agent, self.epoch)
+
+    def _first_capabilities(self) -> None:
+        """Report the classes' capabilities as soon as the lease is taken, retrying with backoff until
+        the controller has them: in a thread of its own, so that a slow or hung provider never delays
+        claim work (until then the controller refuses resizes, snapshots and clones for its classes).
+        Later scans report them again: a changed answer is a new fact."""
+        delay = 0.5
+        while not self._stop.is_set() and not self._fenced.is_set():
+            try:
+                self.report_capabilities(self.client.get("/v1/claimclasses"))
+                return
+            except Fenced:
+                return
+            except ClientError as e:
+                log.warning("capabilities not reported yet, retrying in %.1fs: %s", delay, e.message)
+            except Exception:
+                log.exception("capabilities could not be asked; retrying in %.1fs", delay)
+            self._stop.wait(delay)
+            delay = min(delay * 2, 30.0)
 
     def _report(self, results: list[dict[str, Any]], orphans_released: list[str] | None = None) -> None:
         """Until the controller has it (or we are fenced): a result is never dropped."""
@@ -212,7 +239,8 @@ class ClaimAgent:
         accepted: set[str] = set()
         if ops:
             reply = self._call("POST", "/intents", {"epoch": self.epoch, "ops": [
-                {"op_id": o["op_id"], "claim_id": o["claim_id"]} for o in ops]})
+                {"op_id": o["op_id"], "claim_id": o["claim_id"]}
+                | ({"snapshot_id": o["snapshot_id"]} if o.get("snapshot_id") is not None else {}) for o in ops]})
             accepted = set(reply["accepted"])
             for op_id, why in reply.get("refused", {}).items():
                 log.info("intent for %s refused: %s", op_id, why)
@@ -306,7 +334,7 @@ class ClaimAgent:
                     continue
                 objects = [{"handle": o.get("handle"), "tags": o.get("tags") or {},
                             "size_bytes": o.get("size_bytes"), "created": o.get("created"),
-                            "used_bytes": o.get("used_bytes")}
+                            "used_bytes": o.get("used_bytes"), "kind": o.get("kind") or "volume"}
                            for o in reply.objects or []]
                 total, available = capacity[provider.name]
                 out = self._call("POST", "/inventory", {"epoch": self.epoch, "class_name": cls["name"],
@@ -338,12 +366,8 @@ class ClaimAgent:
                 self._stop.wait(1.0)
         if self.inventory_classes:
             threading.Thread(target=self._scan_loop, daemon=True, name="orphan-scan").start()
-            try:  # at once, not a scan interval later: resize, snapshot and clone requests wait on it
-                self.report_capabilities(self.client.get("/v1/claimclasses"))
-            except Fenced:
-                pass  # the loop below sees it and stops
-            except ClientError as e:
-                log.warning("capabilities not reported yet: %s", e.message)
+            # at once, not a scan interval later: resize, snapshot and clone requests wait on it
+            threading.Thread(target=self._first_capabilities, daemon=True, name="capabilities").start()
         while not self._stop.is_set() and not self._fenced.is_set():
             try:
                 work = self._call("GET", "/work", params={"epoch": self.epoch, "wait": self.poll_wait,

@@ -19,6 +19,8 @@ knows a class's provider by name only.  Format (TOML)::
     root = "/srv/btrfs/xce"                 # on a btrfs filesystem with quotas enabled
 
 A provider named ``simfs...`` or ``btrfs...`` runs the one shipped with XCE unless it names a command.
+Resizes, snapshots and clones are offered for a class only when its provider says it can
+(``capabilities``, asked as the provisioner takes its lease and at every scan).
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """Routes for claim agents (``/v1/agents/{agent}/...``): lease, work, intents, reports, inventory.
 
+Agents also report what each class's provider can do (``capabilities``), which
+resizes, snapshots and clones are offered or refused by.
+
 The agent named ``provisioner`` runs shared-scope ops: an admin or a daemon
 identity bound to no host may speak for it.  ``node:HOST`` is the node agent
 of worker HOST: only that host's daemon identity (or an admin).  The decision
@@ -28,11 +31,13 @@ from xce.model import Model
 from xce.model import capabilities as K
 from xce.model import claims as C
 from xce.model import job_claims
+from xce.model import snapshots as SN
 from xce.model import facts as F
 from xce.model.claims import SHARED_AGENT, Attachment, Claim, Op, OpKind
 from xce.model.facts import Fact
 from xce.model.identity import User, speaks_for_agent
 from xce.model.orphans import due_for_release, inventory
+from xce.model.snapshots import Snapshot
 
 AgentName = Annotated[str, Path(pattern=r"^(provisioner|node:[a-z0-9][a-z0-9\-_.]{0,62})$", max_length=80)]
 
@@ -57,11 +62,30 @@ def op_json(ctl: Controller, claim: Claim, op: Op, attachment: Attachment | None
            "tags": {"xce.cluster": ctl.model.cluster_id, "xce.claim": str(claim.id), "xce.op": op.op_id,
                     "xce.reclaim": claim.reclaim_policy.value, "xce.project": claim.project,
                     "xce.owner": claim.owner}}
+    if op.kind is OpKind.CREATE and claim.source is not None:  # a clone: the provider copies its source
+        out["source_handle"] = claim.source["handle"]
     if op.kind in (OpKind.STAGE_IN, OpKind.STAGE_OUT):  # done by the node agent itself, as the job's user
         job = ctl.model.jobs.get(claim.job_id) if claim.job_id is not None else None
         out["user"] = job.user if job is not None else claim.owner
         out["items"] = claim.stage_in if op.kind is OpKind.STAGE_IN else claim.stage_out
     return out
+
+
+def snapshot_op_json(ctl: Controller, snap: Snapshot, op: Op) -> dict[str, Any]:
+    """A snapshot's op as the provisioner runs it.  ``claim_id`` is the claim it is (or was) of:
+    providers derive the snapshot's handle from it and the op_id.  ``create_snapshot`` names the
+    claim's volume; ``delete_snapshot`` the snapshot."""
+    cls = ctl.config.claim_class(snap.class_name)
+    claim = ctl.model.claims.get(snap.claim_id)
+    handle = (claim.handle if claim is not None else None) if op.kind is OpKind.CREATE_SNAPSHOT else snap.handle
+    return {"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts + 1, "claim_id": snap.claim_id,
+            "snapshot_id": snap.id, "claim_name": snap.claim_name, "class_name": snap.class_name,
+            "scope": "shared", "provider": cls.provider if cls else None, "size_bytes": snap.size_bytes,
+            "access_mode": snap.access_mode, "params": claim.params if claim is not None else {},
+            "handle": handle, "host": None, "path": None,
+            "tags": {"xce.cluster": ctl.model.cluster_id, "xce.claim": str(snap.claim_id),
+                     "xce.snapshot": str(snap.id), "xce.op": op.op_id, "xce.project": snap.project,
+                     "xce.owner": snap.owner}}
 
 
 def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
@@ -76,8 +100,9 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
 
     def work_now(agent: str, limit: int) -> dict[str, Any]:
         now = time.time()
-        out: dict[str, Any] = {"ops": [op_json(ctl, c, op, a) for c, op, a in C.due_ops(ctl.model, agent, now, limit)],
-                               "orphans": []}
+        ops = [op_json(ctl, c, op, a) for c, op, a in C.due_ops(ctl.model, agent, now, limit)]
+        ops += [snapshot_op_json(ctl, s, op) for s, op in SN.due_ops(ctl.model, agent, now, limit - len(ops))]
+        out: dict[str, Any] = {"ops": ops, "orphans": []}
         if agent == SHARED_AGENT:
             for o in due_for_release(ctl.model, ctl.config.claims.orphan_grace, now)[:limit]:
                 out["orphans"].append({"handle": o.handle, "class_name": o.class_name, "provider": o.provider,
@@ -92,7 +117,8 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
         C.check_epoch(ctl.model, agent, epoch)
         out = work_now(agent, limit)
         if not out["ops"] and not out["orphans"] and wait > 0:
-            await channel.wait(wait, C.next_due(ctl.model, agent))
+            due = [t for t in (C.next_due(ctl.model, agent), SN.next_due(ctl.model, agent)) if t is not None]
+            await channel.wait(wait, min(due) if due else None)
             await ctl.read_barrier()
             C.check_epoch(ctl.model, agent, epoch)
             out = work_now(agent, limit)
@@ -110,7 +136,10 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
             accepted, refused = [], {}
             for ref in body.ops:
                 try:
-                    facts += C.record_intent(model, agent, body.epoch, ref.op_id, ref.claim_id, now)
+                    if ref.snapshot_id is not None:
+                        facts += SN.record_intent(model, agent, body.epoch, ref.op_id, ref.snapshot_id, now)
+                    else:
+                        facts += C.record_intent(model, agent, body.epoch, ref.op_id, ref.claim_id, now)
                     accepted.append(ref.op_id)
                 except Conflict as e:
                     refused[ref.op_id] = e.message
@@ -126,8 +155,19 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
         def decide(model: Model):
             C.check_epoch(model, agent, body.epoch)
             now = time.time()
-            results = [C.OpResult(**r.model_dump()) for r in body.results]
+            results = [C.OpResult(**r.model_dump(exclude={"snapshot_id"})) for r in body.results
+                       if r.snapshot_id is None]
             facts, refused = job_claims.agent_report(model, ctl.config.claims, agent, body.epoch, results, now, _rng)
+            for r in body.results:
+                if r.snapshot_id is None:
+                    continue
+                result = SN.SnapshotResult(op_id=r.op_id, snapshot_id=r.snapshot_id, ok=r.ok, handle=r.handle,
+                                           size_bytes=r.size_bytes, message=r.message, code=r.code,
+                                           retryable=r.retryable, stderr_tail=r.stderr_tail)
+                try:
+                    facts += SN.record_result(model, ctl.config.claims, agent, body.epoch, result, now, _rng)
+                except Conflict as e:
+                    refused[r.op_id] = e.message
             if agent == SHARED_AGENT:
                 facts += [F.OrphanResolved(time=now, handle=h, how="released")
                           for h in body.orphans_released if h in model.orphans]

@@ -30,6 +30,7 @@ from xce.api.views import token_json, user_json
 from xce.api.agents import add_agent_routes
 from xce.api.audit import add_audit_routes
 from xce.api.claims import add_claim_routes
+from xce.api.snapshots import add_snapshot_routes
 from xce.api.jobs import add_job_routes
 from xce.api.workers import add_worker_routes
 from xce.controller.core import Controller, Outcome
@@ -156,6 +157,7 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
     add_job_routes(app, controller)
     add_worker_routes(app, controller, monitor)
     add_claim_routes(app, controller)
+    add_snapshot_routes(app, controller)
     add_audit_routes(app, controller)
     add_agent_routes(app, controller, Waker(controller, AGENT_WAKE))
     metrics = Metrics(controller)

@@ -21,6 +21,7 @@ from xce.controller.core import Controller
 from xce.errors import Forbidden, NotFound
 from xce.model import Model
 from xce.model import claims as C
+from xce.model import snapshots as SN
 from xce.model.claims import TEMPLATE_NAME, ClaimSpec, ClaimState
 from xce.model.identity import User
 from xce.names import NAME_PATTERN
@@ -43,9 +44,14 @@ def add_claim_routes(app: FastAPI, ctl: Controller) -> None:
     async def create_claim(body: S.ClaimCreateRequest, request: Request, actor: User = Depends(authenticated)):
         spec = ClaimSpec(name=body.name, class_name=body.claim_class, size=body.size, access_mode=body.access_mode,
                          reclaim_policy=body.reclaim_policy, params=dict(body.params), project=body.project)
-        claim_id = await mutate(request, actor, f"claim/{body.name}",
-                                lambda model: C.create(model, ctl.config, actor, spec, time.time()))
-        return show(claim_id, 201)
+
+        def decide(model: Model):
+            if body.from_snapshot is not None or body.from_claim is not None:
+                return SN.clone(model, ctl.config, actor, spec, time.time(), from_snapshot=body.from_snapshot,
+                                from_claim=body.from_claim)
+            return C.create(model, ctl.config, actor, spec, time.time())
+
+        return show(await mutate(request, actor, f"claim/{body.name}", decide), 201)
 
     @app.get("/v1/claims", response_model=list[S.ClaimOut], tags=["claims"])
     async def list_claims(actor: User = Depends(authenticated),

@@ -163,6 +163,7 @@ class PingOut(BaseModel):
 
 # ---------------------------------------------------------------- claims
 
+AccessModeName = Literal["RWO", "ROX", "RWX", "RWOP"]
 Size = Annotated[int, Field(ge=1, le=2**63 - 1)] | Annotated[str, Field(min_length=1, max_length=32)]
 ParamName = Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]
 
@@ -171,12 +172,36 @@ class ClaimCreateRequest(Strict):
     model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
 
     name: Name
-    claim_class: Name = Field(alias="class")
-    size: Size = Field(description="bytes, or with a unit: 500Mi, 10Gi, 2T")
-    access_mode: Literal["RWO", "ROX", "RWX", "RWOP"]
+    claim_class: Name | None = Field(None, alias="class", description="required unless the claim is a clone")
+    size: Size | None = Field(None, description="bytes, or with a unit: 500Mi, 10Gi, 2T; a clone's defaults to "
+                                                "its source's (and may not be smaller)")
+    access_mode: AccessModeName | None = Field(
+        None, description="required unless the claim is a clone (which takes its source's)")
     reclaim_policy: Literal["retain", "delete"] | None = None
     params: Annotated[dict[ParamName, Annotated[str, Field(max_length=1024)]], Field(max_length=64)] = Field(default_factory=dict)
     project: Name | None = None
+    from_snapshot: Name | None = Field(None, description="a clone: its content is this READY snapshot's")
+    from_claim: Name | None = Field(None, description="a clone: its content is this READY claim's")
+
+
+class SnapshotCreateRequest(Strict):
+    name: Name
+    claim: Name = Field(description="the standalone claim to take a snapshot of")
+    project: Name | None = Field(None, description="the claim's project, when yours are in several")
+
+
+class SnapshotOut(BaseModel):
+    id: int
+    name: str
+    project: str
+    owner: str
+    claim: str
+    claim_id: int
+    state: str
+    size_bytes: int
+    attempts: int
+    last_error: str | None
+    history: list[dict[str, Any]]
 
 
 class ClaimResizeRequest(Strict):
@@ -224,6 +249,7 @@ class LeaseRequest(Strict):
 class IntentRef(Strict):
     op_id: OpId
     claim_id: Id
+    snapshot_id: Id | None = None  # a snapshot's op (``claim_id`` is then the claim it is of)
 
 
 class IntentsRequest(Strict):
@@ -234,6 +260,7 @@ class IntentsRequest(Strict):
 class OpResult(Strict):
     op_id: OpId
     claim_id: Id
+    snapshot_id: Id | None = None
     ok: bool
     handle: Annotated[str, Field(max_length=1024)] | None = None
     size_bytes: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
@@ -260,6 +287,7 @@ class InventoryObject(BaseModel):
     size_bytes: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
     created: Annotated[float, Field(allow_inf_nan=False)] | None = None
     used_bytes: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
+    kind: Literal["volume", "snapshot"] = "volume"
 
 
 class InventoryRequest(Strict):

@@ -12,6 +12,7 @@ from xce.model import job_claims
 from xce.model.jobs import Job, JobState
 from xce.model.state import Model
 from xce.model.orphans import Orphan
+from xce.model.snapshots import Snapshot
 
 
 def job_json(model: Model, job: Job, pending_reason: str | None = None) -> dict[str, Any]:
@@ -125,12 +126,31 @@ def claim_json(claim: Claim, reason: str | None = None, *, resize_reason: str | 
         "reachable_hosts": claim.reachable_hosts, "host_labels": claim.host_labels,
         "attachments": [attachment_json(a) for a in claim.attachments],
         "delete_requested": claim.delete_requested, "retained": claim.retained,
-        "data_exists": claim.data_exists, "waiting": waiting,
+        "data_exists": claim.data_exists, "waiting": waiting, "source": claim.source,
         "history": claim.history, "ops": claim.ops,
+    }
+
+
+def snapshot_json(snap: Snapshot) -> dict[str, Any]:
+    """A snapshot as the API shows it (``xce snapshot show``)."""
+    op = snap.op
+    return {
+        "id": snap.id, "name": snap.name, "project": snap.project, "owner": snap.owner,
+        "claim": snap.claim_name, "claim_id": snap.claim_id, "class": snap.class_name,
+        "state": snap.state.value, "size_bytes": snap.size_bytes, "actual_bytes": snap.actual_bytes,
+        "handle": snap.handle, "created": snap.created,
+        "attempts": op.attempts if op else (snap.ops[-1]["attempt"] if snap.ops else 0),
+        "last_error": snap.last_error, "stderr_tail": snap.stderr_tail or None,
+        "next_retry": op.next_retry if op else None,
+        "op": None if op is None else {"op_id": op.op_id, "op": op.kind.value, "attempts": op.attempts,
+                                        "agent": op.agent, "epoch": op.epoch, "next_retry": op.next_retry},
+        "op_ids": sorted({o["op_id"] for o in snap.ops} | ({op.op_id} if op else set())),
+        "delete_requested": snap.delete_requested, "data_exists": snap.data_exists, "waiting": snap.waiting(),
+        "history": snap.history, "ops": snap.ops,
     }
 
 
 def orphan_json(o: Orphan, now: float) -> dict[str, Any]:
     return {"kind": "provider_object", "handle": o.handle, "class": o.class_name, "provider": o.provider,
             "claim_id": o.claim_id, "tags": o.tags, "size_bytes": o.size_bytes, "first_seen": o.first_seen,
-            "age": round(now - o.first_seen, 1), "retain": o.retain}
+            "age": round(now - o.first_seen, 1), "retain": o.retain, "object_kind": o.kind}

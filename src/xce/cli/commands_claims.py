@@ -1,4 +1,5 @@
-"""Claim commands: ``claim create|list|show|resize|delete|purge``, ``claimclass list``, ``orphans``."""
+"""Claim commands: ``claim create|list|show|resize|delete|purge|snapshot``, ``snapshot list|show|delete``,
+``claimclass list``, ``orphans``."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from typing import Any
 from xce.cli.base import Parser
 from xce.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
 from xce.client import Client
-from xce.client.states import RESIZE_ENDED, ClaimState, ResizeState
+from xce.client.states import RESIZE_ENDED, ClaimState, ResizeState, SnapshotState
 from xce.cli.output import ago, fields, print_json, print_table, size, when
 
 CLAIM_STATES = tuple(ClaimState)
+SNAPSHOT_STATES = tuple(SnapshotState)
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -21,9 +23,13 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     csub = claim.add_subparsers(dest="claim_command", metavar="ACTION", required=True, parser_class=Parser)
     c = csub.add_parser("create", parents=[common], help="create a standalone claim")
     c.add_argument("name")
-    c.add_argument("--class", dest="claim_class", required=True, help="claim class (xce claimclass list)")
-    c.add_argument("--size", required=True, help="e.g. 500Mi, 10Gi, 2T")
-    c.add_argument("--access", required=True, type=str.upper, choices=("RWO", "ROX", "RWX", "RWOP"))
+    c.add_argument("--class", dest="claim_class", help="claim class (xce claimclass list); a clone's: its source's")
+    c.add_argument("--size", help="e.g. 500Mi, 10Gi, 2T; a clone's: its source's (at least)")
+    c.add_argument("--access", type=str.upper, choices=("RWO", "ROX", "RWX", "RWOP"),
+                   help="required, but for a clone (default: its source's)")
+    source = c.add_mutually_exclusive_group()
+    source.add_argument("--from-snapshot", metavar="SNAP", help="a clone: start with this READY snapshot's content")
+    source.add_argument("--from-claim", metavar="CLAIM", help="a clone: start with this READY claim's content")
     c.add_argument("--reclaim", choices=("retain", "delete"), help="default: the class's")
     c.add_argument("--param", action="append", metavar="K=V", help="a class parameter (repeatable)")
     c.add_argument("--project", help="default: your first project")
@@ -58,6 +64,15 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     d.add_argument("--timeout", type=float, default=600.0)
     d.set_defaults(func=cmd_delete)
 
+    sn = csub.add_parser("snapshot", parents=[common],
+                         help="take a read-only point-in-time snapshot of a claim (xce snapshot list)")
+    sn.add_argument("claim")
+    sn.add_argument("snapshot", help="the snapshot's name (per project, like claims')")
+    sn.add_argument("--project", help="the claim's project (names are per project)")
+    sn.add_argument("--wait", action="store_true", help="show progress until READY or FAILED (exit 1 if FAILED)")
+    sn.add_argument("--timeout", type=float, default=600.0)
+    sn.set_defaults(func=cmd_snapshot)
+
     pg = csub.add_parser("purge", parents=[common], help="release a retained object after all (admins)")
     pg.add_argument("id", type=int, help="the released claim's id (xce claim list --retained)")
     pg.set_defaults(func=cmd_purge)
@@ -66,6 +81,25 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     ccsub = cc.add_subparsers(dest="claimclass_command", metavar="ACTION", required=True, parser_class=Parser)
     ccsub.add_parser("list", parents=[common], help="claim classes and the pools they draw on") \
         .set_defaults(func=cmd_classes)
+
+    snap = sub.add_parser("snapshot", parents=[common], help="snapshots of claims: list, show, delete")
+    ssub = snap.add_subparsers(dest="snapshot_command", metavar="ACTION", required=True, parser_class=Parser)
+    sl = ssub.add_parser("list", parents=[common], help="snapshots of your projects")
+    sl.add_argument("--project")
+    sl.add_argument("--claim", help="of this claim only")
+    sl.add_argument("--state", action="append", type=str.upper, choices=SNAPSHOT_STATES)
+    sl.add_argument("-a", "--all", action="store_true", help="include RELEASED snapshots")
+    sl.set_defaults(func=cmd_snapshot_list)
+    ss = ssub.add_parser("show", parents=[common], help="every field, history and attempts")
+    ss.add_argument("name")
+    ss.add_argument("--project", help="the snapshot's project (names are per project)")
+    ss.set_defaults(func=cmd_snapshot_show)
+    sd = ssub.add_parser("delete", parents=[common], help="delete a snapshot")
+    sd.add_argument("name")
+    sd.add_argument("--project", help="the snapshot's project (names are per project)")
+    sd.add_argument("--wait", action="store_true", help="show progress until RELEASED (exit 1 if FAILED)")
+    sd.add_argument("--timeout", type=float, default=600.0)
+    sd.set_defaults(func=cmd_snapshot_delete)
 
     sub.add_parser("orphans", parents=[common], help="provider objects and claims nobody owns (admins)").set_defaults(func=cmd_orphans)
 
@@ -110,20 +144,25 @@ def _in_project(args) -> dict[str, str] | None:
 
 
 def cmd_create(args, ctx) -> int:
-    body: dict[str, Any] = {"name": args.name, "class": args.claim_class, "size": args.size,
-                            "access_mode": args.access, "params": _params(args.param)}
-    if args.reclaim:
-        body["reclaim_policy"] = args.reclaim
-    if args.project:
-        body["project"] = args.project
+    clone = args.from_snapshot is not None or args.from_claim is not None
+    if not clone:
+        missing = [o for o, v in (("--class", args.claim_class), ("--size", args.size), ("--access", args.access))
+                   if v is None]
+        if missing:
+            raise UsageError(f"claim create: {', '.join(missing)} required (unless --from-snapshot or --from-claim)")
+    params = _params(args.param)
     client = ctx.client()
-    claim = client.post("/v1/claims", body)
+    claim = client.create_claim(args.name, claim_class=args.claim_class, size=args.size, access_mode=args.access,
+                                reclaim_policy=args.reclaim, params=params, project=args.project,
+                                from_snapshot=args.from_snapshot, from_claim=args.from_claim)
     if not args.wait:
         if ctx.json:
             print_json(claim)
         else:
+            source = claim.get("source")
             print(f"Claim <{claim['name']}> (id {claim['id']}) is created: {claim['state']}, "
-                  f"{size(claim['size_bytes'])} {claim['access_mode']} in class {claim['class']}.")
+                  f"{size(claim['size_bytes'])} {claim['access_mode']} in class {claim['class']}"
+                  + (f", from {source['kind']} {source['name']}" if source else "") + ".")
         return EXIT_OK
     final = wait_for(client, claim["id"], (ClaimState.READY,), args.timeout, json=ctx.json)
     if ctx.json:
@@ -181,6 +220,100 @@ def cmd_delete(args, ctx) -> int:
     return EXIT_OK if final["state"] == ClaimState.RELEASED else EXIT_REFUSED
 
 
+# ---------------------------------------------------------------- snapshots
+
+
+def snapshot_progress(s: dict[str, Any]) -> str:
+    line = f"snapshot {s['name']}: {s['state']}"
+    if s.get("waiting"):
+        line += f", {s['waiting']}"
+    if s.get("next_retry"):
+        line += f", next retry in {max(0.0, s['next_retry'] - time.time()):.0f}s"
+    if s.get("last_error"):
+        line += f"; last error: {s['last_error']}"
+    return line
+
+
+def _wait_snapshot(client: Client, snapshot_id: int, done: tuple[str, ...], timeout: float,
+                   json: bool) -> dict[str, Any]:
+    out = sys.stderr if json else sys.stdout  # --json: stdout is only the final document
+    return client.wait_snapshot(snapshot_id, done, timeout,
+                                on_change=lambda s: print(snapshot_progress(s), file=out, flush=True))
+
+
+def cmd_snapshot(args, ctx) -> int:
+    client = ctx.client()
+    snap = client.create_snapshot(args.claim, args.snapshot, args.project)
+    if not args.wait:
+        if ctx.json:
+            print_json(snap)
+        else:
+            print(f"Snapshot <{snap['name']}> (id {snap['id']}) of claim <{snap['claim']}> is requested: "
+                  f"{snap['state']}.")
+        return EXIT_OK
+    final = _wait_snapshot(client, snap["id"], (SnapshotState.READY,), args.timeout, ctx.json)
+    if ctx.json:
+        print_json(final)
+    return EXIT_OK if final["state"] == SnapshotState.READY else EXIT_REFUSED
+
+
+def cmd_snapshot_list(args, ctx) -> int:
+    snaps = sorted(ctx.client().snapshots(project=args.project, claim=args.claim, states=args.state or (),
+                                          all_states=args.all), key=lambda s: s["id"])
+    if ctx.json:
+        print_json(snaps)
+        return EXIT_OK
+    if not snaps:
+        print("No snapshots found", file=sys.stderr)
+        return EXIT_OK
+    print_table(("ID", "NAME", "STATE", "CLAIM", "CLASS", "SIZE", "PROJECT", "OWNER", "CREATED", "WAITING"),
+                ((s["id"], s["name"], s["state"], s["claim"], s["class"], size(s["size_bytes"]), s["project"],
+                  s["owner"], when(s["created"]), s["waiting"]) for s in snaps))
+    return EXIT_OK
+
+
+def snapshot_text(s: dict[str, Any]) -> str:
+    out = fields([
+        ("Snapshot", f"{s['name']} (id {s['id']})"), ("State", s["state"]), ("Waiting", s["waiting"]),
+        ("Of claim", f"{s['claim']} (id {s['claim_id']})"), ("Class", s["class"]),
+        ("Size", size(s["size_bytes"]) + (f", {size(s['actual_bytes'])} taken" if s["actual_bytes"] else "")),
+        ("Owner", s["owner"]), ("Project", s["project"]), ("Handle", s["handle"]),
+        ("Data exists", "yes" if s["data_exists"] else "no"),
+        ("Attempts", s["attempts"]), ("Last error", s["last_error"]),
+        ("Next retry", when(s["next_retry"])), ("Op ids", " ".join(s["op_ids"])), ("Created", when(s["created"])),
+    ])
+    out += "\nHistory:\n" + "\n".join(f"  {when(h['time'])}  {h['state']:9}  {h['reason']}" for h in s["history"])
+    if s["ops"]:
+        out += "\nProvider attempts:\n" + "\n".join(
+            f"  {when(o['time'])}  {o['op_id']:28} attempt {o['attempt']}  {o['result']}"
+            + (f": {o['message']}" if o.get("message") else "") for o in s["ops"])
+    return out
+
+
+def cmd_snapshot_show(args, ctx) -> int:
+    snap = ctx.client().snapshot(args.name, args.project)
+    if ctx.json:
+        print_json(snap)
+    else:
+        print(snapshot_text(snap))
+    return EXIT_OK
+
+
+def cmd_snapshot_delete(args, ctx) -> int:
+    client = ctx.client()
+    snap = client.delete_snapshot(args.name, args.project)
+    if not args.wait:
+        if ctx.json:
+            print_json(snap)
+        else:
+            print(f"Snapshot <{snap['name']}> is being deleted: {snap['waiting'] or snap['state']}.")
+        return EXIT_OK
+    final = _wait_snapshot(client, snap["id"], (SnapshotState.RELEASED,), args.timeout, ctx.json)
+    if ctx.json:
+        print_json(final)
+    return EXIT_OK if final["state"] == SnapshotState.RELEASED else EXIT_REFUSED
+
+
 def cmd_purge(args, ctx) -> int:
     claim = ctx.client().post(f"/v1/claims/by-id/{args.id}/purge", {})
     if ctx.json:
@@ -228,6 +361,7 @@ def show_text(c: dict[str, Any]) -> str:
         ("Owner", c["owner"]), ("Project", c["project"]), ("Job", c["job_id"]),
         ("Parameters", " ".join(f"{k}={v}" for k, v in sorted(c["params"].items()))),
         ("Pool", c["pool"]), ("Host", c["host"]), ("Handle", c["handle"]),
+        ("Made from", f"{c['source']['kind']} {c['source']['name']}" if c.get("source") else None),
         ("Reachable hosts", "all" if c["reachable_hosts"] is None and c["state"] == ClaimState.READY
          else ",".join(c["reachable_hosts"] or [])),
         ("Data exists", "yes" if c["data_exists"] else "no"),
@@ -284,8 +418,10 @@ def cmd_classes(args, ctx) -> int:
     def can(c: dict[str, Any]) -> str:
         caps = c.get("capabilities")
         if caps is None:
-            return "?"  # its provider has not been asked yet
-        return ",".join(k for k in ("expand", "online_expand", "create_snapshot", "clone") if caps.get(k)) or "-"
+            return "?" if c["scope"] == "shared" else "-"  # a shared class's provider has not been asked yet
+        return ",".join(word for flag, word in (("expand", "expand"), ("online_expand", "online_expand"),
+                                                ("create_snapshot", "snapshot"), ("clone", "clone"))
+                        if caps.get(flag)) or "-"
 
     print_table(("CLASS", "PROVIDER", "SCOPE", "ACCESS", "RECLAIM", "POOLS", "CAN", "DESCRIPTION"),
                 ((c["name"], c["provider"], c["scope"], ",".join(c["access_modes"]), c["reclaim_policy"],

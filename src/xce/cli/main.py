@@ -34,7 +34,7 @@ def _common() -> argparse.ArgumentParser:
 # module's parsers (tests/cli checks this table against the full parser)
 COMMANDS = {
     **dict.fromkeys(("submit", "jobs", "job", "kill", "requeue", "hold", "release"), "commands_jobs"),
-    **dict.fromkeys(("claim", "claimclass", "orphans"), "commands_claims"),
+    **dict.fromkeys(("claim", "claimclass", "orphans", "snapshot"), "commands_claims"),
     **dict.fromkeys(("ping", "queues", "projects", "hosts", "resources", "users", "user", "token", "audit"),
                     "commands_admin"),
     **dict.fromkeys(("controller", "worker", "provisioner", "up", "down"), "commands_daemons"),

@@ -17,7 +17,7 @@ exception tree).  It is stdlib-only and imports nothing of XCE but the version, 
 fast and the daemons do not load the server.  Results are the API's JSON documents as dicts.
 """
 
-from xce.client._client import Claim, Client, Job
+from xce.client._client import Claim, Client, Job, Snapshot
 from xce.client._errors import ApiError, BadResponse, ClientError, InvalidURL, Unreachable, WaitTimeout
 from xce.client._http import DEFAULT_TIMEOUT
 
@@ -30,6 +30,7 @@ __all__ = [
     "ClientError",
     "InvalidURL",
     "Job",
+    "Snapshot",
     "Unreachable",
     "WaitTimeout",
 ]

@@ -15,12 +15,15 @@ from urllib.parse import quote
 
 from xce.client._errors import WaitTimeout
 from xce.client._http import DEFAULT_TIMEOUT, Params, Transport
-from xce.client.states import JOB_FINISHED, RESIZE_ENDED, ClaimState
+from xce.client.states import JOB_FINISHED, RESIZE_ENDED, ClaimState, SnapshotState
 
 Job = dict[str, Any]  # GET /v1/jobs/{id}: id, display_id, name, user, project, queue, state, exit_code, ...
 Claim = dict[str, Any]  # GET /v1/claims/{name}: id, name, class, size_bytes, access_mode, state, waiting, ...
 
+Snapshot = dict[str, Any]  # GET /v1/snapshots/{name}: id, name, project, claim, state, size_bytes, handle, ...
+
 CLAIM_FAILED = ClaimState.FAILED  # a claim stays FAILED until someone deletes it
+SNAPSHOT_FAILED = SnapshotState.FAILED  # as claims: until someone deletes it
 
 
 class Client:
@@ -137,21 +140,24 @@ class Client:
 
     # ------------------------------------------------------------ claims
 
-    def create_claim(self, name: str, *, claim_class: str, size: str | int, access_mode: str,
-                     reclaim_policy: str | None = None, params: dict[str, str] | None = None,
-                     project: str | None = None) -> Claim:
+    def create_claim(self, name: str, *, claim_class: str | None = None, size: str | int | None = None,
+                     access_mode: str | None = None, reclaim_policy: str | None = None,
+                     params: dict[str, str] | None = None, project: str | None = None,
+                     from_snapshot: str | None = None, from_claim: str | None = None) -> Claim:
         """Create a standalone claim (``POST /v1/claims``); returns it PENDING.
 
         ``size``: bytes or ``"10Gi"``; ``access_mode``: RWO, ROX, RWX or RWOP; ``reclaim_policy``:
         ``"retain"`` or ``"delete"`` (default: the class's); ``project``: default your first.
+        ``from_snapshot`` / ``from_claim``: a clone, whose content is that READY snapshot's or claim's
+        (class, size and access mode default to the source's).
         Follow it with ``wait_claim(claim["id"])`` to wait until it is READY.
         """
-        body: dict[str, Any] = {"name": name, "class": claim_class, "size": size, "access_mode": access_mode,
-                                "params": dict(params or {})}
-        if reclaim_policy is not None:
-            body["reclaim_policy"] = reclaim_policy
-        if project is not None:
-            body["project"] = project
+        body: dict[str, Any] = {"name": name, "params": dict(params or {})}
+        for key, value in (("class", claim_class), ("size", size), ("access_mode", access_mode),
+                           ("reclaim_policy", reclaim_policy), ("project", project),
+                           ("from_snapshot", from_snapshot), ("from_claim", from_claim)):
+            if value is not None:
+                body[key] = value
         return self.post("/v1/claims", body)
 
     def claims(self, *, project: str | None = None, states: Iterable[str] = (), all_states: bool = False,
@@ -211,6 +217,45 @@ class Client:
                           lambda c: (c["state"], c["waiting"], c["last_error"], c["next_retry"]),
                           lambda c: c["state"] in wanted, timeout, interval, on_change,
                           lambda c: f"claim {c['name']} is still {c['state']} after {timeout:g}s")
+
+    # ------------------------------------------------------------ snapshots
+
+    def create_snapshot(self, claim: str, name: str, project: str | None = None) -> Snapshot:
+        """Take a snapshot ``name`` of the claim ``claim`` (``POST /v1/snapshots``); returns it PENDING.
+        ``wait_snapshot(snapshot["id"])`` waits until it is READY."""
+        body: dict[str, Any] = {"name": name, "claim": claim}
+        if project is not None:
+            body["project"] = project
+        return self.post("/v1/snapshots", body)
+
+    def snapshots(self, *, project: str | None = None, claim: str | None = None, states: Iterable[str] = (),
+                  all_states: bool = False) -> list[Snapshot]:
+        """Your projects' snapshots (``GET /v1/snapshots``); ``all_states`` includes RELEASED ones."""
+        params: list[tuple[str, Any]] = [("project", project), ("claim", claim)]
+        if all_states:
+            params.append(("all", True))
+        params += [("state", s) for s in states]
+        return self.get("/v1/snapshots", params)
+
+    def snapshot(self, name: str | int, project: str | None = None) -> Snapshot:
+        """One snapshot by name (``project``: when yours are in several) or by id (an int)."""
+        if isinstance(name, int):
+            return self.get(f"/v1/snapshots/by-id/{name}")
+        return self.get(f"/v1/snapshots/{quote(name)}", {"project": project})
+
+    def delete_snapshot(self, name: str, project: str | None = None) -> Snapshot:
+        """Delete a snapshot (``DELETE /v1/snapshots/{name}``); returns it on its way to RELEASED."""
+        return self.delete(f"/v1/snapshots/{quote(name)}", {"project": project})
+
+    def wait_snapshot(self, snapshot: str | int, states: Iterable[str] = (SnapshotState.READY,), timeout: float = 600.0, *,
+                      project: str | None = None, interval: float = 0.2,
+                      on_change: Callable[[Snapshot], None] | None = None) -> Snapshot:
+        """Poll the snapshot until its state is in ``states`` (FAILED ends the wait too); return it."""
+        wanted = set(states) | {SNAPSHOT_FAILED}
+        return self._wait(lambda: self.snapshot(snapshot, project),
+                          lambda s: (s["state"], s["waiting"], s["last_error"], s["next_retry"]),
+                          lambda s: s["state"] in wanted, timeout, interval, on_change,
+                          lambda s: f"snapshot {s['name']} is still {s['state']} after {timeout:g}s")
 
     # ------------------------------------------------------------ waiting
 

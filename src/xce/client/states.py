@@ -1,6 +1,6 @@
 """The states the REST API reports, as its clients name them.
 
-A client compares a job's or a claim's ``state`` with these, never with a string of its own; a
+A client compares a job's, a claim's or a snapshot's ``state`` with these, never with a string of its own; a
 test (tests/client/test_states.py) keeps them equal to the model's enums, the one definition.
 They are ``StrEnum``s, so ``job["state"] == JobState.RUN`` reads a JSON document as it comes.
 """
@@ -35,6 +35,14 @@ class ResizeState(StrEnum):
     EXPANDING = "EXPANDING"
     DONE = "DONE"
     FAILED = "FAILED"  # the claim keeps its old size
+
+
+class SnapshotState(StrEnum):
+    PENDING = "PENDING"  # being taken
+    READY = "READY"
+    RELEASING = "RELEASING"
+    RELEASED = "RELEASED"
+    FAILED = "FAILED"
 
 
 JOB_PENDING = (JobState.PEND, JobState.PSUSP)

@@ -18,7 +18,8 @@ HOST_WORK_WAKE = (F.JobAllocated, F.JobKillRequested, F.JobFinished, F.JobRequeu
 # claim agents' polls: ops opened, retried, or released
 AGENT_WAKE = (F.ClaimPlaced, F.ClaimOpSucceeded, F.ClaimOpFailed, F.ClaimDeleteRequested, F.ClaimPurgeRequested,
               F.AttachmentAdded, F.AttachmentRemoved, F.OrphanSeen, F.AgentLeased, F.JobAllocated,
-              F.JobProcessEnded, F.JobFinished, F.JobRequeued)
+              F.JobProcessEnded, F.JobFinished, F.JobRequeued,
+              F.SnapshotCreated, F.SnapshotOpSucceeded, F.SnapshotOpFailed, F.SnapshotDeleteRequested)
 
 
 class Waker:

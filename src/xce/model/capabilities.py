@@ -20,7 +20,7 @@ from xce.model import facts as F
 from xce.model.facts import Fact
 
 if TYPE_CHECKING:
-    from xce.config import Config
+    from xce.config import ClaimClassConfig, Config
     from xce.model.state import Model
 
 #: the contract's capability flags (docs/providers.md); anything else a provider says is ignored
@@ -73,6 +73,26 @@ def can(model: Model, class_name: str, flag: str) -> bool | None:
     """Whether the class's provider can do ``flag`` (None: no agent has reported it yet)."""
     known = model.class_capabilities.get(class_name)
     return None if known is None else known.flags.get(flag, False)
+
+
+#: the flags as the words refusals use
+WORDS = {"create_snapshot": "take snapshots", "clone": "make claims from a snapshot or a claim (clone)",
+         "expand": "expand claims", "online_expand": "expand claims in use"}
+
+
+def require(model: Model, cls: ClaimClassConfig, flag: str) -> None:
+    """Refuse, naming the class, what its provider cannot do (or has not said it can yet)."""
+    words = WORDS.get(flag, flag)
+    if cls.scope != "shared":
+        raise Conflict(f"claim class {cls.name!r} cannot {words}: it is node-local (scope {cls.scope})",
+                       code="unsupported")
+    answer = can(model, cls.name, flag)
+    if answer is None:
+        raise Conflict(f"claim class {cls.name!r} cannot {words} yet: its provider {cls.provider!r} has not "
+                       f"reported what it can do (is the provisioner running with it?)", code="unsupported")
+    if not answer:
+        raise Conflict(f"claim class {cls.name!r} cannot {words}: its provider {cls.provider!r} says "
+                       f"{flag}: false", code="unsupported")
 
 
 def apply_class_capabilities(model: Model, f: F.ClassCapabilitiesReported) -> None:

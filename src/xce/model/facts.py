@@ -342,6 +342,9 @@ class ClaimCreated(Fact):
     pool: str | None = None  # shared scope: the pool the scheduler chose
     stage_in: list[list[str]] = field(default_factory=list)
     stage_out: list[list[str]] = field(default_factory=list)
+    # a clone: its content source {"kind": "snapshot"|"claim", "id", "name", "handle"} (added later:
+    # a default, so older records decode unchanged)
+    source: dict[str, Any] | None = None
 
 
 @fact("claim.placed")
@@ -469,6 +472,67 @@ class ClassCapabilitiesReported(Fact):
     capabilities: dict[str, Any] = field(default_factory=dict)
 
 
+# ---------------------------------------------------------------- snapshots
+#
+# A snapshot's state changes only in ``xce.model.snapshots`` (its folds).
+
+
+@fact("snapshot.created")
+@dataclass(frozen=True, slots=True)
+class SnapshotCreated(Fact):
+    """``xce claim snapshot``: a read-only point-in-time copy of a claim is asked for (PENDING)."""
+
+    snapshot_id: int
+    name: str
+    project: str
+    owner: str
+    claim_id: int  # the claim it is taken of
+    claim_name: str
+    class_name: str
+    size_bytes: int  # the claim's size: the least a claim made from it can have
+    access_mode: str  # the claim's: what a clone takes unless told otherwise
+
+
+@fact("snapshot.op_intent")
+@dataclass(frozen=True, slots=True)
+class SnapshotOpIntent(Fact):
+    snapshot_id: int
+    op_id: str
+    agent: str
+    epoch: int
+
+
+@fact("snapshot.op_succeeded")
+@dataclass(frozen=True, slots=True)
+class SnapshotOpSucceeded(Fact):
+    snapshot_id: int
+    op_id: str
+    handle: str | None = None
+    size_bytes: int | None = None
+    message: str = ""
+
+
+@fact("snapshot.op_failed")
+@dataclass(frozen=True, slots=True)
+class SnapshotOpFailed(Fact):
+    """One attempt failed.  ``next_retry`` None means no more attempts."""
+
+    snapshot_id: int
+    op_id: str
+    code: str
+    message: str
+    retryable: bool
+    next_retry: float | None = None
+    stderr_tail: str = ""
+
+
+@fact("snapshot.delete_requested")
+@dataclass(frozen=True, slots=True)
+class SnapshotDeleteRequested(Fact):
+    snapshot_id: int
+    by: str
+
+
 @fact("orphan.seen")
 @dataclass(frozen=True, slots=True)
 class OrphanSeen(Fact):
@@ -480,6 +544,7 @@ class OrphanSeen(Fact):
     claim_id: int | None
     tags: dict[str, str] = field(default_factory=dict)
     size_bytes: int | None = None
+    kind: str = "volume"  # as the provider listed it: "volume" or "snapshot" (added later: a default)
 
 
 @fact("orphan.resolved")

@@ -3,7 +3,9 @@
 A provider object is ours when its ``xce.cluster`` tag is our cluster id.  It
 is owned when its claim exists and either knows it (same handle, data still
 there) or has an open op with the op id it is tagged with (a create in
-flight).  Anything else of ours is an orphan: recorded (``OrphanSeen``)
+flight).  An object the provider lists as ``kind: snapshot`` is owned the same
+way by the snapshot its ``xce.snapshot`` tag names: a snapshot object with
+no snapshot record is an orphan, whatever its claim.  Anything else of ours is an orphan: recorded (``OrphanSeen``)
 with the time it was first seen, reported by ``xce orphans``, and released
 by the provisioner once older than the grace period, unless it is tagged
 ``xce.reclaim=retain``.  Nothing is released without that record.
@@ -23,6 +25,7 @@ from xce.model.facts import Fact
 
 if TYPE_CHECKING:
     from xce.model.claims import Claim
+    from xce.model.snapshots import Snapshot
     from xce.model.state import Model
 
 
@@ -35,18 +38,35 @@ class Orphan:
     first_seen: float
     tags: dict[str, str] = field(default_factory=dict)
     size_bytes: int | None = None
+    kind: str = "volume"  # or "snapshot"
 
     @property
     def retain(self) -> bool:
         return self.tags.get("xce.reclaim") == "retain"
 
 
-def _owns(claim: Claim | None, handle: str, op_id: str | None) -> bool:
+def _owns(claim: Claim | Snapshot | None, handle: str, op_id: str | None) -> bool:
     if claim is None:
         return False
     if claim.handle == handle and claim.data_exists:
         return True
     return claim.op is not None and op_id is not None and claim.op.op_id == op_id
+
+
+def _tag_id(tags: dict[str, str], key: str) -> int | None:
+    try:
+        return int(tags.get(key, ""))
+    except ValueError:
+        return None
+
+
+def _owner(model: Model, kind: str, tags: dict[str, str]) -> Claim | Snapshot | None:
+    """The record that would own an object of this kind with these tags (None: none exists)."""
+    if kind == "snapshot":
+        snapshot_id = _tag_id(tags, "xce.snapshot")
+        return model.snapshots.get(snapshot_id) if snapshot_id is not None else None
+    claim_id = _tag_id(tags, "xce.claim")
+    return model.claims.get(claim_id) if claim_id is not None else None
 
 
 def inventory(model: Model, class_name: str, provider: str, objects: list[dict[str, Any]],
@@ -60,16 +80,13 @@ def inventory(model: Model, class_name: str, provider: str, objects: list[dict[s
         if not handle or tags.get("xce.cluster") != model.cluster_id:
             continue  # not ours: another cluster's, or made by hand
         listed.add(handle)
-        try:
-            claim_id = int(tags.get("xce.claim", ""))
-        except ValueError:
-            claim_id = None
-        claim = model.claims.get(claim_id) if claim_id is not None else None
-        if _owns(claim, handle, tags.get("xce.op")) or handle in model.orphans:
+        kind = "snapshot" if obj.get("kind") == "snapshot" else "volume"
+        if _owns(_owner(model, kind, tags), handle, tags.get("xce.op")) or handle in model.orphans:
             continue
         size = obj.get("size_bytes")
         facts.append(F.OrphanSeen(time=now, handle=handle, class_name=class_name, provider=provider,
-                                  claim_id=claim_id, tags=tags, size_bytes=size if isinstance(size, int) else None))
+                                  claim_id=_tag_id(tags, "xce.claim"), tags=tags,
+                                  size_bytes=size if isinstance(size, int) else None, kind=kind))
     for o in model.orphans.values():
         if o.class_name == class_name and o.handle not in listed:
             facts.append(F.OrphanResolved(time=now, handle=o.handle, how="gone"))
@@ -78,8 +95,7 @@ def inventory(model: Model, class_name: str, provider: str, objects: list[dict[s
 
 def due_for_release(model: Model, grace: float, now: float) -> list[Orphan]:
     return [o for o in model.orphans.values() if not o.retain and now - o.first_seen >= grace
-            and not _owns(model.claims.get(o.claim_id) if o.claim_id is not None else None, o.handle,
-                          o.tags.get("xce.op"))]
+            and not _owns(_owner(model, o.kind, o.tags), o.handle, o.tags.get("xce.op"))]
 
 
 def claim_orphans(model: Model) -> list[tuple[Claim, str]]:
@@ -108,8 +124,10 @@ def apply_orphan_seen(model: Model, f: F.OrphanSeen) -> None:
         return
     model.orphans[f.handle] = Orphan(handle=f.handle, class_name=f.class_name, provider=f.provider,
                                      claim_id=f.claim_id, first_seen=f.time, tags=dict(f.tags),
-                                     size_bytes=f.size_bytes)
-    _audit(model, f.time, "seen", f.handle, f"{f.class_name} object of claim {f.claim_id} has no owner")
+                                     size_bytes=f.size_bytes, kind=f.kind)
+    what = f"snapshot {f.tags.get('xce.snapshot', '?')} of claim {f.claim_id}" if f.kind == "snapshot" \
+        else f"object of claim {f.claim_id}"
+    _audit(model, f.time, "seen", f.handle, f"{f.class_name} {what} has no owner")
 
 
 def apply_orphan_resolved(model: Model, f: F.OrphanResolved) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from xce.errors import Unauthenticated
-from xce.model import audit, capabilities, catalog, claims, hosts, identity, job_claims, jobs, orphans
+from xce.model import audit, capabilities, catalog, claims, hosts, identity, job_claims, jobs, orphans, snapshots
 from xce.model import facts as F
 from xce.model.audit import AuditOutbox, AuditRecord
 from xce.model.capabilities import ClassCapabilities
@@ -29,6 +29,7 @@ from xce.model.hosts import Host
 from xce.model.identity import Token, User
 from xce.model.jobs import Job, JobState
 from xce.model.orphans import Orphan
+from xce.model.snapshots import Snapshot, SnapshotState
 
 SNAPSHOT_FORMAT = 2
 #: formats ``from_snapshot`` still reads: 1 carried the audit trail (moved into the outbox on load)
@@ -68,6 +69,11 @@ FOLDS: dict[type[F.Fact], Callable[["Model", Any], None]] = {
     F.AttachmentRemoved: claims.apply_attachment_removed,
     F.AgentLeased: claims.apply_agent_leased,
     F.ClassCapabilitiesReported: capabilities.apply_class_capabilities,
+    F.SnapshotCreated: snapshots.apply_snapshot_created,
+    F.SnapshotOpIntent: snapshots.apply_snapshot_op_intent,
+    F.SnapshotOpSucceeded: snapshots.apply_snapshot_op_succeeded,
+    F.SnapshotOpFailed: snapshots.apply_snapshot_op_failed,
+    F.SnapshotDeleteRequested: snapshots.apply_snapshot_delete_requested,
     F.OrphanSeen: orphans.apply_orphan_seen,
     F.OrphanResolved: orphans.apply_orphan_resolved,
 }
@@ -83,9 +89,10 @@ _COLLECTIONS: dict[str, tuple[type, str]] = {
     "claims": (Claim, "id"),
     "orphans": (Orphan, "handle"),
     "class_capabilities": (ClassCapabilities, "class_name"),
+    "snapshots": (Snapshot, "id"),
 }
 # collections added after snapshot format 2 shipped: a snapshot written before has none of them
-_ADDED_COLLECTIONS = frozenset({"class_capabilities"})
+_ADDED_COLLECTIONS = frozenset({"class_capabilities", "snapshots"})
 
 
 def _plain(entity: Any) -> dict[str, Any]:
@@ -97,6 +104,8 @@ def _plain(entity: Any) -> dict[str, Any]:
         out["attachments"] = [dict(vars(a), op=dict(vars(a.op)) if a.op is not None else None)
                               for a in entity.attachments]
         out["resize"] = dict(vars(entity.resize)) if entity.resize is not None else None
+    elif isinstance(entity, Snapshot):
+        out["op"] = dict(vars(entity.op)) if entity.op is not None else None
     return out
 
 
@@ -117,10 +126,14 @@ class Model:
     orphans: dict[str, Orphan] = field(default_factory=dict)
     agent_epochs: dict[str, int] = field(default_factory=dict)
     class_capabilities: dict[str, ClassCapabilities] = field(default_factory=dict)  # class -> its provider's
+    next_snapshot_id: int = 1
+    snapshots: dict[int, Snapshot] = field(default_factory=dict)
     # derived indexes, kept by the claim folds and rebuilt from ``claims`` on load (not snapshotted)
     claim_names: dict[str, int] = field(default_factory=dict)  # "project/name" of a live standalone claim -> id
     released_names: dict[str, int] = field(default_factory=dict)  # "project/name" released -> newest id
     open_ops: set[int] = field(default_factory=set)  # claims with an open provider op
+    snapshot_names: dict[str, int] = field(default_factory=dict)  # "project/name" of a live snapshot -> id
+    open_snapshot_ops: set[int] = field(default_factory=set)  # snapshots with an open provider op
     pending_jobs: set[int] = field(default_factory=set)  # PEND with nothing allocated: what the scheduler plans
     cluster_held: dict[int, dict[str, float]] = field(default_factory=dict)  # job -> cluster counters it holds
     waiting_jobs: set[int] = field(default_factory=set)  # PEND or PSUSP: what max_pending_jobs_per_user counts
@@ -184,6 +197,7 @@ class Model:
             "next_claim_id": self.next_claim_id,
             "next_attachment_id": self.next_attachment_id,
             "agent_epochs": dict(self.agent_epochs),
+            "next_snapshot_id": self.next_snapshot_id,
         }
         for attr in _COLLECTIONS:
             out[attr] = [_plain(e) for e in getattr(self, attr).values()]
@@ -197,6 +211,7 @@ class Model:
         m = cls(position=data["position"], cluster_id=data["cluster_id"],
                 next_job_id=data["next_job_id"], next_claim_id=data["next_claim_id"],
                 next_attachment_id=data["next_attachment_id"], agent_epochs=dict(data["agent_epochs"]))
+        m.next_snapshot_id = data.get("next_snapshot_id", 1)  # snapshots came later: older ones have none
         if fmt == 1:
             m.audit_outbox = AuditOutbox(records=[_legacy_record(r) for r in data.get("audit", [])])
         for attr, (entity, key) in _COLLECTIONS.items():
@@ -226,6 +241,11 @@ class Model:
                     self.claim_names[key] = c.id
             if c.open_ops():  # its own op, or an attachment's
                 self.open_ops.add(c.id)
+        for s in self.snapshots.values():
+            if s.state is not SnapshotState.RELEASED:
+                self.snapshot_names[name_key(s.project, s.name)] = s.id
+            if s.op is not None:
+                self.open_snapshot_ops.add(s.id)
 
 
 def _legacy_record(r: dict[str, Any]) -> AuditRecord:

@@ -12,6 +12,7 @@ Layout under the configured ``root``::
     root/faults.json                  fault injection, read and updated under its own flock
     root/volumes/<handle>/meta.json   {"handle", "tags", "size_bytes", "created", "class", "params", "attachments"}
     root/volumes/<handle>/data/       the volume's data
+    root/snapshots/<handle>/...       snapshots (create_snapshot), laid out the same way, meta "kind": "snapshot"
     root/nodes/<host>/<handle>/...    node-local objects (node_prepare), laid out the same way
 
 A volume exists once its directory is in place: it is built under a dot
@@ -53,11 +54,12 @@ PROVIDER = "simfs"  # in every refusal message
 
 CONTRACT = 1
 OPS = ("create", "attach", "detach", "release", "health", "list",
-       "node_prepare", "node_publish", "node_unpublish", "capabilities", "expand")
-# simfs volumes are plain directories: no snapshots, no clones (create_snapshot and delete_snapshot
-# answer UNSUPPORTED, as any op simfs does not know).  Sizes are records checked against
-# ``capacity_bytes``, so growing one is a new record, whether the volume is in use or not.
-CAPABILITIES = {"create_snapshot": False, "clone": False, "expand": True, "online_expand": True,
+       "node_prepare", "node_publish", "node_unpublish", "capabilities", "expand", "create_snapshot",
+       "delete_snapshot")
+# simfs volumes are plain directories.  A snapshot is a copy of one (made file by file: a simulator's,
+# not crash-consistent), and a clone a copy of a snapshot or a volume.  Sizes are records checked
+# against ``capacity_bytes``, so growing one is a new record, whether the volume is in use or not.
+CAPABILITIES = {"create_snapshot": True, "clone": True, "expand": True, "online_expand": True,
                 "access_modes": ["RWO", "ROX", "RWX", "RWOP"]}
 EXPANDS_KEPT = 16  # op_ids of the latest expands a volume remembers (a retry of one answers ok)
 CONFIG_KEYS = ("root", "capacity_bytes", "reachable_hosts", "host_labels", "latency", "min_size_bytes", "set_owner")
@@ -148,8 +150,11 @@ def _check_root(cfg: Config) -> None:
 # Operations: each takes (cfg, request) and returns a reply, or raises Refusal
 
 
-def _make(cfg: Config, parent: str, handle: str, req: dict) -> dict:
-    """The object ``handle`` under ``parent``: found if it exists, else built and renamed into place."""
+def _make(cfg: Config, parent: str, handle: str, req: dict, content: str | None = None,
+          extra: dict | None = None) -> dict:
+    """The object ``handle`` under ``parent``: found if it exists, else built and renamed into place.
+    ``content``: a data directory (of a snapshot or volume) whose tree the new object starts as a
+    copy of; ``extra``: more meta (kind, source_handle)."""
     size = _field(req, "size_bytes", int, 0)
     if size < 0:
         raise Refusal("INVALID_ARGUMENT", f"simfs: size_bytes must not be negative, got {size}", False)
@@ -169,26 +174,46 @@ def _make(cfg: Config, parent: str, handle: str, req: dict) -> dict:
                 raise Refusal("RESOURCE_EXHAUSTED", f"simfs: no room for {actual} bytes: {used} of "
                                                     f"{cfg.capacity} bytes are in use", True)
         meta = {"handle": handle, "tags": tags, "size_bytes": actual, "created": time.time(),
-                "class": req.get("class_name") or "", "params": params, "attachments": []}
+                "class": req.get("class_name") or "", "params": params, "attachments": [], **(extra or {})}
         owner = kit.owner_ids(cfg.set_owner, tags, PROVIDER)
         build = os.path.join(parent, f".new-{handle}")
         os.mkdir(build, 0o711)
         os.mkdir(os.path.join(build, "data"), 0o700)
+        if content is not None:
+            shutil.copytree(content, os.path.join(build, "data"), symlinks=True, dirs_exist_ok=True)
         if owner is not None:
-            os.chown(os.path.join(build, "data"), *owner)
+            for top, dirs, files in os.walk(os.path.join(build, "data")):
+                for n in [top, *(os.path.join(top, x) for x in dirs + files)]:
+                    os.lchown(n, *owner)
         _write_json(os.path.join(build, "meta.json"), meta)
         os.rename(build, final)
         return meta
 
 
+def _source(cfg: Config, source: str) -> dict:
+    """The snapshot's or volume's meta named ``source`` (a clone's content source)."""
+    for parent in (_snapshots(cfg), cfg.volumes):
+        meta = _read_json(os.path.join(parent, source, "meta.json"))
+        if meta is not None:
+            return meta | {"data": os.path.join(parent, source, "data")}
+    raise Refusal("NOT_FOUND", f"simfs: no snapshot or volume {source} to make a volume from", False)
+
+
 def op_create(cfg: Config, req: dict) -> dict:
+    """A volume: empty, or with a ``source_handle`` a copy of that snapshot's or volume's data tree."""
     _check_root(cfg)
-    if req.get("source_handle") is not None:  # never silently make an empty volume for a clone
-        raise Refusal("UNSUPPORTED", "simfs: cannot create a volume from a content source "
-                                     "(its capabilities say clone: false)", False)
     claim_id = _field(req, "claim_id", int, required=True)
     handle = derive_handle(claim_id, req["op_id"])
-    meta = _make(cfg, cfg.volumes, handle, req)
+    content, extra = None, None
+    if req.get("source_handle") is not None and _read_json(os.path.join(cfg.volumes, handle, "meta.json")) is None:
+        source = _name(req["source_handle"], "source_handle")
+        smeta = _source(cfg, source)
+        size = _field(req, "size_bytes", int, 0)
+        if size < smeta["size_bytes"]:
+            raise Refusal("INVALID_ARGUMENT", f"simfs: a volume made from {source} needs at least its size, "
+                                              f"{smeta['size_bytes']} bytes; {size} asked", False)
+        content, extra = smeta["data"], {"source_handle": source}
+    meta = _make(cfg, cfg.volumes, handle, req, content, extra)
     return ok(req["op_id"], handle=handle, size_bytes=meta["size_bytes"], reachable_hosts=cfg.reachable_hosts,
               host_labels=cfg.host_labels or None, path=os.path.join(cfg.volumes, handle, "data"))
 
@@ -225,12 +250,7 @@ def op_detach(cfg: Config, req: dict) -> dict:
     return ok(req["op_id"])
 
 
-def op_release(cfg: Config, req: dict) -> dict:
-    """Remove the volume (or, with a host, that host's node-local object); gone already is fine."""
-    _check_root(cfg)
-    handle = _name(req.get("handle"), "handle")
-    host = req.get("host")
-    parent = cfg.node_dir(_name(host, "host")) if host is not None else cfg.volumes
+def _remove(cfg: Config, parent: str, handle: str) -> None:
     with _Flock(os.path.join(cfg.root, ".lock")):
         _sweep(parent)
         target = os.path.join(parent, handle)
@@ -238,6 +258,49 @@ def op_release(cfg: Config, req: dict) -> dict:
             trash = os.path.join(parent, f".gone-{handle}")
             os.rename(target, trash)  # gone at once for everyone; a crash mid-rmtree leaves only a dot-name
             shutil.rmtree(trash)
+
+
+def op_release(cfg: Config, req: dict) -> dict:
+    """Remove the volume (or, with a host, that host's node-local object), or a snapshot by its
+    handle (orphan scans release whatever they list); gone already is fine.  A volume's snapshots
+    are copies: they stay."""
+    _check_root(cfg)
+    handle = _name(req.get("handle"), "handle")
+    host = req.get("host")
+    if host is None and os.path.isdir(os.path.join(_snapshots(cfg), handle)):
+        _remove(cfg, _snapshots(cfg), handle)
+        return ok(req["op_id"])
+    _remove(cfg, cfg.node_dir(_name(host, "host")) if host is not None else cfg.volumes, handle)
+    return ok(req["op_id"])
+
+
+def _snapshots(cfg: Config) -> str:
+    return os.path.join(cfg.root, "snapshots")
+
+
+def op_create_snapshot(cfg: Config, req: dict) -> dict:
+    """A copy of the volume ``handle``'s data tree, file by file: simfs is a simulator, so unlike a
+    real provider's this copy is not atomic (a job writing meanwhile may leave a mix in it)."""
+    _check_root(cfg)
+    claim_id = _field(req, "claim_id", int, required=True)
+    source, vol = _volume(cfg, req)
+    snap = derive_handle(claim_id, req["op_id"], prefix="s")
+    meta = _read_json(os.path.join(_snapshots(cfg), snap, "meta.json"))
+    if meta is None:  # not made by an earlier try of this op_id
+        vmeta = _read_json(os.path.join(vol, "meta.json"))
+        if vmeta is None:
+            raise Refusal("NOT_FOUND", f"simfs: volume {source} does not exist", False)
+        meta = _make(cfg, _snapshots(cfg), snap, dict(req, size_bytes=vmeta["size_bytes"]),
+                     os.path.join(vol, "data"), {"kind": "snapshot", "source_handle": source})
+    return ok(req["op_id"], handle=snap, size_bytes=meta["size_bytes"])
+
+
+def op_delete_snapshot(cfg: Config, req: dict) -> dict:
+    _check_root(cfg)
+    handle = _name(req.get("handle"), "handle")
+    if os.path.isdir(os.path.join(cfg.volumes, handle)):
+        raise Refusal("INVALID_ARGUMENT", f"simfs: {handle} is a volume, not a snapshot", False)
+    _remove(cfg, _snapshots(cfg), handle)
     return ok(req["op_id"])
 
 
@@ -296,10 +359,11 @@ def op_list(cfg: Config, req: dict) -> dict:
     """Every volume, or with a host every node-local object of that host."""
     _check_root(cfg)
     host = req.get("host")
-    parent = cfg.node_dir(_name(host, "host")) if host is not None else cfg.volumes
-    objects = [{"handle": m["handle"], "tags": m["tags"], "size_bytes": m["size_bytes"],
-                "created": m["created"], "used_bytes": _used(os.path.join(parent, m["handle"], "data"))}
-               for m in _objects_in(parent)]
+    parents = [cfg.node_dir(_name(host, "host"))] if host is not None else [cfg.volumes, _snapshots(cfg)]
+    objects = [{"handle": m["handle"], "tags": m["tags"], "size_bytes": m["size_bytes"], "created": m["created"],
+                "used_bytes": _used(os.path.join(parent, m["handle"], "data")), "kind": m.get("kind", "volume")}
+               | ({"source_handle": m["source_handle"]} if m.get("source_handle") else {})
+               for parent in parents for m in _objects_in(parent)]
     return ok(req["op_id"], objects=objects)
 
 
@@ -350,8 +414,9 @@ def op_node_unpublish(cfg: Config, req: dict) -> dict:
 OPERATIONS = {"create": op_create, "attach": op_attach, "detach": op_detach, "release": op_release,
               "health": op_health, "list": op_list, "node_prepare": op_node_prepare,
               "node_publish": op_node_publish, "node_unpublish": op_node_unpublish,
-              "capabilities": op_capabilities, "expand": op_expand}
-ACTS = ("create", "release", "expand")  # what crash_after_act applies to
+              "capabilities": op_capabilities, "expand": op_expand, "create_snapshot": op_create_snapshot,
+              "delete_snapshot": op_delete_snapshot}
+ACTS = ("create", "release", "expand", "create_snapshot", "delete_snapshot")  # what crash/hang_after_act apply to
 
 
 # ---------------------------------------------------------------------------

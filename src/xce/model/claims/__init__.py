@@ -21,7 +21,8 @@ from xce.model.claims.decide import (
 )
 from xce.model.claims.entity import (
     LIVE, RESERVED_NAMES, SHARED_AGENT, TEMPLATE_NAME, AccessMode, Attachment, AttachmentState, Claim, ClaimForm,
-    ClaimState, Mode, Op, OpKind, ReclaimPolicy, Resize, ResizeState, Scope, name_key, node_agent, template_name,
+    ClaimState, ContentSource, Mode, Op, OpKind, ReclaimPolicy, Resize, ResizeState, Scope, name_key, node_agent,
+    template_name,
 )
 from xce.model.claims.lifecycle import (
     ATTACHMENT_TRANSITIONS, RESIZE_TRANSITIONS, TRANSITIONS, apply_agent_leased, apply_attachment_added,
@@ -32,6 +33,7 @@ from xce.model.claims.lifecycle import (
 
 __all__ = [
     "ATTACHMENT_TRANSITIONS", "LIVE", "RESERVED_NAMES", "RESIZE_TRANSITIONS", "SHARED_AGENT", "TEMPLATE_NAME", "TRANSITIONS",
+    "ContentSource",
     "AccessMode", "Attachment", "AttachmentState", "Claim", "ClaimForm", "ClaimSpec", "ClaimState", "Mode", "Op",
     "OpKind", "OpResult", "ReclaimPolicy", "Resize", "ResizeState", "Scope",
     "add_attachment", "apply_agent_leased", "apply_attachment_added",

@@ -15,7 +15,8 @@ from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from xce.model import capabilities
 from xce.model import facts as F
 from xce.model.claims.entity import (
-    RESERVED_NAMES, TEMPLATE_NAME, AccessMode, Claim, ClaimForm, ClaimState, Mode, ReclaimPolicy, Scope, name_key,
+    RESERVED_NAMES, TEMPLATE_NAME, AccessMode, Claim, ClaimForm, ClaimState, ContentSource, Mode, ReclaimPolicy,
+    Scope, name_key,
 )
 from xce.model.facts import Fact
 from xce.names import check_name
@@ -37,10 +38,13 @@ def class_or_404(config: Config, name: str) -> ClaimClassConfig:
 
 @dataclass(frozen=True)
 class ClaimSpec:
+    """A standalone claim to create.  A clone (``source``) takes its class and access mode from its
+    source unless given, and its size (at least the source's)."""
+
     name: str
-    class_name: str
-    size: str | int
-    access_mode: str
+    class_name: str | None
+    size: str | int | None
+    access_mode: str | None
     reclaim_policy: str | None = None
     params: dict[str, str] = field(default_factory=dict)
     project: str | None = None
@@ -66,15 +70,34 @@ def _template_by_name(model: Model, name: str) -> Claim | None:
     return None
 
 
-def create(model: Model, config: Config, actor: User, spec: ClaimSpec, now: float) -> tuple[list[Fact], int]:
-    """``xce claim create``: check everything, charge quota, return the ``ClaimCreated`` fact."""
+def create(model: Model, config: Config, actor: User, spec: ClaimSpec, now: float,
+           source: ContentSource | None = None) -> tuple[list[Fact], int]:
+    """``xce claim create``: check everything, charge quota, return the ``ClaimCreated`` fact.  With a
+    ``source`` (resolved, and checked visible and READY, by ``xce.model.snapshots.clone``) the claim
+    is a clone: its provider makes it from that object, so it must be of the same class."""
     check_name("claim", spec.name)
-    cls = class_or_404(config, spec.class_name)
-    size = parse_size(spec.size, "size")
+    if source is not None and spec.class_name is not None and spec.class_name != source.class_name:
+        raise InvalidRequest(f"a clone is made by the provider that holds its source: {source.kind} "
+                             f"{source.name!r} is of class {source.class_name!r}, not {spec.class_name!r}")
+    class_name = spec.class_name or (source.class_name if source is not None else None)
+    if class_name is None:
+        raise InvalidRequest("a claim needs a class")
+    cls = class_or_404(config, class_name)
+    if source is not None:
+        capabilities.require(model, cls, "clone")
+    if spec.size is None and source is None:
+        raise InvalidRequest("a claim needs a size")
+    size = parse_size(spec.size, "size") if spec.size is not None else source.size_bytes
+    if source is not None and size < source.size_bytes:
+        raise InvalidRequest(f"a clone of {source.kind} {source.name!r} needs at least its size, "
+                             f"{human(source.size_bytes)}; {human(size)} asked")
+    access_text = spec.access_mode or (source.access_mode if source is not None else None)
+    if access_text is None:
+        raise InvalidRequest(f"a claim needs an access mode: {', '.join(AccessMode)}")
     try:
-        mode = AccessMode(spec.access_mode)
+        mode = AccessMode(access_text)
     except ValueError:
-        raise InvalidRequest(f"unknown access mode {spec.access_mode!r}: expected {', '.join(AccessMode)}") from None
+        raise InvalidRequest(f"unknown access mode {access_text!r}: expected {', '.join(AccessMode)}") from None
     if mode.value not in cls.access_modes:
         raise InvalidRequest(f"claim class {cls.name!r} does not allow access mode {mode.value} "
                              f"(allowed: {', '.join(cls.access_modes)})")
@@ -96,6 +119,9 @@ def create(model: Model, config: Config, actor: User, spec: ClaimSpec, now: floa
         raise NotFound(f"project {project!r} does not exist")
     if not actor.is_admin and project not in actor.projects:
         raise Forbidden(f"user {actor.name!r} is not a member of project {project!r}")
+    if source is not None and source.project != project:  # snapshots and claims are per project
+        raise InvalidRequest(f"a clone is made in the project of its source: {source.kind} {source.name!r} "
+                             f"is in project {source.project!r}, not {project!r}")
     if spec.name in RESERVED_NAMES:
         raise InvalidRequest(f"claim name {spec.name!r} is reserved (jobs publish their own "
                              f"{', '.join(sorted(RESERVED_NAMES))} under these names)")
@@ -107,28 +133,35 @@ def create(model: Model, config: Config, actor: User, spec: ClaimSpec, now: floa
     return [F.ClaimCreated(time=now, claim_id=claim_id, name=spec.name, form=ClaimForm.STANDALONE.value,
                            class_name=cls.name, scope=cls.scope, size_bytes=size, access_mode=mode.value,
                            reclaim_policy=policy.value, owner=actor.name, project=project,
-                           params={**cls.parameters, **spec.params})], claim_id
+                           params={**cls.parameters, **spec.params},
+                           source=source.as_record() if source is not None else None)], claim_id
 
 
 def quota_use(model: Model, project: str, class_name: str | None) -> tuple[int, int]:
-    """(claims, bytes) charged to ``project`` (and ``class_name``, None for all): live claims only."""
+    """(claims, bytes) charged to ``project`` (and ``class_name``, None for all): live claims, and the
+    bytes of live snapshots (of claims of that class): a snapshot holds data as a claim does, so
+    it counts in the bytes, not in the number of claims."""
     count = total = 0
     for c in model.claims.values():
         if c.live and c.project == project and (class_name is None or c.class_name == class_name):
             count += 1
             total += c.charged_bytes
+    for s in model.snapshots.values():
+        if s.live and s.project == project and (class_name is None or s.class_name == class_name):
+            total += s.charged_bytes
     return count, total
 
 
 def check_quota(model: Model, config: Config, project: str, class_name: str, size: int, new_claims: int = 1) -> None:
-    """``size`` more bytes (and ``new_claims`` more claims: 0 for a resize) for ``project`` in ``class_name``."""
+    """``size`` more bytes (and ``new_claims`` more claims: 0 for a resize or a snapshot, which are
+    charged bytes but are no claims) for ``project`` in ``class_name``."""
     for q in config.quotas:
         if q.project != project or q.claim_class not in ("*", class_name):
             continue
-        count, total = quota_use(model, project, None if q.claim_class == "*" else class_name)
+        claims, total = quota_use(model, project, None if q.claim_class == "*" else class_name)
         scope = f"project {project}" + ("" if q.claim_class == "*" else f", class {class_name}")
-        if new_claims and q.max_claims is not None and count + new_claims > q.max_claims:
-            raise Conflict(f"quota exceeded for {scope}: at most {q.max_claims} claims, {count} in use",
+        if new_claims and q.max_claims is not None and claims + new_claims > q.max_claims:
+            raise Conflict(f"quota exceeded for {scope}: at most {q.max_claims} claims, {claims} in use",
                            code="quota_exceeded")
         limit = q.max_bytes_value
         if limit is not None and total + size > limit:
@@ -229,6 +262,13 @@ def delete(model: Model, actor: User, name: str, now: float, project: str | None
         return []
     if claim.delete_requested and not (claim.state is ClaimState.FAILED and claim.op is None):
         return []  # already on its way; deleting a FAILED claim again retries its release
+    # its snapshots outlive it (as CSI's do), but one being taken needs it until it is made
+    if taking := sorted(s.name for s in model.snapshots.values() if s.claim_id == claim.id and s.being_made):
+        raise Conflict(f"claim {name!r} cannot be deleted while snapshot(s) {', '.join(taking)} of it are being "
+                       f"taken: delete it once they are READY", code="in_use")
+    if cloning := sorted(c.name for c in model.claims.values() if c.cloning_from("claim", claim.id)):
+        raise Conflict(f"claim {name!r} cannot be deleted while claim(s) {', '.join(cloning)} are being made "
+                       f"from it", code="in_use")
     return [F.ClaimDeleteRequested(time=now, claim_id=claim.id, by=actor.name)]
 
 

@@ -46,6 +46,8 @@ class OpKind(enum.StrEnum):
     ATTACH = "attach"  # attachments: a standalone claim made reachable on a job's host
     DETACH = "detach"
     EXPAND = "expand"  # a READY claim grown to its resize's size (CSI ControllerExpandVolume)
+    CREATE_SNAPSHOT = "create_snapshot"  # snapshots (``xce.model.snapshots``): their own ops
+    DELETE_SNAPSHOT = "delete_snapshot"
 
 
 class AttachmentState(enum.StrEnum):
@@ -196,6 +198,8 @@ class Claim:
     stage_out: list[list[str]] = field(default_factory=list)  # [source under the claim, destination]
     keep: bool = False  # stage-out failed: the data stays, FAILED, until someone deletes the claim
     resize: Resize | None = None  # the latest resize (``xce claim resize``)
+    # a clone: the content source it was made from, {"kind": "snapshot"|"claim", "id", "name", "handle"}
+    source: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.form = ClaimForm(self.form)
@@ -226,6 +230,11 @@ class Claim:
     @property
     def live(self) -> bool:
         return self.state in LIVE
+
+    def cloning_from(self, kind: str, source_id: int) -> bool:
+        """Whether this claim is still being made from that snapshot or claim (its create not done)."""
+        return (self.source is not None and self.source.get("kind") == kind and self.source.get("id") == source_id
+                and self.state in (ClaimState.PENDING, ClaimState.PREPARING))
 
     @property
     def agent(self) -> str:
@@ -263,6 +272,24 @@ class Claim:
         return None
 
 
+
+
+@dataclass(frozen=True)
+class ContentSource:
+    """What a clone is made from (CSI's ``VolumeContentSource``): a READY snapshot, or a READY claim,
+    of the same claim class (the provider that holds it is the one that copies it)."""
+
+    kind: str  # "snapshot" or "claim"
+    id: int
+    name: str
+    handle: str
+    class_name: str
+    project: str
+    size_bytes: int
+    access_mode: str
+
+    def as_record(self) -> dict[str, Any]:
+        return {"kind": self.kind, "id": self.id, "name": self.name, "handle": self.handle}
 
 
 # ---------------------------------------------------------------- names

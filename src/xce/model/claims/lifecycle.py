@@ -233,12 +233,16 @@ def apply_claim_created(model: Model, f: F.ClaimCreated) -> bool:
                   size_bytes=f.size_bytes, access_mode=f.access_mode, reclaim_policy=f.reclaim_policy,
                   owner=f.owner, project=f.project, created=f.time, params=dict(f.params), job_id=f.job_id,
                   run=f.run, kind=f.kind, host=f.host, pool=f.pool, placed=template,
-                  stage_in=[list(x) for x in f.stage_in], stage_out=[list(x) for x in f.stage_out])
+                  stage_in=[list(x) for x in f.stage_in], stage_out=[list(x) for x in f.stage_out],
+                  source=dict(f.source) if f.source is not None else None)
     if template:
         reason = f"created for job {f.job_id} run {f.run}" + (f" on {f.host}" if f.host else "")
         detail = f"created: template {f.kind} {f.class_name} for job {f.job_id}"
     else:
         reason, detail = "created", f"created: {f.form} {f.class_name} {f.size_bytes} bytes {f.access_mode}"
+        if f.source is not None:
+            reason = f"created from {f.source['kind']} {f.source['name']}"
+            detail += f" from {f.source['kind']} {f.source['name']} ({f.source['handle']})"
     if not _add(model, claim, f.time, reason, detail):
         return False
     if template:
@@ -459,4 +463,5 @@ def apply_attachment_removed(model: Model, f: F.AttachmentRemoved) -> None:
 
 def apply_agent_leased(model: Model, f: F.AgentLeased) -> None:
     model.agent_epochs[f.agent] = f.epoch
+
 

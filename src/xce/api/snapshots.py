@@ -1,0 +1,84 @@
+"""Routes for snapshots (``/v1/snapshots``): take one of a claim, list, show, delete.
+
+Users take, see and delete only their projects' snapshots; admins every
+project's.  Decisions are in ``xce.model.snapshots``; every create and delete
+is audited like any mutating call, and every state transition by the fold.
+Clones are made through ``POST /v1/claims`` (``from_snapshot``, ``from_claim``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from fastapi import Depends, FastAPI, Path, Query, Request
+
+from xce.api import schemas as S
+from xce.api.auth import authenticated
+from xce.api.commands import mutate
+from xce.api.responses import JSONResponse
+from xce.api.views import snapshot_json
+from xce.controller.core import Controller
+from xce.errors import NotFound
+from xce.model import Model
+from xce.model import snapshots as SN
+from xce.model.identity import User
+from xce.model.snapshots import SnapshotState
+from xce.names import NAME_PATTERN
+
+SnapshotName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=63)]
+InProject = Annotated[str | None, Query(max_length=63, description="the snapshot's project (names are per project)")]
+
+
+def add_snapshot_routes(app: FastAPI, ctl: Controller) -> None:
+    def show(snapshot_id: int, status: int = 200) -> JSONResponse:
+        return JSONResponse(snapshot_json(ctl.model.snapshots[snapshot_id]), status_code=status)
+
+    @app.post("/v1/snapshots", status_code=201, response_model=S.SnapshotOut, tags=["snapshots"])
+    async def create_snapshot(body: S.SnapshotCreateRequest, request: Request,
+                              actor: User = Depends(authenticated)):
+        snapshot_id = await mutate(request, actor, f"snapshot/{body.name}", lambda model: SN.create(
+            model, ctl.config, actor, body.claim, body.name, time.time(), body.project))
+        return show(snapshot_id, 201)
+
+    @app.get("/v1/snapshots", response_model=list[S.SnapshotOut], tags=["snapshots"])
+    async def list_snapshots(actor: User = Depends(authenticated), project: str | None = Query(None, max_length=63),
+                             claim: str | None = Query(None, max_length=63, description="of this claim only"),
+                             state: list[SnapshotState] | None = Query(None),
+                             all_states: bool = Query(False, alias="all", description="include RELEASED ones")):
+        await ctl.read_barrier()
+        states = set(state) if state else None
+        out = []
+        for s in ctl.model.snapshots.values():
+            if not (actor.is_admin or s.project in actor.projects):
+                continue
+            if project is not None and s.project != project or claim is not None and s.claim_name != claim:
+                continue
+            if states is not None:
+                if s.state not in states:
+                    continue
+            elif s.state is SnapshotState.RELEASED and not all_states:
+                continue
+            out.append(snapshot_json(s))
+        return JSONResponse(out)
+
+    @app.get("/v1/snapshots/{name}", response_model=S.SnapshotOut, tags=["snapshots"])
+    async def show_snapshot(name: SnapshotName, project: InProject = None, actor: User = Depends(authenticated)):
+        await ctl.read_barrier()
+        return show(SN.visible(ctl.model, actor, name, project).id)
+
+    @app.get("/v1/snapshots/by-id/{snapshot_id}", response_model=S.SnapshotOut, tags=["snapshots"])
+    async def show_snapshot_by_id(snapshot_id: int, actor: User = Depends(authenticated)):
+        await ctl.read_barrier()
+        snap = ctl.model.snapshots.get(snapshot_id)
+        if snap is None or not (actor.is_admin or snap.project in actor.projects):
+            raise NotFound(f"snapshot {snapshot_id} not found")
+        return show(snapshot_id)
+
+    @app.delete("/v1/snapshots/{name}", status_code=202, response_model=S.SnapshotOut, tags=["snapshots"])
+    async def delete_snapshot(name: SnapshotName, request: Request, project: InProject = None,
+                              actor: User = Depends(authenticated)):
+        def decide(model: Model):
+            return SN.delete(model, actor, name, time.time(), project)
+
+        return show(await mutate(request, actor, f"snapshot/{name}", decide), 202)

@@ -1,0 +1,78 @@
+"""What a snapshot is: its state enum and the ``Snapshot`` record.  Plain data.
+
+How a snapshot changes is in ``lifecycle``; what requests may do to one is in
+``decide``; what the provisioner does with its ops is in ``agents``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from xce.model.claims.entity import Op, OpKind
+
+
+class SnapshotState(enum.StrEnum):
+    PENDING = "PENDING"  # asked for; its create_snapshot op is open (attempts show on it)
+    READY = "READY"  # made: it can be cloned
+    RELEASING = "RELEASING"  # deleted: its delete_snapshot op is open
+    RELEASED = "RELEASED"
+    FAILED = "FAILED"
+
+
+S = SnapshotState
+LIVE = frozenset({S.PENDING, S.READY, S.RELEASING, S.FAILED})  # holds its name and quota
+
+
+@dataclass
+class Snapshot:
+    """A read-only point-in-time copy of a claim's data, owned by a user and a project.  It
+    outlives its claim (as CSI's snapshots do) until it is deleted itself."""
+
+    id: int
+    name: str
+    project: str
+    owner: str
+    claim_id: int  # the claim it was taken of (which may be gone since)
+    claim_name: str
+    class_name: str  # the claim's class: its provider holds the snapshot
+    size_bytes: int  # the claim's size when it was asked for
+    access_mode: str  # the claim's; a clone takes it unless told otherwise
+    created: float
+    state: SnapshotState = SnapshotState.PENDING
+    handle: str | None = None
+    actual_bytes: int | None = None  # what the provider says it took (the volume's size then)
+    op: Op | None = None
+    op_counts: dict[str, int] = field(default_factory=dict)
+    last_error: str | None = None
+    stderr_tail: str = ""
+    delete_requested: bool = False
+    deleted_by: str | None = None
+    data_exists: bool = False  # a provider object exists (or may: a create_snapshot was attempted)
+    history: list[dict[str, Any]] = field(default_factory=list)  # {state, time, reason}
+    ops: list[dict[str, Any]] = field(default_factory=list)  # every attempt, as claims keep them
+
+    def __post_init__(self) -> None:
+        self.state = SnapshotState(self.state)
+        if isinstance(self.op, dict):
+            self.op = Op(**self.op)
+
+    @property
+    def live(self) -> bool:
+        return self.state in LIVE
+
+    @property
+    def charged_bytes(self) -> int:
+        """Quota: the larger of the claim's size and what the provider says it took."""
+        return max(self.size_bytes, self.actual_bytes or 0)
+
+    @property
+    def being_made(self) -> bool:
+        return self.op is not None and self.op.kind is OpKind.CREATE_SNAPSHOT
+
+    def waiting(self) -> str | None:
+        op = self.op
+        if op is None:
+            return None
+        return f"{op.kind.value} (op {op.op_id}" + (f", attempt {op.attempts})" if op.attempts else ")")
