@@ -29,7 +29,7 @@ What guarantees that a partial copy never looks complete:
 
 Exit codes (rclone's documented ones): 3 directory not found and 4 file not
 found are permanent, 5 temporary is retryable, 7 fatal permanent, 8 (the
-``--max-transfer`` bound: the staging area's size) permanent; 1 (not otherwise
+``--max-transfer`` bound) permanent; 1 (not otherwise
 categorised) is read from the message: refused access (403, bad keys), a
 certificate not trusted: permanent; anything else retryable.  Stdlib only.
 """
@@ -117,9 +117,11 @@ def _side(loc: Location, site: TransferSite, env: dict[str, str], secrets: list[
 
 def plan(src: Location, dest: Location, site: TransferSite, *, max_bytes: int | None = None) -> Transfer:
     """``rclone copyto SRC DEST`` (a file to a file, a directory or prefix to a directory, recursively),
-    with one side local.  ``max_bytes`` bounds what it may copy (the staging area's room)."""
-    if not (src.local or dest.local) or (src.local and dest.local):
-        raise TransferSetupError("a transfer has exactly one local side")
+    with a local side.  ``max_bytes`` is passed as ``--max-transfer``, which rclone 1.75 enforces on
+    local copies but not on transfers from or to S3: the staging area's room is measured first
+    (``plan_size``), and this is a second bound only."""
+    if not (src.local or dest.local):
+        raise TransferSetupError("a transfer has a local side (one remote per rclone child)")
     env = {"PATH": "/usr/bin:/bin", "LANG": "C", "HOME": "/nonexistent"}
     secrets: list[str] = []
     a, b = _side(src, site, env, secrets), _side(dest, site, env, secrets)
@@ -131,8 +133,23 @@ def plan(src: Location, dest: Location, site: TransferSite, *, max_bytes: int | 
     if site.ca_cert:
         argv += ["--ca-cert", site.ca_cert]
     if max_bytes:
-        argv += ["--max-transfer", str(max_bytes), "--cutoff-mode", "hard"]
+        argv += ["--max-transfer", str(max_bytes), "--cutoff-mode", "cautious"]
     return Transfer(argv=argv, env=env, secrets=tuple(secrets), what=f"{src.text} -> {dest.text}")
+
+
+def plan_size(src: Location, site: TransferSite) -> Transfer:
+    """``rclone size --json SRC``: how many bytes a stage-in would copy (measured before it copies,
+    so a source larger than the staging area's room is refused without filling it)."""
+    if src.local:
+        raise TransferSetupError("sizes of local paths are measured with du")
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C", "HOME": "/nonexistent"}
+    secrets: list[str] = []
+    a = _side(src, site, env, secrets)
+    argv = [rclone_binary(site), "size", "--json", a, "--config", "/dev/null", "--use-json-log",
+            "--retries", "1", "--low-level-retries", "3", "--contimeout", "10s", "--timeout", "60s"]
+    if site.ca_cert:
+        argv += ["--ca-cert", site.ca_cert]
+    return Transfer(argv=argv, env=env, secrets=tuple(secrets), what=f"size of {src.text}")
 
 
 def scrub(text: str, secrets: tuple[str, ...] | list[str]) -> str:
@@ -149,6 +166,14 @@ def _apart_group(gid: int) -> int:
     except KeyError:
         other = 65534
     return other if other != gid else max(gid - 1, 1)
+
+
+def as_user(uid: int, gid: int) -> list[str]:
+    """The ``setpriv`` prefix that runs a command as ``uid`` with ``gid``'s rights, its real group set
+    apart so that the kernel makes it non-dumpable: the user's other processes cannot read its
+    environment (where the credentials are) or its memory."""
+    return [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={uid}", f"--rgid={_apart_group(gid)}",
+            f"--egid={gid}", "--init-groups", "--"]
 
 
 def classify(code: int, text: str) -> tuple[str, bool]:
@@ -175,27 +200,28 @@ def classify(code: int, text: str) -> tuple[str, bool]:
 def run(t: Transfer, *, run_as: tuple[int, int] | None = None, timeout: float = 3600.0,
         progress: Callable[[dict[str, Any]], None] | None = None) -> Outcome:
     """Spawn the transfer (as ``run_as`` = (uid, gid) when given), wait at most ``timeout`` seconds
-    (then kill its process group), and say how it went.  Never raises for rclone's own failures."""
-    argv = list(t.argv)
-    if run_as is not None:
-        uid, gid = run_as
-        argv = [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={uid}", f"--rgid={_apart_group(gid)}",
-                f"--egid={gid}", "--init-groups", "--", *argv]
+    (then kill its process group), and say how it went.  Never raises for rclone's own failures.
+    ``Outcome.stats`` holds rclone's last stats, or (``rclone size --json``) what it printed."""
+    argv = list(t.argv) if run_as is None else as_user(*run_as) + list(t.argv)
+    out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
         pid = os.posix_spawn(argv[0], argv, t.env,
                              file_actions=[(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-                                           (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
+                                           (os.POSIX_SPAWN_DUP2, out_w, 1),
                                            (os.POSIX_SPAWN_DUP2, err_w, 2)], setsid=True)
     except OSError as e:
+        os.close(out_r)
         os.close(err_r)
         return Outcome(False, 127, "NO_RCLONE", False, f"cannot run {argv[0]}: {e.strerror}")
     finally:
+        os.close(out_w)
         os.close(err_w)
     deadline = time.monotonic() + timeout
     messages: list[str] = []
     stats: dict[str, Any] = {}
     buf = b""
+    stdout: list[bytes] = []
     timed_out = False
 
     def lines(chunk: bytes) -> None:
@@ -221,26 +247,36 @@ def run(t: Transfer, *, run_as: tuple[int, int] | None = None, timeout: float = 
                 messages.append(str(rec.get("msg", "")).strip())
         del messages[:-8]
 
+    open_fds = {out_r, err_r}
     try:
-        while True:
+        while open_fds:
             left = deadline - time.monotonic()
             if left <= 0:
                 timed_out = True
                 os.killpg(pid, 9)
                 break
-            ready, _, _ = select.select([err_r], [], [], min(left, 1.0))
-            if ready:
-                chunk = os.read(err_r, 65536)
+            ready, _, _ = select.select(list(open_fds), [], [], min(left, 1.0))
+            for fd in ready:
+                chunk = os.read(fd, 65536)
                 if not chunk:
-                    break
-                lines(chunk)
+                    open_fds.discard(fd)
+                elif fd == err_r:
+                    lines(chunk)
+                elif sum(map(len, stdout)) < 1 << 20:
+                    stdout.append(chunk)
     finally:
+        os.close(out_r)
         os.close(err_r)
     _, status = os.waitpid(pid, 0)
     lines(b"\n")
     code = 124 if timed_out else os.waitstatus_to_exitcode(status)
     if code == 0:
-        return Outcome(True, 0, stats=stats)
+        if not stats and stdout:
+            try:
+                stats = json.loads(b"".join(stdout))
+            except ValueError:
+                pass
+        return Outcome(True, 0, stats=stats if isinstance(stats, dict) else {})
     said = "; ".join(dict.fromkeys(m for m in messages if m)) or \
         (f"timed out after {timeout:g}s" if timed_out else f"rclone exited with {code}")
     said = scrub(said, t.secrets)
