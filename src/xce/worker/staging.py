@@ -141,7 +141,7 @@ def _transfer(item: dict[str, Any], src: Location, dest: Location, site: Transfe
     ids = (run_as.uid, run_as.gid) if run_as is not None else None
     via = f"remote {remote.name}" if remote is not None else remote_loc.text
     try:
-        transfer = plan_transfer(src, dest, site, max_bytes=room)
+        transfer = plan_transfer(src, dest, site)
         if room:  # measured before anything is copied: a source larger than the room is refused whole
             sized = run_transfer(plan_size(src, site), run_as=ids, timeout=min(site.timeout, 600.0))
             if not sized.ok:
