@@ -2,7 +2,8 @@
 
 What the controller's ``[transfers]`` names, never a credential (those are only in the workers'
 ``--transfer-config``).  A user sees the public schemes and the remotes their projects may use, with
-those of their projects that may; an admin sees every remote and every project it lists.
+those of their projects that may; an admin sees every remote and every project it lists.  Every
+remote's name is listed for everyone (``remote_names``), without its details.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ def transfers_for(ctl: Controller, actor: User) -> dict[str, Any]:
     schemes = [{"scheme": s, "via": "public", "projects": ["*"]} for s in site.public_schemes]
     for r in remotes:
         schemes += [{"scheme": s, "via": r["name"], "projects": r["projects"]} for s in r["schemes"]]
-    return {"schemes": schemes, "remotes": remotes}
+    # every remote's name, details aside: xce submit reads NAME:path as a remote (which the controller
+    # then refuses with the reason) rather than as a relative path, whoever submits it
+    return {"schemes": schemes, "remotes": remotes, "remote_names": [r.name for r in site.remotes]}
 
 
 def add_transfer_routes(app: FastAPI, ctl: Controller) -> None:

@@ -125,7 +125,7 @@ class _Far:
             return False
         if self.remotes is None:
             try:
-                self.remotes = {r["name"] for r in self.ctx.client().get("/v1/transfers")["remotes"]}
+                self.remotes = set(self.ctx.client().get("/v1/transfers").get("remote_names", []))
             except ApiError:
                 self.remotes = set()  # (a controller without transfers: paths, as before)
         return m.group(1) in self.remotes

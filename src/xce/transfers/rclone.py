@@ -181,6 +181,8 @@ def classify(code: int, text: str) -> tuple[str, bool]:
         return "RESOURCE_EXHAUSTED", False
     if code == 124:
         return "TIMEOUT", True
+    if code in (126, 127):  # setpriv could not run rclone (as the job's user: a directory closed to them)
+        return "NO_RCLONE", False
     if _DENIED.search(text):
         return "ACCESS_DENIED", False
     if _TLS.search(text):

@@ -198,7 +198,8 @@ def run_stage_op(item: dict[str, Any], host: str, run_as_users: bool, roots: Sto
     what = op.replace("_", "-")
     if op == "stage_in" and item.get("size_bytes"):  # (0: a staging claim made before sizes were reserved)
         # the staging area's room was reserved on this host's scratch: copy nothing that does not fit
-        size = _staged_bytes([src for src, _ in item.get("items") or [] if src.startswith("/")], run_as)
+        local = [src for src, _ in item.get("items") or [] if src.startswith("/")]  # (remotes: measured apart)
+        size = _staged_bytes(local, run_as) if local else 0
         if size is not None and size > item["size_bytes"]:
             return ProviderReply(op_id=op_id, ok=False, error_code="RESOURCE_EXHAUSTED", retryable=False,
                                  message=f"stage-in of {size} bytes does not fit the staging area's "
