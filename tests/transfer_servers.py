@@ -117,5 +117,22 @@ class HTTPSServer:
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
+    """Files named ``*.stall`` are sent half-way, then the connection hangs until ``RELEASE`` is set
+    (a transfer to kill half-way)."""
+
+    RELEASE = threading.Event()
+
+    def do_GET(self) -> None:
+        if not self.path.endswith(".stall"):
+            return super().do_GET()
+        with open(os.path.join(self.directory, self.path.lstrip("/")), "rb") as fh:
+            data = fh.read()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data[:len(data) // 2])
+        self.wfile.flush()
+        self.RELEASE.wait(60)
+
     def log_message(self, format, *args) -> None:  # noqa: A002 (the base class's name)
         pass

@@ -5,16 +5,19 @@ from __future__ import annotations
 import hashlib
 import os
 import pwd
+import signal
 import subprocess
-import time
+import threading
 import uuid
 
 import pytest
 
 from xce.transfers import Location, Remote, TransferSite, plan, run
 from xce.transfers.rclone import as_user, classify, plan_size
-from tests.helpers import wait_for
-from tests.transfer_servers import HTTPSServer, S3Server
+from tests.helpers import children_of, wait_for
+from tests.transfer_servers import HTTPSServer, S3Server, _Quiet
+
+HTTPS_RELEASE = _Quiet.RELEASE
 
 ROOT = os.geteuid() == 0
 
@@ -123,6 +126,32 @@ def test_https_with_the_sites_certificate_and_without_it(https, s3, tmp_path):
     missing = Location("url", f"{https.url}/nope.bin", scheme="https", base=f"{https.url}/", path="nope.bin")
     out = run(plan(missing, Location("path", str(tmp_path / "nope.bin")), site(s3, https)))
     assert (out.ok, out.error_code) == (False, "NOT_FOUND"), out
+
+
+def test_a_transfer_killed_half_way_leaves_nothing_that_looks_complete(https, s3, tmp_path):
+    with open(os.path.join(https.www, "half.stall"), "wb") as fh:
+        fh.write(os.urandom(4 << 20))
+    url = Location("url", f"{https.url}/half.stall", scheme="https", base=f"{https.url}/", path="half.stall")
+    dest = tmp_path / "in"
+    outcome = []
+    t = threading.Thread(target=lambda: outcome.append(run(plan(url, Location("path", str(dest / "half.stall")),
+                                                                   site(s3, https)))))
+    t.start()
+    try:
+        # half of it has arrived, under a temporary name: kill rclone as a crash would
+        partial = wait_for(lambda: [n for n in (os.listdir(dest) if dest.exists() else [])
+                                    if os.path.getsize(dest / n) > 0], what="a partial download")
+        assert partial != ["half.stall"], "the partial file has a temporary name"
+        for pid in children_of(os.getpid()):  # this transfer's rclone, not the S3 server
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if b"copyto" in fh.read().split(b"\0"):
+                    os.kill(pid, signal.SIGKILL)
+        t.join(30)
+    finally:
+        HTTPS_RELEASE.set()
+    (out,) = outcome
+    assert not out.ok and out.retryable, out
+    assert not (dest / "half.stall").exists(), "nothing under the final name"
 
 
 def test_a_transfer_past_its_timeout_is_killed_and_retryable(s3, tmp_path):

@@ -217,15 +217,13 @@ def run_stage_op(item: dict[str, Any], host: str, run_as_users: bool, roots: Sto
             except TransferRefused as e:
                 return ProviderReply(op_id=op_id, ok=False, error_code="INVALID", retryable=False,
                                      message=f"{what}: {e.message}")
-            if site is None:
-                return ProviderReply(op_id=op_id, ok=False, error_code="NO_REMOTE", retryable=False,
-                                     message=f"{what}: {host} has no --transfer-config: it cannot reach {far}")
             if op == "stage_out" and not os.path.lexists(src_path):
                 return ProviderReply(op_id=op_id, ok=False, error_code="NOT_FOUND", retryable=False,
                                      message=f"{what}: {src_path} does not exist")
             pair = (loc, Location("path", dest_path)) if op == "stage_in" else (Location("path", src_path), loc)
             room = item.get("size_bytes") or None if op == "stage_in" else None
-            failed = _transfer(item, *pair, site, host, run_as, room)
+            # (without a --transfer-config a worker still reads public URLs; remotes it cannot reach)
+            failed = _transfer(item, *pair, site or TransferSite(), host, run_as, room)
             if failed is not None:
                 return failed
             transferred += 1
