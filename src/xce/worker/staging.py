@@ -124,8 +124,8 @@ def _unreadable_source(err: str, src: str, dest: str) -> bool:
 
 
 def _transfer(item: dict[str, Any], src: Location, dest: Location, site: TransferSite, host: str,
-              run_as: RunAs | None, room: int | None) -> ProviderReply | None:
-    """One item through rclone (None: copied).  The remote must be configured on this host and, if its
+              run_as: RunAs | None, room: int | None, moved: dict[str, int] | None = None) -> ProviderReply | None:
+    """One item through rclone (None: copied, and what rclone moved added to ``moved``).  The remote must be configured on this host and, if its
     entry here lists projects, allow the job's project (the controller checked that at submission)."""
     op_id, what = item["op_id"], item["op"].replace("_", "-")
     remote_loc = src if not src.local else dest
@@ -172,6 +172,9 @@ def _transfer(item: dict[str, Any], src: Location, dest: Location, site: Transfe
         return ProviderReply(op_id=op_id, ok=False, error_code="NOT_FOUND", retryable=False,
                              message=f"{what}: nothing at {src.text} (via {via})")
     log.info("%s %s: %s", op_id, transfer.what, describe(out.stats))
+    if moved is not None:
+        for key in ("bytes", "transfers"):
+            moved[key] = moved.get(key, 0) + int(out.stats.get(key) or 0)
     return None
 
 
@@ -205,6 +208,7 @@ def run_stage_op(item: dict[str, Any], host: str, run_as_users: bool, roots: Sto
                                  message=f"stage-in of {size} bytes does not fit the staging area's "
                                          f"{item['size_bytes']} bytes (submit with a larger --stage-size)")
     transferred = 0
+    moved: dict[str, int] = {}
     for src, dest in item.get("items") or []:
         if op == "stage_in":
             src_path, dest_path = src, os.path.join(base, dest)
@@ -223,7 +227,7 @@ def run_stage_op(item: dict[str, Any], host: str, run_as_users: bool, roots: Sto
             pair = (loc, Location("path", dest_path)) if op == "stage_in" else (Location("path", src_path), loc)
             room = item.get("size_bytes") or None if op == "stage_in" else None
             # (without a --transfer-config a worker still reads public URLs; remotes it cannot reach)
-            failed = _transfer(item, *pair, site or TransferSite(), host, run_as, room)
+            failed = _transfer(item, *pair, site or TransferSite(), host, run_as, room, moved)
             if failed is not None:
                 return failed
             transferred += 1
@@ -248,5 +252,5 @@ def run_stage_op(item: dict[str, Any], host: str, run_as_users: bool, roots: Sto
                                  message=f"{what} {src_path} -> {dest_path} {_who(run_as)}: "
                                          f"{err or f'cp exited with {code}'}")
     n = len(item.get("items") or [])
-    via = f" ({transferred} through rclone)" if transferred else ""
+    via = f" ({transferred} through rclone: {describe(moved)})" if transferred else ""
     return ProviderReply(op_id=op_id, ok=True, message=f"{what}: {n} item(s) copied {_who(run_as)}{via}")
