@@ -62,12 +62,22 @@ def sha(data: bytes) -> str:
 class Site:
     def __init__(self, root: str, worker_args: tuple[str, ...] = ()) -> None:
         self.root = root
+        self.s3 = self.https = self.cl = None
+        try:
+            self._start(worker_args)
+        except BaseException:
+            self.stop()  # nothing started here outlives a failed set-up
+            raise
+
+    def _start(self, worker_args: tuple[str, ...]) -> None:
+        root = self.root
         self.s3 = S3Server(os.path.join(root, "s3")).start()
         self.https = HTTPSServer(os.path.join(root, "https")).start()
         cfg = os.path.join(root, "xce.toml")
         with open(cfg, "w") as fh:
             fh.write(CONFIG)
-        self.cl = Cluster(os.path.join(root, "cluster"), config=cfg).start()
+        self.cl = Cluster(os.path.join(root, "cluster"), config=cfg)
+        self.cl.start()
         self.cl.add_worker("host1", slots=4, counters={"scratch": "4Gi"}, extra_args=[
             *worker_args,
             "--transfer-config", transfer_config(os.path.join(root, "transfers.toml"), self.s3, self.https)])
@@ -97,9 +107,9 @@ class Site:
         return next(c for c in self.cl.job(job_id)["claims"] if c.get("kind") == "stage")
 
     def stop(self) -> None:
-        self.cl.stop()
-        self.https.stop()
-        self.s3.stop()
+        for part in (self.cl, self.https, self.s3):
+            if part is not None:
+                part.stop()
 
 
 @pytest.fixture(scope="module")
