@@ -20,7 +20,8 @@ $(NATIVE): native/xce.c $(STAMP)
 	touch $(NATIVE)
 
 # System packages the tests need (root, Debian): PostgreSQL server binaries, btrfs-progs (the btrfs
-# provider's tests make a loop-file btrfs filesystem), venv support and a C compiler (native/xce.c).
+# provider's tests make a loop-file btrfs filesystem), venv support, a C compiler (native/xce.c) and
+# openssl (the transfer tests' HTTPS server gets a self-signed certificate). rclone comes from PyPI.
 deps:
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
 		apt-get update -q && (apt-get install -y -q postgresql-15 || apt-get install -y -q postgresql); fi
@@ -28,6 +29,7 @@ deps:
 		{ apt-get update -q && apt-get install -y -q btrfs-progs; }
 	@$(PY) -m venv --help >/dev/null 2>&1 || { apt-get update -q; apt-get install -y -q python3-venv; }
 	@command -v $(CC) >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q gcc; }
+	@command -v openssl >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q openssl; }
 
 dev: $(STAMP) $(NATIVE)
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from xce.errors import InvalidRequest
 from xce.names import check_name
+from xce.transfers.site import TransferConfigError, TransferSite, parse_site
 from xce.units import parse_size
 
 DEFAULT_CONFIG = """
@@ -75,6 +76,12 @@ scope = "node"
 counter = "scratch"
 access_modes = ["RWO"]
 description = "per-job staging area (xce submit --stage-in/--stage-out, --stage-size), $XCE_STAGE, on the host's scratch counter"
+
+# Stage-in/out from URLs and object stores (xce transfers list): public https URLs for every project;
+# remotes ([[transfers.remotes]]: name, type, schemes, projects) are named here, their credentials only
+# in the workers' --transfer-config.
+[transfers]
+public_schemes = ["https"]
 
 [[apps]]
 name = "serve"
@@ -248,6 +255,9 @@ class Config:
     claims: ClaimsConfig = field(default_factory=ClaimsConfig)
     apps: list[AppConfig] = field(default_factory=list)
     resources: list[ResourceConfig] = field(default_factory=lambda: list(BUILTIN_RESOURCES))
+    # stage-in/out from URLs and remotes: public schemes, remote names and the projects that may use each
+    # (no credentials: those live in the workers' --transfer-config; xce.transfers.site)
+    transfers: TransferSite = field(default_factory=TransferSite)
     source: str = "<embedded default>"
 
     def resource(self, name: str) -> ResourceConfig | None:
@@ -285,7 +295,7 @@ def parse_config(text: str, source: str = "<string>") -> Config:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{source}: {e}") from None
     unknown = sorted(set(raw) - {"controller", "users", "queues", "projects", "pools", "claim_classes",
-                                 "quotas", "claims", "apps", "resources"})
+                                 "quotas", "claims", "apps", "resources", "transfers"})
     if unknown:
         raise ConfigError(f"{source}: unknown section(s) {', '.join(unknown)}")
     ctl = _build(ControllerConfig, raw.get("controller", {}), f"{source} [controller]")
@@ -338,9 +348,13 @@ def parse_config(text: str, source: str = "<string>") -> Config:
     _check_claims(source, pools, classes, quotas, claims, project_names)
     _check_apps(source, apps, classes)
     _check_resources(source, resources)
+    try:
+        transfers = parse_site(raw.get("transfers"), source, daemon=False, projects=project_names)
+    except TransferConfigError as e:
+        raise ConfigError(str(e)) from None
     return Config(controller=ctl, users=users, queues=queues, projects=projects, pools=pools,
                   claim_classes=classes, quotas=quotas, claims=claims, apps=apps, resources=resources,
-                  source=source)
+                  transfers=transfers, source=source)
 
 
 def _check_resources(source: str, resources: list[ResourceConfig]) -> None:

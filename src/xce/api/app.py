@@ -32,6 +32,7 @@ from xce.api.audit import add_audit_routes
 from xce.api.claims import add_claim_routes
 from xce.api.snapshots import add_snapshot_routes
 from xce.api.jobs import add_job_routes
+from xce.api.transfers import add_transfer_routes
 from xce.api.workers import add_worker_routes
 from xce.controller.core import Controller, Outcome
 from xce.controller.hosts import HostMonitor
@@ -159,6 +160,7 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
     add_claim_routes(app, controller)
     add_snapshot_routes(app, controller)
     add_audit_routes(app, controller)
+    add_transfer_routes(app, controller)
     add_agent_routes(app, controller, Waker(controller, AGENT_WAKE))
     metrics = Metrics(controller)
     app.add_middleware(BodyLimit, limit=controller.config.controller.max_body_bytes)

@@ -128,6 +128,8 @@ def claim_json(claim: Claim, reason: str | None = None, *, resize_reason: str | 
         "delete_requested": claim.delete_requested, "retained": claim.retained,
         "data_exists": claim.data_exists, "waiting": waiting, "source": claim.source,
         "history": claim.history, "ops": claim.ops,
+        # a staging claim's items, as resolved at submission: paths, URLs, REMOTE:path (never credentials)
+        "stage_in": claim.stage_in, "stage_out": claim.stage_out,
     }
 
 

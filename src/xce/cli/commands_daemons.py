@@ -78,6 +78,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     w.add_argument("--storage-root", action="append", dest="storage_roots", metavar="DIR",
                    help="shared storage mounted on this host where shared claims live (repeatable); claims are "
                         "published into jobs only from these and the node providers' roots")
+    w.add_argument("--transfer-config", metavar="PATH",
+                   help="remotes and their credentials for stage-in/out of URLs ([transfers] TOML, mode 0600; "
+                        "see xce transfers list)")
     w.set_defaults(func=cmd_worker)
 
     pr = sub.add_parser("provisioner", help="run the provisioner (the claim agent for shared storage)")
@@ -130,7 +133,8 @@ def cmd_worker(args, ctx) -> int:
     try:
         return run_worker(args.host, args.controller, token, args.slots, args.attr, args.counter,
                           args.work_dir, args.heartbeat, args.run_as_users, args.provider_config,
-                          args.storage_roots, allow_system_users=args.allow_system_users)
+                          args.storage_roots, allow_system_users=args.allow_system_users,
+                          transfer_config=args.transfer_config)
     except (WorkerConfigError, ProvisionerConfigError) as e:
         raise UsageError(str(e)) from None
 

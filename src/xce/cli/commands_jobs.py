@@ -45,9 +45,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="a standalone claim the job uses, at $XCE_CLAIM_<NAME> (repeatable)")
     s.add_argument("--scratch", metavar="SIZE[:CLASS]", help="per-run scratch space, at $XCE_SCRATCH")
     s.add_argument("--stage-in", action="append", default=[], metavar="SRC[:DEST]",
-                   help="copy SRC into $XCE_STAGE (as DEST) before the job starts (repeatable)")
+                   help="copy SRC into $XCE_STAGE (as DEST) before the job starts; SRC a path, a URL "
+                        "(https://..., s3://...) or REMOTE:path (xce transfers list) (repeatable)")
     s.add_argument("--stage-out", action="append", default=[], metavar="SRC[:DEST]",
-                   help="copy $XCE_STAGE/SRC to DEST (default: here) after the job ends (repeatable)")
+                   help="copy $XCE_STAGE/SRC to DEST (default: here) after the job ends; DEST a path, an "
+                        "s3:// URL or REMOTE:path (repeatable)")
     s.add_argument("--stage-size", metavar="SIZE",
                    help="room for $XCE_STAGE on the job's host, reserved on its scratch (default: the size of the "
                         "--stage-in sources, measured here)")
@@ -107,6 +109,29 @@ def _stage_bytes(sources: list[str]) -> int:
     return max(1, -(-total // mib)) * mib
 
 
+class _Far:
+    """Is a stage location a URL or one of the site's remotes (``NAME:path``), rather than a local path?
+    A ``NAME:`` prefix is a remote only if the site names one so (asked once, only then); otherwise it
+    is a relative path and its DEST, as before (``./NAME`` is always a path)."""
+
+    def __init__(self, ctx) -> None:
+        self.ctx = ctx
+        self.remotes: set[str] | None = None
+
+    def __call__(self, text: str) -> bool:
+        if re.match(r"^[A-Za-z][A-Za-z0-9+.\-]{0,15}://", text):
+            return True
+        m = re.match(r"^([a-z0-9][a-z0-9\-_.]{0,62}):", text)
+        if m is None:
+            return False
+        if self.remotes is None:
+            try:
+                self.remotes = set(self.ctx.client().get("/v1/transfers").get("remote_names", []))
+            except ApiError:
+                self.remotes = set()  # (a controller without transfers: paths, as before)
+        return m.group(1) in self.remotes
+
+
 def cmd_submit(args, ctx) -> int:
     body: dict[str, Any] = {"command": args.command, "slots": args.slots, "resreq": args.resreq,
                             "rerunnable": args.rerunnable, "hold": args.hold}
@@ -127,19 +152,28 @@ def cmd_submit(args, ctx) -> int:
     if args.app:
         body["app"] = args.app
     here = os.getcwd()
+    far = _Far(ctx)
     body["stage_in"] = []
-    for text in args.stage_in:  # sources are read on the job's host: make them absolute from here
+    local_sources = []
+    for text in args.stage_in:  # paths are read on the job's host: make them absolute from here
+        if far(text):  # a URL or a remote: the controller resolves it for the job's project
+            body["stage_in"].append(text)
+            continue
         src, sep, dest = text.partition(":")
+        local_sources.append(os.path.join(here, src))
         body["stage_in"].append(os.path.join(here, src) + (f":{dest}" if sep else ""))
     body["stage_out"] = []
     for text in args.stage_out:  # destinations default to here
         src, sep, dest = text.partition(":")
-        body["stage_out"].append(f"{src}:{os.path.join(here, dest or os.path.basename(src))}")
+        if dest and far(dest):
+            body["stage_out"].append(text)
+        else:
+            body["stage_out"].append(f"{src}:{os.path.join(here, dest or os.path.basename(src))}")
     if args.stage_size:
         body["stage_size"] = args.stage_size
-    elif body["stage_in"]:
-        body["stage_size"] = str(_stage_bytes([text.rpartition(":")[0] if ":" in text else text
-                                                for text in body["stage_in"]]))
+    elif local_sources and len(local_sources) == len(body["stage_in"]):
+        # (what URLs and remotes hold is not measured here: give --stage-size, else [claims] stage_size)
+        body["stage_size"] = str(_stage_bytes(local_sources))
     if args.resreq:
         from xce.resreq import ResReqError, parse_resreq
 

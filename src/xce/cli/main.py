@@ -38,6 +38,7 @@ COMMANDS = {
     **dict.fromkeys(("ping", "queues", "projects", "hosts", "resources", "users", "user", "token", "audit"),
                     "commands_admin"),
     **dict.fromkeys(("controller", "worker", "provisioner", "up", "down"), "commands_daemons"),
+    "transfers": "commands_transfers",
 }
 _TAKES_VALUE = ("--url", "--token", "--config")
 

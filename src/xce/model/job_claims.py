@@ -27,7 +27,7 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from xce.errors import Conflict, InvalidRequest, NotFound
+from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from xce.model import claims as C
 from xce.model import facts as F
 from xce.model import jobs
@@ -35,6 +35,8 @@ from xce.model.jobs import Job, JobSpec, JobState, finish_after_stage_out
 from xce.model.claims import AccessMode, AttachmentState, Claim, ClaimForm, ClaimState, Mode, Scope
 from xce.model.facts import Fact
 from xce.names import check_name
+from xce.transfers.locations import Location, TransferRefused, split_stage_in, split_stage_out
+from xce.transfers.locations import resolve as resolve_location
 from xce.units import parse_size
 
 if TYPE_CHECKING:
@@ -52,8 +54,10 @@ class JobClaimsSpec:
 
     claims: tuple[str, ...] = ()  # NAME or NAME:rw / NAME:ro
     scratch: str | None = None  # SIZE or SIZE:CLASS
-    stage_in: tuple[str, ...] = ()  # SRC (absolute) or SRC:DEST (DEST relative to $XCE_STAGE)
-    stage_out: tuple[str, ...] = ()  # SRC (relative to $XCE_STAGE) or SRC:DEST (DEST absolute)
+    # SRC or SRC:DEST (DEST relative to $XCE_STAGE); SRC an absolute path, a URL or REMOTE:path
+    stage_in: tuple[str, ...] = ()
+    # SRC:DEST (SRC relative to $XCE_STAGE); DEST an absolute path or a remote (URL or REMOTE:path)
+    stage_out: tuple[str, ...] = ()
     stage_size: str | None = None  # room the staging area takes on the host (default: [claims] stage_size)
     app: str | None = None
 
@@ -100,10 +104,13 @@ def _relative(path: str, what: str) -> str:
     return norm
 
 
-def _absolute(path: str, what: str) -> str:
-    if not path or not os.path.isabs(path) or "\0" in path:
-        raise InvalidRequest(f"{what} {path!r} must be an absolute path")
-    return os.path.normpath(path)
+def _location(config: Config, project: str, text: str, what: str) -> Location:
+    """A stage-in source or stage-out destination as the job's project may use it: a path, a public URL
+    or a remote (``xce.transfers``); refused with the reason (403 when the project may not use it)."""
+    try:
+        return resolve_location(text, config.transfers, project, what)
+    except TransferRefused as e:
+        raise (Forbidden if e.forbidden else InvalidRequest)(e.message) from None
 
 
 def resolve(model: Model, config: Config, actor: User, project: str, spec: JobClaimsSpec) -> tuple[list, list]:
@@ -149,15 +156,19 @@ def resolve(model: Model, config: Config, actor: User, project: str, spec: JobCl
             raise InvalidRequest(f"at most {MAX_STAGE_ITEMS} --stage-in/--stage-out items")
         ins = []
         for text in spec.stage_in:
-            src, dest = _split_last(text)
-            src = _absolute(src, "--stage-in source")
-            ins.append([src, _relative(dest if dest else os.path.basename(src), "--stage-in destination")])
+            src, dest = split_stage_in(text)
+            where = _location(config, project, src, "--stage-in source")
+            ins.append([where.text, _relative(dest if dest else where.basename, "--stage-in destination")])
         outs = []
         for text in spec.stage_out:
-            src, dest = _split_last(text)
+            src, dest = split_stage_out(text)
             if dest is None:
-                raise InvalidRequest(f"--stage-out {text}: give SRC:DEST, DEST an absolute path")
-            outs.append([_relative(src, "--stage-out source"), _absolute(dest, "--stage-out destination")])
+                raise InvalidRequest("--stage-out SRC: give SRC:DEST, DEST an absolute path, a URL or REMOTE:path")
+            where = _location(config, project, dest, "--stage-out destination")
+            if where.kind == "url":
+                raise InvalidRequest(f"--stage-out destination {where.text}: {where.scheme}:// URLs are read-only "
+                                     "here: stage out to a path or a remote (xce transfers list)")
+            outs.append([_relative(src, "--stage-out source"), where.text])
         cls = C.class_or_404(config, config.claims.stage_class)
         if cls.scope != "node":
             raise InvalidRequest(f"the staging class {cls.name!r} must be node-scope")

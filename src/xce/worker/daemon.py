@@ -31,6 +31,7 @@ from xce.agents.agent import ClaimAgent, Provider
 from xce.agents.provisioner import SIMFS_COMMAND
 from xce.client import ApiError, Client, ClientError
 from xce.model.claims import node_agent
+from xce.transfers import TransferSite
 from xce.worker import sandbox, staging
 from xce.worker.storage import StorageRoots
 
@@ -44,7 +45,8 @@ class Worker:
     def __init__(self, host: str, url: str, token: str, slots: int, attrs: dict[str, str],
                  counters: dict[str, float], work_dir: str, heartbeat: float = 2.0,
                  run_as_users: bool = False, providers: dict[str, Provider] | None = None,
-                 storage_roots: list[str] | None = None, allow_system_users: bool = False) -> None:
+                 storage_roots: list[str] | None = None, allow_system_users: bool = False,
+                 transfers: TransferSite | None = None) -> None:
         self.host = host
         self.client = Client(url, token, timeout=90)
         self.slots, self.attrs, self.counters = slots, attrs, counters
@@ -52,6 +54,7 @@ class Worker:
         self.heartbeat_interval = heartbeat
         self.run_as_users = run_as_users
         self.allow_system_users = allow_system_users  # run as root / uid < UID_MIN too (sandbox.run_as_for)
+        self.transfers = transfers  # remotes and their credentials (--transfer-config): stage-in/out of URLs
         self.boot_id = uuid.uuid4().hex
         self.runs_dir = os.path.join(work_dir, "runs")
         self.jobs_dir = os.path.join(work_dir, "jobs")
@@ -74,7 +77,7 @@ class Worker:
 
     def _stage(self, item: dict[str, Any]):
         return staging.run_stage_op(item, self.host, self.run_as_users, self.storage,
-                                    allow_system_users=self.allow_system_users)
+                                    allow_system_users=self.allow_system_users, site=self.transfers)
 
     # ------------------------------------------------------------ run directories
 

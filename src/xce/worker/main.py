@@ -37,15 +37,21 @@ def parse_pairs(items: list[str] | None, what: str, numeric: bool) -> dict:
 def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[str] | None,
                counters: list[str] | None, work_dir: str | None, heartbeat: float,
                run_as_users: bool = False, provider_config: str | None = None,
-               storage_roots: list[str] | None = None, allow_system_users: bool = False) -> int:
+               storage_roots: list[str] | None = None, allow_system_users: bool = False,
+               transfer_config: str | None = None) -> int:
     from xce.names import check_name
     from xce.errors import InvalidRequest
+    from xce.transfers import TransferConfigError, load_daemon_site
     from xce.worker.daemon import Worker
 
     try:
         check_name("host", host)
     except InvalidRequest as e:
         raise WorkerConfigError(e.message) from None
+    try:
+        transfers = load_daemon_site(transfer_config) if transfer_config else None
+    except TransferConfigError as e:
+        raise WorkerConfigError(str(e)) from None
     logging.basicConfig(level=os.environ.get("XCE_LOG_LEVEL", "INFO"),
                         format=f"%(asctime)s worker[{host}] %(levelname)s %(message)s")
     work_dir = os.path.abspath(work_dir or os.path.join(os.path.expanduser("~"), ".xce", "worker", host))
@@ -61,7 +67,7 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
                     work_dir, heartbeat=heartbeat, run_as_users=run_as_users,
                     providers=load_provisioner_config(provider_config).providers if provider_config else None,
                     storage_roots=[_storage_root(r) for r in storage_roots or ()],
-                    allow_system_users=allow_system_users)
+                    allow_system_users=allow_system_users, transfers=transfers)
 
     def on_signal(signum, frame) -> None:
         logging.getLogger("xce.worker").info("signal %d: stopping", signum)

@@ -7,6 +7,14 @@ the copy runs as the worker's own user, and says so in its message.  A copy
 is a child process (``posix_spawn``: the worker has threads), bounded by a
 timeout.  Permission problems and missing sources are permanent errors (a
 retry cannot fix them); anything else is retryable.
+
+Local paths are copied with ``cp`` as before; URLs and remotes (``https://``,
+``REMOTE:path``: the controller resolved ``s3://`` to its remote at
+submission) through rclone (``xce.transfers``), as the same user, with the
+remote's credentials from this worker's ``--transfer-config`` given to that
+one rclone child only.  ``cp`` stays for paths: it keeps symlinks, modes and
+the errors the user knows from the shell; rclone would follow or skip
+symlinks and add a binary to every plain copy.
 """
 
 from __future__ import annotations
@@ -16,9 +24,17 @@ import shutil
 import time
 from typing import Any
 
+import logging
+
 from xce.providers.contract import ProviderReply
+from xce.transfers import Location, TransferRefused, TransferSetupError, TransferSite, parse_canonical
+from xce.transfers import plan as plan_transfer
+from xce.transfers import run as run_transfer
+from xce.transfers.rclone import describe, plan_size
 from xce.worker.sandbox import RunAs, StartFailed, run_as_for
 from xce.worker.storage import OutsideStorage, StorageRoots
+
+log = logging.getLogger("xce.worker")
 
 COPY_TIMEOUT = 3600.0
 # $1 source, $2 destination: the destination's directory is made, then the copy (recursive)
@@ -107,8 +123,64 @@ def _unreadable_source(err: str, src: str, dest: str) -> bool:
             and ("No such file" in first or "Permission denied" in first))
 
 
+def _transfer(item: dict[str, Any], src: Location, dest: Location, site: TransferSite, host: str,
+              run_as: RunAs | None, room: int | None, moved: dict[str, int] | None = None) -> ProviderReply | None:
+    """One item through rclone (None: copied, and what rclone moved added to ``moved``).  The remote must be configured on this host and, if its
+    entry here lists projects, allow the job's project (the controller checked that at submission)."""
+    op_id, what = item["op_id"], item["op"].replace("_", "-")
+    remote_loc = src if not src.local else dest
+    project = (item.get("tags") or {}).get("xce.project", "")
+    remote = site.remote(remote_loc.remote) if remote_loc.kind == "remote" else None
+    if remote_loc.kind == "remote" and remote is None:
+        return ProviderReply(op_id=op_id, ok=False, error_code="NO_REMOTE", retryable=False,
+                             message=f"{what}: remote {remote_loc.remote} is not configured on {host} "
+                                     "(its --transfer-config)")
+    if remote is not None and not remote.allows(project):
+        return ProviderReply(op_id=op_id, ok=False, error_code="PERMISSION_DENIED", retryable=False,
+                             message=f"{what}: project {project} may not use remote {remote.name} on {host}")
+    ids = (run_as.uid, run_as.gid) if run_as is not None else None
+    via = f"remote {remote.name}" if remote is not None else remote_loc.text
+    try:
+        transfer = plan_transfer(src, dest, site)
+        if room:  # measured before anything is copied: a source larger than the room is refused whole
+            sized = run_transfer(plan_size(src, site), run_as=ids, timeout=min(site.timeout, 600.0))
+            if not sized.ok:
+                return ProviderReply(op_id=op_id, ok=False, error_code=sized.error_code, retryable=sized.retryable,
+                                     message=f"{what} {transfer.what} {_who(run_as)} via {via}: {sized.message}")
+            if int(sized.stats.get("bytes") or 0) > room:
+                return ProviderReply(op_id=op_id, ok=False, error_code="RESOURCE_EXHAUSTED", retryable=False,
+                                     message=f"{what} of {sized.stats['bytes']} bytes from {src.text} does not fit "
+                                             f"the staging area's {room} bytes (submit with a larger --stage-size)")
+    except TransferSetupError as e:
+        return ProviderReply(op_id=op_id, ok=False, error_code="NO_REMOTE", retryable=False,
+                             message=f"{what}: {e}")
+
+    def progress(stats: dict[str, Any]) -> None:
+        log.info("%s %s: %s of %s bytes, %s/%s file(s)", op_id, transfer.what, stats.get("bytes"),
+                 stats.get("totalBytes"), stats.get("transfers"), stats.get("totalTransfers"))
+
+    out = run_transfer(transfer, run_as=ids, timeout=site.timeout, progress=progress)
+    if not out.ok:
+        if out.error_code == "RESOURCE_EXHAUSTED":
+            message = f"{what} {transfer.what}: more than the staging area's {room} bytes (submit with a " \
+                      "larger --stage-size)"
+        else:
+            message = f"{what} {transfer.what} {_who(run_as)} via {via}: {out.message}"
+        return ProviderReply(op_id=op_id, ok=False, error_code=out.error_code, retryable=out.retryable,
+                             message=message)
+    if dest.local and not os.path.lexists(dest.text):  # rclone copies nothing from a missing object
+        return ProviderReply(op_id=op_id, ok=False, error_code="NOT_FOUND", retryable=False,
+                             message=f"{what}: nothing at {src.text} (via {via})")
+    log.info("%s %s: %s", op_id, transfer.what, describe(out.stats))
+    if moved is not None:
+        for key in ("bytes", "transfers"):
+            moved[key] = moved.get(key, 0) + int(out.stats.get(key) or 0)
+    return None
+
+
 def run_stage_op(item: dict[str, Any], host: str, run_as_users: bool, roots: StorageRoots,
-                 timeout: float = COPY_TIMEOUT, allow_system_users: bool = False) -> ProviderReply:
+                 timeout: float = COPY_TIMEOUT, allow_system_users: bool = False,
+                 site: TransferSite | None = None) -> ProviderReply:
     """One stage_in or stage_out op of the node agent: every item copied, or an error reply.
 
     The staging area must be inside this worker's storage roots (a forged path is refused for
@@ -129,16 +201,37 @@ def run_stage_op(item: dict[str, Any], host: str, run_as_users: bool, roots: Sto
     what = op.replace("_", "-")
     if op == "stage_in" and item.get("size_bytes"):  # (0: a staging claim made before sizes were reserved)
         # the staging area's room was reserved on this host's scratch: copy nothing that does not fit
-        size = _staged_bytes([src for src, _ in item.get("items") or []], run_as)
+        local = [src for src, _ in item.get("items") or [] if src.startswith("/")]  # (remotes: measured apart)
+        size = _staged_bytes(local, run_as) if local else 0
         if size is not None and size > item["size_bytes"]:
             return ProviderReply(op_id=op_id, ok=False, error_code="RESOURCE_EXHAUSTED", retryable=False,
                                  message=f"stage-in of {size} bytes does not fit the staging area's "
                                          f"{item['size_bytes']} bytes (submit with a larger --stage-size)")
+    transferred = 0
+    moved: dict[str, int] = {}
     for src, dest in item.get("items") or []:
         if op == "stage_in":
             src_path, dest_path = src, os.path.join(base, dest)
         else:
             src_path, dest_path = os.path.join(base, src), dest
+        far = src_path if op == "stage_in" else dest_path
+        if not far.startswith("/"):  # a URL or a remote (canonical: resolved at submission)
+            try:
+                loc = parse_canonical(far)
+            except TransferRefused as e:
+                return ProviderReply(op_id=op_id, ok=False, error_code="INVALID", retryable=False,
+                                     message=f"{what}: {e.message}")
+            if op == "stage_out" and not os.path.lexists(src_path):
+                return ProviderReply(op_id=op_id, ok=False, error_code="NOT_FOUND", retryable=False,
+                                     message=f"{what}: {src_path} does not exist")
+            pair = (loc, Location("path", dest_path)) if op == "stage_in" else (Location("path", src_path), loc)
+            room = item.get("size_bytes") or None if op == "stage_in" else None
+            # (without a --transfer-config a worker still reads public URLs; remotes it cannot reach)
+            failed = _transfer(item, *pair, site or TransferSite(), host, run_as, room, moved)
+            if failed is not None:
+                return failed
+            transferred += 1
+            continue
         # as the worker's own user, existence tells nothing; as the job's user, the worker (root) must
         # not answer "does not exist" where the user would meet "Permission denied": the copy, run as
         # the user, is what finds out, and both answers are one (below)
@@ -159,4 +252,5 @@ def run_stage_op(item: dict[str, Any], host: str, run_as_users: bool, roots: Sto
                                  message=f"{what} {src_path} -> {dest_path} {_who(run_as)}: "
                                          f"{err or f'cp exited with {code}'}")
     n = len(item.get("items") or [])
-    return ProviderReply(op_id=op_id, ok=True, message=f"{what}: {n} item(s) copied {_who(run_as)}")
+    via = f" ({transferred} through rclone: {describe(moved)})" if transferred else ""
+    return ProviderReply(op_id=op_id, ok=True, message=f"{what}: {n} item(s) copied {_who(run_as)}{via}")
