@@ -30,8 +30,8 @@ from typing import Any, Callable, Sequence, TypeVar
 import psycopg
 from psycopg import conninfo as pg_conninfo
 
-from xce.store.base import (AUDIT_COLUMNS, AuditQuery, AuditRecord, Lease, Record, Snapshot, Store,
-                            audit_row, audit_where, check_continuous)
+from xce.store.base import (AUDIT_COLUMNS, MEMBER_FORGET, AuditQuery, AuditRecord, Lease, Member, Record,
+                            Snapshot, Store, audit_row, audit_where, check_continuous)
 from xce.store.errors import LeaseLost, StaleEpoch, StoreUnavailable
 
 T = TypeVar("T")
@@ -80,6 +80,12 @@ SCHEMA = [
     "CREATE INDEX IF NOT EXISTS xce_audit_user ON xce_audit (user_name, seq)",
     "CREATE INDEX IF NOT EXISTS xce_audit_target ON xce_audit (target, seq)",
     "CREATE INDEX IF NOT EXISTS xce_audit_time ON xce_audit (time)",
+    """CREATE TABLE IF NOT EXISTS xce_members (
+        holder   TEXT PRIMARY KEY,
+        url      TEXT NOT NULL,
+        position BIGINT NOT NULL,
+        seen_at  DOUBLE PRECISION NOT NULL
+    )""",
 ]
 
 #: the audit records of a batch, from arrays, in the order given (their seq follows that order)
@@ -364,6 +370,29 @@ class PostgresStore(Store):
         holder, epoch, expires = self._lease.run(lambda conn: conn.execute(
             "SELECT holder, epoch, expires_at FROM xce_lease WHERE name = 'leader'").fetchone())
         return Lease(holder=holder, epoch=epoch, expires_at=expires) if holder else None
+
+    # ------------------------------------------------------------ members (on the lease connection:
+    # a standby's announcement never waits behind the leader's appends in the same process)
+
+    def announce(self, holder: str, url: str, position: int) -> None:
+        def run(conn: psycopg.Connection) -> None:
+            with conn.transaction():
+                conn.execute(f"DELETE FROM xce_members WHERE (url = %s AND holder <> %s) OR seen_at < {NOW} - %s",
+                             (url, holder, MEMBER_FORGET))
+                conn.execute(f"INSERT INTO xce_members (holder, url, position, seen_at) VALUES (%s, %s, %s, {NOW})"
+                             " ON CONFLICT (holder) DO UPDATE SET url = EXCLUDED.url,"
+                             " position = EXCLUDED.position, seen_at = EXCLUDED.seen_at", (holder, url, position))
+
+        self._lease.run(run)
+
+    def members(self) -> list[Member]:
+        rows = self._lease.run(lambda conn: conn.execute(
+            f"SELECT holder, url, position, GREATEST(0, {NOW} - seen_at) FROM xce_members"
+            f" WHERE seen_at >= {NOW} - %s ORDER BY url", (MEMBER_FORGET,)).fetchall())
+        return [Member(holder=h, url=u, position=p, age=a) for h, u, p, a in rows]
+
+    def leave(self, holder: str) -> None:
+        self._lease.run(lambda conn: conn.execute("DELETE FROM xce_members WHERE holder = %s", (holder,)))
 
     def close(self) -> None:
         self._log.close()
