@@ -16,6 +16,8 @@ locked: appends are serialized by that lock, so the trail's ``seq`` (an
 identity column, assigned at insert) grows in commit order, and a reader
 paging by ``seq`` never finds a smaller one committed behind its back.  The
 ``target`` column has the "C" collation so that a prefix is an index range.
+A transaction left open by a paused process is ended by the server after
+``IDLE_IN_TRANSACTION_MS`` (it holds the lease row: a standby could not take over).
 A connection that breaks is dropped; the call that saw it raises
 ``StoreUnavailable`` and the next call reconnects.  Calls are never retried
 here: a failed append may or may not be durable, and only the caller can
@@ -100,6 +102,10 @@ def _audit_arrays(audit: Sequence[AuditRecord]) -> tuple[list, ...]:
             [a.user for a in audit], [a.action for a in audit], [a.target for a in audit],
             [a.result for a in audit], [a.detail for a in audit])
 
+#: milliseconds a transaction of ours may sit idle (its process paused) before the server ends it:
+#: our transactions send their statements back to back, so only a stopped process waits this long
+IDLE_IN_TRANSACTION_MS = 3000
+
 #: the database server's clock, in seconds since the Unix epoch
 NOW = "extract(epoch from clock_timestamp())::float8"
 
@@ -143,6 +149,10 @@ class _Connection:
         try:
             # "durable on return" is the Store contract, whatever the server's default
             conn.execute("SET synchronous_commit TO on")
+            # a controller paused (SIGSTOP, a VM freeze) inside a fenced write holds the lease row
+            # FOR SHARE: the standby's acquire_lease would wait for it forever.  The server ends such
+            # a transaction (rolled back: never acknowledged) after this long
+            conn.execute(f"SET idle_in_transaction_session_timeout TO {IDLE_IN_TRANSACTION_MS}")
         except BaseException:
             conn.close()
             raise

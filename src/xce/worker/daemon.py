@@ -74,8 +74,7 @@ class Worker:
         # claim data is published into jobs (and staged into) only from these directories
         self.storage = StorageRoots.of(providers, storage_roots or ())
         # the node agent: prepares and releases this host's node-scope claims, stages files in and out
-        self.node_agent = ClaimAgent(Client(url, token, timeout=DAEMON_TIMEOUT, retry_mutations=True),
-                                     node_agent(host), providers,
+        self.node_agent = ClaimAgent(self.client, node_agent(host), providers,  # one client: one view of the leader
                                      inventory_classes=False, local_ops={
                                          "stage_in": self._stage, "stage_out": self._stage})
 
