@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 
+from xce.client.states import JOB_FINISHED, ClaimState
+
 XCE = [sys.executable, "-m", "xce.cli.main"]
 
 TRAIN = r'''
@@ -91,7 +93,7 @@ class Demo:
 
     def ended(self, *ids: int) -> bool:
         jobs = [j for i in ids for j in (lambda x: x if isinstance(x, list) else [x])(self.job(i))]
-        return all(j["state"] in ("DONE", "EXIT") for j in jobs)
+        return all(j["state"] in JOB_FINISHED for j in jobs)
 
 
 def main() -> int:
@@ -155,7 +157,7 @@ def main() -> int:
             trail = demo.get("audit", "--all")
             claims = demo.get("claim", "list", "-a")
             print(f"{len(claims)} claims ({sum(c['form'] == 'template' for c in claims)} of them template claims, "
-                  f"all RELEASED: {all(c['state'] == 'RELEASED' for c in claims if c['form'] == 'template')}); "
+                  f"all RELEASED: {all(c['state'] == ClaimState.RELEASED for c in claims if c['form'] == 'template')}); "
                   f"audit trail: {len(trail)} records")
             step("5. cleaning up: ckpt and dataset are deleted, weights (reclaim retain) is kept")
             for name in ("ckpt", "dataset", "weights"):

@@ -10,9 +10,10 @@ from typing import Any
 from xce.cli.base import Parser
 from xce.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
 from xce.client import Client
+from xce.client.states import ClaimState
 from xce.cli.output import ago, fields, print_json, print_table, size, when
 
-CLAIM_STATES = ("PENDING", "PREPARING", "READY", "RELEASING", "RELEASED", "FAILED")
+CLAIM_STATES = tuple(ClaimState)
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -116,10 +117,10 @@ def cmd_create(args, ctx) -> int:
             print(f"Claim <{claim['name']}> (id {claim['id']}) is created: {claim['state']}, "
                   f"{size(claim['size_bytes'])} {claim['access_mode']} in class {claim['class']}.")
         return EXIT_OK
-    final = wait_for(client, claim["id"], ("READY",), args.timeout, json=ctx.json)
+    final = wait_for(client, claim["id"], (ClaimState.READY,), args.timeout, json=ctx.json)
     if ctx.json:
         print_json(final)
-    return EXIT_OK if final["state"] == "READY" else EXIT_REFUSED
+    return EXIT_OK if final["state"] == ClaimState.READY else EXIT_REFUSED
 
 
 def cmd_delete(args, ctx) -> int:
@@ -129,15 +130,15 @@ def cmd_delete(args, ctx) -> int:
         if ctx.json:
             print_json(claim)
         else:
-            what = claim["waiting"] if claim["state"] not in ("RELEASED",) and claim["waiting"] else claim["state"]
+            what = claim["waiting"] if claim["state"] != ClaimState.RELEASED and claim["waiting"] else claim["state"]
             print(f"Claim <{claim['name']}> is being deleted: {what}.")
         return EXIT_OK
-    final = wait_for(client, claim["id"], ("RELEASED",), args.timeout, json=ctx.json)
+    final = wait_for(client, claim["id"], (ClaimState.RELEASED,), args.timeout, json=ctx.json)
     if ctx.json:
         print_json(final)
     elif final["retained"]:
         print(f"claim {final['name']}: the object {final['handle']} is retained (xce claim purge {final['id']})")
-    return EXIT_OK if final["state"] == "RELEASED" else EXIT_REFUSED
+    return EXIT_OK if final["state"] == ClaimState.RELEASED else EXIT_REFUSED
 
 
 def cmd_purge(args, ctx) -> int:
@@ -180,7 +181,7 @@ def show_text(c: dict[str, Any]) -> str:
         ("Owner", c["owner"]), ("Project", c["project"]), ("Job", c["job_id"]),
         ("Parameters", " ".join(f"{k}={v}" for k, v in sorted(c["params"].items()))),
         ("Pool", c["pool"]), ("Host", c["host"]), ("Handle", c["handle"]),
-        ("Reachable hosts", "all" if c["reachable_hosts"] is None and c["state"] == "READY"
+        ("Reachable hosts", "all" if c["reachable_hosts"] is None and c["state"] == ClaimState.READY
          else ",".join(c["reachable_hosts"] or [])),
         ("Data exists", "yes" if c["data_exists"] else "no"),
         ("Attempts", c["attempts"]), ("Last error", c["last_error"]),

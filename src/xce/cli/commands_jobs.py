@@ -16,13 +16,14 @@ from typing import Any
 from xce.cli.base import Parser, positive_int
 from xce.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
 from xce.client import ApiError, Client
+from xce.client.states import JOB_PENDING, JobState
 from xce.cli.output import fields, print_json, print_table, table, when
 
 # GET /v1/jobs's default and largest limit (xce.api.jobs; not imported: the CLI starts fast)
 LIST_LIMIT = 1000
 MAX_LIST_LIMIT = 10_000
 
-JOB_STATES = ("PEND", "PSUSP", "RUN", "STAGE_OUT", "DONE", "EXIT")
+JOB_STATES = tuple(JobState)
 _JOB_ID = re.compile(r"^(\d+)(?:\[(\d+)\])?$")
 
 
@@ -205,14 +206,14 @@ def resolve(client: Client, text: str, *, whole_array: bool = True) -> list[dict
 
 
 def _show_one(job: dict[str, Any]) -> str:
-    pending = job["state"] in ("PEND", "PSUSP")
+    pending = job["state"] in JOB_PENDING
     out = fields([(k, v) for k, v in [
         ("Job", job["display_id"]), ("Name", job["name"]), ("User", job["user"]),
         ("Project", job["project"]), ("Queue", job["queue"]), ("State", job["state"]),
         ("Pending reason", job["pending_reason"] if pending else "omit"),
         ("Command", " ".join(job["command"])), ("Slots", job["slots"]),
         ("Resource req", job["resreq"]), ("Hosts", _hosts(job)), ("Run", job["run"]),
-        ("Staging out", job["pending_reason"] if job["state"] == "STAGE_OUT" else "omit"),
+        ("Staging out", job["pending_reason"] if job["state"] == JobState.STAGE_OUT else "omit"),
         ("App profile", job.get("app")),
         ("Rerunnable", "yes" if job["rerunnable"] else "no"),
         ("Submitted", when(job["submit_time"])), ("Started", when(job["start_time"])),
@@ -247,13 +248,13 @@ def cmd_show(args, ctx) -> int:
 
 def why_text(job: dict[str, Any]) -> str:
     state = job["state"]
-    if state in ("PEND", "PSUSP"):
+    if state in JOB_PENDING:
         return job["pending_reason"] or "waiting for the next scheduling cycle"
-    if state == "RUN":
+    if state == JobState.RUN:
         return f"running on {_hosts(job)}"
-    if state == "STAGE_OUT":
+    if state == JobState.STAGE_OUT:
         return job["pending_reason"] or "process ended; staging out"
-    if state == "DONE":
+    if state == JobState.DONE:
         return "done (exit code 0)"
     return job["exit_reason"] or f"exit code {job['exit_code']}"
 

@@ -16,12 +16,12 @@ from urllib.parse import quote
 
 from xce.client._errors import WaitTimeout
 from xce.client._http import DEFAULT_TIMEOUT, FAILOVER_WAIT, Params, Transport
+from xce.client.states import JOB_FINISHED, ClaimState
 
 Job = dict[str, Any]  # GET /v1/jobs/{id}: id, display_id, name, user, project, queue, state, exit_code, ...
 Claim = dict[str, Any]  # GET /v1/claims/{name}: id, name, class, size_bytes, access_mode, state, waiting, ...
 
-JOB_FINISHED = ("DONE", "EXIT")  # a job in these states changes only if someone requeues it
-CLAIM_FAILED = "FAILED"  # a claim stays FAILED until someone deletes it
+CLAIM_FAILED = ClaimState.FAILED  # a claim stays FAILED until someone deletes it
 
 
 class Client:
@@ -199,7 +199,7 @@ class Client:
         """
         return self.delete(f"/v1/claims/{quote(name, safe=':')}", {"project": project})
 
-    def wait_claim(self, claim: str | int, states: Iterable[str] = ("READY",), timeout: float = 600.0, *,
+    def wait_claim(self, claim: str | int, states: Iterable[str] = (ClaimState.READY,), timeout: float = 600.0, *,
                    project: str | None = None, interval: float = 0.2,
                    on_change: Callable[[Claim], None] | None = None) -> Claim:
         """Poll the claim (by id, or name and ``project``) until its state is in ``states``; return it.

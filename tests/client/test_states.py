@@ -1,0 +1,13 @@
+"""The client's state names are the model's: the API reports the model's enums' values."""
+
+from xce.client import states
+from xce.model.claims.entity import ClaimState
+from xce.model.jobs import JobState
+
+
+def test_job_states_are_the_models():
+    assert {s.name: s.value for s in states.JobState} == {s.name: s.value for s in JobState}
+
+
+def test_claim_states_are_the_models():
+    assert {s.name: s.value for s in states.ClaimState} == {s.name: s.value for s in ClaimState}
