@@ -282,9 +282,9 @@ def test_leader_sigkilled_three_times_during_a_burst_loses_nothing(ha, tmp_path)
                               timeout=10).json()["leader_epoch"]
             leader.kill()
             kills.append((leader.url, epoch))
-            leader.start(wait_leader=False)  # back as a standby (the other takes the lease)
             wait_for(lambda: (lead := ha.leader()) is not None and lead is not leader, timeout=60,
                      what="the other controller to lead")
+            leader.start(wait_leader=False)  # back as a standby (restarted at once it may win the lease)
 
     k = threading.Thread(target=killer)
     k.start()
