@@ -11,7 +11,8 @@
  * the interpreter beside this binary) with the same arguments: another command, an option it does
  * not know or an abbreviation of one, a value it would have to interpret (-R, --stage-*, an
  * array of digits argparse would read differently), --json, help, a config file that is not plain
- * `key = "value"` lines, an https or IPv6 URL, a controller it cannot connect to.  So the Python
+ * `key = "value"` lines (`urls = [...]` included), an https or IPv6 URL, several controllers
+ * (a comma in the URL), a controller it cannot connect to, a standby's 503 naming the leader.  So the Python
  * CLI stays the one definition of what `xce` means; this is a fast path, never a second dialect.
  * tests/cli/test_native.py runs both on the same argument lists and compares what reaches the
  * controller and what the user sees.
@@ -644,7 +645,8 @@ static char *body_from(Buf *resp, int *status, char *reason, size_t reason_cap) 
 
 static int submit(const Submit *s, const char *url, const char *token) {
     Target t;
-    if (!parse_url(url, &t)) hand_over();
+    /* several controllers (URL1,URL2): following the leader is the Python client's, never ours */
+    if (strchr(url, ',') || !parse_url(url, &t)) hand_over();
     Buf body = {0}, req = {0}, resp = {0};
     body_of(s, &body);
     int fd = connect_to(&t);
@@ -673,6 +675,8 @@ static int submit(const Submit *s, const char *url, const char *token) {
     if (!doc) return fail("the controller at %s closed the connection", shown);
     if (status < 200 || status >= 300) {
         const char *err = json_get(doc, "error"), *msg = err ? json_get(err, "message") : NULL;
+        /* a standby: it did nothing and names the leader, which the Python CLI goes to */
+        if (status == 503 && err && json_get(err, "leader")) hand_over();
         Buf m = {0};
         if (msg && json_read_string(msg, &m) && m.data) return fail("%s", m.data);
         return reason[0] ? fail("HTTP %d %s", status, reason) : fail("HTTP %d", status);

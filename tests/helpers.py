@@ -201,6 +201,7 @@ class WorkerProcess:
     storage_roots: list[str] = field(default_factory=list)  # where shared claims live (the provisioner's roots)
     token: str | None = None
     proc: subprocess.Popen | None = None
+    controllers: str | None = None  # --controller as given (URL1,URL2); default ctl.url
     _started_at: float = 0.0
 
     def start(self, wait_registered: bool = True) -> WorkerProcess:
@@ -208,7 +209,8 @@ class WorkerProcess:
         if self.token is None:
             self.token = daemon_token(self.ctl, self.host)
         token_file = write_token_file(os.path.join(self.work_dir, "token"), self.token)
-        cmd = XCE + ["worker", "--host", self.host, "--controller", self.ctl.url, "--slots", str(self.slots),
+        cmd = XCE + ["worker", "--host", self.host, "--controller", self.controllers or self.ctl.url,
+                     "--slots", str(self.slots),
                      "--work-dir", self.work_dir, "--heartbeat", "0.5", "--token-file", token_file]
         cmd += [a for k, v in self.attrs.items() for a in ("--attr", f"{k}={v}")]
         cmd += [a for k, v in self.counters.items() for a in ("--counter", f"{k}={v}")]
@@ -321,6 +323,7 @@ class ProvisionerProcess:
     extra_providers: str = ""
     token: str | None = None
     proc: subprocess.Popen | None = None
+    controllers: str | None = None  # --controller as given (URL1,URL2); default ctl.url
 
     @property
     def config_path(self) -> str:
@@ -339,7 +342,8 @@ class ProvisionerProcess:
                      f'[providers.simfs.config]\nroot = "{self.simfs_root}"\n\n{self.extra_providers}')
         token_file = write_token_file(os.path.join(self.work_dir, "token"), self.token)
         log = open(os.path.join(self.work_dir, "provisioner.log"), "ab")
-        self.proc = subprocess.Popen(XCE + ["provisioner", "--controller", self.ctl.url, "--config", self.config_path,
+        self.proc = subprocess.Popen(XCE + ["provisioner", "--controller", self.controllers or self.ctl.url,
+                                            "--config", self.config_path,
                                             "--token-file", token_file],
                                      stdout=log, stderr=subprocess.STDOUT, env=daemon_env())
         log.close()

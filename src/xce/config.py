@@ -5,6 +5,7 @@ Unknown keys are errors (a typo must not silently change behaviour).
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,8 @@ DEFAULT_CONFIG = """
 [controller]
 snapshot_every = 50000     # facts between snapshots (replaying 50,000 facts at start takes ~1 s)
 lease_ttl = 10.0           # seconds a leader lease lasts without renewal
+# advertise = "http://ctl1.example:7600"   # the URL clients are sent to when this controller leads
+#                                          # (default: from --advertise, else the --listen address)
 max_body_bytes = 1048576   # larger request bodies are refused with 413
 host_timeout = 10.0        # seconds without a heartbeat before a host is UNAVAIL
 max_pending_jobs_per_user = 10000   # PEND and PSUSP jobs one user may have; more are refused
@@ -123,6 +126,9 @@ class ControllerConfig:
     # the log behind it is compacted, so this also bounds what a restart replays (~1 s for 50,000)
     snapshot_every: int = 50_000
     lease_ttl: float = 10.0
+    # the URL a standby names when this controller leads (its 503s send clients here); "" = derived
+    # from --advertise or the --listen address.  Never taken from a request.
+    advertise: str = ""
     max_body_bytes: int = 1 << 20
     host_timeout: float = 10.0
     # one user cannot flood the scheduler or the model: refused at submission with the limit named
@@ -338,6 +344,9 @@ def parse_config(text: str, source: str = "<string>") -> Config:
             raise ConfigError(f"{source}: user {u.name!r} names unknown project(s) {', '.join(missing)}")
     if ctl.snapshot_every < 1 or ctl.lease_ttl <= 0 or ctl.max_body_bytes < 1024:
         raise ConfigError(f"{source} [controller]: snapshot_every >= 1, lease_ttl > 0, max_body_bytes >= 1024")
+    if ctl.advertise and not re.fullmatch(r"https?://[^/\s?#,@]+(/[^\s?#,]*)?", ctl.advertise):
+        raise ConfigError(f"{source} [controller]: advertise must be http[s]://HOST[:PORT][/PREFIX], "
+                          f"got {ctl.advertise!r}")
     if ctl.max_pending_jobs_per_user < 1 or not 1 <= ctl.max_array_size <= 10_000:
         # an array is listed (and killed, held...) through one GET /v1/jobs?array=ID of at most 10,000
         raise ConfigError(f"{source} [controller]: max_pending_jobs_per_user >= 1, 1 <= max_array_size <= 10000")

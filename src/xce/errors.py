@@ -7,6 +7,7 @@
     ├── NotFound                   the named object does not exist *for this caller* (HTTP 404)
     ├── Conflict                   the request contradicts current state (HTTP 409)
     └── Unavailable                this controller cannot serve now (not leader, store down) (HTTP 503)
+        └── NotLeader              it does not hold the lease: nothing was done; names the leader's URL
 
 Store-level errors live in ``xce.store.errors`` and are translated to
 ``Unavailable`` at the controller boundary.  Every subclass carries a stable
@@ -69,3 +70,13 @@ class Unavailable(XceError):
 
     status = 503
     code = "unavailable"
+
+
+class NotLeader(Unavailable):
+    """Raised by a controller that does not hold the leader lease (a standby, or a leader whose lease
+    ran out): the request was not acted on, so a client may send it to ``leader`` (the leader's
+    advertised URL, from that controller's own configuration; None while nobody is known to lead)."""
+
+    def __init__(self, message: str, leader: str | None = None) -> None:
+        super().__init__(message)
+        self.leader = leader

@@ -47,3 +47,13 @@ def test_a_named_config_must_exist_and_be_valid(tmp_path):
     wrong = write(tmp_path / "wrong.toml", "url = 5\n")
     with pytest.raises(UsageError, match="url must be a string"):
         resolve(None, None, wrong, {})
+
+
+def test_several_controllers_from_a_list_in_the_config_file(tmp_path):
+    cfg = write(tmp_path / "ha.toml", 'urls = ["http://a:1", " http://b:2 "]\ntoken = "t"\n')
+    assert resolve(None, None, cfg, {}).url == "http://a:1,http://b:2"
+    assert resolve("http://x:1,http://y:2", None, cfg, {}).url == "http://x:1,http://y:2"  # the flag wins
+    for text, match in (('urls = "http://a:1"\n', "urls must be a list"), ("urls = []\n", "urls must be a list"),
+                        ('url = "http://a:1"\nurls = ["http://b:1"]\n', "url or urls, not both")):
+        with pytest.raises(UsageError, match=match):
+            resolve(None, None, write(tmp_path / "bad.toml", text + 'token = "t"\n'), {})

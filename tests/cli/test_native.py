@@ -213,3 +213,21 @@ def test_a_closed_stdout_is_not_a_failure(ctl, binaries, env, tmp_path):
     r = subprocess.run(f"{binaries['alone']} submit -- true | head -c0; echo ${{PIPESTATUS[0]}}", shell=True,
                        executable="/bin/bash", capture_output=True, text=True, env=env, cwd=str(tmp_path))
     assert r.stdout.strip() == "0", r.stderr
+
+
+@pytest.mark.parametrize("how", ["env", "flag", "config"])
+def test_several_controllers_are_the_python_clis(ctl, binaries, env, tmp_path, how):
+    """A list of controllers (leader following) is never the front's: it hands the submission over."""
+    urls = f"{ctl.url},http://127.0.0.1:1"
+    if how == "env":
+        env = {**env, "XCE_CONFIG": "", "XCE_URL": urls, "XCE_TOKEN": ctl.token}
+        args = ["submit", "--", "true"]
+    elif how == "flag":
+        args = ["--url", urls, "submit", "--", "true"]
+    else:
+        config = tmp_path / "ha.toml"
+        config.write_text(f'urls = ["{ctl.url}", "http://127.0.0.1:1"]\ntoken = "{ctl.token}"\n')
+        args = ["--config", str(config), "submit", "--", "true"]
+    r = compare(ctl, binaries["front"], args, env, str(tmp_path))
+    assert r.returncode == 0 and r.stdout.startswith("Job <"), r.stderr
+    assert "cannot run the Python CLI" in run([binaries["alone"], *args], env, str(tmp_path)).stderr

@@ -604,3 +604,22 @@ def test_a_rox_claim_is_published_read_only_even_to_a_reference_that_says_rw(w):
     w.make_ready(job)
     (published,) = job_claims.publish_list(w.model, job, "h1")
     assert (published["name"], published["readonly"]) == ("weights", True)
+
+
+def test_a_submission_sent_again_with_its_request_id_is_the_same_job_and_survives_a_snapshot():
+    w = World()
+    spec = JobSpec(command=["true"], name="arr[1-3]", request_id="req-00001")
+    facts, first = jobs.submit(w.model, ALICE, spec, w.now, CONFIG)
+    w.commit(facts)
+    again, same = jobs.submit(w.model, ALICE, spec, w.now, CONFIG)
+    assert (again, same) == ([], first)  # nothing new: the first submission's job (an array's parent)
+    # another user's id is theirs alone; no id means a new job every time
+    other, theirs = jobs.submit(w.model, ADMIN, spec, w.now, CONFIG)
+    assert other and theirs != first
+    w.commit(other)
+    plain = JobSpec(command=["true"])
+    assert jobs.submit(w.model, ALICE, plain, w.now, CONFIG)[0]
+    # the index is rebuilt from the jobs: a standby or a restart finds the first job too
+    rebuilt = Model.from_snapshot(w.model.to_snapshot())
+    assert rebuilt == w.model
+    assert jobs.submit(rebuilt, ALICE, spec, w.now, CONFIG) == ([], first)

@@ -779,5 +779,27 @@ class StoreContract:
         assert not errors, errors
         assert [r.position for r in read_all(store)] == list(range(1, 4 * per_thread + 1))
 
+    # ------------------------------------------------------------ members (who shares the store)
+
+    def test_members_announce_update_and_leave(self, make_store, store):
+        other = make_store()
+        assert store.members() == []
+        store.announce("a", "http://a:1", 5)
+        other.announce("b", "http://b:1", 3)
+        store.announce("a", "http://a:1", 7)  # a later announcement replaces the first
+        got = {m.holder: m for m in other.members()}
+        assert {h: (m.url, m.position) for h, m in got.items()} == {"a": ("http://a:1", 7), "b": ("http://b:1", 3)}
+        assert all(0.0 <= m.age < 60.0 for m in got.values())
+        other.leave("b")
+        assert [m.holder for m in store.members()] == ["a"]
+        store.leave("nobody")  # changes nothing
+        assert [m.holder for m in store.members()] == ["a"]
+
+    def test_a_new_life_at_the_same_url_replaces_the_old(self, store):
+        store.announce("a-old", "http://a:1", 5)
+        store.announce("b", "http://b:1", 5)
+        store.announce("a-new", "http://a:1", 0)
+        assert sorted((m.holder, m.url) for m in store.members()) == [("a-new", "http://a:1"), ("b", "http://b:1")]
+
 
 __all__ = ["LONG_TTL", "SHORT_TTL", "StoreContract", "poll", "read_all", "recs", "stripped"]

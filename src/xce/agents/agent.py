@@ -18,6 +18,11 @@ controller.  Restarted, it takes a new epoch, and the controller hands it
 the ops whose intents an older epoch committed but never reported: it runs
 them again with the same op_id (providers are idempotent by it).  A report
 refused as ``stale_epoch`` means another agent took over: this one stops.
+
+A failover of the controller changes nothing here: the agent's epoch and its intents are facts
+in the log the new leader replays, and its client (several ``--controller`` URLs) follows the
+leader, long-polls included.  Every call is idempotent (op ids, epochs), so the client may send
+again one whose answer was lost.
 """
 
 from __future__ import annotations
@@ -127,9 +132,10 @@ class ClaimAgent:
 
     # ------------------------------------------------------------ controller calls
 
-    def _call(self, method: str, path: str, body: Any = None, params: Any = None) -> Any:
+    def _call(self, method: str, path: str, body: Any = None, params: Any = None,
+              timeout: float | None = None) -> Any:
         try:
-            return self.client.request(method, self.base + path, body=body, params=params)
+            return self.client.request(method, self.base + path, body=body, params=params, timeout=timeout)
         except ApiError as e:
             if e.code == "stale_epoch":
                 self._fenced.set()
@@ -371,7 +377,8 @@ class ClaimAgent:
         while not self._stop.is_set() and not self._fenced.is_set():
             try:
                 work = self._call("GET", "/work", params={"epoch": self.epoch, "wait": self.poll_wait,
-                                                          "limit": self.batch * 4})
+                                                          "limit": self.batch * 4},
+                                  timeout=self.poll_wait + self.client.timeout)
                 self._dispatch(work["ops"], work["orphans"])
             except Fenced as e:
                 log.warning("%s: %s; another agent took over, stopping", self.agent, e)

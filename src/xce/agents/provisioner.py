@@ -100,7 +100,10 @@ def run_provisioner(url: str, token: str, config_path: str) -> int:
     cfg = load_provisioner_config(config_path)
     logging.basicConfig(level=os.environ.get("XCE_LOG_LEVEL", "INFO"),
                         format="%(asctime)s provisioner %(levelname)s %(message)s")
-    agent = ClaimAgent(Client(url, token, timeout=90), SHARED_AGENT, cfg.providers, batch=cfg.batch,
+    # several controllers (URL1,URL2): calls follow the leader; the agent's calls are idempotent (op
+    # ids, epochs), so one whose answer was lost is sent again
+    agent = ClaimAgent(Client(url, token, timeout=15, retry_mutations=True), SHARED_AGENT, cfg.providers,
+                       batch=cfg.batch,
                        concurrency=cfg.concurrency, poll_wait=cfg.poll_wait)
     result: list[int] = []
     done = threading.Event()

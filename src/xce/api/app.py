@@ -34,11 +34,11 @@ from xce.api.snapshots import add_snapshot_routes
 from xce.api.jobs import add_job_routes
 from xce.api.transfers import add_transfer_routes
 from xce.api.workers import add_worker_routes
-from xce.controller.core import Controller, Outcome
+from xce.controller.core import Controller, Outcome, Peer
 from xce.controller.hosts import HostMonitor
 from xce.controller.longpoll import AGENT_WAKE, Waker
 from xce.controller.scheduling import SchedulerLoop
-from xce.errors import XceError
+from xce.errors import NotLeader, XceError
 from xce.model import Model
 from xce.model.identity import (User, define_user, issue_token, revoke_token, set_user_disabled,
                                 visible_token, visible_tokens)
@@ -171,6 +171,9 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
     async def xce_error(request: Request, exc: XceError):
         if exc.status < 500 and not getattr(exc, "audited", False):
             await audit_refusal(request, exc.code, exc.message)
+        if isinstance(exc, NotLeader):  # nothing was done: the client may go to the leader it names
+            return JSONResponse({"error": {"code": exc.code, "message": exc.message, "leader": exc.leader}},
+                                status_code=exc.status)
         return _error_response(exc.status, exc.code, exc.message)
 
     @app.exception_handler(RequestValidationError)
@@ -207,8 +210,23 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
             "version": xce.__version__, "cluster_id": controller.model.cluster_id,
             "leader": controller.is_leader, "leader_epoch": controller.epoch,
             "log_position": controller.committed, "store": controller.store.backend,
-            "user": actor.name, "role": actor.role.value,
+            "user": actor.name, "role": actor.role.value, "url": controller.url,
+            "standbys": sorted(p.url for p in controller.peers if p.role == "standby"),
         })
+
+    @app.get("/v1/controllers", response_model=list[S.ControllerOut], tags=["service"])
+    async def list_controllers(_: User = Depends(catalog_reader)):
+        """The controllers sharing this store, as they last announced themselves (every lease period)."""
+        await controller.read_barrier()
+        head = controller.committed
+        peers = {p.url: p for p in controller.peers}
+        if controller.url:  # this one, as of now rather than its last announcement
+            peers[controller.url] = Peer(url=controller.url, role="leader", position=head, age=0.0,
+                                         holder=controller.holder)
+        out = [{"url": p.url, "role": p.role, "log_position": p.position, "behind": max(0, head - p.position),
+                "seen": round(p.age, 3)} for p in peers.values()]
+        out.sort(key=lambda c: (c["role"] != "leader", c["url"]))
+        return JSONResponse(out)
 
     # ------------------------------------------------------------ catalog
 

@@ -29,7 +29,7 @@ import time
 
 from fastapi import Depends, Request
 
-from xce.errors import Forbidden, Unauthenticated, Unavailable
+from xce.errors import Forbidden, Unauthenticated
 from xce.model.identity import Surface, User, authenticate, check_surface, hash_token
 
 SECURITY_SCHEME = {"bearer": {"type": "http", "scheme": "bearer", "description": "an XCE token (xce token create)"}}
@@ -39,7 +39,7 @@ def identify(request: Request) -> User:
     """Whoever the bearer token stands for now, whatever their role (401 if nobody)."""
     ctl = request.app.state.controller
     if not ctl.serving:  # a standby's model is not current: it cannot even check tokens
-        raise Unavailable(ctl.not_leader_message())
+        raise ctl.not_leader()
     scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
     credentials = credentials.strip()
     if scheme.lower() != "bearer" or not credentials:

@@ -56,7 +56,7 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
     async def submit_job(body: S.JobSubmitRequest, request: Request, actor: User = Depends(authenticated)):
         spec = JobSpec(command=body.command, name=body.name, queue=body.queue, project=body.project,
                        slots=body.slots, resreq=body.resreq, cwd=body.cwd, stdout=body.stdout,
-                       stderr=body.stderr, rerunnable=body.rerunnable, held=body.hold)
+                       stderr=body.stderr, rerunnable=body.rerunnable, held=body.hold, request_id=body.request_id)
         claims = JobClaimsSpec(claims=tuple(body.claims), scratch=body.scratch, stage_in=tuple(body.stage_in),
                                stage_out=tuple(body.stage_out), stage_size=body.stage_size, app=body.app)
         job_id = await mutate(request, actor, "job",

@@ -51,6 +51,9 @@ class JobSubmitRequest(Strict):
                           "job leaves there for stage-out); default [claims] stage_size. xce submit sends the "
                           "size of the stage-in sources")
     app: Name | None = Field(None, description="an application profile that declares template claims")
+    request_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{8,64}$")] | None = Field(
+        None, description="a client-chosen id for this submission: sent again (a retry after a failover or a "
+                          "lost answer), it returns the job the first one created instead of a second job")
 
 
 class UserCreateRequest(Strict):
@@ -69,6 +72,8 @@ class TokenCreateRequest(Strict):
 class ErrorBody(BaseModel):
     code: str
     message: str
+    leader: str | None = Field(None, description="503 from a controller that is not the leader: the leader's "
+                                                 "advertised URL (absent or null: unknown); nothing was done")
 
 
 class ErrorResponse(BaseModel):
@@ -150,6 +155,14 @@ class AuditOut(BaseModel):
     position: int
 
 
+class ControllerOut(BaseModel):
+    url: str
+    role: str = Field(description="leader, standby, or unreachable (it stopped announcing itself)")
+    log_position: int
+    behind: int = Field(description="facts the controller's model lags behind the leader's log")
+    seen: float = Field(description="seconds since it last announced itself in the store")
+
+
 class PingOut(BaseModel):
     version: str
     cluster_id: str
@@ -159,6 +172,8 @@ class PingOut(BaseModel):
     store: str
     user: str
     role: str
+    url: str = Field("", description="the URL this (leading) controller advertises")
+    standbys: list[str] = Field(default_factory=list, description="the standbys' URLs, as the store knows them")
 
 
 # ---------------------------------------------------------------- claims

@@ -62,7 +62,20 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-def run_controller(state_dir: str, listen: str, config_path: str | None, store_url: str | None) -> int:
+def advertised_url(configured: str, flag: str | None, host: str, port: int) -> str:
+    """The URL standbys name while this controller leads: ``--advertise``, else the config's
+    ``[controller] advertise``, else the listen address (a wildcard one: this machine's name)."""
+    if flag:
+        return flag.strip().rstrip("/")
+    if configured:
+        return configured.rstrip("/")
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.getfqdn()
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def run_controller(state_dir: str, listen: str, config_path: str | None, store_url: str | None,
+                   advertise: str | None = None) -> int:
     logging.basicConfig(level=os.environ.get("XCE_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
@@ -71,7 +84,8 @@ def run_controller(state_dir: str, listen: str, config_path: str | None, store_u
     sock = bind(listen)
     host, port = sock.getsockname()[:2]
     url = f"http://{host}:{port}"
-    controller = Controller(store, config, state_dir)
+    controller = Controller(store, config, state_dir, url=advertised_url(config.controller.advertise, advertise,
+                                                                          host, port))
 
     def on_leader() -> None:
         with open(os.path.join(state_dir, "controller.url"), "w") as fh:

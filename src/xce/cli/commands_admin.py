@@ -1,4 +1,4 @@
-"""Cluster and identity commands: ``ping``, ``queues``, ``projects``, ``hosts``, ``users``,
+"""Cluster and identity commands: ``ping``, ``controllers``, ``queues``, ``projects``, ``hosts``, ``users``,
 ``user create|disable|enable``, ``token create|list|revoke``, ``audit``."""
 
 from __future__ import annotations
@@ -18,8 +18,12 @@ AUDIT_CLI_LIMIT = 1000
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    sub.add_parser("ping", parents=[common], help="the controller's version, leader epoch and log position") \
+    sub.add_parser("ping", parents=[common],
+                   help="the leading controller: its URL, version, epoch, log position and standbys") \
         .set_defaults(func=cmd_ping)
+    sub.add_parser("controllers", parents=[common],
+                   help="the controllers sharing the store: leader or standby, and how far behind the log") \
+        .set_defaults(func=cmd_controllers)
     sub.add_parser("queues", parents=[common], help="queues with priority and job counts (like bqueues)") \
         .set_defaults(func=cmd_queues)
     sub.add_parser("projects", parents=[common], help="projects you belong to (all, for admins)") \
@@ -86,9 +90,16 @@ def _show(ctx, value: Any, human) -> int:
 def cmd_ping(args, ctx) -> int:
     client = ctx.client()
     return _show(ctx, client.get("/v1/ping"), lambda p: print(fields([
-        ("Controller", client.url), ("Version", p["version"]), ("Cluster", p["cluster_id"]),
-        ("Leader epoch", p["leader_epoch"]), ("Log position", p["log_position"]), ("Store", p["store"]),
+        ("Controller", client.url), ("Leader", p.get("url") or client.url), ("Version", p["version"]),
+        ("Cluster", p["cluster_id"]), ("Leader epoch", p["leader_epoch"]), ("Log position", p["log_position"]),
+        ("Standbys", ", ".join(p.get("standbys", [])) or "none"), ("Store", p["store"]),
         ("You are", f"{p['user']} ({p['role']})")])))
+
+
+def cmd_controllers(args, ctx) -> int:
+    return _show(ctx, ctx.client().get("/v1/controllers"), lambda cs: print_table(
+        ("URL", "ROLE", "LOG POSITION", "BEHIND", "SEEN"),
+        ((c["url"], c["role"], c["log_position"], c["behind"], f"{c['seen']:.1f}s ago") for c in cs)))
 
 
 def cmd_queues(args, ctx) -> int:

@@ -54,11 +54,15 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     c.add_argument("--listen", default="127.0.0.1:7600", help="HOST:PORT (default 127.0.0.1:7600)")
     c.add_argument("--config", dest="server_config", help="controller config (TOML); default: embedded")
     c.add_argument("--store", help="postgresql://... (default: SQLite in the state dir)")
+    c.add_argument("--advertise", metavar="URL",
+                   help="the URL clients are sent to while this controller leads (default: the config's "
+                        "[controller] advertise, else the --listen address)")
     c.set_defaults(func=cmd_controller)
 
     w = sub.add_parser("worker", help="run a worker host")
     w.add_argument("--host", required=True, help="this host's name in the cluster")
-    w.add_argument("--controller", required=True, metavar="URL")
+    w.add_argument("--controller", required=True, metavar="URL[,URL...]",
+                   help="the controller, or every controller sharing the store (it follows the leader)")
     w.add_argument("--token-file", metavar="PATH",
                    help="file holding the host's daemon token, mode 0600 (or XCE_TOKEN)")
     w.add_argument("--token", dest="command_line_token", help=argparse.SUPPRESS)  # refused: see TOKEN_ON_COMMAND_LINE
@@ -84,7 +88,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     w.set_defaults(func=cmd_worker)
 
     pr = sub.add_parser("provisioner", help="run the provisioner (the claim agent for shared storage)")
-    pr.add_argument("--controller", required=True, metavar="URL")
+    pr.add_argument("--controller", required=True, metavar="URL[,URL...]",
+                    help="the controller, or every controller sharing the store (it follows the leader)")
     pr.add_argument("--token-file", metavar="PATH",
                     help="file holding its daemon token, mode 0600 (or XCE_TOKEN)")
     pr.add_argument("--token", dest="command_line_token", help=argparse.SUPPRESS)  # refused
@@ -113,7 +118,15 @@ def cmd_controller(args, ctx) -> int:
     from xce.store import StoreError
 
     try:
-        return run_controller(args.state_dir, args.listen, args.server_config, args.store)
+        if args.advertise:
+            from xce.client import InvalidURL
+            from xce.client._http import parse_url
+
+            try:
+                parse_url(args.advertise)
+            except InvalidURL as e:
+                raise UsageError(f"--advertise: {e.message}") from None
+        return run_controller(args.state_dir, args.listen, args.server_config, args.store, args.advertise)
     except (ConfigError, StoreError, ValueError, OSError) as e:
         print(f"xce controller: {e}", file=sys.stderr)
         return 1

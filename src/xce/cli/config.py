@@ -7,7 +7,9 @@ Each setting is resolved on its own, first match wins:
 3. the config file named by ``--config`` or ``XCE_CONFIG`` (it must exist),
 4. ``~/.config/xce/config.toml`` (``$XDG_CONFIG_HOME/xce/config.toml``), if it exists.
 
-The config file is TOML with top-level string keys ``url`` and ``token``.
+The config file is TOML with top-level string keys ``url`` and ``token``, or ``urls``, a list of
+controller URLs, instead of ``url``.  A URL setting may name several controllers, comma-separated
+(``--url URL1,URL2``, ``XCE_URL``): calls go to whichever leads (``xce.client.Transport``).
 """
 
 from __future__ import annotations
@@ -55,6 +57,13 @@ def load_config(path: str, required: bool) -> dict[str, str]:
             if not isinstance(doc[key], str):
                 raise UsageError(f"config file {path}: {key} must be a string")
             out[key] = doc[key].strip()
+    if "urls" in doc:
+        urls = doc["urls"]
+        if "url" in doc:
+            raise UsageError(f"config file {path}: give url or urls, not both")
+        if not isinstance(urls, list) or not urls or not all(isinstance(u, str) and u.strip() for u in urls):
+            raise UsageError(f"config file {path}: urls must be a list of controller URLs")
+        out["url"] = ",".join(u.strip() for u in urls)
     return out
 
 

@@ -22,7 +22,8 @@ def _common() -> argparse.ArgumentParser:
     # SUPPRESS keeps a subcommand's unset option from overwriting the one given before it
     common = argparse.ArgumentParser(add_help=False)
     g = common.add_argument_group("connection and output")
-    g.add_argument("--url", default=argparse.SUPPRESS, help="controller URL (or XCE_URL)")
+    g.add_argument("--url", default=argparse.SUPPRESS,
+                   help="controller URL, or several sharing a store: URL1,URL2 (or XCE_URL)")
     g.add_argument("--token", default=argparse.SUPPRESS, help="bearer token (or XCE_TOKEN)")
     g.add_argument("--config", default=argparse.SUPPRESS,
                    help="client config file (or XCE_CONFIG; default ~/.config/xce/config.toml)")
@@ -35,8 +36,8 @@ def _common() -> argparse.ArgumentParser:
 COMMANDS = {
     **dict.fromkeys(("submit", "jobs", "job", "kill", "requeue", "hold", "release"), "commands_jobs"),
     **dict.fromkeys(("claim", "claimclass", "orphans", "snapshot"), "commands_claims"),
-    **dict.fromkeys(("ping", "queues", "projects", "hosts", "resources", "users", "user", "token", "audit"),
-                    "commands_admin"),
+    **dict.fromkeys(("ping", "controllers", "queues", "projects", "hosts", "resources", "users", "user", "token",
+                     "audit"), "commands_admin"),
     **dict.fromkeys(("controller", "worker", "provisioner", "up", "down"), "commands_daemons"),
     "transfers": "commands_transfers",
 }

@@ -9,12 +9,13 @@ and costs no import; the aliases ``Job`` and ``Claim`` name them in signatures.
 
 from __future__ import annotations
 
+import os
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 from urllib.parse import quote
 
 from xce.client._errors import WaitTimeout
-from xce.client._http import DEFAULT_TIMEOUT, Params, Transport
+from xce.client._http import DEFAULT_TIMEOUT, FAILOVER_WAIT, Params, Transport
 from xce.client.states import JOB_FINISHED, RESIZE_ENDED, ClaimState, SnapshotState
 
 Job = dict[str, Any]  # GET /v1/jobs/{id}: id, display_id, name, user, project, queue, state, exit_code, ...
@@ -27,22 +28,33 @@ SNAPSHOT_FAILED = SnapshotState.FAILED  # as claims: until someone deletes it
 
 
 class Client:
-    """A connection to one controller with one bearer token.
+    """A connection to the controllers (one, or several sharing a store) with one bearer token.
 
     Safe to share between threads: each thread keeps its own kept-alive connection.  Every call
     returns decoded JSON or raises a ``ClientError``.  ``with Client(...) as c:`` closes the
     calling thread's connection at the end.
     """
 
-    def __init__(self, url: str, token: str, timeout: float = DEFAULT_TIMEOUT) -> None:
-        """``url``: ``http[s]://HOST[:PORT]`` (a bare ``HOST:PORT`` means http); raises ``InvalidURL``.
+    def __init__(self, url: str | Sequence[str], token: str, timeout: float = DEFAULT_TIMEOUT, *,
+                 failover: float = FAILOVER_WAIT, retry_mutations: bool = False) -> None:
+        """``url``: ``http[s]://HOST[:PORT]`` (a bare ``HOST:PORT`` means http), or several controllers
+        as ``"URL1,URL2"`` or a list; raises ``InvalidURL``.
 
-        ``timeout`` bounds each call's connect and each wait for bytes, in seconds."""
-        self._transport = Transport(url, token, timeout)
+        ``timeout`` bounds each call's connect and each wait for bytes, in seconds.  With several
+        controllers a call follows the leader and looks for one for up to ``failover`` seconds;
+        ``retry_mutations`` lets it send again a change whose answer was lost (only for callers whose
+        changes are idempotent: the daemons).  See ``Transport``."""
+        self._transport = Transport(url, token, timeout, failover=failover, retry_mutations=retry_mutations)
 
     @property
     def url(self) -> str:
+        """The controller calls go to now: the leader, as far as this client knows."""
         return self._transport.url
+
+    @property
+    def urls(self) -> list[str]:
+        """Every controller this client knows of (those it was given, then leaders it was sent to)."""
+        return list(self._transport.urls)
 
     @property
     def timeout(self) -> float:
@@ -60,12 +72,17 @@ class Client:
 
     # ------------------------------------------------------------ raw calls
 
-    def request(self, method: str, path: str, *, params: Params = None, body: Any = None) -> Any:
-        """One call: ``path`` under the URL's prefix (``/v1/...``), ``params`` as the query, ``body`` as JSON."""
-        return self._transport.request(method, path, params=params, body=body)
+    def request(self, method: str, path: str, *, params: Params = None, body: Any = None,
+                idempotent: bool | None = None, timeout: float | None = None) -> Any:
+        """One call: ``path`` under the URL's prefix (``/v1/...``), ``params`` as the query, ``body`` as JSON.
 
-    def get(self, path: str, params: Params = None) -> Any:
-        return self._transport.request("GET", path, params=params)
+        ``idempotent``: the call may be sent again after its answer was lost (default: GETs, or all
+        with ``retry_mutations``); ``timeout``: this call's own (a long-poll's)."""
+        return self._transport.request(method, path, params=params, body=body, idempotent=idempotent,
+                                       timeout=timeout)
+
+    def get(self, path: str, params: Params = None, *, timeout: float | None = None) -> Any:
+        return self._transport.request("GET", path, params=params, timeout=timeout)
 
     def post(self, path: str, body: Any) -> Any:
         return self._transport.request("POST", path, body=body)
@@ -89,7 +106,7 @@ class Client:
                stdout: str | None = None, stderr: str | None = None, rerunnable: bool = False,
                hold: bool = False, claims: Iterable[str] = (), scratch: str | None = None,
                stage_in: Iterable[str] = (), stage_out: Iterable[str] = (), stage_size: str | None = None,
-               app: str | None = None) -> Job:
+               app: str | None = None, request_id: str | None = None) -> Job:
         """Submit a job (``POST /v1/jobs``); returns it as submitted (``state`` PEND or PSUSP).
 
         The arguments are ``xce submit``'s: ``name="sweep[1-100]"`` submits an array (the parent is
@@ -97,6 +114,9 @@ class Client:
         ``scratch`` is ``"SIZE[:CLASS]"``.  Paths (``cwd``, ``stdout``, ``stderr``, ``stage_in``
         sources, ``stage_out`` destinations) are taken as given: make them absolute, as ``xce submit``
         does, since the job runs elsewhere.
+
+        Every submission carries a ``request_id`` (a fresh one unless given): sent again after a
+        lost answer or a failover, it returns the job the first one made, never a second job.
         """
         body: dict[str, Any] = {"command": list(command), "slots": slots, "resreq": resreq,
                                 "rerunnable": rerunnable, "hold": hold, "claims": list(claims),
@@ -106,7 +126,8 @@ class Client:
                            ("stage_size", stage_size), ("app", app)):
             if value is not None:
                 body[key] = value
-        return self.post("/v1/jobs", body)
+        body["request_id"] = request_id or os.urandom(16).hex()
+        return self.request("POST", "/v1/jobs", body=body, idempotent=True)
 
     def jobs(self, *, states: Iterable[str] = (), queue: str | None = None, user: str | None = None,
              all_users: bool = False, array: int | None = None, limit: int | None = None) -> list[Job]:

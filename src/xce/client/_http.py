@@ -1,22 +1,24 @@
-"""The HTTP transport: HTTP/1.1 with keep-alive on plain sockets, stdlib only.
+"""The HTTP transport: HTTP/1.1 with keep-alive on plain sockets, stdlib only, following the leader.
 
 ``http.client`` costs ~45 ms of imports, a third of the CLI's start-up; this
 speaks just the HTTP the controller does (Content-Length or chunked bodies).
-Each thread keeps its own connection open, so the worker's threads never
-share a socket.  Every failure becomes a ``ClientError`` (``xce.client._errors``)
+Each thread keeps its own connection to each controller open, so the worker's threads never
+share a socket.  With several controllers (``Transport``'s docstring) calls go to the leader.  Every failure becomes a ``ClientError`` (``xce.client._errors``)
 with a one-line message; callers never see sockets or raw HTTP.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
-from typing import Any
+import time
+from typing import Any, Sequence
 from urllib.parse import quote, urlsplit
 
 import xce
-from xce.client._errors import ApiError, BadResponse, InvalidURL, Unreachable
+from xce.client._errors import ApiError, BadResponse, ClientError, InvalidURL, Unreachable
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -41,75 +43,274 @@ def parse_url(url: str) -> tuple[str, str, int | None, str]:
     return parts.scheme, parts.hostname, port, parts.path.rstrip("/")
 
 
-class Transport:
-    """One controller, one bearer token; ``request`` sends one call and returns the decoded JSON body."""
+FAILOVER_WAIT = 30.0  # seconds a call keeps looking for a leader among several controllers
+BACKOFF_FIRST = 0.1  # seconds after the first round of controllers that all failed; doubles, with jitter
+BACKOFF_MAX = 2.0
+MAX_HINTS = 4  # leaders named in a row before a round counts as failed (two standbys naming each other)
 
-    def __init__(self, url: str, token: str, timeout: float = DEFAULT_TIMEOUT) -> None:
-        self.url = url.strip().rstrip("/")
-        self.scheme, self.host, self.port, self.prefix = parse_url(url)
-        if self.port is None:
-            self.port = 443 if self.scheme == "https" else 80
+
+
+def _log(level: str, message: str, *args: Any) -> None:
+    """Logger ``xce.client``, imported on first use (the CLI's start-up does not pay for logging)."""
+    import logging
+
+    logger = logging.getLogger("xce.client")
+    if not logger.handlers:  # a library: say nothing unless the program configured logging
+        logger.addHandler(logging.NullHandler())
+    getattr(logger, level)(message, *args)
+
+
+def _jitter() -> float:
+    """Uniform in [0, 1): without importing random."""
+    return int.from_bytes(os.urandom(4), "big") / 2**32
+
+
+def split_urls(urls: str | Sequence[str]) -> list[str]:
+    """``"URL1,URL2"`` or a list of URLs: each stripped, without a trailing slash, checked; no repeats."""
+    items = urls.split(",") if isinstance(urls, str) else list(urls)
+    out: list[str] = []
+    for raw in items:
+        if not raw.strip():
+            continue
+        parse_url(raw)
+        url = raw.strip().rstrip("/")
+        if url not in out:
+            out.append(url)
+    if not out:
+        raise InvalidURL(f"no controller URL in {urls!r}")
+    return out
+
+
+class _Failed(Exception):
+    """One controller did not serve a call; ``safe``: nothing was done there, so another may be asked."""
+
+    def __init__(self, error: ClientError, safe: bool, leader: str | None = None) -> None:
+        super().__init__(error.message)
+        self.error, self.safe, self.leader = error, safe, leader
+
+
+class Transport:
+    """Controllers (one URL, or several that share a store), one bearer token; ``request`` sends
+    one call to the leader and returns the decoded JSON body.
+
+    Leader following: a standby answers 503 naming the leader's URL, and the call goes there at
+    once; a controller that cannot be reached, or a 503 that names nobody, sends it to the next URL,
+    and when every URL failed it waits (exponential backoff with jitter) and tries them again, for
+    up to ``failover`` seconds.  With a single URL only the leader a standby names is followed;
+    anything else fails at once, as it always did.  The controller that answered is remembered for
+    every thread's next call.
+
+    A call that may have been acted on before its answer was lost (sent, then no answer; or a 503
+    from a leader whose store refused the commit) is tried again only if it is idempotent: GETs,
+    calls passed ``idempotent=True`` (a submission with a request id), and every call of a
+    transport made with ``retry_mutations=True`` (the daemons', whose reports carry op ids and run
+    numbers the controller deduplicates).  Changes of controller are logged once each (logger
+    ``xce.client``), not once a call.
+    """
+
+    def __init__(self, url: str | Sequence[str], token: str, timeout: float = DEFAULT_TIMEOUT, *,
+                 failover: float = FAILOVER_WAIT, retry_mutations: bool = False) -> None:
+        self.urls = split_urls(url)
+        self._targets = {u: _target(u) for u in self.urls}
         self.token = token
         self.timeout = timeout
+        self.failover = failover
+        self.retry_mutations = retry_mutations
+        self._current = self.urls[0]
+        self._lock = threading.Lock()
+        self._down: set[str] = set()  # controllers whose failure was logged and not yet their recovery
         self._local = threading.local()
 
-    def request(self, method: str, path: str, *, params: Params = None, body: Any = None) -> Any:
-        status, reason, _, data = self._exchange(method, path, params, body)
+    @property
+    def url(self) -> str:
+        """The controller calls go to now (the last one that answered)."""
+        return self._current
+
+    def request(self, method: str, path: str, *, params: Params = None, body: Any = None,
+                idempotent: bool | None = None, timeout: float | None = None) -> Any:
+        status, reason, _, data = self._call(method, path, params, body, idempotent, timeout)
         return _decode(status, reason, data)
 
     def get_page(self, path: str, params: Params = None) -> tuple[Any, str | None]:
         """One page of a paged listing: the decoded body and the cursor of the next page (None: the last)."""
-        status, reason, headers, data = self._exchange("GET", path, params, None)
+        status, reason, headers, data = self._call("GET", path, params, None, True, None)
         return _decode(status, reason, data), headers.get("x-next-cursor")
 
-    def _exchange(self, method: str, path: str, params: Params, body: Any) -> tuple[int, str, dict[str, str], bytes]:
-        target = self.prefix + path
+    # ------------------------------------------------------------ leader following
+
+    def _call(self, method: str, path: str, params: Params, body: Any, idempotent: bool | None,
+              timeout: float | None) -> tuple[int, str, dict[str, str], bytes]:
+        if idempotent is None:
+            idempotent = method == "GET" or self.retry_mutations
+        deadline = time.monotonic() + self.failover
+        url = self._current
+        tried: list[str] = []
+        hints = 0
+        delay = BACKOFF_FIRST
+        while True:
+            try:
+                answer = self._exchange(url, method, path, params, body, timeout)
+                self._answered(url)
+                return answer
+            except _Failed as f:
+                if not (f.safe or idempotent):
+                    raise f.error from None
+                failure = f
+            self._failed(url, failure)
+            if failure.leader and failure.leader != url and hints < MAX_HINTS:
+                hints += 1
+                url = self._learn(failure.leader)
+                continue
+            if len(self.urls) == 1 and not failure.leader:
+                raise failure.error from None  # one controller, and nobody else named: nothing to fail over to
+            tried.append(url)
+            untried = [u for u in self.urls if u not in tried]
+            now = time.monotonic()
+            if now >= deadline:
+                raise _gave_up(failure.error, tried, self.failover) from None
+            if untried:
+                url = untried[0]
+                continue
+            # every controller failed this round: wait, then start again from the one others last used
+            pause = min(delay / 2 + _jitter() * delay / 2, deadline - now)
+            time.sleep(max(0.0, pause))
+            delay = min(delay * 2, BACKOFF_MAX)
+            tried, hints = [], 0
+            url = self._current
+
+    def _learn(self, leader: str) -> str:
+        """A leader a controller named: a URL from that controller's own configuration."""
+        url = leader.strip().rstrip("/")
+        with self._lock:
+            if url not in self._targets:
+                try:
+                    self._targets[url] = _target(leader)
+                except InvalidURL:
+                    return self._current
+                self.urls.append(url)
+        return url
+
+    def _answered(self, url: str) -> None:
+        if url == self._current and not self._down:
+            return
+        with self._lock:
+            if url != self._current:
+                _log("warning", "controller %s answers: following it (was %s)", url, self._current)
+                self._current = url
+            if url in self._down:
+                self._down.discard(url)
+                _log("info", "controller %s answers again", url)
+
+    def _failed(self, url: str, failure: _Failed) -> None:
+        with self._lock:
+            if url in self._down:
+                return
+            self._down.add(url)
+        others = [u for u in self.urls if u != url]
+        if failure.leader:
+            _log("warning", "controller %s is not the leader; going to %s", url, failure.leader)
+        elif others:
+            _log("warning", "controller %s failed (%s); trying %s", url, failure.error.message, ", ".join(others))
+        else:
+            _log("warning", "controller %s failed: %s", url, failure.error.message)
+
+    # ------------------------------------------------------------ one exchange with one controller
+
+    def _exchange(self, url: str, method: str, path: str, params: Params, body: Any,
+                  timeout: float | None) -> tuple[int, str, dict[str, str], bytes]:
+        scheme, host, port, prefix = self._targets[url]
+        target = prefix + path
         query = _query(params)
         if query:
             target += "?" + query
         payload = b"" if body is None else json.dumps(body).encode()
-        head = (f"{method} {target} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+        head = (f"{method} {target} HTTP/1.1\r\nHost: {host}:{port}\r\n"
                 f"Authorization: Bearer {self.token}\r\nAccept: application/json\r\n"
                 f"User-Agent: xce/{xce.__version__}\r\nContent-Length: {len(payload)}\r\n"
                 + ("Content-Type: application/json\r\n" if body is not None else "") + "\r\n").encode()
+        wait = self.timeout if timeout is None else timeout
         # a kept-alive connection the server closed meanwhile fails before any answer: retry once, fresh
         for attempt in (1, 2):
-            reused = False
+            reused = sent = False
             try:
-                conn = self._connection()
+                conn = self._connection(url)
+                conn.sock.settimeout(wait)
                 reused = conn.used
                 conn.send(head + payload)
+                sent = True
                 status, reason, headers, data = conn.response()
                 break
             except (socket.timeout, TimeoutError):
-                self._drop()
-                raise Unreachable(f"no answer from the controller at {self.url} within {self.timeout:g}s") from None
+                self._drop(url)
+                raise _Failed(Unreachable(f"no answer from the controller at {url} within {wait:g}s"),
+                              safe=not sent) from None
             except _Closed:
-                self._drop()
+                self._drop(url)
                 if reused and attempt == 1:
                     continue
-                raise Unreachable(f"the controller at {self.url} closed the connection") from None
+                raise _Failed(Unreachable(f"the controller at {url} closed the connection"), safe=False) from None
+            except Unreachable as e:  # TLS
+                self._drop(url)
+                raise _Failed(e, safe=not sent) from None
             except OSError as e:
-                self._drop()
+                self._drop(url)
                 if reused and attempt == 1 and isinstance(e, (ConnectionResetError, BrokenPipeError)):
                     continue
-                raise Unreachable(f"cannot reach the controller at {self.url}: {_reason(e)}") from None
+                raise _Failed(Unreachable(f"cannot reach the controller at {url}: {_reason(e)}"),
+                              safe=not sent) from None
+        if status == 503:
+            err = _error_of(data)
+            if err is not None and "leader" in err:  # not the leader: nothing was done here
+                leader = err.get("leader") if isinstance(err.get("leader"), str) else None
+                raise _Failed(ApiError(503, str(err.get("code", "unavailable")), str(err.get("message"))),
+                              safe=True, leader=leader)
+            try:
+                _decode(status, reason, data)
+            except ApiError as e:  # the leader could not commit: it may or may not have
+                raise _Failed(e, safe=False) from None
         return status, reason, headers, data
 
     def close(self) -> None:
-        self._drop()
+        for url in list(getattr(self._local, "conns", {})):
+            self._drop(url)
 
-    def _connection(self) -> _Connection:
-        conn = getattr(self._local, "conn", None)
+    def _connection(self, url: str) -> _Connection:
+        conns = getattr(self._local, "conns", None)
+        if conns is None:
+            conns = self._local.conns = {}
+        conn = conns.get(url)
         if conn is None:
-            conn = self._local.conn = _Connection(self.scheme, self.host, self.port, self.timeout)
+            scheme, host, port, _ = self._targets[url]
+            conn = conns[url] = _Connection(scheme, host, port, self.timeout)
         return conn
 
-    def _drop(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        self._local.conn = None
+    def _drop(self, url: str) -> None:
+        conns = getattr(self._local, "conns", {})
+        conn = conns.pop(url, None)
         if conn is not None:
             conn.close()
+
+
+def _target(url: str) -> tuple[str, str, int, str]:
+    scheme, host, port, prefix = parse_url(url)
+    return scheme, host, port if port is not None else (443 if scheme == "https" else 80), prefix
+
+
+def _error_of(data: bytes) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(data) if data else None
+    except ValueError:
+        return None
+    err = doc.get("error") if isinstance(doc, dict) else None
+    return err if isinstance(err, dict) else None
+
+
+def _gave_up(error: ClientError, tried: list[str], wait: float) -> ClientError:
+    """The last failure, saying that every controller was tried for ``wait`` seconds."""
+    message = f"{error.message} (no leader among {', '.join(tried)} for {wait:g}s)"
+    if isinstance(error, ApiError):
+        return ApiError(error.status, error.code, message)
+    return type(error)(message)
 
 
 class _Closed(Exception):

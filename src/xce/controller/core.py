@@ -14,6 +14,14 @@ durable.  If an append fails, the model may hold facts the store does not:
 the controller steps down and, when it leads again, rebuilds the model from
 the store.
 
+Leadership (``_lease_loop``): every controller on the store announces itself (its advertised URL
+and log position, ``Store.announce``) and learns who leads and at which URL, so a standby's 503
+(``NotLeader``) names the leader's URL without a store call per request.  A standby *follows* the
+log: it folds what the leader commits into a model of its own, so when it takes the lease it
+replays only the tail it had not read and serves within a bounded time.  A leader serves only
+while its lease is live by its own clock (``serving``): a paused leader that wakes up refuses
+reads and writes until it has renewed, and its appends are fenced by the store in any case.
+
 The audit trail is not in the model (``xce.model.audit``): folding a batch
 fills the model's transient audit outbox, and the batch's append carries
 those records into the store's audit table in the same transaction.  At
@@ -38,14 +46,14 @@ from typing import Any, Callable
 from xce.controller.bootstrap import bootstrap_facts
 from xce.controller.observed import Observed
 from xce.config import Config
-from xce.errors import Unavailable, XceError
+from xce.errors import NotLeader, Unavailable, XceError
 from xce.model import Model, decode, encode
 from xce.model.audit import AuditOutbox
 from xce.model.facts import Fact
 from xce.model.identity import hash_token
 from xce.model.state import SNAPSHOT_FORMAT
 from xce.model.transitions import ImpossibleTransition
-from xce.store import AuditQuery, AuditRecord, LeaseLost, Record, Snapshot, Store, StoreError
+from xce.store import AuditQuery, AuditRecord, LeaseLost, Member, Record, Snapshot, Store, StoreError
 
 log = logging.getLogger("xce.controller")
 
@@ -85,6 +93,19 @@ class Recovered:
     old_snapshot: bool = False
 
 
+def catch_up(store: Store, model: Model) -> bool:
+    """Fold every record after ``model.position`` into ``model``; False (and nothing folded past the
+    gap) if the log no longer holds the records that follow it (compacted behind a newer snapshot)."""
+    while True:
+        records = store.read_after(model.position)
+        if not records:
+            return True
+        for rec in records:
+            if rec.position != model.position + 1:
+                return False
+            model.apply(rec.position, decode(rec.type, rec.version, rec.payload))
+
+
 def load_model(store: Store) -> Recovered:
     """Latest snapshot plus every fact after it.
 
@@ -98,22 +119,40 @@ def load_model(store: Store) -> Recovered:
     if model.audit_outbox is None:
         model.audit_outbox = AuditOutbox()
     recovered = Recovered(model, old_snapshot=data is not None and data.get("format") != SNAPSHOT_FORMAT)
-    while True:
-        records = store.read_after(model.position)
-        if not records:
-            return recovered
-        for rec in records:
-            if rec.position != model.position + 1:
-                raise RuntimeError(f"log gap: expected position {model.position + 1}, found {rec.position}")
-            model.apply(rec.position, decode(rec.type, rec.version, rec.payload))
+    if not catch_up(store, model):
+        raise RuntimeError(f"log gap after position {model.position}")
+    return recovered
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A controller on the same store as this one saw it last: ``role`` leader, standby, or
+    unreachable (it stopped announcing itself)."""
+
+    url: str
+    role: str
+    position: int
+    age: float
+    holder: str
 
 
 class Controller:
-    def __init__(self, store: Store, config: Config, state_dir: str, holder: str | None = None) -> None:
+    def __init__(self, store: Store, config: Config, state_dir: str, holder: str | None = None,
+                 url: str = "") -> None:
         self.store = store
         self.config = config
         self.state_dir = state_dir
         self.holder = holder or f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        # the URL this controller advertises (its config's [controller] advertise, else its listen
+        # address): what standbys' 503s name while it leads.  Never from a request.
+        self.url = url
+        # what the lease loop last learnt from the store: the leader (holder, epoch, url) and peers
+        self.leader_holder: str | None = None
+        self.leader_url: str | None = None
+        self.leader_epoch_seen = 0
+        self.peers: list[Peer] = []
+        # a standby's model, folded from the log as the leader commits (None: not loaded yet)
+        self._follower: Model | None = None
         self.model = Model()
         self.epoch = 0
         self.is_leader = False
@@ -191,6 +230,10 @@ class Controller:
                 await loop.run_in_executor(self._writer, self.store.release_lease, self.holder, self.epoch)
             except StoreError as e:
                 log.warning("clean shutdown could not snapshot/release: %s", e)
+        try:  # standbys and clients stop naming this controller at once
+            await loop.run_in_executor(self._lease_io, self.store.leave, self.holder)
+        except StoreError:
+            pass
         self.is_leader = False
         self._writer.shutdown(wait=True)
         self._lease_io.shutdown(wait=True)
@@ -224,11 +267,60 @@ class Controller:
                 raise
             except Exception:
                 log.exception("lease loop error")
+            try:  # who leads, who stands by: for 503s, ping and xce controllers (never holds up the lease)
+                await loop.run_in_executor(self._lease_io, self._survey)
+                if not self.is_leader:
+                    await loop.run_in_executor(self._writer, self._follow)
+            except asyncio.CancelledError:
+                raise
+            except StoreError as e:
+                log.debug("survey failed: %s", e)
+            except Exception:
+                log.exception("survey error")
             await asyncio.sleep(ttl / 3 if self.is_leader else min(1.0, ttl / 3))
 
+    def _survey(self) -> None:
+        """Announce ourselves, then read the lease and the members (on the lease thread)."""
+        position = self.committed if self.is_leader else (self._follower.position if self._follower else 0)
+        if self.url:
+            self.store.announce(self.holder, self.url, position)
+        lease = self.store.current_lease()
+        members = self.store.members()
+        by_holder = {m.holder: m for m in members}
+        holder = lease.holder if lease is not None and lease.expires_at > 0 else None
+        self.leader_holder = holder
+        self.leader_epoch_seen = lease.epoch if lease is not None else self.leader_epoch_seen
+        leader = by_holder.get(holder) if holder else None
+        self.leader_url = leader.url if leader is not None else None
+        quiet = max(3 * self.config.controller.lease_ttl, 5.0)  # announcing stopped: dead, paused or cut off
+        self.peers = [Peer(url=m.url, role="leader" if m.holder == holder else "standby" if m.age < quiet
+                           else "unreachable", position=m.position, age=m.age, holder=m.holder) for m in members]
+
+    def _follow(self) -> None:
+        """A standby folds what the leader committed since it last looked (on the writer thread)."""
+        if self.is_leader:
+            return
+        if self._follower is None:
+            recovered = load_model(self.store)
+            if recovered.old_snapshot:  # its trail has yet to move to the store: the next leader loads cold
+                return
+            recovered.model.take_audit()  # the leader wrote these with their facts
+            self._follower = recovered.model
+            return
+        if not catch_up(self.store, self._follower):  # compacted past us: load again next time
+            self._follower = None
+        else:
+            self._follower.take_audit()
+
     def _recover(self, epoch: int) -> Recovered:
-        """Rebuild the model from the store and complete the audit trail from what the replay derived."""
-        recovered = load_model(self.store)
+        """Rebuild the model from the store (a standby: the tail its follower has not read) and
+        complete the audit trail from what the replay derived."""
+        follower, self._follower = self._follower, None
+        if follower is not None and catch_up(self.store, follower):
+            recovered = Recovered(follower)
+            log.info("taking over from the followed log at position %d", follower.position)
+        else:
+            recovered = load_model(self.store)
         added = self.store.backfill_audit(epoch, recovered.model.take_audit())
         if added:
             log.info("audit trail: %d record(s) recovered from the log and the snapshot", added)
@@ -243,7 +335,12 @@ class Controller:
         self.epoch = epoch
         if recovered.old_snapshot:  # its trail is in the table now: a snapshot without it replaces it
             await loop.run_in_executor(self._writer, self._snapshot_now)
-        self._lease_expires = time.monotonic() + self.config.controller.lease_ttl
+        # the replay may have taken a while: renew before serving, so the lease runs from now
+        ttl = self.config.controller.lease_ttl
+        asked = time.monotonic()
+        await loop.run_in_executor(self._lease_io, self.store.renew_lease, self.holder, epoch, ttl)
+        self._lease_expires = asked + ttl
+        self.leader_holder, self.leader_url, self.leader_epoch_seen = self.holder, self.url or None, epoch
         self.is_leader = True
         log.info("leader at epoch %d, log position %d", epoch, model.position)
         admin_token_path = os.path.join(self.state_dir, "admin.token")
@@ -270,9 +367,11 @@ class Controller:
 
     @property
     def serving(self) -> bool:
-        """Leader, and its leadership's bootstrap (config facts, the admin token) is committed: the API
-        answers only then (a request in between would meet users and tokens not yet there)."""
-        return self.is_leader and self._leader_event is not None and self._leader_event.is_set()
+        """Leader, its leadership's bootstrap (config facts, the admin token) is committed, and its
+        lease is live by its own clock: the API answers only then (a request in between would meet
+        users and tokens not yet there; a leader paused past its lease may have been replaced)."""
+        return (self.is_leader and self._leader_event is not None and self._leader_event.is_set()
+                and time.monotonic() < self._lease_expires)
 
     def _step_down(self, reason: str) -> None:
         if self.is_leader:
@@ -289,8 +388,8 @@ class Controller:
         Raises the outcome's error (after its audit facts are durable), or
         ``Unavailable`` if this controller is not the leader or the store refused.
         """
-        if not self.is_leader or self._stopping:
-            raise Unavailable(self.not_leader_message())
+        if self._stopping or not self.is_leader or time.monotonic() >= self._lease_expires:
+            raise self.not_leader()
         assert self._queue is not None
         fut = asyncio.get_running_loop().create_future()
         self._queue.put_nowait(_Command(decide, fut))
@@ -301,19 +400,24 @@ class Controller:
 
     async def read_barrier(self) -> None:
         """Wait until every fact already in the model is durable."""
-        if not self.is_leader:
-            raise Unavailable(self.not_leader_message())
+        if not self.is_leader or time.monotonic() >= self._lease_expires:
+            raise self.not_leader()
         while self._inflight is not None:
             await asyncio.shield(self._inflight)
 
+    def not_leader(self) -> NotLeader:
+        """The refusal of a controller that may not act now, naming the leader's URL if it knows it
+        (from the last survey of the store: no store call per request)."""
+        return NotLeader(self.not_leader_message(), leader=self.leader_url if self.leader_url != self.url else None)
+
     def not_leader_message(self) -> str:
-        lease = None
-        try:
-            lease = self.store.current_lease()
-        except StoreError:
-            pass
-        who = f" (leader: {lease.holder}, epoch {lease.epoch})" if lease else ""
-        return f"this controller is not the leader{who}"
+        if self.is_leader:
+            return "this controller's leader lease has run out; it is renewing it or stepping down"
+        if self.leader_url and self.leader_url != self.url:
+            return f"this controller is not the leader (leader: {self.leader_url}, epoch {self.leader_epoch_seen})"
+        if self.leader_holder:
+            return f"this controller is not the leader (leader: {self.leader_holder}, epoch {self.leader_epoch_seen})"
+        return "this controller is not the leader (no leader yet: an election is under way)"
 
     async def _commit_loop(self) -> None:
         assert self._queue is not None
@@ -325,7 +429,7 @@ class Controller:
             if not self.is_leader:
                 for cmd in batch:
                     if not cmd.future.done():
-                        cmd.future.set_exception(Unavailable(self.not_leader_message()))
+                        cmd.future.set_exception(self.not_leader())
                 continue
             outcomes, records, facts = self._decide_batch(batch)
             audit = self.model.take_audit()  # the batch's records: committed with its facts, or not at all
@@ -401,7 +505,7 @@ class Controller:
         """Audit records from the store, newest first.  Only the leader answers, like every read: a
         record is in the table once its batch committed, so this reads nothing that is not durable."""
         if not self.is_leader:
-            raise Unavailable(self.not_leader_message())
+            raise self.not_leader()
         try:
             return await asyncio.get_running_loop().run_in_executor(self._reader, self.store.query_audit, query)
         except StoreError as e:

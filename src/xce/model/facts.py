@@ -180,6 +180,7 @@ class JobSubmitted(Fact):
     claim_refs: list[dict[str, Any]] = field(default_factory=list)  # standalone: {claim_id, name, mode}
     templates: list[dict[str, Any]] = field(default_factory=list)  # per-run template claim specs
     app: str | None = None
+    request_id: str | None = None  # the client's id for the submission (a retry returns this job)
 
 
 # ---------------------------------------------------------------- audit

@@ -106,6 +106,7 @@ class Job:
     publish: str = ""  # how the run's claims were published in its sandbox: "bind", "symlink" (no root)
     process_exit: dict[str, Any] | None = None  # how the process ended, while the stage-out runs
     history: list[dict[str, Any]] = field(default_factory=list)  # {state, time, reason}: every transition
+    request_id: str | None = None  # the submission's client-chosen id (model.job_requests finds it)
 
     def __post_init__(self) -> None:
         self.state = JobState(self.state)
@@ -144,6 +145,7 @@ class JobSpec:
     stderr: str | None = None
     rerunnable: bool = False
     held: bool = False
+    request_id: str | None = None  # the client's id for this submission: a retry returns the first job
 
 
 MAX_ARRAY = 100_000
@@ -191,6 +193,8 @@ def submit(model: Model, actor: User, spec: JobSpec, now: float, config: Config 
     """``xce submit``: check everything, return the ``JobSubmitted`` fact.  ``claims`` resolves the
     submission's claims for the job's project (``job_claims.submit`` passes it): (references to
     standalone claims, template claim specs, application profile)."""
+    if spec.request_id is not None and (done := model.job_requests.get(request_key(actor.name, spec.request_id))):
+        return [], done  # a retry (after a failover, or an answer lost on the way): the first one's job
     if not spec.command:
         raise InvalidRequest("a job needs a command: xce submit [options] -- CMD ARGS...")
     if len(spec.command) > MAX_COMMAND_ARGS or sum(len(a) for a in spec.command) > MAX_COMMAND_BYTES:
@@ -237,8 +241,13 @@ def submit(model: Model, actor: User, spec: JobSpec, now: float, config: Config 
         time=now, id=job_id, name=name, user=actor.name, project=project, queue=queue,
         command=list(spec.command), slots=spec.slots, resreq=spec.resreq, cwd=spec.cwd,
         stdout=spec.stdout, stderr=spec.stderr, rerunnable=spec.rerunnable, held=spec.held,
-        array_indices=indices, claim_refs=refs, templates=templates, app=app,
+        array_indices=indices, claim_refs=refs, templates=templates, app=app, request_id=spec.request_id,
     )], job_id
+
+
+def request_key(user: str, request_id: str) -> str:
+    """``model.job_requests``'s key: request ids are the client's, so they are unique per user only."""
+    return f"{user}/{request_id}"
 
 
 def _check_user_limits(model: Model, actor: User, count: int, limits: ControllerConfig) -> None:
@@ -304,6 +313,8 @@ def apply_job_submitted(model: Model, f: JobSubmitted) -> None:
         if old is not None and old.id in model.waiting_jobs:  # folds are total: a reused id replaces its job
             _count_waiting(model, old.user, -1)
             model.waiting_jobs.discard(old.id)
+        if old is not None and old.request_id is not None:
+            model.job_requests.pop(request_key(old.user, old.request_id), None)
         state = JobState.PSUSP if f.held else JobState.PEND
         model.jobs[job_id] = Job(
             id=job_id, name=f.name, user=f.user, project=f.project, queue=f.queue,
@@ -313,7 +324,10 @@ def apply_job_submitted(model: Model, f: JobSubmitted) -> None:
             pending_reason="held by user" if f.held else None,
             claim_refs=[dict(r) for r in f.claim_refs], templates=[dict(t) for t in f.templates], app=f.app,
             history=[{"state": state.value, "time": f.time, "run": 0, "reason": f"submitted by {f.user}"}],
+            request_id=f.request_id if job_id == f.id else None,
         )
+        if f.request_id is not None and job_id == f.id:
+            model.job_requests[request_key(f.user, f.request_id)] = job_id
         _index(model, model.jobs[job_id])
         model.next_job_id = max(model.next_job_id, job_id + 1)
 

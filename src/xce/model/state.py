@@ -138,6 +138,7 @@ class Model:
     cluster_held: dict[int, dict[str, float]] = field(default_factory=dict)  # job -> cluster counters it holds
     waiting_jobs: set[int] = field(default_factory=set)  # PEND or PSUSP: what max_pending_jobs_per_user counts
     waiting_by_user: dict[str, int] = field(default_factory=dict)  # user -> how many of waiting_jobs are theirs
+    job_requests: dict[str, int] = field(default_factory=dict)  # "user/request id" -> the job it made
     # transient: audit records folded but not yet handed to the store (``xce.model.audit``); None records nothing
     audit_outbox: AuditOutbox | None = field(default=None, compare=False, repr=False)
 
@@ -229,6 +230,7 @@ class Model:
         self.cluster_held = {j.id: j.alloc_cluster for j in self.jobs.values() if j.alloc_cluster}
         self.waiting_jobs = {j.id for j in self.jobs.values() if j.state in (JobState.PEND, JobState.PSUSP)}
         self.waiting_by_user = {}
+        self.job_requests = {f"{j.user}/{j.request_id}": j.id for j in self.jobs.values() if j.request_id is not None}
         for job_id in self.waiting_jobs:
             user = self.jobs[job_id].user
             self.waiting_by_user[user] = self.waiting_by_user.get(user, 0) + 1

@@ -44,6 +44,19 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
+class Member:
+    """A controller that shares this store, as it last announced itself (``announce``).
+
+    ``url`` is the address it advertises (from its own configuration), ``position`` how far into
+    the log its model is, ``age`` the seconds since it last announced, on the store's clock."""
+
+    holder: str
+    url: str
+    position: int
+    age: float
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     position: int
     data: bytes
@@ -123,7 +136,28 @@ class Store(abc.ABC):
         """The lease as stored now, whoever holds it (for ``ping`` and tests)."""
 
     @abc.abstractmethod
+    def announce(self, holder: str, url: str, position: int) -> None:
+        """Record that controller ``holder`` is alive at ``url`` with its model at ``position``.
+
+        Not fenced: standbys announce too.  A row of another holder with the same ``url`` (an
+        earlier life of the same controller) is replaced, and rows not announced for
+        ``MEMBER_FORGET`` seconds are dropped.
+        """
+
+    @abc.abstractmethod
+    def members(self) -> list[Member]:
+        """Every controller that announced itself in the last ``MEMBER_FORGET`` seconds, by url."""
+
+    @abc.abstractmethod
+    def leave(self, holder: str) -> None:
+        """Forget ``holder`` at once (clean shutdown)."""
+
+    @abc.abstractmethod
     def close(self) -> None: ...
+
+
+#: seconds after which a controller that stopped announcing itself is forgotten
+MEMBER_FORGET = 600.0
 
 
 def check_continuous(last: int, records: Sequence[Record], audit: Sequence[AuditRecord] = ()) -> None:

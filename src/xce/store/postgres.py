@@ -16,6 +16,8 @@ locked: appends are serialized by that lock, so the trail's ``seq`` (an
 identity column, assigned at insert) grows in commit order, and a reader
 paging by ``seq`` never finds a smaller one committed behind its back.  The
 ``target`` column has the "C" collation so that a prefix is an index range.
+A transaction left open by a paused process is ended by the server after
+``IDLE_IN_TRANSACTION_MS`` (it holds the lease row: a standby could not take over).
 A connection that breaks is dropped; the call that saw it raises
 ``StoreUnavailable`` and the next call reconnects.  Calls are never retried
 here: a failed append may or may not be durable, and only the caller can
@@ -30,8 +32,8 @@ from typing import Any, Callable, Sequence, TypeVar
 import psycopg
 from psycopg import conninfo as pg_conninfo
 
-from xce.store.base import (AUDIT_COLUMNS, AuditQuery, AuditRecord, Lease, Record, Snapshot, Store,
-                            audit_row, audit_where, check_continuous)
+from xce.store.base import (AUDIT_COLUMNS, MEMBER_FORGET, AuditQuery, AuditRecord, Lease, Member, Record,
+                            Snapshot, Store, audit_row, audit_where, check_continuous)
 from xce.store.errors import LeaseLost, StaleEpoch, StoreUnavailable
 
 T = TypeVar("T")
@@ -80,6 +82,12 @@ SCHEMA = [
     "CREATE INDEX IF NOT EXISTS xce_audit_user ON xce_audit (user_name, seq)",
     "CREATE INDEX IF NOT EXISTS xce_audit_target ON xce_audit (target, seq)",
     "CREATE INDEX IF NOT EXISTS xce_audit_time ON xce_audit (time)",
+    """CREATE TABLE IF NOT EXISTS xce_members (
+        holder   TEXT PRIMARY KEY,
+        url      TEXT NOT NULL,
+        position BIGINT NOT NULL,
+        seen_at  DOUBLE PRECISION NOT NULL
+    )""",
 ]
 
 #: the audit records of a batch, from arrays, in the order given (their seq follows that order)
@@ -93,6 +101,10 @@ def _audit_arrays(audit: Sequence[AuditRecord]) -> tuple[list, ...]:
     return ([a.position for a in audit], [a.index for a in audit], [a.time for a in audit],
             [a.user for a in audit], [a.action for a in audit], [a.target for a in audit],
             [a.result for a in audit], [a.detail for a in audit])
+
+#: milliseconds a transaction of ours may sit idle (its process paused) before the server ends it:
+#: our transactions send their statements back to back, so only a stopped process waits this long
+IDLE_IN_TRANSACTION_MS = 3000
 
 #: the database server's clock, in seconds since the Unix epoch
 NOW = "extract(epoch from clock_timestamp())::float8"
@@ -137,6 +149,10 @@ class _Connection:
         try:
             # "durable on return" is the Store contract, whatever the server's default
             conn.execute("SET synchronous_commit TO on")
+            # a controller paused (SIGSTOP, a VM freeze) inside a fenced write holds the lease row
+            # FOR SHARE: the standby's acquire_lease would wait for it forever.  The server ends such
+            # a transaction (rolled back: never acknowledged) after this long
+            conn.execute(f"SET idle_in_transaction_session_timeout TO {IDLE_IN_TRANSACTION_MS}")
         except BaseException:
             conn.close()
             raise
@@ -364,6 +380,29 @@ class PostgresStore(Store):
         holder, epoch, expires = self._lease.run(lambda conn: conn.execute(
             "SELECT holder, epoch, expires_at FROM xce_lease WHERE name = 'leader'").fetchone())
         return Lease(holder=holder, epoch=epoch, expires_at=expires) if holder else None
+
+    # ------------------------------------------------------------ members (on the lease connection:
+    # a standby's announcement never waits behind the leader's appends in the same process)
+
+    def announce(self, holder: str, url: str, position: int) -> None:
+        def run(conn: psycopg.Connection) -> None:
+            with conn.transaction():
+                conn.execute(f"DELETE FROM xce_members WHERE (url = %s AND holder <> %s) OR seen_at < {NOW} - %s",
+                             (url, holder, MEMBER_FORGET))
+                conn.execute(f"INSERT INTO xce_members (holder, url, position, seen_at) VALUES (%s, %s, %s, {NOW})"
+                             " ON CONFLICT (holder) DO UPDATE SET url = EXCLUDED.url,"
+                             " position = EXCLUDED.position, seen_at = EXCLUDED.seen_at", (holder, url, position))
+
+        self._lease.run(run)
+
+    def members(self) -> list[Member]:
+        rows = self._lease.run(lambda conn: conn.execute(
+            f"SELECT holder, url, position, GREATEST(0, {NOW} - seen_at) FROM xce_members"
+            f" WHERE seen_at >= {NOW} - %s ORDER BY url", (MEMBER_FORGET,)).fetchall())
+        return [Member(holder=h, url=u, position=p, age=a) for h, u, p, a in rows]
+
+    def leave(self, holder: str) -> None:
+        self._lease.run(lambda conn: conn.execute("DELETE FROM xce_members WHERE holder = %s", (holder,)))
 
     def close(self) -> None:
         self._log.close()

@@ -15,8 +15,8 @@ import threading
 import time
 from typing import Sequence
 
-from xce.store.base import (AUDIT_COLUMNS, AuditQuery, AuditRecord, Lease, Record, Snapshot, Store,
-                            audit_row, audit_where, check_continuous)
+from xce.store.base import (AUDIT_COLUMNS, MEMBER_FORGET, AuditQuery, AuditRecord, Lease, Member, Record,
+                            Snapshot, Store, audit_row, audit_where, check_continuous)
 from xce.store.errors import LeaseLost, StaleEpoch, StoreUnavailable
 
 SCHEMA = """
@@ -59,6 +59,12 @@ CREATE TABLE IF NOT EXISTS xce_audit (
 CREATE INDEX IF NOT EXISTS xce_audit_user ON xce_audit (user_name, seq);
 CREATE INDEX IF NOT EXISTS xce_audit_target ON xce_audit (target, seq);
 CREATE INDEX IF NOT EXISTS xce_audit_time ON xce_audit (time);
+CREATE TABLE IF NOT EXISTS xce_members (
+    holder   TEXT PRIMARY KEY,
+    url      TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    seen_at  REAL NOT NULL
+);
 """
 
 INSERT_AUDIT = ("INSERT INTO xce_audit (position, idx, time, user_name, action, target, result, detail)"
@@ -237,6 +243,29 @@ class SQLiteStore(Store):
             holder, epoch, expires = self._db.execute(
                 "SELECT holder, epoch, expires_at FROM xce_lease WHERE name='leader'").fetchone()
         return Lease(holder=holder, epoch=epoch, expires_at=expires) if holder else None
+
+    # ------------------------------------------------------------ members
+
+    def announce(self, holder: str, url: str, position: int) -> None:
+        def run(cur: sqlite3.Cursor) -> None:
+            now = time.time()
+            cur.execute("DELETE FROM xce_members WHERE (url = ? AND holder <> ?) OR seen_at < ?",
+                        (url, holder, now - MEMBER_FORGET))
+            cur.execute("INSERT INTO xce_members (holder, url, position, seen_at) VALUES (?,?,?,?)"
+                        " ON CONFLICT (holder) DO UPDATE SET url = excluded.url, position = excluded.position,"
+                        " seen_at = excluded.seen_at", (holder, url, position, now))
+
+        self._tx(run)
+
+    def members(self) -> list[Member]:
+        now = time.time()
+        with self._lock:
+            rows = self._db.execute("SELECT holder, url, position, seen_at FROM xce_members WHERE seen_at >= ?"
+                                    " ORDER BY url", (now - MEMBER_FORGET,)).fetchall()
+        return [Member(holder=h, url=u, position=p, age=max(0.0, now - s)) for h, u, p, s in rows]
+
+    def leave(self, holder: str) -> None:
+        self._tx(lambda cur: cur.execute("DELETE FROM xce_members WHERE holder = ?", (holder,)))
 
     def close(self) -> None:
         with self._lock:

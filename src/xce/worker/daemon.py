@@ -39,6 +39,10 @@ log = logging.getLogger("xce.worker")
 
 KILL_GRACE = 5.0
 ADOPT_POLL = 0.5
+POLL_WAIT = 20  # seconds the controller may hold a work long-poll
+# seconds a call may wait for an answer (a long-poll: beyond its wait).  A controller that stopped
+# answering (paused, cut off) is given up on after this, and the call goes to another controller
+DAEMON_TIMEOUT = 15.0
 
 
 class Worker:
@@ -48,7 +52,9 @@ class Worker:
                  storage_roots: list[str] | None = None, allow_system_users: bool = False,
                  transfers: TransferSite | None = None) -> None:
         self.host = host
-        self.client = Client(url, token, timeout=90)
+        # several controllers: calls follow the leader; every call the worker makes is idempotent
+        # (runs are keyed by job and run number), so one whose answer was lost is sent again
+        self.client = Client(url, token, timeout=DAEMON_TIMEOUT, retry_mutations=True)
         self.slots, self.attrs, self.counters = slots, attrs, counters
         self.work_dir = work_dir
         self.heartbeat_interval = heartbeat
@@ -71,7 +77,7 @@ class Worker:
         # claim data is published into jobs (and staged into) only from these directories
         self.storage = StorageRoots.of(providers, storage_roots or ())
         # the node agent: prepares and releases this host's node-scope claims, stages files in and out
-        self.node_agent = ClaimAgent(Client(url, token, timeout=90), node_agent(host), providers,
+        self.node_agent = ClaimAgent(self.client, node_agent(host), providers,  # one client: one view of the leader
                                      inventory_classes=False, local_ops={
                                          "stage_in": self._stage, "stage_out": self._stage})
 
@@ -308,7 +314,8 @@ class Worker:
     def _poll_loop(self) -> None:
         while not self._stop.is_set():
             try:
-                work = self.client.get(f"/v1/hosts/{self.host}/work", {"wait": 20})
+                work = self.client.get(f"/v1/hosts/{self.host}/work", {"wait": POLL_WAIT},
+                                       timeout=POLL_WAIT + DAEMON_TIMEOUT)
             except ApiError as e:
                 if e.code == "reregister":
                     self._try(self.register)
