@@ -223,6 +223,8 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=8, help="keep-alive REST clients")
     ap.add_argument("--btrfs-size", default="4Gi", help="the loop-file btrfs (sparse; default 4Gi)")
     ap.add_argument("--max-seconds", type=float, default=600, help="per provider, after which it gives up")
+    ap.add_argument("--keep", action="store_true", help="keep the state dirs and logs (the btrfs is unmounted all "
+                                                        "the same)")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # SystemExit: the finally blocks stop the clusters
     providers = [p.strip() for p in args.providers.split(",") if p.strip()]
@@ -242,7 +244,9 @@ def main() -> int:
             continue
         finally:
             mnt = os.path.join(tmp, "cluster", "btrfs", "mnt")
-            if not os.path.ismount(mnt):  # never remove a mounted filesystem's contents
+            if args.keep and not os.path.ismount(mnt):
+                print(f"\n{provider}: kept {tmp}")
+            elif not os.path.ismount(mnt):  # never remove a mounted filesystem's contents
                 shutil.rmtree(tmp, ignore_errors=True)
             else:
                 print(f"\n{provider}: {mnt} is still mounted: left {tmp} in place")
