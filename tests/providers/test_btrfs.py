@@ -248,8 +248,25 @@ def test_a_batch_of_creates_snapshots_and_clones_made_at_once_answers_each_and_i
     assert all(c.ok for c in clones)
     assert [(Path(c.path) / "data").read_text() for c in clones] == [r.handle for r in first[:-1]]
     assert len(bt.objects()) == 36
+    # in one document: a volume, a snapshot of it and a clone of that snapshot (each reads the one before)
+    v = btrfs.derive_handle(50, "chain-v")
+    s = btrfs.derive_handle(50, "chain-s", prefix="s")
+    chain = bt.run(create("chain-v", 50), snapshot(v, "chain-s", 50), create("chain-c", 51, source=s),
+                   create("chain-d", 52))
+    assert [(r.ok, r.handle) for r in chain[:2]] == [(True, v), (True, s)] and chain[2].ok and chain[3].ok
+    assert all(r.ok for r in bt.run(*[release(r.handle, f"rel-{r.handle}") for r in chain]))
     assert all(r.ok for r in bt.run(*[release(o.handle, f"rel-{o.handle}") for o in [*first[:-1], *snaps, *clones]]))
     assert bt.objects() == {} and not [n for n in os.listdir(bt.root / "volumes") if n.startswith(".")]
+
+
+def test_without_sysfs_the_btrfs_command_checks_and_reads_used_bytes(bt, monkeypatch):
+    """Quota groups are read from /sys/fs/btrfs/<fsid>/qgroups; where that is missing, from
+    ``btrfs qgroup show`` (in process here, so that the provider's SYSFS can point nowhere)."""
+    monkeypatch.setattr(btrfs, "SYSFS", str(bt.root / "no-sysfs"))
+    doc = json.loads(encode_request_document(CLUSTER, bt.config, [create("ns-1", 1), create("ns-2", 2)]))
+    replies = btrfs.handle_document(doc)["replies"]
+    assert [r["ok"] for r in replies] == [True, True]
+    assert all(isinstance(r.get("used_bytes"), int) for r in replies)
 
 
 def test_set_owner_gives_the_volume_to_its_owner(bt):

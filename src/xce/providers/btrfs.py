@@ -12,7 +12,8 @@ processes with argument lists and timeouts, never a shell string.
 Per document: the btrfs check is made once, each parent is swept once,
 consecutive creates and snapshots are made at the same time under one hold
 of the lock (``_parallel``), and used bytes for the replies that carry them
-are read once at the end (one ``qgroup show --sync``, one commit).
+are read once at the end (one commit; from ``/sys/fs/btrfs/<fsid>/qgroups``,
+or ``qgroup show --sync`` where that is missing).
 
 Layout under the configured ``root`` (a directory on a btrfs filesystem with
 quotas enabled)::
@@ -103,6 +104,7 @@ class Config(kit.ProviderConfig):
         self.swept: set[str] = set()
         self.used_wanted: list[tuple[dict, int]] = []
         self.held = False
+        self.sysfs: str | None = None  # "" once known to be unusable
         self._mutex = threading.Lock()
 
     @property
@@ -126,13 +128,13 @@ class Config(kit.ProviderConfig):
         if not self.used_wanted:
             return
         try:
-            groups = _qgroups(self, sync=True)
+            used = _referenced(self, {sid for _, sid in self.used_wanted})
         except Refusal as e:
             print(f"btrfs: used bytes not reported: {e.message}", file=sys.stderr)
             return
         for reply, sid in self.used_wanted:
-            if sid in groups:
-                reply["used_bytes"] = groups[sid][0]
+            if sid in used:
+                reply["used_bytes"] = used[sid]
 
 
 class _Held:
@@ -197,6 +199,9 @@ IOC_INO_LOOKUP = _ioc(_IOWR, 18, INO_LOOKUP.size)
 IOC_SNAP_CREATE_V2 = _ioc(_IOW, 23, VOL_ARGS_V2.size)
 IOC_QGROUP_CREATE = _ioc(_IOW, 42, QGROUP_CREATE.size)
 IOC_QGROUP_LIMIT = _ioc(_IOR, 43, QGROUP_LIMIT.size)
+IOC_FS_INFO = _ioc(_IOR, 31, 1024)                 # btrfs_ioctl_fs_info_args: max_id, num_devices, fsid, ...
+IOC_SYNC = _ioc(0, 8, 0)                           # commit the filesystem's transaction (qgroup numbers move)
+SYSFS = "/sys/fs/btrfs"
 SUBVOL_RDONLY = 1 << 1
 QGROUP_LIMIT_MAX_RFER = 1 << 0
 
@@ -264,6 +269,41 @@ def _qgroup_destroy(root: str, sid: int) -> None:
     _ioctl(root, IOC_QGROUP_CREATE, QGROUP_CREATE.pack(0, sid), f"destroying qgroup 0/{sid}")
 
 
+def _sysfs_qgroups(cfg: Config) -> str | None:
+    """``/sys/fs/btrfs/<fsid>/qgroups`` of root's filesystem when it is btrfs with quotas on, else None
+    (then the ``btrfs`` command says what is wrong).  Cached per document: reading quota groups there
+    costs no process."""
+    if cfg.sysfs is None:
+        cfg.sysfs = ""
+        try:
+            info = _ioctl(cfg.root, IOC_FS_INFO, bytes(1024), "reading the filesystem's id")
+            fsid = info[16:32].hex()
+            qgroups = os.path.join(SYSFS, f"{fsid[:8]}-{fsid[8:12]}-{fsid[12:16]}-{fsid[16:20]}-{fsid[20:]}",
+                                   "qgroups")
+            with open(os.path.join(qgroups, "enabled")) as fh:
+                if fh.read().strip() == "1":
+                    cfg.sysfs = qgroups
+        except (Refusal, OSError):
+            pass
+    return cfg.sysfs or None
+
+
+def _referenced(cfg: Config, sids: set[int]) -> dict[int, int]:
+    """Referenced bytes of these subvolumes' qgroups, after a commit; from sysfs, else ``qgroup show``."""
+    qgroups = _sysfs_qgroups(cfg)
+    if qgroups is None:
+        return {sid: got[0] for sid, got in _qgroups(cfg, sync=True).items() if sid in sids}
+    _ioctl(cfg.root, IOC_SYNC, b"", f"committing the filesystem of {cfg.root}")
+    found = {}
+    for sid in sids:
+        try:
+            with open(os.path.join(qgroups, f"0_{sid}", "referenced")) as fh:
+                found[sid] = int(fh.read())
+        except (OSError, ValueError):
+            pass
+    return found
+
+
 def _qgroups(cfg: Config, sync: bool) -> dict[int, tuple[int, int | None]]:
     """Each level-0 qgroup's (referenced bytes, referenced limit or None), by subvolume id.
 
@@ -299,7 +339,10 @@ def _qgroups(cfg: Config, sync: bool) -> dict[int, tuple[int, int | None]]:
 def _check_fs(cfg: Config) -> None:
     """Refuse clearly, once per document, unless ``root`` is a directory on btrfs with quotas enabled."""
     if not cfg.fs_checked:
-        _qgroups(cfg, sync=False)
+        if os.path.isdir(cfg.root) and _sysfs_qgroups(cfg) is not None:
+            cfg.fs_checked = True
+        else:
+            _qgroups(cfg, sync=False)  # the btrfs command says which is missing
 
 
 def _is_subvolume(path: str) -> bool:
@@ -740,11 +783,27 @@ PARALLEL_OPS = ("create", "create_snapshot")  # each makes its own object from i
 PARALLEL = 16  # threads for a group of them: btrfs commits a transaction per snapshot, and shares it
 
 
+def _makes(req: dict) -> str | None:
+    """The handle a create or a snapshot makes (None if the request is malformed: it will be refused)."""
+    try:
+        return derive_handle(req["claim_id"], req["op_id"], prefix="s" if req["op"] == "create_snapshot" else "v")
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _reads(req: dict) -> object:
+    """The object a create (its content source) or a snapshot (its volume) reads: a run made at once
+    ends before a request that reads what an earlier one of the run makes."""
+    read = req.get("handle") if req.get("op") == "create_snapshot" else req.get("source_handle")
+    return read if isinstance(read, str) else object()
+
+
 def _parallel(cfg: Config, reqs: list[dict]) -> list[dict]:
     """Consecutive creates and snapshots at the same time, under one hold of the root's lock.
 
     Each makes a different object (its handle comes from its op_id, unique in the document) and
-    reads its source only, so they cannot meet; what they share (the check, the sweep of the
+    reads its source only, never one the run makes (``handle_document`` ends a run there), so
+    they cannot meet; what they share (the check, the sweep of the
     parents) is done before.  Snapshots started together share btrfs's transaction commit,
     which is most of a snapshot's time.
     """
@@ -771,7 +830,7 @@ def handle_document(doc: dict) -> dict:
         cfg: Config | Refusal = Config(doc.get("config", {}))
     except Refusal as e:
         cfg = e
-    reqs = []
+    reqs: list[dict] = []
     for req in doc["requests"]:
         if not isinstance(req, dict) or not isinstance(req.get("op_id"), str) or not req["op_id"]:
             print(f"btrfs: skipping a request without an op_id: {str(req)[:80]}", file=sys.stderr)
@@ -780,8 +839,9 @@ def handle_document(doc: dict) -> dict:
     replies: list[dict] = []
     i = 0
     while i < len(reqs):
-        j = i
-        while j < len(reqs) and reqs[j].get("op") in PARALLEL_OPS:
+        j, made = i, set()
+        while j < len(reqs) and reqs[j].get("op") in PARALLEL_OPS and _reads(reqs[j]) not in made:
+            made.add(_makes(reqs[j]))
             j += 1
         if isinstance(cfg, Config) and j - i > 1:
             replies += _parallel(cfg, reqs[i:j])
