@@ -167,7 +167,8 @@ class LoopBtrfs:
             raise ClusterError(f"--btrfs-loop {self.size}: a btrfs filesystem needs at least "
                                f"{format_size(BTRFS_LOOP_MIN)}")
         os.makedirs(self.mnt, mode=0o755, exist_ok=True)
-        if not os.path.ismount(self.mnt):  # mounted already: a previous up that was killed
+        # mounted already: by an up of this state dir that was killed; this up unmounts it all the same
+        if not os.path.ismount(self.mnt):
             if not os.path.exists(self.image):
                 fd = os.open(self.image + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                 try:
@@ -177,7 +178,7 @@ class LoopBtrfs:
                 _must("mkfs.btrfs", "-q", self.image + ".new")
                 os.replace(self.image + ".new", self.image)
             _must("mount", "-o", "loop", self.image, self.mnt)
-            self.mounted_by_us = True
+        self.mounted_by_us = True
         check_btrfs_root(self.mnt)  # enables quotas on a new filesystem
         os.makedirs(self.root, mode=0o755, exist_ok=True)
         return self.root
@@ -197,8 +198,16 @@ class LoopBtrfs:
             if time.monotonic() > deadline:
                 raise ClusterError(f"cannot unmount {self.mnt}: {' '.join(done.stderr.split())}")
             time.sleep(0.2)
-        for dev in self.loop_devices():  # autoclear normally frees it with the umount
-            _tool("losetup", "-d", dev)
+        # autoclear frees the loop device once the umount is done, a moment after umount returns
+        settle = time.monotonic() + 10.0
+        while devices := self.loop_devices():
+            if time.monotonic() > settle:
+                for dev in devices:
+                    _tool("losetup", "-d", dev)
+                if left := self.loop_devices():
+                    raise ClusterError(f"unmounted {self.mnt}, but {', '.join(left)} still holds {self.image}")
+                break
+            time.sleep(0.05)
 
 
 class LocalCluster:
