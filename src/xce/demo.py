@@ -7,12 +7,19 @@ the way a team training and serving a model would:
 1. creates a checkpoint volume ``ckpt`` (RWO), model ``weights`` (ROX,
    retained) and a ``dataset`` cache (RWX), and fills the dataset with a job;
 2. runs a training job with a scratch claim, the checkpoint and a stage-out
-   of its metrics; requeues it half-way; the second run resumes from the
-   last checkpoint;
+   of its metrics; snapshots the checkpoint and requeues it half-way; the
+   second run resumes from the last checkpoint; the checkpoint claim grows
+   (``xce claim resize``) and ``xce claim list`` shows the bytes it uses;
 3. runs three serving replicas that read ``weights`` (read-only: writes fail)
-   and two analysis jobs that read ``dataset``;
+   and two analysis jobs that read ``dataset``; forks a fine-tune from a
+   clone of the base weights: the job reads the cloned weights and writes its
+   own into the clone, while the original stays as it was;
 4. prints every claim's state, the jobs, and the audit trail's length;
    deletes the claims (``weights`` is retained), and stops the cluster.
+
+It runs on the embedded SQLite store with simfs, as any user: no root, no
+btrfs.  (As root, ``xce up --btrfs-loop 4Gi`` adds a ``btrfs`` class with the
+same commands, and snapshots and clones that are instant and atomic.)
 """
 
 from __future__ import annotations
@@ -45,6 +52,12 @@ SERVE = r'''
 printf 'replica %s on %s serving %s; ' "$XCE_ARRAY_INDEX" "$XCE_HOST" "$(cat "$XCE_CLAIM_WEIGHTS/model.txt")"
 if touch "$XCE_CLAIM_WEIGHTS/tampered" 2>/dev/null; then echo "weights writable!"; else echo "weights read-only"; fi
 test -d "$XCE_CLAIM_KV_CACHE" && echo "  kv-cache scratch at $XCE_CLAIM_KV_CACHE"
+'''
+FINETUNE = r'''
+base=$(cat "$XCE_CLAIM_FT_WEIGHTS/model.txt")
+echo "finetune on $XCE_HOST: base $base (the clone of weights)"
+echo "$base-ft-legal" > "$XCE_CLAIM_FT_WEIGHTS/model.txt"                # into the clone: its own copy
+echo "finetune: wrote $(cat "$XCE_CLAIM_FT_WEIGHTS/model.txt")"
 '''
 ANALYZE = r'''echo "analysis $XCE_ARRAY_INDEX on $XCE_HOST: sum=$(awk '{s+=$1} END {print s}' "$XCE_CLAIM_DATASET/numbers.txt")"'''
 
@@ -135,12 +148,20 @@ def main() -> int:
             demo.wait("training to reach step 3", lambda: os.path.exists(f"{out}/train.out")
                       and "step 3" in open(f"{out}/train.out").read())
             demo.xce("job", "show", str(train))
+            # the checkpoint as it stands, before the requeue: kept whatever the next run does
+            demo.xce("claim", "snapshot", "ckpt", "ckpt-before-requeue", "--wait")
             demo.xce("requeue", str(train))
             demo.wait("training to end", lambda: demo.ended(train))
             print(f"$ cat {out}/train.out")
             print(open(f"{out}/train.out").read().rstrip())
             print(f"$ cat {out}/metrics.txt   # staged out by the run that finished")
             print(open(f"{out}/metrics.txt").read().rstrip())
+            demo.xce("snapshot", "list")
+            # the checkpoints grow: the claim grows with them, online, while it stays READY
+            demo.xce("claim", "resize", "ckpt", "20Gi", "--wait")
+            demo.wait("the provisioner's next reading of used bytes",
+                      lambda: demo.get("claim", "show", "ckpt").get("used_bytes") is not None, timeout=90)
+            demo.xce("claim", "list")
 
             step("3. three serving replicas read the weights; two analysis jobs read the dataset")
             serve = demo.submit("-J", "serve[1-3]", "--app", "serve", "--claim", "weights:ro",
@@ -151,6 +172,18 @@ def main() -> int:
             for name in ("serve.1", "serve.2", "serve.3", "analyze.1", "analyze.2"):
                 print(open(os.path.join(out, name)).read().rstrip())
 
+            step("3b. a fine-tune forks from a clone of the base weights; the original stays as it was")
+            demo.xce("claim", "create", "ft-weights", "--from-claim", "weights", "--access", "RWO", "--reclaim",
+                     "delete", "--wait")
+            finetune = demo.submit("-J", "finetune", "--claim", "ft-weights:rw", "-o", f"{out}/finetune.out",
+                                   "--", "sh", "-c", FINETUNE)
+            demo.wait("the fine-tune", lambda: demo.ended(finetune))
+            print(open(f"{out}/finetune.out").read().rstrip())
+            ft_weights = demo.get("claim", "show", "ft-weights")["path"]
+            for label, path in (("the original", weights), ("the fine-tune's clone", ft_weights)):
+                print(f"$ cat {path}/model.txt   # {label}")
+                print(open(os.path.join(path, "model.txt")).read().rstrip())
+
             step("4. where everything stands")
             demo.xce("jobs", "-a")
             demo.xce("claim", "list", "-a")
@@ -160,6 +193,8 @@ def main() -> int:
                   f"all RELEASED: {all(c['state'] == ClaimState.RELEASED for c in claims if c['form'] == 'template')}); "
                   f"audit trail: {len(trail)} records")
             step("5. cleaning up: ckpt and dataset are deleted, weights (reclaim retain) is kept")
+            demo.xce("snapshot", "delete", "ckpt-before-requeue", "--wait")
+            demo.xce("claim", "delete", "ft-weights", "--wait")
             for name in ("ckpt", "dataset", "weights"):
                 demo.xce("claim", "delete", name, "--wait")
             demo.xce("claim", "list", "--retained")

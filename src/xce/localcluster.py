@@ -17,8 +17,18 @@ Layout of ``DIR``::
     up.pid                                the supervising ``xce up`` process
     provisioner.toml, provisioner.token   the provisioner's providers (edit freely) and daemon token
     simfs/                                simfs volumes (the embedded default's claim class)
+    xce-btrfs.toml, provisioner-btrfs.toml  with --btrfs/--btrfs-loop: the two configs plus the btrfs
+                                          pool, class and provider (written at every up)
+    btrfs/btrfs.img, btrfs/mnt/           with --btrfs-loop: the loop-file filesystem and its mount point
+                                          (mounted by up, unmounted by down; the image stays with the state)
     hosts/<host>/                         each worker's work dir; ``token`` is its daemon token
     logs/<process>.log                    every daemon's output
+
+``--btrfs DIR`` (DIR on a mounted btrfs filesystem) or ``--btrfs-loop SIZE`` (a loop-file btrfs
+under ``DIR/btrfs``, made once and mounted at each up) back a claim class ``btrfs`` with the btrfs
+provider: a ``btrfs`` pool whose capacity is the filesystem's, the class (shared scope), the provider
+in the provisioner's config and its root in the workers' ``--storage-root``.  Both need root (qgroup
+limits are privileged); quotas are enabled if they are off.
 """
 
 from __future__ import annotations
@@ -30,13 +40,17 @@ import sys
 import time
 from dataclasses import dataclass
 
-from xce.agents.provisioner import ProvisionerConfigError, load_provisioner_config
+from xce.agents.provisioner import ProvisionerConfigError, load_provisioner_config, parse_provisioner_config
 from xce.client import ApiError, Client, ClientError
+from xce.config import DEFAULT_CONFIG, ConfigError, parse_config
+from xce.units import format_size
 from xce.worker.storage import StorageRoots
 
 DAEMON = [sys.executable, "-m", "xce.cli.main"]
 STOP_TIMEOUT = 30.0
 SCRATCH_PER_HOST = "64Gi"  # each host's scratch counter: what --scratch claims draw on
+BTRFS_LOOP_MIN = 128 << 20  # mkfs.btrfs refuses much smaller filesystems
+TOOL_TIMEOUT = 120.0  # seconds for one mkfs/mount/umount/btrfs command
 
 
 class ClusterError(Exception):
@@ -76,9 +90,130 @@ def read_up_pid(state_dir: str) -> int | None:
     return pid if _is_our_up(pid) else None
 
 
+# ------------------------------------------------------------ btrfs: a claim class on a real filesystem
+
+
+def _tool(*argv: str) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=TOOL_TIMEOUT, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise ClusterError(f"{argv[0]} is not installed: --btrfs needs btrfs-progs (Debian: apt-get install "
+                           f"btrfs-progs)") from None
+    except subprocess.TimeoutExpired:
+        raise ClusterError(f"{' '.join(argv)} took more than {TOOL_TIMEOUT:g}s") from None
+
+
+def _must(*argv: str) -> str:
+    done = _tool(*argv)
+    if done.returncode != 0:
+        raise ClusterError(f"{' '.join(argv)} failed ({done.returncode}): {' '.join(done.stderr.split())}")
+    return done.stdout
+
+
+def fs_type(path: str) -> str:
+    """The file system type of ``path`` (``btrfs``, ``ext2/ext3``, ``tmpfs``...), from statfs."""
+    return _must("stat", "-f", "-c", "%T", path).strip()
+
+
+def check_btrfs_root(root: str) -> None:
+    """``root`` is usable by the btrfs provider, or a ClusterError that says why; quotas are enabled if off."""
+    if os.geteuid() != 0:
+        raise ClusterError("--btrfs and --btrfs-loop need root: the btrfs provider sets qgroup limits "
+                           "(CAP_SYS_ADMIN), and a loop-file filesystem is mounted")
+    if not os.path.isdir(root):
+        raise ClusterError(f"--btrfs {root}: not a directory")
+    kind = fs_type(root)
+    if kind != "btrfs":
+        raise ClusterError(f"--btrfs {root}: not on a btrfs filesystem (it is on {kind}); "
+                           f"mount one there, or use --btrfs-loop SIZE")
+    probe = _tool("btrfs", "qgroup", "show", "-r", "--raw", root)
+    if probe.returncode != 0:
+        err = " ".join(probe.stderr.split())
+        if "quotas not enabled" not in err and "not enabled" not in err:
+            raise ClusterError(f"--btrfs {root}: cannot read its quota groups: {err}")
+        done = _tool("btrfs", "quota", "enable", root)
+        if done.returncode != 0:
+            raise ClusterError(f"--btrfs {root}: quotas are off on its filesystem and cannot be enabled "
+                               f"(btrfs quota enable {root}): {' '.join(done.stderr.split())}")
+
+
+def fs_capacity(path: str) -> int:
+    st = os.statvfs(path)
+    return st.f_blocks * st.f_frsize
+
+
+class LoopBtrfs:
+    """A btrfs filesystem in a sparse file: ``DIR/btrfs/btrfs.img`` mounted at ``DIR/btrfs/mnt``.
+
+    Made (mkfs, quotas on) the first time, mounted again by later ups; ``unmount`` also frees the
+    loop device (``mount -o loop`` sets autoclear)."""
+
+    def __init__(self, state_dir: str, size: int) -> None:
+        self.dir = os.path.join(state_dir, "btrfs")
+        self.image = os.path.join(self.dir, "btrfs.img")
+        self.mnt = os.path.join(self.dir, "mnt")
+        self.size = size
+        self.mounted_by_us = False
+
+    @property
+    def root(self) -> str:
+        return os.path.join(self.mnt, "xce")
+
+    def mount(self) -> str:
+        if os.geteuid() != 0:
+            raise ClusterError("--btrfs-loop needs root: it mounts a loop-file btrfs filesystem, and the btrfs "
+                               "provider sets qgroup limits (CAP_SYS_ADMIN)")
+        if self.size < BTRFS_LOOP_MIN:
+            raise ClusterError(f"--btrfs-loop {self.size}: a btrfs filesystem needs at least "
+                               f"{format_size(BTRFS_LOOP_MIN)}")
+        os.makedirs(self.mnt, mode=0o755, exist_ok=True)
+        # mounted already: by an up of this state dir that was killed; this up unmounts it all the same
+        if not os.path.ismount(self.mnt):
+            if not os.path.exists(self.image):
+                fd = os.open(self.image + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                try:
+                    os.ftruncate(fd, self.size)
+                finally:
+                    os.close(fd)
+                _must("mkfs.btrfs", "-q", self.image + ".new")
+                os.replace(self.image + ".new", self.image)
+            _must("mount", "-o", "loop", self.image, self.mnt)
+        self.mounted_by_us = True
+        check_btrfs_root(self.mnt)  # enables quotas on a new filesystem
+        os.makedirs(self.root, mode=0o755, exist_ok=True)
+        return self.root
+
+    def loop_devices(self) -> list[str]:
+        """The loop devices backed by the image (``losetup -j``)."""
+        done = _tool("losetup", "-j", self.image)
+        return [line.split(":", 1)[0] for line in done.stdout.splitlines() if line.strip()]
+
+    def unmount(self, timeout: float = 30.0) -> None:
+        """Unmount (retrying while the last jobs' mounts go) and check that no loop device is left."""
+        deadline = time.monotonic() + timeout
+        while os.path.ismount(self.mnt):
+            done = _tool("umount", self.mnt)
+            if done.returncode == 0:
+                break
+            if time.monotonic() > deadline:
+                raise ClusterError(f"cannot unmount {self.mnt}: {' '.join(done.stderr.split())}")
+            time.sleep(0.2)
+        # autoclear frees the loop device once the umount is done, a moment after umount returns
+        settle = time.monotonic() + 10.0
+        while devices := self.loop_devices():
+            if time.monotonic() > settle:
+                for dev in devices:
+                    _tool("losetup", "-d", dev)
+                if left := self.loop_devices():
+                    raise ClusterError(f"unmounted {self.mnt}, but {', '.join(left)} still holds {self.image}")
+                break
+            time.sleep(0.05)
+
+
 class LocalCluster:
     def __init__(self, state_dir: str, hosts: int, listen: str, config: str | None, slots: int,
-                 provisioner_config: str | None = None, out=sys.stdout) -> None:
+                 provisioner_config: str | None = None, out=sys.stdout, btrfs: str | None = None,
+                 btrfs_loop: int | None = None) -> None:
         self.state_dir = os.path.abspath(state_dir)
         self.nhosts = hosts
         self.listen = listen
@@ -86,6 +221,9 @@ class LocalCluster:
         self.slots = slots
         self.provisioner_config = os.path.abspath(provisioner_config) if provisioner_config else None
         self.out = out
+        self.btrfs = os.path.abspath(btrfs) if btrfs else None
+        self.loop = LoopBtrfs(self.state_dir, btrfs_loop) if btrfs_loop is not None else None
+        self.btrfs_root: str | None = None
         self.children: list[Child] = []
         self.url = ""
         self._stopping = False
@@ -157,19 +295,63 @@ class LocalCluster:
                                  f"[providers.simfs.config]\nroot = \"{root}\"\n")
         return path
 
+    def _with_btrfs(self, root: str, controller_config: str | None, provisioner_config: str) -> tuple[str, str]:
+        """The controller's and the provisioner's configs plus a ``btrfs`` pool, class and provider on ``root``:
+        written (0600) to ``DIR/xce-btrfs.toml`` and ``DIR/provisioner-btrfs.toml`` at every up."""
+        if controller_config:
+            with open(controller_config, encoding="utf-8") as fh:
+                base = fh.read()
+        else:
+            base = DEFAULT_CONFIG
+        text = (base.rstrip("\n") + "\n\n# added by xce up --btrfs: a claim class on a real btrfs filesystem\n"
+                f'[[pools]]\nname = "btrfs"\ncapacity = {fs_capacity(root)}\n'
+                f'description = "the btrfs filesystem of {root}"\n\n'
+                f'[[claim_classes]]\nname = "btrfs"\nprovider = "btrfs"\nscope = "shared"\npools = ["btrfs"]\n'
+                f'description = "btrfs subvolumes under {root}: sizes enforced by quota, instant snapshots and clones"\n')
+        try:
+            parse_config(text, "xce up --btrfs")
+        except ConfigError as e:
+            raise ClusterError(f"--btrfs adds a pool and a claim class named btrfs to "
+                               f"{controller_config or 'the embedded config'}: {e}") from None
+        ctl_path = os.path.join(self.state_dir, "xce-btrfs.toml")
+        _write_private(ctl_path, text)
+        with open(provisioner_config, encoding="utf-8") as fh:
+            base = fh.read()
+        if "btrfs" in load_provisioner_config(provisioner_config).providers:
+            raise ClusterError(f"{provisioner_config} already names a provider btrfs: drop it, or --btrfs")
+        text = (base.rstrip("\n") + "\n\n# added by xce up --btrfs\n[providers.btrfs]\ntimeout = 120.0\n\n"
+                f'[providers.btrfs.config]\nroot = "{root}"\n')
+        parse_provisioner_config(text, "xce up --btrfs")
+        prov_path = os.path.join(self.state_dir, "provisioner-btrfs.toml")
+        _write_private(prov_path, text)
+        return ctl_path, prov_path
+
+    def _btrfs_root(self) -> str | None:
+        if self.loop is not None:
+            return self.loop.mount()
+        if self.btrfs is not None:
+            check_btrfs_root(self.btrfs)
+            return self.btrfs
+        return None
+
     def start(self) -> None:
         if read_up_pid(self.state_dir) is not None:
             raise ClusterError(f"a cluster is already up on {self.state_dir} (xce down --state-dir {self.state_dir})")
         for d in ("", "logs", "hosts"):
             os.makedirs(os.path.join(self.state_dir, d), mode=0o700, exist_ok=True)
         _write_private(os.path.join(self.state_dir, "up.pid"), f"{os.getpid()}\n")
+        controller_config = self.config
+        provisioner_config = self._provisioner_config()
+        self.btrfs_root = self._btrfs_root()
+        if self.btrfs_root is not None:
+            controller_config, provisioner_config = self._with_btrfs(self.btrfs_root, self.config, provisioner_config)
         try:
             os.unlink(os.path.join(self.state_dir, "controller.url"))  # a stale one would point elsewhere
         except FileNotFoundError:
             pass
         argv = ["controller", "--state-dir", self.state_dir, "--listen", self.listen]
-        if self.config:
-            argv += ["--config", self.config]
+        if controller_config:
+            argv += ["--config", controller_config]
         ctl = self._spawn("controller", argv)
         self.url = self._wait_controller(ctl)
         with open(os.path.join(self.state_dir, "admin.token")) as fh:
@@ -181,7 +363,6 @@ class LocalCluster:
         # tokens reach the daemons in files (0600), never on a command line; and not the caller's XCE_TOKEN
         env = {k: v for k, v in os.environ.items() if k != "XCE_TOKEN"}
         token_file = self._daemon_token(admin, "provisioner", None, os.path.join(self.state_dir, "provisioner.token"))
-        provisioner_config = self._provisioner_config()
         self._spawn("provisioner", ["provisioner", "--controller", self.url, "--config", provisioner_config,
                                     "--token-file", token_file], env=env)
         # the workers publish shared claims from where the provisioner's providers keep them
@@ -248,6 +429,13 @@ class LocalCluster:
                     self._say(f"xce up: {c.name} did not stop within {STOP_TIMEOUT:g}s: killing it")
                     c.proc.kill()
                     c.proc.wait()
+        if self.loop is not None and self.loop.mounted_by_us:
+            try:
+                self.loop.unmount()
+                self.loop.mounted_by_us = False
+                self._say(f"xce up: unmounted {self.loop.mnt}")
+            except ClusterError as e:
+                self._say(f"xce up: {e}")
         try:
             if read_up_pid(self.state_dir) in (os.getpid(), None):
                 os.unlink(os.path.join(self.state_dir, "up.pid"))
@@ -256,8 +444,9 @@ class LocalCluster:
 
 
 def up(state_dir: str, hosts: int, listen: str, config: str | None, slots: int,
-       provisioner_config: str | None = None) -> int:
-    cluster = LocalCluster(state_dir, hosts, listen, config, slots, provisioner_config)
+       provisioner_config: str | None = None, btrfs: str | None = None, btrfs_loop: int | None = None) -> int:
+    cluster = LocalCluster(state_dir, hosts, listen, config, slots, provisioner_config, btrfs=btrfs,
+                           btrfs_loop=btrfs_loop)
     signal.signal(signal.SIGTERM, cluster.request_stop)
     signal.signal(signal.SIGINT, cluster.request_stop)
     try:
@@ -271,6 +460,10 @@ def up(state_dir: str, hosts: int, listen: str, config: str | None, slots: int,
                  f"  state:  {cluster.state_dir}\n"
                  f"  client: export XCE_CONFIG={cluster.state_dir}/client.toml   (or xce --config ...)\n"
                  f"  stop:   Ctrl-C, or xce down --state-dir {cluster.state_dir}")
+    if cluster.btrfs_root is not None:
+        where = (f"a loop-file filesystem ({cluster.loop.image}, {format_size(cluster.loop.size)})"
+                 if cluster.loop is not None else "its filesystem")
+        cluster._say(f"  btrfs:  claim class btrfs on {cluster.btrfs_root}, {where}")
     rc = cluster.supervise()
     if rc == 0:
         cluster._say("xce up: stopping")
@@ -283,6 +476,15 @@ def down(state_dir: str, timeout: float = 60.0) -> int:
     state_dir = os.path.abspath(state_dir)
     pid = read_up_pid(state_dir)
     if pid is None:
+        leftover = LoopBtrfs(state_dir, 0)
+        if os.path.ismount(leftover.mnt):  # an xce up that was killed left its loop-file btrfs mounted
+            try:
+                leftover.unmount()
+            except ClusterError as e:
+                print(f"xce down: {e}", file=sys.stderr)
+                return 1
+            print(f"xce down: no cluster is up on {state_dir}; unmounted the btrfs it left at {leftover.mnt}")
+            return 0
         print(f"xce down: no cluster is up on {state_dir}", file=sys.stderr)
         return 1
     os.kill(pid, signal.SIGTERM)

@@ -229,6 +229,46 @@ def test_concurrent_retries_of_one_op_id_make_one_volume(bt):
     assert list(bt.objects()) == [results[0].handle]
 
 
+def test_a_batch_of_creates_snapshots_and_clones_made_at_once_answers_each_and_is_idempotent(bt):
+    """Runs of creates and snapshots in one document are made at the same time (threads, one hold of
+    the lock); each still gets its own reply, used bytes read once at the end; a retry of the whole
+    document answers the same objects; a bad request in the run costs only its own reply."""
+    creates = [create(f"c{i}", i + 1) for i in range(12)] + [create("bad", 99, source="v0-nothing")]
+    first = bt.run(*creates)
+    assert [r.op_id for r in first] == [r.op_id for r in creates]
+    assert all(r.ok for r in first[:-1]) and first[-1].error_code == "NOT_FOUND"
+    assert len({r.handle for r in first[:-1]}) == 12 and all(r.used_bytes is not None for r in first[:-1])
+    again = bt.run(*creates[:-1])
+    assert [(r.handle, r.path) for r in again] == [(r.handle, r.path) for r in first[:-1]]
+    for r in first[:-1]:
+        (Path(r.path) / "data").write_text(r.handle)
+    snaps = bt.run(*[snapshot(r.handle, f"s{i}", i + 1) for i, r in enumerate(first[:-1])])
+    assert all(s.ok and s.used_bytes is not None for s in snaps) and len({s.handle for s in snaps}) == 12
+    clones = bt.run(*[create(f"k{i}", 100 + i, source=s.handle) for i, s in enumerate(snaps)])
+    assert all(c.ok for c in clones)
+    assert [(Path(c.path) / "data").read_text() for c in clones] == [r.handle for r in first[:-1]]
+    assert len(bt.objects()) == 36
+    # in one document: a volume, a snapshot of it and a clone of that snapshot (each reads the one before)
+    v = btrfs.derive_handle(50, "chain-v")
+    s = btrfs.derive_handle(50, "chain-s", prefix="s")
+    chain = bt.run(create("chain-v", 50), snapshot(v, "chain-s", 50), create("chain-c", 51, source=s),
+                   create("chain-d", 52))
+    assert [(r.ok, r.handle) for r in chain[:2]] == [(True, v), (True, s)] and chain[2].ok and chain[3].ok
+    assert all(r.ok for r in bt.run(*[release(r.handle, f"rel-{r.handle}") for r in chain]))
+    assert all(r.ok for r in bt.run(*[release(o.handle, f"rel-{o.handle}") for o in [*first[:-1], *snaps, *clones]]))
+    assert bt.objects() == {} and not [n for n in os.listdir(bt.root / "volumes") if n.startswith(".")]
+
+
+def test_without_sysfs_the_btrfs_command_checks_and_reads_used_bytes(bt, monkeypatch):
+    """Quota groups are read from /sys/fs/btrfs/<fsid>/qgroups; where that is missing, from
+    ``btrfs qgroup show`` (in process here, so that the provider's SYSFS can point nowhere)."""
+    monkeypatch.setattr(btrfs, "SYSFS", str(bt.root / "no-sysfs"))
+    doc = json.loads(encode_request_document(CLUSTER, bt.config, [create("ns-1", 1), create("ns-2", 2)]))
+    replies = btrfs.handle_document(doc)["replies"]
+    assert [r["ok"] for r in replies] == [True, True]
+    assert all(isinstance(r.get("used_bytes"), int) for r in replies)
+
+
 def test_set_owner_gives_the_volume_to_its_owner(bt):
     bt.config.update(set_owner=True)
     nobody = pwd.getpwnam("nobody")

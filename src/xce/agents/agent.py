@@ -31,6 +31,7 @@ import concurrent.futures
 import logging
 import os
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -192,7 +193,10 @@ class ClaimAgent:
                 if provider is None:
                     raise _Refused("NO_PROVIDER", f"this agent has no provider {items[0].get('provider')!r} "
                                                   "configured", retryable=False)
+                started = time.monotonic()
                 replies = provider.run(self.cluster_id, [request_for(i) for i in items])
+                log.debug("%s: %d ops (%s) in %.3fs", provider.name, len(items),
+                          ",".join(sorted({i["op"] for i in items})), time.monotonic() - started)
             except _Refused as e:
                 replies = [ProviderReply(op_id=i["op_id"], ok=False, error_code=e.code, retryable=e.retryable,
                                          message=e.message) for i in items]

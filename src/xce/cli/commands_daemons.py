@@ -105,6 +105,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     u.add_argument("--slots", type=int, default=8, help="slots per host (default 8)")
     u.add_argument("--provisioner-config", help="the provisioner's providers (default: DIR/provisioner.toml, "
                                                  "written once with simfs under DIR/simfs)")
+    bt = u.add_mutually_exclusive_group()
+    bt.add_argument("--btrfs", metavar="DIR", help="add a claim class btrfs on DIR, a directory on a mounted btrfs "
+                                                   "filesystem (root; quotas are enabled if off)")
+    bt.add_argument("--btrfs-loop", metavar="SIZE", help="add a claim class btrfs on a loop-file btrfs filesystem "
+                                                         "of SIZE under DIR/btrfs (root; made once, mounted by up, "
+                                                         "unmounted by down)")
     u.set_defaults(func=cmd_up)
 
     d = sub.add_parser("down", help="stop the local cluster started by xce up")
@@ -169,7 +175,16 @@ def cmd_up(args, ctx) -> int:
         raise UsageError("--hosts must be between 1 and 64")
     if args.slots < 1:
         raise UsageError("--slots must be >= 1")
-    return up(args.state_dir, args.hosts, args.listen, args.server_config, args.slots, args.provisioner_config)
+    loop = None
+    if args.btrfs_loop is not None:
+        from xce.errors import InvalidRequest
+        from xce.units import parse_size
+        try:
+            loop = parse_size(args.btrfs_loop, "--btrfs-loop size")
+        except InvalidRequest as e:
+            raise UsageError(str(e)) from None
+    return up(args.state_dir, args.hosts, args.listen, args.server_config, args.slots, args.provisioner_config,
+              btrfs=args.btrfs, btrfs_loop=loop)
 
 
 def cmd_down(args, ctx) -> int:

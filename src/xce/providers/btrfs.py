@@ -2,9 +2,18 @@
 
 Run as ``python -m xce.providers.btrfs``: it reads one request document on
 stdin and writes one reply document on stdout (docs/providers.md).  Like
-simfs it is started once per batch, imports only stdlib modules and none of
-XCE, and runs ``btrfs`` (btrfs-progs) as child processes with argument lists
-and timeouts, never a shell string.
+simfs it is started once per batch and imports only stdlib modules and none
+of XCE.  It changes subvolumes and quota limits with btrfs's ioctls (what
+btrfs-progs calls; a process per call cost more than the change), and runs
+``btrfs`` (btrfs-progs) only to read quota groups (``qgroup show``: the
+check that root is btrfs with quotas on, and used bytes), as child
+processes with argument lists and timeouts, never a shell string.
+
+Per document: the btrfs check is made once, each parent is swept once,
+consecutive creates and snapshots are made at the same time under one hold
+of the lock (``_parallel``), and used bytes for the replies that carry them
+are read once at the end (one commit; from ``/sys/fs/btrfs/<fsid>/qgroups``,
+or ``qgroup show --sync`` where that is missing).
 
 Layout under the configured ``root`` (a directory on a btrfs filesystem with
 quotas enabled)::
@@ -46,12 +55,17 @@ the unix account named by the ``xce.owner`` tag).
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from xce.providers import kit
 from xce.providers.kit import Flock as _Flock, Refusal, derive_handle, error, ok
@@ -76,7 +90,10 @@ EXPANDS_KEPT = 64  # expand op_ids remembered per volume, for idempotent retries
 
 
 class Config(kit.ProviderConfig):
-    """The request document's ``config``, checked; ``fs_checked`` caches the btrfs check per document."""
+    """The request document's ``config``, checked, and what the provider keeps per document:
+    ``fs_checked`` (the btrfs check is made once), the parents already swept, the replies that
+    wait for their used bytes (read once, after the document's changes), and whether the document
+    holds the root's lock for a group of changes made at the same time."""
 
     WHO = PROVIDER
     KEYS = CONFIG_KEYS
@@ -84,13 +101,50 @@ class Config(kit.ProviderConfig):
     def __init__(self, raw: object) -> None:
         super().__init__(raw)
         self.fs_checked = False
+        self.swept: set[str] = set()
+        self.used_wanted: list[tuple[dict, int]] = []
+        self.held = False
+        self.sysfs: str | None = None  # "" once known to be unusable
+        self._mutex = threading.Lock()
 
     @property
     def snapshots(self) -> str:
         return os.path.join(self.root, "snapshots")
 
-    def lock(self) -> _Flock:
-        return _Flock(os.path.join(self.root, ".lock"))
+    def lock(self) -> _Flock | _Held:
+        """The root's flock; nothing more while the document holds it for a parallel group."""
+        return _Held() if self.held else _Flock(os.path.join(self.root, ".lock"))
+
+    def want_used(self, reply: dict, meta: dict) -> dict:
+        """``reply`` gets ``used_bytes`` once the document's changes are done (one commit for all)."""
+        if reply.get("ok") and isinstance(meta.get("subvol_id"), int):
+            with self._mutex:
+                self.used_wanted.append((reply, meta["subvol_id"]))
+        return reply
+
+    def fill_used(self) -> None:
+        """One ``qgroup show --sync`` for every reply that wants used bytes; on failure they go without
+        (the field is optional: the next ``list`` reports them)."""
+        if not self.used_wanted:
+            return
+        try:
+            used = _referenced(self, {sid for _, sid in self.used_wanted})
+        except Refusal as e:
+            print(f"btrfs: used bytes not reported: {e.message}", file=sys.stderr)
+            return
+        for reply, sid in self.used_wanted:
+            if sid in used:
+                reply["used_bytes"] = used[sid]
+
+
+class _Held:
+    """The lock the document already holds."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 # ---------------------------------------------------------------------------
@@ -118,6 +172,136 @@ def _btrfs(*args: str, what: str) -> str:
             raise Refusal("RESOURCE_EXHAUSTED", f"btrfs: {what}: {err}", True)
         raise Refusal("UNAVAILABLE", f"btrfs: {what}: {err}", True)
     return done.stdout
+
+
+# ---------------------------------------------------------------------------
+# btrfs ioctls: what a change needs, without a process per call (linux/btrfs.h)
+#
+# A ``btrfs`` command costs a process start per call, more than the change itself; the provider
+# makes, snapshots, limits and deletes subvolumes with the ioctls btrfs-progs uses, and runs the
+# ``btrfs`` command only to read quota groups (``qgroup show``: the check and used bytes, once per
+# document).
+
+
+def _ioc(direction: int, nr: int, size: int) -> int:
+    return (direction << 30) | (size << 16) | (0x94 << 8) | nr
+
+
+_IOW, _IOR, _IOWR = 1, 2, 3
+VOL_ARGS = struct.Struct("q4088s")                 # btrfs_ioctl_vol_args: fd, name
+VOL_ARGS_V2 = struct.Struct("qQQ32s4040s")         # btrfs_ioctl_vol_args_v2: fd, transid, flags, (size, inherit), name
+INO_LOOKUP = struct.Struct("QQ4080s")              # btrfs_ioctl_ino_lookup_args: treeid, objectid, name
+QGROUP_LIMIT = struct.Struct("QQQQQQ")             # btrfs_ioctl_qgroup_limit_args: qgroupid, btrfs_qgroup_limit
+QGROUP_CREATE = struct.Struct("QQ")                # btrfs_ioctl_qgroup_create_args: create, qgroupid
+IOC_SUBVOL_CREATE = _ioc(_IOW, 14, VOL_ARGS.size)
+IOC_SNAP_DESTROY = _ioc(_IOW, 15, VOL_ARGS.size)
+IOC_INO_LOOKUP = _ioc(_IOWR, 18, INO_LOOKUP.size)
+IOC_SNAP_CREATE_V2 = _ioc(_IOW, 23, VOL_ARGS_V2.size)
+IOC_QGROUP_CREATE = _ioc(_IOW, 42, QGROUP_CREATE.size)
+IOC_QGROUP_LIMIT = _ioc(_IOR, 43, QGROUP_LIMIT.size)
+IOC_FS_INFO = _ioc(_IOR, 31, 1024)                 # btrfs_ioctl_fs_info_args: max_id, num_devices, fsid, ...
+IOC_SYNC = _ioc(0, 8, 0)                           # commit the filesystem's transaction (qgroup numbers move)
+SYSFS = "/sys/fs/btrfs"
+SUBVOL_RDONLY = 1 << 1
+QGROUP_LIMIT_MAX_RFER = 1 << 0
+
+
+def _refusal(e: OSError, what: str) -> Refusal:
+    """An ioctl's error, as ``_btrfs`` reads the command's: no space is RESOURCE_EXHAUSTED, else UNAVAILABLE."""
+    text = f"btrfs: {what}: {os.strerror(e.errno) if e.errno else e}"
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return Refusal("RESOURCE_EXHAUSTED", text, True)
+    return Refusal("UNAVAILABLE", text, True)
+
+
+def _ioctl(path: str, request: int, arg: bytes, what: str, flags: int = os.O_RDONLY | os.O_DIRECTORY) -> bytes:
+    buf = bytearray(arg)  # mutable: fcntl copies an immutable argument only up to 1 KiB
+    fd = os.open(path, flags)
+    try:
+        fcntl.ioctl(fd, request, buf, True)
+        return bytes(buf)
+    except OSError as e:
+        raise _refusal(e, what) from None
+    finally:
+        os.close(fd)
+
+
+def _name_arg(path: str) -> tuple[str, bytes]:
+    parent, name = os.path.split(path)
+    return parent, name.encode()
+
+
+def _subvolume_create(path: str) -> None:
+    parent, name = _name_arg(path)
+    _ioctl(parent, IOC_SUBVOL_CREATE, VOL_ARGS.pack(0, name), f"creating subvolume {path}")
+
+
+def _snapshot_create(source: str, path: str, readonly: bool) -> None:
+    """``path`` becomes a snapshot of the subvolume ``source`` (btrfs commits a transaction for it:
+    snapshots taken at the same time share the commit)."""
+    parent, name = _name_arg(path)
+    src = os.open(source, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        _ioctl(parent, IOC_SNAP_CREATE_V2, VOL_ARGS_V2.pack(src, 0, SUBVOL_RDONLY if readonly else 0, b"", name),
+               f"snapshotting {source}")
+    finally:
+        os.close(src)
+
+
+def _subvolume_delete(path: str) -> None:
+    parent, name = _name_arg(path)
+    _ioctl(parent, IOC_SNAP_DESTROY, VOL_ARGS.pack(0, name), f"deleting subvolume {path}")
+
+
+def _subvol_id(path: str) -> int:
+    out = _ioctl(path, IOC_INO_LOOKUP, INO_LOOKUP.pack(0, SUBVOLUME_INODE, b""),
+                 f"reading the subvolume id of {path}")
+    return INO_LOOKUP.unpack(out)[0]
+
+
+def _limit(path: str, size: int) -> None:
+    """The subvolume's referenced bytes may not pass ``size``: a write past it fails with EDQUOT."""
+    _ioctl(path, IOC_QGROUP_LIMIT, QGROUP_LIMIT.pack(0, QGROUP_LIMIT_MAX_RFER, size, 0, 0, 0),
+           f"limiting {path} to {size} bytes")
+
+
+def _qgroup_destroy(root: str, sid: int) -> None:
+    _ioctl(root, IOC_QGROUP_CREATE, QGROUP_CREATE.pack(0, sid), f"destroying qgroup 0/{sid}")
+
+
+def _sysfs_qgroups(cfg: Config) -> str | None:
+    """``/sys/fs/btrfs/<fsid>/qgroups`` of root's filesystem when it is btrfs with quotas on, else None
+    (then the ``btrfs`` command says what is wrong).  Cached per document: reading quota groups there
+    costs no process."""
+    if cfg.sysfs is None:
+        cfg.sysfs = ""
+        try:
+            info = _ioctl(cfg.root, IOC_FS_INFO, bytes(1024), "reading the filesystem's id")
+            fsid = info[16:32].hex()
+            qgroups = os.path.join(SYSFS, f"{fsid[:8]}-{fsid[8:12]}-{fsid[12:16]}-{fsid[16:20]}-{fsid[20:]}",
+                                   "qgroups")
+            with open(os.path.join(qgroups, "enabled")) as fh:
+                if fh.read().strip() == "1":
+                    cfg.sysfs = qgroups
+        except (Refusal, OSError):
+            pass
+    return cfg.sysfs or None
+
+
+def _referenced(cfg: Config, sids: set[int]) -> dict[int, int]:
+    """Referenced bytes of these subvolumes' qgroups, after a commit; from sysfs, else ``qgroup show``."""
+    qgroups = _sysfs_qgroups(cfg)
+    if qgroups is None:
+        return {sid: got[0] for sid, got in _qgroups(cfg, sync=True).items() if sid in sids}
+    _ioctl(cfg.root, IOC_SYNC, b"", f"committing the filesystem of {cfg.root}")
+    found = {}
+    for sid in sids:
+        try:
+            with open(os.path.join(qgroups, f"0_{sid}", "referenced")) as fh:
+                found[sid] = int(fh.read())
+        except (OSError, ValueError):
+            pass
+    return found
 
 
 def _qgroups(cfg: Config, sync: bool) -> dict[int, tuple[int, int | None]]:
@@ -155,11 +339,10 @@ def _qgroups(cfg: Config, sync: bool) -> dict[int, tuple[int, int | None]]:
 def _check_fs(cfg: Config) -> None:
     """Refuse clearly, once per document, unless ``root`` is a directory on btrfs with quotas enabled."""
     if not cfg.fs_checked:
-        _qgroups(cfg, sync=False)
-
-
-def _subvol_id(path: str) -> int:
-    return int(_btrfs("inspect-internal", "rootid", path, what=f"reading the subvolume id of {path}").strip())
+        if os.path.isdir(cfg.root) and _sysfs_qgroups(cfg) is not None:
+            cfg.fs_checked = True
+        else:
+            _qgroups(cfg, sync=False)  # the btrfs command says which is missing
 
 
 def _is_subvolume(path: str) -> bool:
@@ -181,15 +364,15 @@ def _delete_subvolume(cfg: Config, path: str) -> None:
     """
     sid = _subvol_id(path)
     try:
-        _btrfs("subvolume", "delete", path, what=f"deleting subvolume {path}")
+        _subvolume_delete(path)
     except Refusal as e:
-        if "Directory not empty" not in e.message:
+        if os.strerror(errno.ENOTEMPTY) not in e.message:
             raise
         for nested in reversed(_nested_subvolumes(path)):
-            _btrfs("subvolume", "delete", nested, what=f"deleting nested subvolume {nested}")
-        _btrfs("subvolume", "delete", path, what=f"deleting subvolume {path}")
+            _subvolume_delete(nested)
+        _subvolume_delete(path)
     try:
-        _btrfs("qgroup", "destroy", f"0/{sid}", cfg.root, what=f"destroying qgroup 0/{sid}")
+        _qgroup_destroy(cfg.root, sid)
     except Refusal:
         pass
 
@@ -204,11 +387,6 @@ def _nested_subvolumes(top: str) -> list[str]:
             if not os.path.islink(p) and _is_subvolume(p):
                 found.append(p)
     return found
-
-
-def _limit(path: str, size: int) -> None:
-    """The subvolume's referenced bytes may not pass ``size``: a write past it fails with EDQUOT."""
-    _btrfs("qgroup", "limit", str(size), path, what=f"limiting {path} to {size} bytes")
 
 
 # ---------------------------------------------------------------------------
@@ -229,14 +407,18 @@ def _str_map(req: dict, key: str) -> dict:
 
 def _sweep(cfg: Config, parent: str) -> None:
     """Remove dot-named leftovers of crashed runs, subvolumes included; call under the lock.
+    Once per parent and document: a change that fails removes its own leftovers.
 
     ``.new-*`` objects were never answered to anyone and ``.gone-*`` ones were
     being released: neither holds data that anyone still has a claim to.
     """
+    if parent in cfg.swept:
+        return
     try:
         names = os.listdir(parent)
     except FileNotFoundError:
         return
+    cfg.swept.add(parent)
     for n in names:
         if not n.startswith("."):
             continue
@@ -289,12 +471,6 @@ def _check_reachable(cfg: Config, host: str, handle: str) -> None:
                                        f"(reachable from {', '.join(cfg.reachable_hosts) or 'no host'})", False)
 
 
-def _used(cfg: Config, meta: dict) -> int | None:
-    """The object's referenced bytes now (after a commit), or None if btrfs has no qgroup for it."""
-    got = _qgroups(cfg, sync=True).get(meta.get("subvol_id", -1))
-    return got[0] if got else None
-
-
 # ---------------------------------------------------------------------------
 # Making objects
 
@@ -334,7 +510,7 @@ def _new_volume(cfg: Config, size: int, tags: dict, source: str | None):
     def build(data: str) -> dict:
         owner = kit.owner_ids(cfg.set_owner, tags, PROVIDER)
         if source is None:
-            _btrfs("subvolume", "create", data, what=f"creating subvolume {data}")
+            _subvolume_create(data)
         else:
             found = _find(cfg, source)
             if found is None:
@@ -343,7 +519,7 @@ def _new_volume(cfg: Config, size: int, tags: dict, source: str | None):
                 raise Refusal("INVALID_ARGUMENT", f"btrfs: a volume made from {source} needs at least "
                                                   f"{found[1]['size_bytes']} bytes (the source's size), "
                                                   f"not {size}", False)
-            _btrfs("subvolume", "snapshot", os.path.join(found[0], "data"), data, what=f"cloning {source}")
+            _snapshot_create(os.path.join(found[0], "data"), data, readonly=False)
         os.chmod(data, 0o700)
         if owner is not None:
             os.chown(data, *owner)
@@ -383,9 +559,9 @@ def op_create(cfg: Config, req: dict) -> dict:
     with cfg.lock():
         meta = _make(cfg, cfg.volumes, handle, _volume_meta(req, size, source),
                      _new_volume(cfg, size, tags, source))
-    return ok(req["op_id"], handle=handle, size_bytes=meta["size_bytes"], reachable_hosts=cfg.reachable_hosts,
-              host_labels=cfg.host_labels or None, path=os.path.join(cfg.volumes, handle, "data"),
-              used_bytes=_used(cfg, meta))
+    return cfg.want_used(ok(req["op_id"], handle=handle, size_bytes=meta["size_bytes"],
+                            reachable_hosts=cfg.reachable_hosts, host_labels=cfg.host_labels or None,
+                            path=os.path.join(cfg.volumes, handle, "data")), meta)
 
 
 def op_create_snapshot(cfg: Config, req: dict) -> dict:
@@ -398,7 +574,7 @@ def op_create_snapshot(cfg: Config, req: dict) -> dict:
 
     def build(data: str) -> dict:
         vol, vmeta = _volume(cfg, source, "snapshot")
-        _btrfs("subvolume", "snapshot", "-r", os.path.join(vol, "data"), data, what=f"snapshotting {source}")
+        _snapshot_create(os.path.join(vol, "data"), data, readonly=True)
         return {"size_bytes": vmeta["size_bytes"]}
 
     meta = {"kind": "snapshot", "tags": _str_map(req, "tags"), "size_bytes": 0,
@@ -406,7 +582,7 @@ def op_create_snapshot(cfg: Config, req: dict) -> dict:
             "source_handle": source, "expanded_by": []}
     with cfg.lock():
         meta = _make(cfg, cfg.snapshots, snap, meta, build)
-    return ok(req["op_id"], handle=snap, size_bytes=meta["size_bytes"], used_bytes=_used(cfg, meta))
+    return cfg.want_used(ok(req["op_id"], handle=snap, size_bytes=meta["size_bytes"]), meta)
 
 
 def op_expand(cfg: Config, req: dict) -> dict:
@@ -425,7 +601,7 @@ def op_expand(cfg: Config, req: dict) -> dict:
             meta["size_bytes"] = new
             meta["expanded_by"] = [*meta.get("expanded_by", []), req["op_id"]][-EXPANDS_KEPT:]
             _write_json(os.path.join(vol, "meta.json"), meta)
-    return ok(req["op_id"], handle=handle, size_bytes=meta["size_bytes"], used_bytes=_used(cfg, meta))
+    return cfg.want_used(ok(req["op_id"], handle=handle, size_bytes=meta["size_bytes"]), meta)
 
 
 def _remove(cfg: Config, parent: str, handle: str) -> None:
@@ -603,18 +779,78 @@ def handle(cfg: Config | Refusal, req: dict) -> dict:
         return error(op_id, "INTERNAL", f"btrfs: {op} failed: {type(e).__name__}: {e}", True)
 
 
+PARALLEL_OPS = ("create", "create_snapshot")  # each makes its own object from its own op_id's handle
+PARALLEL = 16  # threads for a group of them: btrfs commits a transaction per snapshot, and shares it
+
+
+def _makes(req: dict) -> str | None:
+    """The handle a create or a snapshot makes (None if the request is malformed: it will be refused)."""
+    try:
+        return derive_handle(req["claim_id"], req["op_id"], prefix="s" if req["op"] == "create_snapshot" else "v")
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _reads(req: dict) -> object:
+    """The object a create (its content source) or a snapshot (its volume) reads: a run made at once
+    ends before a request that reads what an earlier one of the run makes."""
+    read = req.get("handle") if req.get("op") == "create_snapshot" else req.get("source_handle")
+    return read if isinstance(read, str) else object()
+
+
+def _parallel(cfg: Config, reqs: list[dict]) -> list[dict]:
+    """Consecutive creates and snapshots at the same time, under one hold of the root's lock.
+
+    Each makes a different object (its handle comes from its op_id, unique in the document) and
+    reads its source only, never one the run makes (``handle_document`` ends a run there), so
+    they cannot meet; what they share (the check, the sweep of the
+    parents) is done before.  Snapshots started together share btrfs's transaction commit,
+    which is most of a snapshot's time.
+    """
+    with _Flock(os.path.join(cfg.root, ".lock")) if os.path.isdir(cfg.root) else _Held():
+        try:
+            _check_fs(cfg)
+            for parent in (cfg.volumes, cfg.snapshots):
+                _makedirs(parent)
+                _sweep(cfg, parent)
+        except (Refusal, OSError):
+            return [handle(cfg, r) for r in reqs]  # each reply says what is wrong
+        cfg.held = True
+        try:
+            with ThreadPoolExecutor(min(PARALLEL, len(reqs))) as pool:
+                return list(pool.map(lambda r: handle(cfg, r), reqs))
+        finally:
+            cfg.held = False
+
+
 def handle_document(doc: dict) -> dict:
-    """A request document -> the reply document."""
+    """A request document -> the reply document.  Runs of creates and snapshots are made at the same
+    time (``_parallel``); used bytes are read once at the end, after one commit."""
     try:
         cfg: Config | Refusal = Config(doc.get("config", {}))
     except Refusal as e:
         cfg = e
-    replies = []
+    reqs: list[dict] = []
     for req in doc["requests"]:
         if not isinstance(req, dict) or not isinstance(req.get("op_id"), str) or not req["op_id"]:
             print(f"btrfs: skipping a request without an op_id: {str(req)[:80]}", file=sys.stderr)
             continue
-        replies.append(handle(cfg, req))
+        reqs.append(req)
+    replies: list[dict] = []
+    i = 0
+    while i < len(reqs):
+        j, made = i, set()
+        while j < len(reqs) and reqs[j].get("op") in PARALLEL_OPS and _reads(reqs[j]) not in made:
+            made.add(_makes(reqs[j]))
+            j += 1
+        if isinstance(cfg, Config) and j - i > 1:
+            replies += _parallel(cfg, reqs[i:j])
+            i = j
+        else:
+            replies.append(handle(cfg, reqs[i]))
+            i += 1
+    if isinstance(cfg, Config):
+        cfg.fill_used()
     return {"contract": CONTRACT, "replies": replies}
 
 
