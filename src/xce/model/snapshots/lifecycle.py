@@ -72,8 +72,10 @@ def _advance_delete(model: Model, snap: Snapshot, time: float) -> None:
     if not snap.delete_requested or snap.op is not None and snap.op.epoch is not None:
         return
     by = snap.deleted_by or "-"
-    if snap.state is SnapshotState.PENDING:  # its create_snapshot never reached a provider
-        _close_op(model, snap)
+    if snap.state is SnapshotState.PENDING:
+        if snap.data_exists:  # an attempt reached the provider and waits for its retry: that answers first
+            return
+        _close_op(model, snap)  # its create_snapshot never reached a provider
         _set_state(model, snap, SnapshotState.RELEASED, time, "deleted before it was taken", by)
     elif snap.state in (SnapshotState.READY, SnapshotState.FAILED):
         if not snap.data_exists:
