@@ -78,7 +78,7 @@ def read_up_pid(state_dir: str) -> int | None:
 
 class LocalCluster:
     def __init__(self, state_dir: str, hosts: int, listen: str, config: str | None, slots: int,
-                 provisioner_config: str | None = None, out=sys.stdout) -> None:
+                 provisioner_config: str | None = None, out=sys.stdout, transfer_config: str | None = None) -> None:
         self.state_dir = os.path.abspath(state_dir)
         self.nhosts = hosts
         self.listen = listen
@@ -86,6 +86,9 @@ class LocalCluster:
         self.slots = slots
         self.provisioner_config = os.path.abspath(provisioner_config) if provisioner_config else None
         self.out = out
+        # remotes and their credentials: given to the provisioner (staging before allocation, populated claims)
+        # and the workers (node-scope staging)
+        self.transfers = ["--transfer-config", os.path.abspath(transfer_config)] if transfer_config else []
         self.children: list[Child] = []
         self.url = ""
         self._stopping = False
@@ -183,7 +186,7 @@ class LocalCluster:
         token_file = self._daemon_token(admin, "provisioner", None, os.path.join(self.state_dir, "provisioner.token"))
         provisioner_config = self._provisioner_config()
         self._spawn("provisioner", ["provisioner", "--controller", self.url, "--config", provisioner_config,
-                                    "--token-file", token_file], env=env)
+                                    "--token-file", token_file, *self.transfers], env=env)
         # the workers publish shared claims from where the provisioner's providers keep them
         storage = [a for root in StorageRoots.of(load_provisioner_config(provisioner_config).providers).roots
                    for a in ("--storage-root", root)]
@@ -195,7 +198,7 @@ class LocalCluster:
             self._spawn(f"worker-{host}", ["worker", "--host", host, "--controller", self.url,
                                            "--slots", str(self.slots), "--work-dir", work_dir,
                                            "--counter", f"scratch={SCRATCH_PER_HOST}", "--token-file", token_file,
-                                           *storage], env=env)
+                                           *storage, *self.transfers], env=env)
         self._wait_hosts(admin)
 
     def _wait_hosts(self, admin: Client, timeout: float = 60.0) -> None:
@@ -256,8 +259,9 @@ class LocalCluster:
 
 
 def up(state_dir: str, hosts: int, listen: str, config: str | None, slots: int,
-       provisioner_config: str | None = None) -> int:
-    cluster = LocalCluster(state_dir, hosts, listen, config, slots, provisioner_config)
+       provisioner_config: str | None = None, transfer_config: str | None = None) -> int:
+    cluster = LocalCluster(state_dir, hosts, listen, config, slots, provisioner_config,
+                           transfer_config=transfer_config)
     signal.signal(signal.SIGTERM, cluster.request_stop)
     signal.signal(signal.SIGINT, cluster.request_stop)
     try:

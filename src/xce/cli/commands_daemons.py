@@ -90,6 +90,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     pr.add_argument("--token", dest="command_line_token", help=argparse.SUPPRESS)  # refused
     pr.add_argument("--config", dest="provisioner_config", required=True,
                     help="providers and their private configs (TOML); read by nobody else")
+    pr.add_argument("--transfer-config", metavar="PATH",
+                    help="remotes and their credentials for shared staging claims (stage-in before hosts are "
+                         "allocated) and populated claims ([transfers] TOML, mode 0600, as a worker's)")
     pr.set_defaults(func=cmd_provisioner)
 
     u = sub.add_parser("up", help="start a local cluster: controller and N worker hosts on loopback")
@@ -100,6 +103,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     u.add_argument("--slots", type=int, default=8, help="slots per host (default 8)")
     u.add_argument("--provisioner-config", help="the provisioner's providers (default: DIR/provisioner.toml, "
                                                  "written once with simfs under DIR/simfs)")
+    u.add_argument("--transfer-config", metavar="PATH",
+                   help="remotes and their credentials ([transfers] TOML, mode 0600), given to the provisioner and "
+                        "every worker")
     u.set_defaults(func=cmd_up)
 
     d = sub.add_parser("down", help="stop the local cluster started by xce up")
@@ -144,7 +150,7 @@ def cmd_provisioner(args, ctx) -> int:
 
     token = daemon_token(args, "provisioner")
     try:
-        return run_provisioner(args.controller, token, args.provisioner_config)
+        return run_provisioner(args.controller, token, args.provisioner_config, args.transfer_config)
     except ProvisionerConfigError as e:
         raise UsageError(str(e)) from None
 
@@ -156,7 +162,8 @@ def cmd_up(args, ctx) -> int:
         raise UsageError("--hosts must be between 1 and 64")
     if args.slots < 1:
         raise UsageError("--slots must be >= 1")
-    return up(args.state_dir, args.hosts, args.listen, args.server_config, args.slots, args.provisioner_config)
+    return up(args.state_dir, args.hosts, args.listen, args.server_config, args.slots, args.provisioner_config,
+              transfer_config=args.transfer_config)
 
 
 def cmd_down(args, ctx) -> int:
