@@ -81,3 +81,14 @@ def test_what_the_provisioner_refuses(https, tmp_path, case, code, says):
     }[case]
     reply = t(req)
     assert not reply.ok and reply.error_code == code and not reply.retryable and says in reply.message, reply
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving files away needs root")
+def test_files_copied_in_as_root_belong_to_the_owner_of_the_claims_data(https, tmp_path):
+    root, path = volume(tmp_path)
+    os.chown(path, 4321, 4321)
+    reply = SharedTransfers(TransferSite(ca_cert=https.ca_cert), [root])(
+        item("stage_in", path, items=[[f"{https.url}/set/", "in/set"]]))
+    assert reply.ok, reply.message
+    for p in ("in", "in/set", "in/set/a.bin"):
+        assert os.lstat(os.path.join(path, p)).st_uid == 4321, p

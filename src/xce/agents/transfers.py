@@ -43,6 +43,27 @@ log = logging.getLogger("xce.agent")
 ProgressReport = Callable[[dict[str, Any], int, int | None, float | None], None]
 
 
+def _give_to_owner(base: str, paths: list[str]) -> None:
+    """Files copied in as root belong to whoever owns the claim's data directory (its provider made it
+    the claim owner's with ``set_owner``): a job running as its user may then change what it staged in."""
+    if os.geteuid() != 0:
+        return
+    st = os.stat(base)
+    if st.st_uid == 0:
+        return
+    for top in paths:
+        if not os.path.lexists(top):
+            continue
+        os.lchown(top, st.st_uid, st.st_gid)
+        for parent, dirs, files in os.walk(top):
+            for name in dirs + files:
+                os.lchown(os.path.join(parent, name), st.st_uid, st.st_gid)
+        up = os.path.dirname(top)  # directories made on the way (``in/a.bin``'s ``in``)
+        while up.startswith(base + "/"):
+            os.lchown(up, st.st_uid, st.st_gid)
+            up = os.path.dirname(up)
+
+
 class SharedTransfers:
     """The provisioner's ``stage_in``, ``stage_out`` and ``populate`` ops (a ``ClaimAgent`` local op)."""
 
@@ -129,6 +150,8 @@ class SharedTransfers:
             for key in ("bytes", "transfers"):
                 moved[key] = moved.get(key, 0) + int(out.stats.get(key) or 0)
             log.info("%s %s: %s", op_id, transfer.what, describe(out.stats))
+        if op != "stage_out":
+            _give_to_owner(base, [dest.text for _, dest in pairs])
         if self.report is not None and op != "stage_out":
             self.report(item, done, total or done, None)
         return ProviderReply(op_id=op_id, ok=True, message=f"{what}: {len(pairs)} item(s), {describe(moved)}, "
