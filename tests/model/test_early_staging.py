@@ -147,7 +147,7 @@ def test_shared_staging_refuses_local_paths(w):
         w.submit(stage_in=("/home/alice/data.csv",), stage_class="vol")
     with pytest.raises(InvalidRequest, match="stages from and to URLs"):
         w.submit(stage_in=(URL,), stage_out=("x:/home/alice/x",), stage_class="vol")
-    with pytest.raises(InvalidRequest, match="need --stage-in or --stage-out"):
+    with pytest.raises(InvalidRequest, match="--stage-class needs --stage-in or --stage-out"):
         w.submit(stage_class="vol")
 
 

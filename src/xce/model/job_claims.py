@@ -193,8 +193,10 @@ def resolve(model: Model, config: Config, actor: User, project: str, spec: JobCl
             # node agent refuses a stage-in larger than this before it copies anything
             templates.append({"kind": "stage", "class": cls.name, "size_bytes": size, "scope": Scope.NODE.value,
                               "counter": cls.counter, "pools": [], "stage_in": ins, "stage_out": outs})
-    elif spec.stage_size is not None or spec.stage_class is not None:
-        raise InvalidRequest("--stage-size and --stage-class need --stage-in or --stage-out")
+    elif spec.stage_size is not None:
+        raise InvalidRequest("--stage-size needs --stage-in or --stage-out")
+    elif spec.stage_class is not None:
+        raise InvalidRequest("--stage-class needs --stage-in or --stage-out")
     if spec.app is not None:
         app = config.app(spec.app)
         if app is None:
