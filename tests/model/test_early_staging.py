@@ -22,6 +22,7 @@ from xce.model import job_claims, jobs
 from xce.model.claims import ClaimState, OpKind, Scope
 from xce.model.jobs import JobState
 from xce.scheduler.core import schedule
+from xce.scheduler.plan import Allocation, Plan
 from tests.model.test_job_claims import ADMIN, ALICE, CONFIG, PROVISIONER, World
 
 URL = "https://data.example/set/"
@@ -86,13 +87,13 @@ def test_the_job_is_not_allocated_until_its_staging_claim_is_ready(w):
 def test_the_applier_refuses_an_allocation_whose_staging_claim_is_not_ready(w):
     job = w.submit(**EARLY)
     cycle(w)
-    w.run_agent(PROVISIONER)
-    w.run_agent(PROVISIONER)
-    plan = schedule(build_snapshot(w.model, CONFIG))  # READY in this snapshot...
-    assert plan.allocations
-    w.commit([F.JobHeld(time=w.tick(), job_id=job.id, by="alice")])  # ...but the job changed since
+    w.run_agent(PROVISIONER)  # created; the stage-in is under way
+    claim = job_claims.early_claim(w.model, job)
+    plan = Plan(position=w.model.position, allocations=(
+        Allocation(job_id=job.id, run=job.run, hosts=("h1",), slots={"h1": 1}, counters={}),))
     outcome = apply_plan(w.model, plan, w.tick(), CONFIG)
-    assert outcome.result.rejected
+    assert outcome.facts == []
+    assert outcome.result.rejected == {job.id: f"staging in: claim {claim.name} is PREPARING"}
 
 
 def test_a_permanent_stage_in_failure_ends_the_job_exit_without_ever_holding_a_host(w):
