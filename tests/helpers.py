@@ -286,11 +286,13 @@ class Cluster:
         return wait_for(lambda: (j := self.job(job_id))["state"] in states and j,
                         timeout=timeout, what=f"job {job_id} in {states}")
 
-    def add_provisioner(self, extra_providers: str = "", extra_roots: tuple[str, ...] = ()) -> ProvisionerProcess:
+    def add_provisioner(self, extra_providers: str = "", extra_roots: tuple[str, ...] = (),
+                        extra_args: tuple[str, ...] = ()) -> ProvisionerProcess:
         """The provisioner, with simfs under ROOT/simfs (and ``extra_providers``, whose roots are
         ``extra_roots``): workers added after it publish shared claims from those roots."""
         self.provisioner = ProvisionerProcess(self.ctl, os.path.join(self.root, "provisioner"),
-                                              os.path.join(self.root, "simfs"), extra_providers).start()
+                                              os.path.join(self.root, "simfs"), extra_providers,
+                                              extra_args=list(extra_args)).start()
         self.storage_roots += [self.provisioner.simfs_root, *extra_roots]
         return self.provisioner
 
@@ -324,6 +326,7 @@ class ProvisionerProcess:
     token: str | None = None
     proc: subprocess.Popen | None = None
     controllers: str | None = None  # --controller as given (URL1,URL2); default ctl.url
+    extra_args: list[str] = field(default_factory=list)  # e.g. --transfer-config FILE
 
     @property
     def config_path(self) -> str:
@@ -344,7 +347,7 @@ class ProvisionerProcess:
         log = open(os.path.join(self.work_dir, "provisioner.log"), "ab")
         self.proc = subprocess.Popen(XCE + ["provisioner", "--controller", self.controllers or self.ctl.url,
                                             "--config", self.config_path,
-                                            "--token-file", token_file],
+                                            "--token-file", token_file, *self.extra_args],
                                      stdout=log, stderr=subprocess.STDOUT, env=daemon_env())
         log.close()
         return self

@@ -213,7 +213,7 @@ class LoopBtrfs:
 class LocalCluster:
     def __init__(self, state_dir: str, hosts: int, listen: str, config: str | None, slots: int,
                  provisioner_config: str | None = None, out=sys.stdout, btrfs: str | None = None,
-                 btrfs_loop: int | None = None) -> None:
+                 btrfs_loop: int | None = None, transfer_config: str | None = None) -> None:
         self.state_dir = os.path.abspath(state_dir)
         self.nhosts = hosts
         self.listen = listen
@@ -224,6 +224,9 @@ class LocalCluster:
         self.btrfs = os.path.abspath(btrfs) if btrfs else None
         self.loop = LoopBtrfs(self.state_dir, btrfs_loop) if btrfs_loop is not None else None
         self.btrfs_root: str | None = None
+        # remotes and their credentials: given to the provisioner (staging before allocation, populated claims)
+        # and the workers (node-scope staging)
+        self.transfers = ["--transfer-config", os.path.abspath(transfer_config)] if transfer_config else []
         self.children: list[Child] = []
         self.url = ""
         self._stopping = False
@@ -364,7 +367,7 @@ class LocalCluster:
         env = {k: v for k, v in os.environ.items() if k != "XCE_TOKEN"}
         token_file = self._daemon_token(admin, "provisioner", None, os.path.join(self.state_dir, "provisioner.token"))
         self._spawn("provisioner", ["provisioner", "--controller", self.url, "--config", provisioner_config,
-                                    "--token-file", token_file], env=env)
+                                    "--token-file", token_file, *self.transfers], env=env)
         # the workers publish shared claims from where the provisioner's providers keep them
         storage = [a for root in StorageRoots.of(load_provisioner_config(provisioner_config).providers).roots
                    for a in ("--storage-root", root)]
@@ -376,7 +379,7 @@ class LocalCluster:
             self._spawn(f"worker-{host}", ["worker", "--host", host, "--controller", self.url,
                                            "--slots", str(self.slots), "--work-dir", work_dir,
                                            "--counter", f"scratch={SCRATCH_PER_HOST}", "--token-file", token_file,
-                                           *storage], env=env)
+                                           *storage, *self.transfers], env=env)
         self._wait_hosts(admin)
 
     def _wait_hosts(self, admin: Client, timeout: float = 60.0) -> None:
@@ -444,9 +447,10 @@ class LocalCluster:
 
 
 def up(state_dir: str, hosts: int, listen: str, config: str | None, slots: int,
-       provisioner_config: str | None = None, btrfs: str | None = None, btrfs_loop: int | None = None) -> int:
+       provisioner_config: str | None = None, btrfs: str | None = None, btrfs_loop: int | None = None,
+       transfer_config: str | None = None) -> int:
     cluster = LocalCluster(state_dir, hosts, listen, config, slots, provisioner_config, btrfs=btrfs,
-                           btrfs_loop=btrfs_loop)
+                           btrfs_loop=btrfs_loop, transfer_config=transfer_config)
     signal.signal(signal.SIGTERM, cluster.request_stop)
     signal.signal(signal.SIGINT, cluster.request_stop)
     try:

@@ -84,7 +84,7 @@ DOMAIN[(F.ClaimOpIntent, "agent")] = st.sampled_from(["provisioner", "node:a"])
 DOMAIN[(F.ClassCapabilitiesReported, "class_name")] = NAMES
 DOMAIN[(F.ClassCapabilitiesReported, "capabilities")] = st.fixed_dictionaries(
     {}, optional={"expand": st.booleans(), "online_expand": st.booleans(), "clone": st.booleans(),
-                  "access_modes": st.lists(st.sampled_from(["RWO", "ROX"]), max_size=2), "other": st.integers()})
+                  "access_modes": st.lists(st.sampled_from(["RWO", "ROX"]), max_size=2), "other": st.integers(-2**63, 2**63 - 1)})
 # clones, capabilities and snapshots
 DOMAIN[(F.ClaimCreated, "source")] = st.one_of(st.none(), st.fixed_dictionaries(
     {"kind": st.sampled_from(["snapshot", "claim"]), "id": st.integers(1, 3), "name": NAMES,

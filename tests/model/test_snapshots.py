@@ -203,8 +203,9 @@ def test_deleting_a_snapshot_not_yet_taken_needs_no_provider():
     assert w.model.snapshots[sid].state is SnapshotState.RELEASING and w.due() == [f"s{sid}.delete_snapshot.1"]
 
 
-def test_deleting_a_snapshot_between_attempts_leaves_what_a_failed_attempt_made_to_the_orphan_scan():
-    """Found by the claim state machine: a RELEASED snapshot holds nothing, even after an attempt."""
+def test_deleting_a_snapshot_between_attempts_waits_for_the_next_attempt_then_deletes_what_it_made():
+    """Found by the claim state machine: a failed attempt may have made the snapshot, so the deletion
+    waits for the retry's answer and then deletes through the provider, never dropping the object."""
     w = World()
     w.claim("data")
     sid = w.snapshot("data", "s1")
@@ -213,8 +214,10 @@ def test_deleting_a_snapshot_between_attempts_leaves_what_a_failed_attempt_made_
     assert w.model.snapshots[sid].data_exists, "a failed attempt may have left an object"
     w.commit(SN.delete(w.model, ALICE, "s1", w.tick())[0])
     snap = w.model.snapshots[sid]
-    assert (snap.state, snap.op, snap.data_exists) == (SnapshotState.RELEASED, None, False)
-    assert "what a failed attempt left is an orphan" in snap.history[-1]["reason"]
+    assert (snap.state, snap.delete_requested, snap.op.kind) == (SnapshotState.PENDING, True, C.OpKind.CREATE_SNAPSHOT)
+    w.intend(sid)
+    w.report(sid, handle="s1-x", size_bytes=GiB)
+    assert snap.state is SnapshotState.RELEASING and w.due() == [f"s{sid}.delete_snapshot.1"]
 
 
 def test_snapshots_outlive_their_claim_but_a_claim_waits_for_one_being_taken():

@@ -168,6 +168,16 @@ class ClaimAgent:
             self._stop.wait(delay)
             delay = min(delay * 2, 30.0)
 
+    def report_progress(self, item: dict[str, Any], copied: int, total: int | None, rate: float | None) -> None:
+        """How far a transfer of ``item``'s op has copied: a reading for the leader's memory, best effort
+        (a lost one is followed by the next, a few seconds later)."""
+        try:
+            self._call("POST", "/progress", {"epoch": self.epoch, "items": [
+                {"op_id": item["op_id"], "claim_id": item["claim_id"], "bytes": max(0, int(copied)),
+                 "total_bytes": total, "rate": rate if rate is None or rate >= 0 else None}]})
+        except (ClientError, Fenced) as e:
+            log.debug("progress of %s not reported: %s", item["op_id"], e)
+
     def _report(self, results: list[dict[str, Any]], orphans_released: list[str] | None = None) -> None:
         """Until the controller has it (or we are fenced): a result is never dropped."""
         delay = 0.2

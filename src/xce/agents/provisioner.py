@@ -35,8 +35,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from xce.agents.agent import ClaimAgent, Provider
+from xce.agents.transfers import SharedTransfers
 from xce.client import Client
 from xce.model.claims import SHARED_AGENT
+from xce.transfers import TransferConfigError, load_daemon_site
 
 SIMFS_COMMAND = [sys.executable, "-m", "xce.providers.simfs"]
 BTRFS_COMMAND = [sys.executable, "-m", "xce.providers.btrfs"]
@@ -96,8 +98,14 @@ def load_provisioner_config(path: str) -> ProvisionerConfig:
     return parse_provisioner_config(text, path)
 
 
-def run_provisioner(url: str, token: str, config_path: str) -> int:
+def run_provisioner(url: str, token: str, config_path: str, transfer_config: str | None = None) -> int:
+    """``transfer_config``: remotes and their credentials (``[transfers]``, mode 0600, as a worker's) for
+    shared staging claims and populated claims; without it, public URLs only."""
     cfg = load_provisioner_config(config_path)
+    try:
+        site = load_daemon_site(transfer_config) if transfer_config else None
+    except TransferConfigError as e:
+        raise ProvisionerConfigError(str(e)) from None
     logging.basicConfig(level=os.environ.get("XCE_LOG_LEVEL", "INFO"),
                         format="%(asctime)s provisioner %(levelname)s %(message)s")
     # several controllers (URL1,URL2): calls follow the leader; the agent's calls are idempotent (op
@@ -105,6 +113,11 @@ def run_provisioner(url: str, token: str, config_path: str) -> int:
     agent = ClaimAgent(Client(url, token, timeout=15, retry_mutations=True), SHARED_AGENT, cfg.providers,
                        batch=cfg.batch,
                        concurrency=cfg.concurrency, poll_wait=cfg.poll_wait)
+    # stage-in before allocation, stage-out, populate: the provisioner copies through rclone itself, into
+    # volumes under its providers' roots
+    transfers = SharedTransfers(site, [p.config["root"] for p in cfg.providers.values()
+                                       if isinstance(p.config.get("root"), str)], agent.report_progress)
+    agent.local_ops = {"stage_in": transfers, "stage_out": transfers, "populate": transfers}
     result: list[int] = []
     done = threading.Event()
 

@@ -68,6 +68,8 @@ def op_json(ctl: Controller, claim: Claim, op: Op, attachment: Attachment | None
         job = ctl.model.jobs.get(claim.job_id) if claim.job_id is not None else None
         out["user"] = job.user if job is not None else claim.owner
         out["items"] = claim.stage_in if op.kind is OpKind.STAGE_IN else claim.stage_out
+    if op.kind is OpKind.POPULATE:  # the provisioner copies the source into the claim's volume
+        out["source"] = claim.populate_from
     return out
 
 
@@ -174,6 +176,25 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
             return facts, {"refused": refused}
 
         return JSONResponse(await mutate(request, actor, f"agent/{agent}", decide))
+
+    @app.post("/v1/agents/{agent}/progress", tags=["agents"])
+    async def report_progress(agent: AgentName, body: S.ProgressRequest, actor: User = Depends(agent_identity)):
+        """How far transfers in flight have copied: readings in the leader's memory (``controller/observed.py``
+        says why they are not facts), taken only for ops whose intent this agent holds in this epoch."""
+        speaks_for(actor, agent)
+        await ctl.read_barrier()
+        C.check_epoch(ctl.model, agent, body.epoch)
+        now = time.time()
+        taken = 0
+        for item in body.items:
+            claim = ctl.model.claims.get(item.claim_id)
+            found = claim.find_op(item.op_id) if claim is not None else None
+            if found is None or found[1] is not None or found[0].agent != agent or found[0].epoch != body.epoch:
+                continue  # over already, or not this agent's: a stale reading is dropped
+            ctl.observed.report_progress(ctl.model, item.claim_id, item.op_id, item.bytes, item.total_bytes,
+                                         item.rate, now)
+            taken += 1
+        return JSONResponse({"taken": taken})
 
     @app.post("/v1/agents/{agent}/capabilities", tags=["agents"])
     async def report_capabilities(agent: AgentName, body: S.CapabilitiesRequest, request: Request,

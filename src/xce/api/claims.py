@@ -34,8 +34,10 @@ InProject = Annotated[str | None, Query(max_length=63, description="the claim's 
 
 def add_claim_routes(app: FastAPI, ctl: Controller) -> None:
     def view(claim: C.Claim) -> dict[str, Any]:
+        reading = ctl.observed.progress(ctl.model, claim.id)
         return claim_json(claim, ctl.claim_reasons.get(claim.id), resize_reason=ctl.resize_reasons.get(claim.id),
-                          used_bytes=ctl.observed.used_bytes(claim.id))
+                          used_bytes=ctl.observed.used_bytes(claim.id),
+                          transfer=reading.as_json() if reading is not None else None)
 
     def show(claim_id: int, status: int = 200) -> JSONResponse:
         return JSONResponse(view(ctl.model.claims[claim_id]), status_code=status)
@@ -43,7 +45,8 @@ def add_claim_routes(app: FastAPI, ctl: Controller) -> None:
     @app.post("/v1/claims", status_code=201, response_model=S.ClaimOut, tags=["claims"])
     async def create_claim(body: S.ClaimCreateRequest, request: Request, actor: User = Depends(authenticated)):
         spec = ClaimSpec(name=body.name, class_name=body.claim_class, size=body.size, access_mode=body.access_mode,
-                         reclaim_policy=body.reclaim_policy, params=dict(body.params), project=body.project)
+                         reclaim_policy=body.reclaim_policy, params=dict(body.params), project=body.project,
+                         populate_from=body.populate_from)
 
         def decide(model: Model):
             if body.from_snapshot is not None or body.from_claim is not None:

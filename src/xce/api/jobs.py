@@ -53,17 +53,21 @@ class SubmitRoute(APIRoute):
 
 
 def add_job_routes(app: FastAPI, ctl: Controller) -> None:
+    def progress(claim_id: int):
+        return ctl.observed.progress(ctl.model, claim_id)  # a transfer in flight: a reading, not a fact
+
     async def submit_job(body: S.JobSubmitRequest, request: Request, actor: User = Depends(authenticated)):
         spec = JobSpec(command=body.command, name=body.name, queue=body.queue, project=body.project,
                        slots=body.slots, resreq=body.resreq, cwd=body.cwd, stdout=body.stdout,
                        stderr=body.stderr, rerunnable=body.rerunnable, held=body.hold, request_id=body.request_id)
         claims = JobClaimsSpec(claims=tuple(body.claims), scratch=body.scratch, stage_in=tuple(body.stage_in),
-                               stage_out=tuple(body.stage_out), stage_size=body.stage_size, app=body.app)
+                               stage_out=tuple(body.stage_out), stage_size=body.stage_size, app=body.app,
+                               stage_class=body.stage_class)
         job_id = await mutate(request, actor, "job",
                               lambda model: job_claims.submit(model, actor, spec, claims, time.time(), ctl.config),
                               target_of=lambda new_id: f"job/{new_id}")
         return JSONResponse(job_json(ctl.model, ctl.model.jobs[job_id],
-                                     ctl.pending_reason(job_id)), status_code=201)
+                                     ctl.pending_reason(job_id), progress), status_code=201)
 
     app.router.add_api_route("/v1/jobs", submit_job, methods=["POST"], response_model=S.JobOut, status_code=201,
                              tags=["jobs"], route_class_override=SubmitRoute)
@@ -90,7 +94,7 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
         for j in reversed(ctl.model.jobs.values()):  # ids ascend in the model: newest first, then in id order
             if (user is None or j.user == user) and (queue is None or j.queue == queue) \
                     and (states is None or j.state in states) and (array is None or j.array_parent == array):
-                out.append(job_json(ctl.model, j, reason(j.id)))
+                out.append(job_json(ctl.model, j, reason(j.id), progress))
                 if len(out) == limit:
                     break
         out.reverse()
@@ -100,7 +104,7 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
     async def show_job(job_id: int, actor: User = Depends(authenticated)):
         await ctl.read_barrier()
         return JSONResponse(job_json(ctl.model, visible_job(ctl.model, actor, job_id),
-                                     ctl.pending_reason(job_id)))
+                                     ctl.pending_reason(job_id), progress))
 
     def job_action(path: str, decide_one):
         @app.post(f"/v1/jobs/{{job_id}}/{path}", response_model=S.JobOut, tags=["jobs"], name=f"job_{path}")
@@ -108,7 +112,7 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
             await mutate(request, actor, f"job/{job_id}",
                          lambda model: (decide_one(model, actor, job_id, time.time()), None))
             return JSONResponse(job_json(ctl.model, ctl.model.jobs[job_id],
-                                         ctl.pending_reason(job_id)))
+                                         ctl.pending_reason(job_id), progress))
 
     job_action("kill", J.kill)
     job_action("requeue", lambda m, a, i, now: J.kill(m, a, i, now, requeue=True))

@@ -54,6 +54,9 @@ class JobSubmitRequest(Strict):
     request_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{8,64}$")] | None = Field(
         None, description="a client-chosen id for this submission: sent again (a retry after a failover or a "
                           "lost answer), it returns the job the first one created instead of a second job")
+    stage_class: Name | None = Field(
+        None, description="the staging claim's class (default [claims] stage_class); a shared-scope class stages "
+                          "in from URLs and remotes while the job waits, before its hosts are allocated")
 
 
 class UserCreateRequest(Strict):
@@ -197,6 +200,9 @@ class ClaimCreateRequest(Strict):
     project: Name | None = None
     from_snapshot: Name | None = Field(None, description="a clone: its content is this READY snapshot's")
     from_claim: Name | None = Field(None, description="a clone: its content is this READY claim's")
+    populate_from: Annotated[str, Field(min_length=1, max_length=4096)] | None = Field(
+        None, description="a URL or REMOTE:path (xce transfers list) the claim is filled from by the provisioner; "
+                          "READY once the data is complete")
 
 
 class SnapshotCreateRequest(Strict):
@@ -286,6 +292,21 @@ class OpResult(Strict):
     code: Annotated[str, Field(max_length=64)] = ""
     retryable: bool = True
     stderr_tail: Annotated[str, Field(max_length=8192)] = ""
+
+
+class ProgressItem(Strict):
+    op_id: OpId
+    claim_id: Id
+    bytes: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
+    total_bytes: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
+    rate: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None  # bytes per second
+
+
+class ProgressRequest(Strict):
+    """Transfers in flight (stage-in, populate): readings kept in the leader's memory, not facts."""
+
+    epoch: Id
+    items: Annotated[list[ProgressItem], Field(max_length=10_000)] = Field(default_factory=list)
 
 
 class ReportsRequest(Strict):

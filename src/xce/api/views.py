@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 from xce.model.audit import AuditRecord
 from xce.model.claims import Attachment, Claim, ClaimState, ResizeState
@@ -15,9 +15,15 @@ from xce.model.orphans import Orphan
 from xce.model.snapshots import Snapshot
 
 
-def job_json(model: Model, job: Job, pending_reason: str | None = None) -> dict[str, Any]:
-    """``pending_reason`` is the scheduler's latest word on a pending job (not a fact)."""
-    reason = job_claims.status_reason(model, job, time.time(), pending_reason)
+def job_json(model: Model, job: Job, pending_reason: str | None = None,
+             progress: Callable[[int], Any] | None = None) -> dict[str, Any]:
+    """``pending_reason`` is the scheduler's latest word on a pending job (not a fact); ``progress``
+    gives a claim's transfer in flight (``controller.observed``: readings, not facts)."""
+    early = job_claims.early_claim(model, job)
+    reading = progress(early.id) if progress is not None and early is not None else None
+    reason = job_claims.status_reason(model, job, time.time(), pending_reason,
+                                      reading.as_json() if reading is not None else None)
+    held = job.start_time - job.alloc_time if job.start_time is not None and job.alloc_time is not None else None
     return {
         "id": job.id, "display_id": job.display_id, "name": job.name, "user": job.user,
         "project": job.project, "queue": job.queue, "state": job.state.value,
@@ -28,6 +34,8 @@ def job_json(model: Model, job: Job, pending_reason: str | None = None) -> dict[
         "cwd": job.cwd, "stdout": job.stdout, "stderr": job.stderr, "rerunnable": job.rerunnable,
         "array_parent": job.array_parent, "array_index": job.array_index, "run": job.run,
         "app": job.app, "publish": job.publish or None, "history": job.history,
+        # how long the run's hosts were held before its process started (staging before allocation keeps it short)
+        "alloc_time": job.alloc_time, "held_s": held,
     }
 
 
@@ -42,7 +50,8 @@ def job_claims_json(model: Model, job: Job) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [{
         "name": "workspace", "form": "template", "class": "workspace", "mode": "rw", "path": job.workspace,
         "state": workspace_state, "attempts": None, "last_error": None, "env": "XCE_WORKSPACE"}]
-    for claim in job_claims.run_claims(model, job):
+    early = job_claims.early_claim(model, job)
+    for claim in job_claims.run_claims(model, job) + ([early] if early is not None else []):
         env = job_claims.template_env(claim.kind)
         out.append({"name": claim.name, "form": "template", "class": claim.class_name, "kind": claim.kind,
                     "state": claim.state.value, "mode": "rw", "path": claim.path, "env": env,
@@ -100,13 +109,15 @@ def resize_json(claim: Claim, reason: str | None = None) -> dict[str, Any] | Non
 
 
 def claim_json(claim: Claim, reason: str | None = None, *, resize_reason: str | None = None,
-               used_bytes: int | None = None) -> dict[str, Any]:
+               used_bytes: int | None = None, transfer: dict[str, Any] | None = None) -> dict[str, Any]:
     """A claim as the API shows it.  ``reason`` is the scheduler's word on an unplaced claim (and
     ``resize_reason`` on a resize waiting for room); ``used_bytes`` what its provider last listed."""
     op = claim.op
     waiting = claim.waiting()
     if reason and claim.state is ClaimState.PENDING and not claim.placed:
         waiting = reason
+    elif transfer is not None:  # a stage-in or populate in flight: how far it is
+        waiting = job_claims.staging_text(claim, transfer)
     elif claim.resize is not None and claim.resize.state is ResizeState.REQUESTED and waiting is None:
         waiting = f"resize to {claim.resize.size_bytes} bytes: " + (resize_reason or "waiting for room")
     return {
@@ -127,6 +138,7 @@ def claim_json(claim: Claim, reason: str | None = None, *, resize_reason: str | 
         "attachments": [attachment_json(a) for a in claim.attachments],
         "delete_requested": claim.delete_requested, "retained": claim.retained,
         "data_exists": claim.data_exists, "waiting": waiting, "source": claim.source,
+        "populate_from": claim.populate_from, "transfer": transfer,
         "history": claim.history, "ops": claim.ops,
         # a staging claim's items, as resolved at submission: paths, URLs, REMOTE:path (never credentials)
         "stage_in": claim.stage_in, "stage_out": claim.stage_out,

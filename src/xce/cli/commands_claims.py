@@ -30,6 +30,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     source = c.add_mutually_exclusive_group()
     source.add_argument("--from-snapshot", metavar="SNAP", help="a clone: start with this READY snapshot's content")
     source.add_argument("--from-claim", metavar="CLAIM", help="a clone: start with this READY claim's content")
+    source.add_argument("--source", metavar="URL", help="populate the claim from a URL or REMOTE:path (s3://bucket/"
+                        "prefix/, https://..., REMOTE:path; xce transfers list): READY once the data is complete")
     c.add_argument("--reclaim", choices=("retain", "delete"), help="default: the class's")
     c.add_argument("--param", action="append", metavar="K=V", help="a class parameter (repeatable)")
     c.add_argument("--project", help="default: your first project")
@@ -154,7 +156,8 @@ def cmd_create(args, ctx) -> int:
     client = ctx.client()
     claim = client.create_claim(args.name, claim_class=args.claim_class, size=args.size, access_mode=args.access,
                                 reclaim_policy=args.reclaim, params=params, project=args.project,
-                                from_snapshot=args.from_snapshot, from_claim=args.from_claim)
+                                from_snapshot=args.from_snapshot, from_claim=args.from_claim,
+                                populate_from=args.source)
     if not args.wait:
         if ctx.json:
             print_json(claim)
@@ -348,6 +351,14 @@ def cmd_list(args, ctx) -> int:
     return EXIT_OK
 
 
+def _transfer_text(t: dict[str, Any] | None) -> str | None:
+    """A transfer in flight: ``1.2 GiB of 4.0 GiB copied, 310 MiB/s``."""
+    if not t:
+        return None
+    text = f"{size(t['bytes'])}" + (f" of {size(t['total_bytes'])}" if t.get("total_bytes") else "") + " copied"
+    return text + (f", {size(int(t['rate']))}/s" if t.get("rate") else "")
+
+
 def show_text(c: dict[str, Any]) -> str:
     out = fields([
         ("Claim", f"{c['name']} (id {c['id']})"), ("Form", c["form"]), ("Class", c["class"]),
@@ -362,6 +373,8 @@ def show_text(c: dict[str, Any]) -> str:
         ("Parameters", " ".join(f"{k}={v}" for k, v in sorted(c["params"].items()))),
         ("Pool", c["pool"]), ("Host", c["host"]), ("Handle", c["handle"]),
         ("Made from", f"{c['source']['kind']} {c['source']['name']}" if c.get("source") else None),
+        ("Populated from", c.get("populate_from")),
+        ("Transfer", _transfer_text(c.get("transfer"))),
         ("Reachable hosts", "all" if c["reachable_hosts"] is None and c["state"] == ClaimState.READY
          else ",".join(c["reachable_hosts"] or [])),
         ("Data exists", "yes" if c["data_exists"] else "no"),

@@ -95,6 +95,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     pr.add_argument("--token", dest="command_line_token", help=argparse.SUPPRESS)  # refused
     pr.add_argument("--config", dest="provisioner_config", required=True,
                     help="providers and their private configs (TOML); read by nobody else")
+    pr.add_argument("--transfer-config", metavar="PATH",
+                    help="remotes and their credentials for shared staging claims (stage-in before hosts are "
+                         "allocated) and populated claims ([transfers] TOML, mode 0600, as a worker's)")
     pr.set_defaults(func=cmd_provisioner)
 
     u = sub.add_parser("up", help="start a local cluster: controller and N worker hosts on loopback")
@@ -111,6 +114,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     bt.add_argument("--btrfs-loop", metavar="SIZE", help="add a claim class btrfs on a loop-file btrfs filesystem "
                                                          "of SIZE under DIR/btrfs (root; made once, mounted by up, "
                                                          "unmounted by down)")
+    u.add_argument("--transfer-config", metavar="PATH",
+                   help="remotes and their credentials ([transfers] TOML, mode 0600), given to the provisioner and "
+                        "every worker")
     u.set_defaults(func=cmd_up)
 
     d = sub.add_parser("down", help="stop the local cluster started by xce up")
@@ -163,7 +169,7 @@ def cmd_provisioner(args, ctx) -> int:
 
     token = daemon_token(args, "provisioner")
     try:
-        return run_provisioner(args.controller, token, args.provisioner_config)
+        return run_provisioner(args.controller, token, args.provisioner_config, args.transfer_config)
     except ProvisionerConfigError as e:
         raise UsageError(str(e)) from None
 
@@ -184,7 +190,7 @@ def cmd_up(args, ctx) -> int:
         except InvalidRequest as e:
             raise UsageError(str(e)) from None
     return up(args.state_dir, args.hosts, args.listen, args.server_config, args.slots, args.provisioner_config,
-              btrfs=args.btrfs, btrfs_loop=loop)
+              btrfs=args.btrfs, btrfs_loop=loop, transfer_config=args.transfer_config)
 
 
 def cmd_down(args, ctx) -> int:

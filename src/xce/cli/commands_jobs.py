@@ -53,6 +53,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     s.add_argument("--stage-size", metavar="SIZE",
                    help="room for $XCE_STAGE on the job's host, reserved on its scratch (default: the size of the "
                         "--stage-in sources, measured here)")
+    s.add_argument("--stage-class", metavar="CLASS",
+                   help="the staging claim's class (default: the site's); a shared-scope class stages in from URLs "
+                        "and remotes while the job waits in the queue, before hosts are allocated")
     s.add_argument("--app", metavar="PROFILE", help="an application profile (its template claims come along)")
     s.add_argument("command", nargs="+", metavar="CMD", help="the command and its arguments, after --")
     s.set_defaults(func=cmd_submit)
@@ -151,6 +154,8 @@ def cmd_submit(args, ctx) -> int:
         body["scratch"] = args.scratch
     if args.app:
         body["app"] = args.app
+    if args.stage_class:
+        body["stage_class"] = args.stage_class
     here = os.getcwd()
     far = _Far(ctx)
     body["stage_in"] = []
@@ -250,7 +255,10 @@ def _show_one(job: dict[str, Any]) -> str:
         ("Staging out", job["pending_reason"] if job["state"] == JobState.STAGE_OUT else "omit"),
         ("App profile", job.get("app")),
         ("Rerunnable", "yes" if job["rerunnable"] else "no"),
-        ("Submitted", when(job["submit_time"])), ("Started", when(job["start_time"])),
+        ("Submitted", when(job["submit_time"])),
+        ("Allocated", when(job.get("alloc_time")) if job.get("alloc_time") else "omit"),
+        ("Started", when(job["start_time"])),
+        ("Hosts held", f"{job['held_s']:.1f}s before it started" if job.get("held_s") is not None else "omit"),
         ("Ended", when(job["end_time"])), ("Exit code", job["exit_code"]), ("Signal", job["signal"]),
         ("Exit reason", job["exit_reason"]), ("Cwd", job["cwd"]), ("Stdout", job["stdout"]),
         ("Stderr", job["stderr"]),

@@ -106,7 +106,7 @@ class Client:
                stdout: str | None = None, stderr: str | None = None, rerunnable: bool = False,
                hold: bool = False, claims: Iterable[str] = (), scratch: str | None = None,
                stage_in: Iterable[str] = (), stage_out: Iterable[str] = (), stage_size: str | None = None,
-               app: str | None = None, request_id: str | None = None) -> Job:
+               app: str | None = None, request_id: str | None = None, stage_class: str | None = None) -> Job:
         """Submit a job (``POST /v1/jobs``); returns it as submitted (``state`` PEND or PSUSP).
 
         The arguments are ``xce submit``'s: ``name="sweep[1-100]"`` submits an array (the parent is
@@ -123,7 +123,7 @@ class Client:
                                 "stage_in": list(stage_in), "stage_out": list(stage_out)}
         for key, value in (("name", name), ("queue", queue), ("project", project), ("cwd", cwd),
                            ("stdout", stdout), ("stderr", stderr), ("scratch", scratch),
-                           ("stage_size", stage_size), ("app", app)):
+                           ("stage_size", stage_size), ("app", app), ("stage_class", stage_class)):
             if value is not None:
                 body[key] = value
         body["request_id"] = request_id or os.urandom(16).hex()
@@ -164,19 +164,22 @@ class Client:
     def create_claim(self, name: str, *, claim_class: str | None = None, size: str | int | None = None,
                      access_mode: str | None = None, reclaim_policy: str | None = None,
                      params: dict[str, str] | None = None, project: str | None = None,
-                     from_snapshot: str | None = None, from_claim: str | None = None) -> Claim:
+                     from_snapshot: str | None = None, from_claim: str | None = None,
+                     populate_from: str | None = None) -> Claim:
         """Create a standalone claim (``POST /v1/claims``); returns it PENDING.
 
         ``size``: bytes or ``"10Gi"``; ``access_mode``: RWO, ROX, RWX or RWOP; ``reclaim_policy``:
         ``"retain"`` or ``"delete"`` (default: the class's); ``project``: default your first.
         ``from_snapshot`` / ``from_claim``: a clone, whose content is that READY snapshot's or claim's
-        (class, size and access mode default to the source's).
+        (class, size and access mode default to the source's).  ``populate_from``: a URL or
+        ``REMOTE:path`` the provisioner fills the claim from (READY once the data is complete).
         Follow it with ``wait_claim(claim["id"])`` to wait until it is READY.
         """
         body: dict[str, Any] = {"name": name, "params": dict(params or {})}
         for key, value in (("class", claim_class), ("size", size), ("access_mode", access_mode),
                            ("reclaim_policy", reclaim_policy), ("project", project),
-                           ("from_snapshot", from_snapshot), ("from_claim", from_claim)):
+                           ("from_snapshot", from_snapshot), ("from_claim", from_claim),
+                           ("populate_from", populate_from)):
             if value is not None:
                 body[key] = value
         return self.post("/v1/claims", body)

@@ -139,6 +139,8 @@ def _apply_allocations(model: Model, plan: Plan, now: float, config: Config | No
             why = "job changed since the snapshot"
         elif (gone := job_claims.unusable_ref(model, job)) is not None:
             why = gone
+        elif (staging := job_claims.early_blocking(model, job)) is not None:
+            why = staging
         elif (short := _cluster_short(model, config, a.cluster, taken_cluster)) is not None:
             why = short
         elif (short := _pool_short(model, config, observed, job, a.pools, taken_pool)) is not None:

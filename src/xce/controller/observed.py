@@ -9,6 +9,13 @@ they are unknown until its next scan: pools then count on their configured capac
 claims show no used bytes.  Decisions made from them (a placement, a resize's reservation) are facts
 as always, so replay never needs them.
 
+Transfer progress is a reading too: how far a claim's stage-in or populate op has copied (bytes,
+total, rate), sent by the agent running it every few seconds (rclone's stats interval).  A fact per
+tick would put thousands of records into the log for each large transfer, all of them stale the
+moment the next one arrives, and none a decision; what *is* decided (the op succeeded, failed, is
+retried) is a fact as always.  A reading is kept only while its op is the claim's open op, and is
+lost with the leader: the next tick after a failover brings it back.
+
 A pool's room: its configured capacity is the cap (and the fallback when no provider reports one);
 a provider that reports a smaller ``capacity_bytes`` lowers it; what is free is that capacity less
 what placed claims reserve, and never more than the backend's reported ``available_bytes``.  A pool
@@ -57,10 +64,41 @@ class PoolRoom:
         return room if self.available is None else min(room, self.available)
 
 
+@dataclass(frozen=True)
+class Progress:
+    """An op's transfer as its agent last saw it."""
+
+    op_id: str
+    bytes: int
+    total_bytes: int | None
+    rate: float | None  # bytes per second
+    time: float
+
+    def as_json(self) -> dict:
+        return {"op_id": self.op_id, "bytes": self.bytes, "total_bytes": self.total_bytes, "rate": self.rate,
+                "time": self.time}
+
+
 @dataclass
 class Observed:
     capacity: dict[str, Capacity] = field(default_factory=dict)  # class name -> its provider's reading
     used: dict[int, Used] = field(default_factory=dict)  # claim id -> its object's used bytes
+    transfers: dict[int, Progress] = field(default_factory=dict)  # claim id -> its open op's transfer
+
+    def report_progress(self, model: Model, claim_id: int, op_id: str, copied: int, total: int | None,
+                        rate: float | None, now: float) -> None:
+        """A reading of a transfer in flight (the caller checked the agent holds the op's intent)."""
+        self.transfers[claim_id] = Progress(op_id, copied, total, rate, now)
+        for cid in [c for c, p in self.transfers.items() if self.progress(model, c) is None]:
+            del self.transfers[cid]  # its op is over: kept no longer than the op is open
+
+    def progress(self, model: Model, claim_id: int) -> Progress | None:
+        """The transfer of the claim's open op (None: no reading, or the op it was about is over)."""
+        p = self.transfers.get(claim_id)
+        claim = model.claims.get(claim_id)
+        if p is None or claim is None or claim.op is None or claim.op.op_id != p.op_id:
+            return None
+        return p
 
     def report_capacity(self, class_name: str, capacity_bytes: int | None, available_bytes: int | None,
                         now: float) -> None:

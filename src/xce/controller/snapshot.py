@@ -14,7 +14,7 @@ from xce.model import Model
 from xce.model import capabilities
 from xce.model.claims import AccessMode, ClaimState, Mode, ResizeState, Scope
 from xce.model.hosts import HostState
-from xce.model.job_claims import node_counters, pool_needs
+from xce.model.job_claims import early_claim, node_counters, pool_needs
 from xce.scheduler.snapshot import ClaimUse, ClaimView, HostView, JobView, PoolView, ResizeView, Snapshot
 
 
@@ -34,7 +34,9 @@ def build_snapshot(model: Model, config: Config | None = None, observed: Observe
     hosts.sort(key=lambda h: h.name)
     prio = {q.name: q.priority for q in model.queues.values()}
     pending = tuple(JobView(id=j.id, run=j.run, queue=j.queue, priority=prio.get(j.queue, 0),
-                            slots=j.slots, resreq=j.resreq, claims=_claim_uses(model, j) if j.claim_refs else (),
+                            slots=j.slots, resreq=j.resreq,
+                            claims=_claim_uses(model, j) if j.claim_refs or j.early_claim is not None or
+                            j.templates and any(t.get("early") for t in j.templates) else (),
                             node_counters=MappingProxyType(node_counters(j.templates)) if j.templates else
                             MappingProxyType({}), pool_needs=pool_needs(j.templates) if j.templates else ())
                     for j in map(model.jobs.__getitem__, sorted(model.pending_jobs)))
@@ -52,6 +54,18 @@ def build_snapshot(model: Model, config: Config | None = None, observed: Observe
 
 def _claim_uses(model: Model, job) -> tuple[ClaimUse, ...]:
     out = []
+    if any(t.get("early") for t in job.templates):
+        # the readiness gate before allocation: a job that stages in early is placed only once its staging
+        # claim is READY, and only on hosts that reach it (as the provider reported)
+        c = early_claim(model, job)
+        if c is None:
+            out.append(ClaimUse(claim_id=job.early_claim or 0, name="stage", mode="rw", access_mode="RWX",
+                                state="GONE", reachable=None))
+        else:
+            out.append(ClaimUse(claim_id=c.id, name=c.name, mode="rw", access_mode=AccessMode.RWX.value,
+                                state="BEING_DELETED" if c.delete_requested else c.state.value,
+                                reachable=frozenset(c.reachable_hosts) if c.reachable_hosts is not None else None,
+                                waiting=c.waiting() or ""))
     for ref in job.claim_refs:
         c = model.claims.get(ref["claim_id"])
         if c is None:

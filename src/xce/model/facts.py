@@ -346,6 +346,11 @@ class ClaimCreated(Fact):
     # a clone: its content source {"kind": "snapshot"|"claim", "id", "name", "handle"} (added later:
     # a default, so older records decode unchanged)
     source: dict[str, Any] | None = None
+    # added later too: a claim filled from a URL or remote after its create (canonical location)
+    populate_from: str | None = None
+    # a job's shared staging claim made at submission for its next run (``run``): placed by the scheduler
+    # like a standalone claim and staged in before the run's hosts are allocated
+    early: bool = False
 
 
 @fact("claim.placed")

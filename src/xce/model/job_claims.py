@@ -60,6 +60,9 @@ class JobClaimsSpec:
     stage_out: tuple[str, ...] = ()
     stage_size: str | None = None  # room the staging area takes on the host (default: [claims] stage_size)
     app: str | None = None
+    # the staging claim's class (default: [claims] stage_class).  A shared-scope class stages in while the
+    # job waits in the queue, before its hosts are allocated (the provisioner copies; URLs and remotes only)
+    stage_class: str | None = None
 
 
 def env_name(name: str) -> str:
@@ -169,18 +172,31 @@ def resolve(model: Model, config: Config, actor: User, project: str, spec: JobCl
                 raise InvalidRequest(f"--stage-out destination {where.text}: {where.scheme}:// URLs are read-only "
                                      "here: stage out to a path or a remote (xce transfers list)")
             outs.append([_relative(src, "--stage-out source"), where.text])
-        cls = C.class_or_404(config, config.claims.stage_class)
-        if cls.scope != "node":
-            raise InvalidRequest(f"the staging class {cls.name!r} must be node-scope")
-        # staged bytes take room on the host: reserved on the class's counter (its scratch), and the
-        # node agent refuses a stage-in larger than this before it copies anything
+        cls = C.class_or_404(config, spec.stage_class or config.claims.stage_class)
         size = parse_size(spec.stage_size if spec.stage_size is not None else config.claims.stage_size,
                           "--stage-size")
         C.check_quota(model, config, project, cls.name, size)
-        templates.append({"kind": "stage", "class": cls.name, "size_bytes": size, "scope": Scope.NODE.value,
-                          "counter": cls.counter, "pools": [], "stage_in": ins, "stage_out": outs})
+        if cls.scope == Scope.SHARED:
+            # staged while the job waits in the queue, by the provisioner: it reads and writes where the
+            # project's remotes allow, never a path on a host (it would read them as itself, not the user)
+            local = [x[0] for x in ins if x[0].startswith("/")] + [x[1] for x in outs if x[1].startswith("/")]
+            if local:
+                raise InvalidRequest(f"staging class {cls.name!r} is shared: it stages from and to URLs and "
+                                     f"remotes only, before hosts are allocated ({local[0]} is a path: use a "
+                                     "node-scope staging class for paths)")
+            C.check_fits_a_pool(config, cls, size, "the staging claim")
+            templates.append({"kind": "stage", "class": cls.name, "size_bytes": size, "scope": Scope.SHARED.value,
+                              "counter": None, "pools": list(cls.pools), "stage_in": ins, "stage_out": outs,
+                              "early": True})
+        else:
+            # staged bytes take room on the host: reserved on the class's counter (its scratch), and the
+            # node agent refuses a stage-in larger than this before it copies anything
+            templates.append({"kind": "stage", "class": cls.name, "size_bytes": size, "scope": Scope.NODE.value,
+                              "counter": cls.counter, "pools": [], "stage_in": ins, "stage_out": outs})
     elif spec.stage_size is not None:
         raise InvalidRequest("--stage-size needs --stage-in or --stage-out")
+    elif spec.stage_class is not None:
+        raise InvalidRequest("--stage-class needs --stage-in or --stage-out")
     if spec.app is not None:
         app = config.app(spec.app)
         if app is None:
@@ -195,7 +211,7 @@ def resolve(model: Model, config: Config, actor: User, project: str, spec: JobCl
 def pool_needs(templates: list[dict[str, Any]]) -> tuple[tuple[str, tuple[str, ...], int], ...]:
     """(kind, candidate pools, size) of the run's shared template claims, for the scheduler."""
     return tuple((t["kind"], tuple(t.get("pools") or ()), t["size_bytes"]) for t in templates
-                 if t.get("scope") == Scope.SHARED)
+                 if t.get("scope") == Scope.SHARED and not t.get("early"))  # (early ones are placed on their own)
 
 
 def node_counters(templates: list[dict[str, Any]]) -> dict[str, float]:
@@ -220,7 +236,37 @@ def submit(model: Model, actor: User, spec: JobSpec, claims: JobClaimsSpec, now:
         refs, templates = resolve(model, config, actor, project, claims)
         return refs, templates, claims.app
 
-    return jobs.submit(model, actor, spec, now, config, claims=resolve_in)
+    facts, job_id = jobs.submit(model, actor, spec, now, config, claims=resolve_in)
+    return facts + early_claims(model, facts[0], now), job_id
+
+
+def early_fact(job_id: int, user: str, project: str, run: int, t: dict[str, Any], claim_id: int,
+               now: float) -> F.ClaimCreated:
+    """The ``ClaimCreated`` of a job's shared staging claim for its run ``run``, made before that run is
+    allocated: PENDING and unplaced, the scheduler places it in a pool as it places standalone claims."""
+    return F.ClaimCreated(time=now, claim_id=claim_id, name=C.template_name(job_id, run, t["kind"]),
+                          form=ClaimForm.TEMPLATE.value, class_name=t["class"], scope=Scope.SHARED.value,
+                          size_bytes=t["size_bytes"], access_mode=AccessMode.RWX.value,
+                          reclaim_policy=C.ReclaimPolicy.DELETE.value, owner=user, project=project, job_id=job_id,
+                          run=run, kind=t["kind"], stage_in=[list(x) for x in t["stage_in"]],
+                          stage_out=[list(x) for x in t["stage_out"]], early=True)
+
+
+def early_claims(model: Model, submitted: Fact, now: float) -> list[F.ClaimCreated]:
+    """A submission's shared staging claims (one per job of an array), made with it: staged in while the
+    jobs wait in the queue (the same ``ClaimCreated`` fact and fold as every claim)."""
+    if not isinstance(submitted, F.JobSubmitted):
+        return []
+    early = [t for t in submitted.templates if t.get("early")]
+    if not early:
+        return []
+    ids = [submitted.id + i for i in range(len(submitted.array_indices))] or [submitted.id]
+    out = []
+    for job_id in ids:
+        for t in early:
+            out.append(early_fact(job_id, submitted.user, submitted.project, 1, t, model.next_claim_id + len(out),
+                                  now))
+    return out
 
 
 def stages_out(model: Model, job: Job) -> bool:
@@ -267,11 +313,33 @@ def apply_job_allocated(model: Model, f: F.JobAllocated) -> None:
 def apply_job_finished(model: Model, f: F.JobFinished) -> None:
     if (job := jobs.apply_job_finished(model, f)) is not None:
         release_for_run(model, job, f.time, host_lost=f.host_lost)
+        release_early(model, job, f.time)
 
 
 def apply_job_requeued(model: Model, f: F.JobRequeued) -> None:
     if (job := jobs.apply_job_requeued(model, f)) is not None:
         release_for_run(model, job, f.time, host_lost=f.host_lost)
+        restage_early(model, job, f.time)
+
+
+def release_early(model: Model, job: Job, time: float) -> None:
+    """The job is over before its next run was allocated: the staging claim made ahead for it goes."""
+    claim = model.claims.get(job.early_claim) if job.early_claim is not None else None
+    job.early_claim = None
+    if claim is not None and claim.job_id == job.id and claim.state is not ClaimState.RELEASED:
+        C.release_template(model, claim, time, f"job {job.display_id} ended before run {claim.run} was allocated")
+
+
+def restage_early(model: Model, job: Job, time: float) -> None:
+    """A requeued job stages in again for its next run, before that run's hosts are held: its new
+    staging claim is made here, in the requeue's fold (its id is the model's next: the same on replay),
+    through the same fold as every claim."""
+    if job.early_claim is not None:
+        return
+    for t in job.templates:
+        if t.get("early"):
+            apply_claim_created(model, early_fact(job.id, job.user, job.project, job.run + 1, t, model.next_claim_id,
+                                                  time))
 
 
 def apply_job_process_ended(model: Model, f: F.JobProcessEnded) -> None:
@@ -301,6 +369,10 @@ def apply_claim_created(model: Model, f: F.ClaimCreated) -> None:
     if not C.apply_claim_created(model, f) or f.job_id is None or f.run is None:
         return  # (a template claim whose id was taken never joins: ``blocking`` then holds the run back)
     job = model.jobs.get(f.job_id)
+    if f.early:  # made ahead for the job's next run: it joins that run when its hosts are allocated
+        if job is not None and job.run + 1 == f.run and not job.finished:
+            job.early_claim = f.claim_id
+        return
     if job is not None and job.run == f.run and f.claim_id not in job.run_claims:
         job.run_claims.append(f.claim_id)
 
@@ -310,6 +382,10 @@ def on_allocated(model: Model, job: Job, f: F.JobAllocated) -> None:
     ``ClaimCreated`` facts; logs written before they did carry them in ``f.templates``."""
     job.run_claims = []
     job.run_attachments = []
+    early = model.claims.get(job.early_claim) if job.early_claim is not None else None
+    if early is not None and (early.job_id, early.run) == (job.id, f.run):
+        job.run_claims.append(early.id)  # staged in already (the plan applier checked it is READY)
+    job.early_claim = None
     for t in f.templates:
         apply_claim_created(model, template_fact(job, f.run, list(f.hosts), t, f.time))
     for a in f.attachments:
@@ -324,14 +400,61 @@ def plan_claims(job: Job, run: int, hosts: list[str], next_claim: int, next_atta
     """What a new run of ``job`` on ``hosts`` gets: its template claims (``ClaimCreated`` facts, to
     follow its ``JobAllocated``) and its attachments (in ``JobAllocated``); ``pools`` places its
     shared template claims (kind -> pool, chosen by the scheduler)."""
+    made = [t for t in job.templates if not t.get("early")]  # (early ones exist already: staged in)
     templates = [template_fact(job, run, hosts, dict(t, claim_id=next_claim + i, pool=pools.get(t["kind"])), now)
-                 for i, t in enumerate(job.templates)]
+                 for i, t in enumerate(made)]
     attachments = []
     for ref in job.claim_refs:
         for host in hosts:
             attachments.append({"attachment_id": next_attachment + len(attachments), "claim_id": ref["claim_id"],
                                 "host": host, "mode": ref["mode"]})
     return templates, attachments
+
+
+def early_claim(model: Model, job: Job) -> Claim | None:
+    """The job's shared staging claim made ahead for its next run (None: it has none)."""
+    claim = model.claims.get(job.early_claim) if job.early_claim is not None else None
+    return claim if claim is not None and (claim.job_id, claim.run) == (job.id, job.run + 1) else None
+
+
+def early_blocking(model: Model, job: Job) -> str | None:
+    """Why a job that stages in before allocation may not be allocated yet (None: its data is in, or it
+    stages nothing early): the scheduler's gate, re-checked by the plan applier."""
+    if not any(t.get("early") for t in job.templates):
+        return None
+    claim = early_claim(model, job)
+    if claim is None:
+        return "its staging claim is missing: it cannot start"
+    if claim.state is not ClaimState.READY or claim.delete_requested:
+        return f"staging in: claim {claim.name} is {claim.state.value}"
+    return None
+
+
+def _amount(n: float, decimals: int = 1) -> str:
+    """``1.2 GiB`` (``decimals`` after the point; bytes are whole)."""
+    unit = "B"
+    for u in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024:
+            break
+        n /= 1024
+        unit = u
+    return f"{int(n)} B" if unit == "B" else f"{n:.{decimals}f} {unit}"
+
+
+def staging_text(claim: Claim, progress: dict[str, Any] | None, now: float | None = None) -> str:
+    """``staging in: 1.2 GiB of 4.0 GiB, 310 MiB/s`` (``progress``: the agent's latest reading, kept in
+    the leader's memory), else what the staging claim waits for."""
+    verb = "populating" if claim.populate_from is not None and claim.form is ClaimForm.STANDALONE else "staging in"
+    if progress is not None and claim.op is not None and progress.get("op_id") == claim.op.op_id:
+        text = f"{verb}: {_amount(int(progress.get('bytes') or 0))}"
+        if progress.get("total_bytes"):
+            text += f" of {_amount(int(progress['total_bytes']))}"
+        if progress.get("rate"):
+            text += f", {_amount(float(progress['rate']), 0)}/s"
+        return text + (f" (attempt {claim.op.attempts})" if claim.op.attempts > 1 else "")
+    if claim.state is ClaimState.FAILED:
+        return f"{verb} failed: {claim.last_error}"
+    return f"{verb}: " + _describe(claim, claim.op, claim.last_error, claim.state.value, now=now)
 
 
 def unusable_ref(model: Model, job: Job) -> str | None:
@@ -453,6 +576,11 @@ def consequences(model: Model, claim_id: int, op_id: str, result: Fact, now: flo
         return finish_after_stage_out(model, claim.job_id, claim.run, f"stage-out failed: {error}", now)
     if op.kind in (C.OpKind.CREATE, C.OpKind.STAGE_IN) and claim.form is ClaimForm.TEMPLATE:
         what = "stage-in failed" if op.kind is C.OpKind.STAGE_IN else f"claim {claim.name} failed"
+        job = model.jobs.get(claim.job_id) if claim.job_id is not None else None
+        if job is not None and job.early_claim == claim.id and not job.allocated and not job.finished:
+            # staged before allocation: the job holds nothing; it ends (a requeue would stage the same again)
+            return [F.JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value,
+                                  reason=f"{what}: {error}")]
         return fail_run(model, claim.job_id, claim.run, f"{what}: {error}", now)
     return []
 
@@ -485,12 +613,18 @@ def release_for_run(model: Model, job: Job, time: float, host_lost: bool = False
     # the lists stay (xce job show lists what the run had) until the next run's allocation
 
 
-def status_reason(model: Model, job: Job, now: float, scheduler_reason: str | None = None) -> str | None:
+def status_reason(model: Model, job: Job, now: float, scheduler_reason: str | None = None,
+                  progress: dict[str, Any] | None = None) -> str | None:
     """Why a job is where it is, in words (``xce job why``): held, waiting for the scheduler (its
-    word), waiting for a claim (the readiness gate), or staging out."""
+    word), staging in before allocation (``progress``: the agent's latest reading of its staging
+    claim), waiting for a claim (the readiness gate), or staging out."""
     if job.state is JobState.STAGE_OUT:
         return blocking_stage_out(model, job, now)
     reason = job.pending_reason or scheduler_reason
+    if job.state in (JobState.PEND, JobState.PSUSP) and not job.allocated and \
+            (claim := early_claim(model, job)) is not None and claim.state is not ClaimState.READY:
+        staging = staging_text(claim, progress, now)
+        return f"{job.pending_reason}; {staging}" if job.pending_reason else staging
     if job.state is JobState.PEND and job.allocated:
         reason = blocking(model, job, now) or reason  # the readiness gate names the claim
     if reason is None and job.state is JobState.PEND:

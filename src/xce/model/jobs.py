@@ -102,6 +102,8 @@ class Job:
     templates: list[dict[str, Any]] = field(default_factory=list)  # made for every run
     app: str | None = None
     run_claims: list[int] = field(default_factory=list)  # the current run's template claims
+    early_claim: int | None = None  # a shared staging claim made ahead for the next run (staged before allocation)
+    alloc_time: float | None = None  # when the current run's hosts were allocated (held from then on)
     run_attachments: list[list[int]] = field(default_factory=list)  # its attachments: [claim_id, attachment_id]
     publish: str = ""  # how the run's claims were published in its sandbox: "bind", "symlink" (no root)
     process_exit: dict[str, Any] | None = None  # how the process ended, while the stage-out runs
@@ -355,6 +357,7 @@ def apply_job_allocated(model: Model, f: F.JobAllocated) -> Job | None:
     job.alloc_slots = dict(f.slots)
     job.alloc_counters = {h: dict(c) for h, c in f.counters.items()}
     job.alloc_cluster = dict(f.cluster_counters)
+    job.alloc_time = f.time
     if job.alloc_cluster:
         model.cluster_held[job.id] = job.alloc_cluster
     job.pending_reason = f"dispatching to {f.hosts[0]}" if f.hosts else None

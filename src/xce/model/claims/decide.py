@@ -20,6 +20,8 @@ from xce.model.claims.entity import (
 )
 from xce.model.facts import Fact
 from xce.names import check_name
+from xce.transfers.locations import TransferRefused
+from xce.transfers.locations import resolve as resolve_location
 from xce.units import format_size as human, parse_size
 
 if TYPE_CHECKING:
@@ -48,6 +50,7 @@ class ClaimSpec:
     reclaim_policy: str | None = None
     params: dict[str, str] = field(default_factory=dict)
     project: str | None = None
+    populate_from: str | None = None  # a URL or REMOTE:path the claim is filled from (``--source``)
 
 
 def live_by_name(model: Model, project: str, name: str) -> Claim | None:
@@ -76,6 +79,9 @@ def create(model: Model, config: Config, actor: User, spec: ClaimSpec, now: floa
     ``source`` (resolved, and checked visible and READY, by ``xce.model.snapshots.clone``) the claim
     is a clone: its provider makes it from that object, so it must be of the same class."""
     check_name("claim", spec.name)
+    if source is not None and spec.populate_from is not None:
+        raise InvalidRequest("a claim is either a clone (--from-snapshot/--from-claim) or populated (--source), "
+                             "not both")
     if source is not None and spec.class_name is not None and spec.class_name != source.class_name:
         raise InvalidRequest(f"a clone is made by the provider that holds its source: {source.kind} "
                              f"{source.name!r} is of class {source.class_name!r}, not {spec.class_name!r}")
@@ -127,6 +133,7 @@ def create(model: Model, config: Config, actor: User, spec: ClaimSpec, now: floa
                              f"{', '.join(sorted(RESERVED_NAMES))} under these names)")
     if live_by_name(model, project, spec.name) is not None:  # names are per project: this reveals no other's
         raise Conflict(f"a claim named {spec.name!r} already exists in project {project!r}")
+    populate_from = _populate_source(config, cls, project, spec.populate_from, source)
     check_quota(model, config, project, cls.name, size)
     check_fits_a_pool(config, cls, size, f"claim {spec.name!r}")
     claim_id = model.next_claim_id
@@ -134,7 +141,27 @@ def create(model: Model, config: Config, actor: User, spec: ClaimSpec, now: floa
                            class_name=cls.name, scope=cls.scope, size_bytes=size, access_mode=mode.value,
                            reclaim_policy=policy.value, owner=actor.name, project=project,
                            params={**cls.parameters, **spec.params},
-                           source=source.as_record() if source is not None else None)], claim_id
+                           source=source.as_record() if source is not None else None,
+                           populate_from=populate_from)], claim_id
+
+
+def _populate_source(config: Config, cls: ClaimClassConfig, project: str, text: str | None,
+                     source: ContentSource | None) -> str | None:
+    """Where a populated claim's data comes from, resolved for its project as a stage-in source is (the
+    same remotes, the same refusals naming the project), canonical; None: not populated."""
+    if text is None or source is not None:  # (both: refused first thing)
+        return None
+    if cls.scope != Scope.SHARED:
+        raise InvalidRequest(f"claim class {cls.name!r} is node-scope: only shared claims are populated (by the "
+                             "provisioner)")
+    try:
+        where = resolve_location(text, config.transfers, project, "--source")
+    except TransferRefused as e:
+        raise (Forbidden if e.forbidden else InvalidRequest)(e.message) from None
+    if where.local:
+        raise InvalidRequest("--source is a URL or REMOTE:path (xce transfers list): the provisioner does not read "
+                             "paths on your host")
+    return where.text
 
 
 def quota_use(model: Model, project: str, class_name: str | None) -> tuple[int, int]:

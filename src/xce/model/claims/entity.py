@@ -48,6 +48,7 @@ class OpKind(enum.StrEnum):
     EXPAND = "expand"  # a READY claim grown to its resize's size (CSI ControllerExpandVolume)
     CREATE_SNAPSHOT = "create_snapshot"  # snapshots (``xce.model.snapshots``): their own ops
     DELETE_SNAPSHOT = "delete_snapshot"
+    POPULATE = "populate"  # a claim filled from a URL or remote after its create (Kubernetes volume populators)
 
 
 class AttachmentState(enum.StrEnum):
@@ -200,6 +201,10 @@ class Claim:
     resize: Resize | None = None  # the latest resize (``xce claim resize``)
     # a clone: the content source it was made from, {"kind": "snapshot"|"claim", "id", "name", "handle"}
     source: dict[str, Any] | None = None
+    # a populated claim: the location (canonical: a URL or REMOTE:path, resolved for its project) its data
+    # is copied from after its create; READY only once the copy is complete
+    populate_from: str | None = None
+    early: bool = False  # a job's shared staging claim, made at submission and staged before hosts are held
 
     def __post_init__(self) -> None:
         self.form = ClaimForm(self.form)

@@ -228,21 +228,28 @@ def release_template(model: Model, claim: Claim, time: float, reason: str) -> No
 def apply_claim_created(model: Model, f: F.ClaimCreated) -> bool:
     """A new claim, PENDING (False: its id or name was taken, which no decision makes).  A standalone
     claim waits for the scheduler to place it; a run's template claim comes placed, its create op open."""
-    template = f.form == ClaimForm.TEMPLATE and f.run is not None
+    # a run's template claim comes placed with its allocation; an early one (a shared staging claim made
+    # at submission) waits for the scheduler to place it, as a standalone claim does
+    template = f.form == ClaimForm.TEMPLATE and f.run is not None and not f.early
     claim = Claim(id=f.claim_id, name=f.name, form=f.form, class_name=f.class_name, scope=f.scope,
                   size_bytes=f.size_bytes, access_mode=f.access_mode, reclaim_policy=f.reclaim_policy,
                   owner=f.owner, project=f.project, created=f.time, params=dict(f.params), job_id=f.job_id,
                   run=f.run, kind=f.kind, host=f.host, pool=f.pool, placed=template,
                   stage_in=[list(x) for x in f.stage_in], stage_out=[list(x) for x in f.stage_out],
-                  source=dict(f.source) if f.source is not None else None)
-    if template:
-        reason = f"created for job {f.job_id} run {f.run}" + (f" on {f.host}" if f.host else "")
+                  source=dict(f.source) if f.source is not None else None, populate_from=f.populate_from,
+                  early=f.early)
+    if f.form == ClaimForm.TEMPLATE and f.run is not None:
+        reason = f"created for job {f.job_id} run {f.run}" + (f" on {f.host}" if f.host else "") + \
+            (" at submission, to stage in before its hosts are allocated" if f.early else "")
         detail = f"created: template {f.kind} {f.class_name} for job {f.job_id}"
     else:
         reason, detail = "created", f"created: {f.form} {f.class_name} {f.size_bytes} bytes {f.access_mode}"
         if f.source is not None:
             reason = f"created from {f.source['kind']} {f.source['name']}"
             detail += f" from {f.source['kind']} {f.source['name']} ({f.source['handle']})"
+        if f.populate_from is not None:
+            reason = f"created, to be populated from {f.populate_from}"
+            detail += f" populated from {f.populate_from}"
     if not _add(model, claim, f.time, reason, detail):
         return False
     if template:
@@ -310,10 +317,17 @@ def apply_claim_op_succeeded(model: Model, f: F.ClaimOpSucceeded) -> None:
         if claim.stage_in:
             _open_op(model, claim, OpKind.STAGE_IN)  # still PREPARING: READY once the files are in
             return
+        if claim.populate_from is not None:
+            _open_op(model, claim, OpKind.POPULATE)  # still PREPARING: READY once the data is complete
+            return
         _set_state(model, claim, ClaimState.READY, f.time, f"created {f.handle} on attempt {op.attempts}", agent)
         _advance_delete(model, claim, f.time)
     elif op.kind is OpKind.STAGE_IN:
         _set_state(model, claim, ClaimState.READY, f.time, f"staged in {len(claim.stage_in)} item(s)", agent)
+        _advance_delete(model, claim, f.time)
+    elif op.kind is OpKind.POPULATE:
+        _set_state(model, claim, ClaimState.READY, f.time, f"populated from {claim.populate_from} on attempt "
+                   f"{op.attempts}" + (f": {f.message}" if f.message else ""), agent)
         _advance_delete(model, claim, f.time)
     elif op.kind is OpKind.EXPAND:
         r = claim.resize
@@ -375,7 +389,7 @@ def apply_claim_op_failed(model: Model, f: F.ClaimOpFailed) -> None:
         claim.data_exists = False
         _set_state(model, claim, ClaimState.FAILED, f.time, why, agent)
         _advance_delete(model, claim, f.time)
-    elif op.kind is OpKind.STAGE_IN:
+    elif op.kind in (OpKind.STAGE_IN, OpKind.POPULATE):  # the object exists, its data is incomplete
         _set_state(model, claim, ClaimState.FAILED, f.time, why, agent)
         _advance_delete(model, claim, f.time)
     elif op.kind is OpKind.EXPAND:  # the provider made nothing bigger: the claim is as it was

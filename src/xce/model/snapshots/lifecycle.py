@@ -72,15 +72,11 @@ def _advance_delete(model: Model, snap: Snapshot, time: float) -> None:
     if not snap.delete_requested or snap.op is not None and snap.op.epoch is not None:
         return
     by = snap.deleted_by or "-"
-    if snap.state is SnapshotState.PENDING:  # its create_snapshot is not in flight
-        _close_op(model, snap)
-        # OBSERVATION: no attempt succeeded; one that failed may have left an object, which the
-        # orphan scan finds by its op_id tag (as after a permanent failure): this record holds nothing
-        attempted = snap.data_exists
-        snap.data_exists = False
-        _set_state(model, snap, SnapshotState.RELEASED, time,
-                   "deleted before it was taken" + ("; what a failed attempt left is an orphan" if attempted else ""),
-                   by)
+    if snap.state is SnapshotState.PENDING:
+        if snap.data_exists:  # an attempt reached the provider and waits for its retry: that answers first
+            return
+        _close_op(model, snap)  # its create_snapshot never reached a provider
+        _set_state(model, snap, SnapshotState.RELEASED, time, "deleted before it was taken", by)
     elif snap.state in (SnapshotState.READY, SnapshotState.FAILED):
         if not snap.data_exists:
             _set_state(model, snap, SnapshotState.RELEASED, time, "deleted; no provider object exists", by)

@@ -1,0 +1,189 @@
+"""The provisioner's transfers: shared staging claims staged in before hosts are held, and populated claims.
+
+Three ops of shared-scope claims are done by the provisioner itself, through
+``xce.transfers`` (one rclone child per item, the remote's credentials from its
+``--transfer-config`` in that child's environment only), rather than by a
+provider:
+
+- ``stage_in`` of a job's shared staging claim (``xce submit --stage-class
+  CLASS``, CLASS shared): while the job waits in the queue, so that no host is
+  held while its data moves; the scheduler places the job once the claim is
+  READY;
+- ``stage_out`` of that claim after the job's process ended;
+- ``populate`` of a standalone claim made with ``xce claim create --source
+  URL``: READY once every byte is in.
+
+Only URLs and remotes: a path would be read or written as the provisioner's own
+user, not the job's (the controller refuses paths for shared staging and
+populate at submission; a forged one is refused here too).  The claim's volume
+must lie strictly inside the root of one of the provisioner's providers.  The
+remote must be configured here and, if its entry here lists projects, allow the
+claim's project (the controller checked it at submission).
+
+Progress (bytes copied, total, rate, from rclone's stats every 2 s) goes to the
+controller as it happens (``report``): the leader keeps it in memory
+(``controller/observed.py``), not in the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Callable, Iterable
+
+from xce.providers.contract import ProviderReply
+from xce.transfers import Location, TransferRefused, TransferSetupError, TransferSite, parse_canonical
+from xce.transfers import plan as plan_transfer
+from xce.transfers import run as run_transfer
+from xce.transfers.rclone import describe, plan_size
+
+log = logging.getLogger("xce.agent")
+
+# (item, bytes copied, total bytes or None, rate in bytes/s or None)
+ProgressReport = Callable[[dict[str, Any], int, int | None, float | None], None]
+
+
+def _give_to_owner(base: str, paths: list[str]) -> None:
+    """Files copied in as root belong to whoever owns the claim's data directory (its provider made it
+    the claim owner's with ``set_owner``): a job running as its user may then change what it staged in."""
+    if os.geteuid() != 0:
+        return
+    st = os.stat(base)
+    if st.st_uid == 0:
+        return
+    for top in paths:
+        if not os.path.lexists(top):
+            continue
+        os.lchown(top, st.st_uid, st.st_gid)
+        for parent, dirs, files in os.walk(top):
+            for name in dirs + files:
+                os.lchown(os.path.join(parent, name), st.st_uid, st.st_gid)
+        up = os.path.dirname(top)  # directories made on the way (``in/a.bin``'s ``in``)
+        while up.startswith(base + "/"):
+            os.lchown(up, st.st_uid, st.st_gid)
+            up = os.path.dirname(up)
+
+
+class SharedTransfers:
+    """The provisioner's ``stage_in``, ``stage_out`` and ``populate`` ops (a ``ClaimAgent`` local op)."""
+
+    def __init__(self, site: TransferSite | None, roots: Iterable[str], report: ProgressReport | None = None) -> None:
+        self.site = site or TransferSite()  # without a --transfer-config: public URLs only
+        self.roots = sorted({os.path.realpath(r) for r in roots if r})
+        self.report = report
+
+    def _inside(self, path: str | None) -> str | None:
+        if not path or not os.path.isabs(path):
+            return None
+        real = os.path.realpath(path)
+        return real if any(real != r and real.startswith(r.rstrip("/") + "/") for r in self.roots) else None
+
+    def __call__(self, item: dict[str, Any]) -> ProviderReply:
+        op_id, op = item["op_id"], item["op"]
+        what = op.replace("_", "-")
+
+        def fail(code: str, message: str, retryable: bool = False) -> ProviderReply:
+            return ProviderReply(op_id=op_id, ok=False, error_code=code, retryable=retryable, message=message)
+
+        base = self._inside(item.get("path"))
+        if base is None:
+            return fail("PERMISSION_DENIED", f"{what}: the claim's volume {item.get('path')!r} is outside the "
+                                             f"provisioner's provider roots ({', '.join(self.roots) or 'none'}): refused")
+        if not os.path.isdir(base):
+            return fail("NOT_FOUND", f"{what}: the claim has no directory ({base})", retryable=True)
+        try:
+            pairs = self._pairs(op, item, base)
+        except TransferRefused as e:
+            return fail("INVALID", f"{what}: {e.message}")
+        project = (item.get("tags") or {}).get("xce.project", "")
+        for far in (p[0] if op != "stage_out" else p[1] for p in pairs):
+            if far.kind == "remote":
+                remote = self.site.remote(far.remote or "")
+                if remote is None:
+                    return fail("NO_REMOTE", f"{what}: remote {far.remote} is not configured on the provisioner "
+                                             "(its --transfer-config)")
+                if not remote.allows(project):
+                    return fail("PERMISSION_DENIED", f"{what}: project {project} may not use remote {remote.name}")
+        if op == "stage_out":
+            for src, _ in pairs:
+                if not os.path.lexists(src.text):
+                    return fail("NOT_FOUND", f"{what}: {src.text} does not exist")
+        # measured before anything is copied: the total for progress, and a source larger than the claim
+        # is refused whole
+        total = 0
+        if op != "stage_out":
+            for src, dest in pairs:
+                try:
+                    sized = run_transfer(plan_size(src, self.site), timeout=min(self.site.timeout, 600.0))
+                except TransferSetupError as e:
+                    return fail("NO_REMOTE", f"{what}: {e}")
+                if not sized.ok:
+                    return fail(sized.error_code, f"{what} of {src.text}{self._via(src)}: {sized.message}",
+                                sized.retryable)
+                total += int(sized.stats.get("bytes") or 0)
+            room = int(item.get("size_bytes") or 0)
+            if room and total > room:
+                return fail("RESOURCE_EXHAUSTED", f"{what} of {total} bytes from "
+                                                  f"{', '.join(s.text for s, _ in pairs)} does not fit the claim's "
+                                                  f"{room} bytes (a larger --stage-size or --size)")
+        done = 0
+        moved: dict[str, int] = {}
+        for src, dest in pairs:
+            far = dest if op == "stage_out" else src
+            try:
+                transfer = plan_transfer(src, dest, self.site)
+            except TransferSetupError as e:
+                return fail("NO_REMOTE", f"{what}: {e}")
+
+            def progress(stats: dict[str, Any], done: int = done) -> None:
+                if self.report is not None:
+                    speed = stats.get("speed")
+                    self.report(item, done + int(stats.get("bytes") or 0), total or None,
+                                float(speed) if isinstance(speed, (int, float)) else None)
+
+            out = run_transfer(transfer, timeout=self.site.timeout, progress=progress)
+            if not out.ok:
+                return fail(out.error_code, f"{what} {transfer.what}{self._via(far)}: {out.message}", out.retryable)
+            if dest.local and not os.path.lexists(dest.text):  # rclone copies nothing from a missing object
+                return fail("NOT_FOUND", f"{what}: nothing at {src.text}{self._via(src)}")
+            done += int(out.stats.get("bytes") or 0)
+            for key in ("bytes", "transfers"):
+                moved[key] = moved.get(key, 0) + int(out.stats.get(key) or 0)
+            log.info("%s %s: %s", op_id, transfer.what, describe(out.stats))
+        if op != "stage_out":
+            _give_to_owner(base, [dest.text for _, dest in pairs])
+        if self.report is not None and op != "stage_out":
+            self.report(item, done, total or done, None)
+        return ProviderReply(op_id=op_id, ok=True, message=f"{what}: {len(pairs)} item(s), {describe(moved)}, "
+                                                           "by the provisioner")
+
+    @staticmethod
+    def _via(loc: Location) -> str:
+        return f" via remote {loc.remote}" if loc.kind == "remote" else ""
+
+    @staticmethod
+    def _pairs(op: str, item: dict[str, Any], base: str) -> list[tuple[Location, Location]]:
+        """(source, destination) of each item; the far side a URL or remote, never a path."""
+        def far(text: str) -> Location:
+            loc = parse_canonical(text)
+            if loc.local:
+                raise TransferRefused(f"{text} is a path: the provisioner moves data from and to URLs and remotes "
+                                      "only")
+            return loc
+
+        def inside(rel: str) -> Location:
+            path = os.path.normpath(os.path.join(base, rel))
+            if path != base and not path.startswith(base + "/"):
+                raise TransferRefused(f"{rel!r} is outside the claim")
+            return Location("path", path)
+
+        if op == "populate":
+            src = far(item.get("source") or "")
+            # a prefix (trailing /) fills the claim's root; an object or a directory lands under its own name
+            dest = base if src.path.endswith("/") or not src.basename else os.path.join(base, src.basename)
+            return [(src, Location("path", dest))]
+        if op == "stage_in":
+            return [(far(s), inside(d)) for s, d in item.get("items") or []]
+        if op == "stage_out":
+            return [(inside(s), far(d)) for s, d in item.get("items") or []]
+        raise TransferRefused(f"unknown op {op}")
