@@ -144,3 +144,25 @@ def test_the_client_follows_pages_while_jobs_and_claims_arrive(ctl):
         assert len(page) == 2 and cursor is not None
         older, _ = xce.get_page("/v1/claims", {"limit": 2, "cursor": cursor})
         assert older[-1]["id"] < page[0]["id"]
+
+
+def test_tokens_page_every_token_exactly_once_while_tokens_arrive(ctl):
+    with ctl.client() as c:
+        r = c.post("/v1/users", json={"name": "pager", "role": "user", "projects": ["default"]})
+        assert r.status_code == 201, r.text
+        for _ in range(9):
+            assert c.post("/v1/tokens", json={"user": "pager"}).status_code == 201
+        existing = [t["token_id"] for t in c.get("/v1/tokens", params={"user": "pager"}).json()]
+        assert len(existing) == 9
+        with Arrivals(ctl, lambda c, i: c.post("/v1/tokens", json={"user": "pager"})) as new:
+            walked = walk(c, "/v1/tokens", 2, new, user="pager")
+        assert new.made >= 4
+        ids = [t["token_id"] for page in walked for t in page]
+        assert len(ids) == len(set(ids)) and sorted(ids) == sorted(existing)
+        keys = [(t["created"], t["token_id"]) for page in reversed(walked) for t in page]
+        assert keys == sorted(keys)  # pages run newest first, each oldest first
+        r = c.get("/v1/tokens", params={"cursor": "am9iczo1"})  # another listing's cursor (jobs:5)
+        assert r.status_code == 400
+    with Client(ctl.url, ctl.token) as xce, ctl.client() as c:
+        assert [t["token_id"] for t in xce.get_all("/v1/tokens", {"user": "pager"}, page_size=3)] == \
+            [t["token_id"] for t in c.get("/v1/tokens", params={"user": "pager"}).json()]

@@ -8,13 +8,14 @@ records while new ones arrive.  It is opaque: its form may change.
 
 Every listing that grows with history pages this way, newest first: ``/v1/audit`` by the
 trail's sequence number (``api/audit.py``), ``/v1/jobs``, ``/v1/claims`` and ``/v1/snapshots``
-by id (``newest_first``), so no answer grows with history.
+by id (``newest_first``), ``/v1/tokens`` by (created, token id), so no answer grows with history.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import math
 from typing import Callable, Reversible, TypeVar
 
 from xce.errors import InvalidRequest
@@ -45,6 +46,25 @@ def decode_cursor(kind: str, cursor: str) -> int:
     raise InvalidRequest(f"invalid cursor {cursor[:64]!r}: pass back the {NEXT_CURSOR} of the previous page")
 
 
+def encode_key_cursor(kind: str, time: float, key: str) -> str:
+    """A cursor on a (time, key) order, for lists whose records have no growing id (tokens)."""
+    return base64.urlsafe_b64encode(f"{kind}:{time!r}:{key}".encode()).decode().rstrip("=")
+
+
+def decode_key_cursor(kind: str, cursor: str) -> tuple[float, str]:
+    """The (time, key) ``encode_key_cursor(kind, ...)`` put in ``cursor``; ``InvalidRequest`` for anything else."""
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        prefix, _, rest = text.partition(":")
+        time_text, _, key = rest.partition(":")
+        value = float(time_text)
+        if prefix == kind and key and math.isfinite(value):
+            return value, key
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        pass
+    raise InvalidRequest(f"invalid cursor {cursor[:64]!r}: pass back the {NEXT_CURSOR} of the previous page")
+
+
 #: list endpoints over the model (jobs, claims, snapshots): the default and the largest page
 LIST_LIMIT = 1000
 MAX_LIST_LIMIT = 10_000
@@ -57,10 +77,10 @@ def limit_query(what: str):
                  description=f"at most this many {what} (one page): the newest that match, by id")
 
 
-def cursor_query():
+def cursor_query(max_length: int = 64):
     from fastapi import Query
 
-    return Query(None, max_length=64, description=f"the {NEXT_CURSOR} of the previous page")
+    return Query(None, max_length=max_length, description=f"the {NEXT_CURSOR} of the previous page")
 
 
 def newest_first(records: Reversible[T], id_of: Callable[[T], int], match: Callable[[T], bool], limit: int,

@@ -114,8 +114,8 @@ class Client:
 
     def get_all(self, path: str, params: Params = None, *, limit: int | None = None,
                 page_size: int | None = None) -> list[Any]:
-        """The records of a paged listing across its pages (``pages``), newest first page by page,
-        returned in id order; at most ``limit`` (the newest) when given."""
+        """The records of a paged listing across its pages (``pages``), fetched newest first page by
+        page and returned oldest first (id order); at most ``limit`` (the newest) when given."""
         out: list[Any] = []
         if page_size is None and limit is not None:
             page_size = min(limit, 1000)  # the controller's default page
