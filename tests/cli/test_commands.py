@@ -114,6 +114,25 @@ def test_audit_filters_and_pages(env, ctl):
     assert r.returncode == 0 and r.stdout.startswith("TIME") and len(r.stdout.strip().splitlines()) == 3
 
 
+def test_jobs_and_claims_listings_limit_and_follow_pages(env, ctl):
+    for i in range(7):
+        ok_json(env, "submit", "-J", f"pg{i}", "--", "true")
+    with ctl.client() as c:
+        everything = sorted(j["id"] for j in c.get("/v1/jobs", params={"all": "true", "limit": 10_000}).json())
+        for i in range(5):
+            r = c.post("/v1/claims", json={"name": f"pg{i}", "class": "simfs", "size": "1Mi", "access_mode": "RWO"})
+            assert r.status_code == 201, r.text
+        claims = sorted(x["id"] for x in c.get("/v1/claims", params={"limit": 10_000}).json())
+    assert [j["id"] for j in ok_json(env, "jobs", "-a", "--limit", "3")] == everything[-3:]
+    assert [j["id"] for j in ok_json(env, "jobs", "-a", "--all-pages")] == everything
+    assert [j["id"] for j in ok_json(env, "jobs", "-a", "--all-pages", "--limit", "4")] == everything[-4:]
+    assert [x["id"] for x in ok_json(env, "claim", "list")] == claims
+    assert [x["id"] for x in ok_json(env, "claim", "list", "--limit", "2")] == claims[-2:]
+    assert ok_json(env, "snapshot", "list", "--limit", "2") == []
+    r = xce(env, "jobs", "-a", "--limit", "2")
+    assert r.returncode == 0 and "--all-pages" in r.stderr and len(r.stdout.strip().splitlines()) == 3
+
+
 @pytest.mark.parametrize("args,fragment", [
     (["submit"], "the following arguments are required: CMD"),
     (["submit", "-n", "abc", "--", "true"], "expected a positive integer"),

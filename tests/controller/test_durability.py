@@ -120,3 +120,41 @@ def test_periodic_snapshot_and_compaction(tmp_path):
     finally:
         ctl2.stop()
 
+
+
+def test_restart_after_sigkill_leads_before_the_dead_leaders_lease_would_expire(tmp_path):
+    """On the embedded store leadership is a lock that dies with its process: a controller restarted
+    after SIGKILL leads and takes a submission at once, while the dead leader's lease row still
+    claims the lease (its TTL is long, so waiting it out could not pass this test)."""
+    cfg = tmp_path / "xce.toml"
+    cfg.write_text(
+        '[controller]\nlease_ttl = 60\n'
+        '[[users]]\nname = "admin"\nrole = "admin"\nprojects = ["default"]\n'
+        '[[queues]]\nname = "default"\n'
+        '[[projects]]\nname = "default"\n')
+    ctl = ControllerProcess(state_dir=str(tmp_path / "ctl"), config=str(cfg)).start()
+    with ctl.client() as c:
+        first = c.post("/v1/jobs", json={"command": ["true"]}).json()["id"]
+    db = sqlite3.connect(os.path.join(ctl.state_dir, "xce.db"))
+    old_holder, old_epoch, old_expires = db.execute(
+        "SELECT holder, epoch, expires_at FROM xce_lease WHERE name='leader'").fetchone()
+    ctl.kill()
+
+    ctl2 = ControllerProcess(state_dir=ctl.state_dir, config=str(cfg)).start()  # waits for /healthz leader
+    try:
+        with ctl2.client() as c:
+            r = c.post("/v1/jobs", json={"command": ["true"], "name": "after-the-crash"})
+            assert r.status_code == 201 and r.json()["id"] > first
+            second = r.json()["id"]
+        holder, epoch, _ = db.execute("SELECT holder, epoch, expires_at FROM xce_lease WHERE name='leader'").fetchone()
+        assert holder != old_holder and epoch == old_epoch + 1
+        # the submission's fact was written by the new epoch, and its audit record's time (the
+        # controller's clock, stored with the fact) is before the dead leader's lease would have run out
+        position, when = db.execute("SELECT position, time FROM xce_audit WHERE action = 'POST /v1/jobs'"
+                                    " AND target = ? ORDER BY seq DESC LIMIT 1", (f"job/{second}",)).fetchone()
+        (fact_epoch,) = db.execute("SELECT epoch FROM xce_facts WHERE position = ?", (position,)).fetchone()
+        assert fact_epoch == old_epoch + 1
+        assert when < old_expires
+    finally:
+        db.close()
+        ctl2.stop()

@@ -15,3 +15,102 @@ class TestSQLiteStore(StoreContract):
     def make_store(self, tmp_path):
         path = str(tmp_path / "xce.db")
         return lambda: SQLiteStore(path)
+
+
+# ---------------------------------------------------------------- leadership between processes
+
+HOLDER = r"""
+import sys
+from xce.store.sqlite import SQLiteStore
+store = SQLiteStore(sys.argv[1])
+lease = store.acquire_lease("first", float(sys.argv[2]))
+print(lease.epoch, lease.expires_at, flush=True)
+sys.stdin.read()  # hold the store (and the lock) open until told to go
+if sys.argv[3] == "release":
+    store.release_lease("first", lease.epoch)
+    store.close()
+    print("released", flush=True)
+    sys.stdin.read()
+"""
+
+
+def _holder(path: str, ttl: float, then: str = "hold"):
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, path, str(ttl), then], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    epoch, expires = proc.stdout.readline().split()
+    return proc, int(epoch), float(expires)
+
+
+def test_another_process_cannot_lead_while_the_first_lives_even_past_the_rows_ttl(tmp_path):
+    import time
+
+    from tests.store.contract import LONG_TTL, SHORT_TTL, poll
+
+    path = str(tmp_path / "xce.db")
+    proc, epoch, expires = _holder(path, SHORT_TTL)
+    store = SQLiteStore(path)
+    try:
+        assert store.current_lease().holder == "first"
+        poll(lambda: time.time() > expires + 0.1, what="the first process's row to expire")
+        # its row has expired, but the first process lives and holds the lock: nobody else leads
+        assert store.acquire_lease("second", LONG_TTL) is None
+        assert store.current_lease().holder == "first"
+        with pytest.raises(Exception):
+            store.renew_lease("second", epoch, LONG_TTL)
+    finally:
+        proc.kill()
+        proc.wait()
+    # the kernel dropped the dead process's lock: the next acquisition succeeds, fenced by a new epoch
+    lease = store.acquire_lease("second", LONG_TTL)
+    assert lease is not None and (lease.holder, lease.epoch) == ("second", epoch + 1)
+    store.close()
+
+
+def test_a_killed_leaders_lease_is_taken_at_once_not_after_its_ttl(tmp_path):
+    import signal
+    import time
+
+    from tests.store.contract import LONG_TTL, recs
+    from xce.store import StaleEpoch
+
+    path = str(tmp_path / "xce.db")
+    proc, epoch, expires = _holder(path, LONG_TTL)
+    store = SQLiteStore(path)
+    try:
+        assert store.acquire_lease("second", LONG_TTL) is None  # alive: refused
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        lease = store.acquire_lease("second", LONG_TTL)
+        taken_at = time.time()
+        assert lease is not None and (lease.holder, lease.epoch) == ("second", epoch + 1)
+        # taken while the dead leader's row still said it was live: the lock decided, not the TTL
+        assert taken_at < expires
+        with pytest.raises(StaleEpoch):  # whatever the dead leader had in flight is fenced
+            store.append(epoch, recs(1, 1))
+        store.append(lease.epoch, recs(1, 1))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        store.close()
+
+
+def test_a_clean_release_lets_another_process_lead_at_once(tmp_path):
+    from tests.store.contract import LONG_TTL
+
+    path = str(tmp_path / "xce.db")
+    proc, epoch, _ = _holder(path, LONG_TTL, then="release")
+    store = SQLiteStore(path)
+    try:
+        assert store.acquire_lease("second", LONG_TTL) is None
+        proc.stdin.close()  # release and close
+        assert proc.stdout.readline().strip() == "released"
+        lease = store.acquire_lease("second", LONG_TTL)
+        assert lease is not None and lease.epoch == epoch + 1
+    finally:
+        proc.kill()
+        proc.wait()
+        store.close()

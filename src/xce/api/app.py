@@ -24,6 +24,7 @@ from xce.api import schemas as S
 from xce.api.responses import JSONResponse
 from xce.api.auth import SECURITY_SCHEME, admin, authenticated, catalog_reader, metrics_reader
 from xce.api.metrics import Metrics
+from xce.api.paging import NEXT_CURSOR, NEXT_CURSOR_DOC, cursor_query, decode_key_cursor, encode_key_cursor, limit_query
 from xce.api.commands import audit_refusal, mutate
 from xce.api.refusals import RefusalLimiter
 from xce.api.views import token_json, user_json
@@ -294,14 +295,24 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
         return JSONResponse({"token_id": token_id, "user": body.user, "token": secret, "expires": body.expires},
                             status_code=201)
 
-    @app.get("/v1/tokens", response_model=list[S.TokenInfo], tags=["identity"])
+    @app.get("/v1/tokens", response_model=list[S.TokenInfo], tags=["identity"],
+             responses={200: {"headers": NEXT_CURSOR_DOC}})
     async def list_tokens(actor: User = Depends(authenticated),
                           user: str | None = Query(None, pattern=NAME_PATTERN, max_length=63,
-                                                   description="admins: only this user's tokens")):
-        """Admins: every token (or one user's); users: their own.  Never a secret or a hash."""
+                                                   description="admins: only this user's tokens"),
+                          limit: int = limit_query("tokens"), cursor: str | None = cursor_query(128)):
+        """Admins: every token (or one user's); users: their own.  Never a secret or a hash.  The newest
+        (one page), oldest first within it; revoked tokens stay, so ``X-Next-Cursor`` leads to older ones."""
         await controller.read_barrier()
         now = time.time()
-        return JSONResponse([token_json(t, now) for t in visible_tokens(controller.model, actor, user)])
+        tokens = visible_tokens(controller.model, actor, user)  # by (created, token id)
+        if cursor is not None:
+            before = decode_key_cursor("tokens", cursor)
+            tokens = [t for t in tokens if (t.created, t.token_id) < before]
+        page = tokens[-limit:]
+        headers = {NEXT_CURSOR: encode_key_cursor("tokens", page[0].created, page[0].token_id)} \
+            if len(tokens) > limit else None
+        return JSONResponse([token_json(t, now) for t in page], headers=headers)
 
     @app.delete("/v1/tokens/{token_id}", response_model=S.TokenInfo, tags=["identity"])
     async def delete_token(token_id: TokenId, request: Request, actor: User = Depends(authenticated)):

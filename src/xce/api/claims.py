@@ -16,6 +16,7 @@ from xce.api.responses import JSONResponse
 from xce.api import schemas as S
 from xce.api.auth import admin, authenticated, catalog_reader
 from xce.api.commands import mutate
+from xce.api.paging import NEXT_CURSOR_DOC, cursor_query, limit_query, newest_first
 from xce.api.views import attachment_json, claim_json, orphan_json
 from xce.controller.core import Controller
 from xce.errors import Forbidden, NotFound
@@ -56,32 +57,34 @@ def add_claim_routes(app: FastAPI, ctl: Controller) -> None:
 
         return show(await mutate(request, actor, f"claim/{body.name}", decide), 201)
 
-    @app.get("/v1/claims", response_model=list[S.ClaimOut], tags=["claims"])
+    @app.get("/v1/claims", response_model=list[S.ClaimOut], tags=["claims"],
+             responses={200: {"headers": NEXT_CURSOR_DOC}})
     async def list_claims(actor: User = Depends(authenticated),
                           project: str | None = Query(None, max_length=63),
                           state: list[ClaimState] | None = Query(None),
                           all_states: bool = Query(False, alias="all", description="include RELEASED claims"),
-                          retained: bool = Query(False, description="admins: released claims whose object is kept")):
+                          retained: bool = Query(False, description="admins: released claims whose object is kept"),
+                          limit: int = limit_query("claims"), cursor: str | None = cursor_query()):
+        """The newest matching claims (one page), in id order within the page; ``X-Next-Cursor`` leads
+        to older ones."""
         await ctl.read_barrier()
         if retained and not actor.is_admin:
             raise Forbidden("only admins list retained objects")
         states = set(state) if state else None
-        out = []
-        for c in ctl.model.claims.values():
+
+        def match(c: C.Claim) -> bool:
             if not (actor.is_admin or c.project in actor.projects):
-                continue
+                return False
             if project is not None and c.project != project:
-                continue
+                return False
             if retained:
-                if not c.retained:
-                    continue
-            elif states is not None:
-                if c.state not in states:
-                    continue
-            elif c.state is ClaimState.RELEASED and not all_states:
-                continue
-            out.append(view(c))
-        return JSONResponse(out)
+                return c.retained
+            if states is not None:
+                return c.state in states
+            return c.state is not ClaimState.RELEASED or all_states
+
+        page, headers = newest_first(ctl.model.claims.values(), lambda c: c.id, match, limit, cursor, "claims")
+        return JSONResponse([view(c) for c in page], headers=headers)
 
     @app.get("/v1/claims/{name}", response_model=S.ClaimOut, tags=["claims"])
     async def show_claim(name: ClaimName, project: InProject = None, actor: User = Depends(authenticated)):

@@ -17,6 +17,7 @@ from starlette.responses import Response
 from xce.api import schemas as S
 from xce.api.auth import authenticated
 from xce.api.commands import mutate
+from xce.api.paging import NEXT_CURSOR_DOC, cursor_query, limit_query, newest_first
 from xce.api.responses import JSONResponse
 from xce.api.views import job_json
 from xce.controller.core import Controller
@@ -26,10 +27,6 @@ from xce.model.identity import User
 from xce.model import job_claims
 from xce.model.job_claims import JobClaimsSpec
 from xce.model.jobs import JobSpec, JobState, visible_job
-
-# a listing is bounded: GET /v1/jobs?all=true on a big cluster was tens of megabytes in one answer
-LIST_LIMIT = 1000
-MAX_LIST_LIMIT = 10_000
 
 
 class SubmitRoute(APIRoute):
@@ -72,15 +69,16 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
     app.router.add_api_route("/v1/jobs", submit_job, methods=["POST"], response_model=S.JobOut, status_code=201,
                              tags=["jobs"], route_class_override=SubmitRoute)
 
-    @app.get("/v1/jobs", response_model=list[S.JobOut], tags=["jobs"])
+    @app.get("/v1/jobs", response_model=list[S.JobOut], tags=["jobs"], responses={200: {"headers": NEXT_CURSOR_DOC}})
     async def list_jobs(actor: User = Depends(authenticated),
                         user: str | None = Query(None, max_length=63, description="only this user's jobs"),
                         all_users: bool = Query(False, alias="all", description="admins: every user's jobs"),
                         queue: str | None = Query(None, max_length=63),
                         state: list[JobState] | None = Query(None),
                         array: int | None = Query(None, description="only the elements of this job array"),
-                        limit: int = Query(LIST_LIMIT, ge=1, le=MAX_LIST_LIMIT,
-                                           description="at most this many jobs: the newest that match, by id")):
+                        limit: int = limit_query("jobs"), cursor: str | None = cursor_query()):
+        """The newest matching jobs (one page), in id order within the page; ``X-Next-Cursor`` leads to
+        older ones."""
         await ctl.read_barrier()
         if not actor.is_admin:
             if user not in (None, actor.name):
@@ -89,16 +87,16 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
         elif user is None and not all_users and array is None:
             user = actor.name
         states = set(state) if state else None
+
+        def match(j: J.Job) -> bool:
+            return (user is None or j.user == user) and (queue is None or j.queue == queue) \
+                and (states is None or j.state in states) and (array is None or j.array_parent == array)
+
+        # ids ascend in the model: newest first, then in id order.  A listing is bounded and paged:
+        # GET /v1/jobs?all=true on a big cluster was tens of megabytes in one answer
+        page, headers = newest_first(ctl.model.jobs.values(), lambda j: j.id, match, limit, cursor, "jobs")
         reason = ctl.pending_reason
-        out = []
-        for j in reversed(ctl.model.jobs.values()):  # ids ascend in the model: newest first, then in id order
-            if (user is None or j.user == user) and (queue is None or j.queue == queue) \
-                    and (states is None or j.state in states) and (array is None or j.array_parent == array):
-                out.append(job_json(ctl.model, j, reason(j.id), progress))
-                if len(out) == limit:
-                    break
-        out.reverse()
-        return JSONResponse(out)
+        return JSONResponse([job_json(ctl.model, j, reason(j.id), progress) for j in page], headers=headers)
 
     @app.get("/v1/jobs/{job_id}", response_model=S.JobOut, tags=["jobs"])
     async def show_job(job_id: int, actor: User = Depends(authenticated)):

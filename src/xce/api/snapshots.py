@@ -16,6 +16,7 @@ from fastapi import Depends, FastAPI, Path, Query, Request
 from xce.api import schemas as S
 from xce.api.auth import authenticated
 from xce.api.commands import mutate
+from xce.api.paging import NEXT_CURSOR_DOC, cursor_query, limit_query, newest_first
 from xce.api.responses import JSONResponse
 from xce.api.views import snapshot_json
 from xce.controller.core import Controller
@@ -41,26 +42,30 @@ def add_snapshot_routes(app: FastAPI, ctl: Controller) -> None:
             model, ctl.config, actor, body.claim, body.name, time.time(), body.project))
         return show(snapshot_id, 201)
 
-    @app.get("/v1/snapshots", response_model=list[S.SnapshotOut], tags=["snapshots"])
+    @app.get("/v1/snapshots", response_model=list[S.SnapshotOut], tags=["snapshots"],
+             responses={200: {"headers": NEXT_CURSOR_DOC}})
     async def list_snapshots(actor: User = Depends(authenticated), project: str | None = Query(None, max_length=63),
                              claim: str | None = Query(None, max_length=63, description="of this claim only"),
                              state: list[SnapshotState] | None = Query(None),
-                             all_states: bool = Query(False, alias="all", description="include RELEASED ones")):
+                             all_states: bool = Query(False, alias="all", description="include RELEASED ones"),
+                             limit: int = limit_query("snapshots"), cursor: str | None = cursor_query()):
+        """The newest matching snapshots (one page), in id order within the page; ``X-Next-Cursor``
+        leads to older ones."""
         await ctl.read_barrier()
         states = set(state) if state else None
-        out = []
-        for s in ctl.model.snapshots.values():
+
+        def match(s: SN.Snapshot) -> bool:
             if not (actor.is_admin or s.project in actor.projects):
-                continue
+                return False
             if project is not None and s.project != project or claim is not None and s.claim_name != claim:
-                continue
+                return False
             if states is not None:
-                if s.state not in states:
-                    continue
-            elif s.state is SnapshotState.RELEASED and not all_states:
-                continue
-            out.append(snapshot_json(s))
-        return JSONResponse(out)
+                return s.state in states
+            return s.state is not SnapshotState.RELEASED or all_states
+
+        page, headers = newest_first(ctl.model.snapshots.values(), lambda s: s.id, match, limit, cursor,
+                                     "snapshots")
+        return JSONResponse([snapshot_json(s) for s in page], headers=headers)
 
     @app.get("/v1/snapshots/{name}", response_model=S.SnapshotOut, tags=["snapshots"])
     async def show_snapshot(name: SnapshotName, project: InProject = None, actor: User = Depends(authenticated)):

@@ -178,7 +178,7 @@ def _token_status(t: dict[str, Any]) -> str:
 
 
 def cmd_token_list(args, ctx) -> int:
-    return _show(ctx, ctx.client().get("/v1/tokens", {"user": args.user}), lambda ts: print_table(
+    return _show(ctx, ctx.client().get_all("/v1/tokens", {"user": args.user}), lambda ts: print_table(
         ("TOKEN_ID", "USER", "CREATED", "EXPIRES", "STATUS"),
         ((t["token_id"], t["user"], when(t["created"]), when(t["expires"]) or "never", _token_status(t))
          for t in ts)))

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any
 
-from xce.cli.base import Parser
+from xce.cli.base import Parser, positive_int
 from xce.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
 from xce.client import Client
 from xce.client.states import RESIZE_ENDED, ClaimState, ResizeState, SnapshotState
@@ -44,6 +44,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     ls.add_argument("--state", action="append", type=str.upper, choices=CLAIM_STATES)
     ls.add_argument("-a", "--all", action="store_true", help="include RELEASED claims")
     ls.add_argument("--retained", action="store_true", help="released claims whose object is kept (admins)")
+    ls.add_argument("--limit", type=positive_int, help="only the newest N that match (default: every one, "
+                                                       "fetched page by page)")
     ls.set_defaults(func=cmd_list)
 
     sh = csub.add_parser("show", parents=[common], help="every field, history, attempts and attachments")
@@ -91,6 +93,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     sl.add_argument("--claim", help="of this claim only")
     sl.add_argument("--state", action="append", type=str.upper, choices=SNAPSHOT_STATES)
     sl.add_argument("-a", "--all", action="store_true", help="include RELEASED snapshots")
+    sl.add_argument("--limit", type=positive_int, help="only the newest N that match (default: every one, "
+                                                       "fetched page by page)")
     sl.set_defaults(func=cmd_snapshot_list)
     ss = ssub.add_parser("show", parents=[common], help="every field, history and attempts")
     ss.add_argument("name")
@@ -262,7 +266,7 @@ def cmd_snapshot(args, ctx) -> int:
 
 def cmd_snapshot_list(args, ctx) -> int:
     snaps = sorted(ctx.client().snapshots(project=args.project, claim=args.claim, states=args.state or (),
-                                          all_states=args.all), key=lambda s: s["id"])
+                                          all_states=args.all, limit=args.limit), key=lambda s: s["id"])
     if ctx.json:
         print_json(snaps)
         return EXIT_OK
@@ -333,7 +337,7 @@ def cmd_list(args, ctx) -> int:
     params: list[tuple[str, Any]] = [("project", args.project), ("all", args.all or None),
                                      ("retained", args.retained or None)]
     params += [("state", s) for s in args.state or ()]
-    claims = sorted(ctx.client().get("/v1/claims", params), key=lambda c: c["id"])
+    claims = sorted(ctx.client().get_all("/v1/claims", params, limit=args.limit), key=lambda c: c["id"])
     if ctx.json:
         print_json(claims)
         return EXIT_OK

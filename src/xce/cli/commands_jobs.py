@@ -66,8 +66,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     j.add_argument("-q", "--queue")
     j.add_argument("--state", action="append", choices=JOB_STATES, type=str.upper,
                    help="only jobs in this state (repeatable)")
-    j.add_argument("--limit", type=positive_int, default=LIST_LIMIT,
-                   help=f"at most this many jobs, the newest (default {LIST_LIMIT}, at most {MAX_LIST_LIMIT})")
+    j.add_argument("--limit", type=positive_int, default=None,
+                   help=f"at most this many jobs, the newest (default {LIST_LIMIT}; at most {MAX_LIST_LIMIT} "
+                        "unless --all-pages)")
+    j.add_argument("--all-pages", action="store_true",
+                   help="every job that matches (up to --limit if given), fetched page by page")
     j.set_defaults(func=cmd_jobs)
 
     job = sub.add_parser("job", parents=[common], help="one job: show, why")
@@ -206,10 +209,14 @@ def _hosts(job: dict[str, Any]) -> str:
 def cmd_jobs(args, ctx) -> int:
     params: list[tuple[str, Any]] = [("all", args.all or None), ("user", args.user), ("queue", args.queue)]
     params += [("state", s) for s in args.state or ()]
-    if args.limit > MAX_LIST_LIMIT:
-        raise UsageError(f"--limit is at most {MAX_LIST_LIMIT}")
-    params.append(("limit", args.limit))
-    jobs = ctx.client().get("/v1/jobs", params)
+    if args.all_pages:
+        limit = args.limit
+        jobs = ctx.client().get_all("/v1/jobs", params, limit=limit)
+    else:
+        limit = args.limit or LIST_LIMIT
+        if limit > MAX_LIST_LIMIT:
+            raise UsageError(f"--limit is at most {MAX_LIST_LIMIT} (--all-pages for more)")
+        jobs = ctx.client().get("/v1/jobs", params + [("limit", limit)])
     jobs.sort(key=lambda j: j["id"])
     if ctx.json:
         print_json(jobs)
@@ -217,8 +224,8 @@ def cmd_jobs(args, ctx) -> int:
     if not jobs:
         print("No jobs found", file=sys.stderr)
         return EXIT_OK
-    if len(jobs) == args.limit:
-        print(f"(the newest {args.limit} jobs that match: --limit N for more)", file=sys.stderr)
+    if not args.all_pages and len(jobs) == limit:
+        print(f"(the newest {limit} jobs that match: --limit N or --all-pages for more)", file=sys.stderr)
     print_table(("JOBID", "USER", "STAT", "QUEUE", "NAME", "SLOTS", "EXEC_HOST", "SUBMIT_TIME"),
                 ((j["display_id"], j["user"], j["state"], j["queue"], j["name"], j["slots"], _hosts(j),
                   when(j["submit_time"])) for j in jobs))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 from urllib.parse import quote
 
 from xce.client._errors import WaitTimeout
@@ -91,9 +91,39 @@ class Client:
         return self._transport.request("DELETE", path, params=params)
 
     def get_page(self, path: str, params: Params = None) -> tuple[Any, str | None]:
-        """One page of a paged listing (``GET /v1/audit``): the decoded body and the cursor of the next
-        page, from the ``X-Next-Cursor`` header (None: that was the last)."""
+        """One page of a paged listing (``GET /v1/jobs``, ``/v1/claims``, ``/v1/snapshots``,
+        ``/v1/audit``): the decoded body and the cursor of the next page, from the ``X-Next-Cursor``
+        header (None: that was the last).  Pass the cursor back as ``cursor``, with the same filters."""
         return self._transport.get_page(path, params)
+
+    def pages(self, path: str, params: Params = None, *, page_size: int | None = None) -> Iterator[list[Any]]:
+        """Every page of a paged listing, newest first (each page in id order), following
+        ``X-Next-Cursor`` until the last: each record exactly once, even while new ones arrive (they
+        come in front of the first page, so a walk never sees them).  ``page_size``: ``limit`` per page
+        (default: the controller's)."""
+        base = list(params.items()) if isinstance(params, dict) else list(params or [])
+        base = [(k, v) for k, v in base if k not in ("cursor", "limit")]
+        if page_size is not None:
+            base.append(("limit", page_size))
+        cursor: str | None = None
+        while True:
+            page, cursor = self.get_page(path, base + ([("cursor", cursor)] if cursor else []))
+            yield page
+            if cursor is None:
+                return
+
+    def get_all(self, path: str, params: Params = None, *, limit: int | None = None,
+                page_size: int | None = None) -> list[Any]:
+        """The records of a paged listing across its pages (``pages``), fetched newest first page by
+        page and returned oldest first (id order); at most ``limit`` (the newest) when given."""
+        out: list[Any] = []
+        if page_size is None and limit is not None:
+            page_size = min(limit, 1000)  # the controller's default page
+        for page in self.pages(path, params, page_size=page_size):
+            out[:0] = page
+            if limit is not None and len(out) >= limit:
+                return out[len(out) - limit:]
+        return out
 
     # ------------------------------------------------------------ jobs
 
@@ -130,17 +160,22 @@ class Client:
         return self.request("POST", "/v1/jobs", body=body, idempotent=True)
 
     def jobs(self, *, states: Iterable[str] = (), queue: str | None = None, user: str | None = None,
-             all_users: bool = False, array: int | None = None, limit: int | None = None) -> list[Job]:
-        """Jobs, newest first (``GET /v1/jobs``): yours, or ``user``'s / everyone's (``all_users``) for admins.
+             all_users: bool = False, array: int | None = None, limit: int | None = None,
+             all_pages: bool = False) -> list[Job]:
+        """Jobs (``GET /v1/jobs``), the newest, in id order: yours, or ``user``'s / everyone's
+        (``all_users``) for admins.
 
         ``states`` filters (``("PEND", "RUN")``), ``array`` gives the elements of one job array, and
-        ``limit`` caps the answer (the controller's default is 1000).
+        ``limit`` caps the answer (one page: the controller's default is 1000); ``all_pages`` follows
+        the pages instead, for every job that matches (at most ``limit`` if given).
         """
-        params: list[tuple[str, Any]] = [("user", user), ("queue", queue), ("array", array), ("limit", limit)]
+        params: list[tuple[str, Any]] = [("user", user), ("queue", queue), ("array", array)]
         if all_users:
             params.append(("all", True))
         params += [("state", s) for s in states]
-        return self.get("/v1/jobs", params)
+        if all_pages:
+            return self.get_all("/v1/jobs", params, limit=limit)
+        return self.get("/v1/jobs", params + [("limit", limit)])
 
     def job(self, job_id: int) -> Job:
         """One job by id (``GET /v1/jobs/{id}``); ``ApiError`` 404 if it does not exist for you."""
@@ -185,15 +220,16 @@ class Client:
         return self.post("/v1/claims", body)
 
     def claims(self, *, project: str | None = None, states: Iterable[str] = (), all_states: bool = False,
-               retained: bool = False) -> list[Claim]:
-        """Your projects' claims (``GET /v1/claims``); ``all_states`` includes RELEASED ones."""
+               retained: bool = False, limit: int | None = None) -> list[Claim]:
+        """Your projects' claims (``GET /v1/claims``), in id order; ``all_states`` includes RELEASED
+        ones.  Follows the listing's pages: every claim that matches, or the newest ``limit``."""
         params: list[tuple[str, Any]] = [("project", project)]
         if all_states:
             params.append(("all", True))
         if retained:
             params.append(("retained", True))
         params += [("state", s) for s in states]
-        return self.get("/v1/claims", params)
+        return self.get_all("/v1/claims", params, limit=limit)
 
     def claim(self, name: str | int, project: str | None = None) -> Claim:
         """One claim by name (``project``: when yours are in several) or by id (an int)."""
@@ -253,13 +289,14 @@ class Client:
         return self.post("/v1/snapshots", body)
 
     def snapshots(self, *, project: str | None = None, claim: str | None = None, states: Iterable[str] = (),
-                  all_states: bool = False) -> list[Snapshot]:
-        """Your projects' snapshots (``GET /v1/snapshots``); ``all_states`` includes RELEASED ones."""
+                  all_states: bool = False, limit: int | None = None) -> list[Snapshot]:
+        """Your projects' snapshots (``GET /v1/snapshots``), in id order; ``all_states`` includes
+        RELEASED ones.  Follows the listing's pages: every snapshot that matches, or the newest ``limit``."""
         params: list[tuple[str, Any]] = [("project", project), ("claim", claim)]
         if all_states:
             params.append(("all", True))
         params += [("state", s) for s in states]
-        return self.get("/v1/snapshots", params)
+        return self.get_all("/v1/snapshots", params, limit=limit)
 
     def snapshot(self, name: str | int, project: str | None = None) -> Snapshot:
         """One snapshot by name (``project``: when yours are in several) or by id (an int)."""

@@ -6,10 +6,25 @@ epoch and the log head before inserting, so fencing and continuity are atomic,
 and inserts the batch's audit records in the same transaction.  Audit queries
 run on a second connection: WAL readers never wait for the writer, so a large
 query does not hold up group commit.
+
+Leadership is a lock that dies with its process.  The lease row keeps the
+holder and the epoch that fences every append, but whether another *process*
+may take it is decided by an OS lock (``flock``) on ``<database>.lock``, beside
+the database: the process that leads holds it for as long as it has the store
+open, and the kernel drops it the moment that process dies, ``kill -9``
+included.  So a controller restarted after a crash leads at once, without
+waiting out the old row's TTL, and a second controller on the same file can
+never lead while the first lives.  Within one process (several handles, as the
+contract tests use) the row's TTL decides between holders as before.  The
+lock is taken on the lock file's open file description: a process that forks
+without exec would share it with its child (the controller never does).
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import os
 import sqlite3
 import threading
 import time
@@ -78,6 +93,68 @@ def _audit_values(audit: Sequence[AuditRecord]) -> list[tuple]:
     return [(a.position, a.index, a.time, a.user, a.action, a.target, a.result, a.detail) for a in audit]
 
 
+class _LeaderLock:
+    """This process's hold on a database's leadership lock file, shared by all its handles on it.
+
+    ``flock`` is per open file description, so two handles of one process would refuse each other;
+    leadership between processes is what the lock is for, so a process opens the file once.
+    ``taken`` names the holders that took the lease row through this process: a live row naming
+    anyone else belongs to a process that no longer holds the lock, so it is dead (or has let go).
+    """
+
+    _all: dict[str, _LeaderLock] = {}
+    _guard = threading.Lock()
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fd: int | None = None
+        self.handles = 0
+        self.taken: set[str] = set()
+        self.mutex = threading.Lock()
+
+    @classmethod
+    def open(cls, db_path: str) -> _LeaderLock:
+        path = os.path.realpath(db_path) + ".lock"
+        with cls._guard:
+            lock = cls._all.get(path)
+            if lock is None:
+                lock = cls._all[path] = _LeaderLock(path)
+            lock.handles += 1
+            return lock
+
+    def close_handle(self) -> None:
+        with self._guard:
+            self.handles -= 1
+            if self.handles > 0:
+                return
+            self._all.pop(self.path, None)
+        self.release()
+
+    def try_hold(self) -> bool:
+        """Hold the lock (non-blocking); False if another process holds it."""
+        with self.mutex:
+            if self.fd is not None:
+                return True
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                os.close(fd)
+                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    return False
+                raise
+            self.fd = fd
+            self.taken.clear()  # whatever the row says was written by a process that let go
+            return True
+
+    def release(self) -> None:
+        with self.mutex:
+            if self.fd is not None:
+                os.close(self.fd)  # closing the only descriptor drops the flock
+                self.fd = None
+            self.taken.clear()
+
+
 class SQLiteStore(Store):
     backend = "sqlite"
 
@@ -94,6 +171,15 @@ class SQLiteStore(Store):
             self._reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
         except sqlite3.Error as e:
             raise StoreUnavailable(f"cannot open SQLite store {path}: {e}") from e
+        # leadership between processes (None for an in-memory database: one process only)
+        self._leader_lock = _LeaderLock.open(path) if path != ":memory:" and not path.startswith("file:") else None
+        self._closed = False
+
+    def _hold_leader_lock(self) -> bool:
+        try:
+            return self._leader_lock is None or self._leader_lock.try_hold()
+        except OSError as e:
+            raise StoreUnavailable(f"cannot lock {self._leader_lock.path}: {e}") from e
 
     # ------------------------------------------------------------ helpers
 
@@ -207,21 +293,36 @@ class SQLiteStore(Store):
     # ------------------------------------------------------------ lease
 
     def acquire_lease(self, holder: str, ttl: float) -> Lease | None:
+        """Another process holding the leadership lock refuses us whatever the row says; holding
+        it, a live row of a holder that did not take it through this process is a dead process's
+        (the kernel dropped its lock) and is taken over at once, with the next epoch."""
+        if self._closed:
+            raise StoreUnavailable("SQLite store is closed")
+        if not self._hold_leader_lock():
+            return None
+        taken = self._leader_lock.taken if self._leader_lock is not None else None
+
         def run(cur: sqlite3.Cursor) -> Lease | None:
             now = time.time()
             cur_holder, epoch, expires = cur.execute(
                 "SELECT holder, epoch, expires_at FROM xce_lease WHERE name='leader'").fetchone()
-            if cur_holder is not None and cur_holder != holder and expires > now:
+            ours = taken is None or cur_holder in taken  # the row's TTL decides within this process
+            if cur_holder is not None and cur_holder != holder and expires > now and ours:
                 return None
             if cur_holder != holder:
                 epoch += 1
             cur.execute("UPDATE xce_lease SET holder=?, epoch=?, expires_at=? WHERE name='leader'",
                         (holder, epoch, now + ttl))
+            if taken is not None:
+                taken.add(holder)
             return Lease(holder=holder, epoch=epoch, expires_at=now + ttl)
 
         return self._tx(run)
 
     def renew_lease(self, holder: str, epoch: int, ttl: float) -> Lease:
+        if not self._closed and not self._hold_leader_lock():
+            raise LeaseLost(f"another process holds the leadership lock {self._leader_lock.path}")
+
         def run(cur: sqlite3.Cursor) -> Lease:
             now = time.time()
             cur_holder, cur_epoch = cur.execute(
@@ -234,9 +335,15 @@ class SQLiteStore(Store):
         return self._tx(run)
 
     def release_lease(self, holder: str, epoch: int) -> None:
-        self._tx(lambda cur: cur.execute(
-            "UPDATE xce_lease SET holder=NULL, expires_at=0 WHERE name='leader' AND holder=? AND epoch=?",
-            (holder, epoch)))
+        def run(cur: sqlite3.Cursor) -> str | None:
+            cur.execute("UPDATE xce_lease SET holder=NULL, expires_at=0 WHERE name='leader' AND holder=? AND epoch=?",
+                        (holder, epoch))
+            return cur.execute("SELECT holder FROM xce_lease WHERE name='leader'").fetchone()[0]
+
+        left = self._tx(run)
+        lock = self._leader_lock
+        if lock is not None and (left is None or left not in lock.taken):
+            lock.release()  # nobody in this process leads: another process may, at once
 
     def current_lease(self) -> Lease | None:
         with self._lock:
@@ -272,3 +379,6 @@ class SQLiteStore(Store):
             self._db.close()
         with self._read_lock:
             self._reader.close()
+        if self._leader_lock is not None and not self._closed:
+            self._leader_lock.close_handle()
+        self._closed = True
