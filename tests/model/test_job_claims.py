@@ -613,6 +613,8 @@ def test_a_submission_sent_again_with_its_request_id_is_the_same_job_and_survive
     w.commit(facts)
     again, same = jobs.submit(w.model, ALICE, spec, w.now, CONFIG)
     assert (again, same) == ([], first)  # nothing new: the first submission's job (an array's parent)
+    # the same through the path the API takes (the job with its claims)
+    assert job_claims.submit(w.model, ALICE, spec, JobClaimsSpec(), w.now, CONFIG) == ([], first)
     # another user's id is theirs alone; no id means a new job every time
     other, theirs = jobs.submit(w.model, ADMIN, spec, w.now, CONFIG)
     assert other and theirs != first

@@ -237,6 +237,8 @@ def submit(model: Model, actor: User, spec: JobSpec, claims: JobClaimsSpec, now:
         return refs, templates, claims.app
 
     facts, job_id = jobs.submit(model, actor, spec, now, config, claims=resolve_in)
+    if not facts:  # OBSERVATION: a retry of a submission already made (its request id): nothing new
+        return facts, job_id
     return facts + early_claims(model, facts[0], now), job_id
 
 
