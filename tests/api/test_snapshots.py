@@ -72,6 +72,11 @@ def test_snapshot_ops_go_through_intents_and_fenced_reports(ctl):
         agent.run(op, handle="s-1", size_bytes=2**30)
         s = api.get("/v1/snapshots/s1").json()
         assert (s["state"], s["handle"], s["attempts"]) == ("READY", "s-1", 1)
+        metrics = api.get("/metrics").text
+        assert 'xce_snapshots{class="simfs",state="READY"} 1.0' in metrics
+        [charged] = [float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                     if line.startswith('xce_snapshot_bytes{class="simfs"} ')]
+        assert charged == s["size_bytes"]
         assert api.get(f"/v1/snapshots/by-id/{snap['id']}").json()["name"] == "s1"
         # a clone's create carries its source's handle
         r = api.post("/v1/claims", json={"name": "copy", "from_snapshot": "s1"})

@@ -70,7 +70,7 @@ class Metrics:
 
 
 class _ClaimCollector:
-    """Claims and pools as gauges, read at scrape time."""
+    """Claims, snapshots and pools as gauges, read at scrape time."""
 
     def __init__(self, ctl: Controller) -> None:
         self.ctl = ctl
@@ -102,6 +102,21 @@ class _ClaimCollector:
         for labels, n in sorted(used_by.items()):
             used.add_metric(list(labels), n)
         yield from (states, asked, used)
+        snaps = GaugeMetricFamily("xce_snapshots", "snapshots by class and state", labels=["class", "state"])
+        snap_bytes = GaugeMetricFamily("xce_snapshot_bytes", "bytes live snapshots charge to quotas, by class",
+                                       labels=["class"])
+        snap_counts: dict[tuple[str, str], int] = {}
+        snap_bytes_by: dict[str, int] = {}
+        for snap in list(model.snapshots.values()):
+            key = (snap.class_name, snap.state.value)
+            snap_counts[key] = snap_counts.get(key, 0) + 1
+            if snap.live:
+                snap_bytes_by[snap.class_name] = snap_bytes_by.get(snap.class_name, 0) + snap.charged_bytes
+        for labels, n in sorted(snap_counts.items()):
+            snaps.add_metric(list(labels), n)
+        for cls, n in sorted(snap_bytes_by.items()):
+            snap_bytes.add_metric([cls], n)
+        yield from (snaps, snap_bytes)
         rooms = self.ctl.observed.rooms(model, config)
         for name, doc, value in (("capacity", "capacity (configured, or less as its provider reports)",
                                   lambda r: r.capacity),
