@@ -103,6 +103,8 @@ def test_snapshot_then_clone_keeps_that_moments_data(cl):
     assert "ep1" in listed and "READY" in listed and "results" in listed
     shown = run(cl, "alice", "snapshot", "show", "ep1").stdout
     assert f"s{snap['id']}.create_snapshot.1" in shown and "Of claim:" in shown
+    shown = run(cl, "alice", "claim", "show", "results").stdout  # the claim names its snapshots
+    assert [line.split(None, 1)[1] for line in shown.splitlines() if line.startswith("Snapshots:")] == ["ep1 (READY)"]
     r = run(cl, "alice", "claim", "create", "restored", "--from-snapshot", "ep1", "--wait")
     assert r.stdout.splitlines()[-1] == "claim restored: READY"
     restored = cl.claim("restored")

@@ -363,7 +363,7 @@ def _transfer_text(t: dict[str, Any] | None) -> str | None:
     return text + (f", {size(int(t['rate']))}/s" if t.get("rate") else "")
 
 
-def show_text(c: dict[str, Any]) -> str:
+def show_text(c: dict[str, Any], snapshots: list[dict[str, Any]] = ()) -> str:
     out = fields([
         ("Claim", f"{c['name']} (id {c['id']})"), ("Form", c["form"]), ("Class", c["class"]),
         ("State", c["state"] + (" (object retained)" if c["retained"] else "")),
@@ -377,6 +377,7 @@ def show_text(c: dict[str, Any]) -> str:
         ("Parameters", " ".join(f"{k}={v}" for k, v in sorted(c["params"].items()))),
         ("Pool", c["pool"]), ("Host", c["host"]), ("Handle", c["handle"]),
         ("Made from", f"{c['source']['kind']} {c['source']['name']}" if c.get("source") else None),
+        ("Snapshots", ", ".join(f"{x['name']} ({x['state']})" for x in snapshots if x["claim_id"] == c["id"])),
         ("Populated from", c.get("populate_from")),
         ("Transfer", _transfer_text(c.get("transfer"))),
         ("Reachable hosts", "all" if c["reachable_hosts"] is None and c["state"] == ClaimState.READY
@@ -412,11 +413,15 @@ def _resize_text(r: dict[str, Any] | None) -> str | None:
 
 
 def cmd_show(args, ctx) -> int:
-    claim = ctx.client().get(f"/v1/claims/{args.name}", _in_project(args))
+    client = ctx.client()
+    claim = client.get(f"/v1/claims/{args.name}", _in_project(args))
     if ctx.json:
         print_json(claim)
     else:
-        print(show_text(claim))
+        # a standalone claim's live snapshots (template claims have none): one more call, for people
+        snaps = client.snapshots(project=claim["project"], claim=claim["name"]) if claim["form"] == "standalone" \
+            else []
+        print(show_text(claim, snaps))
     return EXIT_OK
 
 
