@@ -3,7 +3,6 @@ an opaque ``cursor`` and answer ``X-Next-Cursor``, newest first, so no answer gr
 
 from __future__ import annotations
 
-import threading
 
 import httpx
 import pytest

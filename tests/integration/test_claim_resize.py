@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.helpers import Cluster, cli, wait_for
+from tests.helpers import Cluster, wait_for
 from tests.integration.test_claims import CONFIG as CLAIMS_CONFIG
 from xce.providers import simfs
 

@@ -21,7 +21,6 @@ import os
 import re
 import signal
 import threading
-import time
 
 import httpx
 import pytest

@@ -19,7 +19,7 @@ from xce.api.commands import mutate
 from xce.api.paging import NEXT_CURSOR_DOC, cursor_query, limit_query, newest_first
 from xce.api.views import attachment_json, claim_json, orphan_json
 from xce.controller.core import Controller
-from xce.errors import Forbidden, NotFound
+from xce.errors import Forbidden
 from xce.model import Model
 from xce.model import claims as C
 from xce.model import snapshots as SN
@@ -94,10 +94,7 @@ def add_claim_routes(app: FastAPI, ctl: Controller) -> None:
     @app.get("/v1/claims/by-id/{claim_id}", response_model=S.ClaimOut, tags=["claims"])
     async def show_claim_by_id(claim_id: int, actor: User = Depends(authenticated)):
         await ctl.read_barrier()
-        claim = ctl.model.claims.get(claim_id)
-        if claim is None or not (actor.is_admin or claim.project in actor.projects):
-            raise NotFound(f"claim {claim_id} not found")
-        return show(claim_id)
+        return show(C.visible_by_id(ctl.model, actor, claim_id).id)
 
     @app.delete("/v1/claims/{name}", status_code=202, response_model=S.ClaimOut, tags=["claims"])
     async def delete_claim(name: ClaimName, request: Request, project: InProject = None,

@@ -20,7 +20,6 @@ from xce.api.paging import NEXT_CURSOR_DOC, cursor_query, limit_query, newest_fi
 from xce.api.responses import JSONResponse
 from xce.api.views import snapshot_json
 from xce.controller.core import Controller
-from xce.errors import NotFound
 from xce.model import Model
 from xce.model import snapshots as SN
 from xce.model.identity import User
@@ -75,10 +74,7 @@ def add_snapshot_routes(app: FastAPI, ctl: Controller) -> None:
     @app.get("/v1/snapshots/by-id/{snapshot_id}", response_model=S.SnapshotOut, tags=["snapshots"])
     async def show_snapshot_by_id(snapshot_id: int, actor: User = Depends(authenticated)):
         await ctl.read_barrier()
-        snap = ctl.model.snapshots.get(snapshot_id)
-        if snap is None or not (actor.is_admin or snap.project in actor.projects):
-            raise NotFound(f"snapshot {snapshot_id} not found")
-        return show(snapshot_id)
+        return show(SN.visible_by_id(ctl.model, actor, snapshot_id).id)
 
     @app.delete("/v1/snapshots/{name}", status_code=202, response_model=S.SnapshotOut, tags=["snapshots"])
     async def delete_snapshot(name: SnapshotName, request: Request, project: InProject = None,

@@ -53,7 +53,7 @@ from xce.model.facts import Fact
 from xce.model.identity import hash_token
 from xce.model.state import SNAPSHOT_FORMAT
 from xce.model.transitions import ImpossibleTransition
-from xce.store import AuditQuery, AuditRecord, LeaseLost, Member, Record, Snapshot, Store, StoreError
+from xce.store import AuditQuery, AuditRecord, LeaseLost, Record, Snapshot, Store, StoreError
 
 log = logging.getLogger("xce.controller")
 

@@ -17,7 +17,7 @@ from xce.model.claims.agents import (
 )
 from xce.model.claims.decide import (
     ClaimSpec, add_attachment, check_fits_a_pool, check_quota, class_or_404, create, delete, live_by_name, purge,
-    quota_use, remove_attachment, resize, visible,
+    quota_use, remove_attachment, resize, visible, visible_by_id,
 )
 from xce.model.claims.entity import (
     LIVE, RESERVED_NAMES, SHARED_AGENT, TEMPLATE_NAME, AccessMode, Attachment, AttachmentState, Claim, ClaimForm,
@@ -43,5 +43,5 @@ __all__ = [
     "begin_stage_out", "check_epoch", "check_fits_a_pool", "check_quota", "class_or_404", "create", "delete",
     "detach", "due_ops", "keep_data", "lease", "live_by_name", "name_key", "next_due", "node_agent", "purge",
     "quota_use", "record_intent", "record_result", "release_template", "remove_attachment", "resize", "retry_delay",
-    "template_name", "visible",
+    "template_name", "visible", "visible_by_id",
 ]

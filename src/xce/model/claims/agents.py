@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from xce.errors import Conflict
 from xce.model import facts as F
-from xce.model.claims.entity import SHARED_AGENT, Attachment, Claim, Op
+from xce.model.claims.entity import Attachment, Claim, Op
 from xce.model.facts import Fact
 
 if TYPE_CHECKING:

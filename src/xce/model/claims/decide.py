@@ -255,6 +255,15 @@ def resize(model: Model, config: Config, actor: User, name: str, size: str | int
     return [F.ClaimResizeRequested(time=now, claim_id=claim.id, size_bytes=new, by=actor.name)], claim.id
 
 
+def visible_by_id(model: Model, actor: User, claim_id: int) -> Claim:
+    """The claim ``claim_id`` if ``actor`` may see it (its project is theirs, or they are an admin);
+    404 otherwise, worded as for a claim that does not exist."""
+    claim = model.claims.get(claim_id)
+    if claim is None or not (actor.is_admin or claim.project in actor.projects):
+        raise NotFound(f"claim {claim_id} not found")
+    return claim
+
+
 def visible(model: Model, actor: User, name: str, project: str | None = None) -> Claim:
     """The claim ``name`` that ``actor`` may see: live (or else the newest released one) in
     ``project``, or in any of the actor's projects (every project, for admins); a run's template

@@ -60,6 +60,15 @@ def live_by_name(model: Model, project: str, name: str) -> Snapshot | None:
     return model.snapshots.get(snapshot_id) if snapshot_id is not None else None
 
 
+def visible_by_id(model: Model, actor: User, snapshot_id: int) -> Snapshot:
+    """The snapshot ``snapshot_id`` if ``actor`` may see it (its project is theirs, or they are an
+    admin); 404 otherwise, worded as for a snapshot that does not exist."""
+    snap = model.snapshots.get(snapshot_id)
+    if snap is None or not (actor.is_admin or snap.project in actor.projects):
+        raise NotFound(f"snapshot {snapshot_id} not found")
+    return snap
+
+
 def visible(model: Model, actor: User, name: str, project: str | None = None) -> Snapshot:
     """The snapshot ``name`` that ``actor`` may see: live (or else the newest released one) in
     ``project``, or in any of the actor's projects (every project, for admins).  404 if there is
