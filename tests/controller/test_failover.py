@@ -95,6 +95,12 @@ def test_a_standby_names_the_leader_and_clients_follow_it(tmp_path, pg_dsn):
             assert r.status_code == 503 and r.json()["error"] == {
                 "code": "unavailable", "leader": a.url,
                 "message": r.json()["error"]["message"]} and a.url in r.json()["error"]["message"]
+            # attack: a request cannot choose where clients are sent (Host, X-Forwarded-*, Forwarded)
+            forged = cb.post("/v1/jobs", json={"command": ["true"]},
+                             headers={"Host": "evil.example:80", "X-Forwarded-Host": "evil.example",
+                                      "X-Forwarded-Proto": "https", "Forwarded": "host=evil.example"})
+            assert forged.status_code == 503 and forged.json()["error"]["leader"] == a.url
+            assert "evil" not in forged.text
         # one URL, a standby's: the client goes where it is sent
         with Client(b.url, token) as c:
             assert c.ping()["url"] == a.url and c.url == a.url
