@@ -118,9 +118,16 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
         await ctl.read_barrier()
         C.check_epoch(ctl.model, agent, epoch)
         out = work_now(agent, limit)
-        if not out["ops"] and not out["orphans"] and wait > 0:
+        deadline = time.monotonic() + wait
+        # A waking fact may bring no work for this agent (another agent's op, a report of an op it
+        # still runs): wait on rather than answer empty, or every busy agent would poll in a loop.
+        while not out["ops"] and not out["orphans"] and not channel.closing:
+            left = deadline - time.monotonic()
             due = [t for t in (C.next_due(ctl.model, agent), SN.next_due(ctl.model, agent)) if t is not None]
-            await channel.wait(wait, min(due) if due else None)
+            due_at = min(due) if due else None
+            if left <= 0 or (due_at is not None and due_at <= time.time()):
+                break  # the time is up, or a retry fell due and is still not work: answer, the agent polls again
+            await channel.wait(left, due_at)
             await ctl.read_barrier()
             C.check_epoch(ctl.model, agent, epoch)
             out = work_now(agent, limit)

@@ -39,6 +39,11 @@ class Waker:
         async with self._changed:
             self._changed.notify_all()
 
+    @property
+    def closing(self) -> bool:
+        """The server is shutting down: waits return at once."""
+        return self._closing
+
     def _close(self) -> None:
         self._closing = True
         asyncio.get_running_loop().create_task(self._notify())

@@ -1,0 +1,58 @@
+"""The claim agents' long-poll for work (``GET /v1/agents/{agent}/work?wait=``), against a real controller.
+
+Facts that may open work wake every waiting poll, but many bring none for the agent that waits (the
+report of an op it is still running, another agent's op).  A poll woken so must wait on: answering
+empty would send a busy agent round in a loop of empty polls, costing the controller a request per
+commit while the agent's real work queues behind them."""
+
+from __future__ import annotations
+
+import concurrent.futures
+
+import pytest
+
+from tests.helpers import ControllerProcess, wait_for
+
+AGENT = "/v1/agents/provisioner"
+
+
+@pytest.fixture(scope="module")
+def ctl(tmp_path_factory):
+    c = ControllerProcess(state_dir=str(tmp_path_factory.mktemp("api-work") / "ctl")).start()
+    yield c
+    c.stop()
+
+
+def create_ops(api, epoch: int, names: list[str]) -> list[dict]:
+    for name in names:
+        r = api.post("/v1/claims", json={"name": name, "class": "simfs", "size": "1Gi", "access_mode": "RWO"})
+        assert r.status_code == 201, r.text
+
+    def found():
+        ops = api.get(f"{AGENT}/work", params={"epoch": epoch}).json()["ops"]
+        return [o for o in ops if o["claim_name"] in names] if len(ops) >= len(names) else None
+    return wait_for(found, what=f"the create ops of {names}")
+
+
+def test_a_poll_woken_by_facts_that_bring_it_no_work_waits_on_for_work(ctl):
+    with ctl.client() as api, ctl.client() as poller:
+        epoch = api.post(f"{AGENT}/lease", json={"holder": "test"}).json()["epoch"]
+        running = create_ops(api, epoch, [f"busy{i}" for i in range(5)])
+        refs = [{"op_id": o["op_id"], "claim_id": o["claim_id"]} for o in running]
+        r = api.post(f"{AGENT}/intents", json={"epoch": epoch, "ops": refs})
+        assert sorted(r.json()["accepted"]) == sorted(o["op_id"] for o in running), r.text
+        assert api.get(f"{AGENT}/work", params={"epoch": epoch}).json()["ops"] == []  # all of it in flight
+
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            poll = pool.submit(lambda: poller.get(f"{AGENT}/work", params={"epoch": epoch, "wait": 30},
+                                                  timeout=60).json())
+            # each report is a waking fact (ClaimOpSucceeded) that opens no work for the provisioner
+            for ref in refs:
+                r = api.post(f"{AGENT}/reports", json={"epoch": epoch, "results": [
+                    {**ref, "ok": True, "handle": f"h-{ref['op_id']}", "size_bytes": 2**30}]})
+                assert r.status_code == 200 and r.json()["refused"] == {}, r.text
+            r = api.post("/v1/claims", json={"name": "wanted", "class": "simfs", "size": "1Gi",
+                                             "access_mode": "RWO"})
+            assert r.status_code == 201, r.text
+            answer = poll.result(timeout=60)
+        assert [(o["claim_name"], o["op"]) for o in answer["ops"]] == [("wanted", "create")], answer
