@@ -327,6 +327,7 @@ class ProvisionerProcess:
     proc: subprocess.Popen | None = None
     controllers: str | None = None  # --controller as given (URL1,URL2); default ctl.url
     extra_args: list[str] = field(default_factory=list)  # e.g. --transfer-config FILE
+    settings: str = ""  # more [provisioner] lines, e.g. "concurrency = 1\n"
 
     @property
     def config_path(self) -> str:
@@ -341,7 +342,7 @@ class ProvisionerProcess:
                 assert r.status_code in (201, 409), r.text
                 self.token = c.post("/v1/tokens", json={"user": "provisioner"}).json()["token"]
         with open(self.config_path, "w") as fh:
-            fh.write(f'[provisioner]\npoll_wait = 5.0\n\n[providers.simfs]\ntimeout = 20.0\n'
+            fh.write(f'[provisioner]\npoll_wait = 5.0\n{self.settings}\n[providers.simfs]\ntimeout = 20.0\n'
                      f'[providers.simfs.config]\nroot = "{self.simfs_root}"\n\n{self.extra_providers}')
         token_file = write_token_file(os.path.join(self.work_dir, "token"), self.token)
         log = open(os.path.join(self.work_dir, "provisioner.log"), "ab")

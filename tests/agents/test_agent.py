@@ -4,7 +4,7 @@ Each test starts a controller on loopback and runs the agent as ``xce
 provisioner`` (a real process, stopped by its PID) whose only provider is a
 tiny script written here.  The script speaks the provider contract (one JSON
 request document on stdin, one reply document on stdout) and appends every
-request it gets to a record file.  How it answers is its private config, so
+request it gets to a record file, with its process id (one per batch).  How it answers is its private config, so
 two agents of one test can run it differently:
 
 - ``label``: marks its records and the handles it makes (``A-c1.create.1``);
@@ -64,7 +64,7 @@ for r in doc["requests"]:
                        else {"op_id": r["op_id"], "ok": True, "healthy": True})
         continue
     with open(cfg["record"], "a") as fh:
-        fh.write(json.dumps({"label": cfg["label"], "request": r}) + "\\n")
+        fh.write(json.dumps({"label": cfg["label"], "request": r, "pid": os.getpid()}) + "\\n")
     with open(cfg["record"]) as fh:
         attempt = sum(1 for line in fh if json.loads(line)["request"]["op_id"] == r["op_id"])
     if cfg.get("gate") and attempt >= cfg.get("gate_from", 1):
@@ -100,7 +100,7 @@ class Bench:
         self.api = self.ctl.client()
 
     def provisioner(self, label: str, outcomes: tuple[str, ...] = ("ok",), gate: Path | None = None,
-                    gate_from: int = 1) -> ProvisionerProcess:
+                    gate_from: int = 1, settings: str = "") -> ProvisionerProcess:
         config = {"record": str(self.record), "label": label, "outcomes": list(outcomes)}
         if gate is not None:
             config.update(gate=str(gate), gate_from=gate_from)
@@ -109,7 +109,7 @@ class Bench:
                  f"timeout = 30.0\n[providers.throwaway.config]\n"
                  + "".join(f"{k} = {json.dumps(v)}\n" for k, v in config.items()))
         agent = ProvisionerProcess(self.ctl, str(self.root / f"agent-{label}"), str(self.root / "simfs"),
-                                   extra_providers=entry).start()
+                                   extra_providers=entry, settings=settings).start()
         self.agents.append(agent)
         return agent
 
@@ -268,3 +268,24 @@ def test_the_agent_reports_each_class_capabilities_once_it_has_its_lease(bench):
     cls = wait_for(lambda: (c := bench.api.get("/v1/claimclasses").json()[0])["capabilities"] and c,
                    what="capabilities reported")
     assert cls["capabilities"] == {"create_snapshot": False, "clone": False, "expand": True, "online_expand": False}
+
+
+def test_ops_that_come_while_the_provider_is_busy_go_together_in_its_next_batch(bench):
+    """With every slot of a provider busy, new ops wait for one and then go in one process, not one each:
+    under load a provider runs few batches of many ops (btrfs takes its root's lock once per batch)."""
+    gate = bench.root / "gate"
+    bench.provisioner("A", gate=gate, settings="concurrency = 1\n")
+    bench.create("first")
+    bench.wait_requests(1)  # the only slot is busy: the provider waits for the gate
+    names = [f"later{i}" for i in range(5)]
+    for name in names:
+        bench.create(name)
+    # the agent has taken their intents (committed before it queues them) while the first op still runs
+    wait_for(lambda: all((op := bench.claim(n)["op"]) and op["attempts"] == 1 for n in names),
+             what="the intents of the later ops")
+    assert len(bench.requests()) == 1
+    gate.touch()
+    for name in names:
+        bench.wait_claim(name, "READY")
+    later = [r for r in bench.requests() if r["request"]["claim_name"] in names]
+    assert len(later) == 5 and len({r["pid"] for r in later}) == 1, later

@@ -126,6 +126,11 @@ class ClaimAgent:
         # inventory between a release and its report would record the object "gone", not "released"
         self._orphan_lock = threading.Lock()
         self._inflight = threading.Semaphore(concurrency * 2)  # bounded: polls wait when providers are busy
+        # ops with intents waiting for a provider process, per provider, and the processes running
+        self.concurrency = concurrency
+        self._queued: dict[str | None, list[dict[str, Any]]] = {}
+        self._running: dict[str | None, int] = {}
+        self._slots = threading.Condition()
 
     @property
     def base(self) -> str:
@@ -197,6 +202,41 @@ class ClaimAgent:
 
     # ------------------------------------------------------------ running ops
 
+    def _queue(self, name: str | None, items: list[dict[str, Any]]) -> None:
+        """Ops for provider ``name``, to run as soon as it has a free slot; the poll loop waits here
+        while a full round of batches is queued already (intents are not taken far ahead of work)."""
+        with self._slots:
+            self._queued.setdefault(name, []).extend(items)
+        self._start_batches(name)
+        with self._slots:
+            while (sum(map(len, self._queued.values())) >= self.batch * self.concurrency
+                   and not self._stop.is_set() and not self._fenced.is_set()):
+                self._slots.wait(1.0)
+
+    def _start_batches(self, name: str | None) -> None:
+        """A provider process for the queued ops while the provider has a free slot (``concurrency``).
+
+        Ops that come while every slot is busy wait, and go together in the next batch: under load a
+        provider runs few processes of many ops rather than many of few (for btrfs, whose changes take
+        the root's lock in turn, each batch is one hold of it and one commit for its used bytes)."""
+        with self._slots:
+            while self._queued.get(name) and self._running.get(name, 0) < self.concurrency:
+                items, self._queued[name] = self._queued[name][:self.batch], self._queued[name][self.batch:]
+                try:
+                    self._pool.submit(self._run_queued, name, items)
+                except RuntimeError:  # stopping: the next life runs these ops again (their intents are facts)
+                    return
+                self._running[name] = self._running.get(name, 0) + 1
+
+    def _run_queued(self, name: str | None, items: list[dict[str, Any]]) -> None:
+        try:
+            self._run_batch(self.providers.get(name or ""), items)
+        finally:
+            with self._slots:
+                self._running[name] -= 1
+                self._slots.notify_all()
+            self._start_batches(name)
+
     def _run_batch(self, provider: Provider | None, items: list[dict[str, Any]]) -> None:
         try:
             try:
@@ -217,8 +257,6 @@ class ClaimAgent:
             self._report([result_for(i, r) for i, r in zip(items, replies)])
         except Fenced:
             log.warning("%s: fenced by a newer epoch; stopping", self.agent)
-        finally:
-            self._inflight.release()
 
     def _run_local(self, handler: LocalOp, item: dict[str, Any]) -> None:
         try:
@@ -274,9 +312,7 @@ class ClaimAgent:
             else:
                 by_provider.setdefault(o.get("provider"), []).append(o)
         for name, items in by_provider.items():
-            for i in range(0, len(items), self.batch):
-                self._inflight.acquire()
-                self._pool.submit(self._run_batch, self.providers.get(name or ""), items[i:i + self.batch])
+            self._queue(name, items)
         orphans_by: dict[str, list[dict[str, Any]]] = {}
         for o in orphans:
             orphans_by.setdefault(o["provider"], []).append(o)
