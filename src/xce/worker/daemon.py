@@ -77,9 +77,12 @@ class Worker:
         # claim data is published into jobs (and staged into) only from these directories
         self.storage = StorageRoots.of(providers, storage_roots or ())
         # the node agent: prepares and releases this host's node-scope claims, stages files in and out
+        # (its reports' answers name the runs whose claims it just made ready: started at once, as if the
+        # work poll had said so, rather than after a wake-up of that poll)
         self.node_agent = ClaimAgent(self.client, node_agent(host), providers,  # one client: one view of the leader
                                      inventory_classes=False, local_ops={
-                                         "stage_in": self._stage, "stage_out": self._stage})
+                                         "stage_in": self._stage, "stage_out": self._stage},
+                                     on_dispatch=self._dispatched)
 
     def _stage(self, item: dict[str, Any]):
         return staging.run_stage_op(item, self.host, self.run_as_users, self.storage,
@@ -197,6 +200,12 @@ class Worker:
             return False
 
     # ------------------------------------------------------------ runs
+
+    def _dispatched(self, jobs: list[dict[str, Any]]) -> None:
+        """Runs the controller says may start (a node agent's report opened their readiness gate)."""
+        for job in jobs:
+            if not self._stop.is_set():
+                self._start(job)
 
     def _start(self, job: dict[str, Any]) -> None:
         key = (job["job_id"], job["run"])
