@@ -246,10 +246,10 @@ class ClaimAgent:
                     with self._held_lock:
                         self._held.difference_update(r["op_id"] for r in batch)
                 work = reply.get("work") or {}
-                if work.get("ops"):
-                    self._dispatch(work["ops"], [])
                 if work.get("dispatch") and self.on_dispatch is not None:
-                    self.on_dispatch(work["dispatch"])
+                    self.on_dispatch(work["dispatch"])  # first: a run waits for nothing else
+                if work.get("ops"):
+                    self._dispatch(work["ops"], [], wait=False)
                 if self._recover.is_set():
                     self._recover_held()
             except Fenced:
@@ -272,11 +272,11 @@ class ClaimAgent:
         if lost:
             log.warning("%s: running %d op(s) whose taking answer was lost: %s", self.agent, len(lost),
                         ", ".join(o["op_id"] for o in lost[:5]))
-            self._dispatch(lost, [])
+            self._dispatch(lost, [], wait=False)
 
     # ------------------------------------------------------------ running ops
 
-    def _run_batch(self, provider: Provider | None, items: list[dict[str, Any]]) -> None:
+    def _run_batch(self, provider: Provider | None, items: list[dict[str, Any]], permit: bool = True) -> None:
         try:
             try:
                 if provider is None:
@@ -295,9 +295,10 @@ class ClaimAgent:
                                          message=f"{self.agent}: {type(e).__name__}: {e}") for i in items]
             self._results.put([result_for(i, r) for i, r in zip(items, replies)])
         finally:
-            self._inflight.release()
+            if permit:
+                self._inflight.release()
 
-    def _run_local(self, handler: LocalOp, item: dict[str, Any]) -> None:
+    def _run_local(self, handler: LocalOp, item: dict[str, Any], permit: bool = True) -> None:
         try:
             try:
                 reply = handler(item)
@@ -307,7 +308,8 @@ class ClaimAgent:
                                       message=f"{self.agent}: {type(e).__name__}: {e}")
             self._results.put([result_for(item, reply)])
         finally:
-            self._inflight.release()
+            if permit:
+                self._inflight.release()
 
     def _release_orphans(self, provider: Provider | None, items: list[dict[str, Any]]) -> None:
         try:
@@ -330,22 +332,24 @@ class ClaimAgent:
         finally:
             self._inflight.release()
 
-    def _dispatch(self, ops: list[dict[str, Any]], orphans: list[dict[str, Any]]) -> None:
-        """Run ``ops``, whose intents this epoch holds (taken with them), unless we run them already."""
+    def _dispatch(self, ops: list[dict[str, Any]], orphans: list[dict[str, Any]], wait: bool = True) -> None:
+        """Run ``ops``, whose intents this epoch holds (taken with them), unless we run them already.
+        ``wait``: for room among the ops in flight (the poll: it takes no more while providers are busy);
+        the reporter never waits (results waiting behind it would hold that room), and what a report
+        takes is bounded by its ``take``."""
         with self._held_lock:
             ops = [o for o in ops if o["op_id"] not in self._held]
             self._held.update(o["op_id"] for o in ops)
         by_provider: dict[str | None, list[dict[str, Any]]] = {}
         for o in ops:
             if o["op"] in self.local_ops:
-                self._inflight.acquire()
-                self._pool.submit(self._run_local, self.local_ops[o["op"]], o)
+                self._pool.submit(self._run_local, self.local_ops[o["op"]], o, self._inflight.acquire(wait))
             else:
                 by_provider.setdefault(o.get("provider"), []).append(o)
         for name, items in by_provider.items():
             for i in range(0, len(items), self.batch):
-                self._inflight.acquire()
-                self._pool.submit(self._run_batch, self.providers.get(name or ""), items[i:i + self.batch])
+                self._pool.submit(self._run_batch, self.providers.get(name or ""), items[i:i + self.batch],
+                                  self._inflight.acquire(wait))
         orphans_by: dict[str, list[dict[str, Any]]] = {}
         for o in orphans:
             orphans_by.setdefault(o["provider"], []).append(o)
