@@ -181,10 +181,26 @@ def submit_api(api: Api, wl: Workload, mode: str, args,
     return subs, errors
 
 
+def get_all(api: Api, path: str, params: list[tuple[str, str]]) -> list[dict]:
+    """Every record of a paged list (``X-Next-Cursor``): one page holds at most 10,000, and the
+    default page the newest 1,000, fewer than N=1,000 claims jobs' 2,000 template claims."""
+    out: list[dict] = []
+    cursor = None
+    while True:
+        r = api.client.get(path, params=params + [("limit", "10000")] + ([("cursor", cursor)] if cursor else []))
+        r.raise_for_status()
+        out += r.json()
+        cursor = r.headers.get("X-Next-Cursor")
+        if not cursor:
+            return out
+
+
 def claims_of(api: Api) -> list[dict]:
-    r = api.client.get("/v1/claims", params={"all": "true"})
-    r.raise_for_status()
-    return r.json()
+    return get_all(api, "/v1/claims", [("all", "true")])
+
+
+def jobs_of(api: Api) -> list[dict]:
+    return get_all(api, "/v1/jobs", [("all", "true")])
 
 
 def simfs_leftovers(state: str) -> list[str]:
@@ -251,7 +267,7 @@ def run_xce_mode(mode: str, cluster: XceCluster, api: Api, wl: Workload, args, d
         problems.append(f"submit: ... {len(errors)} submission errors in all")
     if len(subs) + len(errors) < wl.n:
         problems.append(f"submission phase cut short by the mode's deadline: {len(subs)} of {wl.n} submitted")
-    jobs = [j for j in api.jobs(None) if j["id"] in subs]
+    jobs = [j for j in jobs_of(api) if j["id"] in subs]
     if timed_out:
         active = [j["id"] for j in jobs if j["state"] in ACTIVE]
         log(f"xce {mode}: timeout with {len(active)} jobs active; killing them")
@@ -291,7 +307,7 @@ def run_xce_mode(mode: str, cluster: XceCluster, api: Api, wl: Workload, args, d
     tmpl: list[dict] = []
     while True:
         try:
-            jobs = [j for j in api.jobs(None) if j["id"] in ids]
+            jobs = [j for j in jobs_of(api) if j["id"] in ids]
             tmpl = [c for c in claims_of(api) if c["form"] == "template" and c.get("job_id") in ids]
         except Exception as e:
             log(f"xce {mode}: could not list jobs/claims: {e!r}")

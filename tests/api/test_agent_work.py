@@ -16,9 +16,9 @@ from tests.helpers import ControllerProcess, wait_for
 AGENT = "/v1/agents/provisioner"
 
 
-@pytest.fixture(scope="module")
-def ctl(tmp_path_factory):
-    c = ControllerProcess(state_dir=str(tmp_path_factory.mktemp("api-work") / "ctl")).start()
+@pytest.fixture
+def ctl(tmp_path):
+    c = ControllerProcess(state_dir=str(tmp_path / "ctl")).start()
     yield c
     c.stop()
 
@@ -34,7 +34,8 @@ def create_ops(api, epoch: int, names: list[str]) -> list[dict]:
     return wait_for(found, what=f"the create ops of {names}")
 
 
-def test_a_poll_woken_by_facts_that_bring_it_no_work_waits_on_for_work(ctl):
+@pytest.mark.parametrize("method", ["GET", "POST"])  # POST: the ops are taken with their intents
+def test_a_poll_woken_by_facts_that_bring_it_no_work_waits_on_for_work(ctl, method):
     with ctl.client() as api, ctl.client() as poller:
         epoch = api.post(f"{AGENT}/lease", json={"holder": "test"}).json()["epoch"]
         running = create_ops(api, epoch, [f"busy{i}" for i in range(5)])
@@ -44,8 +45,9 @@ def test_a_poll_woken_by_facts_that_bring_it_no_work_waits_on_for_work(ctl):
         assert api.get(f"{AGENT}/work", params={"epoch": epoch}).json()["ops"] == []  # all of it in flight
 
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            poll = pool.submit(lambda: poller.get(f"{AGENT}/work", params={"epoch": epoch, "wait": 30},
-                                                  timeout=60).json())
+            poll = pool.submit(lambda: poller.request(
+                method, f"{AGENT}/work", params={"epoch": epoch, "wait": 30} if method == "GET" else {"wait": 30},
+                json={"epoch": epoch} if method == "POST" else None, timeout=60).json())
             # each report is a waking fact (ClaimOpSucceeded) that opens no work for the provisioner
             for ref in refs:
                 r = api.post(f"{AGENT}/reports", json={"epoch": epoch, "results": [

@@ -1,12 +1,20 @@
 """The claim agent: the loop the provisioner runs (and the worker's node agent will), per DESIGN 6.
 
 1. take a lease from the controller: a new **epoch** for every start;
-2. long-poll for due ops (claims to create or release, orphans to release);
-3. commit an **intent** for a batch of ops before acting (the controller
-   records attempt N of each op, and from then on it is this epoch's);
-4. run the provider with ``run_provider`` (``posix_spawn``, JSON in and out,
+2. long-poll for due ops (claims to create or release, orphans to release),
+   taking them with their **intents** committed in the same call (``POST
+   .../work``: the controller records attempt N of each op, and from then
+   on it is this epoch's) before acting;
+3. run the provider with ``run_provider`` (``posix_spawn``, JSON in and out,
    a timeout), one process per batch of ops of one provider;
-5. report every result, fenced by the epoch.
+4. report every result, fenced by the epoch: one reporter thread sends
+   what has finished in one call, which also takes the ops those results
+   opened (a staging claim's stage-in after its create) and, for a node
+   agent, answers with the runs its host may now start (``on_dispatch``).
+
+A call that takes ops is never sent twice blindly: if its answer is lost the
+agent asks which open ops its epoch holds (``GET .../work?held=true``) and
+runs those it is not running (``_held``, by op id).
 
 The provisioner also tells the controller what each shared class's provider
 can do (``capabilities``) once it holds its lease and at every scan: resizes,
@@ -30,6 +38,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import os
+import queue
 import threading
 import time
 import uuid
@@ -99,19 +108,30 @@ def result_for(item: dict[str, Any], reply: ProviderReply) -> dict[str, Any]:
 
 
 LocalOp = Callable[[dict[str, Any]], ProviderReply]
+OnDispatch = Callable[[list[dict[str, Any]]], None]
 
 
 class ClaimAgent:
     """``local_ops`` are ops the agent does itself rather than through a provider (the node
-    agent's stage-in and stage-out copies)."""
+    agent's stage-in and stage-out copies).  ``on_dispatch`` gets the runs a node agent's report
+    made startable (the worker starts them, as if its own poll had said so)."""
 
     def __init__(self, client: Client, agent: str, providers: dict[str, Provider], *, batch: int = 64,
                  concurrency: int = 4, poll_wait: float = 20.0, inventory_classes: bool = True,
-                 local_ops: dict[str, LocalOp] | None = None) -> None:
+                 local_ops: dict[str, LocalOp] | None = None, on_dispatch: OnDispatch | None = None) -> None:
         self.client = client
         self.agent = agent
         self.providers = providers
         self.local_ops = local_ops or {}
+        self.on_dispatch = on_dispatch
+        # results waiting for the reporter, and the op ids this agent holds: taken, not yet reported
+        self._results: queue.Queue[list[dict[str, Any]]] = queue.Queue()
+        self._held: set[str] = set()
+        self._held_lock = threading.Lock()
+        # one report or one recovery of held ops at a time: a recovery never sees an op as open that a
+        # report in flight is closing (it would run it again)
+        self._report_lock = threading.Lock()
+        self._recover = threading.Event()  # an answer that took ops was lost: ask which we hold
         self.batch = batch
         self.poll_wait = poll_wait
         self.inventory_classes = inventory_classes
@@ -139,9 +159,10 @@ class ClaimAgent:
     # ------------------------------------------------------------ controller calls
 
     def _call(self, method: str, path: str, body: Any = None, params: Any = None,
-              timeout: float | None = None) -> Any:
+              timeout: float | None = None, idempotent: bool | None = None) -> Any:
         try:
-            return self.client.request(method, self.base + path, body=body, params=params, timeout=timeout)
+            return self.client.request(method, self.base + path, body=body, params=params, timeout=timeout,
+                                       idempotent=idempotent)
         except ApiError as e:
             if e.code == "stale_epoch":
                 self._fenced.set()
@@ -183,33 +204,92 @@ class ClaimAgent:
         except (ClientError, Fenced) as e:
             log.debug("progress of %s not reported: %s", item["op_id"], e)
 
-    def _report(self, results: list[dict[str, Any]], orphans_released: list[str] | None = None) -> None:
-        """Until the controller has it (or we are fenced): a result is never dropped."""
+    def _report(self, results: list[dict[str, Any]], orphans_released: list[str] | None = None,
+                take: int = 0) -> dict[str, Any]:
+        """Until the controller has it (or we are fenced): a result is never dropped.  ``take``: the
+        first attempt also takes up to that many ops now due; it is not sent again as it was (its
+        answer may be lost with ops taken: the agent then asks which it holds)."""
         delay = 0.2
         while True:
+            body: dict[str, Any] = {"epoch": self.epoch, "results": results,
+                                    "orphans_released": orphans_released or []}
+            if take:
+                body["take"] = take
             try:
-                reply = self._call("POST", "/reports", {"epoch": self.epoch, "results": results,
-                                                        "orphans_released": orphans_released or []})
+                reply = self._call("POST", "/reports", body, idempotent=False if take else None)
                 for op_id, why in reply.get("refused", {}).items():
                     log.warning("report for %s refused: %s", op_id, why)
-                return
+                return reply
             except ClientError as e:
+                if take and not isinstance(e, ApiError):  # no answer: some ops may be ours now
+                    self._recover.set()
+                take = 0  # sent again as a plain report: results are idempotent by op id
                 if self._stop.is_set():
-                    return  # the next life re-drives these ops with the same op ids
+                    return {}  # the next life re-drives these ops with the same op ids
                 log.warning("report failed, retrying in %.1fs: %s", delay, e.message)
                 self._stop.wait(delay)
                 delay = min(delay * 2, 5.0)
 
+    def _reporter(self) -> None:
+        """Send what has finished, in one call per round (under load many ops' results share it); the
+        call takes the ops they opened, and a node agent's answer names the runs its host may start."""
+        while True:
+            try:
+                batch = list(self._results.get(timeout=0.5))
+            except queue.Empty:
+                if self._stop.is_set() or self._fenced.is_set():
+                    return  # (a fenced agent still sends what its pool finishes: it is refused, and says so)
+                continue
+            while True:
+                try:
+                    batch += self._results.get_nowait()
+                except queue.Empty:
+                    break
+            try:
+                with self._report_lock:
+                    reply = self._report(batch, take=0 if self._stop.is_set() else self.batch * 4)
+                    with self._held_lock:
+                        self._held.difference_update(r["op_id"] for r in batch)
+                work = reply.get("work") or {}
+                if work.get("dispatch") and self.on_dispatch is not None:
+                    self.on_dispatch(work["dispatch"])  # first: a run waits for nothing else
+                if work.get("ops"):
+                    self._dispatch(work["ops"], [], wait=False)
+                if self._recover.is_set():
+                    self._recover_held()
+            except Fenced:
+                log.warning("%s: fenced by a newer epoch; stopping", self.agent)
+                return
+            except ClientError as e:
+                log.warning("%s: after a report: %s", self.agent, e.message)
+            except Exception:
+                log.exception("%s: after a report", self.agent)
+
+    def _recover_held(self) -> None:
+        """An answer that took ops was lost: run the open ops this epoch holds that we are not running."""
+        with self._report_lock:
+            if not self._recover.is_set():
+                return
+            work = self._call("GET", "/work", params={"epoch": self.epoch, "held": "true", "limit": 10_000})
+            self._recover.clear()
+        with self._held_lock:
+            lost = [o for o in work["ops"] if o["op_id"] not in self._held]
+        if lost:
+            log.warning("%s: running %d op(s) whose taking answer was lost: %s", self.agent, len(lost),
+                        ", ".join(o["op_id"] for o in lost[:5]))
+            self._dispatch(lost, [], wait=False)
+
     # ------------------------------------------------------------ running ops
 
-    def _queue(self, name: str | None, items: list[dict[str, Any]]) -> None:
-        """Ops for provider ``name``, to run as soon as it has a free slot; the poll loop waits here
-        while a full round of batches is queued already (intents are not taken far ahead of work)."""
+    def _queue(self, name: str | None, items: list[dict[str, Any]], wait: bool) -> None:
+        """Ops for provider ``name``, to run as soon as it has a free slot.  ``wait``: the poll loop
+        waits here while a full round of batches is queued already (it takes no more ops while the
+        providers are busy); the reporter never waits (results waiting behind it would hold the room)."""
         with self._slots:
             self._queued.setdefault(name, []).extend(items)
         self._start_batches(name)
         with self._slots:
-            while (sum(map(len, self._queued.values())) >= self.batch * self.concurrency
+            while (wait and sum(map(len, self._queued.values())) >= self.batch * self.concurrency
                    and not self._stop.is_set() and not self._fenced.is_set()):
                 self._slots.wait(1.0)
 
@@ -239,26 +319,23 @@ class ClaimAgent:
 
     def _run_batch(self, provider: Provider | None, items: list[dict[str, Any]]) -> None:
         try:
-            try:
-                if provider is None:
-                    raise _Refused("NO_PROVIDER", f"this agent has no provider {items[0].get('provider')!r} "
-                                                  "configured", retryable=False)
-                started = time.monotonic()
-                replies = provider.run(self.cluster_id, [request_for(i) for i in items])
-                log.debug("%s: %d ops (%s) in %.3fs", provider.name, len(items),
-                          ",".join(sorted({i["op"] for i in items})), time.monotonic() - started)
-            except _Refused as e:
-                replies = [ProviderReply(op_id=i["op_id"], ok=False, error_code=e.code, retryable=e.retryable,
-                                         message=e.message) for i in items]
-            except Exception as e:  # an op with an intent must always get a result, or it would hang
-                log.exception("batch failed")
-                replies = [ProviderReply(op_id=i["op_id"], ok=False, error_code="AGENT_ERROR", retryable=True,
-                                         message=f"{self.agent}: {type(e).__name__}: {e}") for i in items]
-            self._report([result_for(i, r) for i, r in zip(items, replies)])
-        except Fenced:
-            log.warning("%s: fenced by a newer epoch; stopping", self.agent)
+            if provider is None:
+                raise _Refused("NO_PROVIDER", f"this agent has no provider {items[0].get('provider')!r} "
+                                              "configured", retryable=False)
+            started = time.monotonic()
+            replies = provider.run(self.cluster_id, [request_for(i) for i in items])
+            log.debug("%s: %d ops (%s) in %.3fs", provider.name, len(items),
+                      ",".join(sorted({i["op"] for i in items})), time.monotonic() - started)
+        except _Refused as e:
+            replies = [ProviderReply(op_id=i["op_id"], ok=False, error_code=e.code, retryable=e.retryable,
+                                     message=e.message) for i in items]
+        except Exception as e:  # an op with an intent must always get a result, or it would hang
+            log.exception("batch failed")
+            replies = [ProviderReply(op_id=i["op_id"], ok=False, error_code="AGENT_ERROR", retryable=True,
+                                     message=f"{self.agent}: {type(e).__name__}: {e}") for i in items]
+        self._results.put([result_for(i, r) for i, r in zip(items, replies)])
 
-    def _run_local(self, handler: LocalOp, item: dict[str, Any]) -> None:
+    def _run_local(self, handler: LocalOp, item: dict[str, Any], permit: bool = True) -> None:
         try:
             try:
                 reply = handler(item)
@@ -266,11 +343,10 @@ class ClaimAgent:
                 log.exception("%s failed", item["op"])
                 reply = ProviderReply(op_id=item["op_id"], ok=False, error_code="AGENT_ERROR", retryable=True,
                                       message=f"{self.agent}: {type(e).__name__}: {e}")
-            self._report([result_for(item, reply)])
-        except Fenced:
-            log.warning("%s: fenced by a newer epoch; stopping", self.agent)
+            self._results.put([result_for(item, reply)])
         finally:
-            self._inflight.release()
+            if permit:
+                self._inflight.release()
 
     def _release_orphans(self, provider: Provider | None, items: list[dict[str, Any]]) -> None:
         try:
@@ -293,26 +369,22 @@ class ClaimAgent:
         finally:
             self._inflight.release()
 
-    def _dispatch(self, ops: list[dict[str, Any]], orphans: list[dict[str, Any]]) -> None:
-        accepted: set[str] = set()
-        if ops:
-            reply = self._call("POST", "/intents", {"epoch": self.epoch, "ops": [
-                {"op_id": o["op_id"], "claim_id": o["claim_id"]}
-                | ({"snapshot_id": o["snapshot_id"]} if o.get("snapshot_id") is not None else {}) for o in ops]})
-            accepted = set(reply["accepted"])
-            for op_id, why in reply.get("refused", {}).items():
-                log.info("intent for %s refused: %s", op_id, why)
+    def _dispatch(self, ops: list[dict[str, Any]], orphans: list[dict[str, Any]], wait: bool = True) -> None:
+        """Run ``ops``, whose intents this epoch holds (taken with them), unless we run them already.
+        ``wait``: for room among the ops in flight (the poll: it takes no more while providers are busy);
+        the reporter never waits (results waiting behind it would hold that room), and what a report
+        takes is bounded by its ``take``."""
+        with self._held_lock:
+            ops = [o for o in ops if o["op_id"] not in self._held]
+            self._held.update(o["op_id"] for o in ops)
         by_provider: dict[str | None, list[dict[str, Any]]] = {}
         for o in ops:
-            if o["op_id"] not in accepted:
-                continue
             if o["op"] in self.local_ops:
-                self._inflight.acquire()
-                self._pool.submit(self._run_local, self.local_ops[o["op"]], o)
+                self._pool.submit(self._run_local, self.local_ops[o["op"]], o, self._inflight.acquire(wait))
             else:
                 by_provider.setdefault(o.get("provider"), []).append(o)
         for name, items in by_provider.items():
-            self._queue(name, items)
+            self._queue(name, items, wait)
         orphans_by: dict[str, list[dict[str, Any]]] = {}
         for o in orphans:
             orphans_by.setdefault(o["provider"], []).append(o)
@@ -424,19 +496,27 @@ class ClaimAgent:
             threading.Thread(target=self._scan_loop, daemon=True, name="orphan-scan").start()
             # at once, not a scan interval later: resize, snapshot and clone requests wait on it
             threading.Thread(target=self._first_capabilities, daemon=True, name="capabilities").start()
+        reporter = threading.Thread(target=self._reporter, daemon=True, name="reporter")
+        reporter.start()
         while not self._stop.is_set() and not self._fenced.is_set():
             try:
-                work = self._call("GET", "/work", params={"epoch": self.epoch, "wait": self.poll_wait,
-                                                          "limit": self.batch * 4},
-                                  timeout=self.poll_wait + self.client.timeout)
+                if self._recover.is_set():
+                    self._recover_held()
+                # the ops due, taken with their intents (never sent twice blindly: see _recover_held)
+                work = self._call("POST", "/work", {"epoch": self.epoch},
+                                  params={"wait": self.poll_wait, "limit": self.batch * 4},
+                                  timeout=self.poll_wait + self.client.timeout, idempotent=False)
                 self._dispatch(work["ops"], work["orphans"])
             except Fenced as e:
                 log.warning("%s: %s; another agent took over, stopping", self.agent, e)
                 break
             except ClientError as e:
+                if not isinstance(e, ApiError):  # no answer: it may have taken ops
+                    self._recover.set()
                 log.warning("work poll failed: %s", e.message)
                 self._stop.wait(1.0)
         self._pool.shutdown(wait=True, cancel_futures=False)
+        reporter.join()  # what the pool finished is reported before we go (or left to the next life)
         return 3 if self._fenced.is_set() else 0
 
     def stop(self) -> None:

@@ -10,10 +10,20 @@ is ``identity.speaks_for_agent``.  Every call
 after the lease carries the agent's epoch; a call from an older epoch (an
 agent that was restarted or replaced) is refused whole with 409
 ``stale_epoch``, so a late report can never change a claim.
+
+Handoffs: ``POST .../work`` is ``GET .../work`` and ``POST .../intents`` in
+one call (the ops due now, each with its intent committed before the answer),
+and a report may ``take`` the ops it opened in the same commit (a staging
+claim's ``stage_in`` after its ``create``), and a node agent's report answers
+with its host's runs whose readiness gate it opened (``dispatch``, as ``GET
+/v1/hosts/HOST/work`` would): a staged job's steps no longer wait for a
+long-poll to wake, answer, and be answered again.  An intent is still
+committed before the agent hears of its op.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from typing import Annotated, Any
@@ -24,6 +34,7 @@ from xce.api.responses import JSONResponse
 from xce.api import schemas as S
 from xce.api.auth import agent_identity
 from xce.api.commands import mutate
+from xce.api.workers import host_work
 from xce.controller.longpoll import Waker
 from xce.controller.core import Controller
 from xce.errors import Conflict, XceError
@@ -111,27 +122,97 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
                                        "claim_id": o.claim_id, "op_id": f"orphan.{o.handle}", "tags": o.tags})
         return out
 
-    @app.get("/v1/agents/{agent}/work", tags=["agents"])
-    async def work(agent: AgentName, epoch: int = Query(..., ge=1), actor: User = Depends(agent_identity),
-                   wait: float = Query(0, ge=0, le=60), limit: int = Query(256, ge=1, le=10_000)):
-        speaks_for(actor, agent)
-        await ctl.read_barrier()
-        C.check_epoch(ctl.model, agent, epoch)
-        out = work_now(agent, limit)
+    def any_work(agent: str) -> bool:
+        now = time.time()
+        return bool(C.due_ops(ctl.model, agent, now, 1) or SN.due_ops(ctl.model, agent, now, 1)
+                    or agent == SHARED_AGENT and due_for_release(ctl.model, ctl.config.claims.orphan_grace, now))
+
+    async def wait_for_work(agent: str, epoch: int, wait: float) -> None:
+        """Until the agent has work, ``wait`` seconds pass, or the server stops.  A waking fact may bring
+        no work for this agent (another agent's op, the report of an op it still runs): the poll waits
+        on rather than answering empty, or every busy agent would poll in a loop of empty answers."""
         deadline = time.monotonic() + wait
-        # A waking fact may bring no work for this agent (another agent's op, a report of an op it
-        # still runs): wait on rather than answer empty, or every busy agent would poll in a loop.
-        while not out["ops"] and not out["orphans"] and not channel.closing:
+        while not any_work(agent) and not channel.closing:
             left = deadline - time.monotonic()
             due = [t for t in (C.next_due(ctl.model, agent), SN.next_due(ctl.model, agent)) if t is not None]
             due_at = min(due) if due else None
             if left <= 0 or (due_at is not None and due_at <= time.time()):
-                break  # the time is up, or a retry fell due and is still not work: answer, the agent polls again
+                return  # the time is up, or a retry fell due yet is not work: answer, the agent polls again
             await channel.wait(left, due_at)
             await ctl.read_barrier()
             C.check_epoch(ctl.model, agent, epoch)
+
+    def record_intents(model: Model, agent: str, epoch: int, refs: list[S.IntentRef]) -> tuple[list[Fact], list[str],
+                                                                                             dict[str, str]]:
+        """The intents of ``refs``' ops for ``agent`` in ``epoch``: (facts, accepted op ids, refused ones: why)."""
+        now = time.time()
+        facts: list[Fact] = []
+        accepted, refused = [], {}
+        for ref in refs:
+            try:
+                if ref.snapshot_id is not None:
+                    facts += SN.record_intent(model, agent, epoch, ref.op_id, ref.snapshot_id, now)
+                else:
+                    facts += C.record_intent(model, agent, epoch, ref.op_id, ref.claim_id, now)
+                accepted.append(ref.op_id)
+            except Conflict as e:
+                refused[ref.op_id] = e.message
+        return facts, accepted, refused
+
+    def take(model: Model, agent: str, epoch: int, limit: int, dispatch: bool = False) -> tuple[list[Fact], dict]:
+        """The ops due to ``agent`` now, each with its intent.  Decided in the commit order, on the model
+        every earlier decision has changed, so an op is handed out once per epoch, and its intent is
+        durable before the agent hears of it.  ``dispatch``: also the node agent's host's runs that may
+        start (the readiness gate is open), as the worker's own poll would be told."""
+        C.check_epoch(model, agent, epoch)
+        out = work_now(agent, limit)
+        refs = [S.IntentRef(op_id=o["op_id"], claim_id=o["claim_id"], snapshot_id=o.get("snapshot_id"))
+                for o in out["ops"]]
+        facts, accepted, _ = record_intents(model, agent, epoch, refs)
+        taken = set(accepted)
+        out["ops"] = [o for o in out["ops"] if o["op_id"] in taken]
+        if dispatch and agent.startswith("node:"):
+            out["dispatch"] = host_work(model, agent.removeprefix("node:"))["dispatch"]
+        return facts, out
+
+    @app.get("/v1/agents/{agent}/work", tags=["agents"])
+    async def work(agent: AgentName, epoch: int = Query(..., ge=1), actor: User = Depends(agent_identity),
+                   wait: float = Query(0, ge=0, le=60), limit: int = Query(256, ge=1, le=10_000),
+                   held: bool = Query(False)):
+        """The ops due to the agent (long-polled).  ``held``: instead, the open ops whose intents its
+        current epoch holds, for an agent that lost the answer of a call that handed some out (it runs
+        those it is not running: op ids tell)."""
+        speaks_for(actor, agent)
+        await ctl.read_barrier()
+        C.check_epoch(ctl.model, agent, epoch)
+        if held:
+            # (attempt: the one under way, its intent counted already)
+            ops = [dict(op_json(ctl, c, op, a), attempt=op.attempts) for c, op, a in C.held_ops(ctl.model, agent, limit)]
+            ops += [dict(snapshot_op_json(ctl, s, op), attempt=op.attempts)
+                    for s, op in SN.held_ops(ctl.model, agent, limit - len(ops))]
+            return JSONResponse({"ops": ops, "orphans": []})
+        out = work_now(agent, limit)
+        if not out["ops"] and not out["orphans"] and wait > 0:
+            await wait_for_work(agent, epoch, wait)
             out = work_now(agent, limit)
         return JSONResponse(out)
+
+    @app.post("/v1/agents/{agent}/work", tags=["agents"])
+    async def take_work(agent: AgentName, body: S.TakeWorkRequest, request: Request,
+                        actor: User = Depends(agent_identity), wait: float = Query(0, ge=0, le=60),
+                        limit: int = Query(256, ge=1, le=10_000)):
+        """``GET .../work`` and ``POST .../intents`` in one call: the ops due now, each with its intent
+        committed before this answers (so the agent acts at once), long-polled like ``GET .../work``
+        until some are due.  A poll that finds nothing commits nothing."""
+        speaks_for(actor, agent)
+        await ctl.read_barrier()
+        C.check_epoch(ctl.model, agent, body.epoch)
+        if not any_work(agent) and wait > 0:
+            await wait_for_work(agent, body.epoch, wait)
+            if not any_work(agent):
+                return JSONResponse({"ops": [], "orphans": []})
+        return JSONResponse(await mutate(request, actor, f"agent/{agent}",
+                                         lambda m: take(m, agent, body.epoch, limit), quiet_if_empty=True))
 
     @app.post("/v1/agents/{agent}/intents", tags=["agents"])
     async def intents(agent: AgentName, body: S.IntentsRequest, request: Request,
@@ -140,18 +221,7 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
 
         def decide(model: Model):
             C.check_epoch(model, agent, body.epoch)
-            now = time.time()
-            facts: list[Fact] = []
-            accepted, refused = [], {}
-            for ref in body.ops:
-                try:
-                    if ref.snapshot_id is not None:
-                        facts += SN.record_intent(model, agent, body.epoch, ref.op_id, ref.snapshot_id, now)
-                    else:
-                        facts += C.record_intent(model, agent, body.epoch, ref.op_id, ref.claim_id, now)
-                    accepted.append(ref.op_id)
-                except Conflict as e:
-                    refused[ref.op_id] = e.message
+            facts, accepted, refused = record_intents(model, agent, body.epoch, body.ops)
             return facts, {"accepted": accepted, "refused": refused}
 
         return JSONResponse(await mutate(request, actor, f"agent/{agent}", decide))
@@ -182,7 +252,18 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
                           for h in body.orphans_released if h in model.orphans]
             return facts, {"refused": refused}
 
-        return JSONResponse(await mutate(request, actor, f"agent/{agent}", decide))
+        if body.take <= 0:
+            return JSONResponse(await mutate(request, actor, f"agent/{agent}", decide))
+        # the take is queued right behind the report, so it decides on the model the report changed (and
+        # both usually share one commit); each answers only once its facts are durable
+        answers = await asyncio.gather(
+            mutate(request, actor, f"agent/{agent}", decide),
+            mutate(request, actor, f"agent/{agent}", lambda m: take(m, agent, body.epoch, body.take, dispatch=True),
+                   quiet_if_empty=True), return_exceptions=True)
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+        return JSONResponse(dict(answers[0], work=answers[1]))
 
     @app.post("/v1/agents/{agent}/progress", tags=["agents"])
     async def report_progress(agent: AgentName, body: S.ProgressRequest, actor: User = Depends(agent_identity)):

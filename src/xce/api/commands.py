@@ -53,10 +53,12 @@ async def audit_refusal(request: Request, code: str, message: str) -> None:
 
 async def mutate(request: Request, actor: User, target: str,
                  decide: Callable[[Model], tuple[list[Fact], Any]],
-                 target_of: Callable[[Any], str] | None = None) -> Any:
+                 target_of: Callable[[Any], str] | None = None, quiet_if_empty: bool = False) -> Any:
     """Commit ``decide``'s facts with their audit record; a refusal commits its audit record alone.
 
     ``target_of`` names the target from the result when only the decision knows it (a new job's id).
+    ``quiet_if_empty``: a decision that changes nothing commits nothing, not even its audit record
+    (a claim agent's poll that found its ops taken: it would fill the trail with nothing).
     """
     ctl: Controller = request.app.state.controller
     limiter: RefusalLimiter = request.app.state.refusals
@@ -71,6 +73,8 @@ async def mutate(request: Request, actor: User, target: str,
             # bounded per user like every refusal: a loop of bad submissions cannot grow the log at will
             return Outcome(limiter.admit(f"user {actor.name}", actor.name, action, redact(target), e.code,
                                          redact(e.message)), error=e)
+        if quiet_if_empty and not facts:
+            return Outcome([], result=result)
         done = target_of(result) if target_of is not None else target
         facts.append(AuditRecorded(time=now, user=actor.name, action=action, target=done, result="ok"))
         return Outcome(facts, result=result)

@@ -313,6 +313,13 @@ class ReportsRequest(Strict):
     epoch: Id
     results: Annotated[list[OpResult], Field(max_length=10_000)] = Field(default_factory=list)
     orphans_released: Annotated[list[Annotated[str, Field(max_length=1024)]], Field(max_length=10_000)] = Field(default_factory=list)
+    # > 0: also take up to this many ops now due to the agent, their intents committed with the report
+    # (what the report opened, e.g. a staging claim's stage_in after its create), as POST .../work does
+    take: Annotated[int, Field(ge=0, le=10_000)] = 0
+
+
+class TakeWorkRequest(Strict):
+    epoch: Id
 
 
 class InventoryObject(BaseModel):

@@ -43,6 +43,7 @@ POLL_WAIT = 20  # seconds the controller may hold a work long-poll
 # seconds a call may wait for an answer (a long-poll: beyond its wait).  A controller that stopped
 # answering (paused, cut off) is given up on after this, and the call goes to another controller
 DAEMON_TIMEOUT = 15.0
+ENDED_KEPT = 10_000  # ended runs remembered against late dispatches (far more than answers in flight)
 
 
 class Worker:
@@ -69,6 +70,10 @@ class Worker:
             os.makedirs(d, exist_ok=True)
             os.chmod(d, 0o711)  # users reach their own workspace, claims and output, and list nobody's
         self.running: set[tuple[int, int]] = set()
+        # runs of this life that ended, newest last (bounded): a dispatch answered before a run's start
+        # was committed may reach us after the run ended and its directory went (two paths dispatch: the
+        # work poll and the node agent's reports), and must not start it again
+        self.ended: dict[tuple[int, int], None] = {}
         self._lock = threading.Lock()
         self._reports: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()
         self._stop = threading.Event()
@@ -77,9 +82,12 @@ class Worker:
         # claim data is published into jobs (and staged into) only from these directories
         self.storage = StorageRoots.of(providers, storage_roots or ())
         # the node agent: prepares and releases this host's node-scope claims, stages files in and out
+        # (its reports' answers name the runs whose claims it just made ready: started at once, as if the
+        # work poll had said so, rather than after a wake-up of that poll)
         self.node_agent = ClaimAgent(self.client, node_agent(host), providers,  # one client: one view of the leader
                                      inventory_classes=False, local_ops={
-                                         "stage_in": self._stage, "stage_out": self._stage})
+                                         "stage_in": self._stage, "stage_out": self._stage},
+                                     on_dispatch=self._dispatched)
 
     def _stage(self, item: dict[str, Any]):
         return staging.run_stage_op(item, self.host, self.run_as_users, self.storage,
@@ -198,12 +206,18 @@ class Worker:
 
     # ------------------------------------------------------------ runs
 
+    def _dispatched(self, jobs: list[dict[str, Any]]) -> None:
+        """Runs the controller says may start (a node agent's report opened their readiness gate)."""
+        for job in jobs:
+            if not self._stop.is_set():
+                self._start(job)
+
     def _start(self, job: dict[str, Any]) -> None:
         key = (job["job_id"], job["run"])
         run_dir = self._run_dir(*key)
         with self._lock:
-            if key in self.running or os.path.exists(run_dir):
-                return  # already started (its report may still be on its way)
+            if key in self.running or key in self.ended or os.path.exists(run_dir):
+                return  # already started (its report may still be on its way), or over
             os.mkdir(run_dir, 0o711)  # the job passes through to its claims' mount points
         workspace = os.path.join(self.jobs_dir, f"{key[0]}.{key[1]}")
         intent = {"job_id": key[0], "run": key[1], "workspace": workspace, "user": job["user"]}
@@ -215,6 +229,7 @@ class Worker:
             reason = str(e) if isinstance(e, sandbox.StartFailed) else f"failed to start: {e}"
             sandbox.clean_workspace(workspace)
             self._write_journal(run_dir, dict(intent, failed=reason))
+            self._ended(key)
             self._reports.put(("finished", {"job_id": key[0], "run": key[1], "exit_code": 127,
                                             "reason": reason}))
             return
@@ -256,9 +271,15 @@ class Worker:
         else:
             exit_code, sig = sandbox.exit_status(status)
             report = {"job_id": key[0], "run": key[1], "exit_code": exit_code, "signal": sig}
+        self._ended(key)
+        self._reports.put(("finished", report))
+
+    def _ended(self, key: tuple[int, int]) -> None:
         with self._lock:
             self.running.discard(key)
-        self._reports.put(("finished", report))
+            self.ended[key] = None
+            while len(self.ended) > ENDED_KEPT:
+                del self.ended[next(iter(self.ended))]
 
     def _kill(self, job_id: int, run: int) -> None:
         """SIGTERM to the job's process group, SIGKILL after a grace period (the shepherd reports)."""

@@ -56,6 +56,21 @@ def due_ops(model: Model, agent: str, now: float,
     return out[:limit]
 
 
+def held_ops(model: Model, agent: str, limit: int = 1000) -> list[tuple[Claim, Op, Attachment | None]]:
+    """Open ops whose intent this agent's current epoch holds: what an agent that may have missed the
+    answer that handed them out runs (those it is not running already: op ids tell)."""
+    epoch = model.agent_epochs.get(agent)
+    out = []
+    for claim_id in sorted(model.open_ops):
+        claim = model.claims[claim_id]
+        for op, attachment in claim.open_ops():
+            if op.agent == agent and op.epoch is not None and op.epoch == epoch:
+                out.append((claim, op, attachment))
+        if len(out) >= limit:
+            break
+    return out[:limit]
+
+
 def next_due(model: Model, agent: str) -> float | None:
     """When the earliest waiting retry of this agent falls due (to bound its long-poll)."""
     times = [op.next_retry for cid in model.open_ops for op, a in model.claims[cid].open_ops()

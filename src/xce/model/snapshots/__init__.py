@@ -13,7 +13,7 @@ General layout::
 Snapshots sit above claims: they name claims, claims never import them.
 """
 
-from xce.model.snapshots.agents import SnapshotResult, due_ops, next_due, record_intent, record_result
+from xce.model.snapshots.agents import SnapshotResult, due_ops, held_ops, next_due, record_intent, record_result
 from xce.model.snapshots.decide import clone, create, delete, live_by_name, visible, visible_by_id
 from xce.model.snapshots.entity import LIVE, Snapshot, SnapshotState
 from xce.model.snapshots.lifecycle import (
@@ -24,6 +24,6 @@ from xce.model.snapshots.lifecycle import (
 __all__ = [
     "LIVE", "TRANSITIONS", "Snapshot", "SnapshotResult", "SnapshotState",
     "apply_snapshot_created", "apply_snapshot_delete_requested", "apply_snapshot_op_failed",
-    "apply_snapshot_op_intent", "apply_snapshot_op_succeeded", "clone", "create", "delete", "due_ops",
+    "apply_snapshot_op_intent", "apply_snapshot_op_succeeded", "clone", "create", "delete", "due_ops", "held_ops",
     "live_by_name", "next_due", "record_intent", "record_result", "visible", "visible_by_id",
 ]

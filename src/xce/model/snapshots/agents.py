@@ -44,6 +44,19 @@ def due_ops(model: Model, agent: str, now: float, limit: int = 1000) -> list[tup
     return out
 
 
+def held_ops(model: Model, agent: str, limit: int = 1000) -> list[tuple[Snapshot, Op]]:
+    """Open snapshot ops whose intent this agent's current epoch holds (as ``claims.held_ops``)."""
+    epoch = model.agent_epochs.get(agent)
+    out = []
+    for snapshot_id in sorted(model.open_snapshot_ops):
+        op = model.snapshots[snapshot_id].op
+        if op is not None and op.agent == agent and op.epoch is not None and op.epoch == epoch:
+            out.append((model.snapshots[snapshot_id], op))
+        if len(out) >= limit:
+            break
+    return out
+
+
 def next_due(model: Model, agent: str) -> float | None:
     if agent != SHARED_AGENT:
         return None
