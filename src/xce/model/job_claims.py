@@ -419,6 +419,16 @@ def early_claim(model: Model, job: Job) -> Claim | None:
     return claim if claim is not None and (claim.job_id, claim.run) == (job.id, job.run + 1) else None
 
 
+def staging_claim(model: Model, job: Job) -> Claim | None:
+    """The claim whose transfer ``xce job why`` follows: the shared staging claim made ahead of the
+    next run, else the current run's staging claim while a stage-in or stage-out op is open."""
+    early = early_claim(model, job)
+    if early is not None:
+        return early
+    return next((c for c in run_claims(model, job) if c.kind == "stage" and c.op is not None
+                 and c.op.kind in (C.OpKind.STAGE_IN, C.OpKind.STAGE_OUT)), None)
+
+
 def early_blocking(model: Model, job: Job) -> str | None:
     """Why a job that stages in before allocation may not be allocated yet (None: its data is in, or it
     stages nothing early): the scheduler's gate, re-checked by the plan applier."""
@@ -446,7 +456,8 @@ def _amount(n: float, decimals: int = 1) -> str:
 def staging_text(claim: Claim, progress: dict[str, Any] | None, now: float | None = None) -> str:
     """``staging in: 1.2 GiB of 4.0 GiB, 310 MiB/s`` (``progress``: the agent's latest reading, kept in
     the leader's memory), else what the staging claim waits for."""
-    verb = "populating" if claim.populate_from is not None and claim.form is ClaimForm.STANDALONE else "staging in"
+    verb = "populating" if claim.populate_from is not None and claim.form is ClaimForm.STANDALONE else \
+        "staging out" if claim.op is not None and claim.op.kind is C.OpKind.STAGE_OUT else "staging in"
     if progress is not None and claim.op is not None and progress.get("op_id") == claim.op.op_id:
         text = f"{verb}: {_amount(int(progress.get('bytes') or 0))}"
         if progress.get("total_bytes"):
@@ -621,7 +632,7 @@ def status_reason(model: Model, job: Job, now: float, scheduler_reason: str | No
     word), staging in before allocation (``progress``: the agent's latest reading of its staging
     claim), waiting for a claim (the readiness gate), or staging out."""
     if job.state is JobState.STAGE_OUT:
-        return blocking_stage_out(model, job, now)
+        return blocking_stage_out(model, job, now, progress)
     reason = job.pending_reason or scheduler_reason
     if job.state in (JobState.PEND, JobState.PSUSP) and not job.allocated and \
             (claim := early_claim(model, job)) is not None and claim.state is not ClaimState.READY:
@@ -629,14 +640,21 @@ def status_reason(model: Model, job: Job, now: float, scheduler_reason: str | No
         return f"{job.pending_reason}; {staging}" if job.pending_reason else staging
     if job.state is JobState.PEND and job.allocated:
         reason = blocking(model, job, now) or reason  # the readiness gate names the claim
+        claim = staging_claim(model, job)
+        if claim is not None and claim.state is ClaimState.PREPARING and progress is not None and \
+                reason is not None and reason.startswith(f"waiting for claim {claim.name} "):
+            reason = staging_text(claim, progress, now)  # the gate waits for its copy: how far it is
     if reason is None and job.state is JobState.PEND:
         reason = "waiting for the next scheduling cycle"
     return reason
 
 
-def blocking_stage_out(model: Model, job: Job, now: float | None = None) -> str:
+def blocking_stage_out(model: Model, job: Job, now: float | None = None,
+                       progress: dict[str, Any] | None = None) -> str:
     for claim in run_claims(model, job):
         if claim.op is not None and claim.op.kind is C.OpKind.STAGE_OUT:
+            if progress is not None and progress.get("op_id") == claim.op.op_id:
+                return "process ended; " + staging_text(claim, progress, now)
             return "process ended; staging out: " + _describe(claim, claim.op, claim.last_error, ClaimState.RELEASING.value,
                                                               now=now)
     return "process ended; staging out"

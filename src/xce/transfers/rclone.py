@@ -50,6 +50,7 @@ from typing import Any, Callable
 from xce.transfers.locations import Location
 from xce.transfers.site import Remote, TransferSite
 
+STATS_INTERVAL = 1.0  # seconds between rclone's stats lines (what progress readings are made of)
 REMOTE_NAME = "xceremote"  # what the transfer's one remote is called inside its rclone child
 _ENV_PREFIX = f"RCLONE_CONFIG_{REMOTE_NAME.upper()}_"
 NOBODY_GROUP = "nogroup"
@@ -125,10 +126,19 @@ def plan(src: Location, dest: Location, site: TransferSite) -> Transfer:
     secrets: list[str] = []
     a, b = _side(src, site, env, secrets), _side(dest, site, env, secrets)
     argv = [rclone_binary(site), "copyto", a, b, "--config", "/dev/null", "--use-json-log",
-            "--stats", "2s", "--stats-log-level", "NOTICE",
+            # progress: a stats line a second on stderr, read as it comes (``run``'s ``progress``)
+            "--stats", f"{STATS_INTERVAL:g}s", "--stats-log-level", "NOTICE",
             # one attempt each: the claim op retries with backoff, visibly (attempts, last error)
             "--retries", "1", "--low-level-retries", "3", "--contimeout", "10s", "--timeout", "60s",
-            "--checksum"]
+            "--checksum", "--transfers", str(site.transfers), "--checkers", str(site.checkers)]
+    if src.kind == "remote" or dest.kind == "remote":
+        # listed in one call per prefix, not per directory (object stores charge and wait per request)
+        argv += ["--fast-list"]
+    far = dest if src.local else src
+    remote = site.remote(far.remote or "") if far.kind == "remote" else None
+    bwlimit = (remote.bwlimit if remote is not None else None) or site.bwlimit
+    if bwlimit:
+        argv += ["--bwlimit", bwlimit]
     if site.ca_cert:
         argv += ["--ca-cert", site.ca_cert]
     return Transfer(argv=argv, env=env, secrets=tuple(secrets), what=f"{src.text} -> {dest.text}")
