@@ -116,8 +116,25 @@ def _location(config: Config, project: str, text: str, what: str) -> Location:
         raise (Forbidden if e.forbidden else InvalidRequest)(e.message) from None
 
 
-def resolve(model: Model, config: Config, actor: User, project: str, spec: JobClaimsSpec) -> tuple[list, list]:
-    """(standalone references, template claim specs) for ``JobSubmitted``; refuses what cannot work."""
+def stage_class_for(config: Config, spec: JobClaimsSpec, queue: str | None) -> tuple[str, str]:
+    """The staging claim's class and where it came from: ``--stage-class``, else the ``--app`` profile's
+    ``stage_class``, else the queue's, else ``[claims] stage_class``.  The most specific word wins: a
+    profile says what a workload needs, a queue what a part of the cluster does."""
+    if spec.stage_class:
+        return spec.stage_class, "--stage-class"
+    app = config.app(spec.app) if spec.app is not None else None
+    if app is not None and app.stage_class:
+        return app.stage_class, f"application profile {app.name}'s default"
+    q = next((q for q in config.queues if q.name == queue), None)
+    if q is not None and q.stage_class:
+        return q.stage_class, f"queue {q.name}'s default"
+    return config.claims.stage_class, "the site's default"
+
+
+def resolve(model: Model, config: Config, actor: User, project: str, spec: JobClaimsSpec,
+            queue: str | None = None) -> tuple[list, list]:
+    """(standalone references, template claim specs) for ``JobSubmitted``; refuses what cannot work.
+    ``queue``: the job's (its default staging class)."""
     if len(spec.claims) > MAX_REFS:
         raise InvalidRequest(f"at most {MAX_REFS} --claim references")
     refs: list[dict[str, Any]] = []
@@ -172,7 +189,8 @@ def resolve(model: Model, config: Config, actor: User, project: str, spec: JobCl
                 raise InvalidRequest(f"--stage-out destination {where.text}: {where.scheme}:// URLs are read-only "
                                      "here: stage out to a path or a remote (xce transfers list)")
             outs.append([_relative(src, "--stage-out source"), where.text])
-        cls = C.class_or_404(config, spec.stage_class or config.claims.stage_class)
+        class_name, origin = stage_class_for(config, spec, queue)
+        cls = C.class_or_404(config, class_name)
         size = parse_size(spec.stage_size if spec.stage_size is not None else config.claims.stage_size,
                           "--stage-size")
         C.check_quota(model, config, project, cls.name, size)
@@ -181,9 +199,9 @@ def resolve(model: Model, config: Config, actor: User, project: str, spec: JobCl
             # project's remotes allow, never a path on a host (it would read them as itself, not the user)
             local = [x[0] for x in ins if x[0].startswith("/")] + [x[1] for x in outs if x[1].startswith("/")]
             if local:
-                raise InvalidRequest(f"staging class {cls.name!r} is shared: it stages from and to URLs and "
-                                     f"remotes only, before hosts are allocated ({local[0]} is a path: use a "
-                                     "node-scope staging class for paths)")
+                raise InvalidRequest(f"staging class {cls.name!r} ({origin}) is shared: it stages from and to URLs "
+                                     f"and remotes only, before hosts are allocated ({local[0]} is a path: use a "
+                                     "node-scope staging class for paths, --stage-class CLASS)")
             C.check_fits_a_pool(config, cls, size, "the staging claim")
             templates.append({"kind": "stage", "class": cls.name, "size_bytes": size, "scope": Scope.SHARED.value,
                               "counter": None, "pools": list(cls.pools), "stage_in": ins, "stage_out": outs,
@@ -230,10 +248,10 @@ def submit(model: Model, actor: User, spec: JobSpec, claims: JobClaimsSpec, now:
            config: Config) -> tuple[list[Fact], int]:
     """``xce submit`` with its claims: the job's checks (``jobs.submit``), the claims resolved in the
     job's project."""
-    def resolve_in(project: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]:
+    def resolve_in(project: str, queue: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]:
         if claims == JobClaimsSpec():
             return [], [], None
-        refs, templates = resolve(model, config, actor, project, claims)
+        refs, templates = resolve(model, config, actor, project, claims, queue)
         return refs, templates, claims.app
 
     facts, job_id = jobs.submit(model, actor, spec, now, config, claims=resolve_in)
