@@ -153,7 +153,10 @@ def plan_size(src: Location, site: TransferSite) -> Transfer:
     secrets: list[str] = []
     a = _side(src, site, env, secrets)
     argv = [rclone_binary(site), "size", "--json", a, "--config", "/dev/null", "--use-json-log",
-            "--retries", "1", "--low-level-retries", "3", "--contimeout", "10s", "--timeout", "60s"]
+            "--retries", "1", "--low-level-retries", "3", "--contimeout", "10s", "--timeout", "60s",
+            "--checkers", str(site.checkers)]
+    if src.kind == "remote":
+        argv += ["--fast-list"]
     if site.ca_cert:
         argv += ["--ca-cert", site.ca_cert]
     return Transfer(argv=argv, env=env, secrets=tuple(secrets), what=f"size of {src.text}")
@@ -296,7 +299,7 @@ def run(t: Transfer, *, run_as: tuple[int, int] | None = None, timeout: float = 
 
 
 def describe(stats: dict[str, Any]) -> str:
-    """``12.0 MiB in 3 file(s)`` from rclone's stats."""
+    """``12.0 MiB in 3 file(s) in 0.4s`` from rclone's stats."""
     size = float(stats.get("bytes") or 0)
     unit = "B"
     for u in ("KiB", "MiB", "GiB", "TiB"):
@@ -305,4 +308,6 @@ def describe(stats: dict[str, Any]) -> str:
         size /= 1024
         unit = u
     amount = f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
-    return f"{amount} in {int(stats.get('transfers') or 0)} file(s)"
+    took = stats.get("elapsedTime")
+    return f"{amount} in {int(stats.get('transfers') or 0)} file(s)" + \
+        (f" in {float(took):.1f}s" if isinstance(took, (int, float)) else "")
