@@ -5,6 +5,15 @@
 threads), bounded by a timeout, parses its JSON log for progress and errors,
 and maps its exit code to a permanent or retryable error.
 
+Progress: rclone prints its stats every ``STATS_INTERVAL`` (``--stats 1s
+--stats-log-level NOTICE --use-json-log``: one JSON line on stderr), which
+``run`` reads as they come and hands to its ``progress`` callback (the agents
+send them on, ``agents.agent.ProgressSender``).  Chosen over ``--rc`` (a
+control server per transfer, a port, its own authentication) and over
+``--stats-one-line`` (text to parse): the JSON line is the same stream the
+errors come on, so one reader gets both.  How fast, and how many at once: the
+site's ``bwlimit`` (a remote's own first), ``transfers`` and ``checkers``.
+
 Credentials.  A remote's options reach rclone as ``RCLONE_CONFIG_XCEREMOTE_*``
 variables of that one child's environment (rclone reads remotes from its
 environment; ``--config /dev/null`` keeps every config file out): never a
