@@ -659,7 +659,8 @@ def status_reason(model: Model, job: Job, now: float, scheduler_reason: str | No
     if job.state is JobState.PEND and job.allocated:
         reason = blocking(model, job, now) or reason  # the readiness gate names the claim
         claim = staging_claim(model, job)
-        if claim is not None and claim.state is ClaimState.PREPARING and progress is not None and \
+        if claim is not None and claim.state is ClaimState.PREPARING and claim.op is not None and \
+                progress is not None and progress.get("op_id") == claim.op.op_id and \
                 reason is not None and reason.startswith(f"waiting for claim {claim.name} "):
             reason = staging_text(claim, progress, now)  # the gate waits for its copy: how far it is
     if reason is None and job.state is JobState.PEND:
