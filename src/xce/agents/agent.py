@@ -142,7 +142,6 @@ class ProgressSender:
                 self._stop.wait(self.interval)  # the rate limit: readings meanwhile wait in their slots
 
 
-
 class ClaimAgent:
     """``local_ops`` are ops the agent does itself rather than through a provider (the node
     agent's stage-in and stage-out copies)."""

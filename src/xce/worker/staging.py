@@ -128,8 +128,9 @@ def _transfer(item: dict[str, Any], src: Location, dest: Location, site: Transfe
               run_as: RunAs | None, room: int | None, moved: dict[str, int] | None = None,
               report: ProgressReport | None = None) -> ProviderReply | None:
     """One item through rclone (None: copied, and what rclone moved added to ``moved``; its progress to
-    ``report`` as it runs: bytes of the op so far, of the items copied and this one's measured size).  The remote must be configured on this host and, if its
-    entry here lists projects, allow the job's project (the controller checked that at submission)."""
+    ``report`` as it runs: bytes of the op so far, of the items copied and this one's measured size).
+    The remote must be configured on this host and, if its entry here lists projects, allow the job's
+    project (the controller checked that at submission)."""
     op_id, what = item["op_id"], item["op"].replace("_", "-")
     remote_loc = src if not src.local else dest
     project = (item.get("tags") or {}).get("xce.project", "")
