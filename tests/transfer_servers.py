@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 
-from tests.helpers import free_port, terminate, wait_for
+from tests.helpers import free_port, kill_now, terminate, wait_for
 
 RCLONE = os.path.join(os.path.dirname(sys.executable), "rclone")
 
@@ -68,6 +68,11 @@ class S3Server:
     def stop(self) -> None:
         terminate(self.proc)
         wait_for(lambda: not _accepts(self.port), what="S3 server stopped")
+
+    def kill(self) -> None:
+        """SIGKILL: the server dies in the middle of whatever it serves (no graceful end of requests)."""
+        kill_now(self.proc)
+        wait_for(lambda: not _accepts(self.port), what="S3 server gone")
 
     def bucket(self, name: str) -> str:
         path = os.path.join(self.data, name)

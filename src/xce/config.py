@@ -112,6 +112,9 @@ class QueueConfig:
     name: str
     priority: int = 30
     description: str = ""
+    # the staging class of this queue's jobs that stage without --stage-class (else [claims] stage_class);
+    # a shared-scope class stages in before hosts are held
+    stage_class: str | None = None
 
 
 @dataclass(frozen=True)
@@ -220,6 +223,8 @@ class AppConfig:
     name: str
     description: str = ""
     claims: list[AppClaimConfig] = field(default_factory=list)
+    # the staging class of jobs submitted with --app NAME and no --stage-class (before the queue's)
+    stage_class: str | None = None
 
 
 @dataclass(frozen=True)
@@ -289,10 +294,29 @@ def _build(cls: type, raw: Any, where: str):
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}")
+    if cls in _TYPED:
+        return _typed(cls, raw, where)
     try:
         return cls(**raw)
     except TypeError as e:
         raise ConfigError(f"{where}: {e}") from None
+
+
+def _typed(cls: type, raw: dict[str, Any], where: str):
+    """A table whose values pydantic checks against the dataclass's annotations (``stage_class = 5`` is
+    refused, not kept as a number that breaks a submission later).  Imported here, when a file is read,
+    so that clients reading no config never load pydantic."""
+    import pydantic
+
+    try:
+        return pydantic.TypeAdapter(cls).validate_python(raw)
+    except pydantic.ValidationError as e:
+        said = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'table'}: {err['msg']}" for err in e.errors())
+        raise ConfigError(f"{where}: {said}") from None
+
+
+# tables checked by type with pydantic (the others by hand, as they were first written)
+_TYPED: tuple[type, ...] = (QueueConfig, AppConfig)
 
 
 def parse_config(text: str, source: str = "<string>") -> Config:
@@ -356,6 +380,7 @@ def parse_config(text: str, source: str = "<string>") -> Config:
                           "refusal_audit_window > 0, refusal_audit_sources >= 1, refusal_audit_global_rate > 0")
     _check_claims(source, pools, classes, quotas, claims, project_names)
     _check_apps(source, apps, classes)
+    _check_stage_classes(source, queues, apps, classes)
     _check_resources(source, resources)
     try:
         transfers = parse_site(raw.get("transfers"), source, daemon=False, projects=project_names)
@@ -382,6 +407,18 @@ def _check_resources(source: str, resources: list[ResourceConfig]) -> None:
                 raise ConfigError(f"{where}: amount must be >= 0")
         except (InvalidRequest, ValueError) as e:
             raise ConfigError(f"{where}: bad amount {r.amount!r}") from e
+
+
+def _check_stage_classes(source: str, queues: list[QueueConfig], apps: list[AppConfig],
+                         classes: list[ClaimClassConfig]) -> None:
+    """A queue's or a profile's default staging class must exist: a typo would otherwise refuse every
+    staging submission of that queue, long after the controller started."""
+    names = sorted(c.name for c in classes)
+    for kind, items in (("queue", queues), ("application profile", apps)):
+        for it in items:
+            if it.stage_class is not None and it.stage_class not in names:
+                raise ConfigError(f"{source}: {kind} {it.name!r}: stage_class {it.stage_class!r} is no claim class "
+                                  f"(classes: {', '.join(names) or 'none'})")
 
 
 def _check_apps(source: str, apps: list[AppConfig], classes: list[ClaimClassConfig]) -> None:

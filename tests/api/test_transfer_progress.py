@@ -157,3 +157,26 @@ def test_shared_staging_and_populate_refuse_paths(env):
     r = alice.post("/v1/claims", json={"name": "w3", "class": "vol", "size": "1Gi", "access_mode": "ROX",
                                        "populate_from": "/etc/shadow"})
     assert r.status_code == 400 and "URL or REMOTE:path" in r.json()["error"]["message"]
+
+
+def test_a_worker_cannot_report_progress_for_an_op_it_does_not_hold(env):
+    """Attack: a worker's daemon identity (host h1) reports readings for the provisioner's populate op, as
+    the provisioner (refused: it speaks only for itself) and as itself (dropped: not its intent)."""
+    ctl, api, alice, epoch = env
+    assert api.post("/v1/users", json={"name": "worker-h1", "role": "daemon", "host": "h1"}).status_code == 201
+    worker = ctl.client(api.post("/v1/tokens", json={"user": "worker-h1"}).json()["token"])
+    try:
+        r = alice.post("/v1/claims", json={"name": "w4", "class": "vol", "size": "1Gi", "access_mode": "ROX",
+                                           "populate_from": "https://models.example/y.bin"})
+        assert r.status_code == 201, r.text
+        claim = wait_placed(api, "w4")
+        report(api, epoch, take(api, epoch, "create", claim["id"]))
+        op = take(api, epoch, "populate", claim["id"])
+        item = {"op_id": op["op_id"], "claim_id": claim["id"], "bytes": 999, "total_bytes": 1000}
+        as_provisioner = worker.post("/v1/agents/provisioner/progress", json={"epoch": epoch, "items": [item]})
+        assert as_provisioner.status_code == 403
+        own = worker.post("/v1/agents/node:h1/lease", json={"holder": "w"}).json()["epoch"]
+        assert worker.post("/v1/agents/node:h1/progress", json={"epoch": own, "items": [item]}).json() == {"taken": 0}
+        assert alice.get("/v1/claims/w4").json()["transfer"] is None, "nothing of the forged readings is shown"
+    finally:
+        worker.close()

@@ -70,7 +70,7 @@ def test_queues_projects_users(env):
     assert [x["name"] for x in q] == ["default"] and {"priority", "pending", "running"} <= set(q[0])
     assert [p["name"] for p in ok_json(env, "projects")] == ["default"]
     assert "admin" in [u["name"] for u in ok_json(env, "users")]
-    assert xce(env, "queues").stdout.split()[:5] == ["QUEUE", "PRIO", "PEND", "RUN", "DESCRIPTION"]
+    assert xce(env, "queues").stdout.split()[:7] == ["QUEUE", "PRIO", "PEND", "RUN", "STAGE", "CLASS", "DESCRIPTION"]
 
 
 def test_user_and_token_create_then_the_user_sees_only_their_jobs(env):

@@ -60,6 +60,9 @@ class Site:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "wb") as fh:
                 fh.write(blob)
+        self.big = os.urandom(8 << 20)  # 4 s through lab-slow (2 MiB/s): seen half-way
+        with open(os.path.join(self.s3.bucket("data"), "big.bin"), "wb") as fh:
+            fh.write(self.big)
         self.page = os.urandom(100_000)
         with open(os.path.join(self.https.www, "vocab.bin"), "wb") as fh:
             fh.write(self.page)
@@ -167,6 +170,43 @@ def test_a_job_staged_before_allocation_holds_no_host_while_staging(site, tmp_pa
         assert fh.read() == "made\n", "staged out by the provisioner"
     shown = site.cl.xce("job", "show", str(job)).stdout
     assert "Hosts held" in shown and "before it started" in shown
+
+
+def half_way(read) -> dict:
+    """A transfer reading with 0 < copied < total, from ``read()`` (the claim's ``transfer``)."""
+    def middle():
+        t = read()
+        return t if t and t.get("total_bytes") and 0 < t["bytes"] < t["total_bytes"] else None
+    return wait_for(middle, timeout=60, interval=0.1, what="a transfer half-way")
+
+
+def test_a_populate_reports_its_progress_while_it_copies(site):
+    site.xce("ann", "claim", "create", "slow-weights", "--class", "simfs", "--size", "64Mi", "--access", "ROX",
+             "--source", "lab-slow:data/big.bin")
+    reading = half_way(lambda: site.claim("ann", "slow-weights").get("transfer"))
+    assert reading["total_bytes"] == len(site.big)
+    shown = site.xce("ann", "claim", "show", "slow-weights").stdout
+    assert "populating: " in shown and "of 8Mi copied" in shown, shown
+    claim = wait_for(lambda: (c := site.claim("ann", "slow-weights"))["state"] in ("READY", "FAILED") and c,
+                     timeout=60, what="populated")
+    assert claim["state"] == "READY", claim["last_error"]
+    assert claim.get("transfer") is None
+    with open(os.path.join(claim["path"], "big.bin"), "rb") as fh:
+        assert sha(fh.read()) == sha(site.big)
+
+
+def test_a_shared_stage_in_reports_its_progress_while_the_job_waits_holding_no_host(site, tmp_path):
+    out = tmp_path / "out"
+    job = site.submit("ann", "--stage-class", "simfs", "--stage-in", "lab-slow:data/big.bin", "--stage-size", "64Mi",
+                      "-o", str(out), "--", "sh", "-c", 'sha256sum "$XCE_STAGE/big.bin"')
+    stage = next(c for c in site.cl.job(job)["claims"] if c.get("kind") == "stage")
+    half_way(lambda: site.claim("ann", stage["name"]).get("transfer"))
+    shown = site.cl.job(job)
+    assert shown["state"] == "PEND" and not shown["hosts"], "no host is held while the data moves"
+    assert "staging in:" in shown["pending_reason"] and "of 8.0 MiB" in shown["pending_reason"], shown
+    done = site.cl.wait_state(job, "DONE", "EXIT", timeout=90)
+    assert done["state"] == "DONE", done["exit_reason"]
+    assert sha(site.big) in out.read_text()
 
 
 def test_a_wrong_key_gives_a_permanent_error_naming_the_remote_and_the_job_exits_holding_nothing(site):

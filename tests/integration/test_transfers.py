@@ -17,7 +17,7 @@ import tempfile
 
 import pytest
 
-from tests.helpers import Cluster, audit_trail, cli, wait_for
+from tests.helpers import Cluster, audit_trail, children_of, cli, wait_for
 from tests.integration.test_job_claims import CONFIG as JOB_CONFIG, ROOT
 from tests.transfer_servers import HTTPSServer, S3Server
 
@@ -42,6 +42,12 @@ description = "the lab's object store"
 name = "lab-badkey"
 type = "s3"
 projects = ["physics"]
+
+[[transfers.remotes]]
+name = "lab-slow"
+type = "s3"
+projects = ["physics"]
+description = "the lab's store, through a link the site limits to 2 MiB/s"
 """
 
 
@@ -50,7 +56,10 @@ def transfer_config(path: str, s3: S3Server, https: HTTPSServer) -> str:
         fh.write(f'[transfers]\ntimeout = 120\nca_cert = "{https.ca_cert}"\n\n'
                  f'[[transfers.remotes]]\nname = "lab"\ntype = "s3"\n[transfers.remotes.options]\n{s3.options()}\n'
                  f'[[transfers.remotes]]\nname = "lab-badkey"\ntype = "s3"\n[transfers.remotes.options]\n'
-                 f'{s3.options(secret="not-the-secret-" + s3.secret_key[:6])}\n')
+                 f'{s3.options(secret="not-the-secret-" + s3.secret_key[:6])}\n'
+                 # slow on purpose (a real setting: a remote's bandwidth limit): transfers seen half-way
+                 f'[[transfers.remotes]]\nname = "lab-slow"\ntype = "s3"\nbwlimit = "2M"\n'
+                 f'[transfers.remotes.options]\n{s3.options()}\n')
     os.chmod(path, 0o600)
     return path
 
@@ -97,14 +106,36 @@ class Site:
         with open(os.path.join(self.https.www, "page.bin"), "wb") as fh:
             fh.write(self.page)
         self.s3.bucket("results")
+        # 4 s through lab-slow; huge.bin 12 s, more than loopback's socket buffers hold (a server killed
+        # after the first reading has not sent it all)
+        self.big, self.huge = os.urandom(8 << 20), os.urandom(24 << 20)
+        for name, blob in (("big.bin", self.big), ("huge.bin", self.huge)):
+            with open(os.path.join(self.s3.bucket("data"), name), "wb") as fh:
+                fh.write(blob)
 
     def submit(self, user: str, *args: str) -> int:
         r = cli(self.env[user], "--json", "submit", *args)
         assert r.returncode == 0, r.stderr
         return json.loads(r.stdout)["id"]
 
-    def stage_claim(self, job_id: int) -> dict:
-        return next(c for c in self.cl.job(job_id)["claims"] if c.get("kind") == "stage")
+    def stage_claim(self, job_id: int) -> dict | None:
+        """The job's staging claim (None until the job has one: node-scope claims come with its hosts)."""
+        return next((c for c in self.cl.job(job_id)["claims"] if c.get("kind") == "stage"), None)
+
+    def transfer(self, job_id: int) -> dict | None:
+        """The staging claim's transfer in flight, as ``xce claim show`` gives it (None: none now)."""
+        stage = self.stage_claim(job_id)
+        if stage is None:
+            return None
+        r = cli(self.env["ann"], "--json", "claim", "show", stage["name"])
+        return json.loads(r.stdout).get("transfer") if r.returncode == 0 else None
+
+    def half_way(self, job_id: int) -> dict:
+        """A reading in the middle of the staging claim's transfer: 0 < copied < total."""
+        def middle():
+            t = self.transfer(job_id)
+            return t if t and t.get("total_bytes") and 0 < t["bytes"] < t["total_bytes"] else None
+        return wait_for(middle, timeout=60, interval=0.1, what=f"job {job_id}'s transfer half-way")
 
     def stop(self) -> None:
         for part in (self.cl, self.https, self.s3):
@@ -122,10 +153,10 @@ def site(tmp_path_factory):
 def test_transfers_list_shows_schemes_and_the_remotes_of_my_projects(site):
     ann = json.loads(cli(site.env["ann"], "--json", "transfers", "list").stdout)
     assert [(s["scheme"], s["via"]) for s in ann["schemes"]] == [("https", "public"), ("s3", "lab")]
-    assert [r["name"] for r in ann["remotes"]] == ["lab", "lab-badkey"]
+    assert [r["name"] for r in ann["remotes"]] == ["lab", "lab-badkey", "lab-slow"]
     ben = json.loads(cli(site.env["ben"], "--json", "transfers", "list").stdout)
     assert ben["remotes"] == [] and [s["scheme"] for s in ben["schemes"]] == ["https"]
-    assert ben["remote_names"] == ["lab", "lab-badkey"]  # names only: NAME:path is read as a remote
+    assert ben["remote_names"] == ["lab", "lab-badkey", "lab-slow"]  # names only: NAME:path is read as a remote
     table = cli(site.env["ann"], "transfers", "list").stdout
     assert "lab-badkey" in table and "s3://" in table
     assert "options" not in json.dumps(ann) and site.s3.access_key not in json.dumps(ann)
@@ -296,3 +327,89 @@ def test_as_the_jobs_user_rclone_stages_in_and_out_and_the_files_are_theirs(tmp_
             s.stop()
         subprocess.run(["userdel", name], capture_output=True)
         shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_progress_of_a_node_scope_stage_in_is_seen_while_it_copies(site, tmp_path):
+    out = tmp_path / "out"
+    job = site.submit("ann", "--stage-in", "lab-slow:data/big.bin", "--stage-size", "64Mi", "-o", str(out), "--",
+                      "sh", "-c", 'cd "$XCE_STAGE" && sha256sum big.bin')
+    reading = site.half_way(job)
+    assert reading["total_bytes"] == len(site.big)
+    why = site.cl.xce("job", "why", str(job)).stdout
+    assert "staging in:" in why and " of 8.0 MiB" in why, why  # the same reading, in words
+    done = site.cl.wait_state(job, "DONE", "EXIT", timeout=60)
+    assert done["state"] == "DONE", done["exit_reason"]
+    assert sha(site.big) in out.read_text()
+    assert site.transfer(job) is None, "a reading lives no longer than its op"
+
+
+def test_progress_of_a_stage_out_is_seen_while_it_copies(site):
+    job = site.submit("ann", "--stage-out", "big.bin:lab-slow:results/progress/big.bin", "--",
+                      "sh", "-c", f'head -c {8 << 20} /dev/urandom > "$XCE_STAGE/big.bin"')
+    reading = site.half_way(job)
+    assert reading["total_bytes"] == 8 << 20
+    assert "staging out:" in site.cl.xce("job", "why", str(job)).stdout
+    final = os.path.join(site.s3.data, "results", "progress", "big.bin")
+    assert not os.path.exists(final), "an object half uploaded is not there under its name"
+    done = site.cl.wait_state(job, "DONE", "EXIT", timeout=60)
+    assert done["state"] == "DONE", done["exit_reason"]
+    assert os.path.getsize(final) == 8 << 20
+
+
+def test_the_store_killed_in_the_middle_of_a_stage_in_gives_retries_then_success_with_exact_bytes(site, tmp_path):
+    out = tmp_path / "out"
+    job = site.submit("ann", "--stage-in", "lab-slow:data/huge.bin", "--stage-size", "64Mi", "-o", str(out), "--",
+                      "sh", "-c", 'cd "$XCE_STAGE" && ls -a && sha256sum huge.bin')
+    site.half_way(job)  # bytes are moving
+    site.s3.kill()
+    try:
+        stage = wait_for(lambda: (c := site.stage_claim(job)) and (c.get("attempts") or 0) >= 2 and c,
+                         timeout=60, what="stage-in retried")
+        assert stage["last_error"] and "TRANSFER_FAILED" in stage["last_error"], stage
+        assert site.cl.job(job)["state"] == "PEND", "no job starts on part of its data"
+        assert "attempt" in site.cl.xce("job", "why", str(job)).stdout
+        assert not os.path.exists(os.path.join(stage["path"], "huge.bin")), "nothing half-copied under its name"
+    finally:
+        site.s3.start()
+    done = site.cl.wait_state(job, "DONE", "EXIT", timeout=90)
+    assert done["state"] == "DONE", done["exit_reason"]
+    listing = out.read_text()
+    assert sha(site.huge) in listing, listing
+    assert "partial" not in listing, "no temporary file is left beside the data"
+
+
+def test_a_stage_out_killed_half_way_leaves_no_object_and_the_retry_puts_it_whole(site):
+    job = site.submit("ann", "--stage-out", "big.bin:lab-slow:results/killed/big.bin", "--",
+                      "sh", "-c", f'head -c {8 << 20} /dev/urandom > "$XCE_STAGE/big.bin" && '
+                                  f'sha256sum "$XCE_STAGE/big.bin" > "$XCE_STAGE/sum"')
+    site.half_way(job)
+    worker = site.cl.workers["host1"].proc.pid
+    copies = [pid for pid in _descendants(worker) if b"copyto" in _cmdline(pid)]
+    assert copies, "the worker's rclone is running"
+    for pid in copies:  # as a crash of the copy would: no chance to clean up
+        os.kill(pid, 9)
+    final = os.path.join(site.s3.data, "results", "killed", "big.bin")
+    assert not os.path.exists(final), "half an upload is no object"
+    stage = wait_for(lambda: (c := site.stage_claim(job)) and (c.get("attempts") or 0) >= 2 and c,
+                     timeout=60, what="stage-out retried")
+    assert stage["last_error"], stage
+    done = site.cl.wait_state(job, "DONE", "EXIT", timeout=90)
+    assert done["state"] == "DONE", done["exit_reason"]
+    assert os.path.getsize(final) == 8 << 20
+
+
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        kids = children_of(todo.pop())
+        out += kids
+        todo += kids
+    return out
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return b""

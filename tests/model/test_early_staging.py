@@ -244,3 +244,69 @@ def test_node_scope_claims_are_not_populated(w):
     with pytest.raises(InvalidRequest, match="node-scope"):
         C.create(w.model, CONFIG, ADMIN, C.ClaimSpec(name="x", class_name="scratch", size="1Gi", access_mode="RWO",
                                                      populate_from=URL), w.tick())
+
+
+# A queue's and a profile's default staging class ([[queues]] / [[apps]] stage_class): the most specific word wins
+DEFAULTS = parse_config("""
+[[users]]
+name = "admin"
+role = "admin"
+projects = ["default"]
+[[queues]]
+name = "default"
+[[queues]]
+name = "gpu"
+stage_class = "vol"
+[[projects]]
+name = "default"
+[[pools]]
+name = "p"
+capacity = "1Ti"
+[[claim_classes]]
+name = "vol"
+provider = "simfs"
+pools = ["p"]
+[[claim_classes]]
+name = "stage"
+provider = "simfs"
+scope = "node"
+counter = "scratch"
+access_modes = ["RWO"]
+[[apps]]
+name = "serve"
+stage_class = "vol"
+[[apps]]
+name = "local"
+stage_class = "stage"
+""")
+
+
+def submit_to(w: World, queue: str | None, **claims) -> jobs.Job:
+    w.commit([F.QueueDefined(time=0, name="gpu", priority=30)])
+    facts, job_id = job_claims.submit(w.model, ALICE, jobs.JobSpec(command=["x"], queue=queue),
+                                      job_claims.JobClaimsSpec(**claims), w.tick(), DEFAULTS)
+    w.commit(facts)
+    return w.model.jobs[job_id]
+
+
+@pytest.mark.parametrize("queue, app, flag, expected", [
+    ("default", None, None, "stage"),  # the site's [claims] stage_class
+    ("gpu", None, None, "vol"),  # the queue's
+    ("default", "serve", None, "vol"),  # the profile's
+    ("gpu", "local", None, "stage"),  # the profile's before the queue's
+    ("gpu", "serve", "stage", "stage"),  # --stage-class before both
+])
+def test_the_staging_class_comes_from_the_flag_the_profile_the_queue_or_the_site(w, queue, app, flag, expected):
+    job = submit_to(w, queue, stage_in=(URL,), app=app, stage_class=flag)
+    (stage,) = [t for t in job.templates if t["kind"] == "stage"]
+    assert stage["class"] == expected
+    assert (job_claims.early_claim(w.model, job) is not None) == (expected == "vol"), "shared: staged before allocation"
+
+
+def test_a_queues_default_is_used_only_by_jobs_that_stage_and_a_path_names_where_the_shared_class_came_from(w):
+    job = submit_to(w, "gpu")
+    assert job.templates == [] and job.early_claim is None
+    with pytest.raises(InvalidRequest, match=r"staging class 'vol' \(queue gpu's default\) is shared.*--stage-class"):
+        submit_to(w, "gpu", stage_in=("/home/alice/data.csv",))
+    job = submit_to(w, "gpu", stage_in=("/home/alice/data.csv",), stage_class="stage")
+    assert [t["class"] for t in job.templates] == ["stage"]

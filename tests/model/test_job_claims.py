@@ -24,6 +24,7 @@ from xce.model.job_claims import JobClaimsSpec
 from xce.model.jobs import Job, JobSpec, JobState
 
 GiB = 2**30
+MiB = 2**20
 CONFIG = parse_config("""
 [[users]]
 name = "admin"
@@ -625,3 +626,25 @@ def test_a_submission_sent_again_with_its_request_id_is_the_same_job_and_survive
     rebuilt = Model.from_snapshot(w.model.to_snapshot())
     assert rebuilt == w.model
     assert jobs.submit(rebuilt, ALICE, spec, w.now, CONFIG) == ([], first)
+
+
+def test_job_why_follows_a_node_scope_stage_in_and_stage_out_with_the_agents_reading(w):
+    job = w.submit(stage_in=("/src/in.bin",), stage_out=("out.bin:/home/alice/out.bin",))
+    w.allocate(job)
+    w.run_agent(NODE1)  # node_prepare: the staging claim now copies in
+    stage = w.claim_of(job, "stage")
+    assert stage.op.kind is OpKind.STAGE_IN and job_claims.staging_claim(w.model, job) is stage
+    w.intents(NODE1)
+    reading = {"op_id": stage.op.op_id, "bytes": 3 * MiB, "total_bytes": 8 * MiB, "rate": 2 * MiB}
+    assert job_claims.status_reason(w.model, job, w.now, progress=reading) == "staging in: 3.0 MiB of 8.0 MiB, 2 MiB/s"
+    stale = dict(reading, op_id="c0.stage_in.9")  # a reading of another op is not this one's
+    assert job_claims.status_reason(w.model, job, w.now, progress=stale).startswith(f"waiting for claim {stage.name}")
+    w.report(NODE1, stage, stage.op.op_id)
+    w.make_ready(job)
+    w.start(job)
+    assert job_claims.staging_claim(w.model, job) is None, "no transfer open while the job runs"
+    w.commit(job_claims.report_finished(w.model, "h1", job.id, job.run, w.tick(), 0, None))
+    assert job.state is JobState.STAGE_OUT and job_claims.staging_claim(w.model, job) is stage
+    reading = {"op_id": stage.op.op_id, "bytes": 1 * MiB, "total_bytes": 4 * MiB, "rate": None}
+    assert job_claims.status_reason(w.model, job, w.now, progress=reading) == \
+        "process ended; staging out: 1.0 MiB of 4.0 MiB"

@@ -205,3 +205,27 @@ def _uid_of(pid: int) -> int | None:
     except OSError:
         return None
     return None
+
+
+def test_a_remotes_bandwidth_limit_slows_its_transfers_and_progress_comes_while_it_copies(s3, tmp_path):
+    """The remote's ``bwlimit`` (else the site's) reaches rclone; its stats arrive while the copy runs,
+    not only at its end: readings with 0 < bytes < size are seen."""
+    blob = os.urandom(3 << 20)
+    with open(os.path.join(s3.bucket("slow"), "big.bin"), "wb") as fh:
+        fh.write(blob)
+    slow = Remote(name="lab", type="s3", options=lab(s3).options, bwlimit="1M")
+    t = plan(remote("slow/big.bin"), Location("path", str(tmp_path / "big.bin")),
+             TransferSite(remotes=(slow,), bwlimit="100M", transfers=3, checkers=5, timeout=60))
+    assert t.argv[t.argv.index("--bwlimit") + 1] == "1M"  # the remote's own wins over the site's
+    assert t.argv[t.argv.index("--transfers") + 1] == "3" and t.argv[t.argv.index("--checkers") + 1] == "5"
+    seen = []
+    out = run(t, progress=seen.append)
+    assert out.ok, out
+    assert digest(str(tmp_path / "big.bin")) == hashlib.sha256(blob).hexdigest()
+    middle = [s for s in seen if 0 < int(s.get("bytes") or 0) < len(blob)]
+    assert middle, f"no reading while it copied: {seen}"
+    assert all(int(s.get("totalBytes") or 0) == len(blob) for s in middle)
+    site_wide = plan(remote("slow/big.bin"), Location("path", str(tmp_path / "x")),
+                     TransferSite(remotes=(lab(s3),), bwlimit="100M"))
+    assert site_wide.argv[site_wide.argv.index("--bwlimit") + 1] == "100M"
+    assert "--bwlimit" not in plan(remote("slow/big.bin"), Location("path", str(tmp_path / "x")), site(s3)).argv

@@ -8,7 +8,7 @@ import tomllib
 import pytest
 
 from xce.config import ConfigError, DEFAULT_CONFIG, parse_config
-from xce.transfers import TransferConfigError, load_daemon_site, parse_site
+from xce.transfers import TransferConfigError, TransferSite, load_daemon_site, parse_site
 
 SITE = """
 [transfers]
@@ -57,6 +57,8 @@ def test_no_transfers_table_means_public_https_and_no_remotes():
      '[[transfers.remotes]]\nname = "b"\ntype = "s3"\nschemes = ["s3"]', "both serve s3://"),
     ('[[transfers.remotes]]\nname = "a"\ntype = "s3"\n[[transfers.remotes]]\nname = "a"\ntype = "s3"', "duplicate"),
     ('[[transfers.remotes]]\nname = "a"\ntype = "s3"\ncolour = "red"', "unknown key(s) colour"),
+    ('[transfers]\nbwlimit = "1M"', "unknown key(s) bwlimit"),  # how daemons run rclone: theirs alone
+    ('[[transfers.remotes]]\nname = "a"\ntype = "s3"\nbwlimit = "1M"', "belongs in their --transfer-config"),
 ])
 def test_the_controller_refuses_a_malformed_site_or_credentials(text, says):
     with pytest.raises(TransferConfigError) as e:
@@ -95,3 +97,33 @@ def test_a_worker_site_readable_by_others_is_refused(tmp_path):
     assert "chmod 600" in str(e.value)
     with pytest.raises(TransferConfigError):
         load_daemon_site(str(tmp_path / "missing.toml"))
+
+
+def test_a_worker_site_sets_bandwidth_limits_and_parallel_transfers(tmp_path):
+    path = tmp_path / "transfers.toml"
+    path.write_text('[transfers]\nbwlimit = "100M"\ntransfers = 16\ncheckers = 32\n'
+                    '[[transfers.remotes]]\nname = "slow"\ntype = "s3"\nbwlimit = "512K"\n'
+                    '[[transfers.remotes]]\nname = "fast"\ntype = "s3"\n')
+    os.chmod(path, 0o600)
+    s = load_daemon_site(str(path))
+    assert (s.bwlimit, s.transfers, s.checkers) == ("100M", 16, 32)
+    assert s.remote("slow").bwlimit == "512K" and s.remote("fast").bwlimit is None
+    assert "bwlimit" not in s.remote("slow").public()  # how a daemon runs rclone is not shown to users
+    assert (TransferSite().transfers, TransferSite().checkers, TransferSite().bwlimit) == (8, 16, None)
+
+
+@pytest.mark.parametrize("text, says", [
+    ('bwlimit = "fast"', "bwlimit is a rate"),
+    ('bwlimit = "1M --config /etc/x"', "bwlimit is a rate"),  # never a way to add rclone flags
+    ('bwlimit = 5', "bwlimit is a rate"),
+    ('transfers = 0', "transfers is a whole number"),
+    ('checkers = 1000', "checkers is a whole number"),
+    ('transfers = true', "transfers is a whole number"),
+])
+def test_a_worker_site_refuses_bad_rclone_settings(tmp_path, text, says):
+    path = tmp_path / "transfers.toml"
+    path.write_text(f"[transfers]\n{text}\n")
+    os.chmod(path, 0o600)
+    with pytest.raises(TransferConfigError) as e:
+        load_daemon_site(str(path))
+    assert says in str(e.value)

@@ -110,6 +110,47 @@ def result_for(item: dict[str, Any], reply: ProviderReply) -> dict[str, Any]:
 LocalOp = Callable[[dict[str, Any]], ProviderReply]
 OnDispatch = Callable[[list[dict[str, Any]]], None]
 
+PROGRESS_INTERVAL = 1.0  # seconds between two progress calls of one agent (rclone's stats come as often)
+
+
+class ProgressSender:
+    """Readings of transfers in flight, sent to the controller by a thread of their own.
+
+    Why a thread: the transfer's reader (``xce.transfers.run``, which drains rclone's log) must never
+    wait on the controller, which may be slow or failing over.  Why one slot per op: a reading not
+    sent yet is replaced by a newer one, so however fast readings come, the controller gets at most
+    one call per ``interval`` for all of an agent's transfers together, each op's newest reading in
+    it.  Readings are not facts (``controller/observed.py``): one lost is followed by the next."""
+
+    def __init__(self, send: Callable[[list[dict[str, Any]]], None], stop: threading.Event,
+                 interval: float = PROGRESS_INTERVAL) -> None:
+        self._send, self._stop, self.interval = send, stop, interval
+        self._pending: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def put(self, item: dict[str, Any], copied: int, total: int | None, rate: float | None) -> None:
+        reading = {"op_id": item["op_id"], "claim_id": item["claim_id"], "bytes": max(0, int(copied)),
+                   "total_bytes": total if total is None or total >= 0 else None,
+                   "rate": rate if rate is None or rate >= 0 else None}
+        with self._lock:
+            self._pending[item["op_id"]] = reading
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="progress", daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            with self._lock:
+                readings, self._pending = list(self._pending.values()), {}
+            if readings:
+                self._send(readings)
+                self._stop.wait(self.interval)  # the rate limit: readings meanwhile wait in their slots
+
 
 class ClaimAgent:
     """``local_ops`` are ops the agent does itself rather than through a provider (the node
@@ -151,6 +192,7 @@ class ClaimAgent:
         self._queued: dict[str | None, list[dict[str, Any]]] = {}
         self._running: dict[str | None, int] = {}
         self._slots = threading.Condition()
+        self.progress = ProgressSender(self._send_progress, self._stop)
 
     @property
     def base(self) -> str:
@@ -195,14 +237,16 @@ class ClaimAgent:
             delay = min(delay * 2, 30.0)
 
     def report_progress(self, item: dict[str, Any], copied: int, total: int | None, rate: float | None) -> None:
-        """How far a transfer of ``item``'s op has copied: a reading for the leader's memory, best effort
-        (a lost one is followed by the next, a few seconds later)."""
+        """How far a transfer of ``item``'s op has copied: a reading for the leader's memory, handed to the
+        progress sender (its own thread; the newest reading per op, at most one call a second)."""
+        self.progress.put(item, copied, total, rate)
+
+    def _send_progress(self, readings: list[dict[str, Any]]) -> None:
+        """Best effort: a lost reading is followed by the next one, a second later."""
         try:
-            self._call("POST", "/progress", {"epoch": self.epoch, "items": [
-                {"op_id": item["op_id"], "claim_id": item["claim_id"], "bytes": max(0, int(copied)),
-                 "total_bytes": total, "rate": rate if rate is None or rate >= 0 else None}]})
+            self._call("POST", "/progress", {"epoch": self.epoch, "items": readings}, timeout=10.0)
         except (ClientError, Fenced) as e:
-            log.debug("progress of %s not reported: %s", item["op_id"], e)
+            log.debug("progress of %s not reported: %s", ",".join(r["op_id"] for r in readings), e)
 
     def _report(self, results: list[dict[str, Any]], orphans_released: list[str] | None = None,
                 take: int = 0) -> dict[str, Any]:

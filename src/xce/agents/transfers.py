@@ -20,9 +20,9 @@ must lie strictly inside the root of one of the provisioner's providers.  The
 remote must be configured here and, if its entry here lists projects, allow the
 claim's project (the controller checked it at submission).
 
-Progress (bytes copied, total, rate, from rclone's stats every 2 s) goes to the
-controller as it happens (``report``): the leader keeps it in memory
-(``controller/observed.py``), not in the log.
+Progress (bytes copied, total, rate, from rclone's stats every second) goes to the
+controller as it happens (``report``: the agent's progress sender, at most a call a
+second): the leader keeps it in memory (``controller/observed.py``), not in the log.
 """
 
 from __future__ import annotations

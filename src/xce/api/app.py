@@ -243,8 +243,17 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
                 elif job.started:
                     c[1] += 1
         queues = sorted(controller.model.queues.values(), key=lambda q: (-q.priority, q.name))
+        configured = {q.name: q for q in controller.config.queues}  # (defaults a submission reads)
         return JSONResponse([{"name": q.name, "priority": q.priority, "description": q.description,
-                              "pending": counts[q.name][0], "running": counts[q.name][1]} for q in queues])
+                              "pending": counts[q.name][0], "running": counts[q.name][1],
+                              "stage_class": getattr(configured.get(q.name), "stage_class", None)} for q in queues])
+
+    @app.get("/v1/apps", response_model=list[S.AppOut], tags=["catalog"])
+    async def list_apps(_: User = Depends(authenticated)):
+        """The application profiles (``xce submit --app NAME``): their template claims and staging class."""
+        return JSONResponse([{"name": a.name, "description": a.description, "stage_class": a.stage_class,
+                              "claims": [{"name": c.name, "claim_class": c.claim_class, "size": c.size}
+                                         for c in a.claims]} for a in controller.config.apps])
 
     @app.get("/v1/projects", response_model=list[S.ProjectOut], tags=["catalog"])
     async def list_projects(actor: User = Depends(authenticated)):

@@ -110,6 +110,21 @@ class QueueOut(BaseModel):
     description: str
     pending: int
     running: int
+    stage_class: str | None = Field(None, description="the staging class of its jobs that stage without "
+                                                      "--stage-class or a profile's (none: [claims] stage_class)")
+
+
+class AppClaimOut(BaseModel):
+    name: str
+    claim_class: str
+    size: str | int
+
+
+class AppOut(BaseModel):
+    name: str
+    description: str
+    claims: list[AppClaimOut]
+    stage_class: str | None = Field(None, description="the staging class of --app jobs without --stage-class")
 
 
 class ProjectOut(BaseModel):

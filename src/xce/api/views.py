@@ -19,8 +19,8 @@ def job_json(model: Model, job: Job, pending_reason: str | None = None,
              progress: Callable[[int], Any] | None = None) -> dict[str, Any]:
     """``pending_reason`` is the scheduler's latest word on a pending job (not a fact); ``progress``
     gives a claim's transfer in flight (``controller.observed``: readings, not facts)."""
-    early = job_claims.early_claim(model, job)
-    reading = progress(early.id) if progress is not None and early is not None else None
+    staging = job_claims.staging_claim(model, job)
+    reading = progress(staging.id) if progress is not None and staging is not None else None
     reason = job_claims.status_reason(model, job, time.time(), pending_reason,
                                       reading.as_json() if reading is not None else None)
     held = job.start_time - job.alloc_time if job.start_time is not None and job.alloc_time is not None else None

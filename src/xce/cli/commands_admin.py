@@ -1,4 +1,4 @@
-"""Cluster and identity commands: ``ping``, ``controllers``, ``queues``, ``projects``, ``hosts``, ``users``,
+"""Cluster and identity commands: ``ping``, ``controllers``, ``queues``, ``apps``, ``projects``, ``hosts``, ``users``,
 ``user create|disable|enable``, ``token create|list|revoke``, ``audit``."""
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         .set_defaults(func=cmd_controllers)
     sub.add_parser("queues", parents=[common], help="queues with priority and job counts (like bqueues)") \
         .set_defaults(func=cmd_queues)
+    sub.add_parser("apps", parents=[common],
+                   help="application profiles (submit --app): their template claims and staging class") \
+        .set_defaults(func=cmd_apps)
     sub.add_parser("projects", parents=[common], help="projects you belong to (all, for admins)") \
         .set_defaults(func=cmd_projects)
     sub.add_parser("hosts", parents=[common], help="worker hosts: state, slots, counters (like bhosts)") \
@@ -104,8 +107,16 @@ def cmd_controllers(args, ctx) -> int:
 
 def cmd_queues(args, ctx) -> int:
     return _show(ctx, ctx.client().get("/v1/queues"), lambda qs: print_table(
-        ("QUEUE", "PRIO", "PEND", "RUN", "DESCRIPTION"),
-        ((q["name"], q["priority"], q["pending"], q["running"], q["description"]) for q in qs)))
+        ("QUEUE", "PRIO", "PEND", "RUN", "STAGE CLASS", "DESCRIPTION"),
+        ((q["name"], q["priority"], q["pending"], q["running"], q.get("stage_class") or "-", q["description"])
+         for q in qs)))
+
+
+def cmd_apps(args, ctx) -> int:
+    return _show(ctx, ctx.client().get("/v1/apps"), lambda apps: print_table(
+        ("APP", "CLAIMS", "STAGE CLASS", "DESCRIPTION"),
+        ((a["name"], " ".join(f"{c['name']}:{c['claim_class']}:{c['size']}" for c in a["claims"]) or "-",
+          a.get("stage_class") or "-", a["description"]) for a in apps)))
 
 
 def cmd_projects(args, ctx) -> int:

@@ -36,7 +36,7 @@ def _common() -> argparse.ArgumentParser:
 COMMANDS = {
     **dict.fromkeys(("submit", "jobs", "job", "kill", "requeue", "hold", "release"), "commands_jobs"),
     **dict.fromkeys(("claim", "claimclass", "orphans", "snapshot"), "commands_claims"),
-    **dict.fromkeys(("ping", "controllers", "queues", "projects", "hosts", "resources", "users", "user", "token",
+    **dict.fromkeys(("ping", "controllers", "queues", "apps", "projects", "hosts", "resources", "users", "user", "token",
                      "audit"), "commands_admin"),
     **dict.fromkeys(("controller", "worker", "provisioner", "up", "down"), "commands_daemons"),
     "transfers": "commands_transfers",

@@ -116,8 +116,25 @@ def _location(config: Config, project: str, text: str, what: str) -> Location:
         raise (Forbidden if e.forbidden else InvalidRequest)(e.message) from None
 
 
-def resolve(model: Model, config: Config, actor: User, project: str, spec: JobClaimsSpec) -> tuple[list, list]:
-    """(standalone references, template claim specs) for ``JobSubmitted``; refuses what cannot work."""
+def stage_class_for(config: Config, spec: JobClaimsSpec, queue: str | None) -> tuple[str, str]:
+    """The staging claim's class and where it came from: ``--stage-class``, else the ``--app`` profile's
+    ``stage_class``, else the queue's, else ``[claims] stage_class``.  The most specific word wins: a
+    profile says what a workload needs, a queue what a part of the cluster does."""
+    if spec.stage_class:
+        return spec.stage_class, "--stage-class"
+    app = config.app(spec.app) if spec.app is not None else None
+    if app is not None and app.stage_class:
+        return app.stage_class, f"application profile {app.name}'s default"
+    q = next((q for q in config.queues if q.name == queue), None)
+    if q is not None and q.stage_class:
+        return q.stage_class, f"queue {q.name}'s default"
+    return config.claims.stage_class, "the site's default"
+
+
+def resolve(model: Model, config: Config, actor: User, project: str, spec: JobClaimsSpec,
+            queue: str | None = None) -> tuple[list, list]:
+    """(standalone references, template claim specs) for ``JobSubmitted``; refuses what cannot work.
+    ``queue``: the job's (its default staging class)."""
     if len(spec.claims) > MAX_REFS:
         raise InvalidRequest(f"at most {MAX_REFS} --claim references")
     refs: list[dict[str, Any]] = []
@@ -172,7 +189,8 @@ def resolve(model: Model, config: Config, actor: User, project: str, spec: JobCl
                 raise InvalidRequest(f"--stage-out destination {where.text}: {where.scheme}:// URLs are read-only "
                                      "here: stage out to a path or a remote (xce transfers list)")
             outs.append([_relative(src, "--stage-out source"), where.text])
-        cls = C.class_or_404(config, spec.stage_class or config.claims.stage_class)
+        class_name, origin = stage_class_for(config, spec, queue)
+        cls = C.class_or_404(config, class_name)
         size = parse_size(spec.stage_size if spec.stage_size is not None else config.claims.stage_size,
                           "--stage-size")
         C.check_quota(model, config, project, cls.name, size)
@@ -181,9 +199,9 @@ def resolve(model: Model, config: Config, actor: User, project: str, spec: JobCl
             # project's remotes allow, never a path on a host (it would read them as itself, not the user)
             local = [x[0] for x in ins if x[0].startswith("/")] + [x[1] for x in outs if x[1].startswith("/")]
             if local:
-                raise InvalidRequest(f"staging class {cls.name!r} is shared: it stages from and to URLs and "
-                                     f"remotes only, before hosts are allocated ({local[0]} is a path: use a "
-                                     "node-scope staging class for paths)")
+                raise InvalidRequest(f"staging class {cls.name!r} ({origin}) is shared: it stages from and to URLs "
+                                     f"and remotes only, before hosts are allocated ({local[0]} is a path: use a "
+                                     "node-scope staging class for paths, --stage-class CLASS)")
             C.check_fits_a_pool(config, cls, size, "the staging claim")
             templates.append({"kind": "stage", "class": cls.name, "size_bytes": size, "scope": Scope.SHARED.value,
                               "counter": None, "pools": list(cls.pools), "stage_in": ins, "stage_out": outs,
@@ -230,10 +248,10 @@ def submit(model: Model, actor: User, spec: JobSpec, claims: JobClaimsSpec, now:
            config: Config) -> tuple[list[Fact], int]:
     """``xce submit`` with its claims: the job's checks (``jobs.submit``), the claims resolved in the
     job's project."""
-    def resolve_in(project: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]:
+    def resolve_in(project: str, queue: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]:
         if claims == JobClaimsSpec():
             return [], [], None
-        refs, templates = resolve(model, config, actor, project, claims)
+        refs, templates = resolve(model, config, actor, project, claims, queue)
         return refs, templates, claims.app
 
     facts, job_id = jobs.submit(model, actor, spec, now, config, claims=resolve_in)
@@ -419,6 +437,16 @@ def early_claim(model: Model, job: Job) -> Claim | None:
     return claim if claim is not None and (claim.job_id, claim.run) == (job.id, job.run + 1) else None
 
 
+def staging_claim(model: Model, job: Job) -> Claim | None:
+    """The claim whose transfer ``xce job why`` follows: the shared staging claim made ahead of the
+    next run, else the current run's staging claim while a stage-in or stage-out op is open."""
+    early = early_claim(model, job)
+    if early is not None:
+        return early
+    return next((c for c in run_claims(model, job) if c.kind == "stage" and c.op is not None
+                 and c.op.kind in (C.OpKind.STAGE_IN, C.OpKind.STAGE_OUT)), None)
+
+
 def early_blocking(model: Model, job: Job) -> str | None:
     """Why a job that stages in before allocation may not be allocated yet (None: its data is in, or it
     stages nothing early): the scheduler's gate, re-checked by the plan applier."""
@@ -446,7 +474,8 @@ def _amount(n: float, decimals: int = 1) -> str:
 def staging_text(claim: Claim, progress: dict[str, Any] | None, now: float | None = None) -> str:
     """``staging in: 1.2 GiB of 4.0 GiB, 310 MiB/s`` (``progress``: the agent's latest reading, kept in
     the leader's memory), else what the staging claim waits for."""
-    verb = "populating" if claim.populate_from is not None and claim.form is ClaimForm.STANDALONE else "staging in"
+    verb = "populating" if claim.populate_from is not None and claim.form is ClaimForm.STANDALONE else \
+        "staging out" if claim.op is not None and claim.op.kind is C.OpKind.STAGE_OUT else "staging in"
     if progress is not None and claim.op is not None and progress.get("op_id") == claim.op.op_id:
         text = f"{verb}: {_amount(int(progress.get('bytes') or 0))}"
         if progress.get("total_bytes"):
@@ -621,7 +650,7 @@ def status_reason(model: Model, job: Job, now: float, scheduler_reason: str | No
     word), staging in before allocation (``progress``: the agent's latest reading of its staging
     claim), waiting for a claim (the readiness gate), or staging out."""
     if job.state is JobState.STAGE_OUT:
-        return blocking_stage_out(model, job, now)
+        return blocking_stage_out(model, job, now, progress)
     reason = job.pending_reason or scheduler_reason
     if job.state in (JobState.PEND, JobState.PSUSP) and not job.allocated and \
             (claim := early_claim(model, job)) is not None and claim.state is not ClaimState.READY:
@@ -629,14 +658,22 @@ def status_reason(model: Model, job: Job, now: float, scheduler_reason: str | No
         return f"{job.pending_reason}; {staging}" if job.pending_reason else staging
     if job.state is JobState.PEND and job.allocated:
         reason = blocking(model, job, now) or reason  # the readiness gate names the claim
+        claim = staging_claim(model, job)
+        if claim is not None and claim.state is ClaimState.PREPARING and claim.op is not None and \
+                progress is not None and progress.get("op_id") == claim.op.op_id and \
+                reason is not None and reason.startswith(f"waiting for claim {claim.name} "):
+            reason = staging_text(claim, progress, now)  # the gate waits for its copy: how far it is
     if reason is None and job.state is JobState.PEND:
         reason = "waiting for the next scheduling cycle"
     return reason
 
 
-def blocking_stage_out(model: Model, job: Job, now: float | None = None) -> str:
+def blocking_stage_out(model: Model, job: Job, now: float | None = None,
+                       progress: dict[str, Any] | None = None) -> str:
     for claim in run_claims(model, job):
         if claim.op is not None and claim.op.kind is C.OpKind.STAGE_OUT:
+            if progress is not None and progress.get("op_id") == claim.op.op_id:
+                return "process ended; " + staging_text(claim, progress, now)
             return "process ended; staging out: " + _describe(claim, claim.op, claim.last_error, ClaimState.RELEASING.value,
                                                               now=now)
     return "process ended; staging out"

@@ -190,10 +190,10 @@ def _check_path(what: str, value: str | None) -> None:
 
 
 def submit(model: Model, actor: User, spec: JobSpec, now: float, config: Config | None = None,
-           claims: Callable[[str], tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]] | None = None,
+           claims: Callable[[str, str], tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]] | None = None,
            ) -> tuple[list[Fact], int]:
     """``xce submit``: check everything, return the ``JobSubmitted`` fact.  ``claims`` resolves the
-    submission's claims for the job's project (``job_claims.submit`` passes it): (references to
+    submission's claims for the job's project and queue (``job_claims.submit`` passes it): (references to
     standalone claims, template claim specs, application profile)."""
     if spec.request_id is not None and (done := model.job_requests.get(request_key(actor.name, spec.request_id))):
         return [], done  # a retry (after a failover, or an answer lost on the way): the first one's job
@@ -237,7 +237,7 @@ def submit(model: Model, actor: User, spec: JobSpec, now: float, config: Config 
         if unknown := sorted(set(rr.rusage) - known):
             raise InvalidRequest(f"unknown resource {', '.join(unknown)} in rusage[] (known counters: "
                                  f"{', '.join(sorted(known))})")
-    refs, templates, app = claims(project) if claims is not None else ([], [], None)
+    refs, templates, app = claims(project, queue) if claims is not None else ([], [], None)
     job_id = model.next_job_id
     return [JobSubmitted(
         time=now, id=job_id, name=name, user=actor.name, project=project, queue=queue,

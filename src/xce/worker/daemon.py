@@ -91,7 +91,8 @@ class Worker:
 
     def _stage(self, item: dict[str, Any]):
         return staging.run_stage_op(item, self.host, self.run_as_users, self.storage,
-                                    allow_system_users=self.allow_system_users, site=self.transfers)
+                                    allow_system_users=self.allow_system_users, site=self.transfers,
+                                    report=self.node_agent.report_progress)
 
     # ------------------------------------------------------------ run directories
 

@@ -41,6 +41,7 @@ from typing import Any
 
 import logging
 
+from xce.agents.transfers import ProgressReport
 from xce.providers.contract import ProviderReply
 from xce.transfers import Location, TransferRefused, TransferSetupError, TransferSite, parse_canonical
 from xce.transfers import plan as plan_transfer
@@ -198,9 +199,12 @@ def _unreadable_source(err: str, src: str, dest: str) -> bool:
 
 
 def _transfer(item: dict[str, Any], src: Location, dest: Location, site: TransferSite, host: str,
-              run_as: RunAs | None, room: int | None, moved: dict[str, int] | None = None) -> ProviderReply | None:
-    """One item through rclone (None: copied, and what rclone moved added to ``moved``).  The remote must be configured on this host and, if its
-    entry here lists projects, allow the job's project (the controller checked that at submission)."""
+              run_as: RunAs | None, room: int | None, moved: dict[str, int] | None = None,
+              report: ProgressReport | None = None) -> ProviderReply | None:
+    """One item through rclone (None: copied, and what rclone moved added to ``moved``; its progress to
+    ``report`` as it runs: bytes of the op so far, of the items copied and this one's measured size).
+    The remote must be configured on this host and, if its entry here lists projects, allow the job's
+    project (the controller checked that at submission)."""
     op_id, what = item["op_id"], item["op"].replace("_", "-")
     remote_loc = src if not src.local else dest
     project = (item.get("tags") or {}).get("xce.project", "")
@@ -229,9 +233,20 @@ def _transfer(item: dict[str, Any], src: Location, dest: Location, site: Transfe
         return ProviderReply(op_id=op_id, ok=False, error_code="NO_REMOTE", retryable=False,
                              message=f"{what}: {e}")
 
+    before = (moved or {}).get("bytes", 0)  # what the op's earlier items copied
+    measured = int(sized.stats.get("bytes") or 0) if room else None
+
     def progress(stats: dict[str, Any]) -> None:
-        log.info("%s %s: %s of %s bytes, %s/%s file(s)", op_id, transfer.what, stats.get("bytes"),
-                 stats.get("totalBytes"), stats.get("transfers"), stats.get("totalTransfers"))
+        """rclone's stats line (every second): to the controller (``report``), which shows it in ``xce job
+        why`` and ``xce claim show`` while the op is open."""
+        log.debug("%s %s: %s of %s bytes, %s/%s file(s)", op_id, transfer.what, stats.get("bytes"),
+                  stats.get("totalBytes"), stats.get("transfers"), stats.get("totalTransfers"))
+        if report is not None:
+            total = measured if measured is not None else stats.get("totalBytes")
+            speed = stats.get("speed")
+            report(item, before + int(stats.get("bytes") or 0),
+                   before + int(total) if isinstance(total, (int, float)) and total > 0 else None,
+                   float(speed) if isinstance(speed, (int, float)) else None)
 
     out = run_transfer(transfer, run_as=ids, timeout=site.timeout, progress=progress)
     if not out.ok:
@@ -254,8 +269,9 @@ def _transfer(item: dict[str, Any], src: Location, dest: Location, site: Transfe
 
 def run_stage_op(item: dict[str, Any], host: str, run_as_users: bool, roots: StorageRoots,
                  timeout: float = COPY_TIMEOUT, allow_system_users: bool = False,
-                 site: TransferSite | None = None) -> ProviderReply:
-    """One stage_in or stage_out op of the node agent: every item copied, or an error reply.
+                 site: TransferSite | None = None, report: ProgressReport | None = None) -> ProviderReply:
+    """One stage_in or stage_out op of the node agent: every item copied, or an error reply (``report``:
+    where rclone's progress goes while it copies: the node agent's progress sender).
 
     The staging area must be inside this worker's storage roots (a forged path is refused for
     good); it already belongs to the job's user (its provider made it so), so nothing is chowned."""
@@ -301,7 +317,7 @@ def run_stage_op(item: dict[str, Any], host: str, run_as_users: bool, roots: Sto
             pair = (loc, Location("path", dest_path)) if op == "stage_in" else (Location("path", src_path), loc)
             room = item.get("size_bytes") or None if op == "stage_in" else None
             # (without a --transfer-config a worker still reads public URLs; remotes it cannot reach)
-            failed = _transfer(item, *pair, site or TransferSite(), host, run_as, room, moved)
+            failed = _transfer(item, *pair, site or TransferSite(), host, run_as, room, moved, report)
             if failed is not None:
                 return failed
             transferred += 1
