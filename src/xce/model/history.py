@@ -1,0 +1,187 @@
+"""Bounded history: which finished jobs and RELEASED claims leave the live model, and how they leave.
+
+The live model holds live state.  A job that ended (DONE or EXIT) and a claim that was RELEASED
+longer than ``[controller] keep_finished`` ago are *retired*: one ``RecordsRetired`` fact names
+them, the store writes their whole documents (every field and their history) into its archive
+tables in the same transaction as that fact, and its fold here drops them from the model and from
+every index that names them.  Replay folds the same fact and drops the same records, so a snapshot
+plus the tail still equals the live model, and snapshots stay proportional to live state.
+
+What stays live, whatever its age (``retirable`` decides; the leader's retirement pass asks it):
+
+- a job any live claim still names: a template claim of it that is not RELEASED (a stage-out that
+  failed keeps its data in a FAILED claim), or an attachment of a standalone claim;
+- every element of a job array while any element does: an array retires as a whole, in one fact,
+  so ``xce jobs --array`` and its parent never see half of it (an array larger than the batch goes
+  alone);
+- a standalone claim a live job names (``--claim``): ``xce job show`` lists it;
+- a job's template claims stay while their job does, and retire with it (its ``job show`` lists
+  them, from the archive then).
+
+XCE has no job dependencies yet; when it has, a job with pending dependents joins this list.
+
+Where the documents go: like the audit trail (``xce.model.audit``), the fold hands the retired
+entities to a transient outbox (``ArchiveOutbox``), which the controller takes after folding a batch
+and gives to ``Store.append`` with the batch's facts.  A model with no outbox (a standby, a replay)
+keeps nothing: the leader wrote those documents with the fact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from xce.model import facts as F
+from xce.model.claims import Claim, ClaimForm, ClaimState, name_key
+from xce.model.jobs import Job, request_key
+
+if TYPE_CHECKING:
+    from xce.model.state import Model
+
+#: records one retirement fact names at most (an array larger than this retires alone)
+RETIRE_BATCH = 1000
+
+
+@dataclass
+class ArchiveOutbox:
+    """Entities retired since the controller last took them: never touched again by the model."""
+
+    jobs: list[Job] = field(default_factory=list)
+    claims: list[Claim] = field(default_factory=list)
+
+    def take(self) -> tuple[list[Job], list[Claim]]:
+        out = (self.jobs, self.claims)
+        self.jobs, self.claims = [], []
+        return out
+
+
+def released_time(claim: Claim) -> float:
+    """When the claim became RELEASED (its creation if its history does not say)."""
+    times = [h["time"] for h in claim.history if h.get("state") == ClaimState.RELEASED.value]
+    return max(times) if times else claim.created
+
+
+def retirable(model: Model, now: float, keep: float, limit: int = RETIRE_BATCH) -> F.RecordsRetired | None:
+    """The records old and unreferenced enough to leave the live model now, at most about ``limit``
+    of them (None: nothing to retire).  Pure: the leader commits what it returns.
+
+    Jobs are taken oldest-finished first from ``model.finished_jobs``; the scan stops at the first
+    job that ended after ``now - keep`` (finish order is end-time order on the live path; a job
+    finished out of order waits for the next pass)."""
+    cutoff = now - keep
+    # what live claims name: a job's template claims, and jobs attached to standalone claims
+    claims_of: dict[int, list[Claim]] = {}
+    attached: set[int] = set()
+    for c in model.claims.values():
+        if c.job_id is not None and c.form is ClaimForm.TEMPLATE:
+            claims_of.setdefault(c.job_id, []).append(c)
+        for a in c.attachments:
+            if a.job_id is not None:
+                attached.add(a.job_id)
+
+    def job_ok(job: Job | None) -> bool:
+        if job is None or not job.finished or job.end_time is None or job.end_time > cutoff:
+            return False
+        if job.id in attached:
+            return False
+        return all(c.state is ClaimState.RELEASED for c in claims_of.get(job.id, ()))
+
+    jobs: list[int] = []
+    seen_arrays: set[int] = set()
+    for job_id in model.finished_jobs:
+        if len(jobs) >= limit:
+            break
+        job = model.jobs.get(job_id)
+        if job is None:
+            continue
+        if job.end_time is not None and job.end_time > cutoff:
+            break
+        if job.array_parent is None:
+            if job_ok(job):
+                jobs.append(job.id)
+            continue
+        parent = job.array_parent
+        if parent in seen_arrays:
+            continue
+        seen_arrays.add(parent)
+        elements = array_elements(model, parent)
+        if elements and all(job_ok(e) for e in elements) and (not jobs or len(jobs) + len(elements) <= limit):
+            jobs.extend(e.id for e in elements)
+    retiring = set(jobs)
+    claims = [c.id for j in jobs for c in claims_of.get(j, ())]
+    if len(jobs) + len(claims) < limit:
+        named = {r["claim_id"] for j in model.jobs.values() if j.claim_refs and j.id not in retiring
+                 for r in j.claim_refs}
+        for c in model.claims.values():
+            if len(jobs) + len(claims) >= limit:
+                break
+            if c.state is not ClaimState.RELEASED or c.id in named or released_time(c) > cutoff:
+                continue
+            if c.form is ClaimForm.TEMPLATE and c.job_id in model.jobs:
+                continue  # it goes with its job
+            claims.append(c.id)
+    if not jobs and not claims:
+        return None
+    return F.RecordsRetired(time=now, jobs=jobs, claims=sorted(set(claims)))
+
+
+def array_elements(model: Model, parent: int) -> list[Job]:
+    """The live elements of the array whose first element is ``parent`` (their ids follow it)."""
+    out: list[Job] = []
+    job_id = parent
+    while (job := model.jobs.get(job_id)) is not None and job.array_parent == parent:
+        out.append(job)
+        job_id += 1
+    return out
+
+
+def apply_records_retired(model: Model, f: F.RecordsRetired) -> None:
+    """Drop the named records and every index entry naming them (folds are total: an unknown or live
+    one is left alone, the same on replay)."""
+    box = model.archive_outbox
+    for job_id in f.jobs:
+        job = model.jobs.get(job_id)
+        if job is None or not job.finished:
+            continue
+        del model.jobs[job_id]
+        model.finished_jobs.pop(job_id, None)
+        if job.request_id is not None and model.job_requests.get(request_key(job.user, job.request_id)) == job_id:
+            del model.job_requests[request_key(job.user, job.request_id)]
+        if box is not None:
+            box.jobs.append(job)
+    names: set[str] = set()
+    for claim_id in f.claims:
+        claim = model.claims.get(claim_id)
+        if claim is None or claim.state is not ClaimState.RELEASED:
+            continue
+        del model.claims[claim_id]
+        model.open_ops.discard(claim_id)
+        if claim.form is ClaimForm.STANDALONE:
+            key = name_key(claim.project, claim.name)
+            if model.released_names.get(key) == claim_id:
+                names.add(key)
+        if box is not None:
+            box.claims.append(claim)
+    if names:  # the newest released claim of that name is now an older live one, or none (as on a rebuild)
+        for key in names:
+            del model.released_names[key]
+        for c in model.claims.values():
+            if c.state is ClaimState.RELEASED and c.form is ClaimForm.STANDALONE:
+                key = name_key(c.project, c.name)
+                if key in names:
+                    model.released_names[key] = max(c.id, model.released_names.get(key, 0))
+
+
+def usage_of_job(job: Job) -> float:
+    """Slot-seconds of the job's last run (0 if it never started)."""
+    if job.start_time is None or job.end_time is None:
+        return 0.0
+    return max(0.0, job.end_time - job.start_time) * job.slots
+
+
+def job_columns(job: Job) -> dict[str, Any]:
+    """The archive's indexed columns of a job."""
+    return {"id": job.id, "user": job.user, "project": job.project, "queue": job.queue, "name": job.name,
+            "state": job.state.value, "array_parent": job.array_parent, "slots": job.slots,
+            "submit_time": job.submit_time, "start_time": job.start_time,
+            "end_time": job.end_time if job.end_time is not None else 0.0}
