@@ -31,11 +31,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from xce.errors import InvalidRequest, NotFound
 from xce.model import facts as F
 from xce.model.claims import Claim, ClaimForm, ClaimState, name_key
 from xce.model.jobs import Job, request_key
+from xce.records import HistoryQuery, Usage, UsageQuery
 
 if TYPE_CHECKING:
+    from xce.model.identity import User
     from xce.model.state import Model
 
 #: records one retirement fact names at most (an array larger than this retires alone)
@@ -46,10 +49,11 @@ RETIRE_BATCH = 1000
 class ArchiveOutbox:
     """Entities retired since the controller last took them: never touched again by the model."""
 
-    jobs: list[Job] = field(default_factory=list)
-    claims: list[Claim] = field(default_factory=list)
+    position: int = 0  # the fact being folded (set by ``Model.apply``)
+    jobs: list[tuple[int, Job]] = field(default_factory=list)  # (position of the retirement fact, job)
+    claims: list[tuple[int, Claim]] = field(default_factory=list)
 
-    def take(self) -> tuple[list[Job], list[Claim]]:
+    def take(self) -> tuple[list[tuple[int, Job]], list[tuple[int, Claim]]]:
         out = (self.jobs, self.claims)
         self.jobs, self.claims = [], []
         return out
@@ -148,7 +152,7 @@ def apply_records_retired(model: Model, f: F.RecordsRetired) -> None:
         if job.request_id is not None and model.job_requests.get(request_key(job.user, job.request_id)) == job_id:
             del model.job_requests[request_key(job.user, job.request_id)]
         if box is not None:
-            box.jobs.append(job)
+            box.jobs.append((box.position, job))
     names: set[str] = set()
     for claim_id in f.claims:
         claim = model.claims.get(claim_id)
@@ -161,7 +165,7 @@ def apply_records_retired(model: Model, f: F.RecordsRetired) -> None:
             if model.released_names.get(key) == claim_id:
                 names.add(key)
         if box is not None:
-            box.claims.append(claim)
+            box.claims.append((box.position, claim))
     if names:  # the newest released claim of that name is now an older live one, or none (as on a rebuild)
         for key in names:
             del model.released_names[key]
@@ -185,3 +189,93 @@ def job_columns(job: Job) -> dict[str, Any]:
             "state": job.state.value, "array_parent": job.array_parent, "slots": job.slots,
             "submit_time": job.submit_time, "start_time": job.start_time,
             "end_time": job.end_time if job.end_time is not None else 0.0}
+
+
+def may_see_job(actor: User, job: Job) -> bool:
+    """Live or archived, a job is its owner's (and every admin's) to see."""
+    return actor.is_admin or job.user == actor.name
+
+
+def may_see_claim(actor: User, claim: Claim) -> bool:
+    """Live or archived, a claim is its project's members' (and every admin's) to see."""
+    return actor.is_admin or claim.project in actor.projects
+
+
+def visible_archived_job(actor: User, job: Job | None, job_id: int) -> Job:
+    """An archived job if ``actor`` may see it: 404 otherwise, worded as for a live job (``jobs.visible_job``)."""
+    if job is None or not may_see_job(actor, job):
+        raise NotFound(f"job {job_id} not found")
+    return job
+
+
+def history_scope(actor: User, user: str | None, all_users: bool) -> str | None:
+    """Whose jobs a history query reads: a user's own only; an admin's own unless they name a user
+    or ask for everyone's (as ``GET /v1/jobs``)."""
+    if not actor.is_admin:
+        if user not in (None, actor.name):
+            raise InvalidRequest("users may read only their own history")
+        return actor.name
+    if user is None and not all_users:
+        return actor.name
+    return user
+
+
+def live_history(model: Model, query: HistoryQuery) -> list[Job]:
+    """The finished jobs still live that match ``query`` (newest id first, at most ``query.limit``):
+    what ``xce hist`` shows beside the archive until they are retired."""
+    states = set(query.states) if query.states else None
+    out = []
+    for job_id in model.finished_jobs:
+        job = model.jobs.get(job_id)
+        if job is None or (query.before_id is not None and job.id >= query.before_id):
+            continue
+        end = job.end_time or 0.0
+        if (query.since is not None and end < query.since) or (query.until is not None and end >= query.until):
+            continue
+        if (query.user is not None and job.user != query.user) or \
+                (query.project is not None and job.project != query.project) or \
+                (query.name is not None and job.name != query.name) or \
+                (states is not None and job.state.value not in states) or \
+                (query.array_parent is not None and job.array_parent != query.array_parent):
+            continue
+        out.append(job)
+    out.sort(key=lambda j: j.id, reverse=True)
+    return out[:query.limit]
+
+
+def live_usage(model: Model, query: UsageQuery) -> list[Usage]:
+    """``Store.usage`` over what is still live: finished jobs and RELEASED claims not yet retired."""
+    def inside(t: float) -> bool:
+        return (query.since is None or t >= query.since) and (query.until is None or t < query.until)
+
+    totals: dict[str, list[float]] = {}
+    for job_id in model.finished_jobs:
+        job = model.jobs.get(job_id)
+        if job is None or not inside(job.end_time or 0.0) or (query.user is not None and job.user != query.user) \
+                or (query.project is not None and job.project != query.project):
+            continue
+        t = totals.setdefault(job.project, [0, 0.0, 0, 0.0])
+        t[0] += 1
+        t[1] += usage_of_job(job)
+    for c in model.claims.values():
+        if c.state is not ClaimState.RELEASED or (query.user is not None and c.owner != query.user) \
+                or (query.project is not None and c.project != query.project):
+            continue
+        released = released_time(c)
+        if not inside(released):
+            continue
+        t = totals.setdefault(c.project, [0, 0.0, 0, 0.0])
+        t[2] += 1
+        t[3] += c.size_bytes * (released - c.created)
+    return [Usage(project=p, jobs=int(t[0]), slot_seconds=t[1], claims=int(t[2]), claim_byte_seconds=t[3])
+            for p, t in sorted(totals.items())]
+
+
+def add_usage(a: list[Usage], b: list[Usage]) -> list[Usage]:
+    out: dict[str, Usage] = {u.project: u for u in a}
+    for u in b:
+        o = out.get(u.project)
+        out[u.project] = u if o is None else Usage(
+            project=u.project, jobs=o.jobs + u.jobs, slot_seconds=o.slot_seconds + u.slot_seconds,
+            claims=o.claims + u.claims, claim_byte_seconds=o.claim_byte_seconds + u.claim_byte_seconds)
+    return [out[p] for p in sorted(out)]

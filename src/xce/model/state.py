@@ -154,6 +154,8 @@ class Model:
             raise TypeError(f"no fold for fact {fact.TYPE}")
         if self.audit_outbox is not None:
             self.audit_outbox.folding(position)
+        if self.archive_outbox is not None:
+            self.archive_outbox.position = position
         fold(self, fact)
         self.position = position
 
@@ -231,7 +233,7 @@ class Model:
         """The audit records folded since the last call (none when the model keeps no outbox)."""
         return self.audit_outbox.take() if self.audit_outbox is not None else []
 
-    def take_archive(self) -> tuple[list[Job], list[Claim]]:
+    def take_archive(self) -> tuple[list[tuple[int, Job]], list[tuple[int, Claim]]]:
         """The records retired since the last call (none when the model keeps no archive outbox)."""
         return self.archive_outbox.take() if self.archive_outbox is not None else ([], [])
 
