@@ -125,8 +125,7 @@ def test_history_pages_every_job_exactly_once_while_jobs_finish_and_retire(ctl, 
         while True:
             r = c.get("/v1/history/jobs", params={"name": "pg", "limit": 4, **({"cursor": cursor} if cursor else {})})
             assert r.status_code == 200
-            # the page is newest first: the paging helper wants id order within a page
-            pages.append(list(reversed(r.json())))
+            pages.append(r.json())
             cursor = r.headers.get("X-Next-Cursor")
             if cursor is None:
                 break
@@ -151,3 +150,39 @@ def test_usage_counts_each_job_once_live_or_archived(ctl, tokens):
         wait_for(lambda: retired(c, *{j["id"] for j in c.get("/v1/history/jobs").json()}), what="retirement")
         assert c.get("/v1/usage").json() == got
         assert c.get("/v1/usage", params={"since": 4e9}).json() == []
+
+
+# ---------------------------------------------------------------- the CLI: xce hist, xce jobs --done, xce usage
+
+
+def test_cli_hist_jobs_done_usage_and_show_of_an_archived_array(ctl, tokens):
+    import json
+
+    from tests.helpers import cli
+
+    env = {"XCE_URL": ctl.url, "XCE_TOKEN": tokens["alice"], "XCE_CONFIG": ""}
+    with ctl.client(tokens["alice"]) as c:
+        parent = c.post("/v1/jobs", json={"command": ["true"], "name": "clisweep[1-3]", "hold": True}).json()["id"]
+        for i in range(parent, parent + 3):
+            c.post(f"/v1/jobs/{i}/kill")
+        wait_for(lambda: retired(c, parent, parent + 1, parent + 2), what="the array to retire")
+    r = cli(env, "hist", "--name", "clisweep", "--since", "1h")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split()[:4] == ["JOBID", "USER", "PROJECT", "STAT"]
+    assert [line.split()[0] for line in lines[1:]] == [f"{parent}[{i}]" for i in (1, 2, 3)]
+    done = json.loads(cli(env, "--json", "jobs", "--done", "--name", "clisweep").stdout)
+    assert [j["id"] for j in done] == [parent, parent + 1, parent + 2] and all(j["archived"] for j in done)
+    assert json.loads(cli(env, "--json", "hist", "--name", "clisweep", "--limit", "1").stdout)[0]["id"] == parent + 2
+    paged = json.loads(cli(env, "--json", "hist", "--name", "clisweep", "--all-pages").stdout)
+    assert [j["id"] for j in paged] == [parent, parent + 1, parent + 2]
+    # job show of the array's id shows every element, from the archive
+    shown = json.loads(cli(env, "--json", "job", "show", str(parent)).stdout)
+    assert [j["display_id"] for j in shown] == [f"{parent}[{i}]" for i in (1, 2, 3)]
+    assert cli(env, "hist", "--state", "RUN").returncode == 2
+    assert cli(env, "jobs", "--since", "1h").returncode == 2
+    usage = json.loads(cli(env, "--json", "usage", "--since", "7d").stdout)
+    assert [u["project"] for u in usage] == ["default"] and usage[0]["jobs"] >= 3
+    table = cli(env, "usage", "--since", "7d").stdout.splitlines()
+    assert table[0].split() == ["PROJECT", "JOBS", "SLOT_HOURS", "CLAIMS", "CLAIM_GIB_HOURS"]
+    assert cli(env, "usage", "--since", "yesterday-ish").returncode == 2

@@ -57,8 +57,8 @@ def add_history_routes(app: FastAPI, ctl: Controller) -> None:
                                                     description="only the elements of this job array"),
                           limit: int = Query(HISTORY_LIMIT, ge=1, le=MAX_HISTORY_LIMIT),
                           cursor: str | None = cursor_query()):
-        """Finished jobs (DONE, EXIT), live or archived, newest id first (one page); ``X-Next-Cursor``
-        leads to older ones."""
+        """Finished jobs (DONE, EXIT), live or archived: the newest that match (one page), in id order
+        within the page; ``X-Next-Cursor`` leads to older ones."""
         _window(since, until)
         states = tuple(s.value for s in state) if state else tuple(s.value for s in FINISHED)
         if state and not all(s in FINISHED for s in state):
@@ -71,7 +71,8 @@ def add_history_routes(app: FastAPI, ctl: Controller) -> None:
         jobs, archived = await CH.history(ctl, query)
         page = jobs[:limit]
         headers = {NEXT_CURSOR: encode_cursor(CURSOR_KIND, page[-1].id)} if len(jobs) > limit else None
-        return JSONResponse([history_json(j, j.id in archived) for j in page], headers=headers)
+        # newest first across pages, in id order within one, as every paged list
+        return JSONResponse([history_json(j, j.id in archived) for j in reversed(page)], headers=headers)
 
     @app.get("/v1/usage", response_model=list[S.UsageOut], tags=["history"])
     async def usage(actor: User = Depends(authenticated),
