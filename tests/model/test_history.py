@@ -183,10 +183,10 @@ def test_history_and_usage_of_live_records():
 # ---------------------------------------------------------------- replay: retirement is a fact like any other
 
 
-OPS = st.lists(st.sampled_from(["end", "array", "pending", "retire", "requeue"]), min_size=1, max_size=25)
+OPS = st.lists(st.sampled_from(["end", "array", "pending", "retire", "retire", "requeue"]), min_size=1, max_size=25)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(OPS, st.data())
 def test_snapshot_plus_tail_equals_the_live_model_with_retirements(ops, data):
     """Jobs end, arrays end, jobs are requeued, and retirement passes run in between; a snapshot taken
