@@ -159,10 +159,11 @@ def machine_busy(seconds: float = 1.0) -> float:
 
 
 class XceCluster:
-    def __init__(self, state_dir: str, hosts: int, slots: int) -> None:
+    def __init__(self, state_dir: str, hosts: int, slots: int, extra: tuple[str, ...] = ()) -> None:
         self.state_dir = state_dir
         self.hosts = hosts
         self.slots = slots
+        self.extra = extra  # more `xce up` arguments (bench/history.py: --config)
         self.config = os.path.join(state_dir, "client.toml")
         self.proc: subprocess.Popen | None = None
         self.daemons: dict[str, int] = {}  # name -> pid (controller, worker-hostN)
@@ -180,7 +181,7 @@ class XceCluster:
             # own session: a Ctrl-C here reaches only us; we stop it with `xce down`
             self.proc = subprocess.Popen(
                 [XCE, "up", "--hosts", str(self.hosts), "--state-dir", self.state_dir,
-                 "--listen", "127.0.0.1:0", "--slots", str(self.slots)],
+                 "--listen", "127.0.0.1:0", "--slots", str(self.slots), *self.extra],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=clean_env(),
                 start_new_session=True)
         finally:

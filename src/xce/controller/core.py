@@ -87,6 +87,8 @@ class CommitStats:
     commands: int = 0
     snapshots: int = 0
     last_batch: int = 0
+    last_snapshot_bytes: int = 0
+    last_snapshot_seconds: float = 0.0
 
 
 @dataclass
@@ -544,13 +546,16 @@ class Controller:
         """
         # orjson: a whole-model snapshot is the controller's one big serialisation, and the commit
         # loop waits for it (it must see one model); the stdlib encoder takes ~5x longer
+        began = time.monotonic()
         data = orjson.dumps(self.model.to_snapshot(), option=orjson.OPT_NON_STR_KEYS)
         position = self.model.position
         self.store.write_snapshot(self.epoch, Snapshot(position=position, data=data))
+        took = time.monotonic() - began  # what the commit loop waited for (compaction is after)
         self.store.compact(self.epoch, position)
         self._since_snapshot = 0
         self.stats.snapshots += 1
-        log.info("snapshot at position %d (%d bytes)", position, len(data))
+        self.stats.last_snapshot_bytes, self.stats.last_snapshot_seconds = len(data), took
+        log.info("snapshot at position %d (%d bytes, %.3f s)", position, len(data), took)
 
 
 def archived_job(position: int, job: Job) -> ArchivedJob:
