@@ -214,3 +214,17 @@ def test_on_postgresql_archived_jobs_are_shown_and_survive_a_sigkill(tmp_path):
         c.stop()
         pg.drop_database(admin_dsn, dsn)
         stop()
+
+
+def test_metrics_count_live_finished_jobs_and_retired_records(ctl, tokens):
+    def gauge(name: str) -> float:
+        with ctl.client() as c:
+            return next(float(line.split()[1]) for line in c.get("/metrics").text.splitlines()
+                        if line.startswith(name + " "))
+
+    before = gauge("xce_retired_records")
+    with ctl.client(tokens["alice"]) as c:
+        ended = finished_job(c, "metered")
+        wait_for(lambda: retired(c, ended["id"]), what="retirement")
+    assert gauge("xce_retired_records") >= before + 1
+    assert gauge("xce_jobs_finished_live") >= 0 and gauge("xce_claims_live") >= 0

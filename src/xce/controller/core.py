@@ -89,6 +89,7 @@ class CommitStats:
     last_batch: int = 0
     last_snapshot_bytes: int = 0
     last_snapshot_seconds: float = 0.0
+    retired: int = 0  # jobs and claims retired into the archive (controller/history.py)
 
 
 @dataclass

@@ -37,7 +37,6 @@ class Retirement:
 
     def __init__(self, ctl: Controller) -> None:
         self.ctl = ctl
-        self.retired = 0  # records this controller retired (for /metrics and the benchmark)
         ctl.background.append(self.run)
 
     def _decide(self, model: Model) -> Outcome:
@@ -56,7 +55,7 @@ class Retirement:
             try:
                 while True:
                     n = await self.ctl.execute(self._decide)
-                    self.retired += n
+                    self.ctl.stats.retired += n
                     if n < cfg.retire_batch:
                         break
                     await asyncio.sleep(0)  # let requests in between two full batches
