@@ -118,6 +118,28 @@ def test_a_released_standalone_claim_named_by_a_live_job_stays():
     assert w.model.released_names == {}
 
 
+def test_a_retained_claim_stays_until_it_is_purged():
+    w = World()
+    facts, claim_id = C.create(w.model, CONFIG, ADMIN, C.ClaimSpec(name="keep", class_name="vol", size="1Gi",
+                                                                   access_mode="RWO", reclaim_policy="retain"),
+                               w.tick())
+    w.commit(facts)
+    w.commit([F.ClaimPlaced(time=w.tick(), claim_id=claim_id, pool="p")])
+    w.run_agent(PROVISIONER)
+    w.commit(C.delete(w.model, ADMIN, "keep", w.tick()))
+    for _ in range(3):
+        w.run_agent(PROVISIONER)
+    claim = w.model.claims[claim_id]
+    assert claim.state is ClaimState.RELEASED and claim.retained
+    assert retire(w) is None
+    w.commit(C.purge(w.model, ADMIN, claim_id, w.tick()))
+    for _ in range(3):
+        w.run_agent(PROVISIONER)
+    assert not claim.retained and not claim.data_exists
+    fact = retire(w)
+    assert fact is not None and fact.claims == [claim_id]
+
+
 def test_an_array_retires_whole_and_only_when_every_element_may():
     w = World()
     facts, parent = jobs.submit(w.model, ALICE, JobSpec(command=["x"], name="a[1-3]", held=True), w.tick(), CONFIG)

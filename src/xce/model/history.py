@@ -15,6 +15,8 @@ What stays live, whatever its age (``retirable`` decides; the leader's retiremen
   so ``xce jobs --array`` and its parent never see half of it (an array larger than the batch goes
   alone);
 - a standalone claim a live job names (``--claim``): ``xce job show`` lists it;
+- a RELEASED claim whose provider object was kept (reclaim ``retain``): admins list and purge it,
+  and the orphan scan knows the object by it (it leaves once purged);
 - a job's template claims stay while their job does, and retire with it (its ``job show`` lists
   them, from the archive then).
 
@@ -121,6 +123,8 @@ def retirable(model: Model, now: float, keep: float, limit: int = RETIRE_BATCH) 
                 break
             if c.state is not ClaimState.RELEASED or c.id in named or released_time(c) > cutoff:
                 continue
+            if c.retained or c.data_exists:
+                continue  # its object is kept: listed (--retained), purged, and not an orphan while it is live
             if c.form is ClaimForm.TEMPLATE and c.job_id in model.jobs:
                 continue  # it goes with its job
             claims.append(c.id)
