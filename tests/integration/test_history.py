@@ -82,6 +82,7 @@ def test_a_released_standalone_claim_is_archived_and_still_shown(cl):
     wait_for(lambda: claim_id not in live_claim_ids(cl), timeout=60, what="the claim to retire")
     shown = json.loads(cl.xce("--json", "claim", "show", "hgone").stdout)
     assert shown["id"] == claim_id and shown["state"] == "RELEASED"
+    assert json.loads(cl.xce("--json", "claim", "show", str(claim_id)).stdout) == shown  # by id too
     assert [h["state"] for h in shown["history"]] == ["PENDING", "PREPARING", "READY", "RELEASING", "RELEASED"]
     usage = json.loads(cl.xce("--json", "usage", "--since", "1h").stdout)
     assert any(u["project"] == "default" and u["claims"] >= 1 and u["claim_byte_hours"] > 0 for u in usage)
