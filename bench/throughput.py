@@ -163,7 +163,7 @@ class XceCluster:
         self.state_dir = state_dir
         self.hosts = hosts
         self.slots = slots
-        self.extra = list(extra)  # more `xce up` arguments (bench/staging.py: --config, --transfer-config)
+        self.extra = list(extra)  # more `xce up` arguments (bench/staging.py: --config, --transfer-config; bench/history.py: --config)
         self.config = os.path.join(state_dir, "client.toml")
         self.proc: subprocess.Popen | None = None
         self.daemons: dict[str, int] = {}  # name -> pid (controller, worker-hostN)

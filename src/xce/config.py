@@ -13,7 +13,7 @@ from typing import Any
 from xce.errors import InvalidRequest
 from xce.names import check_name
 from xce.transfers.site import TransferConfigError, TransferSite, parse_site
-from xce.units import parse_size
+from xce.units import parse_duration, parse_size
 
 DEFAULT_CONFIG = """
 [controller]
@@ -25,6 +25,11 @@ max_body_bytes = 1048576   # larger request bodies are refused with 413
 host_timeout = 10.0        # seconds without a heartbeat before a host is UNAVAIL
 max_pending_jobs_per_user = 10000   # PEND and PSUSP jobs one user may have; more are refused
 max_array_size = 10000     # elements in one job array submission
+# bounded history: DONE/EXIT jobs and RELEASED claims leave the live model this long after they
+# ended, into the store's archive (xce hist, xce job show and xce claim show still answer for them)
+keep_finished = "5m"
+retire_every = 2.0         # seconds between the leader's retirement passes
+retire_batch = 1000        # records one retirement fact names at most (an array retires whole)
 # refusals are audited, rate-limited per source (client address, or user once authenticated) and
 # result code: a token bucket of refusal_audit_burst refilled at refusal_audit_rate per second;
 # repeats beyond it are counted and recorded as one fact per refusal_audit_window seconds
@@ -137,12 +142,21 @@ class ControllerConfig:
     # one user cannot flood the scheduler or the model: refused at submission with the limit named
     max_pending_jobs_per_user: int = 10_000
     max_array_size: int = 10_000
+    # bounded history (xce.model.history): finished jobs and RELEASED claims older than this (a
+    # duration, "5m", or seconds) leave the live model for the store's archive
+    keep_finished: str | int | float = "5m"
+    retire_every: float = 2.0
+    retire_batch: int = 1000
     # nobody who can reach the port can grow the log at will (xce.api.refusals)
     refusal_audit_rate: float = 1.0  # audited refusals per second per source and result code, sustained
     refusal_audit_burst: int = 20
     refusal_audit_window: float = 10.0  # repeats held back are summed into one fact per window
     refusal_audit_sources: int = 4096
     refusal_audit_global_rate: float = 50.0
+
+    @property
+    def keep_finished_seconds(self) -> float:
+        return parse_duration(self.keep_finished, "[controller] keep_finished")
 
 
 @dataclass(frozen=True)
@@ -368,6 +382,12 @@ def parse_config(text: str, source: str = "<string>") -> Config:
             raise ConfigError(f"{source}: user {u.name!r} names unknown project(s) {', '.join(missing)}")
     if ctl.snapshot_every < 1 or ctl.lease_ttl <= 0 or ctl.max_body_bytes < 1024:
         raise ConfigError(f"{source} [controller]: snapshot_every >= 1, lease_ttl > 0, max_body_bytes >= 1024")
+    try:
+        ctl.keep_finished_seconds
+    except ValueError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    if ctl.retire_every <= 0 or ctl.retire_batch < 1:
+        raise ConfigError(f"{source} [controller]: retire_every > 0, retire_batch >= 1")
     if ctl.advertise and not re.fullmatch(r"https?://[^/\s?#,@]+(/[^\s?#,]*)?", ctl.advertise):
         raise ConfigError(f"{source} [controller]: advertise must be http[s]://HOST[:PORT][/PREFIX], "
                           f"got {ctl.advertise!r}")

@@ -45,3 +45,91 @@ class AuditQuery:
     result: str | None = None
     before_seq: int | None = None
     limit: int = 100
+
+
+# ---------------------------------------------------------------- the archive (bounded history)
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedJob:
+    """A finished job retired from the live model: its indexed columns and its whole document.
+
+    ``doc`` is the job's every field and history as the model held it when it was retired (JSON);
+    ``position`` is the log position of the retirement fact that moved it here."""
+
+    id: int
+    user: str
+    project: str
+    queue: str
+    name: str
+    state: str
+    array_parent: int | None
+    slots: int
+    submit_time: float
+    start_time: float | None
+    end_time: float
+    position: int
+    doc: str
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedClaim:
+    """A RELEASED claim retired from the live model (``doc`` as for ``ArchivedJob``); ``released``
+    is when it became RELEASED."""
+
+    id: int
+    name: str
+    project: str
+    owner: str
+    form: str
+    class_name: str
+    job_id: int | None
+    size_bytes: int
+    created: float
+    released: float
+    position: int
+    doc: str
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryQuery:
+    """Which archived jobs to read, newest (highest id) first: every filter optional.
+
+    ``since`` is inclusive and ``until`` exclusive on the job's end time; ``name`` matches exactly;
+    ``states`` any of them; ``before_id`` pages on; ``max_position`` leaves out what was retired after
+    that log position (the caller read the live model at it, so those jobs were still live there)."""
+
+    since: float | None = None
+    until: float | None = None
+    user: str | None = None
+    project: str | None = None
+    states: tuple[str, ...] = ()
+    name: str | None = None
+    array_parent: int | None = None
+    before_id: int | None = None
+    max_position: int | None = None
+    limit: int = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Totals of one project over a window: jobs finished, slot-seconds their last runs used, and the
+    byte-seconds of claims released in it (size times life)."""
+
+    project: str
+    jobs: int = 0
+    slot_seconds: float = 0.0
+    claims: int = 0
+    claim_byte_seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class UsageQuery:
+    """Jobs that ended and claims released in [``since``, ``until``); ``user`` limits both to one
+    owner; ``max_position`` as in ``HistoryQuery``."""
+
+    since: float | None = None
+    until: float | None = None
+    user: str | None = None
+    project: str | None = None
+    max_position: int | None = None

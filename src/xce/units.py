@@ -60,3 +60,21 @@ def format_size(n: float | None) -> str | None:
         if n >= scale:
             return f"{n / scale:.4g}{unit}"
     return f"{n:g}"
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)?$")
+_DURATION_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(value: str | int | float, what: str = "duration") -> float:
+    """``90``, ``90s``, ``5m``, ``12h``, ``7d``, ``4w`` (or a number of seconds) -> seconds (>= 0)."""
+    if isinstance(value, bool):
+        raise ValueError(f"invalid {what} {value!r}")
+    if isinstance(value, (int, float)):
+        if value < 0 or value != value:
+            raise ValueError(f"invalid {what} {value!r}: must be >= 0")
+        return float(value)
+    m = _DURATION.match(value.strip())
+    if m is None:
+        raise ValueError(f"invalid {what} {value!r}: use seconds or a number with s, m, h, d or w (5m, 12h, 7d)")
+    return float(m.group(1)) * _DURATION_SECONDS[m.group(2) or "s"]

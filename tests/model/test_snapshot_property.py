@@ -101,6 +101,9 @@ DOMAIN[(F.SnapshotCreated, "claim_id")] = CLAIM_IDS
 DOMAIN[(F.SnapshotCreated, "access_mode")] = st.sampled_from(["RWO", "ROX", "RWX", "RWOP"])
 DOMAIN[(F.SnapshotOpIntent, "agent")] = st.just("provisioner")
 DOMAIN[(F.OrphanSeen, "kind")] = st.sampled_from(["volume", "snapshot"])
+# retirement names jobs (arrays' elements among them) and claims, standalone and template, that exist
+DOMAIN[(F.RecordsRetired, "jobs")] = st.lists(st.integers(1, 8), max_size=4)
+DOMAIN[(F.RecordsRetired, "claims")] = st.lists(st.integers(1, 6), max_size=4)
 
 
 def fact_strategy(cls: type[F.Fact]) -> st.SearchStrategy:

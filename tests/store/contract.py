@@ -17,7 +17,8 @@ from typing import Callable
 
 import pytest
 
-from xce.store import AuditQuery, AuditRecord, LeaseLost, PositionConflict, Record, Snapshot, StaleEpoch, Store
+from xce.store import (ArchivedClaim, ArchivedJob, AuditQuery, AuditRecord, HistoryQuery, LeaseLost, PositionConflict,
+                       Record, Snapshot, StaleEpoch, Store, Usage, UsageQuery)
 
 SHORT_TTL = 0.3   # seconds; leases that must expire during a test
 LONG_TTL = 120.0  # seconds; leases that must not
@@ -75,6 +76,35 @@ def walk(store: Store, limit: int, before: int | None = None, **filters) -> list
         if len(page) < limit:
             return out
         before = page[-1].seq
+
+
+def ajob(id_: int, position: int, *, user: str = "alice", project: str = "default", name: str = "train",
+         state: str = "DONE", end: float = 1000.0, start: float | None = 900.0, slots: int = 2,
+         parent: int | None = None) -> ArchivedJob:
+    return ArchivedJob(id=id_, user=user, project=project, queue="normal", name=name, state=state, array_parent=parent,
+                       slots=slots, submit_time=800.0, start_time=start, end_time=end, position=position,
+                       doc=f'{{"id":{id_},"history":[{{"state":"{state}","reason":"é ✓ \\u0000"}}]}}')
+
+
+def aclaim(id_: int, position: int, *, name: str = "ckpt", project: str = "default", owner: str = "alice",
+           size: int = 1000, created: float = 100.0, released: float = 1100.0, job_id: int | None = None,
+           form: str = "standalone") -> ArchivedClaim:
+    return ArchivedClaim(id=id_, name=name, project=project, owner=owner, form=form, class_name="simfs",
+                         job_id=job_id, size_bytes=size, created=created, released=released, position=position,
+                         doc=f'{{"id":{id_},"name":"{name}"}}')
+
+
+def history_walk(store: Store, limit: int, **filters) -> list[ArchivedJob]:
+    out: list[ArchivedJob] = []
+    before = None
+    while True:
+        page = store.query_history(HistoryQuery(limit=limit, before_id=before, **filters))
+        assert len(page) <= limit
+        assert [j.id for j in page] == sorted((j.id for j in page), reverse=True)
+        out += page
+        if len(page) < limit:
+            return out
+        before = page[-1].id
 
 
 class StoreContract:
@@ -800,6 +830,108 @@ class StoreContract:
         store.announce("b", "http://b:1", 5)
         store.announce("a-new", "http://a:1", 0)
         assert sorted((m.holder, m.url) for m in store.members()) == [("a-new", "http://a:1"), ("b", "http://b:1")]
+
+    # ------------------------------------------------------------ the archive (bounded history)
+
+    def test_a_new_store_has_an_empty_archive(self, store):
+        assert store.query_history(HistoryQuery()) == []
+        assert store.archived_jobs([1, 2]) == [] and store.archived_claims([1]) == []
+        assert store.archived_claims_named("ckpt", None) == []
+        assert store.usage(UsageQuery()) == []
+
+    def test_archived_records_are_written_with_their_fact_and_read_back_exactly(self, store, epoch):
+        jobs = [ajob(1, 1), ajob(2, 1, start=None, user="bob")]
+        claims = [aclaim(7, 1, job_id=1, form="template", name="j1.1:scratch")]
+        store.append(epoch, recs(1, 1), [arec(1)], jobs=jobs, claims=claims)
+        assert sorted(store.archived_jobs([2, 1, 99]), key=lambda j: j.id) == jobs
+        assert store.archived_claims([7, 8]) == claims
+        assert store.archived_claims_named("j1.1:scratch", None) == claims
+
+    def test_a_refused_append_archives_nothing(self, store, epoch):
+        store.append(epoch, recs(1, 1))
+        with pytest.raises(PositionConflict):
+            store.append(epoch, recs(5, 1), jobs=[ajob(1, 5)], claims=[aclaim(1, 5)])
+        with pytest.raises(StaleEpoch):
+            store.append(epoch + 1, recs(2, 1), jobs=[ajob(1, 2)], claims=[aclaim(1, 2)])
+        assert store.archived_jobs([1]) == [] and store.archived_claims([1]) == []
+
+    def test_an_id_archived_twice_keeps_the_first_document(self, store, epoch):
+        store.append(epoch, recs(1, 1), jobs=[ajob(1, 1, name="first")])
+        store.append(epoch, recs(2, 1), jobs=[ajob(1, 2, name="second")])
+        assert [j.name for j in store.archived_jobs([1])] == ["first"]
+
+    def test_history_filters(self, store, epoch):
+        jobs = [ajob(1, 1, user="alice", end=100.0), ajob(2, 1, user="bob", project="physics", end=200.0),
+                ajob(3, 2, state="EXIT", end=300.0, name="eval"), ajob(4, 2, parent=4, end=400.0),
+                ajob(5, 3, parent=4, end=500.0)]
+        store.append(epoch, recs(1, 3), jobs=jobs)
+
+        def ids(**kw) -> list[int]:
+            return [j.id for j in store.query_history(HistoryQuery(limit=100, **kw))]
+
+        assert ids() == [5, 4, 3, 2, 1]
+        assert ids(user="bob") == [2]
+        assert ids(project="physics") == [2]
+        assert ids(states=("EXIT",)) == [3]
+        assert ids(states=("EXIT", "DONE")) == [5, 4, 3, 2, 1]
+        assert ids(name="eval") == [3]
+        assert ids(since=200.0, until=400.0) == [3, 2]
+        assert ids(array_parent=4) == [5, 4]
+        assert ids(max_position=2) == [4, 3, 2, 1]
+        assert ids(before_id=3) == [2, 1]
+        assert ids(user="nobody") == []
+
+    def test_history_paging_walks_every_record_once_while_more_arrive(self, store, epoch):
+        store.append(epoch, recs(1, 1), jobs=[ajob(i, 1) for i in range(1, 101)])
+        seen: list[int] = []
+        before = None
+        position = 2
+        while True:
+            page = store.query_history(HistoryQuery(limit=7, before_id=before))
+            seen += [j.id for j in page]
+            # newer jobs are retired between pages: they have higher ids, in front of the first page
+            store.append(epoch, recs(position, 1), jobs=[ajob(1000 + position, position)])
+            position += 1
+            if len(page) < 7:
+                break
+            before = page[-1].id
+        assert seen == list(range(100, 0, -1))
+        assert len(history_walk(store, 13)) == 100 + position - 2
+
+    def test_claims_by_name_newest_per_project(self, store, epoch):
+        store.append(epoch, recs(1, 1), claims=[aclaim(1, 1), aclaim(5, 1), aclaim(3, 1, project="physics"),
+                                                 aclaim(4, 1, name="other")])
+        assert [c.id for c in store.archived_claims_named("ckpt", None)] == [5, 3]
+        assert [c.id for c in store.archived_claims_named("ckpt", ["physics"])] == [3]
+        assert [c.id for c in store.archived_claims_named("ckpt", ["default", "nope"])] == [5]
+        assert store.archived_claims_named("ckpt", []) == []
+
+    def test_usage_sums_per_project_in_the_window(self, store, epoch):
+        store.append(epoch, recs(1, 2), jobs=[
+            ajob(1, 1, start=900.0, end=1000.0, slots=2),            # 200 slot-seconds
+            ajob(2, 1, start=None, end=1000.0),                      # never started: counted, 0 slot-seconds
+            ajob(3, 2, project="physics", start=0.0, end=10.0, slots=1, user="bob"),
+            ajob(4, 2, start=5000.0, end=5100.0)],                   # outside the window below
+            claims=[aclaim(1, 1, size=10, created=100.0, released=1100.0),  # 10 * 1000 byte-seconds
+                    aclaim(2, 2, project="physics", size=1, created=0.0, released=5.0, owner="bob")])
+        got = store.usage(UsageQuery(since=0.0, until=2000.0))
+        assert got == [Usage(project="default", jobs=2, slot_seconds=200.0, claims=1, claim_byte_seconds=10_000.0),
+                       Usage(project="physics", jobs=1, slot_seconds=10.0, claims=1, claim_byte_seconds=5.0)]
+        assert store.usage(UsageQuery(user="bob")) == [
+            Usage(project="physics", jobs=1, slot_seconds=10.0, claims=1, claim_byte_seconds=5.0)]
+        assert store.usage(UsageQuery(project="default", max_position=1, until=2000.0)) == [
+            Usage(project="default", jobs=2, slot_seconds=200.0, claims=1, claim_byte_seconds=10_000.0)]
+
+    def test_the_archive_survives_compaction_and_reopening(self, open_store):
+        first = open_store()
+        lease = first.acquire_lease("a", LONG_TTL)
+        first.append(lease.epoch, recs(1, 3), jobs=[ajob(1, 2)], claims=[aclaim(1, 3)])
+        first.write_snapshot(lease.epoch, Snapshot(position=3, data=b"s"))
+        assert first.compact(lease.epoch, 3) == 3
+        first.close()
+        again = open_store()
+        assert [j.id for j in again.query_history(HistoryQuery())] == [1]
+        assert again.archived_claims([1]) == [aclaim(1, 3)]
 
 
 __all__ = ["LONG_TTL", "SHORT_TTL", "StoreContract", "poll", "read_all", "recs", "stripped"]

@@ -83,7 +83,8 @@ def test_tables_use_the_xce_prefix(pstore, pg_dsn):
     with psycopg.connect(pg_dsn) as conn:
         tables = {t for (t,) in conn.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'")}
-    assert tables == {"xce_facts", "xce_head", "xce_snapshot", "xce_lease", "xce_audit", "xce_members"}
+    assert tables == {"xce_facts", "xce_head", "xce_snapshot", "xce_lease", "xce_audit", "xce_members",
+                      "xce_archive_jobs", "xce_archive_claims"}
 
 
 def test_unreachable_server_is_store_unavailable_and_leaks_no_password():

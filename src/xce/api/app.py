@@ -30,12 +30,14 @@ from xce.api.refusals import RefusalLimiter
 from xce.api.views import token_json, user_json
 from xce.api.agents import add_agent_routes
 from xce.api.audit import add_audit_routes
+from xce.api.history import add_history_routes
 from xce.api.claims import add_claim_routes
 from xce.api.snapshots import add_snapshot_routes
 from xce.api.jobs import add_job_routes
 from xce.api.transfers import add_transfer_routes
 from xce.api.workers import add_worker_routes
 from xce.controller.core import Controller, Outcome, Peer
+from xce.controller.history import Retirement
 from xce.controller.hosts import HostMonitor
 from xce.controller.longpoll import AGENT_WAKE, Waker
 from xce.controller.scheduling import SchedulerLoop
@@ -155,12 +157,14 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
     refusals = app.state.refusals = RefusalLimiter.from_config(controller.config.controller)
     monitor = HostMonitor(controller, controller.config.controller.host_timeout)
     app.state.scheduler = SchedulerLoop(controller)
+    app.state.retirement = Retirement(controller)
     # the busiest routes first: FastAPI tries them in order on every request
     add_job_routes(app, controller)
     add_worker_routes(app, controller, monitor)
     add_claim_routes(app, controller)
     add_snapshot_routes(app, controller)
     add_audit_routes(app, controller)
+    add_history_routes(app, controller)
     add_transfer_routes(app, controller)
     add_agent_routes(app, controller, Waker(controller, AGENT_WAKE))
     metrics = Metrics(controller)

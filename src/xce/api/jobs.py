@@ -20,9 +20,12 @@ from xce.api.commands import mutate
 from xce.api.paging import NEXT_CURSOR_DOC, cursor_query, limit_query, newest_first
 from xce.api.responses import JSONResponse
 from xce.api.views import job_json
+from xce.controller import history as CH
 from xce.controller.core import Controller
 from xce.errors import InvalidRequest
 from xce.model import jobs as J
+from xce.model import Model
+from xce.model.history import visible_archived_job
 from xce.model.identity import User
 from xce.model import job_claims
 from xce.model.job_claims import JobClaimsSpec
@@ -100,17 +103,24 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
 
     @app.get("/v1/jobs/{job_id}", response_model=S.JobOut, tags=["jobs"])
     async def show_job(job_id: int, actor: User = Depends(authenticated)):
+        """A job, live or retired into the archive (the same document: every field, its claims, its history)."""
         await ctl.read_barrier()
-        return JSONResponse(job_json(ctl.model, visible_job(ctl.model, actor, job_id),
-                                     ctl.pending_reason(job_id), progress))
+        if job_id in ctl.model.jobs:
+            return JSONResponse(job_json(ctl.model, visible_job(ctl.model, actor, job_id),
+                                         ctl.pending_reason(job_id), progress))
+        job = visible_archived_job(actor, await CH.archived_job(ctl, job_id) if 0 < job_id < 2**63 else None, job_id)
+        # its claims as they ended: retired with it (template claims), or live or archived (standalone)
+        ids = [*job.run_claims, *([job.early_claim] if job.early_claim is not None else []),
+               *(r["claim_id"] for r in job.claim_refs)]
+        return JSONResponse(job_json(Model(claims=await CH.claims_by_id(ctl, ids)), job))
 
     def job_action(path: str, decide_one):
         @app.post(f"/v1/jobs/{{job_id}}/{path}", response_model=S.JobOut, tags=["jobs"], name=f"job_{path}")
         async def action(job_id: int, request: Request, actor: User = Depends(authenticated)):
-            await mutate(request, actor, f"job/{job_id}",
-                         lambda model: (decide_one(model, actor, job_id, time.time()), None))
-            return JSONResponse(job_json(ctl.model, ctl.model.jobs[job_id],
-                                         ctl.pending_reason(job_id), progress))
+            # the job itself, not its id: a job that ended may be retired before this answer is rendered
+            job = await mutate(request, actor, f"job/{job_id}",
+                               lambda model: (decide_one(model, actor, job_id, time.time()), model.jobs.get(job_id)))
+            return JSONResponse(job_json(ctl.model, job, ctl.pending_reason(job_id), progress))
 
     job_action("kill", J.kill)
     job_action("requeue", lambda m, a, i, now: J.kill(m, a, i, now, requeue=True))

@@ -35,6 +35,15 @@ class Metrics:
             "xce_commit_commands": ("commands decided", lambda: ctl.stats.commands),
             "xce_snapshots": ("snapshots written", lambda: ctl.stats.snapshots),
             "xce_jobs": ("jobs in the model", lambda: len(ctl.model.jobs)),
+            "xce_jobs_finished_live": ("finished jobs not yet retired into the archive",
+                                       lambda: len(ctl.model.finished_jobs)),
+            "xce_claims_live": ("claims in the model (RELEASED ones until retired)", lambda: len(ctl.model.claims)),
+            "xce_snapshot_bytes_last": ("size of the newest snapshot this controller wrote",
+                                        lambda: ctl.stats.last_snapshot_bytes),
+            "xce_snapshot_seconds_last": ("seconds the newest snapshot paused commits",
+                                          lambda: ctl.stats.last_snapshot_seconds),
+            "xce_retired_records": ("jobs and claims this controller retired into the archive",
+                                    lambda: ctl.stats.retired),
         }
         for name, (doc, fn) in gauges.items():
             Gauge(name, doc, registry=self.registry).set_function(fn)

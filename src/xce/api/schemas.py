@@ -104,6 +104,31 @@ class JobOut(BaseModel):
     rerunnable: bool
 
 
+class HistoryJobOut(BaseModel):
+    id: int
+    display_id: str
+    name: str
+    user: str
+    project: str
+    queue: str
+    state: str
+    exit_code: int | None
+    submit_time: float
+    start_time: float | None
+    end_time: float | None
+    run_s: float | None
+    slots: int
+    archived: bool
+
+
+class UsageOut(BaseModel):
+    project: str
+    jobs: int
+    slot_hours: float
+    claims: int
+    claim_byte_hours: float
+
+
 class QueueOut(BaseModel):
     name: str
     priority: int

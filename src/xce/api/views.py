@@ -13,6 +13,7 @@ from xce.model.jobs import Job, JobState
 from xce.model.state import Model
 from xce.model.orphans import Orphan
 from xce.model.snapshots import Snapshot
+from xce.records import Usage
 
 
 def job_json(model: Model, job: Job, pending_reason: str | None = None,
@@ -69,6 +70,23 @@ def job_claims_json(model: Model, job: Job) -> list[dict[str, Any]]:
                     "attempts": claim.op.attempts if claim.op else None, "last_error": claim.last_error,
                     "attachments": attached, "claim_id": claim.id})
     return out
+
+
+def history_json(job: Job, archived: bool) -> dict[str, Any]:
+    """A finished job as ``xce hist`` lists it (sacct's columns): ``xce job show`` has every field."""
+    run_s = job.end_time - job.start_time if job.start_time is not None and job.end_time is not None else None
+    return {
+        "id": job.id, "display_id": job.display_id, "name": job.name, "user": job.user, "project": job.project,
+        "queue": job.queue, "state": job.state.value, "exit_code": job.exit_code, "signal": job.signal,
+        "exit_reason": job.exit_reason, "submit_time": job.submit_time, "start_time": job.start_time,
+        "end_time": job.end_time, "run_s": run_s, "slots": job.slots, "hosts": job.hosts, "run": job.run,
+        "array_parent": job.array_parent, "array_index": job.array_index, "archived": archived,
+    }
+
+
+def usage_json(u: Usage) -> dict[str, Any]:
+    return {"project": u.project, "jobs": u.jobs, "slot_hours": u.slot_seconds / 3600, "claims": u.claims,
+            "claim_byte_hours": u.claim_byte_seconds / 3600}
 
 
 def user_json(user: User) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from xce.cli.base import Parser, positive_int
 from xce.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
-from xce.client import Client
+from xce.client import ApiError, Client
 from xce.client.states import RESIZE_ENDED, ClaimState, ResizeState, SnapshotState
 from xce.cli.output import ago, fields, print_json, print_table, size, when
 
@@ -49,7 +49,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     ls.set_defaults(func=cmd_list)
 
     sh = csub.add_parser("show", parents=[common], help="every field, history, attempts and attachments")
-    sh.add_argument("name", help="a claim's name, or a run's template claim (j12.1:scratch)")
+    sh.add_argument("name", help="a claim's name, or a run's template claim (j12.1:scratch), or its id (a name "
+                                 "first: a number that names no claim is taken as an id)")
     sh.add_argument("--project", help="the claim's project (names are per project)")
     sh.set_defaults(func=cmd_show)
 
@@ -414,7 +415,12 @@ def _resize_text(r: dict[str, Any] | None) -> str | None:
 
 def cmd_show(args, ctx) -> int:
     client = ctx.client()
-    claim = client.get(f"/v1/claims/{args.name}", _in_project(args))
+    try:
+        claim = client.get(f"/v1/claims/{args.name}", _in_project(args))
+    except ApiError as e:  # live or archived, by name; then, for a number, by id
+        if e.status != 404 or not args.name.isdigit() or args.project:
+            raise
+        claim = client.get(f"/v1/claims/by-id/{int(args.name)}")
     if ctx.json:
         print_json(claim)
     else:

@@ -1,4 +1,5 @@
-"""Job commands: ``submit``, ``jobs``, ``job show|why``, ``kill``, ``requeue``, ``hold``, ``release``.
+"""Job commands: ``submit``, ``jobs``, ``job show|why``, ``kill``, ``requeue``, ``hold``, ``release``,
+and history: ``hist`` (``jobs --done``) and ``usage``.
 
 Job ids on the command line are ``ID`` or ``ID[INDEX]`` (one element of an
 array).  An array's own id (its first element's id, as LSF prints it) means
@@ -17,11 +18,13 @@ from xce.cli.base import Parser, positive_int
 from xce.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
 from xce.client import ApiError, Client
 from xce.client.states import JOB_PENDING, JobState
-from xce.cli.output import fields, print_json, print_table, table, when
+from xce.cli.output import fields, parse_since, print_json, print_table, table, when
 
 # GET /v1/jobs's default and largest limit (xce.api.jobs; not imported: the CLI starts fast)
 LIST_LIMIT = 1000
 MAX_LIST_LIMIT = 10_000
+# GET /v1/history/jobs's default (xce.api.history)
+HIST_LIMIT = 100
 
 JOB_STATES = tuple(JobState)
 _JOB_ID = re.compile(r"^(\d+)(?:\[(\d+)\])?$")
@@ -71,7 +74,31 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                         "unless --all-pages)")
     j.add_argument("--all-pages", action="store_true",
                    help="every job that matches (up to --limit if given), fetched page by page")
+    j.add_argument("--done", action="store_true",
+                   help="finished jobs, live or archived: xce hist (its options apply: --since, --until...)")
+    _history_options(j, with_user=False)
     j.set_defaults(func=cmd_jobs)
+
+    h = sub.add_parser("hist", parents=[common], help="finished jobs, live or archived (like bhist -a / sacct)")
+    h.add_argument("-a", "--all", action="store_true", help="every user's jobs (admins)")
+    h.add_argument("--state", action="append", choices=("DONE", "EXIT"), type=str.upper,
+                   help="only jobs that ended so (repeatable)")
+    h.add_argument("--limit", type=positive_int, default=None,
+                   help=f"at most this many jobs, the newest (default {HIST_LIMIT}; at most {MAX_LIST_LIMIT} "
+                        "unless --all-pages)")
+    h.add_argument("--all-pages", action="store_true",
+                   help="every job that matches (up to --limit if given), fetched page by page")
+    _history_options(h, with_user=True)
+    h.set_defaults(func=cmd_hist)
+
+    u = sub.add_parser("usage", parents=[common], help="per-project totals: jobs, slot-hours, claim byte-hours "
+                                                       "(like sreport / bacct)")
+    u.add_argument("--since", help="from this time: a duration back (12h, 7d), an ISO time, or epoch seconds")
+    u.add_argument("--until", help="before this time (same forms)")
+    u.add_argument("-a", "--all", action="store_true", help="everyone's (admins)")
+    u.add_argument("-u", "--user", help="this user's (admins)")
+    u.add_argument("-P", "--project", help="only this project")
+    u.set_defaults(func=cmd_usage)
 
     job = sub.add_parser("job", parents=[common], help="one job: show, why")
     jsub = job.add_subparsers(dest="job_command", metavar="ACTION", required=True, parser_class=Parser)
@@ -89,6 +116,16 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         a = sub.add_parser(name, parents=[common], help=what)
         a.add_argument("ids", nargs="+", metavar="ID")
         a.set_defaults(func=cmd_action, action=path)
+
+
+def _history_options(p: argparse.ArgumentParser, with_user: bool) -> None:
+    p.add_argument("--since", help="ended from this time: a duration back (30m, 2h, 7d), an ISO time, or epoch "
+                                   "seconds")
+    p.add_argument("--until", help="ended before this time (same forms)")
+    if with_user:
+        p.add_argument("-u", "--user", help="this user's jobs (admins)")
+    p.add_argument("-P", "--project", help="only this project's jobs")
+    p.add_argument("--name", help="only jobs of this name (an array's name without its [...])")
 
 
 # ---------------------------------------------------------------- submit
@@ -207,6 +244,15 @@ def _hosts(job: dict[str, Any]) -> str:
 
 
 def cmd_jobs(args, ctx) -> int:
+    if args.done:
+        if args.queue:
+            raise UsageError("xce jobs --done takes no -q (history is by user, project, name and time)")
+        if args.state and not set(args.state) <= {"DONE", "EXIT"}:
+            raise UsageError("xce jobs --done: --state is DONE or EXIT")
+        return cmd_hist(args, ctx)
+    for opt in ("since", "until", "project", "name"):
+        if getattr(args, opt):
+            raise UsageError(f"--{opt} is for finished jobs: xce hist (or xce jobs --done)")
     params: list[tuple[str, Any]] = [("all", args.all or None), ("user", args.user), ("queue", args.queue)]
     params += [("state", s) for s in args.state or ()]
     if args.all_pages:
@@ -232,6 +278,62 @@ def cmd_jobs(args, ctx) -> int:
     return EXIT_OK
 
 
+def cmd_hist(args, ctx) -> int:
+    """Finished jobs, live and archived, oldest first like ``sacct`` (the newest ``--limit``)."""
+    params: list[tuple[str, Any]] = [
+        ("all", args.all or None), ("user", args.user), ("project", args.project), ("name", args.name),
+        ("since", parse_since(args.since) if args.since else None),
+        ("until", parse_since(args.until) if args.until else None)]
+    params += [("state", s) for s in args.state or ()]
+    if args.all_pages:
+        limit = args.limit
+        jobs = ctx.client().get_all("/v1/history/jobs", params, limit=limit)
+    else:
+        limit = args.limit or HIST_LIMIT
+        if limit > MAX_LIST_LIMIT:
+            raise UsageError(f"--limit is at most {MAX_LIST_LIMIT} (--all-pages for more)")
+        jobs = ctx.client().get("/v1/history/jobs", params + [("limit", limit)])
+    jobs.sort(key=lambda j: j["id"])
+    if ctx.json:
+        print_json(jobs)
+        return EXIT_OK
+    if not jobs:
+        print("No finished jobs found", file=sys.stderr)
+        return EXIT_OK
+    if not args.all_pages and len(jobs) == limit:
+        print(f"(the newest {limit} jobs that match: --limit N or --all-pages for more)", file=sys.stderr)
+    print_table(("JOBID", "USER", "PROJECT", "STAT", "NAME", "SLOTS", "EXIT", "SUBMIT_TIME", "END_TIME", "RUN_TIME"),
+                ((j["display_id"], j["user"], j["project"], j["state"], j["name"], j["slots"],
+                  j["exit_code"] if j["signal"] is None else f"sig {j['signal']}", when(j["submit_time"]),
+                  when(j["end_time"]), _duration(j["run_s"])) for j in jobs))
+    return EXIT_OK
+
+
+def _duration(seconds: float | None) -> str | None:
+    if seconds is None:
+        return None
+    s = int(round(seconds))
+    return f"{s // 86400}-{s % 86400 // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 86400 \
+        else f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def cmd_usage(args, ctx) -> int:
+    params = {"since": parse_since(args.since) if args.since else None,
+              "until": parse_since(args.until) if args.until else None,
+              "all": args.all or None, "user": args.user, "project": args.project}
+    rows = ctx.client().get("/v1/usage", params)
+    if ctx.json:
+        print_json(rows)
+        return EXIT_OK
+    if not rows:
+        print("No usage in that window", file=sys.stderr)
+        return EXIT_OK
+    print_table(("PROJECT", "JOBS", "SLOT_HOURS", "CLAIMS", "CLAIM_GIB_HOURS"),
+                ((u["project"], u["jobs"], f"{u['slot_hours']:.2f}", u["claims"],
+                  f"{u['claim_byte_hours'] / 2**30:.2f}") for u in rows))
+    return EXIT_OK
+
+
 def resolve(client: Client, text: str, *, whole_array: bool = True) -> list[dict[str, Any]]:
     """The jobs ``ID`` or ``ID[INDEX]`` names (every element for an array's id)."""
     m = _JOB_ID.match(text.strip())
@@ -243,6 +345,9 @@ def resolve(client: Client, text: str, *, whole_array: bool = True) -> list[dict
         if not whole_array or job.get("array_parent") != job["id"]:
             return [job]
     elements = client.get("/v1/jobs", {"array": job_id, "limit": MAX_LIST_LIMIT})  # >= max_array_size
+    if not elements:  # an array retired into the archive (it retires whole): its elements from there
+        elements = [client.get(f"/v1/jobs/{h['id']}")
+                    for h in client.get_all("/v1/history/jobs", {"array": job_id}, page_size=MAX_LIST_LIMIT)]
     if index is None:
         return sorted(elements, key=lambda j: j["id"]) or [job]
     found = [j for j in elements if j["array_index"] == int(index)]

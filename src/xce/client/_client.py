@@ -177,8 +177,37 @@ class Client:
             return self.get_all("/v1/jobs", params, limit=limit)
         return self.get("/v1/jobs", params + [("limit", limit)])
 
+    def history(self, *, since: float | None = None, until: float | None = None, user: str | None = None,
+                all_users: bool = False, project: str | None = None, states: Iterable[str] = (),
+                name: str | None = None, array: int | None = None, limit: int | None = None,
+                all_pages: bool = False) -> list[Job]:
+        """Finished jobs, live or archived (``GET /v1/history/jobs``), the newest, in id order: yours, or
+        ``user``'s / everyone's (``all_users``) for admins; the columns ``sacct`` shows (``job()`` has
+        every field).  ``since``/``until`` bound their end time (seconds since the epoch); ``states``
+        is DONE and/or EXIT.  ``limit`` caps the answer (one page; the controller's default is 100);
+        ``all_pages`` follows the pages instead (at most ``limit`` if given)."""
+        params: list[tuple[str, Any]] = [("since", since), ("until", until), ("user", user), ("project", project),
+                                         ("name", name), ("array", array)]
+        if all_users:
+            params.append(("all", True))
+        params += [("state", s) for s in states]
+        if all_pages:
+            return self.get_all("/v1/history/jobs", params, limit=limit)
+        return self.get("/v1/history/jobs", params + [("limit", limit)])
+
+    def usage(self, *, since: float | None = None, until: float | None = None, user: str | None = None,
+              all_users: bool = False, project: str | None = None) -> list[dict[str, Any]]:
+        """Per-project totals (``GET /v1/usage``) of jobs that ended and claims released in the window:
+        ``jobs``, ``slot_hours``, ``claims``, ``claim_byte_hours``.  Yours; admins: ``user``'s or
+        everyone's (``all_users``)."""
+        params: list[tuple[str, Any]] = [("since", since), ("until", until), ("user", user), ("project", project)]
+        if all_users:
+            params.append(("all", True))
+        return self.get("/v1/usage", params)
+
     def job(self, job_id: int) -> Job:
-        """One job by id (``GET /v1/jobs/{id}``); ``ApiError`` 404 if it does not exist for you."""
+        """One job by id (``GET /v1/jobs/{id}``), live or archived (a finished job retired after
+        ``[controller] keep_finished``); ``ApiError`` 404 if it does not exist for you."""
         return self.get(f"/v1/jobs/{int(job_id)}")
 
     def wait_job(self, job_id: int, states: Iterable[str] = JOB_FINISHED, timeout: float = 600.0, *,

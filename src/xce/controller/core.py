@@ -49,11 +49,15 @@ from xce.config import Config
 from xce.errors import NotLeader, Unavailable, XceError
 from xce.model import Model, decode, encode
 from xce.model.audit import AuditOutbox
+from xce.model.claims import Claim
 from xce.model.facts import Fact
+from xce.model.history import ArchiveOutbox, job_columns, released_time
+from xce.model.jobs import Job
 from xce.model.identity import hash_token
-from xce.model.state import SNAPSHOT_FORMAT
+from xce.model.state import SNAPSHOT_FORMAT, plain
 from xce.model.transitions import ImpossibleTransition
-from xce.store import AuditQuery, AuditRecord, LeaseLost, Record, Snapshot, Store, StoreError
+from xce.store import (ArchivedClaim, ArchivedJob, AuditQuery, AuditRecord, LeaseLost, Record, Snapshot, Store,
+                       StoreError)
 
 log = logging.getLogger("xce.controller")
 
@@ -83,6 +87,9 @@ class CommitStats:
     commands: int = 0
     snapshots: int = 0
     last_batch: int = 0
+    last_snapshot_bytes: int = 0
+    last_snapshot_seconds: float = 0.0
+    retired: int = 0  # jobs and claims retired into the archive (controller/history.py)
 
 
 @dataclass
@@ -330,6 +337,7 @@ class Controller:
         loop = asyncio.get_running_loop()
         recovered = await loop.run_in_executor(self._writer, self._recover, epoch)
         model = recovered.model
+        model.archive_outbox = ArchiveOutbox()  # what this leader retires goes to the archive with its fact
         self.model = model
         self.committed = model.position
         self.epoch = epoch
@@ -433,10 +441,11 @@ class Controller:
                 continue
             outcomes, records, facts = self._decide_batch(batch)
             audit = self.model.take_audit()  # the batch's records: committed with its facts, or not at all
+            retired = self.model.take_archive()  # ... and so are the documents of the records it retired
             if records:
                 self._inflight = loop.create_future()
                 try:
-                    await loop.run_in_executor(self._writer, self.store.append, self.epoch, records, audit)
+                    await loop.run_in_executor(self._writer, self._append, records, audit, retired)
                 except StoreError as e:
                     self._step_down(f"append refused: {type(e).__name__}: {e}")
                     for cmd in batch:
@@ -499,7 +508,25 @@ class Controller:
             outcomes.append(out)
         return outcomes, records, facts
 
-    # ------------------------------------------------------------ audit
+    def _append(self, records: list[Record], audit: list[AuditRecord],
+                retired: tuple[list[tuple[int, Job]], list[tuple[int, Claim]]]) -> None:
+        """One batch into the store (on the writer thread): its facts, its audit records, and the whole
+        documents of what it retired (the entities left the model; nothing changes them any more)."""
+        jobs, claims = retired
+        self.store.append(self.epoch, records, audit, jobs=[archived_job(p, j) for p, j in jobs],
+                          claims=[archived_claim(p, c) for p, c in claims])
+
+    # ------------------------------------------------------------ audit and archive
+
+    async def read_store(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, a store read (the archive), off the event loop and the writer thread.  Only the
+        leader answers, like every read; a retired record is in its table once its fact committed."""
+        if not self.is_leader:
+            raise self.not_leader()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._reader, fn, *args)
+        except StoreError as e:
+            raise Unavailable(f"the store cannot answer: {e}") from e
 
     async def query_audit(self, query: AuditQuery) -> list[AuditRecord]:
         """Audit records from the store, newest first.  Only the leader answers, like every read: a
@@ -520,13 +547,28 @@ class Controller:
         """
         # orjson: a whole-model snapshot is the controller's one big serialisation, and the commit
         # loop waits for it (it must see one model); the stdlib encoder takes ~5x longer
+        began = time.monotonic()
         data = orjson.dumps(self.model.to_snapshot(), option=orjson.OPT_NON_STR_KEYS)
         position = self.model.position
         self.store.write_snapshot(self.epoch, Snapshot(position=position, data=data))
+        took = time.monotonic() - began  # what the commit loop waited for (compaction is after)
         self.store.compact(self.epoch, position)
         self._since_snapshot = 0
         self.stats.snapshots += 1
-        log.info("snapshot at position %d (%d bytes)", position, len(data))
+        self.stats.last_snapshot_bytes, self.stats.last_snapshot_seconds = len(data), took
+        log.info("snapshot at position %d (%d bytes, %.3f s)", position, len(data), took)
+
+
+def archived_job(position: int, job: Job) -> ArchivedJob:
+    """A retired job as its archive row: indexed columns, and every field (history too) as JSON."""
+    return ArchivedJob(**job_columns(job), position=position, doc=orjson.dumps(plain(job)).decode())
+
+
+def archived_claim(position: int, claim: Claim) -> ArchivedClaim:
+    return ArchivedClaim(id=claim.id, name=claim.name, project=claim.project, owner=claim.owner,
+                         form=claim.form.value, class_name=claim.class_name, job_id=claim.job_id,
+                         size_bytes=claim.size_bytes, created=claim.created, released=released_time(claim),
+                         position=position, doc=orjson.dumps(plain(claim)).decode())
 
 
 def _read_secret(path: str) -> str | None:

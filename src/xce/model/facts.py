@@ -560,3 +560,20 @@ class OrphanResolved(Fact):
 
     handle: str
     how: str  # "released" or "gone"
+
+
+# ---------------------------------------------------------------- history
+
+
+@fact("history.retired")
+@dataclass(frozen=True, slots=True)
+class RecordsRetired(Fact):
+    """Finished jobs and RELEASED claims leave the live model for the store's archive.
+
+    The leader's retirement pass decides them (``xce.model.history.retirable``); the store writes
+    their whole documents into its archive tables in the same transaction as this fact, so a retired
+    record is never lost, and replay drops the same records from the model.  An array's elements
+    retire together, and a job's template claims with it."""
+
+    jobs: list[int] = field(default_factory=list)
+    claims: list[int] = field(default_factory=list)

@@ -651,7 +651,9 @@ def status_reason(model: Model, job: Job, now: float, scheduler_reason: str | No
     claim), waiting for a claim (the readiness gate), or staging out."""
     if job.state is JobState.STAGE_OUT:
         return blocking_stage_out(model, job, now, progress)
-    reason = job.pending_reason or scheduler_reason
+    # the scheduler's word is about waiting jobs (its idle reason, "no hosts are available", is not about a
+    # finished one: a job shows the same document live and archived)
+    reason = job.pending_reason or (scheduler_reason if job.state in (JobState.PEND, JobState.PSUSP) else None)
     if job.state in (JobState.PEND, JobState.PSUSP) and not job.allocated and \
             (claim := early_claim(model, job)) is not None and claim.state is not ClaimState.READY:
         staging = staging_text(claim, progress, now)

@@ -276,12 +276,18 @@ def visible_job(model: Model, actor: User, job_id: int) -> Job:
 
 
 def _index(model: Model, job: Job) -> None:
-    """Keep ``model.pending_jobs`` (PEND, nothing allocated: what the scheduler plans) and the
-    per-user count of waiting (PEND or PSUSP) jobs up to date."""
+    """Keep ``model.pending_jobs`` (PEND, nothing allocated: what the scheduler plans), the
+    per-user count of waiting (PEND or PSUSP) jobs and ``model.finished_jobs`` (in the order they
+    ended: what retirement scans, ``xce.model.history``) up to date."""
     if job.state is JobState.PEND and not job.alloc_slots:
         model.pending_jobs.add(job.id)
     else:
         model.pending_jobs.discard(job.id)
+    if job.finished:
+        if job.id not in model.finished_jobs:
+            model.finished_jobs[job.id] = None
+    elif job.id in model.finished_jobs:
+        del model.finished_jobs[job.id]
     waiting = job.state in (JobState.PEND, JobState.PSUSP)
     if waiting != (job.id in model.waiting_jobs):
         if waiting:

@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from xce.errors import Unauthenticated
-from xce.model import audit, capabilities, catalog, claims, hosts, identity, job_claims, jobs, orphans, snapshots
+from xce.model import audit, capabilities, catalog, claims, history, hosts, identity, job_claims, jobs, orphans, snapshots
 from xce.model import facts as F
 from xce.model.audit import AuditOutbox, AuditRecord
 from xce.model.capabilities import ClassCapabilities
 from xce.model.catalog import Project, Queue
 from xce.model.claims import Claim, ClaimForm, ClaimState, name_key
+from xce.model.history import ArchiveOutbox
 from xce.model.hosts import Host
 from xce.model.identity import Token, User
 from xce.model.jobs import Job, JobState
@@ -76,6 +77,7 @@ FOLDS: dict[type[F.Fact], Callable[["Model", Any], None]] = {
     F.SnapshotDeleteRequested: snapshots.apply_snapshot_delete_requested,
     F.OrphanSeen: orphans.apply_orphan_seen,
     F.OrphanResolved: orphans.apply_orphan_resolved,
+    F.RecordsRetired: history.apply_records_retired,
 }
 
 # entity collections in the snapshot: attribute -> (entity class, key attribute)
@@ -95,7 +97,7 @@ _COLLECTIONS: dict[str, tuple[type, str]] = {
 _ADDED_COLLECTIONS = frozenset({"class_capabilities", "snapshots"})
 
 
-def _plain(entity: Any) -> dict[str, Any]:
+def plain(entity: Any) -> dict[str, Any]:
     """An entity's fields as JSON-ready data.  Shallow (``dataclasses.asdict`` deep-copies and is ~10x
     slower): entity fields hold only JSON values, enums and, on claims, nested op/attachment records."""
     out = dict(vars(entity))
@@ -139,8 +141,12 @@ class Model:
     waiting_jobs: set[int] = field(default_factory=set)  # PEND or PSUSP: what max_pending_jobs_per_user counts
     waiting_by_user: dict[str, int] = field(default_factory=dict)  # user -> how many of waiting_jobs are theirs
     job_requests: dict[str, int] = field(default_factory=dict)  # "user/request id" -> the job it made
+    # DONE or EXIT jobs, in the order they ended (an ordered set): what retirement scans (``xce.model.history``)
+    finished_jobs: dict[int, None] = field(default_factory=dict)
     # transient: audit records folded but not yet handed to the store (``xce.model.audit``); None records nothing
     audit_outbox: AuditOutbox | None = field(default=None, compare=False, repr=False)
+    # transient: records retired but not yet handed to the store's archive (``xce.model.history``)
+    archive_outbox: ArchiveOutbox | None = field(default=None, compare=False, repr=False)
 
     def apply(self, position: int, fact: F.Fact) -> None:
         fold = FOLDS.get(type(fact))
@@ -148,6 +154,8 @@ class Model:
             raise TypeError(f"no fold for fact {fact.TYPE}")
         if self.audit_outbox is not None:
             self.audit_outbox.folding(position)
+        if self.archive_outbox is not None:
+            self.archive_outbox.position = position
         fold(self, fact)
         self.position = position
 
@@ -201,7 +209,7 @@ class Model:
             "next_snapshot_id": self.next_snapshot_id,
         }
         for attr in _COLLECTIONS:
-            out[attr] = [_plain(e) for e in getattr(self, attr).values()]
+            out[attr] = [plain(e) for e in getattr(self, attr).values()]
         return out
 
     @classmethod
@@ -225,12 +233,18 @@ class Model:
         """The audit records folded since the last call (none when the model keeps no outbox)."""
         return self.audit_outbox.take() if self.audit_outbox is not None else []
 
+    def take_archive(self) -> tuple[list[tuple[int, Job]], list[tuple[int, Claim]]]:
+        """The records retired since the last call (none when the model keeps no archive outbox)."""
+        return self.archive_outbox.take() if self.archive_outbox is not None else ([], [])
+
     def _rebuild_indexes(self) -> None:
         self.pending_jobs = {j.id for j in self.jobs.values() if j.state is JobState.PEND and not j.alloc_slots}
         self.cluster_held = {j.id: j.alloc_cluster for j in self.jobs.values() if j.alloc_cluster}
         self.waiting_jobs = {j.id for j in self.jobs.values() if j.state in (JobState.PEND, JobState.PSUSP)}
         self.waiting_by_user = {}
         self.job_requests = {f"{j.user}/{j.request_id}": j.id for j in self.jobs.values() if j.request_id is not None}
+        finished = sorted((j for j in self.jobs.values() if j.finished), key=lambda j: (j.end_time or 0.0, j.id))
+        self.finished_jobs = dict.fromkeys(j.id for j in finished)
         for job_id in self.waiting_jobs:
             user = self.jobs[job_id].user
             self.waiting_by_user[user] = self.waiting_by_user.get(user, 0) + 1

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from xce.store.base import AuditQuery, AuditRecord, Lease, Member, Record, Snapshot, Store
+from xce.store.base import (ArchivedClaim, ArchivedJob, AuditQuery, AuditRecord, HistoryQuery, Lease, Member, Record,
+                            Snapshot, Store, Usage, UsageQuery)
 from xce.store.errors import LeaseLost, PositionConflict, StaleEpoch, StoreError, StoreUnavailable
 
 
@@ -20,5 +21,5 @@ def open_store(url: str | None, state_dir: str) -> Store:
     return SQLiteStore(path)
 
 
-__all__ = ["AuditQuery", "AuditRecord", "Lease", "LeaseLost", "Member", "PositionConflict", "Record", "Snapshot", "StaleEpoch", "Store",
+__all__ = ["ArchivedClaim", "ArchivedJob", "HistoryQuery", "Usage", "UsageQuery", "AuditQuery", "AuditRecord", "Lease", "LeaseLost", "Member", "PositionConflict", "Record", "Snapshot", "StaleEpoch", "Store",
            "StoreError", "StoreUnavailable", "open_store"]

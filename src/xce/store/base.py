@@ -13,6 +13,13 @@ always has its record and a batch that did not commit has none.  Each row is
 keyed by the log position of its fact and its index among that fact's rows;
 ``backfill_audit`` relies on that key to make replay after a restart (and the
 migration of an old snapshot's trail) add nothing twice.
+
+The archive is two tables beside the log, too (``xce_archive_jobs``, ``xce_archive_claims``): the
+finished jobs and RELEASED claims retired from the live model, each with its indexed columns and
+its whole document.  They arrive with their retirement fact (``append(..., jobs=, claims=)``), in
+the same transaction, so a retired record is never lost and never half written; they are read by
+id, by name, page by page (``query_history``) and summed (``usage``).  Compaction never touches
+them: the log before the newest snapshot may go, its archived records are already in their tables.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import abc
 from dataclasses import dataclass
 from typing import Sequence
 
-from xce.records import AuditQuery, AuditRecord
+from xce.records import ArchivedClaim, ArchivedJob, AuditQuery, AuditRecord, HistoryQuery, Usage, UsageQuery
 from xce.store.errors import PositionConflict
 
 
@@ -69,9 +76,11 @@ class Store(abc.ABC):
     backend: str = ""
 
     @abc.abstractmethod
-    def append(self, epoch: int, records: Sequence[Record], audit: Sequence[AuditRecord] = ()) -> None:
-        """Append ``records`` and the ``audit`` records they came with atomically, all or nothing,
-        durable on return.
+    def append(self, epoch: int, records: Sequence[Record], audit: Sequence[AuditRecord] = (),
+               jobs: Sequence[ArchivedJob] = (), claims: Sequence[ArchivedClaim] = ()) -> None:
+        """Append ``records``, the ``audit`` records they came with and the ``jobs`` and ``claims``
+        their retirement facts archive, atomically, all or nothing, durable on return.  An archived
+        id already in its table is kept as it is (ids are never reused).
 
         Refused with ``StaleEpoch`` unless ``epoch`` is the lease's current
         epoch, and with ``PositionConflict`` unless the positions continue the
@@ -95,6 +104,26 @@ class Store(abc.ABC):
 
         Reads never wait behind an append in progress (backends read on their own connection).
         """
+
+    @abc.abstractmethod
+    def archived_jobs(self, ids: Sequence[int]) -> list[ArchivedJob]:
+        """The archived jobs among ``ids`` (any order; at most ``ARCHIVE_IDS`` ids)."""
+
+    @abc.abstractmethod
+    def archived_claims(self, ids: Sequence[int]) -> list[ArchivedClaim]:
+        """The archived claims among ``ids`` (any order; at most ``ARCHIVE_IDS`` ids)."""
+
+    @abc.abstractmethod
+    def archived_claims_named(self, name: str, projects: Sequence[str] | None) -> list[ArchivedClaim]:
+        """The newest archived claim named ``name`` in each of ``projects`` (None: every project)."""
+
+    @abc.abstractmethod
+    def query_history(self, query: HistoryQuery) -> list[ArchivedJob]:
+        """Archived jobs matching ``query``, newest (highest id) first, at most ``query.limit``."""
+
+    @abc.abstractmethod
+    def usage(self, query: UsageQuery) -> list[Usage]:
+        """Per-project totals of the archived jobs that ended and claims released in the window, by project."""
 
     @abc.abstractmethod
     def read_after(self, position: int, limit: int = 10_000) -> list[Record]:
@@ -221,3 +250,121 @@ def audit_row(row: Sequence) -> AuditRecord:
     seq, time, user, action, target, result, detail, position, index = row
     return AuditRecord(time=time, user=user, action=action, target=target, result=result, detail=detail,
                        position=position, index=index, seq=seq)
+
+
+#: ids one ``archived_jobs``/``archived_claims`` call takes at most
+ARCHIVE_IDS = 500
+
+ARCHIVE_JOB_COLUMNS = ("id, user_name, project, queue, name, state, array_parent, slots, submit_time, start_time,"
+                       " end_time, position, doc")
+ARCHIVE_CLAIM_COLUMNS = "id, name, project, owner, form, class_name, job_id, size_bytes, created, released, position, doc"
+
+
+def archived_job_values(j: ArchivedJob) -> tuple:
+    return (j.id, j.user, j.project, j.queue, j.name, j.state, j.array_parent, j.slots, j.submit_time,
+            j.start_time, j.end_time, j.position, j.doc)
+
+
+def archived_claim_values(c: ArchivedClaim) -> tuple:
+    return (c.id, c.name, c.project, c.owner, c.form, c.class_name, c.job_id, c.size_bytes, c.created,
+            c.released, c.position, c.doc)
+
+
+def archived_job_row(row: Sequence) -> ArchivedJob:
+    (id_, user, project, queue, name, state, parent, slots, submit, start, end, position, doc) = row
+    return ArchivedJob(id=id_, user=user, project=project, queue=queue, name=name, state=state, array_parent=parent,
+                       slots=slots, submit_time=submit, start_time=start, end_time=end, position=position,
+                       doc=doc if isinstance(doc, str) else bytes(doc).decode())
+
+
+def archived_claim_row(row: Sequence) -> ArchivedClaim:
+    id_, name, project, owner, form, class_name, job_id, size, created, released, position, doc = row
+    return ArchivedClaim(id=id_, name=name, project=project, owner=owner, form=form, class_name=class_name,
+                         job_id=job_id, size_bytes=size, created=created, released=released, position=position,
+                         doc=doc if isinstance(doc, str) else bytes(doc).decode())
+
+
+class _Where:
+    def __init__(self, ph: str) -> None:
+        self.ph = ph
+        self.clauses: list[str] = []
+        self.params: list[object] = []
+
+    def add(self, sql: str, *values: object) -> None:
+        self.clauses.append(sql.replace("?", self.ph))
+        self.params.extend(values)
+
+    def sql(self) -> str:
+        return (" WHERE " + " AND ".join(self.clauses)) if self.clauses else ""
+
+
+def history_where(query: HistoryQuery, ph: str) -> tuple[str, list[object]]:
+    """The WHERE clause of ``query`` over ``xce_archive_jobs`` (one definition for both backends)."""
+    w = _Where(ph)
+    if query.since is not None:
+        w.add("end_time >= ?", query.since)
+    if query.until is not None:
+        w.add("end_time < ?", query.until)
+    if query.user is not None:
+        w.add("user_name = ?", query.user)
+    if query.project is not None:
+        w.add("project = ?", query.project)
+    if query.name is not None:
+        w.add("name = ?", query.name)
+    if query.states:
+        w.add(f"state IN ({', '.join('?' * len(query.states))})", *query.states)
+    if query.array_parent is not None:
+        w.add("array_parent = ?", query.array_parent)
+    if query.before_id is not None:
+        w.add("id < ?", query.before_id)
+    if query.max_position is not None:
+        w.add("position <= ?", query.max_position)
+    return w.sql(), w.params
+
+
+def usage_where(query: UsageQuery, ph: str, time_column: str, user_column: str) -> tuple[str, list[object]]:
+    w = _Where(ph)
+    if query.since is not None:
+        w.add(f"{time_column} >= ?", query.since)
+    if query.until is not None:
+        w.add(f"{time_column} < ?", query.until)
+    if query.user is not None:
+        w.add(f"{user_column} = ?", query.user)
+    if query.project is not None:
+        w.add("project = ?", query.project)
+    if query.max_position is not None:
+        w.add("position <= ?", query.max_position)
+    return w.sql(), w.params
+
+
+def usage_sql(query: UsageQuery, ph: str) -> tuple[str, list[object], str, list[object]]:
+    """The two aggregate queries (jobs by end time, claims by release time) and their parameters."""
+    jw, jp = usage_where(query, ph, "end_time", "user_name")
+    cw, cp = usage_where(query, ph, "released", "owner")
+    jobs = (f"SELECT project, COUNT(*), COALESCE(SUM((end_time - start_time) * slots), 0) FROM xce_archive_jobs{jw}"
+            " GROUP BY project")
+    claims = (f"SELECT project, COUNT(*), COALESCE(SUM(size_bytes * (released - created)), 0) FROM xce_archive_claims"
+              f"{cw} GROUP BY project")
+    return jobs, jp, claims, cp
+
+
+def merge_usage(job_rows: Sequence[Sequence], claim_rows: Sequence[Sequence]) -> list[Usage]:
+    out: dict[str, Usage] = {}
+    for project, n, seconds in job_rows:
+        out[project] = Usage(project=project, jobs=int(n), slot_seconds=float(seconds))
+    for project, n, byte_seconds in claim_rows:
+        u = out.get(project, Usage(project=project))
+        out[project] = Usage(project=project, jobs=u.jobs, slot_seconds=u.slot_seconds, claims=int(n),
+                             claim_byte_seconds=float(byte_seconds))
+    return [out[p] for p in sorted(out)]
+
+
+def newest_per_project(rows: Sequence[ArchivedClaim]) -> list[ArchivedClaim]:
+    """The first (newest) row of each project, in the order given."""
+    seen: set[str] = set()
+    out = []
+    for r in rows:
+        if r.project not in seen:
+            seen.add(r.project)
+            out.append(r)
+    return out

@@ -32,8 +32,11 @@ from typing import Any, Callable, Sequence, TypeVar
 import psycopg
 from psycopg import conninfo as pg_conninfo
 
-from xce.store.base import (AUDIT_COLUMNS, MEMBER_FORGET, AuditQuery, AuditRecord, Lease, Member, Record,
-                            Snapshot, Store, audit_row, audit_where, check_continuous)
+from xce.store.base import (ARCHIVE_CLAIM_COLUMNS, ARCHIVE_IDS, ARCHIVE_JOB_COLUMNS, AUDIT_COLUMNS, MEMBER_FORGET,
+                            ArchivedClaim, ArchivedJob, AuditQuery, AuditRecord, HistoryQuery, Lease, Member, Record,
+                            Snapshot, Store, Usage, UsageQuery, archived_claim_row, archived_claim_values,
+                            archived_job_row, archived_job_values, audit_row, audit_where, check_continuous,
+                            history_where, merge_usage, newest_per_project, usage_sql)
 from xce.store.errors import LeaseLost, StaleEpoch, StoreUnavailable
 
 T = TypeVar("T")
@@ -67,6 +70,45 @@ SCHEMA = [
     )""",
     "INSERT INTO xce_lease (name, holder, epoch, expires_at) VALUES ('leader', NULL, 0, 0)"
     " ON CONFLICT (name) DO NOTHING",
+    """CREATE TABLE IF NOT EXISTS xce_archive_jobs (
+        id           BIGINT PRIMARY KEY,
+        user_name    TEXT NOT NULL,
+        project      TEXT NOT NULL,
+        queue        TEXT NOT NULL,
+        name         TEXT NOT NULL,
+        state        TEXT NOT NULL,
+        array_parent BIGINT,
+        slots        INTEGER NOT NULL,
+        submit_time  DOUBLE PRECISION NOT NULL,
+        start_time   DOUBLE PRECISION,
+        end_time     DOUBLE PRECISION NOT NULL,
+        position     BIGINT NOT NULL,
+        doc          TEXT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS xce_archive_jobs_end ON xce_archive_jobs (end_time)",
+    "CREATE INDEX IF NOT EXISTS xce_archive_jobs_user ON xce_archive_jobs (user_name, id)",
+    "CREATE INDEX IF NOT EXISTS xce_archive_jobs_project ON xce_archive_jobs (project, id)",
+    "CREATE INDEX IF NOT EXISTS xce_archive_jobs_name ON xce_archive_jobs (name, id)",
+    "CREATE INDEX IF NOT EXISTS xce_archive_jobs_state ON xce_archive_jobs (state, id)",
+    "CREATE INDEX IF NOT EXISTS xce_archive_jobs_array ON xce_archive_jobs (array_parent)"
+    " WHERE array_parent IS NOT NULL",
+    """CREATE TABLE IF NOT EXISTS xce_archive_claims (
+        id         BIGINT PRIMARY KEY,
+        name       TEXT NOT NULL,
+        project    TEXT NOT NULL,
+        owner      TEXT NOT NULL,
+        form       TEXT NOT NULL,
+        class_name TEXT NOT NULL,
+        job_id     BIGINT,
+        size_bytes BIGINT NOT NULL,
+        created    DOUBLE PRECISION NOT NULL,
+        released   DOUBLE PRECISION NOT NULL,
+        position   BIGINT NOT NULL,
+        doc        TEXT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS xce_archive_claims_name ON xce_archive_claims (name, project, id)",
+    "CREATE INDEX IF NOT EXISTS xce_archive_claims_job ON xce_archive_claims (job_id) WHERE job_id IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS xce_archive_claims_released ON xce_archive_claims (released)",
     """CREATE TABLE IF NOT EXISTS xce_audit (
         seq       BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
         position  BIGINT NOT NULL,
@@ -246,7 +288,8 @@ class PostgresStore(Store):
 
     # ------------------------------------------------------------ log
 
-    def append(self, epoch: int, records: Sequence[Record], audit: Sequence[AuditRecord] = ()) -> None:
+    def append(self, epoch: int, records: Sequence[Record], audit: Sequence[AuditRecord] = (),
+               jobs: Sequence[ArchivedJob] = (), claims: Sequence[ArchivedClaim] = ()) -> None:
         if not records and not audit:
             return
 
@@ -267,8 +310,57 @@ class PostgresStore(Store):
                      records[-1].position))
                 if audit:
                     cur.execute(INSERT_AUDIT, _audit_arrays(audit))
+                if jobs:
+                    cur.executemany(f"INSERT INTO xce_archive_jobs ({ARCHIVE_JOB_COLUMNS}) VALUES"
+                                    f" ({', '.join(['%s'] * 13)}) ON CONFLICT (id) DO NOTHING",
+                                    [archived_job_values(j) for j in jobs])
+                if claims:
+                    cur.executemany(f"INSERT INTO xce_archive_claims ({ARCHIVE_CLAIM_COLUMNS}) VALUES"
+                                    f" ({', '.join(['%s'] * 12)}) ON CONFLICT (id) DO NOTHING",
+                                    [archived_claim_values(c) for c in claims])
 
         self._log.run(run)
+
+    # ------------------------------------------------------------ archive (on the read connection)
+
+    def _select(self, sql: str, params: Sequence[object]) -> list[Any]:
+        return self._read.run(lambda conn: conn.execute(sql, tuple(params)).fetchall())
+
+    def archived_jobs(self, ids: Sequence[int]) -> list[ArchivedJob]:
+        ids = list(ids)[:ARCHIVE_IDS]
+        if not ids:
+            return []
+        return [archived_job_row(r) for r in self._select(
+            f"SELECT {ARCHIVE_JOB_COLUMNS} FROM xce_archive_jobs WHERE id = ANY(%s::bigint[])", [ids])]
+
+    def archived_claims(self, ids: Sequence[int]) -> list[ArchivedClaim]:
+        ids = list(ids)[:ARCHIVE_IDS]
+        if not ids:
+            return []
+        return [archived_claim_row(r) for r in self._select(
+            f"SELECT {ARCHIVE_CLAIM_COLUMNS} FROM xce_archive_claims WHERE id = ANY(%s::bigint[])", [ids])]
+
+    def archived_claims_named(self, name: str, projects: Sequence[str] | None) -> list[ArchivedClaim]:
+        if projects is None:
+            rows = self._select(f"SELECT {ARCHIVE_CLAIM_COLUMNS} FROM xce_archive_claims WHERE name = %s"
+                                " ORDER BY id DESC LIMIT 1000", [name])
+            return newest_per_project([archived_claim_row(r) for r in rows])
+        out = []
+        for project in projects:
+            rows = self._select(f"SELECT {ARCHIVE_CLAIM_COLUMNS} FROM xce_archive_claims"
+                                " WHERE name = %s AND project = %s ORDER BY id DESC LIMIT 1", [name, project])
+            out.extend(archived_claim_row(r) for r in rows)
+        return out
+
+    def query_history(self, query: HistoryQuery) -> list[ArchivedJob]:
+        where, params = history_where(query, "%s")
+        rows = self._select(f"SELECT {ARCHIVE_JOB_COLUMNS} FROM xce_archive_jobs{where} ORDER BY id DESC LIMIT %s",
+                            [*params, max(0, query.limit)])
+        return [archived_job_row(r) for r in rows]
+
+    def usage(self, query: UsageQuery) -> list[Usage]:
+        jobs, jp, claims, cp = usage_sql(query, "%s")
+        return merge_usage(self._select(jobs, jp), self._select(claims, cp))
 
     # ------------------------------------------------------------ audit
 

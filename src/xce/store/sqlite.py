@@ -30,8 +30,11 @@ import threading
 import time
 from typing import Sequence
 
-from xce.store.base import (AUDIT_COLUMNS, MEMBER_FORGET, AuditQuery, AuditRecord, Lease, Member, Record,
-                            Snapshot, Store, audit_row, audit_where, check_continuous)
+from xce.store.base import (ARCHIVE_CLAIM_COLUMNS, ARCHIVE_IDS, ARCHIVE_JOB_COLUMNS, AUDIT_COLUMNS, MEMBER_FORGET, ArchivedClaim,
+                            ArchivedJob, AuditQuery, AuditRecord, HistoryQuery, Lease, Member, Record, Snapshot, Store,
+                            Usage, UsageQuery, archived_claim_row, archived_claim_values, archived_job_row,
+                            archived_job_values, audit_row, audit_where, check_continuous, history_where, merge_usage,
+                            newest_per_project, usage_sql)
 from xce.store.errors import LeaseLost, StaleEpoch, StoreUnavailable
 
 SCHEMA = """
@@ -74,6 +77,44 @@ CREATE TABLE IF NOT EXISTS xce_audit (
 CREATE INDEX IF NOT EXISTS xce_audit_user ON xce_audit (user_name, seq);
 CREATE INDEX IF NOT EXISTS xce_audit_target ON xce_audit (target, seq);
 CREATE INDEX IF NOT EXISTS xce_audit_time ON xce_audit (time);
+CREATE TABLE IF NOT EXISTS xce_archive_jobs (
+    id           INTEGER PRIMARY KEY,
+    user_name    TEXT NOT NULL,
+    project      TEXT NOT NULL,
+    queue        TEXT NOT NULL,
+    name         TEXT NOT NULL,
+    state        TEXT NOT NULL,
+    array_parent INTEGER,
+    slots        INTEGER NOT NULL,
+    submit_time  REAL NOT NULL,
+    start_time   REAL,
+    end_time     REAL NOT NULL,
+    position     INTEGER NOT NULL,
+    doc          TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS xce_archive_jobs_end ON xce_archive_jobs (end_time);
+CREATE INDEX IF NOT EXISTS xce_archive_jobs_user ON xce_archive_jobs (user_name, id);
+CREATE INDEX IF NOT EXISTS xce_archive_jobs_project ON xce_archive_jobs (project, id);
+CREATE INDEX IF NOT EXISTS xce_archive_jobs_name ON xce_archive_jobs (name, id);
+CREATE INDEX IF NOT EXISTS xce_archive_jobs_state ON xce_archive_jobs (state, id);
+CREATE INDEX IF NOT EXISTS xce_archive_jobs_array ON xce_archive_jobs (array_parent) WHERE array_parent IS NOT NULL;
+CREATE TABLE IF NOT EXISTS xce_archive_claims (
+    id         INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL,
+    project    TEXT NOT NULL,
+    owner      TEXT NOT NULL,
+    form       TEXT NOT NULL,
+    class_name TEXT NOT NULL,
+    job_id     INTEGER,
+    size_bytes INTEGER NOT NULL,
+    created    REAL NOT NULL,
+    released   REAL NOT NULL,
+    position   INTEGER NOT NULL,
+    doc        TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS xce_archive_claims_name ON xce_archive_claims (name, project, id);
+CREATE INDEX IF NOT EXISTS xce_archive_claims_job ON xce_archive_claims (job_id) WHERE job_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS xce_archive_claims_released ON xce_archive_claims (released);
 CREATE TABLE IF NOT EXISTS xce_members (
     holder   TEXT PRIMARY KEY,
     url      TEXT NOT NULL,
@@ -207,7 +248,8 @@ class SQLiteStore(Store):
 
     # ------------------------------------------------------------ log
 
-    def append(self, epoch: int, records: Sequence[Record], audit: Sequence[AuditRecord] = ()) -> None:
+    def append(self, epoch: int, records: Sequence[Record], audit: Sequence[AuditRecord] = (),
+               jobs: Sequence[ArchivedJob] = (), claims: Sequence[ArchivedClaim] = ()) -> None:
         if not records and not audit:
             return
 
@@ -221,8 +263,61 @@ class SQLiteStore(Store):
             cur.execute("UPDATE xce_head SET last_position=? WHERE id=1", (records[-1].position,))
             if audit:
                 cur.executemany(INSERT_AUDIT, _audit_values(audit))
+            if jobs:
+                cur.executemany(f"INSERT OR IGNORE INTO xce_archive_jobs ({ARCHIVE_JOB_COLUMNS})"
+                                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", [archived_job_values(j) for j in jobs])
+            if claims:
+                cur.executemany(f"INSERT OR IGNORE INTO xce_archive_claims ({ARCHIVE_CLAIM_COLUMNS})"
+                                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", [archived_claim_values(c) for c in claims])
 
         self._tx(run)
+
+    # ------------------------------------------------------------ archive (read on the reader connection)
+
+    def _read(self, sql: str, params: Sequence[object]) -> list[tuple]:
+        try:
+            with self._read_lock:
+                return self._reader.execute(sql, tuple(params)).fetchall()
+        except sqlite3.Error as e:
+            raise StoreUnavailable(f"SQLite: {e}") from e
+
+    def archived_jobs(self, ids: Sequence[int]) -> list[ArchivedJob]:
+        ids = list(ids)[:ARCHIVE_IDS]
+        if not ids:
+            return []
+        rows = self._read(f"SELECT {ARCHIVE_JOB_COLUMNS} FROM xce_archive_jobs WHERE id IN "
+                          f"({','.join('?' * len(ids))})", ids)
+        return [archived_job_row(r) for r in rows]
+
+    def archived_claims(self, ids: Sequence[int]) -> list[ArchivedClaim]:
+        ids = list(ids)[:ARCHIVE_IDS]
+        if not ids:
+            return []
+        rows = self._read(f"SELECT {ARCHIVE_CLAIM_COLUMNS} FROM xce_archive_claims WHERE id IN "
+                          f"({','.join('?' * len(ids))})", ids)
+        return [archived_claim_row(r) for r in rows]
+
+    def archived_claims_named(self, name: str, projects: Sequence[str] | None) -> list[ArchivedClaim]:
+        if projects is None:
+            rows = self._read(f"SELECT {ARCHIVE_CLAIM_COLUMNS} FROM xce_archive_claims WHERE name = ?"
+                              " ORDER BY id DESC LIMIT 1000", [name])
+            return newest_per_project([archived_claim_row(r) for r in rows])
+        out = []
+        for project in projects:
+            rows = self._read(f"SELECT {ARCHIVE_CLAIM_COLUMNS} FROM xce_archive_claims WHERE name = ? AND project = ?"
+                              " ORDER BY id DESC LIMIT 1", [name, project])
+            out.extend(archived_claim_row(r) for r in rows)
+        return out
+
+    def query_history(self, query: HistoryQuery) -> list[ArchivedJob]:
+        where, params = history_where(query, "?")
+        rows = self._read(f"SELECT {ARCHIVE_JOB_COLUMNS} FROM xce_archive_jobs{where} ORDER BY id DESC LIMIT ?",
+                          [*params, max(0, query.limit)])
+        return [archived_job_row(r) for r in rows]
+
+    def usage(self, query: UsageQuery) -> list[Usage]:
+        jobs, jp, claims, cp = usage_sql(query, "?")
+        return merge_usage(self._read(jobs, jp), self._read(claims, cp))
 
     # ------------------------------------------------------------ audit
 

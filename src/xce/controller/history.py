@@ -1,0 +1,124 @@
+"""Bounded history in the controller: the leader's retirement pass, and reading the archive back.
+
+The pass is level-triggered and idempotent: every ``retire_every`` seconds the leader asks the model
+which records may leave (``xce.model.history.retirable``, pure) and commits one ``RecordsRetired``
+fact naming them, at most ``retire_batch``; a full batch is followed by the next one at once.  It
+keeps no state of its own, so a new leader simply carries on.  The commit loop hands the retired
+documents to the store with the fact (``Controller._append``).
+
+Reads merge the archive with what is still live.  A history page reads the live model first, at
+its committed position P, then the archive up to P (``max_position``): a record retired after P was
+still live at P, one retired before is no longer live, so every record is counted exactly once
+whatever retires in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Iterable
+
+import orjson
+
+from xce.controller.core import Controller, Outcome
+from xce.errors import XceError
+from xce.model import Model
+from xce.model import history as H
+from xce.model.claims import Claim
+from xce.model.jobs import Job
+from xce.records import HistoryQuery, Usage, UsageQuery
+
+log = logging.getLogger("xce.history")
+
+
+class Retirement:
+    """The leader's retirement pass (one per controller; only the leader acts)."""
+
+    def __init__(self, ctl: Controller) -> None:
+        self.ctl = ctl
+        ctl.background.append(self.run)
+
+    def _decide(self, model: Model) -> Outcome:
+        cfg = self.ctl.config.controller
+        fact = H.retirable(model, time.time(), cfg.keep_finished_seconds, cfg.retire_batch)
+        if fact is None:
+            return Outcome(result=0)
+        return Outcome([fact], result=len(fact.jobs) + len(fact.claims))
+
+    async def run(self) -> None:
+        cfg = self.ctl.config.controller
+        while True:
+            await asyncio.sleep(cfg.retire_every)
+            if not self.ctl.serving:
+                continue
+            try:
+                while True:
+                    n = await self.ctl.execute(self._decide)
+                    self.ctl.stats.retired += n
+                    if n < cfg.retire_batch:
+                        break
+                    await asyncio.sleep(0)  # let requests in between two full batches
+            except XceError as e:  # not leading any more, or the store refused: the next pass tries again
+                log.warning("retirement pass: %s", e)
+
+
+def job_of(doc: str) -> Job:
+    return Job(**orjson.loads(doc))
+
+
+def claim_of(doc: str) -> Claim:
+    return Claim(**orjson.loads(doc))
+
+
+async def archived_job(ctl: Controller, job_id: int) -> Job | None:
+    rows = await ctl.read_store(ctl.store.archived_jobs, [job_id])
+    return job_of(rows[0].doc) if rows else None
+
+
+async def claims_by_id(ctl: Controller, ids: Iterable[int]) -> dict[int, Claim]:
+    """The claims ``ids``, live or archived (those in neither are left out)."""
+    out: dict[int, Claim] = {}
+    missing = []
+    for claim_id in ids:
+        claim = ctl.model.claims.get(claim_id)
+        if claim is not None:
+            out[claim_id] = claim
+        else:
+            missing.append(claim_id)
+    if missing:
+        for row in await ctl.read_store(ctl.store.archived_claims, missing):
+            out[row.id] = claim_of(row.doc)
+    return out
+
+
+async def archived_claims_named(ctl: Controller, name: str, projects: list[str] | None) -> list[Claim]:
+    rows = await ctl.read_store(ctl.store.archived_claims_named, name, projects)
+    return [claim_of(r.doc) for r in rows]
+
+
+async def history(ctl: Controller, query: HistoryQuery) -> tuple[list[Job], set[int]]:
+    """One page of finished jobs, live and archived, newest id first; and which of them are archived.
+    The caller has passed ``read_barrier``: the live model is committed."""
+    live = H.live_history(ctl.model, query)  # first, at the committed position ...
+    position = ctl.model.position
+    rows = await ctl.read_store(ctl.store.query_history, _at(query, position))  # ... then the archive up to it
+    archived = {r.id: job_of(r.doc) for r in rows}
+    merged = {j.id: j for j in live}
+    merged.update((i, j) for i, j in archived.items() if i not in merged)
+    page = sorted(merged.values(), key=lambda j: j.id, reverse=True)[:query.limit]
+    return page, {j.id for j in page if j.id in archived and j.id not in {x.id for x in live}}
+
+
+async def usage(ctl: Controller, query: UsageQuery) -> list[Usage]:
+    live = H.live_usage(ctl.model, query)
+    position = ctl.model.position
+    stored = await ctl.read_store(ctl.store.usage, UsageQuery(since=query.since, until=query.until, user=query.user,
+                                                              project=query.project, max_position=position))
+    return H.add_usage(live, stored)
+
+
+def _at(query: HistoryQuery, position: int) -> HistoryQuery:
+    return HistoryQuery(since=query.since, until=query.until, user=query.user, project=query.project,
+                        states=query.states, name=query.name, array_parent=query.array_parent,
+                        before_id=query.before_id, max_position=position, limit=query.limit)

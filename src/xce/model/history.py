@@ -1,0 +1,285 @@
+"""Bounded history: which finished jobs and RELEASED claims leave the live model, and how they leave.
+
+The live model holds live state.  A job that ended (DONE or EXIT) and a claim that was RELEASED
+longer than ``[controller] keep_finished`` ago are *retired*: one ``RecordsRetired`` fact names
+them, the store writes their whole documents (every field and their history) into its archive
+tables in the same transaction as that fact, and its fold here drops them from the model and from
+every index that names them.  Replay folds the same fact and drops the same records, so a snapshot
+plus the tail still equals the live model, and snapshots stay proportional to live state.
+
+What stays live, whatever its age (``retirable`` decides; the leader's retirement pass asks it):
+
+- a job any live claim still names: a template claim of it that is not RELEASED (a stage-out that
+  failed keeps its data in a FAILED claim), or an attachment of a standalone claim;
+- every element of a job array while any element does: an array retires as a whole, in one fact,
+  so ``xce jobs --array`` and its parent never see half of it (an array larger than the batch goes
+  alone);
+- a standalone claim a live job names (``--claim``): ``xce job show`` lists it;
+- a RELEASED claim whose provider object was kept (reclaim ``retain``): admins list and purge it,
+  and the orphan scan knows the object by it (it leaves once purged);
+- a job's template claims stay while their job does, and retire with it (its ``job show`` lists
+  them, from the archive then).
+
+XCE has no job dependencies yet; when it has, a job with pending dependents joins this list.
+
+Where the documents go: like the audit trail (``xce.model.audit``), the fold hands the retired
+entities to a transient outbox (``ArchiveOutbox``), which the controller takes after folding a batch
+and gives to ``Store.append`` with the batch's facts.  A model with no outbox (a standby, a replay)
+keeps nothing: the leader wrote those documents with the fact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from xce.errors import InvalidRequest, NotFound
+from xce.model import facts as F
+from xce.model.claims import Claim, ClaimForm, ClaimState, name_key
+from xce.model.jobs import Job, request_key
+from xce.records import HistoryQuery, Usage, UsageQuery
+
+if TYPE_CHECKING:
+    from xce.model.identity import User
+    from xce.model.state import Model
+
+#: records one retirement fact names at most (an array larger than this retires alone)
+RETIRE_BATCH = 1000
+
+
+@dataclass
+class ArchiveOutbox:
+    """Entities retired since the controller last took them: never touched again by the model."""
+
+    position: int = 0  # the fact being folded (set by ``Model.apply``)
+    jobs: list[tuple[int, Job]] = field(default_factory=list)  # (position of the retirement fact, job)
+    claims: list[tuple[int, Claim]] = field(default_factory=list)
+
+    def take(self) -> tuple[list[tuple[int, Job]], list[tuple[int, Claim]]]:
+        out = (self.jobs, self.claims)
+        self.jobs, self.claims = [], []
+        return out
+
+
+def released_time(claim: Claim) -> float:
+    """When the claim became RELEASED (its creation if its history does not say)."""
+    times = [h["time"] for h in claim.history if h.get("state") == ClaimState.RELEASED.value]
+    return max(times) if times else claim.created
+
+
+def retirable(model: Model, now: float, keep: float, limit: int = RETIRE_BATCH) -> F.RecordsRetired | None:
+    """The records old and unreferenced enough to leave the live model now, at most about ``limit``
+    of them (None: nothing to retire).  Pure: the leader commits what it returns.
+
+    Jobs are taken oldest-finished first from ``model.finished_jobs``; the scan stops at the first
+    job that ended after ``now - keep`` (finish order is end-time order on the live path; a job
+    finished out of order waits for the next pass)."""
+    cutoff = now - keep
+    # what live claims name: a job's template claims, and jobs attached to standalone claims
+    claims_of: dict[int, list[Claim]] = {}
+    attached: set[int] = set()
+    for c in model.claims.values():
+        if c.job_id is not None and c.form is ClaimForm.TEMPLATE:
+            claims_of.setdefault(c.job_id, []).append(c)
+        for a in c.attachments:
+            if a.job_id is not None:
+                attached.add(a.job_id)
+
+    def job_ok(job: Job | None) -> bool:
+        if job is None or not job.finished or job.end_time is None or job.end_time > cutoff:
+            return False
+        if job.id in attached:
+            return False
+        return all(c.state is ClaimState.RELEASED for c in claims_of.get(job.id, ()))
+
+    jobs: list[int] = []
+    seen_arrays: set[int] = set()
+    for job_id in model.finished_jobs:
+        if len(jobs) >= limit:
+            break
+        job = model.jobs.get(job_id)
+        if job is None:
+            continue
+        if job.end_time is not None and job.end_time > cutoff:
+            break
+        if job.array_parent is None:
+            if job_ok(job):
+                jobs.append(job.id)
+            continue
+        parent = job.array_parent
+        if parent in seen_arrays:
+            continue
+        seen_arrays.add(parent)
+        elements = array_elements(model, parent)
+        if elements and all(job_ok(e) for e in elements) and (not jobs or len(jobs) + len(elements) <= limit):
+            jobs.extend(e.id for e in elements)
+    retiring = set(jobs)
+    claims = [c.id for j in jobs for c in claims_of.get(j, ())]
+    if len(jobs) + len(claims) < limit:
+        named = {r["claim_id"] for j in model.jobs.values() if j.claim_refs and j.id not in retiring
+                 for r in j.claim_refs}
+        for c in model.claims.values():
+            if len(jobs) + len(claims) >= limit:
+                break
+            if c.state is not ClaimState.RELEASED or c.id in named or released_time(c) > cutoff:
+                continue
+            if c.retained or c.data_exists:
+                continue  # its object is kept: listed (--retained), purged, and not an orphan while it is live
+            if c.form is ClaimForm.TEMPLATE and c.job_id in model.jobs:
+                continue  # it goes with its job
+            claims.append(c.id)
+    if not jobs and not claims:
+        return None
+    return F.RecordsRetired(time=now, jobs=jobs, claims=sorted(set(claims)))
+
+
+def array_elements(model: Model, parent: int) -> list[Job]:
+    """The live elements of the array whose first element is ``parent`` (their ids follow it)."""
+    out: list[Job] = []
+    job_id = parent
+    while (job := model.jobs.get(job_id)) is not None and job.array_parent == parent:
+        out.append(job)
+        job_id += 1
+    return out
+
+
+def apply_records_retired(model: Model, f: F.RecordsRetired) -> None:
+    """Drop the named records and every index entry naming them (folds are total: an unknown or live
+    one is left alone, the same on replay)."""
+    box = model.archive_outbox
+    for job_id in f.jobs:
+        job = model.jobs.get(job_id)
+        if job is None or not job.finished:
+            continue
+        del model.jobs[job_id]
+        model.finished_jobs.pop(job_id, None)
+        if job.request_id is not None and model.job_requests.get(request_key(job.user, job.request_id)) == job_id:
+            del model.job_requests[request_key(job.user, job.request_id)]
+        if box is not None:
+            box.jobs.append((box.position, job))
+    names: set[str] = set()
+    for claim_id in f.claims:
+        claim = model.claims.get(claim_id)
+        if claim is None or claim.state is not ClaimState.RELEASED:
+            continue
+        del model.claims[claim_id]
+        model.open_ops.discard(claim_id)
+        if claim.form is ClaimForm.STANDALONE:
+            key = name_key(claim.project, claim.name)
+            if model.released_names.get(key) == claim_id:
+                names.add(key)
+        if box is not None:
+            box.claims.append((box.position, claim))
+    if names:  # the newest released claim of that name is now an older live one, or none (as on a rebuild)
+        for key in names:
+            del model.released_names[key]
+        for c in model.claims.values():
+            if c.state is ClaimState.RELEASED and c.form is ClaimForm.STANDALONE:
+                key = name_key(c.project, c.name)
+                if key in names:
+                    model.released_names[key] = max(c.id, model.released_names.get(key, 0))
+
+
+def usage_of_job(job: Job) -> float:
+    """Slot-seconds of the job's last run (0 if it never started)."""
+    if job.start_time is None or job.end_time is None:
+        return 0.0
+    return max(0.0, job.end_time - job.start_time) * job.slots
+
+
+def job_columns(job: Job) -> dict[str, Any]:
+    """The archive's indexed columns of a job."""
+    return {"id": job.id, "user": job.user, "project": job.project, "queue": job.queue, "name": job.name,
+            "state": job.state.value, "array_parent": job.array_parent, "slots": job.slots,
+            "submit_time": job.submit_time, "start_time": job.start_time,
+            "end_time": job.end_time if job.end_time is not None else 0.0}
+
+
+def may_see_job(actor: User, job: Job) -> bool:
+    """Live or archived, a job is its owner's (and every admin's) to see."""
+    return actor.is_admin or job.user == actor.name
+
+
+def may_see_claim(actor: User, claim: Claim) -> bool:
+    """Live or archived, a claim is its project's members' (and every admin's) to see."""
+    return actor.is_admin or claim.project in actor.projects
+
+
+def visible_archived_job(actor: User, job: Job | None, job_id: int) -> Job:
+    """An archived job if ``actor`` may see it: 404 otherwise, worded as for a live job (``jobs.visible_job``)."""
+    if job is None or not may_see_job(actor, job):
+        raise NotFound(f"job {job_id} not found")
+    return job
+
+
+def history_scope(actor: User, user: str | None, all_users: bool) -> str | None:
+    """Whose jobs a history query reads: a user's own only; an admin's own unless they name a user
+    or ask for everyone's (as ``GET /v1/jobs``)."""
+    if not actor.is_admin:
+        if user not in (None, actor.name):
+            raise InvalidRequest("users may read only their own history")
+        return actor.name
+    if user is None and not all_users:
+        return actor.name
+    return user
+
+
+def live_history(model: Model, query: HistoryQuery) -> list[Job]:
+    """The finished jobs still live that match ``query`` (newest id first, at most ``query.limit``):
+    what ``xce hist`` shows beside the archive until they are retired."""
+    states = set(query.states) if query.states else None
+    out = []
+    for job_id in model.finished_jobs:
+        job = model.jobs.get(job_id)
+        if job is None or (query.before_id is not None and job.id >= query.before_id):
+            continue
+        end = job.end_time or 0.0
+        if (query.since is not None and end < query.since) or (query.until is not None and end >= query.until):
+            continue
+        if (query.user is not None and job.user != query.user) or \
+                (query.project is not None and job.project != query.project) or \
+                (query.name is not None and job.name != query.name) or \
+                (states is not None and job.state.value not in states) or \
+                (query.array_parent is not None and job.array_parent != query.array_parent):
+            continue
+        out.append(job)
+    out.sort(key=lambda j: j.id, reverse=True)
+    return out[:query.limit]
+
+
+def live_usage(model: Model, query: UsageQuery) -> list[Usage]:
+    """``Store.usage`` over what is still live: finished jobs and RELEASED claims not yet retired."""
+    def inside(t: float) -> bool:
+        return (query.since is None or t >= query.since) and (query.until is None or t < query.until)
+
+    totals: dict[str, list[float]] = {}
+    for job_id in model.finished_jobs:
+        job = model.jobs.get(job_id)
+        if job is None or not inside(job.end_time or 0.0) or (query.user is not None and job.user != query.user) \
+                or (query.project is not None and job.project != query.project):
+            continue
+        t = totals.setdefault(job.project, [0, 0.0, 0, 0.0])
+        t[0] += 1
+        t[1] += usage_of_job(job)
+    for c in model.claims.values():
+        if c.state is not ClaimState.RELEASED or (query.user is not None and c.owner != query.user) \
+                or (query.project is not None and c.project != query.project):
+            continue
+        released = released_time(c)
+        if not inside(released):
+            continue
+        t = totals.setdefault(c.project, [0, 0.0, 0, 0.0])
+        t[2] += 1
+        t[3] += c.size_bytes * (released - c.created)
+    return [Usage(project=p, jobs=int(t[0]), slot_seconds=t[1], claims=int(t[2]), claim_byte_seconds=t[3])
+            for p, t in sorted(totals.items())]
+
+
+def add_usage(a: list[Usage], b: list[Usage]) -> list[Usage]:
+    out: dict[str, Usage] = {u.project: u for u in a}
+    for u in b:
+        o = out.get(u.project)
+        out[u.project] = u if o is None else Usage(
+            project=u.project, jobs=o.jobs + u.jobs, slot_seconds=o.slot_seconds + u.slot_seconds,
+            claims=o.claims + u.claims, claim_byte_seconds=o.claim_byte_seconds + u.claim_byte_seconds)
+    return [out[p] for p in sorted(out)]
