@@ -84,6 +84,9 @@ def test_metrics_exposes_prometheus_text(ctl):
     with ctl.client() as c:
         body = c.get("/metrics").text
     assert "xce_log_position" in body and 'xce_http_requests_total{method="GET"' in body
+    # one family per name: Prometheus refuses a scrape that declares a name twice
+    declared = [line.split()[2] for line in body.splitlines() if line.startswith("# TYPE ")]
+    assert sorted(n for n in set(declared) if declared.count(n) > 1) == []
 
 
 def test_a_submission_is_audited_with_the_new_job_as_its_target(ctl):
