@@ -55,6 +55,20 @@ class Deadline(Exception):
     pass
 
 
+def list_all(c: httpx.Client, path: str) -> list[dict]:
+    """Every object a listing has, page by page (a page holds at most 10,000; 2N claims may pass one)."""
+    out: list[dict] = []
+    params = {"all": "true", "limit": "10000"}
+    while True:
+        r = c.get(path, params=params)
+        r.raise_for_status()
+        out += r.json()
+        cursor = r.headers.get("X-Next-Cursor")
+        if not cursor:
+            return out
+        params["cursor"] = cursor
+
+
 def start_cluster(state: str, flags: list[str], timeout: float) -> tuple[subprocess.Popen, str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     proc = subprocess.Popen(XCE + ["up", "--hosts", "1", "--state-dir", state, "--listen", "127.0.0.1:0", *flags],
@@ -119,7 +133,7 @@ class Run:
     def wait(self, path: str, names: set[str], done, failed, what: str) -> list[dict]:
         with httpx.Client(base_url=self.url, headers=self.headers, timeout=60) as c:
             while True:
-                mine = [o for o in c.get(path, params={"all": "true"}).json() if o["name"] in names]
+                mine = [o for o in list_all(c, path) if o["name"] in names]
                 if sum(bool(done(o)) for o in mine) == len(names):
                     return mine
                 bad = [o for o in mine if failed(o)]
