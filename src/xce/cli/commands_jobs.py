@@ -255,15 +255,7 @@ def cmd_jobs(args, ctx) -> int:
             raise UsageError(f"--{opt} is for finished jobs: xce hist (or xce jobs --done)")
     params: list[tuple[str, Any]] = [("all", args.all or None), ("user", args.user), ("queue", args.queue)]
     params += [("state", s) for s in args.state or ()]
-    if args.all_pages:
-        limit = args.limit
-        jobs = ctx.client().get_all("/v1/jobs", params, limit=limit)
-    else:
-        limit = args.limit or LIST_LIMIT
-        if limit > MAX_LIST_LIMIT:
-            raise UsageError(f"--limit is at most {MAX_LIST_LIMIT} (--all-pages for more)")
-        jobs = ctx.client().get("/v1/jobs", params + [("limit", limit)])
-    jobs.sort(key=lambda j: j["id"])
+    jobs, limit = _fetch_jobs(ctx, args, "/v1/jobs", params, LIST_LIMIT)
     if ctx.json:
         print_json(jobs)
         return EXIT_OK
@@ -278,6 +270,20 @@ def cmd_jobs(args, ctx) -> int:
     return EXIT_OK
 
 
+def _fetch_jobs(ctx, args, path: str, params: list[tuple[str, Any]], default_limit: int) -> tuple[list[dict], int]:
+    """The newest ``--limit`` jobs of a listing (``default_limit`` if not given), or with ``--all-pages``
+    every page; oldest first.  Also the limit asked for (None with ``--all-pages`` and no ``--limit``)."""
+    if args.all_pages:
+        jobs = ctx.client().get_all(path, params, limit=args.limit)
+        limit = args.limit
+    else:
+        limit = args.limit or default_limit
+        if limit > MAX_LIST_LIMIT:
+            raise UsageError(f"--limit is at most {MAX_LIST_LIMIT} (--all-pages for more)")
+        jobs = ctx.client().get(path, params + [("limit", limit)])
+    return sorted(jobs, key=lambda j: j["id"]), limit
+
+
 def cmd_hist(args, ctx) -> int:
     """Finished jobs, live and archived, oldest first like ``sacct`` (the newest ``--limit``)."""
     params: list[tuple[str, Any]] = [
@@ -285,15 +291,7 @@ def cmd_hist(args, ctx) -> int:
         ("since", parse_since(args.since) if args.since else None),
         ("until", parse_since(args.until) if args.until else None)]
     params += [("state", s) for s in args.state or ()]
-    if args.all_pages:
-        limit = args.limit
-        jobs = ctx.client().get_all("/v1/history/jobs", params, limit=limit)
-    else:
-        limit = args.limit or HIST_LIMIT
-        if limit > MAX_LIST_LIMIT:
-            raise UsageError(f"--limit is at most {MAX_LIST_LIMIT} (--all-pages for more)")
-        jobs = ctx.client().get("/v1/history/jobs", params + [("limit", limit)])
-    jobs.sort(key=lambda j: j["id"])
+    jobs, limit = _fetch_jobs(ctx, args, "/v1/history/jobs", params, HIST_LIMIT)
     if ctx.json:
         print_json(jobs)
         return EXIT_OK
