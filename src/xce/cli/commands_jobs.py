@@ -227,7 +227,11 @@ def cmd_submit(args, ctx) -> int:
         except ResReqError as e:
             raise UsageError(f"bad resource requirement (-R): {e.reason} at column {e.position + 1}\n"
                              f"  {e.text}\n  {' ' * e.position}^") from None
-    job = ctx.client().post("/v1/jobs", body)
+    # a request id makes the submission safe to send again when its answer is lost (a controller killed
+    # or failing over mid-call): the client follows the leader and retries, and the controller answers
+    # with the job the first attempt made rather than a second job
+    body["request_id"] = os.urandom(16).hex()
+    job = ctx.client().request("POST", "/v1/jobs", body=body, idempotent=True)
     if ctx.json:
         print_json(job)
     else:
