@@ -58,3 +58,28 @@ def test_a_poll_woken_by_facts_that_bring_it_no_work_waits_on_for_work(ctl, meth
             assert r.status_code == 201, r.text
             answer = poll.result(timeout=60)
         assert [(o["claim_name"], o["op"]) for o in answer["ops"]] == [("wanted", "create")], answer
+
+
+def test_a_reported_result_with_used_bytes_shows_them_on_the_claim_at_once(ctl):
+    """Used bytes in an op's reply are a reading the claim shows at once, not a scan interval later; a
+    report the controller refuses (an op this epoch does not hold) leaves no reading."""
+    with ctl.client() as api:
+        epoch = api.post(f"{AGENT}/lease", json={"holder": "test"}).json()["epoch"]
+        [op] = api.post(f"{AGENT}/work", json={"epoch": epoch}).json()["ops"] or create_and_take(api, epoch)
+        ref = {"op_id": op["op_id"], "claim_id": op["claim_id"]}
+        r = api.post(f"{AGENT}/reports", json={"epoch": epoch, "results": [
+            {**ref, "ok": True, "handle": "h-1", "size_bytes": 2**30, "used_bytes": 12345}]})
+        assert r.status_code == 200 and r.json()["refused"] == {}, r.text
+        assert api.get(f"/v1/claims/{op['claim_name']}").json()["used_bytes"] == 12345
+        # the op is over, and another is no op of this claim: neither reading is taken
+        for op_id in (op["op_id"], "c999.create.1"):
+            r = api.post(f"{AGENT}/reports", json={"epoch": epoch, "results": [
+                {"op_id": op_id, "claim_id": op["claim_id"], "ok": True, "handle": "h-1", "used_bytes": 1}]})
+            assert r.status_code == 200, r.text
+        assert api.get(f"/v1/claims/{op['claim_name']}").json()["used_bytes"] == 12345
+
+
+def create_and_take(api, epoch: int) -> list[dict]:
+    r = api.post("/v1/claims", json={"name": "used", "class": "simfs", "size": "1Gi", "access_mode": "RWO"})
+    assert r.status_code == 201, r.text
+    return wait_for(lambda: api.post(f"{AGENT}/work", json={"epoch": epoch}).json()["ops"], what="the create op")

@@ -102,6 +102,8 @@ def result_for(item: dict[str, Any], reply: ProviderReply) -> dict[str, Any]:
     if reply.ok:
         out.update(handle=reply.handle, size_bytes=reply.size_bytes, reachable_hosts=reply.reachable_hosts,
                    host_labels=dict(reply.host_labels or {}), path=reply.path)
+        if reply.used_bytes is not None and item.get("snapshot_id") is None:
+            out["used_bytes"] = reply.used_bytes
     else:
         out.update(code=reply.error_code or "ERROR", retryable=reply.retryable, stderr_tail=reply.stderr_tail)
     return out

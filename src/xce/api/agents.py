@@ -127,6 +127,12 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
         return bool(C.due_ops(ctl.model, agent, now, 1) or SN.due_ops(ctl.model, agent, now, 1)
                     or agent == SHARED_AGENT and due_for_release(ctl.model, ctl.config.claims.orphan_grace, now))
 
+    def holds(model: Model, agent: str, epoch: int, claim_id: int, op_id: str) -> bool:
+        """The claim's op ``op_id`` is open and its intent is ``agent``'s in ``epoch``: whose readings count."""
+        claim = model.claims.get(claim_id)
+        found = claim.find_op(op_id) if claim is not None else None
+        return found is not None and found[1] is None and found[0].agent == agent and found[0].epoch == epoch
+
     async def wait_for_work(agent: str, epoch: int, wait: float) -> None:
         """Until the agent has work, ``wait`` seconds pass, or the server stops.  A waking fact may bring
         no work for this agent (another agent's op, the report of an op it still runs): the poll waits
@@ -234,9 +240,16 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
         def decide(model: Model):
             C.check_epoch(model, agent, body.epoch)
             now = time.time()
-            results = [C.OpResult(**r.model_dump(exclude={"snapshot_id"})) for r in body.results
+            results = [C.OpResult(**r.model_dump(exclude={"snapshot_id", "used_bytes"})) for r in body.results
                        if r.snapshot_id is None]
+            # a claim's used bytes as its op's reply gave them: a reading (controller/observed.py), taken
+            # only for an op this agent holds in this epoch (looked at before the report closes it)
+            used = [(r.claim_id, r.used_bytes) for r in body.results
+                    if r.snapshot_id is None and r.ok and r.used_bytes is not None
+                    and holds(model, agent, body.epoch, r.claim_id, r.op_id)]
             facts, refused = job_claims.agent_report(model, ctl.config.claims, agent, body.epoch, results, now, _rng)
+            for claim_id, nbytes in used:
+                ctl.observed.note_used(model, claim_id, nbytes, now)
             for r in body.results:
                 if r.snapshot_id is None:
                     continue
@@ -275,9 +288,7 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
         now = time.time()
         taken = 0
         for item in body.items:
-            claim = ctl.model.claims.get(item.claim_id)
-            found = claim.find_op(item.op_id) if claim is not None else None
-            if found is None or found[1] is not None or found[0].agent != agent or found[0].epoch != body.epoch:
+            if not holds(ctl.model, agent, body.epoch, item.claim_id, item.op_id):
                 continue  # over already, or not this agent's: a stale reading is dropped
             ctl.observed.report_progress(ctl.model, item.claim_id, item.op_id, item.bytes, item.total_bytes,
                                          item.rate, now)

@@ -332,6 +332,8 @@ class OpResult(Strict):
     code: Annotated[str, Field(max_length=64)] = ""
     retryable: bool = True
     stderr_tail: Annotated[str, Field(max_length=8192)] = ""
+    # bytes the object's data takes now, if the provider said (a reading: controller/observed.py)
+    used_bytes: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
 
 
 class ProgressItem(Strict):

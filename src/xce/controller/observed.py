@@ -4,9 +4,10 @@ These are readings, not decisions: they change all the time (every byte a job wr
 that happened depends on a past reading.  So they are kept here, in the leader's memory, and not
 in the log: a fact per reading would grow the log with every scan of every claim, and replay would
 rebuild numbers that are stale anyway.  The provisioner sends them with its periodic inventory
-(``[claims] orphan_scan_interval``), which is what rate-limits them.  After a restart or a failover
-they are unknown until its next scan: pools then count on their configured capacity alone, and
-claims show no used bytes.  Decisions made from them (a placement, a resize's reservation) are facts
+(``[claims] orphan_scan_interval``), which is what rate-limits them, and with the result of an op
+whose reply carries them (a create, an expand), so a new or grown claim shows them at once.  After
+a restart or a failover they are unknown until its next scan: pools then count on their configured
+capacity alone, and claims show no used bytes.  Decisions made from them (a placement, a resize's reservation) are facts
 as always, so replay never needs them.
 
 Transfer progress is a reading too: how far a claim's stage-in or populate op has copied (bytes,
@@ -121,6 +122,12 @@ class Observed:
         for claim_id in [i for i, c in ((i, model.claims.get(i)) for i in self.used)
                          if c is None or c.class_name == class_name and i not in seen]:
             del self.used[claim_id]  # gone, or no longer listed with a reading
+
+    def note_used(self, model: Model, claim_id: int, used: int, now: float) -> None:
+        """One claim's used bytes from its op's reply (a create, an expand): shown at once rather than
+        at the next scan, which still replaces it."""
+        if claim_id in model.claims and used >= 0:
+            self.used[claim_id] = Used(used, now)
 
     def used_bytes(self, claim_id: int) -> int | None:
         got = self.used.get(claim_id)
