@@ -12,7 +12,7 @@ import argparse
 import os
 import re
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from xce.cli.base import Parser, positive_int
 from xce.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
@@ -260,18 +260,10 @@ def cmd_jobs(args, ctx) -> int:
     params: list[tuple[str, Any]] = [("all", args.all or None), ("user", args.user), ("queue", args.queue)]
     params += [("state", s) for s in args.state or ()]
     jobs, limit = _fetch_jobs(ctx, args, "/v1/jobs", params, LIST_LIMIT)
-    if ctx.json:
-        print_json(jobs)
-        return EXIT_OK
-    if not jobs:
-        print("No jobs found", file=sys.stderr)
-        return EXIT_OK
-    if not args.all_pages and len(jobs) == limit:
-        print(f"(the newest {limit} jobs that match: --limit N or --all-pages for more)", file=sys.stderr)
-    print_table(("JOBID", "USER", "STAT", "QUEUE", "NAME", "SLOTS", "EXEC_HOST", "SUBMIT_TIME"),
-                ((j["display_id"], j["user"], j["state"], j["queue"], j["name"], j["slots"], _hosts(j),
-                  when(j["submit_time"])) for j in jobs))
-    return EXIT_OK
+    return _show_jobs(ctx, args, jobs, limit, "No jobs found",
+                      ("JOBID", "USER", "STAT", "QUEUE", "NAME", "SLOTS", "EXEC_HOST", "SUBMIT_TIME"),
+                      lambda j: (j["display_id"], j["user"], j["state"], j["queue"], j["name"], j["slots"],
+                                 _hosts(j), when(j["submit_time"])))
 
 
 def _fetch_jobs(ctx, args, path: str, params: list[tuple[str, Any]], default_limit: int) -> tuple[list[dict], int]:
@@ -288,6 +280,21 @@ def _fetch_jobs(ctx, args, path: str, params: list[tuple[str, Any]], default_lim
     return sorted(jobs, key=lambda j: j["id"]), limit
 
 
+def _show_jobs(ctx, args, jobs: list[dict], limit: int | None, nothing: str, columns: tuple[str, ...],
+               row: Callable[[dict], tuple]) -> int:
+    """A fetched listing as JSON or a table, saying when ``--limit`` cut it short."""
+    if ctx.json:
+        print_json(jobs)
+        return EXIT_OK
+    if not jobs:
+        print(nothing, file=sys.stderr)
+        return EXIT_OK
+    if not args.all_pages and len(jobs) == limit:
+        print(f"(the newest {limit} jobs that match: --limit N or --all-pages for more)", file=sys.stderr)
+    print_table(columns, (row(j) for j in jobs))
+    return EXIT_OK
+
+
 def cmd_hist(args, ctx) -> int:
     """Finished jobs, live and archived, oldest first like ``sacct`` (the newest ``--limit``)."""
     params: list[tuple[str, Any]] = [
@@ -296,19 +303,12 @@ def cmd_hist(args, ctx) -> int:
         ("until", parse_since(args.until) if args.until else None)]
     params += [("state", s) for s in args.state or ()]
     jobs, limit = _fetch_jobs(ctx, args, "/v1/history/jobs", params, HIST_LIMIT)
-    if ctx.json:
-        print_json(jobs)
-        return EXIT_OK
-    if not jobs:
-        print("No finished jobs found", file=sys.stderr)
-        return EXIT_OK
-    if not args.all_pages and len(jobs) == limit:
-        print(f"(the newest {limit} jobs that match: --limit N or --all-pages for more)", file=sys.stderr)
-    print_table(("JOBID", "USER", "PROJECT", "STAT", "NAME", "SLOTS", "EXIT", "SUBMIT_TIME", "END_TIME", "RUN_TIME"),
-                ((j["display_id"], j["user"], j["project"], j["state"], j["name"], j["slots"],
-                  j["exit_code"] if j["signal"] is None else f"sig {j['signal']}", when(j["submit_time"]),
-                  when(j["end_time"]), _duration(j["run_s"])) for j in jobs))
-    return EXIT_OK
+    return _show_jobs(ctx, args, jobs, limit, "No finished jobs found",
+                      ("JOBID", "USER", "PROJECT", "STAT", "NAME", "SLOTS", "EXIT", "SUBMIT_TIME", "END_TIME",
+                       "RUN_TIME"),
+                      lambda j: (j["display_id"], j["user"], j["project"], j["state"], j["name"], j["slots"],
+                                 j["exit_code"] if j["signal"] is None else f"sig {j['signal']}",
+                                 when(j["submit_time"]), when(j["end_time"]), _duration(j["run_s"])))
 
 
 def _duration(seconds: float | None) -> str | None:
