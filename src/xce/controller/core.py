@@ -167,6 +167,9 @@ class Controller:
         self.stats = CommitStats()
         self._queue: asyncio.Queue[_Command] | None = None
         self._inflight: asyncio.Future | None = None
+        # readers waiting for the batch in flight (read_barrier); the commit loop lets them run
+        # before it decides the next batch
+        self._readers: list[asyncio.Future] = []
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="xce-writer")
         self._lease_io = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="xce-lease")
         # audit queries: off the writer thread (the stores read on their own connections)
@@ -407,11 +410,27 @@ class Controller:
         return outcome.result
 
     async def read_barrier(self) -> None:
-        """Wait until every fact already in the model is durable."""
+        """Wait until every fact already in the model is durable: until the batch in flight, if any,
+        is committed.  The commit loop lets the readers waiting for a batch run before it decides
+        the next one (whose facts would not be durable yet), so a steady stream of writes delays a
+        read by one commit, never until the writes stop."""
         if not self.is_leader or time.monotonic() >= self._lease_expires:
             raise self.not_leader()
-        while self._inflight is not None:
-            await asyncio.shield(self._inflight)
+        if self._inflight is None:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._readers.append(waiter)
+        await waiter
+        if not self.is_leader:
+            raise self.not_leader()  # the append was refused: the model holds facts the store does not
+
+    def _release_readers(self) -> bool:
+        """Wake the readers waiting for the batch just ended; whether there were any."""
+        readers, self._readers = self._readers, []
+        for waiter in readers:
+            if not waiter.done():  # done: its request was cancelled
+                waiter.set_result(None)
+        return bool(readers)
 
     def not_leader(self) -> NotLeader:
         """The refusal of a controller that may not act now, naming the leader's URL if it knows it
@@ -442,6 +461,7 @@ class Controller:
             outcomes, records, facts = self._decide_batch(batch)
             audit = self.model.take_audit()  # the batch's records: committed with its facts, or not at all
             retired = self.model.take_archive()  # ... and so are the documents of the records it retired
+            readers = False
             if records:
                 self._inflight = loop.create_future()
                 try:
@@ -455,6 +475,7 @@ class Controller:
                 finally:
                     self._inflight.set_result(None)
                     self._inflight = None
+                    readers = self._release_readers()
                 self.committed = self.model.position
                 self.stats.batches += 1
                 self.stats.facts += len(records)
@@ -469,6 +490,10 @@ class Controller:
             for cmd, out in zip(batch, outcomes):
                 if not cmd.future.done():
                     cmd.future.set_result(out)
+            if readers:
+                # OBSERVATION: readers wait for this batch.  Their wake-ups are queued already; one
+                # yield runs them, on the committed model, before the next batch's decisions
+                await asyncio.sleep(0)
             if self._since_snapshot >= self.config.controller.snapshot_every:
                 try:
                     await loop.run_in_executor(self._writer, self._snapshot_now)
