@@ -3,16 +3,30 @@
 Process chain (every step an ``exec`` except the shepherd's one fork for the job)::
 
     worker --posix_spawn--> shepherd (sh, own session)
-        └── sh: echo $$ > RUN/pgid; exec setsid          the job's own session and process group
-              [unshare --mount --propagation private]    as root: a private mount namespace (claims)
-              [setpriv --reuid U --regid G --init-groups]   when configured: the submitting user
-              sh LAUNCH: cd CWD, open stdout/stderr as that user, exec CMD
+        └── setsid                                       the job's own session and process group
+              [unshare --mount --propagation private]    as root: a private mount namespace
+              sh JOB: echo $$ > RUN/pgid                 (as root: the worker reads it to signal the group)
+                      [mount -a -T RUN/fstab]            claims: one bind mount each, read-only where required
+                      then as the worker's user: LAUNCH in this same shell;
+                      as the submitting user: exec setpriv --reuid U --regid G --init-groups -- sh LAUNCH
+              LAUNCH: cd CWD, open stdout/stderr as that user, exec CMD
+
+Every exec costs a job about a millisecond of CPU on the worker host, and
+``mount`` (libmount) more, so the chain is as short as the guarantees let it
+be: one root shell records the process group, mounts and (without
+``--run-as-users``) launches; all claims are mounted by one ``mount -a`` over
+an fstab the worker wrote into the run directory, from paths it checked
+(``mount -a`` does a read-only bind as bind + read-only remount itself).
+Not bubblewrap (``bwrap``), although its one exec is cheaper still: it sets
+``no_new_privs`` on every sandbox, unconditionally, and a job could then no
+longer use setuid programs (``sudo``, ``fusermount3``) or file capabilities.
 
 The shepherd waits for the job and writes its exit status to ``RUN/status``.
 It never gets a signal from the worker (kills go to the job's process
 group), so when the worker restarts, a run that is still going is adopted,
 and one that ended while no worker was there is reported with its real
 status.  ``RUN`` is the run's directory under the worker's ``runs/``.
+``RUN/pgid`` is written after ``setsid``: once it exists, the group does.
 
 Signals: the job is not started from an asynchronous list, so it does not
 inherit ignored SIGINT/SIGQUIT.  A status above 128 is reported the shell's
@@ -33,15 +47,14 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # $1 = run dir; the rest is the job's chain.  Waits for the job, records how it ended.
 SHEPHERD = 'run=$1; shift; echo $$ > "$run/shepherd.pid"; "$@"; echo $? > "$run/status"'
-# $0 = run dir: record the job's pid (= its process group after setsid), then become the job's chain
-MARK = 'echo $$ > "$0/pgid"; exec "$@"'
-# as root, in the job's private mount namespace: bind-mount each claim (read-only where required)
-# at the path XCE chose for it, then become the rest of the chain.  Args: RUN SRC DST rw|ro ... -- CHAIN
-# A failure is written to RUN/publish.err and ends the run with PUBLISH_FAILED.
+# $1 = run dir (as root, after setsid): record the job's pid, which is its process group
+MARK = 'echo $$ > "$1/pgid"; '
+# as root, in the job's private mount namespace: bind-mount every claim (read-only where required) at
+# the path XCE chose for it, as RUN/fstab lists them.  A failure is written to RUN/publish.err and
+# ends the run with PUBLISH_FAILED.
 PUBLISH_FAILED = 125
-PUBLISH = ('run=$1; shift; while [ "$1" != -- ]; do mount --bind -- "$1" "$2" 2>>"$run/publish.err" || exit 125; '
-           'if [ "$3" = ro ]; then mount -o remount,bind,ro -- "$2" 2>>"$run/publish.err" || exit 125; fi; '
-           'shift 3; done; shift; exec "$@"')
+FSTAB = "fstab"
+PUBLISH = f'mount -a -T "$1/{FSTAB}" 2>>"$1/publish.err" || exit {PUBLISH_FAILED}; '
 # runs as the job's user: cwd, output files opened with the user's rights, then the command.  Fd 3 is
 # RUN/launch.err, opened by the worker (the user cannot write the run dir): the shell's own message and
 # ours go there, and the job never sees it.  ``command exec`` so that a failed redirection does not
@@ -53,6 +66,13 @@ LAUNCH = ('exec 2>&3; cd -- "$1" || { echo "cannot enter working directory $1" >
           'else command exec 2>>"$3" || { echo "cannot open output file $3" >&3; exit 126; }; fi; '
           'exec 3>&-; shift 3; exec "$@"')
 LAUNCH_ERR = "launch.err"
+
+
+def job_script(publish: bool, then_exec: bool) -> str:
+    """The root shell after setsid (and unshare): MARK, PUBLISH when there are claims, then either
+    LAUNCH itself (``then_exec`` false: the job runs as the worker's user) or ``exec "$@"`` (setpriv
+    and the user's LAUNCH).  Args: RUN, then LAUNCH's (CWD STDOUT STDERR CMD...) or the chain."""
+    return MARK + (PUBLISH if publish else "") + "shift; " + ('exec "$@"' if then_exec else LAUNCH)
 
 
 class StartFailed(Exception):
@@ -81,18 +101,26 @@ def publish_env(claims: list[dict[str, Any]], run_dir: str) -> dict[str, str]:
     return env
 
 
-def prepare_publish(claims: list[dict[str, Any]], run_dir: str, roots: StorageRoots, as_root: bool) -> list[str]:
-    """Mount points (root) or symlinks (not root) for each claim; returns the PUBLISH arguments.
+def fstab_field(path: str) -> bytes:
+    """``path`` as one fstab field: whitespace, control bytes and backslashes as ``\\ooo`` octal,
+    which libmount reads back (a path with a space must not become two fields, nor a newline two
+    lines); every other byte as it is."""
+    return b"".join(b"\\%03o" % c if c <= 0x20 or c in (0x5C, 0x7F) else bytes((c,)) for c in os.fsencode(path))
+
+
+def prepare_publish(claims: list[dict[str, Any]], run_dir: str, roots: StorageRoots, as_root: bool) -> bool:
+    """Mount points and RUN/fstab (root) or symlinks (not root) for each claim; True when PUBLISH has
+    mounts to make.
 
     Each claim's data path must lie inside this worker's storage roots (a forged path such as
     ``/etc`` is refused).  Nothing is chowned here: a claim's data belongs to whoever its provider
     made it for (see ``set_owner`` in simfs); the worker changes ownership of nothing it did not
     create for the run."""
     if not claims:
-        return []
+        return False
     base = claims_dir(run_dir)
     os.makedirs(base, mode=0o711, exist_ok=True)
-    args: list[str] = []
+    lines: list[bytes] = []
     for c in claims:
         try:
             src = roots.check(c.get("path"), f"claim {c['claim']}")
@@ -103,12 +131,18 @@ def prepare_publish(claims: list[dict[str, Any]], run_dir: str, roots: StorageRo
         dst = os.path.join(base, c["name"])
         if as_root:
             os.makedirs(dst, exist_ok=True)
-            args += [src, dst, "ro" if c["readonly"] else "rw"]
+            lines.append(b"%s %s none bind,%s 0 0\n" % (fstab_field(src), fstab_field(dst),
+                                                        b"ro" if c["readonly"] else b"rw"))
         else:
             if os.path.lexists(dst):
                 os.unlink(dst)
             os.symlink(src, dst)  # no mount namespace without root: a link, and the record says so
-    return args
+    if not as_root:
+        return False
+    fd = os.open(os.path.join(run_dir, FSTAB), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(b"".join(lines))
+    return True
 
 
 @dataclass(frozen=True)
@@ -193,7 +227,7 @@ def start(job: dict[str, Any], host: str, run_dir: str, workspace: str, output_d
     env = job_env(job, host, workspace, home)
     claims = job.get("claims") or []
     as_root = os.geteuid() == 0 and shutil.which("unshare") is not None
-    publish_args = prepare_publish(claims, run_dir, roots, as_root)
+    publish = prepare_publish(claims, run_dir, roots, as_root)
     env.update(publish_env(claims, run_dir))
     if _resolve(job["command"][0], cwd, env["PATH"]) is None:
         raise StartFailed(f"failed to start: command not found: {job['command'][0]}")
@@ -206,27 +240,38 @@ def start(job: dict[str, Any], host: str, run_dir: str, workspace: str, output_d
             raise StartFailed(f"failed to start: output directory {p} does not exist on {host}")
     if not job["stdout"]:
         _precreate(default_out, run_as)
-    chain = [shutil.which("setsid") or "/usr/bin/setsid"]
-    if as_root:
-        chain += [shutil.which("unshare"), "--mount", "--propagation", "private", "--"]
-        if publish_args:
-            chain += ["/bin/sh", "-c", PUBLISH, "xce-publish", run_dir, *publish_args, "--"]
-    if run_as is not None:
-        chain += [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={run_as.uid}",
-                  f"--regid={run_as.gid}", "--init-groups", "--"]
-    chain += ["/bin/sh", "-c", LAUNCH, "xce-job", cwd, stdout, stderr, *job["command"]]
-    argv = ["/bin/sh", "-c", SHEPHERD, "xce-shepherd", run_dir, "/bin/sh", "-c", MARK, run_dir, *chain]
+    pid = spawn_shepherd(run_dir, job_chain(run_dir, cwd, stdout, stderr, job["command"], as_root, publish, run_as),
+                         env)
+    how = ("bind" if as_root else "symlink") if claims else ""
+    return Started(pid=pid, workspace=workspace, stdout=stdout, stderr=stderr, publish=how)
+
+
+def spawn_shepherd(run_dir: str, chain: list[str], env: dict[str, str]) -> int:
+    """Spawn the shepherd of ``chain`` in its own session; its pid.  Fd 3 is RUN/launch.err (LAUNCH)."""
+    argv = ["/bin/sh", "-c", SHEPHERD, "xce-shepherd", run_dir, *chain]
     actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
                (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
                (os.POSIX_SPAWN_DUP2, 1, 2),
                (os.POSIX_SPAWN_OPEN, 3, os.path.join(run_dir, LAUNCH_ERR),
                 os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)]
     try:
-        pid = os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True)
+        return os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True)
     except OSError as e:
         raise StartFailed(f"failed to start: {e.strerror}") from None
-    publish = ("bind" if as_root else "symlink") if claims else ""
-    return Started(pid=pid, workspace=workspace, stdout=stdout, stderr=stderr, publish=publish)
+
+
+def job_chain(run_dir: str, cwd: str, stdout: str, stderr: str, command: list[str], as_root: bool,
+              publish: bool, run_as: RunAs | None) -> list[str]:
+    """The job's chain of execs, from ``setsid`` to its command (see the module docstring)."""
+    chain = [shutil.which("setsid") or "/usr/bin/setsid"]
+    if as_root:
+        chain += [shutil.which("unshare") or "/usr/bin/unshare", "--mount", "--propagation", "private", "--"]
+    launch = [cwd, stdout, stderr, *command]
+    chain += ["/bin/sh", "-c", job_script(publish, run_as is not None), "xce-job", run_dir]
+    if run_as is None:
+        return chain + launch
+    return chain + [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={run_as.uid}",
+                    f"--regid={run_as.gid}", "--init-groups", "--", "/bin/sh", "-c", LAUNCH, "xce-job", *launch]
 
 
 def _precreate(path: str, run_as: RunAs | None) -> None:
@@ -266,12 +311,15 @@ def shepherd_alive(pid: int, run_dir: str) -> bool:
 
 
 def publish_error(run_dir: str) -> str | None:
+    """What ``mount`` said last, from RUN/publish.err: its last unindented line (the indented one
+    after it is libmount's "dmesg(1) may have more information" hint, which says nothing)."""
     try:
         with open(os.path.join(run_dir, "publish.err"), errors="replace") as fh:
-            text = fh.read().strip()
+            lines = [ln for ln in fh.read().splitlines() if ln.strip()]
     except OSError:
         return None
-    return text.splitlines()[-1] if text else None
+    said = [ln for ln in lines if not ln[:1].isspace()]
+    return (said or lines)[-1].strip() if lines else None
 
 
 def launch_error(run_dir: str) -> str | None:

@@ -1,0 +1,195 @@
+"""The job's sandbox with real shepherds, real mount namespaces and real bind mounts (root), no worker:
+what the shortened chain (one root shell, one ``mount -a``) must keep."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import shutil
+import subprocess
+import tempfile
+import uuid
+
+import pytest
+
+from tests.helpers import wait_for
+from xce.worker import sandbox
+from xce.worker.storage import StorageRoots
+
+ROOT = os.geteuid() == 0
+root_only = pytest.mark.skipif(not ROOT, reason="mount namespaces and bind mounts need root (CI runs as root)")
+
+
+def _job(tmp_path, script: str, claims: list[dict]) -> dict:
+    return {"job_id": 1, "run": 1, "display_id": "1", "user": "alice", "name": "t", "command": ["sh", "-c", script],
+            "cwd": str(tmp_path), "stdout": str(tmp_path / "out"), "stderr": "", "hosts": ["h1"], "slots": 1,
+            "total_slots": 1, "array_index": None, "array_parent": None, "queue": "default", "project": "default",
+            "claims": claims}
+
+
+def _claim(name: str, path, readonly: bool = False) -> dict:
+    return {"claim": f"c-{name}", "name": name, "env": f"XCE_C_{name.upper()}", "path": str(path),
+            "readonly": readonly}
+
+
+class Run:
+    """One run's directories under ``tmp_path``: storage root, run dir, workspace."""
+
+    def __init__(self, tmp_path) -> None:
+        self.root = tmp_path / "storage"
+        self.run_dir = tmp_path / "run"
+        for d in (self.root, self.run_dir):
+            d.mkdir(mode=0o711)
+        self.roots = StorageRoots([str(self.root)])
+
+    def data(self, name: str):
+        d = self.root / name
+        d.mkdir()
+        return d
+
+    def start(self, job: dict, run_as: sandbox.RunAs | None = None) -> sandbox.Started:
+        return sandbox.start(job, "h1", str(self.run_dir), str(self.run_dir / "ws"), str(self.run_dir),
+                             self.roots, run_as)
+
+    def status(self, started: sandbox.Started) -> int:
+        os.waitpid(started.pid, 0)
+        status = sandbox.read_int(str(self.run_dir / "status"))
+        assert status is not None
+        return status
+
+
+@root_only
+def test_claims_are_bound_in_a_private_namespace_and_a_read_only_one_refuses_even_root(tmp_path):
+    r = Run(tmp_path)
+    rw, ro = r.data("rw"), r.data("ro")
+    (ro / "weights").write_text("w\n")
+    report = tmp_path / "report"
+    script = (f'echo data > "$XCE_C_RW/written"; cat "$XCE_C_RO/weights" >{report}; '
+              f'if touch "$XCE_C_RO/x" 2>>{report}; then echo WROTE >>{report}; fi; '
+              f'grep NoNewPrivs /proc/self/status >>{report}; '
+              f'readlink /proc/self/ns/mnt >>{report}')
+    started = r.start(_job(tmp_path, script, [_claim("rw", rw), _claim("ro", ro, readonly=True)]))
+    assert started.publish == "bind"
+    assert r.status(started) == 0
+    lines = report.read_text().splitlines()
+    assert (rw / "written").read_text() == "data\n"
+    assert lines[0] == "w"
+    assert "Read-only file system" in lines[1] and "WROTE" not in lines
+    assert not (ro / "x").exists()
+    # setuid programs and file capabilities still work in jobs: the reason the chain is not bubblewrap
+    assert lines[2].split() == ["NoNewPrivs:", "0"]
+    assert lines[3] != os.readlink("/proc/self/ns/mnt"), "the job had a mount namespace of its own"
+    for name in ("rw", "ro"):  # the binds stayed in the job's namespace
+        assert not os.path.ismount(sandbox.claims_dir(str(r.run_dir)) + "/" + name)
+
+
+@root_only
+def test_a_claim_path_with_spaces_tabs_backslashes_and_a_newline_is_mounted_whole(tmp_path):
+    r = Run(tmp_path)
+    odd = r.data("a b\tc\\d\ne")
+    started = r.start(_job(tmp_path, 'echo here > "$XCE_C_ODD/f"', [_claim("odd", odd)]))
+    assert r.status(started) == 0
+    assert (odd / "f").read_text() == "here\n"
+
+
+def test_fstab_fields_escape_what_would_split_a_field_or_a_line():
+    assert sandbox.fstab_field("/a b\tc\\d\ne\x7f") == b"/a\\040b\\011c\\134d\\012e\\177"
+    assert sandbox.fstab_field("/d\u00e9j\u00e0") == "/d\u00e9j\u00e0".encode()
+
+
+def test_a_claim_outside_the_storage_roots_is_refused_before_anything_runs(tmp_path):
+    r = Run(tmp_path)
+    link = r.root / "out"
+    link.symlink_to("/etc")
+    for path in ("/etc", str(link), "relative/path"):
+        with pytest.raises(sandbox.StartFailed, match="outside this worker's storage roots|no data path"):
+            r.start(_job(tmp_path, "true", [_claim("x", path)]))
+    assert not (r.run_dir / sandbox.FSTAB).exists() and not (r.run_dir / "shepherd.pid").exists()
+
+
+@root_only
+def test_a_claim_that_vanishes_before_its_mount_ends_the_run_with_publish_failed_and_the_reason(tmp_path):
+    """The worker checked the directory; it went before the job's ``mount -a``: the run ends with
+    PUBLISH_FAILED, what mount said is kept, and the command never ran."""
+    r = Run(tmp_path)
+    gone = r.data("gone")
+    assert sandbox.prepare_publish([_claim("gone", gone)], str(r.run_dir), r.roots, as_root=True)
+    gone.rmdir()
+    ran = tmp_path / "ran"
+    chain = sandbox.job_chain(str(r.run_dir), str(tmp_path), "/dev/null", "/dev/null", ["touch", str(ran)],
+                              as_root=True, publish=True, run_as=None)
+    pid = sandbox.spawn_shepherd(str(r.run_dir), chain, {"PATH": sandbox.DEFAULT_PATH})
+    os.waitpid(pid, 0)
+    assert sandbox.read_int(str(r.run_dir / "status")) == sandbox.PUBLISH_FAILED
+    err = sandbox.publish_error(str(r.run_dir))
+    assert err is not None and str(gone) in err and "does not exist" in err, err
+    assert not ran.exists()
+
+
+@root_only
+def test_signals_go_to_the_jobs_own_group_and_the_shepherd_reports_them(tmp_path):
+    r = Run(tmp_path)
+    child = tmp_path / "child"
+    started = r.start(_job(tmp_path, f"sleep 600 & echo $! > {child}; wait", [_claim("d", r.data("d"))]))
+    pgid_path = str(r.run_dir / "pgid")
+    wait_for(lambda: sandbox.read_int(pgid_path) is not None and child.exists() and child.read_text().strip(),
+             what="the job's pgid and its child")
+    pgid = sandbox.read_int(pgid_path)
+    assert pgid is not None and pgid != started.pid
+    assert os.getpgid(pgid) == pgid and os.getsid(pgid) == pgid, "pgid is written once the group exists"
+    sleeper = int(child.read_text())
+    assert os.getpgid(sleeper) == pgid
+    os.killpg(pgid, signal.SIGTERM)
+    assert r.status(started) == 128 + signal.SIGTERM
+    assert sandbox.exit_status(128 + signal.SIGTERM) == (143, signal.SIGTERM)
+    wait_for(lambda: not os.path.exists(f"/proc/{sleeper}") or _zombie(sleeper), what="the job's child gone")
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@pytest.fixture
+def open_tmp():
+    """A temp directory other users may pass through (pytest's own are 0700 under a 0700 parent)."""
+    path = tempfile.mkdtemp(prefix="xce-sandbox-")
+    os.chmod(path, 0o711)
+    yield pathlib.Path(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def account():
+    name = f"xsb{uuid.uuid4().hex[:6]}"
+    subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", name], check=True)
+    yield name
+    subprocess.run(["userdel", name], check=False)
+
+
+@root_only
+def test_a_job_run_as_its_user_gets_its_claims_and_a_read_only_one_stays_read_only(open_tmp, account):
+    tmp_path = open_tmp
+    r = Run(tmp_path)
+    run_as = sandbox.run_as_for(account, "h1")
+    rw, ro = r.data("rw"), r.data("ro")
+    os.chown(rw, run_as.uid, run_as.gid)
+    os.chown(ro, run_as.uid, run_as.gid)  # the user's own: only the mount keeps the job from writing
+    out = tmp_path / "o"
+    out.mkdir()
+    os.chown(out, run_as.uid, run_as.gid)
+    report = out / "report"
+    script = (f'id -u >{report}; echo x > "$XCE_C_RW/f"; '
+              f'if touch "$XCE_C_RO/g" 2>>{report}; then echo WROTE >>{report}; fi')
+    job = _job(tmp_path, script, [_claim("rw", rw), _claim("ro", ro, readonly=True)])
+    job["cwd"], job["stdout"] = str(out), str(out / "stdout")
+    started = r.start(job, run_as)
+    assert r.status(started) == 0, (r.run_dir / sandbox.LAUNCH_ERR).read_text()
+    lines = report.read_text().splitlines()
+    assert lines[0] == str(run_as.uid)
+    assert os.stat(rw / "f").st_uid == run_as.uid
+    assert "Read-only file system" in lines[1] and "WROTE" not in lines
