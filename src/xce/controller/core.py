@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from xce.controller.bootstrap import bootstrap_facts
+from xce.controller.memory import release_free_memory
 from xce.controller.observed import Observed
 from xce.config import Config
 from xce.errors import NotLeader, Unavailable, XceError
@@ -577,11 +578,14 @@ class Controller:
         position = self.model.position
         self.store.write_snapshot(self.epoch, Snapshot(position=position, data=data))
         took = time.monotonic() - began  # what the commit loop waited for (compaction is after)
+        size = len(data)
+        del data
         self.store.compact(self.epoch, position)
+        release_free_memory()  # the encoding's pages: the snapshot is the controller's peak
         self._since_snapshot = 0
         self.stats.snapshots += 1
-        self.stats.last_snapshot_bytes, self.stats.last_snapshot_seconds = len(data), took
-        log.info("snapshot at position %d (%d bytes, %.3f s)", position, len(data), took)
+        self.stats.last_snapshot_bytes, self.stats.last_snapshot_seconds = size, took
+        log.info("snapshot at position %d (%d bytes, %.3f s)", position, size, took)
 
 
 def archived_job(position: int, job: Job) -> ArchivedJob:

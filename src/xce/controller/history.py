@@ -22,6 +22,7 @@ from typing import Iterable
 import orjson
 
 from xce.controller.core import Controller, Outcome
+from xce.controller.memory import release_free_memory
 from xce.errors import XceError
 from xce.model import Model
 from xce.model import history as H
@@ -52,15 +53,19 @@ class Retirement:
             await asyncio.sleep(cfg.retire_every)
             if not self.ctl.serving:
                 continue
+            retired = 0
             try:
                 while True:
                     n = await self.ctl.execute(self._decide)
                     self.ctl.stats.retired += n
+                    retired += n
                     if n < cfg.retire_batch:
                         break
                     await asyncio.sleep(0)  # let requests in between two full batches
             except XceError as e:  # not leading any more, or the store refused: the next pass tries again
                 log.warning("retirement pass: %s", e)
+            if retired:
+                release_free_memory()  # what the retired records held, back to the system
 
 
 def job_of(doc: str) -> Job:
