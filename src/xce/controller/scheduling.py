@@ -24,7 +24,7 @@ from xce.model import facts as F
 from xce.model.claims import ClaimState, ResizeState
 from xce.model.hosts import HostState
 from xce.scheduler.core import schedule
-from xce.controller.snapshot import build_snapshot
+from xce.controller.snapshot import JobViews, build_snapshot
 
 log = logging.getLogger("xce.scheduler")
 
@@ -40,6 +40,7 @@ class SchedulerLoop:
         self.min_interval = min_interval
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="xce-scheduler")
         self.cycles = 0
+        self._views = JobViews()  # pending jobs' views, kept between cycles
         self._wake = asyncio.Event()
         ctl.commit_listeners.append(self._on_commit)
         ctl.leader_listeners.append(self._wake.set)
@@ -78,7 +79,7 @@ class SchedulerLoop:
             self.ctl.resize_reasons = {}
             return
         self.ctl.idle_reason = None
-        snap = build_snapshot(model, config, self.ctl.observed)
+        snap = build_snapshot(model, config, self.ctl.observed, self._views)
         if not snap.pending and not snap.pending_claims and not snap.pending_resizes:
             self.ctl.pending_reasons = {}
             self.ctl.claim_reasons = {}
