@@ -156,6 +156,21 @@ def test_queue_priority_decides_who_gets_scarce_slots(cl):
     cl.xce("kill", *map(str, blockers[1:]))
 
 
+def test_queues_count_waiting_and_running_jobs_and_not_finished_ones(cl):
+    done = cl.submit("-q", "urgent", "--", "true")
+    cl.wait_state(done, "DONE")
+    running = [cl.submit("-q", "urgent", "--", "sleep", "60") for _ in range(2)]
+    for j in running:
+        cl.wait_state(j, "RUN")
+    held = cl.submit("-q", "urgent", "-H", "--", "true")  # PSUSP: waiting, as bqueues counts it
+    try:
+        with cl.api() as c:
+            urgent = next(q for q in c.get("/v1/queues").json() if q["name"] == "urgent")
+        assert (urgent["pending"], urgent["running"]) == (1, 2)
+    finally:
+        cl.xce("kill", str(held), *map(str, running))
+
+
 def test_failures_end_exit_with_a_reason(cl):
     missing = cl.submit("--", "/no/such/command")
     nonzero = cl.submit("--", "sh", "-c", "exit 3")

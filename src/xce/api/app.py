@@ -46,7 +46,6 @@ from xce.model import Model
 from xce.model.identity import (User, define_user, issue_token, revoke_token, set_user_disabled,
                                 visible_token, visible_tokens)
 from xce.names import NAME_PATTERN
-from xce.model.jobs import JobState
 
 TokenId = Annotated[str, Path(pattern=r"^[0-9a-f]{1,32}$", max_length=32,
                               description="the id shown by xce token list (the secret's xce_ID_ part)")]
@@ -238,15 +237,17 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
     @app.get("/v1/queues", response_model=list[S.QueueOut], tags=["catalog"])
     async def list_queues(_: User = Depends(authenticated)):
         await controller.read_barrier()
-        counts: dict[str, list[int]] = {q: [0, 0] for q in controller.model.queues}
-        for job in controller.model.jobs.values():
-            c = counts.get(job.queue)
-            if c is not None:
-                if job.state in (JobState.PEND, JobState.PSUSP):
-                    c[0] += 1
-                elif job.started:
-                    c[1] += 1
-        queues = sorted(controller.model.queues.values(), key=lambda q: (-q.priority, q.name))
+        model = controller.model
+        counts: dict[str, list[int]] = {q: [0, 0] for q in model.queues}
+        # from the model's indexes: the live jobs are mostly finished ones waiting to retire
+        for job_id in model.waiting_jobs:
+            if (c := counts.get(model.jobs[job_id].queue)) is not None:
+                c[0] += 1
+        for job_id in model.jobs.keys() - model.waiting_jobs - model.finished_jobs.keys():
+            job = model.jobs[job_id]
+            if job.started and (c := counts.get(job.queue)) is not None:
+                c[1] += 1
+        queues = sorted(model.queues.values(), key=lambda q: (-q.priority, q.name))
         configured = {q.name: q for q in controller.config.queues}  # (defaults a submission reads)
         return JSONResponse([{"name": q.name, "priority": q.priority, "description": q.description,
                               "pending": counts[q.name][0], "running": counts[q.name][1],

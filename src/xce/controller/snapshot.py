@@ -37,12 +37,17 @@ class JobViews:
         kept, self._kept = self._kept, {}
         views = []
         for j in map(model.jobs.__getitem__, sorted(model.pending_jobs)):
-            if _uses_claims(j):
-                views.append(_job_view(model, j, prio))
-                continue
             key = (j.run, j.queue, prio.get(j.queue, 0), j.slots, j.resreq)
             hit = kept.get(j.id)
-            view = hit[2] if hit is not None and hit[0] is j and hit[1] == key else _job_view(model, j, prio)
+            # only views of jobs that use no claim are kept, and what makes a job use one is fixed at
+            # its submission (its references, its templates); the early claim it may get comes from those
+            if hit is not None and hit[0] is j and hit[1] == key:
+                view = hit[2]
+            else:
+                view = _job_view(model, j, prio)
+                if view.claims:
+                    views.append(view)
+                    continue
             self._kept[j.id] = (j, key, view)
             views.append(view)
         return tuple(views)
