@@ -82,6 +82,24 @@ def test_jobs_page_every_job_exactly_once_while_jobs_arrive(ctl):
         assert named and all(j["state"] == "PEND" for j in named)
 
 
+def test_the_brief_view_is_each_full_documents_row_and_pages_alike(ctl):
+    """``view=brief`` (what ``xce jobs`` asks): the same jobs on the same pages, each the listing's columns
+    of its full document and nothing more."""
+    with ctl.client() as c:
+        for i in range(7):
+            assert c.post("/v1/jobs", json={"command": ["true"], "name": f"brief-{i}"}).status_code == 201
+        full = walk(c, "/v1/jobs", 3, all="true")
+        brief = walk(c, "/v1/jobs", 3, all="true", view="brief")
+        assert [[j["id"] for j in page] for page in brief] == [[j["id"] for j in page] for page in full]
+        columns = {"id", "display_id", "name", "user", "project", "queue", "state", "slots", "hosts",
+                   "submit_time", "start_time", "end_time"}
+        for page_full, page_brief in zip(full, brief):
+            for f, b in zip(page_full, page_brief):
+                assert set(b) == columns and b == {k: f[k] for k in columns}
+        r = c.get("/v1/jobs", params={"view": "everything"})
+        assert r.status_code == 422 and "view" in r.text
+
+
 def test_claims_page_every_claim_exactly_once_while_claims_arrive(ctl):
     with ctl.client() as c:
         for i in range(23):

@@ -7,6 +7,7 @@ submission is the request the controller answers most often.
 from __future__ import annotations
 
 import time
+from typing import Literal
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -19,7 +20,7 @@ from xce.api.auth import authenticated
 from xce.api.commands import mutate
 from xce.api.paging import NEXT_CURSOR_DOC, cursor_query, limit_query, newest_first
 from xce.api.responses import JSONResponse
-from xce.api.views import job_json
+from xce.api.views import job_brief_json, job_json
 from xce.controller import history as CH
 from xce.controller.core import Controller
 from xce.errors import InvalidRequest
@@ -72,14 +73,17 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
     app.router.add_api_route("/v1/jobs", submit_job, methods=["POST"], response_model=S.JobOut, status_code=201,
                              tags=["jobs"], route_class_override=SubmitRoute)
 
-    @app.get("/v1/jobs", response_model=list[S.JobOut], tags=["jobs"], responses={200: {"headers": NEXT_CURSOR_DOC}})
+    @app.get("/v1/jobs", response_model=list[S.JobOut] | list[S.JobBriefOut], tags=["jobs"],
+             responses={200: {"headers": NEXT_CURSOR_DOC}})
     async def list_jobs(actor: User = Depends(authenticated),
                         user: str | None = Query(None, max_length=63, description="only this user's jobs"),
                         all_users: bool = Query(False, alias="all", description="admins: every user's jobs"),
                         queue: str | None = Query(None, max_length=63),
                         state: list[JobState] | None = Query(None),
                         array: int | None = Query(None, description="only the elements of this job array"),
-                        limit: int = limit_query("jobs"), cursor: str | None = cursor_query()):
+                        limit: int = limit_query("jobs"), cursor: str | None = cursor_query(),
+                        view: Literal["full", "brief"] = Query("full", description="brief: a listing's row "
+                                                               "per job (what xce jobs shows)")):
         """The newest matching jobs (one page), in id order within the page; ``X-Next-Cursor`` leads to
         older ones."""
         await ctl.read_barrier()
@@ -98,6 +102,8 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
         # ids ascend in the model: newest first, then in id order.  A listing is bounded and paged:
         # GET /v1/jobs?all=true on a big cluster was tens of megabytes in one answer
         page, headers = newest_first(ctl.model.jobs.values(), lambda j: j.id, match, limit, cursor, "jobs")
+        if view == "brief":
+            return JSONResponse([job_brief_json(j) for j in page], headers=headers)
         reason = ctl.pending_reason
         return JSONResponse([job_json(ctl.model, j, reason(j.id), progress) for j in page], headers=headers)
 

@@ -104,6 +104,23 @@ class JobOut(BaseModel):
     rerunnable: bool
 
 
+class JobBriefOut(BaseModel):
+    """A job as a listing's row shows it (``GET /v1/jobs?view=brief``, what ``xce jobs`` asks)."""
+
+    id: int
+    display_id: str
+    name: str
+    user: str
+    project: str
+    queue: str
+    state: str
+    slots: int
+    hosts: list[str]
+    submit_time: float
+    start_time: float | None
+    end_time: float | None
+
+
 class HistoryJobOut(BaseModel):
     id: int
     display_id: str

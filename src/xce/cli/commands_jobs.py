@@ -259,6 +259,8 @@ def cmd_jobs(args, ctx) -> int:
             raise UsageError(f"--{opt} is for finished jobs: xce hist (or xce jobs --done)")
     params: list[tuple[str, Any]] = [("all", args.all or None), ("user", args.user), ("queue", args.queue)]
     params += [("state", s) for s in args.state or ()]
+    if not ctx.json:
+        params.append(("view", "brief"))  # the table's columns only: --json prints whole documents
     jobs, limit = _fetch_jobs(ctx, args, "/v1/jobs", params, LIST_LIMIT)
     return _show_jobs(ctx, args, jobs, limit, "No jobs found",
                       ("JOBID", "USER", "STAT", "QUEUE", "NAME", "SLOTS", "EXEC_HOST", "SUBMIT_TIME"),
