@@ -13,7 +13,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The xce command's native front (native/xce.c) replaces the entry-point script pip writes: it runs
-# a plain `xce submit` without starting Python and hands everything else to the Python CLI.
+# a plain `xce submit` and a plain `xce jobs` without starting Python and hands everything else to
+# the Python CLI.
 NATIVE := $(VENV)/.native
 $(NATIVE): native/xce.c $(STAMP)
 	$(CC) -O2 -Wall -Wextra -o $(BIN)/xce native/xce.c

@@ -1,21 +1,31 @@
 /*
  * xce: the native front of the xce command.
  *
- * A Python start-up with the CLI's imports costs ~40 ms, so a loop of `xce submit` processes (what
- * a loop of `sbatch` calls is compared to) spends nearly all of its time starting Python.  This
- * front runs the commonest one-shot command itself: `xce submit` with the options listed in
- * parse_submit.  It builds the request body the Python CLI builds (xce/cli/commands_jobs.py,
- * cmd_submit), POSTs it to /v1/jobs and prints the same line, or the same error.
+ * A Python start-up with the CLI's imports costs ~40-100 ms, so a loop of `xce submit` processes
+ * (what a loop of `sbatch` calls is compared to) spends nearly all of its time starting Python, and
+ * `xce jobs` cannot answer in under 100 ms.  This front runs the two commonest one-shot commands
+ * itself:
+ *
+ *   - `xce submit` with the options listed in parse_submit: it builds the request body the Python
+ *     CLI builds (xce/cli/commands_jobs.py, cmd_submit), POSTs it to /v1/jobs and prints the same
+ *     line, or the same error;
+ *   - `xce jobs` with -a/--all, -u/--user, -q/--queue and --limit (parse_jobs): it sends cmd_jobs's
+ *     GET /v1/jobs?...&view=brief, reads the whole answer, and prints what _show_jobs prints (the
+ *     table of output.table, the --limit note, "No jobs found"), or the controller's refusal.
  *
  * Anything else it hands over untouched, by exec'ing the Python CLI (`python3 -m xce.cli.main`,
  * the interpreter beside this binary) with the same arguments: another command, an option it does
  * not know or an abbreviation of one, a value it would have to interpret (-R, --stage-*, an
- * array of digits argparse would read differently), --json, help, a config file that is not plain
- * `key = "value"` lines (`urls = [...]` included), an https or IPv6 URL, several controllers
- * (a comma in the URL), a controller it cannot connect to, a standby's 503 naming the leader.  So the Python
- * CLI stays the one definition of what `xce` means; this is a fast path, never a second dialect.
- * tests/cli/test_native.py runs both on the same argument lists and compares what reaches the
- * controller and what the user sees.
+ * array of digits argparse would read differently, a --limit above 10,000), --json, --state,
+ * --done, --all-pages, help, a config file that is not plain `key = "value"` lines (`urls = [...]`
+ * included), an https or IPv6 URL, several controllers (a comma in the URL), a controller it cannot
+ * connect to, a standby's 503 naming the leader.  A listing is a read, so `xce jobs` also hands
+ * over whatever answer it does not fully understand (not JSON as json.loads reads it, a field
+ * missing or of another type, a status other than 200 or a 4xx with the controller's message, a
+ * connection closed early, a non-ASCII byte to print): nothing is printed until the whole answer
+ * is read, and asking again in Python is safe.  So the Python CLI stays the one definition of what
+ * `xce` means; this is a fast path, never a second dialect.  tests/cli/test_native.py runs both on
+ * the same argument lists and compares what reaches the controller and what the user sees.
  *
  * Build: `make dev` compiles it over the entry-point script pip writes (.venv/bin/xce).
  */
@@ -34,6 +44,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #define TIMEOUT_S 30 /* xce.client's DEFAULT_TIMEOUT */
@@ -153,7 +164,10 @@ static void json_strings(Buf *b, char **items, int n) {
 
 /* ------------------------------------------------------------------ JSON in */
 
-/* Just enough to read the controller's answer: skip any value, decode a string, find a key. */
+/* Enough to read the controller's answers as Python's json.loads reads them: a value is accepted only
+ * if json.loads would accept it and decode it to the same thing, else the caller gives up (and hands
+ * over where it still can).  Strings decode to UTF-8; a raw control character, a lone surrogate or a
+ * \u0000 (which a C string cannot carry) is refused.  NaN and Infinity (Python's extensions) are too. */
 
 static const char *ws(const char *p) {
     while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
@@ -189,13 +203,17 @@ static int hex4(const char *p, unsigned *out) {
     return 1;
 }
 
-/* A string at p (at its opening quote): decoded into out (if not NULL); returns the end, or NULL. */
+/* A string at p (at its opening quote): decoded into out (if not NULL); returns the end, or NULL.
+ * (The caller checks that the document is UTF-8: raw bytes are copied as they are.) */
 static const char *json_read_string(const char *p, Buf *out) {
     if (*p != '"') return NULL;
+    if (out) buf_add(out, "", 0); /* an empty string is "", not NULL */
     for (p++; *p != '"'; p++) {
-        if (!*p) return NULL;
+        if ((unsigned char)*p < 0x20) return NULL; /* the end, or a control character json.loads refuses */
         if (*p != '\\') {
-            if (out) buf_add(out, p, 1);
+            const char *run = p; /* a run of plain bytes at once */
+            while (p[1] && p[1] != '"' && p[1] != '\\' && (unsigned char)p[1] >= 0x20) p++;
+            if (out) buf_add(out, run, (size_t)(p - run + 1));
             continue;
         }
         p++;
@@ -212,6 +230,7 @@ static const char *json_read_string(const char *p, Buf *out) {
                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                 p += 6;
             }
+            if (cp == 0 || (cp >= 0xD800 && cp < 0xE000)) return NULL; /* NUL, or a lone surrogate */
             if (out) put_utf8(out, cp);
         } else {
             return NULL;
@@ -220,11 +239,36 @@ static const char *json_read_string(const char *p, Buf *out) {
     return p + 1;
 }
 
-static const char *json_skip(const char *p) {
+/* A number at p, as JSON spells one (json.loads's NUMBER_RE); its end, or NULL.  *integer: no
+ * fraction, no exponent (json.loads makes it an int). */
+static const char *json_number(const char *p, int *integer) {
+    const char *d;
+    if (*p == '-') p++;
+    if (*p == '0') p++;
+    else if (*p >= '1' && *p <= '9') while (*p >= '0' && *p <= '9') p++;
+    else return NULL;
+    *integer = 1;
+    if (*p == '.') {
+        for (d = ++p; *p >= '0' && *p <= '9';) p++;
+        if (p == d) return NULL;
+        *integer = 0;
+    }
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-') p++;
+        for (d = p; *p >= '0' && *p <= '9';) p++;
+        if (p == d) return NULL;
+        *integer = 0;
+    }
+    return p;
+}
+
+static const char *json_skip_in(const char *p, int depth) {
     p = ws(p);
     if (*p == '"') return json_read_string(p, NULL);
     if (*p == '{' || *p == '[') {
         char close = *p == '{' ? '}' : ']';
+        if (depth > 64) return NULL; /* deeper than any answer of ours (and than the C stack likes) */
         p = ws(p + 1);
         if (*p == close) return p + 1;
         for (;;) {
@@ -233,34 +277,47 @@ static const char *json_skip(const char *p) {
                 if (!p || *(p = ws(p)) != ':') return NULL;
                 p++;
             }
-            if (!(p = json_skip(p))) return NULL;
+            if (!(p = json_skip_in(p, depth + 1))) return NULL;
             p = ws(p);
             if (*p == close) return p + 1;
             if (*p != ',') return NULL;
             p++;
         }
     }
-    const char *start = p; /* number, true, false, null */
-    while (*p && strchr("+-0123456789.eEtrufalsn", *p)) p++;
-    return p > start ? p : NULL;
+    static const char *const words[] = {"true", "false", "null"};
+    for (int i = 0; i < 3; i++)
+        if (!strncmp(p, words[i], strlen(words[i]))) return p + strlen(words[i]);
+    int integer;
+    return json_number(p, &integer);
 }
 
-/* The value of a top-level key of the object at doc (NULL: absent or not an object). */
+static const char *json_skip(const char *p) { return json_skip_in(p, 0); }
+
+/* Whether doc (len bytes) is one JSON document and nothing else, in UTF-8, as json.loads takes it. */
+static int json_whole(const char *doc, size_t len) {
+    if (strlen(doc) != len || !utf8_ok((const unsigned char *)doc)) return 0;
+    const char *end = json_skip(doc);
+    return end && !*ws(end);
+}
+
+/* The value of a top-level key of the object at doc (NULL: absent or not an object); of a key
+ * given twice, the last, as json.loads keeps. */
 static const char *json_get(const char *doc, const char *key) {
-    const char *p = ws(doc);
+    const char *p = ws(doc), *found = NULL;
     if (*p != '{') return NULL;
     p = ws(p + 1);
     if (*p == '}') return NULL;
     for (;;) {
         Buf k = {0};
         p = json_read_string(ws(p), &k);
-        int match = p && k.data && strcmp(k.data, key) == 0;
+        int match = p && strcmp(k.data, key) == 0;
         free(k.data);
         if (!p || *(p = ws(p)) != ':') return NULL;
         p = ws(p + 1);
-        if (match) return p;
+        if (match) found = p;
         if (!(p = json_skip(p))) return NULL;
         p = ws(p);
+        if (*p == '}') return found;
         if (*p != ',') return NULL;
         p++;
     }
@@ -605,7 +662,7 @@ static int read_all(int fd, Buf *resp) {
 }
 
 /* the body of a complete response (de-chunked if needed); NULL if it is incomplete */
-static char *body_from(Buf *resp, int *status, char *reason, size_t reason_cap) {
+static char *body_from(Buf *resp, int *status, char *reason, size_t reason_cap, size_t *len) {
     char *head_end = resp->data ? strstr(resp->data, "\r\n\r\n") : NULL;
     if (!head_end) return NULL;
     *head_end = '\0';
@@ -624,6 +681,7 @@ static char *body_from(Buf *resp, int *status, char *reason, size_t reason_cap) 
     if (!chunked) {
         if (length >= 0 && (size_t)length > have) return NULL;
         if (length >= 0) body[length] = '\0';
+        *len = length >= 0 ? (size_t)length : have;
         return body;
     }
     char *in = body, *out = body; /* in place: the decoded body is never longer */
@@ -640,52 +698,88 @@ static char *body_from(Buf *resp, int *status, char *reason, size_t reason_cap) 
         in += size + 2;
     }
     *out = '\0';
+    *len = (size_t)(out - body);
     return body;
 }
 
-static int submit(const Submit *s, const char *url, const char *token) {
+/* One exchange with the controller: the request (method, target below the URL's prefix, a JSON body
+ * or none), the answer's status, reason and body. */
+typedef struct {
+    int status;
+    char reason[256];
+    char *doc; /* the body, NUL-terminated */
+    size_t len; /* its length (more than strlen(doc) if it holds a NUL) */
+} Answer;
+
+enum { ANSWERED, NOT_SENT, SEND_FAILED, NO_ANSWER, CLOSED };
+
+static char g_shown[2048]; /* the URL as xce.client names it: stripped, no trailing slash */
+static int g_errno;        /* why a send failed */
+
+static int call(const char *url, const char *token, const char *method, const char *target, const Buf *body,
+                Answer *ans) {
     Target t;
     /* several controllers (URL1,URL2): following the leader is the Python client's, never ours */
     if (strchr(url, ',') || !parse_url(url, &t)) hand_over();
-    Buf body = {0}, req = {0}, resp = {0};
-    body_of(s, &body);
+    snprintf(g_shown, sizeof g_shown, "%s", url);
+    for (size_t n = strlen(g_shown); n && g_shown[n - 1] == '/';) g_shown[--n] = '\0';
     int fd = connect_to(&t);
-    if (fd < 0) hand_over(); /* nothing sent: the Python CLI says why, in its words */
-    buf_fmt(&req, "POST %s/v1/jobs HTTP/1.1\r\nHost: %s:%s\r\n", t.prefix, t.host, t.port);
+    if (fd < 0) return NOT_SENT;
+    Buf req = {0}, resp = {0};
+    buf_str(&req, method);
+    buf_str(&req, " ");
+    buf_str(&req, t.prefix);
+    buf_str(&req, target);
+    buf_fmt(&req, " HTTP/1.1\r\nHost: %s:%s\r\n", t.host, t.port);
     buf_str(&req, "Authorization: Bearer ");
     buf_str(&req, token);
-    buf_fmt(&req, "\r\nAccept: application/json\r\nUser-Agent: xce/native\r\nConnection: close\r\n"
-                  "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n", body.len);
-    buf_add(&req, body.data, body.len);
-    char shown[2048]; /* the URL as xce.client names it: stripped, no trailing slash */
-    snprintf(shown, sizeof shown, "%s", url);
-    for (size_t n = strlen(shown); n && shown[n - 1] == '/';) shown[--n] = '\0';
+    buf_str(&req, "\r\nAccept: application/json\r\nUser-Agent: xce/native\r\nConnection: close\r\n");
+    if (body) buf_fmt(&req, "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n", body->len);
+    else buf_str(&req, "Content-Length: 0\r\n\r\n");
+    if (body) buf_add(&req, body->data, body->len);
     for (size_t off = 0; off < req.len;) {
         ssize_t n = send(fd, req.data + off, req.len - off, MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return fail("cannot reach the controller at %s: %s", shown, strerror(errno));
+        if (n <= 0) {
+            g_errno = errno;
+            close(fd);
+            return SEND_FAILED;
+        }
         off += (size_t)n;
     }
+    free(req.data);
     int rc = read_all(fd, &resp);
     close(fd);
-    if (rc == -2) return fail("no answer from the controller at %s within %ds", shown, TIMEOUT_S);
-    int status = 0;
-    char reason[256];
-    char *doc = rc == 0 ? body_from(&resp, &status, reason, sizeof reason) : NULL;
-    if (!doc) return fail("the controller at %s closed the connection", shown);
+    if (rc == -2) return NO_ANSWER;
+    ans->doc = rc == 0 ? body_from(&resp, &ans->status, ans->reason, sizeof ans->reason, &ans->len) : NULL;
+    return ans->doc ? ANSWERED : CLOSED;
+}
+
+static int submit(const Submit *s, const char *url, const char *token) {
+    Buf body = {0};
+    Answer ans;
+    body_of(s, &body);
+    switch (call(url, token, "POST", "/v1/jobs", &body, &ans)) {
+    case NOT_SENT: hand_over(); /* nothing sent: the Python CLI says why, in its words */
+    case SEND_FAILED: return fail("cannot reach the controller at %s: %s", g_shown, strerror(g_errno));
+    case NO_ANSWER: return fail("no answer from the controller at %s within %ds", g_shown, TIMEOUT_S);
+    case CLOSED: return fail("the controller at %s closed the connection", g_shown);
+    }
+    int status = ans.status;
+    const char *doc = ans.doc;
     if (status < 200 || status >= 300) {
         const char *err = json_get(doc, "error"), *msg = err ? json_get(err, "message") : NULL;
         /* a standby: it did nothing and names the leader, which the Python CLI goes to */
         if (status == 503 && err && json_get(err, "leader")) hand_over();
         Buf m = {0};
-        if (msg && json_read_string(msg, &m) && m.data) return fail("%s", m.data);
-        return reason[0] ? fail("HTTP %d %s", status, reason) : fail("HTTP %d", status);
+        if (msg && json_read_string(msg, &m)) return fail("%s", m.data);
+        return ans.reason[0] ? fail("HTTP %d %s", status, ans.reason) : fail("HTTP %d", status);
     }
     const char *id = json_get(doc, "id"), *queue = json_get(doc, "queue"), *parent = json_get(doc, "array_parent");
     Buf q = {0};
     long job_id;
     char *end;
-    if (!id || !queue || !parent || !json_read_string(queue, &q) || !q.data || (job_id = strtol(id, &end, 10)) <= 0 ||
+    if (!id || !queue || !parent || !json_read_string(queue, &q) || (job_id = strtol(id, &end, 10)) <= 0 ||
         !strchr(",} \r\n\t", *end))
         return fail("the controller sent a response that is not JSON (HTTP %d)", status);
     signal(SIGPIPE, SIG_IGN); /* `xce submit ... | head -0`: a closed pipe is not a failure (as in Python) */
@@ -694,12 +788,320 @@ static int submit(const Submit *s, const char *url, const char *token) {
     return fflush(stdout) && errno != EPIPE ? EXIT_REFUSED : 0;
 }
 
+/* ------------------------------------------------------------------ xce jobs (cmd_jobs, _show_jobs) */
+
+#define LIST_LIMIT 1000      /* commands_jobs.LIST_LIMIT */
+#define MAX_LIST_LIMIT 10000 /* commands_jobs.MAX_LIST_LIMIT: above it the Python CLI says no */
+
+typedef struct {
+    char *url, *token, *config;
+    int all;
+    char *user, *queue, *limit_text;
+    long limit;
+} Jobs;
+
+/* `xce [global options] jobs [-a] [-u USER] [-q QUEUE] [--limit N]` in the forms argparse reads the
+ * same way for certain (as parse_submit); anything else (--json, --state, --done, --all-pages, the
+ * history options, help, an abbreviation...) goes to the Python CLI. */
+static void parse_jobs(int argc, char **argv, Jobs *j) {
+    memset(j, 0, sizeof *j);
+    int seen_jobs = 0;
+    for (int i = 1; i < argc; i++) {
+        char *a = argv[i];
+        if (a[0] != '-' || !a[1]) {
+            if (seen_jobs || strcmp(a, "jobs")) hand_over(); /* another command, or a stray argument */
+            seen_jobs = 1;
+            continue;
+        }
+        char **slot = NULL;
+        const char *value = NULL;
+        if (a[1] == '-') {
+            const char *name = a + 2, *eq = strchr(name, '=');
+            size_t n = eq ? (size_t)(eq - name) : strlen(name);
+#define IS(word) (n == strlen(word) && !strncmp(name, word, n))
+            if (!eq && seen_jobs && IS("all")) { j->all = 1; continue; }
+            if (IS("url")) slot = &j->url;
+            else if (IS("token")) slot = &j->token;
+            else if (IS("config")) slot = &j->config;
+            else if (seen_jobs && IS("user")) slot = &j->user;
+            else if (seen_jobs && IS("queue")) slot = &j->queue;
+            else if (seen_jobs && IS("limit")) slot = &j->limit_text;
+            else hand_over(); /* "--" too */
+#undef IS
+            value = eq ? eq + 1 : NULL;
+        } else {
+            if (!seen_jobs || a[2] == '=') hand_over(); /* argparse reads -q=X as -q X */
+            if (!strcmp(a, "-a")) { j->all = 1; continue; }
+            if (a[1] == 'u') slot = &j->user;
+            else if (a[1] == 'q') slot = &j->queue;
+            else hand_over(); /* -aq..., -s, -h, ... */
+            value = a[2] ? a + 2 : NULL;
+        }
+        if (!value) {
+            if (i + 1 >= argc || argv[i + 1][0] == '-') hand_over(); /* argparse's rules on '-' values */
+            value = argv[++i];
+        }
+        *slot = (char *)value;
+    }
+    if (!seen_jobs) hand_over();
+    j->limit = LIST_LIMIT;
+    /* --limit above the largest page is a usage error: the Python CLI's to say */
+    if (j->limit_text && (!positive(j->limit_text, &j->limit) || j->limit > MAX_LIST_LIMIT)) hand_over();
+    /* values go into the URL as UTF-8: other bytes are Python's to judge */
+    if ((j->user && !utf8_ok((unsigned char *)j->user)) || (j->queue && !utf8_ok((unsigned char *)j->queue)))
+        hand_over();
+}
+
+/* urllib.parse.quote(value, safe="") */
+static void quote(Buf *b, const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || strchr("_.-~", *p))
+            buf_add(b, (const char *)p, 1);
+        else
+            buf_fmt(b, "%%%02X", *p);
+    }
+}
+
+/* Whether s is ASCII: what this front prints.  Names the controller sends are [a-z0-9-_.] (check_name)
+ * and its messages are English; anything else would be printed in the encoding of Python's stdio,
+ * which the locale and PYTHON* settings decide: the Python CLI's to print. */
+static int ascii(const char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s >= 0x80) return 0;
+    return 1;
+}
+
+/* One row of the listing: the job's id (the sort key) and the table's cells, as _show_jobs has them. */
+#define NCOLS 8
+static const char *const HEADERS[NCOLS] = {"JOBID", "USER", "STAT", "QUEUE", "NAME", "SLOTS", "EXEC_HOST",
+                                            "SUBMIT_TIME"};
+typedef struct {
+    long long id;
+    size_t index; /* its place in the answer: sorted() is stable */
+    char *cells[NCOLS];
+} Row;
+
+/* output.when(): time.strftime("%b %d %H:%M:%S", time.localtime(ts)); 0 for a time it would not
+ * take calmly (the Python CLI then says what it says) */
+static int when(const char *num, char *out, size_t cap) {
+    char *end;
+    errno = 0;
+    double ts = strtod(num, &end); /* correctly rounded, as float() */
+    if (errno || !(ts >= 0 && ts < 1e11)) return 0;
+    time_t t = (time_t)ts; /* localtime() floors a float: truncation, as ts >= 0 */
+    struct tm tm;
+    return localtime_r(&t, &tm) && strftime(out, cap, "%b %d %H:%M:%S", &tm) > 0;
+}
+
+/* A cell as table() prints it: "-" for None or "". */
+static char *cell(const char *s) { return strdup(s && *s ? s : "-"); }
+
+/* One object of the answer's list into row; NULL if it is not one json.loads and _show_jobs would
+ * read the same way (a field missing or of another type: the Python CLI says what happens then). */
+static const char *parse_row(const char *p, Row *row) {
+    enum { ID = NCOLS, FIELDS };
+    /* the fields' cell, in HEADERS' order; ID only sorts */
+    static const char *const keys[FIELDS] = {"display_id", "user", "state", "queue", "name", "slots", "hosts",
+                                             "submit_time", "id"};
+    int have[FIELDS] = {0};
+    if (*(p = ws(p)) != '{') return NULL;
+    p = ws(p + 1);
+    if (*p == '}') return NULL; /* no fields at all */
+    for (;;) {
+        Buf key = {0};
+        p = json_read_string(ws(p), &key);
+        if (!p || *(p = ws(p)) != ':') { free(key.data); return NULL; }
+        p = ws(p + 1);
+        int k = 0;
+        while (k < FIELDS && strcmp(keys[k], key.data)) k++;
+        free(key.data);
+        const char *end = NULL;
+        char *value = NULL;
+        int integer = 0;
+        if (k == FIELDS) {
+            end = json_skip(p); /* another field: not shown */
+        } else if (!strncmp(p, "null", 4) && k != ID) {
+            end = p + 4; /* None: "-" (hosts: "" and so "-" too) */
+            value = cell(NULL);
+        } else if (k <= 4) { /* display_id, user, state, queue, name: strings */
+            Buf b = {0};
+            if ((end = json_read_string(p, &b))) value = cell(b.data);
+            free(b.data);
+        } else if (k == 5 || k == ID) { /* slots, id: non-negative ints (str() of one is its digits) */
+            end = json_number(p, &integer);
+            if (end && integer && *p != '-' && end - p <= 18) value = strndup(p, (size_t)(end - p));
+            if (value && k == ID) {
+                row->id = atoll(value);
+                free(value);
+                value = strdup("");
+            }
+        } else if (k == 6) { /* hosts: a list of strings, joined by "," */
+            Buf b = {0};
+            buf_add(&b, "", 0);
+            if (*p == '[') {
+                const char *q = ws(p + 1);
+                if (*q == ']') end = q + 1;
+                else
+                    for (int first = 1;; first = 0) {
+                        if (!first) buf_str(&b, ",");
+                        if (!(q = json_read_string(q, &b))) break;
+                        q = ws(q);
+                        if (*q == ']') { end = q + 1; break; }
+                        if (*q != ',') break;
+                        q = ws(q + 1);
+                    }
+                if (end) value = cell(b.data);
+            }
+            free(b.data);
+        } else { /* submit_time: a number */
+            char text[64];
+            end = json_number(p, &integer);
+            if (end && end - p < 40) {
+                char shown[64];
+                snprintf(text, sizeof text, "%.*s", (int)(end - p), p);
+                if (when(text, shown, sizeof shown)) value = strdup(shown);
+            }
+        }
+        if (!end || (k < FIELDS && !value)) { free(value); return NULL; }
+        if (k < FIELDS) {
+            if (k < NCOLS) {
+                free(row->cells[k]); /* a key given twice: the last, as json.loads keeps */
+                row->cells[k] = value;
+            } else {
+                free(value);
+            }
+            have[k] = 1;
+        }
+        p = ws(end);
+        if (*p == '}') break;
+        if (*p != ',') return NULL;
+        p++;
+    }
+    for (int k = 0; k < FIELDS; k++)
+        if (!have[k]) return NULL;
+    return p + 1;
+}
+
+/* The answer's list of rows; 0 if it is not a list of such rows. */
+static int parse_rows(const char *doc, Row **rows, size_t *n) {
+    size_t cap = 64;
+    *n = 0;
+    *rows = calloc(cap, sizeof **rows);
+    if (!*rows) exit(EXIT_REFUSED);
+    const char *p = ws(doc);
+    if (*p != '[') return 0;
+    p = ws(p + 1);
+    if (*p == ']') return !*ws(p + 1);
+    for (;;) {
+        if (*n == cap) {
+            Row *r = realloc(*rows, (cap *= 2) * sizeof **rows);
+            if (!r) exit(EXIT_REFUSED);
+            memset(r + *n, 0, (cap - *n) * sizeof *r);
+            *rows = r;
+        }
+        Row *row = &(*rows)[*n];
+        row->index = (*n)++;
+        if (!(p = parse_row(p, row))) return 0;
+        p = ws(p);
+        if (*p == ']') return !*ws(p + 1);
+        if (*p != ',') return 0;
+        p++;
+    }
+}
+
+static int by_id(const void *a, const void *b) {
+    const Row *x = a, *y = b;
+    if (x->id != y->id) return x->id < y->id ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* output.table(): left-aligned columns, two spaces apart, each line rstrip()ed.  The last column is a
+ * time, "-" or its header, none of which ends in whitespace: rstrip() takes exactly its padding, so
+ * the last column is not padded.  (Widths in bytes: the caller prints only ASCII.) */
+static void table(Buf *out, Row *rows, size_t n) {
+    size_t widths[NCOLS];
+    for (int c = 0; c < NCOLS; c++) {
+        widths[c] = strlen(HEADERS[c]);
+        for (size_t r = 0; r < n; r++)
+            if (strlen(rows[r].cells[c]) > widths[c]) widths[c] = strlen(rows[r].cells[c]);
+    }
+    for (size_t r = 0; r <= n; r++) {
+        for (int c = 0; c < NCOLS; c++) {
+            const char *s = r == 0 ? HEADERS[c] : rows[r - 1].cells[c];
+            buf_str(out, s);
+            if (c < NCOLS - 1)
+                for (size_t pad = widths[c] - strlen(s) + 2; pad--;) buf_add(out, " ", 1);
+        }
+        buf_str(out, "\n");
+    }
+}
+
+static int jobs(const Jobs *j, const char *url, const char *token) {
+    Buf target = {0};
+    /* cmd_jobs's parameters in its order; None ones left out */
+    buf_str(&target, "/v1/jobs?");
+    if (j->all) buf_str(&target, "all=true&");
+    if (j->user) { buf_str(&target, "user="); quote(&target, j->user); buf_str(&target, "&"); }
+    if (j->queue) { buf_str(&target, "queue="); quote(&target, j->queue); buf_str(&target, "&"); }
+    buf_fmt(&target, "view=brief&limit=%ld", j->limit);
+    Answer ans;
+    switch (call(url, token, "GET", target.data, NULL, &ans)) {
+    case ANSWERED: break;
+    /* (waiting as long again in Python would only say the same) */
+    case NO_ANSWER: return fail("no answer from the controller at %s within %ds", g_shown, TIMEOUT_S);
+    default: hand_over(); /* a read: asking again in Python is safe, and it says why, in its words */
+    }
+    /* nothing is printed before the whole answer is read: until then the Python CLI may still answer */
+    if (!json_whole(ans.doc, ans.len)) hand_over();
+    if (ans.status >= 400 && ans.status < 500) { /* refused: the controller's message, exit 1 */
+        const char *err = json_get(ans.doc, "error"), *msg = err ? json_get(err, "message") : NULL;
+        Buf m = {0};
+        if (!msg || !json_read_string(msg, &m) || !ascii(m.data)) hand_over();
+        return fail("%s", m.data);
+    }
+    if (ans.status != 200) hand_over(); /* a standby naming the leader, a store that is down... */
+    Row *rows;
+    size_t n;
+    if (!parse_rows(ans.doc, &rows, &n)) hand_over();
+    if (n == 0) {
+        fputs("No jobs found\n", stderr);
+        return 0;
+    }
+    qsort(rows, n, sizeof *rows, by_id);
+    Buf out = {0};
+    table(&out, rows, n);
+    if (!ascii(out.data)) hand_over();
+    if (n == (size_t)j->limit)
+        fprintf(stderr, "(the newest %ld jobs that match: --limit N or --all-pages for more)\n", j->limit);
+    signal(SIGPIPE, SIG_IGN); /* `xce jobs | head`: a closed pipe is not a failure (as in Python) */
+    size_t done = fwrite(out.data, 1, out.len, stdout);
+    return (done < out.len || fflush(stdout)) && errno != EPIPE ? EXIT_REFUSED : 0;
+}
+
+/* The command word: the first argument that is not an option or a connection option's value. */
+static const char *command_of(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--")) return NULL;
+        if (!strcmp(a, "--url") || !strcmp(a, "--token") || !strcmp(a, "--config")) i++;
+        else if (a[0] != '-' || !a[1]) return a;
+    }
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     g_argv = argv;
     if (getenv("XCE_NATIVE") && !strcmp(getenv("XCE_NATIVE"), "0")) hand_over(); /* to compare, or to bypass */
-    Submit s;
-    parse_submit(argc, argv, &s);
+    const char *command = command_of(argc, argv);
     char *url, *token;
+    if (command && !strcmp(command, "jobs")) {
+        Jobs j;
+        parse_jobs(argc, argv, &j);
+        resolve(j.url, j.token, j.config, &url, &token);
+        return jobs(&j, url, token);
+    }
+    Submit s;
+    parse_submit(argc, argv, &s); /* (hands over anything but submit) */
     resolve(s.url, s.token, s.config, &url, &token);
     return submit(&s, url, token);
 }

@@ -1,10 +1,10 @@
 """The native front of ``xce`` (native/xce.c) against the Python CLI, argument list by argument list.
 
-The front runs ``xce submit`` itself for the options it knows and hands everything else to the
-Python CLI.  Both must mean the same: for each argument list, what reaches a real controller (the
-job as it shows it) and what the user sees (stdout, stderr, exit code) are compared.  Cases the
-front must run itself use a build whose hand-over target does not exist, so a silent hand-over
-fails them.
+The front runs ``xce submit`` and a plain ``xce jobs`` itself for the options it knows and hands
+everything else to the Python CLI.  Both must mean the same: for each argument list, what reaches a
+real controller (the job as it shows it) and what the user sees (stdout, stderr, exit code) are
+compared.  Cases the front must run itself use a build whose hand-over target does not exist, so a
+silent hand-over fails them.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
-from tests.helpers import XCE, ControllerProcess
+from tests.helpers import XCE, ControllerProcess, WorkerProcess, kill_jobs_of, wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOURCE = os.path.join(REPO, "native", "xce.c")
@@ -172,8 +173,24 @@ HANDED_OVER = [
     ["submit", "--"],
     ["submit", "--help"],
     ["--version"],
-    ["jobs"],
     ["queues"],
+    # xce jobs beyond its plain forms
+    ["jobs", "--json"],
+    ["--json", "jobs"],
+    ["jobs", "--state", "PEND"],
+    ["jobs", "--done"],
+    ["jobs", "--all-pages"],
+    ["jobs", "--since", "1h"],
+    ["jobs", "--limit", "10001"],  # a usage error
+    ["jobs", "--limit", "0"],
+    ["jobs", "--lim", "5"],  # an abbreviation argparse accepts
+    ["jobs", "-au", "admin"],
+    ["jobs", "-q=q1"],
+    ["jobs", "-u", "-x"],
+    ["jobs", "extra"],
+    ["jobs", "--help"],
+    ["-a", "jobs"],
+    ["--url", "http://127.0.0.1:1", "jobs"],
     ["--config", "/nonexistent/client.toml", "submit", "--", "true"],
     ["--url", "https://127.0.0.1:9", "submit", "--", "true"],
     ["--url", "http://127.0.0.1:1", "submit", "--", "true"],  # nothing listens: nothing was sent
@@ -231,3 +248,183 @@ def test_several_controllers_are_the_python_clis(ctl, binaries, env, tmp_path, h
     r = compare(ctl, binaries["front"], args, env, str(tmp_path))
     assert r.returncode == 0 and r.stdout.startswith("Job <"), r.stderr
     assert "cannot run the Python CLI" in run([binaries["alone"], *args], env, str(tmp_path)).stderr
+
+
+# ---------------------------------------------------------------- xce jobs
+
+LISTING_CONFIG = """
+[controller]
+keep_finished = "1d"  # the finished jobs stay listed while the tests compare
+
+[[users]]
+name = "admin"
+role = "admin"
+projects = ["default"]
+
+[[users]]
+name = "alice"
+projects = ["default"]
+
+[[users]]
+name = "bob"  # no jobs at all
+projects = ["default"]
+
+[[queues]]
+name = "q1"
+priority = 30
+
+[[queues]]
+name = "q2"
+priority = 60
+
+[[projects]]
+name = "default"
+"""
+
+# names of different widths (the controller takes only [a-z0-9][a-z0-9-_.]{0,62}: no other character
+# can reach a listing)
+NAMES = ["a", "sweep.v2_final-run", "x" * 63]
+
+
+def _token(ctl: ControllerProcess, user: str) -> str:
+    with ctl.client() as http:
+        r = http.post("/v1/tokens", json={"user": user})
+        assert r.status_code == 201, r.text
+        return r.json()["token"]
+
+
+def _submit(ctl: ControllerProcess, token: str, **body) -> int:
+    with ctl.client(token) as http:
+        r = http.post("/v1/jobs", json={"command": ["true"], **body})
+        assert r.status_code == 201, r.text
+        return r.json()["id"]
+
+
+def _state(ctl: ControllerProcess, job_id: int) -> dict:
+    with ctl.client() as http:
+        return http.get(f"/v1/jobs/{job_id}").json()
+
+
+@pytest.fixture(scope="module")
+def listing(tmp_path_factory):
+    """A controller with two workers and jobs in every kind of row: pending (held, in q1 and q2, with
+    names of non-ASCII and escaped characters), one running on two hosts, one that ran on two hosts
+    and is DONE, one killed while held (EXIT, no hosts); alice's jobs; bob has none."""
+    root = tmp_path_factory.mktemp("listing")
+    (root / "xce.toml").write_text(LISTING_CONFIG)
+    ctl = ControllerProcess(state_dir=str(root / "ctl"), config=str(root / "xce.toml")).start()
+    workers = []
+    try:
+        for host in ("h1", "h2"):
+            workers.append(WorkerProcess(ctl, host, str(root / host), slots=2).start())
+        tokens = {"admin": ctl.token, "alice": _token(ctl, "alice"), "bob": _token(ctl, "bob")}
+        ids = {}
+        for name in NAMES:
+            ids[name] = _submit(ctl, ctl.token, name=name, queue="q2", hold=True)
+        ids["q1"] = _submit(ctl, ctl.token, queue="q1", hold=True, slots=3)
+        ids["ran"] = _submit(ctl, ctl.token, name="two-hosts", slots=2, resreq="span[ptile=1]")
+        wait_for(lambda: _state(ctl, ids["ran"])["state"] == "DONE", timeout=60, what="the two-host job DONE")
+        ids["runs"] = _submit(ctl, ctl.token, command=["sleep", "600"], name="still-running", slots=2,
+                              resreq="span[ptile=1]")
+        wait_for(lambda: _state(ctl, ids["runs"])["state"] == "RUN", timeout=60, what="the two-host job RUN")
+        ids["killed"] = _submit(ctl, ctl.token, name="killed", hold=True)
+        with ctl.client() as http:
+            assert http.post(f"/v1/jobs/{ids['killed']}/kill", json={}).status_code == 200
+        wait_for(lambda: _state(ctl, ids["killed"])["state"] == "EXIT", what="the killed job EXIT")
+        ids["alice"] = _submit(ctl, tokens["alice"], name="alices", hold=True)
+        yield ctl, tokens, ids
+    finally:
+        for w in workers:
+            w.stop()
+        for w in workers:
+            kill_jobs_of(w.work_dir)
+        ctl.stop()
+
+
+def _listing_env(ctl: ControllerProcess, token: str, tmp_path) -> dict[str, str]:
+    config = tmp_path / "client.toml"
+    config.write_text(f'url = "{ctl.url}"\ntoken = "{token}"\n')
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("XCE_", "PYTHON", "LC_"))}
+    # localtime() the same in both, and not UTC: a POSIX zone string needs no tz database
+    return {**base, "LANG": "C.UTF-8", "TZ": "XCE-5:30", "XCE_CONFIG": str(config), "HOME": str(tmp_path)}
+
+
+# (who runs it, the arguments): each runs in the front itself, never handed over
+JOBS_OWN = [
+    ("admin", ["jobs"]),
+    ("admin", ["jobs", "-a"]),
+    ("admin", ["jobs", "--all"]),
+    ("admin", ["jobs", "-u", "alice"]),
+    ("admin", ["jobs", "--user=alice"]),
+    ("admin", ["jobs", "-ualice", "-a"]),
+    ("admin", ["jobs", "--user", "josé"]),  # nobody: "No jobs found", the value UTF-8 and quoted
+    ("admin", ["jobs", "-a", "-q", "日本"]),
+    ("admin", ["jobs", "-u", ""]),
+    ("admin", ["jobs", "-q", "q1"]),
+    ("admin", ["jobs", "--queue=q2", "-a"]),
+    ("admin", ["jobs", "-qq2", "--limit", "2"]),
+    ("admin", ["jobs", "--limit", "2"]),  # more jobs than that: the note
+    ("admin", ["jobs", "--limit=7"]),  # exactly as many as there are: the note too
+    ("admin", ["jobs", "-q", "a b&c=d/%"]),
+    ("admin", ["jobs", "-u", "日" * 63]),  # 567 bytes quoted: longer than a line of the front's formats
+    ("admin", ["jobs", "-q", "x" * 64]),  # refused: too long
+    ("admin", ["--config", "{config}", "jobs", "-a", "--url", "{url}"]),
+    ("admin", ["--url", "{url}", "--token", "{token}", "jobs"]),
+    ("alice", ["jobs"]),
+    ("alice", ["jobs", "-a"]),
+    ("alice", ["jobs", "-u", "alice"]),
+    ("alice", ["jobs", "-u", "admin"]),  # refused: "users may list only their own jobs"
+    ("alice", ["jobs", "--user", "josé"]),
+    ("bob", ["jobs"]),  # no jobs at all
+    ("admin", ["--token", "xce_not-a-token", "jobs"]),  # refused: unknown token
+]
+
+
+@pytest.mark.parametrize("who,args", JOBS_OWN, ids=[f"{w}: {' '.join(a)}"[:60] for w, a in JOBS_OWN])
+def test_the_front_runs_a_plain_jobs_itself_and_prints_what_the_python_cli_prints(listing, binaries, tmp_path,
+                                                                                    who, args):
+    ctl, tokens, _ = listing
+    env = _listing_env(ctl, tokens[who], tmp_path)
+    args = [a.format(config=env["XCE_CONFIG"], url=ctl.url, token=tokens[who]) for a in args]
+    native = run([binaries["alone"], *args], env, str(tmp_path))
+    python = run([*XCE, *args], env, str(tmp_path))
+    assert "cannot run the Python CLI" not in native.stderr  # it never handed over
+    assert (native.returncode, native.stdout, native.stderr) == (python.returncode, python.stdout, python.stderr)
+
+
+def _table(who: str, args: list[str], listing, binaries, tmp_path) -> subprocess.CompletedProcess:
+    ctl, tokens, _ = listing
+    r = run([binaries["alone"], *args], _listing_env(ctl, tokens[who], tmp_path), str(tmp_path))
+    assert "cannot run the Python CLI" not in r.stderr
+    return r
+
+
+def test_what_the_listing_shows(listing, binaries, tmp_path):
+    """The rows the comparisons above rest on are there (the comparison alone would pass on two
+    identical wrong tables)."""
+    ctl, _, ids = listing
+    r = _table("admin", ["jobs"], listing, binaries, tmp_path)
+    assert r.returncode == 0 and r.stderr == ""
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["JOBID", "USER", "STAT", "QUEUE", "NAME", "SLOTS", "EXEC_HOST", "SUBMIT_TIME"]
+    rows = {int(line.split()[0]): line for line in lines[1:] if line[:1].isdigit()}
+    assert sorted(rows) == sorted(v for k, v in ids.items() if k != "alice")  # admin's own, by id
+    assert " h1,h2 " in rows[ids["ran"]] and " DONE " in rows[ids["ran"]]
+    assert " h1,h2 " in rows[ids["runs"]] and " RUN " in rows[ids["runs"]]
+    assert " EXIT " in rows[ids["killed"]]
+    # TZ=XCE-5:30 is UTC+5:30 (POSIX counts west): the time as the zone's clock shows it
+    submitted = _state(ctl, ids["ran"])["submit_time"]
+    assert rows[ids["ran"]].endswith(time.strftime("%b %d %H:%M:%S", time.gmtime(int(submitted) + 5 * 3600 + 1800)))
+    # the columns line up: each starts at the same place on every line
+    starts = [m.start() for m in re.finditer(r"(?<=  )\S", lines[0])]
+    for line in lines[1:]:
+        if line[:1].isdigit():
+            assert all(line[i - 2:i] == "  " and line[i] != " " for i in starts[:3]), line
+    assert any(f" {'x' * 63} " in line for line in lines)
+    r = _table("admin", ["jobs", "--limit", "2"], listing, binaries, tmp_path)
+    assert r.stderr == "(the newest 2 jobs that match: --limit N or --all-pages for more)\n"
+    assert len(r.stdout.splitlines()) == 3
+    r = _table("bob", ["jobs"], listing, binaries, tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "No jobs found\n")
+    r = _table("alice", ["jobs", "-u", "admin"], listing, binaries, tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (1, "", "xce: users may list only their own jobs\n")
