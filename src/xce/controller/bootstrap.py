@@ -13,6 +13,7 @@ import uuid
 
 from xce.config import Config
 from xce.model import Model
+from xce.model.state import CATALOG
 from xce.model.catalog import define_project, define_queue, remove_project
 from xce.model.facts import ClusterInitialized, Fact
 from xce.model.identity import define_user, issue_token
@@ -22,8 +23,10 @@ def bootstrap_facts(model: Model, config: Config, now: float,
                     need_admin_token: bool) -> tuple[list[Fact], str | None]:
     facts: list[Fact] = []
     # Each decision must see the facts decided before it (a user names a project defined
-    # just above); the commit loop folds into the real model, so fold into a copy here.
-    scratch = Model.from_snapshot(json.loads(json.dumps(model.to_snapshot())))  # a deep copy
+    # just above); the commit loop folds into the real model, so fold into a copy here: a deep
+    # copy of the catalog only (copying every live job and claim too took 0.7 s of a 2 s restart
+    # with 40,000 jobs in the model)
+    scratch = Model.from_snapshot(json.loads(json.dumps(model.to_snapshot(only=CATALOG))))
 
     def add(new: list[Fact]) -> None:
         for f in new:

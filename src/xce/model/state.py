@@ -93,6 +93,8 @@ _COLLECTIONS: dict[str, tuple[type, str]] = {
     "class_capabilities": (ClassCapabilities, "class_name"),
     "snapshots": (Snapshot, "id"),
 }
+# what the catalog's decisions read and fold: users, their tokens, queues and projects
+CATALOG = frozenset({"users", "tokens", "queues", "projects"})
 # collections added after snapshot format 2 shipped: a snapshot written before has none of them
 _ADDED_COLLECTIONS = frozenset({"class_capabilities", "snapshots"})
 
@@ -197,7 +199,9 @@ class Model:
 
     # ------------------------------------------------------------ snapshots
 
-    def to_snapshot(self) -> dict[str, Any]:
+    def to_snapshot(self, only: frozenset[str] | None = None) -> dict[str, Any]:
+        """The model as JSON-ready data; with ``only``, the other collections are left empty (a part
+        of the model that ``from_snapshot`` reads back as a model of its own)."""
         out: dict[str, Any] = {
             "format": SNAPSHOT_FORMAT,
             "position": self.position,
@@ -209,7 +213,7 @@ class Model:
             "next_snapshot_id": self.next_snapshot_id,
         }
         for attr in _COLLECTIONS:
-            out[attr] = [plain(e) for e in getattr(self, attr).values()]
+            out[attr] = [plain(e) for e in getattr(self, attr).values()] if only is None or attr in only else []
         return out
 
     @classmethod
