@@ -252,15 +252,11 @@ def test_several_controllers_are_the_python_clis(ctl, binaries, env, tmp_path, h
 
 # ---------------------------------------------------------------- xce jobs
 
+# CONFIG's users, queues and project, finished jobs kept listed, and two users more
 LISTING_CONFIG = """
 [controller]
 keep_finished = "1d"  # the finished jobs stay listed while the tests compare
-
-[[users]]
-name = "admin"
-role = "admin"
-projects = ["default"]
-
+""" + CONFIG + """
 [[users]]
 name = "alice"
 projects = ["default"]
@@ -268,17 +264,6 @@ projects = ["default"]
 [[users]]
 name = "bob"  # no jobs at all
 projects = ["default"]
-
-[[queues]]
-name = "q1"
-priority = 30
-
-[[queues]]
-name = "q2"
-priority = 60
-
-[[projects]]
-name = "default"
 """
 
 # names of different widths (the controller takes only [a-z0-9][a-z0-9-_.]{0,62}: no other character

@@ -268,7 +268,8 @@ def cmd_jobs(args, ctx) -> int:
                                  _hosts(j), when(j["submit_time"])))
 
 
-def _fetch_jobs(ctx, args, path: str, params: list[tuple[str, Any]], default_limit: int) -> tuple[list[dict], int]:
+def _fetch_jobs(ctx, args, path: str, params: list[tuple[str, Any]],
+                default_limit: int) -> tuple[list[dict], int | None]:
     """The newest ``--limit`` jobs of a listing (``default_limit`` if not given), or with ``--all-pages``
     every page; oldest first.  Also the limit asked for (None with ``--all-pages`` and no ``--limit``)."""
     if args.all_pages:

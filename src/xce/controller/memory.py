@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import logging
-
-log = logging.getLogger("xce.memory")
 
 
 def _malloc_trim():
