@@ -25,6 +25,8 @@ max_body_bytes = 1048576   # larger request bodies are refused with 413
 host_timeout = 10.0        # seconds without a heartbeat before a host is UNAVAIL
 max_pending_jobs_per_user = 10000   # PEND and PSUSP jobs one user may have; more are refused
 max_array_size = 10000     # elements in one job array submission
+queue_depth = 1000         # pending jobs a scheduling cycle considers, highest priority then oldest first;
+                           # deeper ones are reached by a full pass when a cycle leaves room unused
 # bounded history: DONE/EXIT jobs and RELEASED claims leave the live model this long after they
 # ended, into the store's archive (xce hist, xce job show and xce claim show still answer for them)
 keep_finished = "5m"
@@ -142,6 +144,10 @@ class ControllerConfig:
     # one user cannot flood the scheduler or the model: refused at submission with the limit named
     max_pending_jobs_per_user: int = 10_000
     max_array_size: int = 10_000
+    # a scheduling cycle plans the first queue_depth pending jobs in priority order (Slurm's
+    # default_queue_depth): its cost, and the event loop's pause to build its snapshot, stop growing
+    # with the backlog; a full pass follows a cycle that left room unused (xce.controller.scheduling)
+    queue_depth: int = 1000
     # bounded history (xce.model.history): finished jobs and RELEASED claims older than this (a
     # duration, "5m", or seconds) leave the live model for the store's archive
     keep_finished: str | int | float = "5m"
@@ -388,6 +394,8 @@ def parse_config(text: str, source: str = "<string>") -> Config:
         raise ConfigError(f"{source}: {e}") from None
     if ctl.retire_every <= 0 or ctl.retire_batch < 1:
         raise ConfigError(f"{source} [controller]: retire_every > 0, retire_batch >= 1")
+    if ctl.queue_depth < 1:
+        raise ConfigError(f"{source} [controller]: queue_depth >= 1, got {ctl.queue_depth}")
     if ctl.advertise and not re.fullmatch(r"https?://[^/\s?#,@]+(/[^\s?#,]*)?", ctl.advertise):
         raise ConfigError(f"{source} [controller]: advertise must be http[s]://HOST[:PORT][/PREFIX], "
                           f"got {ctl.advertise!r}")

@@ -8,7 +8,10 @@ import pytest
 from tests.controller.test_applier import ADMIN, CONFIG, World, on
 from xce.controller.snapshot import JobViews, build_snapshot
 from xce.model import claims as C
-from xce.model import jobs
+from xce.model import facts as F
+from xce.model import job_claims, jobs
+from xce.model.job_claims import JobClaimsSpec
+from xce.model.jobs import JobSpec
 
 
 @pytest.fixture
@@ -42,3 +45,20 @@ def test_views_of_jobs_no_longer_pending_are_not_kept(w):
     w.apply(on(a))
     assert [v.id for v in build_snapshot(w.model, CONFIG, views=views).pending] == [b.id]
     assert set(views._kept) == {b.id}
+
+
+def test_a_depth_keeps_the_first_pending_jobs_in_the_schedulers_order(w):
+    """``queue_depth``: the snapshot holds the jobs the scheduler would take first (highest queue
+    priority, then oldest) and counts the rest."""
+    old = [w.submit() for _ in range(3)]
+    snap = build_snapshot(w.model, CONFIG, depth=2)
+    assert [v.id for v in snap.pending] == [old[0].id, old[1].id] and snap.pending_beyond == 1
+    w.commit([F.QueueDefined(time=w.tick(), name="urgent", priority=90)])
+    facts, urgent = job_claims.submit(w.model, ADMIN, JobSpec(command=["run"], queue="urgent"), JobClaimsSpec(),
+                                      w.tick(), CONFIG)
+    w.commit(facts)
+    views = JobViews()
+    snap = build_snapshot(w.model, CONFIG, views=views, depth=2)
+    assert [v.id for v in snap.pending] == [old[0].id, urgent] and snap.pending_beyond == 2
+    assert [v.id for v in build_snapshot(w.model, CONFIG, views=views).pending] == [j.id for j in old] + [urgent]
+    assert build_snapshot(w.model, CONFIG, depth=10).pending_beyond == 0

@@ -445,3 +445,11 @@ def test_same_allocations_as_the_reference_when_most_jobs_differ_in_amounts():
         plan = schedule(snap)
         check_plan(snap, plan)
         assert allocated(plan) == reference_allocations(snap), seed
+
+
+def test_a_plan_says_whether_it_left_a_slot_free():
+    """What the scheduling loop reads to decide on a full pass beyond the queue depth."""
+    assert plan_for([host("h1", slots=2)], [job(1)]).room_left
+    assert not plan_for([host("h1", slots=2)], [job(1), job(2), job(3)]).room_left
+    blocked = plan_for([host("h1", slots=2)], [job(1, resreq="select[gpu]")])
+    assert blocked.room_left and not blocked.allocations

@@ -191,6 +191,10 @@ class Controller:
         # the scheduler's latest pending reasons (volatile: recomputed every cycle, not facts)
         self.pending_reasons: dict[int, str] = {}
         self.idle_reason: str | None = None  # every pending job's reason when no host has room at all
+        # when the latest cycle planned only the first queue_depth pending jobs: what the others are
+        # told, and what the latest full pass said of each (xce.controller.scheduling)
+        self.beyond_depth_reason: str | None = None
+        self.full_pass_reasons: dict[int, str] = {}
         self.claim_reasons: dict[int, str] = {}  # the same for standalone claims waiting for a pool
         self.resize_reasons: dict[int, str] = {}  # ... and for resizes waiting for room in their pool
         # what claim agents observe of storage (capacity, used bytes): readings, not facts
@@ -198,7 +202,10 @@ class Controller:
 
     def pending_reason(self, job_id: int) -> str | None:
         """The scheduler's latest word on a pending job (volatile, recomputed every cycle)."""
-        return self.pending_reasons.get(job_id) or self.idle_reason
+        reason = self.pending_reasons.get(job_id)
+        if reason is None and self.beyond_depth_reason is not None:
+            reason = self.full_pass_reasons.get(job_id) or self.beyond_depth_reason
+        return reason or self.idle_reason
 
     # ------------------------------------------------------------ lifecycle
 

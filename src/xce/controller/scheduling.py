@@ -7,6 +7,15 @@ cycle, or within ``min_interval`` of its start, are served by one next cycle:
 under a burst of submissions the controller plans a few times a second, not
 once per request.  ``schedule`` itself runs on a thread (it only reads its
 immutable snapshot), so the event loop keeps answering requests meanwhile.
+
+A cycle plans the first ``[controller] queue_depth`` pending jobs in priority
+order, as Slurm's main scheduler does (``default_queue_depth``): with a
+backlog of 10,000, a snapshot of all of them held the event loop for 25 ms of
+CPU per cycle, the plan as much again on its thread, and their garbage made
+the collector's full passes (150-450 ms each, during which nothing is
+answered) several times more frequent.  Jobs deeper in the queue are not
+forgotten: a cycle that leaves a free slot while jobs lie beyond the depth
+is followed, at most once per ``tick``, by a full pass over every pending job.
 """
 
 from __future__ import annotations
@@ -41,6 +50,8 @@ class SchedulerLoop:
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="xce-scheduler")
         self.cycles = 0
         self._views = JobViews()  # pending jobs' views, kept between cycles
+        self._full_pass_at = 0.0  # monotonic time of the next full pass: due once room went unused
+        self._last_full_pass = float("-inf")
         self._wake = asyncio.Event()
         ctl.commit_listeners.append(self._on_commit)
         ctl.leader_listeners.append(self._wake.set)
@@ -77,17 +88,22 @@ class SchedulerLoop:
             # nothing can be placed: skip the snapshot (O(pending jobs)), one reason fits them all
             self.ctl.pending_reasons, self.ctl.claim_reasons, self.ctl.idle_reason = {}, {}, idle
             self.ctl.resize_reasons = {}
+            self.ctl.beyond_depth_reason = None
             return
         self.ctl.idle_reason = None
-        snap = build_snapshot(model, config, self.ctl.observed, self._views)
+        full = time.monotonic() >= self._full_pass_at
+        depth = config.controller.queue_depth
+        snap = build_snapshot(model, config, self.ctl.observed, self._views, depth=None if full else depth)
         if not snap.pending and not snap.pending_claims and not snap.pending_resizes:
             self.ctl.pending_reasons = {}
             self.ctl.claim_reasons = {}
             self.ctl.resize_reasons = {}
+            self.ctl.beyond_depth_reason = None
             return
         plan = await asyncio.get_running_loop().run_in_executor(self._pool, schedule, snap)
         self.cycles += 1
         self.ctl.pending_reasons = dict(plan.pending_reasons)
+        self._after_depth(snap.pending_beyond, plan.room_left, full, depth)
         self.ctl.claim_reasons = dict(plan.claim_reasons)
         self.ctl.resize_reasons = dict(plan.resize_reasons)
         if plan.allocations or plan.placements or plan.resizes:
@@ -101,6 +117,22 @@ class SchedulerLoop:
                 self.ctl.resize_reasons[claim_id] = f"reservation rejected ({why}); retrying"
             if result.rejected or result.claims_rejected or result.resizes_rejected:
                 self._wake.set()
+
+    def _after_depth(self, beyond: int, room_left: bool, full: bool, depth: int) -> None:
+        """What the jobs behind the queue depth are told, and when the next full pass is due."""
+        now = time.monotonic()
+        if full:
+            self._last_full_pass = now
+            self._full_pass_at = float("inf")  # capped cycles, until one leaves a slot free
+            self.ctl.full_pass_reasons = self.ctl.pending_reasons
+            self.ctl.beyond_depth_reason = None
+            return
+        self.ctl.beyond_depth_reason = None if not beyond else (
+            f"not planned in the latest cycle: behind the first {depth} pending jobs in priority order "
+            f"([controller] queue_depth); a full pass reaches it when a cycle leaves a slot free")
+        if beyond and room_left:
+            # OBSERVATION: a slot is free and jobs this cycle did not see may fit it: a full pass, soon
+            self._full_pass_at = min(self._full_pass_at, max(now, self._last_full_pass + self.tick))
 
 
 def _no_room(model: Model) -> str | None:

@@ -6,6 +6,7 @@ one place that knows both the model and those types.
 
 from __future__ import annotations
 
+import heapq
 from types import MappingProxyType
 
 from xce.config import Config
@@ -33,10 +34,11 @@ class JobViews:
     def __init__(self) -> None:
         self._kept: dict[int, tuple[Job, tuple[int, str, int, int, str], JobView]] = {}
 
-    def pending(self, model: Model, prio: dict[str, int]) -> tuple[JobView, ...]:
+    def pending(self, model: Model, prio: dict[str, int], depth: int | None = None) -> tuple[JobView, ...]:
+        """The views of the first ``depth`` pending jobs in the scheduler's order (all: None)."""
         kept, self._kept = self._kept, {}
         views = []
-        for j in map(model.jobs.__getitem__, sorted(model.pending_jobs)):
+        for j in map(model.jobs.__getitem__, first_pending(model, prio, depth)):
             key = (j.run, j.queue, prio.get(j.queue, 0), j.slots, j.resreq)
             hit = kept.get(j.id)
             # only views of jobs that use no claim are kept, and what makes a job use one is fixed at
@@ -53,6 +55,18 @@ class JobViews:
         return tuple(views)
 
 
+def first_pending(model: Model, prio: dict[str, int], depth: int | None) -> list[int]:
+    """The ids of the first ``depth`` pending jobs in the order the scheduler takes them (highest
+    queue priority, then oldest), or of all of them (None); in id order."""
+    ids = sorted(model.pending_jobs)
+    if depth is None or len(ids) <= depth:
+        return ids
+    if len(set(prio.values())) <= 1:  # one priority for every queue (queues are never removed)
+        return ids[:depth]
+    jobs = model.jobs
+    return sorted(heapq.nsmallest(depth, ids, key=lambda i: (-prio.get(jobs[i].queue, 0), i)))
+
+
 def _uses_claims(j: Job) -> bool:
     return bool(j.claim_refs) or j.early_claim is not None or any(t.get("early") for t in j.templates)
 
@@ -65,10 +79,11 @@ def _job_view(model: Model, j: Job, prio: dict[str, int]) -> JobView:
 
 
 def build_snapshot(model: Model, config: Config | None = None, observed: Observed | None = None,
-                   views: JobViews | None = None) -> Snapshot:
+                   views: JobViews | None = None, depth: int | None = None) -> Snapshot:
     """The scheduler's view of ``model`` at its position (``config``: pools and cluster counters;
     ``observed``: what providers report of the pools' capacity; ``views``: the pending jobs' views
-    kept from the last snapshot, if any)."""
+    kept from the last snapshot, if any; ``depth``: how many pending jobs it holds, the first in
+    the scheduler's order, or all: None)."""
     hosts = []
     for h in model.hosts.values():
         if h.state is not HostState.OK:
@@ -81,7 +96,7 @@ def build_snapshot(model: Model, config: Config | None = None, observed: Observe
                               counters_free=MappingProxyType(free)))
     hosts.sort(key=lambda h: h.name)
     prio = {q.name: q.priority for q in model.queues.values()}
-    pending = (views or JobViews()).pending(model, prio)
+    pending = (views or JobViews()).pending(model, prio, depth)
     pools: tuple[PoolView, ...] = ()
     claims: tuple[ClaimView, ...] = ()
     resizes: tuple[ResizeView, ...] = ()
@@ -91,7 +106,8 @@ def build_snapshot(model: Model, config: Config | None = None, observed: Observe
         used = model.cluster_used()
         cluster = {name: total - used.get(name, 0.0) for name, total in config.cluster_counters().items()}
     return Snapshot(position=model.position, hosts=tuple(hosts), pending=pending, pools=pools,
-                    pending_claims=claims, pending_resizes=resizes, cluster_free=MappingProxyType(cluster))
+                    pending_claims=claims, pending_resizes=resizes, cluster_free=MappingProxyType(cluster),
+                    pending_beyond=len(model.pending_jobs) - len(pending))
 
 
 def _claim_uses(model: Model, job) -> tuple[ClaimUse, ...]:

@@ -219,7 +219,8 @@ def schedule(snap: Snapshot) -> Plan:
     resizes, resize_reasons = reserve_resizes(snap, pool_free)  # what this cycle's allocations left
     placements, claim_reasons = place_claims(snap, pool_free)  # ... and the resizes
     return Plan(position=snap.position, allocations=tuple(allocations), pending_reasons=reasons,
-                placements=placements, claim_reasons=claim_reasons, resizes=resizes, resize_reasons=resize_reasons)
+                placements=placements, claim_reasons=claim_reasons, resizes=resizes, resize_reasons=resize_reasons,
+                room_left=any(n > 0 for n in cycle.free_slots))
 
 
 def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape) -> list[tuple[int, int]] | str:

@@ -47,3 +47,4 @@ class Plan:
     claim_reasons: Mapping[int, str] = field(default_factory=dict)  # claim id -> why it waits
     resizes: tuple[Reservation, ...] = ()
     resize_reasons: Mapping[int, str] = field(default_factory=dict)  # claim id -> why its resize waits
+    room_left: bool = False  # some host still has a free slot once the allocations are made

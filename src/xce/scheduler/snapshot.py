@@ -84,8 +84,9 @@ class ResizeView:
 class Snapshot:
     position: int
     hosts: tuple[HostView, ...]
-    pending: tuple[JobView, ...]  # PEND jobs without an allocation, any order
+    pending: tuple[JobView, ...]  # PEND jobs without an allocation, any order (the first queue_depth of them)
     pools: tuple[PoolView, ...] = ()
     pending_claims: tuple[ClaimView, ...] = ()
     pending_resizes: tuple[ResizeView, ...] = ()
     cluster_free: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # cluster counters
+    pending_beyond: int = 0  # pending jobs left out of ``pending``: behind the first queue_depth
