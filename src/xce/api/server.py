@@ -19,6 +19,7 @@ import uvicorn
 from xce.api.app import create_app
 from xce.config import load_config
 from xce.controller.core import Controller
+from xce.controller.memory import pace_collector
 from xce.store import open_store
 
 
@@ -98,6 +99,7 @@ def run_controller(state_dir: str, listen: str, config_path: str | None, store_u
     print(f"xce controller {url}: waiting for the leader lease ({controller.holder})", file=sys.stderr,
           flush=True)
     app = create_app(controller, on_leader=on_leader)
+    pace_collector()
     server = _Server(uvicorn.Config(
         app, loop="uvloop", http="httptools", access_log=False, log_level="warning",
         lifespan="on", timeout_graceful_shutdown=10))
