@@ -127,10 +127,13 @@ class SchedulerLoop:
             self.ctl.full_pass_reasons = self.ctl.pending_reasons
             self.ctl.beyond_depth_reason = None
             return
-        self.ctl.beyond_depth_reason = None if not beyond else (
+        if not beyond:
+            self.ctl.beyond_depth_reason, self.ctl.full_pass_reasons = None, {}  # every pending job was planned
+            return
+        self.ctl.beyond_depth_reason = (
             f"not planned in the latest cycle: behind the first {depth} pending jobs in priority order "
             f"([controller] queue_depth); a full pass reaches it when a cycle leaves a slot free")
-        if beyond and room_left:
+        if room_left:
             # OBSERVATION: a slot is free and jobs this cycle did not see may fit it: a full pass, soon
             self._full_pass_at = min(self._full_pass_at, max(now, self._last_full_pass + self.tick))
 

@@ -63,7 +63,9 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 ACTIVE = frozenset({J.RUN, J.STAGE_OUT})  # holding its hosts after it started
 
 
-@dataclass
+# slots: a Job has more fields than CPython shares one key table for (30), so each instance's
+# __dict__ was a table of its own: 1.3 KiB of a pending job's 2.7 KiB, for every live job
+@dataclass(slots=True)
 class Job:
     id: int
     name: str

@@ -15,7 +15,10 @@ under position 0 so the controller can migrate them to the store once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
+
+import orjson
 from typing import Any, Callable
 
 from xce.errors import Unauthenticated
@@ -99,10 +102,25 @@ CATALOG = frozenset({"users", "tokens", "queues", "projects"})
 _ADDED_COLLECTIONS = frozenset({"class_capabilities", "snapshots"})
 
 
+_SLOTTED: dict[type, tuple[tuple[str, ...], attrgetter]] = {}  # class -> its field names, and their getter
+
+
+def _fields_dict(entity: Any) -> dict[str, Any]:
+    """An entity's own fields, as a dict: ``vars`` of most, the slots of Job and Claim (they have more
+    fields than CPython shares one key table for, so a ``__dict__`` of each would be a table of its own)."""
+    if hasattr(entity, "__dict__"):
+        return dict(vars(entity))
+    got = _SLOTTED.get(type(entity))
+    if got is None:
+        names = tuple(f.name for f in fields(entity))
+        got = _SLOTTED[type(entity)] = (names, attrgetter(*names))
+    return dict(zip(got[0], got[1](entity)))
+
+
 def plain(entity: Any) -> dict[str, Any]:
     """An entity's fields as JSON-ready data.  Shallow (``dataclasses.asdict`` deep-copies and is ~10x
     slower): entity fields hold only JSON values, enums and, on claims, nested op/attachment records."""
-    out = dict(vars(entity))
+    out = _fields_dict(entity)
     if isinstance(entity, Claim):
         out["op"] = dict(vars(entity.op)) if entity.op is not None else None
         out["attachments"] = [dict(vars(a), op=dict(vars(a.op)) if a.op is not None else None)
@@ -199,22 +217,29 @@ class Model:
 
     # ------------------------------------------------------------ snapshots
 
+    def _snapshot_head(self) -> dict[str, Any]:
+        return {"format": SNAPSHOT_FORMAT, "position": self.position, "cluster_id": self.cluster_id,
+                "next_job_id": self.next_job_id, "next_claim_id": self.next_claim_id,
+                "next_attachment_id": self.next_attachment_id, "agent_epochs": dict(self.agent_epochs),
+                "next_snapshot_id": self.next_snapshot_id}
+
     def to_snapshot(self, only: frozenset[str] | None = None) -> dict[str, Any]:
         """The model as JSON-ready data; with ``only``, the other collections are left empty (a part
         of the model that ``from_snapshot`` reads back as a model of its own)."""
-        out: dict[str, Any] = {
-            "format": SNAPSHOT_FORMAT,
-            "position": self.position,
-            "cluster_id": self.cluster_id,
-            "next_job_id": self.next_job_id,
-            "next_claim_id": self.next_claim_id,
-            "next_attachment_id": self.next_attachment_id,
-            "agent_epochs": dict(self.agent_epochs),
-            "next_snapshot_id": self.next_snapshot_id,
-        }
+        out = self._snapshot_head()
         for attr in _COLLECTIONS:
             out[attr] = [plain(e) for e in getattr(self, attr).values()] if only is None or attr in only else []
         return out
+
+    def snapshot_json(self) -> bytes:
+        """``to_snapshot()`` as JSON, without building it: orjson writes the entities (dataclasses)
+        itself.  The same document (the snapshot property test checks), at about a fifth of the time
+        and without a second copy of every live record as dicts: the snapshot is the controller's
+        peak of memory, and the commit loop waits for it."""
+        out = self._snapshot_head()
+        for attr in _COLLECTIONS:
+            out[attr] = list(getattr(self, attr).values())
+        return orjson.dumps(out, option=orjson.OPT_NON_STR_KEYS)
 
     @classmethod
     def from_snapshot(cls, data: dict[str, Any]) -> Model:

@@ -157,7 +157,7 @@ class Attachment:
             self.op = Op(**self.op)
 
 
-@dataclass
+@dataclass(slots=True)  # more fields than CPython shares one key table for: see Job
 class Claim:
     id: int
     name: str
