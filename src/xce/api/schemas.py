@@ -104,37 +104,33 @@ class JobOut(BaseModel):
     rerunnable: bool
 
 
-class JobBriefOut(BaseModel):
+class _JobRowOut(BaseModel):
+    """The columns every job listing shows."""
+
+    id: int
+    display_id: str
+    name: str
+    user: str
+    project: str
+    queue: str
+    state: str
+    slots: int
+    submit_time: float
+    start_time: float | None
+    end_time: float | None
+
+
+class JobBriefOut(_JobRowOut):
     """A job as a listing's row shows it (``GET /v1/jobs?view=brief``, what ``xce jobs`` asks)."""
 
-    id: int
-    display_id: str
-    name: str
-    user: str
-    project: str
-    queue: str
-    state: str
-    slots: int
     hosts: list[str]
-    submit_time: float
-    start_time: float | None
-    end_time: float | None
 
 
-class HistoryJobOut(BaseModel):
-    id: int
-    display_id: str
-    name: str
-    user: str
-    project: str
-    queue: str
-    state: str
+class HistoryJobOut(_JobRowOut):
+    """A live or archived job as ``xce hist`` lists it (``GET /v1/history/jobs``)."""
+
     exit_code: int | None
-    submit_time: float
-    start_time: float | None
-    end_time: float | None
     run_s: float | None
-    slots: int
     archived: bool
 
 

@@ -16,7 +16,6 @@ under position 0 so the controller can migrate them to the store once.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from operator import attrgetter
 from typing import Any, Callable
 
 import orjson
@@ -102,19 +101,13 @@ CATALOG = frozenset({"users", "tokens", "queues", "projects"})
 _ADDED_COLLECTIONS = frozenset({"class_capabilities", "snapshots"})
 
 
-_SLOTTED: dict[type, tuple[tuple[str, ...], attrgetter]] = {}  # class -> its field names, and their getter
-
-
 def _fields_dict(entity: Any) -> dict[str, Any]:
     """An entity's own fields, as a dict: ``vars`` of most, the slots of Job and Claim (they have more
-    fields than CPython shares one key table for, so a ``__dict__`` of each would be a table of its own)."""
+    fields than CPython shares one key table for, so a ``__dict__`` of each would be a table of its own).
+    Off the hot path: the controller's snapshots and archive rows are encoded by orjson directly."""
     if hasattr(entity, "__dict__"):
         return dict(vars(entity))
-    got = _SLOTTED.get(type(entity))
-    if got is None:
-        names = tuple(f.name for f in fields(entity))
-        got = _SLOTTED[type(entity)] = (names, attrgetter(*names))
-    return dict(zip(got[0], got[1](entity)))
+    return {f.name: getattr(entity, f.name) for f in fields(entity)}
 
 
 def plain(entity: Any) -> dict[str, Any]:
