@@ -16,12 +16,17 @@ $(STAMP): pyproject.toml
 # a plain `xce submit` and a plain `xce jobs` without starting Python and hands everything else to
 # the Python CLI.
 NATIVE := $(VENV)/.native
-$(NATIVE): native/xce.c $(STAMP)
+#
+# native/xce-launch.c is every job run's shepherd and sandbox (xce/worker/sandbox.py): static with musl
+# when musl-gcc is there (`make deps` installs it), whose start-up costs a fraction of glibc's.
+LAUNCH_CC := $(shell command -v musl-gcc >/dev/null 2>&1 && echo musl-gcc -static || echo $(CC))
+$(NATIVE): native/xce.c native/xce-launch.c $(STAMP)
 	$(CC) -O2 -Wall -Wextra -o $(BIN)/xce native/xce.c
+	$(LAUNCH_CC) -O2 -Wall -Wextra -o $(BIN)/xce-launch native/xce-launch.c
 	touch $(NATIVE)
 
 # System packages the tests need (root, Debian): PostgreSQL server binaries, btrfs-progs (the btrfs
-# provider's tests make a loop-file btrfs filesystem), venv support, a C compiler (native/xce.c) and
+# provider's tests make a loop-file btrfs filesystem), venv support, a C compiler and musl (native/) and
 # openssl (the transfer tests' HTTPS server gets a self-signed certificate). rclone comes from PyPI.
 deps:
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
@@ -30,6 +35,8 @@ deps:
 		{ apt-get update -q && apt-get install -y -q btrfs-progs; }
 	@$(PY) -m venv --help >/dev/null 2>&1 || { apt-get update -q; apt-get install -y -q python3-venv; }
 	@command -v $(CC) >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q gcc; }
+	@command -v musl-gcc >/dev/null 2>&1 || apt-get install -y -q musl-tools || \
+		{ apt-get update -q && apt-get install -y -q musl-tools; }
 	@command -v openssl >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q openssl; }
 
 dev: $(STAMP) $(NATIVE)

@@ -1,5 +1,5 @@
-"""The job's sandbox with real shepherds, real mount namespaces and real bind mounts (root), no worker:
-what the shortened chain (one root shell, one ``mount -a``) must keep."""
+"""The job's sandbox with real shepherds (``xce-launch``), real mount namespaces and real bind mounts
+(root), no worker: what the launcher must keep of the shell chain it replaced, and what it adds."""
 
 from __future__ import annotations
 
@@ -93,11 +93,6 @@ def test_a_claim_path_with_spaces_tabs_backslashes_and_a_newline_is_mounted_whol
     assert (odd / "f").read_text() == "here\n"
 
 
-def test_fstab_fields_escape_what_would_split_a_field_or_a_line():
-    assert sandbox.fstab_field("/a b\tc\\d\ne\x7f") == b"/a\\040b\\011c\\134d\\012e\\177"
-    assert sandbox.fstab_field("/d\u00e9j\u00e0") == "/d\u00e9j\u00e0".encode()
-
-
 def test_a_claim_outside_the_storage_roots_is_refused_before_anything_runs(tmp_path):
     r = Run(tmp_path)
     link = r.root / "out"
@@ -105,26 +100,91 @@ def test_a_claim_outside_the_storage_roots_is_refused_before_anything_runs(tmp_p
     for path in ("/etc", str(link), "relative/path"):
         with pytest.raises(sandbox.StartFailed, match="outside this worker's storage roots|no data path"):
             r.start(_job(tmp_path, "true", [_claim("x", path)]))
-    assert not (r.run_dir / sandbox.FSTAB).exists() and not (r.run_dir / "shepherd.pid").exists()
+    assert not (r.run_dir / sandbox.MOUNTS).exists() and not (r.run_dir / "shepherd.pid").exists()
+
+
+def _launch(r: Run, command: list[str], cwd) -> int:
+    """The launcher on its own, as root with a mount namespace; its status once it has ended."""
+    argv = sandbox.launch_argv(sandbox.launcher(), str(r.run_dir), str(cwd), "/dev/null", "/dev/null", command,
+                               as_root=True, run_as=None)
+    pid = sandbox.spawn_shepherd(argv, {"PATH": sandbox.DEFAULT_PATH})
+    os.waitpid(pid, 0)
+    status = sandbox.read_int(str(r.run_dir / "status"))
+    assert status is not None
+    return status
 
 
 @root_only
 def test_a_claim_that_vanishes_before_its_mount_ends_the_run_with_publish_failed_and_the_reason(tmp_path):
-    """The worker checked the directory; it went before the job's ``mount -a``: the run ends with
-    PUBLISH_FAILED, what mount said is kept, and the command never ran."""
+    """The worker checked the directory; it went before the launcher's mount: the run ends with
+    PUBLISH_FAILED, the reason is kept, and the command never ran."""
     r = Run(tmp_path)
     gone = r.data("gone")
     assert sandbox.prepare_publish([_claim("gone", gone)], str(r.run_dir), r.roots, as_root=True)
     gone.rmdir()
     ran = tmp_path / "ran"
-    chain = sandbox.job_chain(str(r.run_dir), str(tmp_path), "/dev/null", "/dev/null", ["touch", str(ran)],
-                              as_root=True, publish=True, run_as=None)
-    pid = sandbox.spawn_shepherd(str(r.run_dir), chain, {"PATH": sandbox.DEFAULT_PATH})
-    os.waitpid(pid, 0)
-    assert sandbox.read_int(str(r.run_dir / "status")) == sandbox.PUBLISH_FAILED
+    assert _launch(r, ["touch", str(ran)], tmp_path) == sandbox.PUBLISH_FAILED
     err = sandbox.publish_error(str(r.run_dir))
-    assert err is not None and str(gone) in err and "does not exist" in err, err
+    assert err is not None and str(gone) in err and "No such file or directory" in err, err
     assert not ran.exists()
+
+
+@root_only
+def test_a_symlink_swapped_in_after_the_workers_check_is_refused_not_followed(tmp_path):
+    """The attack: the worker checked that the claim's data path lies inside its storage roots; before
+    the mount, the directory is replaced by a link to /etc.  The launcher opens the path without
+    following any link, so the run ends with PUBLISH_FAILED and /etc is never bound into the job."""
+    r = Run(tmp_path)
+    data = r.data("data")
+    assert sandbox.prepare_publish([_claim("data", data)], str(r.run_dir), r.roots, as_root=True)
+    data.rmdir()
+    data.symlink_to("/etc")
+    seen = tmp_path / "seen"
+    assert _launch(r, ["sh", "-c", f'ls "{sandbox.claims_dir(str(r.run_dir))}/data" > {seen}'], tmp_path) \
+        == sandbox.PUBLISH_FAILED
+    err = sandbox.publish_error(str(r.run_dir))
+    assert err is not None and "symbolic link" in err, err
+    assert not seen.exists()
+
+
+@root_only
+def test_the_job_starts_with_every_signal_at_its_default_and_none_blocked(tmp_path):
+    """The worker is a Python process: it ignores SIGPIPE, and a child inherits ignored signals.  A job
+    must not: ``yes | head`` would then end with "Broken pipe" errors instead of quietly."""
+    r = Run(tmp_path)
+    report = tmp_path / "report"
+    started = r.start(_job(tmp_path, f"grep -E '^Sig(Ign|Blk)' /proc/self/status > {report}; yes | head -1", []))
+    assert r.status(started) == 0
+    masks = dict(line.split(":") for line in report.read_text().splitlines())
+    assert {k: int(v, 16) for k, v in masks.items()} == {"SigIgn": 0, "SigBlk": 0}
+    assert (tmp_path / "out").read_text() == "y\n"
+
+
+@root_only
+def test_a_read_only_claim_keeps_the_nosuid_and_nodev_of_the_filesystem_it_comes_from(tmp_path):
+    """A read-only bind is a bind and then a remount; a remount that named only "read-only" would drop
+    the source's nosuid and nodev, and a job could then run a setuid program from its claim."""
+    r = Run(tmp_path)
+    fs = r.root / "fs"
+    fs.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "nosuid,nodev,size=1m", "xce-test", str(fs)], check=True)
+    try:
+        (fs / "weights").mkdir()
+        report = tmp_path / "report"
+        dst = sandbox.claims_dir(str(r.run_dir)) + "/w"
+        started = r.start(_job(tmp_path, f"grep ' {dst} ' /proc/self/mountinfo > {report}",
+                               [_claim("w", fs / "weights", readonly=True)]))
+        assert r.status(started) == 0
+        options = report.read_text().split()[5].split(",")
+        assert {"ro", "nosuid", "nodev"} <= set(options), options
+    finally:
+        subprocess.run(["umount", str(fs)], check=True)
+
+
+def test_without_the_launcher_a_run_fails_to_start_and_says_how_to_build_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(sandbox, "LAUNCHER", "xce-launch-missing")
+    with pytest.raises(sandbox.StartFailed, match="xce-launch-missing is not installed.*make dev"):
+        sandbox.launcher()
 
 
 @root_only

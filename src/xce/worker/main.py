@@ -43,11 +43,16 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
     from xce.errors import InvalidRequest
     from xce.transfers import TransferConfigError, load_daemon_site
     from xce.worker.daemon import Worker
+    from xce.worker.sandbox import StartFailed, launcher
 
     try:
         check_name("host", host)
     except InvalidRequest as e:
         raise WorkerConfigError(e.message) from None
+    try:
+        launcher()  # every run needs it: say so now, not at the first job
+    except StartFailed as e:
+        raise WorkerConfigError(str(e).removeprefix("failed to start: ")) from None
     try:
         transfers = load_daemon_site(transfer_config) if transfer_config else None
     except TransferConfigError as e:

@@ -1,24 +1,19 @@
 """Start one job run in its sandbox, under a shepherd that outlives the worker.
 
-Process chain (every step an ``exec`` except the shepherd's one fork for the job)::
+The worker spawns ``xce-launch`` (native/xce-launch.c, built by ``make dev`` beside the ``xce``
+command) for each run: one exec that is the run's shepherd and, in its one child, the job's sandbox
+up to the exec of its command::
 
-    worker --posix_spawn--> shepherd (sh, own session)
-        └── setsid                                       the job's own session and process group
-              [unshare --mount --propagation private]    as root: a private mount namespace
-              sh JOB: echo $$ > RUN/pgid                 (as root: the worker reads it to signal the group)
-                      [mount -a -T RUN/fstab]            claims: one bind mount each, read-only where required
-                      then as the worker's user: LAUNCH in this same shell;
-                      as the submitting user: exec setpriv --reuid U --regid G --init-groups -- sh LAUNCH
-              LAUNCH: cd CWD, open stdout/stderr as that user, exec CMD
+    worker --posix_spawn--> xce-launch xce-shepherd RUN ...     (own session: RUN/shepherd.pid)
+        └── fork: setsid                                         the job's session and process group (RUN/pgid)
+                  [private mount namespace, claims bound]        root: RUN/mounts, read-only where required
+                  [groups, gid, uid of the submitting user]      --run-as-users
+                  cd CWD, stdout/stderr opened as that user, signals to their defaults, exec CMD
 
-Every exec costs a job about a millisecond of CPU on the worker host, and
-``mount`` (libmount) more, so the chain is as short as the guarantees let it
-be: one root shell records the process group, mounts and (without
-``--run-as-users``) launches; all claims are mounted by one ``mount -a`` over
-an fstab the worker wrote into the run directory, from paths it checked
-(``mount -a`` does a read-only bind as bind + read-only remount itself).
-Not bubblewrap (``bwrap``), although its one exec is cheaper still: it sets
-``no_new_privs`` on every sandbox, unconditionally, and a job could then no
+It replaces a chain of seven glibc programs (``sh``, ``setsid``, ``unshare``, ``sh``, ``mount -a``,
+``setpriv``, ``sh``) whose execs were most of a short job's CPU on a virtual machine (glibc probes the
+CPU's caches with ``cpuid`` at every start, and each probe traps to the hypervisor).  Not bubblewrap
+(``bwrap``): it sets ``no_new_privs`` on every sandbox, unconditionally, and a job could then no
 longer use setuid programs (``sudo``, ``fusermount3``) or file capabilities.
 
 The shepherd waits for the job and writes its exit status to ``RUN/status``.
@@ -27,10 +22,15 @@ group), so when the worker restarts, a run that is still going is adopted,
 and one that ended while no worker was there is reported with its real
 status.  ``RUN`` is the run's directory under the worker's ``runs/``.
 ``RUN/pgid`` is written after ``setsid``: once it exists, the group does.
+A claim that cannot be mounted ends the run with ``PUBLISH_FAILED`` and
+its reason in ``RUN/publish.err``; a working directory or output file the
+user cannot use ends it with ``LAUNCH_FAILED`` and its reason in
+``RUN/launch.err`` (fd 3 of the launcher, opened by the worker: the user
+cannot write the run directory).
 
-Signals: the job is not started from an asynchronous list, so it does not
-inherit ignored SIGINT/SIGQUIT.  A status above 128 is reported the shell's
-way: killed by signal (status - 128).
+Signals: the job starts with every signal at its default action (the
+worker, a Python process, ignores SIGPIPE).  A status above 128 is reported
+the shell's way: killed by signal (status - 128).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,38 +46,28 @@ from xce.worker.storage import OutsideStorage, StorageRoots
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-# $1 = run dir; the rest is the job's chain.  Waits for the job, records how it ended.
-SHEPHERD = 'run=$1; shift; echo $$ > "$run/shepherd.pid"; "$@"; echo $? > "$run/status"'
-# $1 = run dir (as root, after setsid): record the job's pid, which is its process group
-MARK = 'echo $$ > "$1/pgid"; '
-# as root, in the job's private mount namespace: bind-mount every claim (read-only where required) at
-# the path XCE chose for it, as RUN/fstab lists them.  A failure is written to RUN/publish.err and
-# ends the run with PUBLISH_FAILED.
+LAUNCHER = "xce-launch"
+# the run's end when a claim could not be mounted (RUN/publish.err says why) or the job could not be
+# launched as its user: working directory, output files (RUN/launch.err says why); as xce-launch.c
 PUBLISH_FAILED = 125
-FSTAB = "fstab"
-PUBLISH = f'mount -a -T "$1/{FSTAB}" 2>>"$1/publish.err" || exit {PUBLISH_FAILED}; '
-# runs as the job's user: cwd, output files opened with the user's rights, then the command.  Fd 3 is
-# RUN/launch.err, opened by the worker (the user cannot write the run dir): the shell's own message and
-# ours go there, and the job never sees it.  ``command exec`` so that a failed redirection does not
-# end the shell (status 2, no word) before it can say which file it was.
 LAUNCH_FAILED = 126
-LAUNCH = ('exec 2>&3; cd -- "$1" || { echo "cannot enter working directory $1" >&3; exit 126; }; '
-          'command exec >>"$2" || { echo "cannot open output file $2" >&3; exit 126; }; '
-          'if [ "$3" = "$2" ]; then exec 2>&1; '
-          'else command exec 2>>"$3" || { echo "cannot open output file $3" >&3; exit 126; }; fi; '
-          'exec 3>&-; shift 3; exec "$@"')
+MOUNTS = "mounts"
 LAUNCH_ERR = "launch.err"
-
-
-def job_script(publish: bool, then_exec: bool) -> str:
-    """The root shell after setsid (and unshare): MARK, PUBLISH when there are claims, then either
-    LAUNCH itself (``then_exec`` false: the job runs as the worker's user) or ``exec "$@"`` (setpriv
-    and the user's LAUNCH).  Args: RUN, then LAUNCH's (CWD STDOUT STDERR CMD...) or the chain."""
-    return MARK + (PUBLISH if publish else "") + "shift; " + ('exec "$@"' if then_exec else LAUNCH)
 
 
 class StartFailed(Exception):
     """The run could not be started (its command does not exist, its cwd is missing...)."""
+
+
+def launcher() -> str:
+    """The ``xce-launch`` program: beside this interpreter (``make dev`` builds it into the venv), or on
+    $PATH.  Missing, every run fails to start, saying so."""
+    here = os.path.join(os.path.dirname(sys.executable), LAUNCHER)
+    found = here if os.access(here, os.X_OK) else shutil.which(LAUNCHER)
+    if found is None:
+        raise StartFailed(f"failed to start: {LAUNCHER} is not installed beside {sys.executable} "
+                          "nor on PATH (`make dev` builds it)")
+    return found
 
 
 @dataclass
@@ -101,16 +92,10 @@ def publish_env(claims: list[dict[str, Any]], run_dir: str) -> dict[str, str]:
     return env
 
 
-def fstab_field(path: str) -> bytes:
-    """``path`` as one fstab field: whitespace, control bytes and backslashes as ``\\ooo`` octal,
-    which libmount reads back (a path with a space must not become two fields, nor a newline two
-    lines); every other byte as it is."""
-    return b"".join(b"\\%03o" % c if c <= 0x20 or c in (0x5C, 0x7F) else bytes((c,)) for c in os.fsencode(path))
-
-
 def prepare_publish(claims: list[dict[str, Any]], run_dir: str, roots: StorageRoots, as_root: bool) -> bool:
-    """Mount points and RUN/fstab (root) or symlinks (not root) for each claim; True when PUBLISH has
-    mounts to make.
+    """Mount points and RUN/mounts (root) or symlinks (not root) for each claim; True when the launcher
+    has mounts to make.  RUN/mounts holds one record per claim, "ro" or "rw", the data path and the
+    mount point, each field ended by a NUL byte (no path can hold one, so none is misread).
 
     Each claim's data path must lie inside this worker's storage roots (a forged path such as
     ``/etc`` is refused).  Nothing is chowned here: a claim's data belongs to whoever its provider
@@ -131,15 +116,14 @@ def prepare_publish(claims: list[dict[str, Any]], run_dir: str, roots: StorageRo
         dst = os.path.join(base, c["name"])
         if as_root:
             os.makedirs(dst, exist_ok=True)
-            lines.append(b"%s %s none bind,%s 0 0\n" % (fstab_field(src), fstab_field(dst),
-                                                        b"ro" if c["readonly"] else b"rw"))
+            lines.append(b"%s\0%s\0%s\0" % (b"ro" if c["readonly"] else b"rw", os.fsencode(src), os.fsencode(dst)))
         else:
             if os.path.lexists(dst):
                 os.unlink(dst)
             os.symlink(src, dst)  # no mount namespace without root: a link, and the record says so
     if not as_root:
         return False
-    fd = os.open(os.path.join(run_dir, FSTAB), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    fd = os.open(os.path.join(run_dir, MOUNTS), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as fh:
         fh.write(b"".join(lines))
     return True
@@ -153,6 +137,7 @@ class RunAs:
     gid: int
     name: str
     home: str
+    groups: tuple[int, ...] = ()  # supplementary groups, as initgroups(3) gives them (the system's name services)
 
 
 def expand(pattern: str, job: dict[str, Any]) -> str:
@@ -204,7 +189,11 @@ def run_as_for(user: str, host: str, allow_system: bool = False) -> RunAs:
             raise StartFailed(f"failed to start: user {user!r} is a system account on {host} (uid {pw.pw_uid}, "
                               f"gid {pw.pw_gid}; people start at uid {first}): jobs do not run as root or "
                               "system accounts unless the worker runs with --allow-system-users")
-    return RunAs(uid=pw.pw_uid, gid=pw.pw_gid, name=pw.pw_name, home=pw.pw_dir)
+    try:
+        groups = tuple(os.getgrouplist(pw.pw_name, pw.pw_gid))
+    except OSError as e:
+        raise StartFailed(f"failed to start: the groups of user {user!r} on {host}: {e.strerror}") from None
+    return RunAs(uid=pw.pw_uid, gid=pw.pw_gid, name=pw.pw_name, home=pw.pw_dir, groups=groups)
 
 
 def _resolve(command: str, cwd: str, path: str) -> str | None:
@@ -226,7 +215,8 @@ def start(job: dict[str, Any], host: str, run_dir: str, workspace: str, output_d
     home = run_as.home if run_as else os.environ.get("HOME", "/")
     env = job_env(job, host, workspace, home)
     claims = job.get("claims") or []
-    as_root = os.geteuid() == 0 and shutil.which("unshare") is not None
+    program = launcher()
+    as_root = os.geteuid() == 0
     publish = prepare_publish(claims, run_dir, roots, as_root)
     env.update(publish_env(claims, run_dir))
     if _resolve(job["command"][0], cwd, env["PATH"]) is None:
@@ -240,15 +230,14 @@ def start(job: dict[str, Any], host: str, run_dir: str, workspace: str, output_d
             raise StartFailed(f"failed to start: output directory {p} does not exist on {host}")
     if not job["stdout"]:
         _precreate(default_out, run_as)
-    pid = spawn_shepherd(run_dir, job_chain(run_dir, cwd, stdout, stderr, job["command"], as_root, publish, run_as),
-                         env)
+    pid = spawn_shepherd(launch_argv(program, run_dir, cwd, stdout, stderr, job["command"], as_root, run_as), env)
     how = ("bind" if as_root else "symlink") if claims else ""
     return Started(pid=pid, workspace=workspace, stdout=stdout, stderr=stderr, publish=how)
 
 
-def spawn_shepherd(run_dir: str, chain: list[str], env: dict[str, str]) -> int:
-    """Spawn the shepherd of ``chain`` in its own session; its pid.  Fd 3 is RUN/launch.err (LAUNCH)."""
-    argv = ["/bin/sh", "-c", SHEPHERD, "xce-shepherd", run_dir, *chain]
+def spawn_shepherd(argv: list[str], env: dict[str, str]) -> int:
+    """Spawn the launcher's ``argv`` in its own session; the shepherd's pid.  Fd 3 is RUN/launch.err."""
+    run_dir = argv[2]
     actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
                (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
                (os.POSIX_SPAWN_DUP2, 1, 2),
@@ -260,18 +249,16 @@ def spawn_shepherd(run_dir: str, chain: list[str], env: dict[str, str]) -> int:
         raise StartFailed(f"failed to start: {e.strerror}") from None
 
 
-def job_chain(run_dir: str, cwd: str, stdout: str, stderr: str, command: list[str], as_root: bool,
-              publish: bool, run_as: RunAs | None) -> list[str]:
-    """The job's chain of execs, from ``setsid`` to its command (see the module docstring)."""
-    chain = [shutil.which("setsid") or "/usr/bin/setsid"]
+def launch_argv(program: str, run_dir: str, cwd: str, stdout: str, stderr: str, command: list[str],
+                as_root: bool, run_as: RunAs | None) -> list[str]:
+    """The launcher's arguments for one run (see native/xce-launch.c): ``xce-shepherd RUN`` first, which
+    ``shepherd_alive`` knows it by; as root a private mount namespace, with RUN/mounts bound in it."""
+    argv = [program, "xce-shepherd", run_dir]
     if as_root:
-        chain += [shutil.which("unshare") or "/usr/bin/unshare", "--mount", "--propagation", "private", "--"]
-    launch = [cwd, stdout, stderr, *command]
-    chain += ["/bin/sh", "-c", job_script(publish, run_as is not None), "xce-job", run_dir]
-    if run_as is None:
-        return chain + launch
-    return chain + [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={run_as.uid}",
-                    f"--regid={run_as.gid}", "--init-groups", "--", "/bin/sh", "-c", LAUNCH, "xce-job", *launch]
+        argv.append("--mount-ns")
+    if run_as is not None:
+        argv += ["--user", str(run_as.uid), str(run_as.gid), ",".join(map(str, run_as.groups))]
+    return argv + [cwd, stdout, stderr, "--", *command]
 
 
 def _precreate(path: str, run_as: RunAs | None) -> None:
@@ -310,35 +297,24 @@ def shepherd_alive(pid: int, run_dir: str) -> bool:
     return os.fsencode(run_dir) in argv and b"xce-shepherd" in argv
 
 
-def publish_error(run_dir: str) -> str | None:
-    """What ``mount`` said last, from RUN/publish.err: its last unindented line (the indented one
-    after it is libmount's "dmesg(1) may have more information" hint, which says nothing)."""
+def _last_line(run_dir: str, name: str) -> str | None:
     try:
-        with open(os.path.join(run_dir, "publish.err"), errors="replace") as fh:
-            lines = [ln for ln in fh.read().splitlines() if ln.strip()]
-    except OSError:
-        return None
-    said = [ln for ln in lines if not ln[:1].isspace()]
-    return (said or lines)[-1].strip() if lines else None
-
-
-def launch_error(run_dir: str) -> str | None:
-    """Why LAUNCH could not start the job, from RUN/launch.err: our line, with the reason the
-    shell gave before it ("cannot open output file /x/out: Permission denied")."""
-    try:
-        with open(os.path.join(run_dir, LAUNCH_ERR), errors="replace") as fh:
+        with open(os.path.join(run_dir, name), errors="replace") as fh:
             lines = [ln.strip() for ln in fh.read().splitlines() if ln.strip()]
     except OSError:
         return None
-    if not lines:
-        return None
-    ours = lines[-1]
-    if len(lines) > 1 and ": " in lines[-2]:
-        reason = lines[-2].rsplit(": ", 1)[1]  # dash: "cannot create X: Permission denied"
-        if reason.startswith("can't cd to"):  # dash does not say why; the path is in our line
-            return ours
-        return f"{ours}: {reason}"
-    return ours
+    return lines[-1] if lines else None
+
+
+def publish_error(run_dir: str) -> str | None:
+    """Why the launcher could not mount a claim, from RUN/publish.err ("cannot bind SRC at DST: ...")."""
+    return _last_line(run_dir, "publish.err")
+
+
+def launch_error(run_dir: str) -> str | None:
+    """Why the launcher could not start the job as its user, from RUN/launch.err ("cannot open output
+    file /x/out: Permission denied")."""
+    return _last_line(run_dir, LAUNCH_ERR)
 
 
 def clean_workspace(workspace: str) -> None:
