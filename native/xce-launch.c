@@ -14,15 +14,18 @@
  *   1. setsid(): its own session and process group, whose id it writes to RUN/pgid (once the file
  *      exists, the group does: the worker signals the group, never the shepherd);
  *   2. with --mount-ns (root): a private mount namespace, and each claim of RUN/mounts bind-mounted
- *      where XCE chose, read-only where the claim says so; a failure is written to RUN/publish.err
- *      and ends the run with status 125 before the command runs;
+ *      where XCE chose, read-only where the claim says so; a failure ends the run with status 125
+ *      (PUBLISH_FAILED) before the command runs, and the shepherd writes why to RUN/publish.err;
  *   3. with --user: the job's supplementary groups (resolved by the worker, which has the system's
  *      name services), group and user, real, effective and saved;
  *   4. as that user: CWD entered, STDOUT and STDERR opened for appending (STDERR the same file when
- *      it is the same path); a failure is said on fd 3 (RUN/launch.err, opened by the worker: the
- *      user cannot write the run directory) and ends the run with status 126;
+ *      it is the same path); a failure ends the run with status 126 (LAUNCH_FAILED), and the
+ *      shepherd writes why to RUN/launch.err (the user cannot write the run directory);
  *   5. every signal back to its default action and unblocked (the worker is a Python process, which
- *      ignores SIGPIPE), fd 3 closed, the command exec'd along $PATH.
+ *      ignores SIGPIPE), the command exec'd along $PATH.
+ *
+ * The job says why it failed on a close-on-exec pipe to the shepherd, which reads it to its end (the
+ * exec, or the job's exit) before waiting: a run that starts creates no message file at all.
  *
  * Why a program and not the shell chain it replaces (sh, setsid, unshare --mount, sh, mount -a,
  * setpriv, sh): each exec of a glibc program costs ~0.5-1 ms of CPU on a virtual machine, most of
@@ -61,7 +64,6 @@
 
 #define PUBLISH_FAILED 125 /* sandbox.PUBLISH_FAILED */
 #define LAUNCH_FAILED 126  /* sandbox.LAUNCH_FAILED */
-#define MESSAGES_FD 3      /* RUN/launch.err */
 #define MAX_GROUPS 65536
 
 #ifndef SYS_openat2
@@ -143,32 +145,23 @@ static int write_run_file(const char *run, const char *name, long value) {
     return ok && rename(tmp, path) == 0 ? 0 : -1;
 }
 
-/* Say why the run cannot go on, on fd 3 (RUN/launch.err), and end it with LAUNCH_FAILED. */
-static void launch_failed(const char *fmt, ...) {
+/* The job's end of the pipe to the shepherd (close-on-exec: the job's command never has it). */
+static int messages = -1;
+
+/* Say why the run cannot go on, to the shepherd, and end it with STATUS (PUBLISH_FAILED or
+ * LAUNCH_FAILED: which file the shepherd keeps the message in). */
+static void fail(int status, const char *fmt, ...) {
     char line[8192];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    dprintf(MESSAGES_FD, "%s\n", line);
-    _exit(LAUNCH_FAILED);
+    dprintf(messages, "%s\n", line);
+    _exit(status);
 }
 
-/* Say why a claim could not be published, in RUN/publish.err, and end the run with PUBLISH_FAILED. */
-static void publish_failed(const char *run, const char *fmt, ...) {
-    char path[4096], line[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    snprintf(path, sizeof path, "%s/publish.err", run);
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd >= 0) {
-        dprintf(fd, "%s\n", line);
-        close(fd);
-    }
-    _exit(PUBLISH_FAILED);
-}
+#define launch_failed(...) fail(LAUNCH_FAILED, __VA_ARGS__)
+#define publish_failed(...) fail(PUBLISH_FAILED, __VA_ARGS__)
 
 static int open_no_symlinks(const char *path) {
     struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC, .resolve = RESOLVE_NO_SYMLINKS};
@@ -194,45 +187,45 @@ static unsigned long kept_flags(const char *path) {
 
 /* A private mount namespace with every claim of RUN/mounts bound in it. */
 static void publish(const char *run) {
-    if (unshare(CLONE_NEWNS) != 0) publish_failed(run, "cannot make a mount namespace: %s", strerror(errno));
+    if (unshare(CLONE_NEWNS) != 0) publish_failed("cannot make a mount namespace: %s", strerror(errno));
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
-        publish_failed(run, "cannot make the mount namespace private: %s", strerror(errno));
+        publish_failed("cannot make the mount namespace private: %s", strerror(errno));
     char path[4096];
     snprintf(path, sizeof path, "%s/mounts", run);
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
         if (errno == ENOENT) return; /* no claims */
-        publish_failed(run, "cannot read %s: %s", path, strerror(errno));
+        publish_failed("cannot read %s: %s", path, strerror(errno));
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size > (16 << 20)) publish_failed(run, "cannot read %s", path);
+    if (fstat(fd, &st) != 0 || st.st_size > (16 << 20)) publish_failed("cannot read %s", path);
     size_t size = (size_t)st.st_size;
     char *buf = malloc(size + 1);
-    if (!buf || read(fd, buf, size) != (ssize_t)size) publish_failed(run, "cannot read %s", path);
+    if (!buf || read(fd, buf, size) != (ssize_t)size) publish_failed("cannot read %s", path);
     close(fd);
     buf[size] = '\0';
     const char *end = buf + size;
     for (char *p = buf; p < end;) {
         const char *mode = p;
         const char *src = mode + strlen(mode) + 1;
-        if (src >= end) publish_failed(run, "%s is cut short", path);
+        if (src >= end) publish_failed("%s is cut short", path);
         const char *dst = src + strlen(src) + 1;
-        if (dst >= end) publish_failed(run, "%s is cut short", path);
+        if (dst >= end) publish_failed("%s is cut short", path);
         p = (char *)dst + strlen(dst) + 1;
         int readonly = strcmp(mode, "ro") == 0;
-        if (!readonly && strcmp(mode, "rw") != 0) publish_failed(run, "%s: unknown mode %s", path, mode);
+        if (!readonly && strcmp(mode, "rw") != 0) publish_failed("%s: unknown mode %s", path, mode);
         int src_fd = open_no_symlinks(src);
         if (src_fd < 0)
-            publish_failed(run, "cannot bind %s at %s: %s%s", src, dst, strerror(errno),
+            publish_failed("cannot bind %s at %s: %s%s", src, dst, strerror(errno),
                            errno == ELOOP ? " (a symbolic link on the way)" : "");
         char via[64];
         snprintf(via, sizeof via, "/proc/self/fd/%d", src_fd);
         if (mount(via, dst, NULL, MS_BIND, NULL) != 0)
-            publish_failed(run, "cannot bind %s at %s: %s", src, dst, strerror(errno));
+            publish_failed("cannot bind %s at %s: %s", src, dst, strerror(errno));
         close(src_fd);
         if (readonly &&
             mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | kept_flags(dst), NULL) != 0)
-            publish_failed(run, "cannot make %s read-only at %s: %s", src, dst, strerror(errno));
+            publish_failed("cannot make %s read-only at %s: %s", src, dst, strerror(errno));
     }
     free(buf);
 }
@@ -251,7 +244,7 @@ static int open_output(const char *path) {
  * signals it keeps for itself (32-34), and glibc's posix_spawn in the worker sets those to ignored in
  * the child: left so, a job's own threads library could not use them.  SIGKILL, SIGSTOP: EINVAL. */
 static void default_signals(void) {
-    struct {
+    struct { /* the kernel's struct sigaction (x86-64, arm64), not libc's */
         void (*handler)(int);
         unsigned long flags;
         void (*restorer)(void);
@@ -278,7 +271,6 @@ static void job(const struct launch *l) {
         if (err != 2) close(err);
     }
     if (out != 1) close(out);
-    close(MESSAGES_FD);
     default_signals();
     sigset_t none;
     sigemptyset(&none);
@@ -289,20 +281,46 @@ static void job(const struct launch *l) {
     _exit(e == ENOENT ? 127 : 126);
 }
 
+/* RUN/NAME, appended to (mode 0600): TEXT. */
+static void keep_message(const char *run, const char *name, const char *text, size_t len) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", run, name) >= (int)sizeof path) return;
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return;
+    ssize_t written = write(fd, text, len); /* if it fails, there is nothing left to say it with */
+    (void)written;
+    close(fd);
+}
+
 int main(int argc, char **argv) {
     static struct launch l;
+    static char said[8192];
+    size_t len = 0;
+    int pipe_fds[2];
     parse(argc, argv, &l);
     /* without it the run is not adopted after a worker restart, but it still runs and reports */
     write_run_file(l.run, "shepherd.pid", getpid());
-    pid_t pid = fork(); /* this process has one thread: fork is safe here */
+    pid_t pid = pipe2(pipe_fds, O_CLOEXEC) == 0 ? fork() : -1; /* one thread here: fork is safe */
     if (pid < 0) {
-        dprintf(MESSAGES_FD, "cannot start the job: %s\n", strerror(errno));
+        len = (size_t)snprintf(said, sizeof said, "cannot start the job: %s\n", strerror(errno));
+        keep_message(l.run, "launch.err", said, len);
         return write_run_file(l.run, "status", LAUNCH_FAILED) == 0 ? 0 : 1;
     }
-    if (pid == 0) job(&l);
+    if (pid == 0) {
+        close(pipe_fds[0]);
+        messages = pipe_fds[1];
+        job(&l);
+    }
+    close(pipe_fds[1]);
+    for (ssize_t n; len < sizeof said && (n = read(pipe_fds[0], said + len, sizeof said - len)) != 0;)
+        if (n > 0) len += (size_t)n;
+        else if (errno != EINTR) break;
+    close(pipe_fds[0]);
     int status;
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR) return 1;
     long code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (len && (code == PUBLISH_FAILED || code == LAUNCH_FAILED))
+        keep_message(l.run, code == PUBLISH_FAILED ? "publish.err" : "launch.err", said, len);
     return write_run_file(l.run, "status", code) == 0 ? 0 : 1;
 }

@@ -129,6 +129,21 @@ def test_a_claim_that_vanishes_before_its_mount_ends_the_run_with_publish_failed
     assert not ran.exists()
 
 
+def test_a_run_that_cannot_launch_ends_with_launch_failed_and_says_why_and_one_that_starts_leaves_no_message(
+        tmp_path):
+    r = Run(tmp_path)
+    argv = sandbox.launch_argv(sandbox.launcher(), str(r.run_dir), str(tmp_path / "gone"), "/dev/null", "/dev/null",
+                               ["true"], as_root=False, run_as=None)
+    os.waitpid(sandbox.spawn_shepherd(argv, {"PATH": sandbox.DEFAULT_PATH}), 0)
+    assert sandbox.read_int(str(r.run_dir / "status")) == sandbox.LAUNCH_FAILED
+    assert sandbox.launch_error(str(r.run_dir)) == \
+        f"cannot enter working directory {tmp_path / 'gone'}: No such file or directory"
+    (r.run_dir / sandbox.LAUNCH_ERR).unlink()
+    started = r.start(_job(tmp_path, "true", []))
+    assert r.status(started) == 0
+    assert sorted(p.name for p in r.run_dir.iterdir() if p.is_file()) == ["pgid", "shepherd.pid", "status"]
+
+
 @root_only
 def test_a_symlink_swapped_in_after_the_workers_check_is_refused_not_followed(tmp_path):
     """The attack: the worker checked that the claim's data path lies inside its storage roots; before

@@ -100,11 +100,14 @@ class Worker:
         return os.path.join(self.runs_dir, f"{job_id}.{run}")
 
     def _write_journal(self, run_dir: str, data: dict[str, Any]) -> None:
+        """The run's intent (or how it failed to start), whole or not at all, before it acts.  Not
+        fsynced: it guards against this worker's death, which leaves the page cache to the next worker;
+        a crash of the host that loses it also ends every run it could have told about, and the next
+        worker's register lists no run directory for them, so the controller requeues them or ends them lost
+        (``reconcile_host``)."""
         path = os.path.join(run_dir, "journal.json")
         with open(os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
             json.dump(data, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
         os.replace(path + ".tmp", path)
 
     def _read_journal(self, run_dir: str) -> dict[str, Any] | None:

@@ -25,8 +25,9 @@ status.  ``RUN`` is the run's directory under the worker's ``runs/``.
 A claim that cannot be mounted ends the run with ``PUBLISH_FAILED`` and
 its reason in ``RUN/publish.err``; a working directory or output file the
 user cannot use ends it with ``LAUNCH_FAILED`` and its reason in
-``RUN/launch.err`` (fd 3 of the launcher, opened by the worker: the user
-cannot write the run directory).
+``RUN/launch.err`` (written by the shepherd, from what the job said on a
+pipe: the user cannot write the run directory, and a run that starts
+makes no message file).
 
 Signals: the job starts with every signal at its default action (the
 worker, a Python process, ignores SIGPIPE).  A status above 128 is reported
@@ -236,13 +237,10 @@ def start(job: dict[str, Any], host: str, run_dir: str, workspace: str, output_d
 
 
 def spawn_shepherd(argv: list[str], env: dict[str, str]) -> int:
-    """Spawn the launcher's ``argv`` in its own session; the shepherd's pid.  Fd 3 is RUN/launch.err."""
-    run_dir = argv[2]
+    """Spawn the launcher's ``argv`` in its own session; the shepherd's pid."""
     actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
                (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
-               (os.POSIX_SPAWN_DUP2, 1, 2),
-               (os.POSIX_SPAWN_OPEN, 3, os.path.join(run_dir, LAUNCH_ERR),
-                os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)]
+               (os.POSIX_SPAWN_DUP2, 1, 2)]
     try:
         return os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True)
     except OSError as e:
