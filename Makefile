@@ -26,7 +26,7 @@ $(NATIVE): native/xce.c native/xce-launch.c $(STAMP)
 	touch $(NATIVE)
 
 # System packages the tests need (root, Debian): PostgreSQL server binaries, btrfs-progs (the btrfs
-# provider's tests make a loop-file btrfs filesystem), venv support, a C compiler and musl (native/) and
+# provider's tests make a loop-file btrfs filesystem), venv support, a C compiler and musl (native/), and
 # openssl (the transfer tests' HTTPS server gets a self-signed certificate). rclone comes from PyPI.
 deps:
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \

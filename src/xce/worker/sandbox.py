@@ -218,7 +218,7 @@ def start(job: dict[str, Any], host: str, run_dir: str, workspace: str, output_d
     claims = job.get("claims") or []
     program = launcher()
     as_root = os.geteuid() == 0
-    publish = prepare_publish(claims, run_dir, roots, as_root)
+    prepare_publish(claims, run_dir, roots, as_root)
     env.update(publish_env(claims, run_dir))
     if _resolve(job["command"][0], cwd, env["PATH"]) is None:
         raise StartFailed(f"failed to start: command not found: {job['command'][0]}")
