@@ -103,10 +103,10 @@ def test_a_claim_outside_the_storage_roots_is_refused_before_anything_runs(tmp_p
     assert not (r.run_dir / sandbox.MOUNTS).exists() and not (r.run_dir / "shepherd.pid").exists()
 
 
-def _launch(r: Run, command: list[str], cwd) -> int:
-    """The launcher on its own, as root with a mount namespace; its status once it has ended."""
+def _launch(r: Run, command: list[str], cwd, as_root: bool = True) -> int:
+    """The launcher on its own (as root: with a mount namespace); its status once it has ended."""
     argv = sandbox.launch_argv(sandbox.launcher(), str(r.run_dir), str(cwd), "/dev/null", "/dev/null", command,
-                               as_root=True, run_as=None)
+                               as_root=as_root, run_as=None)
     pid = sandbox.spawn_shepherd(argv, {"PATH": sandbox.DEFAULT_PATH})
     os.waitpid(pid, 0)
     status = sandbox.read_int(str(r.run_dir / "status"))
@@ -132,10 +132,7 @@ def test_a_claim_that_vanishes_before_its_mount_ends_the_run_with_publish_failed
 def test_a_run_that_cannot_launch_ends_with_launch_failed_and_says_why_and_one_that_starts_leaves_no_message(
         tmp_path):
     r = Run(tmp_path)
-    argv = sandbox.launch_argv(sandbox.launcher(), str(r.run_dir), str(tmp_path / "gone"), "/dev/null", "/dev/null",
-                               ["true"], as_root=False, run_as=None)
-    os.waitpid(sandbox.spawn_shepherd(argv, {"PATH": sandbox.DEFAULT_PATH}), 0)
-    assert sandbox.read_int(str(r.run_dir / "status")) == sandbox.LAUNCH_FAILED
+    assert _launch(r, ["true"], tmp_path / "gone", as_root=False) == sandbox.LAUNCH_FAILED
     assert sandbox.launch_error(str(r.run_dir)) == \
         f"cannot enter working directory {tmp_path / 'gone'}: No such file or directory"
     (r.run_dir / sandbox.LAUNCH_ERR).unlink()
