@@ -46,7 +46,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-from throughput import PYTHON, XceCluster, clean_env, log, machine_busy  # noqa: E402
+from throughput import PYTHON, XceCluster, clean_env, filesystem_note, log, machine_busy  # noqa: E402
 
 from tests.helpers import free_port  # noqa: E402
 from xce.config import DEFAULT_CONFIG  # noqa: E402
@@ -176,6 +176,7 @@ def main() -> int:
     points = sorted({int(x) for x in args.checkpoints.split(",") if int(x) <= args.max_jobs} | {args.max_jobs})
     log(f"machine busy before starting: {machine_busy():.0%} of all CPUs")
     work = tempfile.mkdtemp(prefix="xce-history-")
+    log(filesystem_note(work))
     state = os.path.join(work, "state")
     os.makedirs(state)
     config = os.path.join(work, "xce.toml")

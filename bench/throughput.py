@@ -155,6 +155,38 @@ def machine_busy(seconds: float = 1.0) -> float:
     return 1.0 - (i1 - i0) / max(1, t1 - t0)
 
 
+def filesystem_note(path: str) -> str:
+    """Which filesystem holds ``path`` (both systems' files live there), and a warning when it is ext4
+    without a journal.  There the inode allocator skips every inode freed in the last 60 s, or in the
+    last 360 s while its inode table block is not yet written back (``recently_deleted`` in
+    fs/ext4/ialloc.c), looking that block up for each one: after a run has deleted tens of thousands
+    of files, every new file scans past them.  Measured on this VM's root filesystem: XCE's claims mode
+    at 114 jobs/s as the first run of the day and 64-70 jobs/s within minutes of other runs; on a
+    journaled ext4 100-106 jobs/s, run after run.  ``TMPDIR`` moves the bench's files."""
+    real = os.path.realpath(path)
+    best = ("", "?", "?")  # mount point, filesystem type, source
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            fields = line.split()
+            point = fields[4].replace("\\040", " ")
+            rest = fields[fields.index("-") + 1:]
+            inside = real == point or real.startswith(point.rstrip("/") + "/")
+            if inside and len(point) >= len(best[0]):
+                best = (point, rest[0], rest[1])
+    point, fstype, source = best
+    note = f"bench files under {real}: {fstype} on {source}, mounted at {point}"
+    if fstype == "ext4":
+        dev = os.path.basename(source)
+        try:
+            journaled = any(n.startswith(f"{dev}-") for n in os.listdir("/proc/fs/jbd2"))
+        except FileNotFoundError:
+            journaled = False
+        if not journaled:
+            note += (" (no journal: its inode allocator slows down for minutes after many files were"
+                     " deleted, so a run soon after another is slower; see filesystem_note in bench/throughput.py)")
+    return note
+
+
 # ---------------------------------------------------------------- XCE cluster
 
 
@@ -716,6 +748,8 @@ def run_sides(args, prefix: str, xce_share: float, xce_side, slurm_side):
     if busy > 0.15:
         log(f"warning: the machine is already {100 * busy:.0f}% busy: numbers will be skewed")
     tmp = tempfile.mkdtemp(prefix=prefix)
+    notes.append(filesystem_note(tmp))
+    log(notes[-1])
     os.chmod(tmp, 0o755)  # munged wants every directory above its socket world-executable; `nobody` needs x
     cleanup: list = []
     xce_res: list[dict] = []
