@@ -161,7 +161,7 @@ def filesystem_note(path: str) -> str:
     last 360 s while its inode table block is not yet written back (``recently_deleted`` in
     fs/ext4/ialloc.c), looking that block up for each one: after a run has deleted tens of thousands
     of files, every new file scans past them.  Measured on this VM's root filesystem: XCE's claims mode
-    at 114 jobs/s as the first run of the day and 64-70 jobs/s within minutes of other runs; on a
+    at 114 jobs/s as the first run of the day and 64-80 jobs/s within minutes of other runs; on a
     journaled ext4 100-106 jobs/s, run after run.  ``TMPDIR`` moves the bench's files."""
     real = os.path.realpath(path)
     best = ("", "?", "?")  # mount point, filesystem type, source
