@@ -17,6 +17,7 @@ import sys
 import uvicorn
 
 from xce.api.app import create_app
+from xce.api.oneshot import OneSendHttpProtocol
 from xce.config import load_config
 from xce.controller.core import Controller
 from xce.controller.memory import pace_collector
@@ -101,7 +102,7 @@ def run_controller(state_dir: str, listen: str, config_path: str | None, store_u
     app = create_app(controller, on_leader=on_leader)
     pace_collector()
     server = _Server(uvicorn.Config(
-        app, loop="uvloop", http="httptools", access_log=False, log_level="warning",
+        app, loop="uvloop", http=OneSendHttpProtocol, access_log=False, log_level="warning",
         lifespan="on", timeout_graceful_shutdown=10))
     server.controller = controller
     try:
