@@ -199,7 +199,20 @@ def test_history_and_usage_of_live_records():
     assert [j.id for j in q] == [b.id, a.id]
     assert [j.id for j in H.live_history(w.model, H.HistoryQuery(before_id=b.id, limit=10))] == [a.id]
     assert H.live_history(w.model, H.HistoryQuery(since=b.end_time + 1, limit=10)) == []
+    assert [j.id for j in H.live_history(w.model, H.HistoryQuery(limit=1))] == [b.id]
     assert H.live_usage(w.model, H.UsageQuery()) == [H.Usage(project="default", jobs=2)]
+
+
+def test_a_history_page_stops_at_its_limit_and_skips_what_is_not_finished_or_not_asked_for():
+    w = World()
+    first = ended(w)
+    f, pending = jobs.submit(w.model, ALICE, JobSpec(command=["x"]), w.tick(), CONFIG)
+    w.commit(f)
+    second, third = ended(w, name="b"), ended(w)
+    assert [j.id for j in H.live_history(w.model, H.HistoryQuery(limit=2))] == [third.id, second.id]
+    assert [j.id for j in H.live_history(w.model, H.HistoryQuery(name="b", limit=5))] == [second.id]
+    assert [j.id for j in H.live_history(w.model, H.HistoryQuery(before_id=second.id, limit=5))] == [first.id]
+    assert pending not in {j.id for j in H.live_history(w.model, H.HistoryQuery(limit=10))}
 
 
 # ---------------------------------------------------------------- replay: retirement is a fact like any other
@@ -251,5 +264,9 @@ def test_snapshot_plus_tail_equals_the_live_model_with_retirements(ops, data):
         restored.apply(i, f)
     assert restored.to_snapshot() == w.model.to_snapshot()
     assert restored == w.model
+    assert list(restored.jobs) == sorted(restored.jobs), "the live model's jobs are not in id order"
+    limit = data.draw(st.integers(1, 5))
+    newest_first = sorted((w.model.jobs[i] for i in w.model.finished_jobs), key=lambda j: j.id, reverse=True)
+    assert H.live_history(restored, H.HistoryQuery(limit=limit)) == newest_first[:limit]
     retired = [j for f in facts if isinstance(f, F.RecordsRetired) for j in f.jobs]
     assert len(retired) == len(set(retired)) and not set(retired) & set(w.model.jobs)

@@ -136,6 +136,8 @@ class Model:
     tokens: dict[str, Token] = field(default_factory=dict)
     queues: dict[str, Queue] = field(default_factory=dict)
     projects: dict[str, Project] = field(default_factory=dict)
+    # in increasing id order: ids only grow (``next_job_id``), a dict keeps insertion order, and a
+    # snapshot keeps it; readers rely on it for newest-first pages (``history.live_history``)
     jobs: dict[int, Job] = field(default_factory=dict)
     hosts: dict[str, Host] = field(default_factory=dict)
     next_claim_id: int = 1
