@@ -113,7 +113,8 @@ class Job:
     request_id: str | None = None  # the submission's client-chosen id (model.job_requests finds it)
 
     def __post_init__(self) -> None:
-        self.state = JobState(self.state)
+        if type(self.state) is not JobState:  # read back from JSON (a snapshot, an archived document)
+            self.state = JobState(self.state)
 
     @property
     def allocated(self) -> bool:
@@ -317,7 +318,13 @@ def _count_waiting(model: Model, user: str, delta: int) -> None:
 
 
 def apply_job_submitted(model: Model, f: JobSubmitted) -> None:
+    """A job, or every element of an array (one fact: ``array_indices``, ids from ``f.id`` on).  What
+    the elements share is computed once: an array of 5,000 is folded on the event loop, which serves
+    no read meanwhile."""
     elements = [(f.id + i, f.id, idx) for i, idx in enumerate(f.array_indices)] or [(f.id, None, None)]
+    state = JobState.PSUSP if f.held else JobState.PEND
+    pending_reason = "held by user" if f.held else None
+    submitted = {"state": state.value, "time": f.time, "run": 0, "reason": f"submitted by {f.user}"}
     for job_id, parent, index in elements:
         old = model.jobs.get(job_id)
         if old is not None and old.id in model.waiting_jobs:  # folds are total: a reused id replaces its job
@@ -325,21 +332,18 @@ def apply_job_submitted(model: Model, f: JobSubmitted) -> None:
             model.waiting_jobs.discard(old.id)
         if old is not None and old.request_id is not None:
             model.job_requests.pop(request_key(old.user, old.request_id), None)
-        state = JobState.PSUSP if f.held else JobState.PEND
-        model.jobs[job_id] = Job(
+        job = model.jobs[job_id] = Job(
             id=job_id, name=f.name, user=f.user, project=f.project, queue=f.queue,
             command=list(f.command), submit_time=f.time, state=state,
             slots=f.slots, resreq=f.resreq, cwd=f.cwd, stdout=f.stdout, stderr=f.stderr,
-            rerunnable=f.rerunnable, array_parent=parent, array_index=index,
-            pending_reason="held by user" if f.held else None,
+            rerunnable=f.rerunnable, array_parent=parent, array_index=index, pending_reason=pending_reason,
             claim_refs=[dict(r) for r in f.claim_refs], templates=[dict(t) for t in f.templates], app=f.app,
-            history=[{"state": state.value, "time": f.time, "run": 0, "reason": f"submitted by {f.user}"}],
-            request_id=f.request_id if job_id == f.id else None,
+            history=[submitted.copy()], request_id=f.request_id if job_id == f.id else None,
         )
-        if f.request_id is not None and job_id == f.id:
-            model.job_requests[request_key(f.user, f.request_id)] = job_id
-        _index(model, model.jobs[job_id])
-        model.next_job_id = max(model.next_job_id, job_id + 1)
+        _index(model, job)
+    if f.request_id is not None:
+        model.job_requests[request_key(f.user, f.request_id)] = f.id
+    model.next_job_id = max(model.next_job_id, elements[-1][0] + 1)
 
 
 def _release(model: Model, job: Job) -> None:
