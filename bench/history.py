@@ -1,7 +1,7 @@
 """Bounded history under load: up to 1,000,000 trivial jobs through a local cluster, and what it costs.
 
     python bench/history.py [--max-jobs 1000000] [--max-seconds 3600] [--checkpoints 10000,100000,1000000]
-                            [--keep-finished 30s] [--array 5000] [--backlog 10000] [--hosts 4] [--slots 32]
+                            [--keep-finished 5s] [--array 5000] [--backlog 10000] [--hosts 4] [--slots 32]
 
 A local cluster (``xce up --hosts 4 --slots 32`` on a temp state dir, with a config whose
 ``[controller] keep_finished`` is ``--keep-finished``) runs job arrays of ``--array`` elements of
@@ -9,7 +9,13 @@ A local cluster (``xce up --hosts 4 --slots 32`` on a temp state dir, with a con
 are unfinished.  At each checkpoint (finished jobs: 10k, 100k, 1M, those up to ``--max-jobs``)
 submission stops, the cluster drains, and it prints:
 
-- the controller's RSS (``VmRSS``) and the store's size (``xce.db`` and its WAL);
+- the jobs still in the live model once drained (``LIVE``: the finished ones of the last
+  ``--keep-finished``, so more at a higher rate) and the controller's RSS (``VmRSS``) then
+  (``RSS_LIVE``);
+- the controller's RSS once those have retired too (``RSS_MiB``): every checkpoint then holds the
+  same live state, none, so what grows from one to the next is what history costs.  The goal compares
+  these: ``RSS_LIVE`` follows the rate as much as history.  The rest is measured then too, and the
+  store's size (``xce.db`` and its WAL);
 - the newest snapshot's size and the time it took to write (the commit pause it causes), from the
   controller's log;
 - restart to first answer: the store copied (SQLite's online backup) and a second controller started
@@ -50,6 +56,7 @@ from throughput import PYTHON, XceCluster, clean_env, filesystem_note, log, mach
 
 from tests.helpers import free_port  # noqa: E402
 from xce.config import DEFAULT_CONFIG  # noqa: E402
+from xce.units import parse_duration  # noqa: E402
 
 
 def rss_mib(pid: int) -> float:
@@ -58,6 +65,24 @@ def rss_mib(pid: int) -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def gauge(api: httpx.Client, name: str) -> float:
+    """One of the controller's ``/metrics`` gauges."""
+    for line in api.get("/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise RuntimeError(f"/metrics has no {name}")
+
+
+def wait_retired(api: httpx.Client, timeout: float) -> float:
+    """Wait until every finished job has left the live model (the cluster is drained); the seconds it took."""
+    t0 = time.monotonic()
+    while gauge(api, "xce_jobs_finished_live") > 0:
+        if time.monotonic() - t0 > timeout:
+            raise RuntimeError(f"finished jobs still live after {timeout:g}s")
+        time.sleep(0.5)
+    return time.monotonic() - t0
 
 
 def pct(values: list[float], p: float) -> float:
@@ -164,7 +189,7 @@ def main() -> int:
     ap.add_argument("--max-jobs", type=int, default=1_000_000)
     ap.add_argument("--max-seconds", type=float, default=3600.0)
     ap.add_argument("--checkpoints", default="10000,100000,1000000")
-    ap.add_argument("--keep-finished", default="30s")
+    ap.add_argument("--keep-finished", default="5s")
     ap.add_argument("--snapshot-every", type=int, default=20_000)
     ap.add_argument("--array", type=int, default=5000)
     ap.add_argument("--backlog", type=int, default=10_000)
@@ -232,10 +257,17 @@ def main() -> int:
             if stop["why"]:
                 log(f"stopping: {stop['why']} at {finished} finished jobs")
                 break
+            # the cluster is drained: what the controller holds now is the finished jobs not yet retired
+            # (those of the last keep_finished), more at a higher rate.  RSS is compared once they have
+            # retired too, so every checkpoint compares the same live state (none) and what is left is
+            # what history costs; restart is timed then as well, on an otherwise idle machine
+            live, rss_drained = gauge(api, "xce_jobs"), rss_mib(ctl_pid)
+            retire_s = wait_retired(api, parse_duration(args.keep_finished) + 120)
             snap = last_snapshot(logs)
             size = sum(os.path.getsize(p) for p in (db, db + "-wal") if os.path.exists(p))
             restart = restart_seconds(db, token_file, config, work)
-            row = {"finished": finished, "rss_mib": rss_mib(ctl_pid), "store_mib": size / 2**20,
+            row = {"finished": finished, "live": int(live), "rss_drained_mib": rss_drained, "retire_s": retire_s,
+                   "rss_mib": rss_mib(ctl_pid), "store_mib": size / 2**20,
                    "snap_kib": snap[1] / 1024 if snap else float("nan"), "snap_s": snap[2] if snap else float("nan"),
                    "restart_s": restart, "jobs_s": (finished - window_from) / window,
                    "jobs_p50": pct(api_jobs, 50), "jobs_p99": pct(api_jobs, 99),
@@ -257,12 +289,13 @@ def main() -> int:
             shutil.rmtree(work, ignore_errors=True)
         else:
             log(f"kept {work}")
-    head = ("FINISHED", "RSS_MiB", "STORE_MiB", "SNAP_KiB", "SNAP_s", "RESTART_s", "JOBS/s",
+    head = ("FINISHED", "LIVE", "RSS_LIVE", "RSS_MiB", "STORE_MiB", "SNAP_KiB", "SNAP_s", "RESTART_s", "JOBS/s",
             "JOBS_p50ms", "JOBS_p99ms", "HIST_p50ms", "HIST_p99ms", "CLI_JOBS_ms", "CLI_HIST_ms")
     print(" ".join(f"{h:>11}" for h in head))
     for r in rows:
         print(" ".join(f"{v:>11.4g}" if isinstance(v, float) else f"{v:>11}" for v in (
-            r["finished"], r["rss_mib"], r["store_mib"], r["snap_kib"], r["snap_s"], r["restart_s"], r["jobs_s"],
+            r["finished"], r["live"], r["rss_drained_mib"], r["rss_mib"], r["store_mib"], r["snap_kib"],
+            r["snap_s"], r["restart_s"], r["jobs_s"],
             r["jobs_p50"], r["jobs_p99"], r["hist_p50"], r["hist_p99"], r["cli_jobs_p50"], r["cli_hist_p50"])))
     if len(rows) >= 2:
         first, last = rows[0], rows[-1]
