@@ -51,7 +51,7 @@ import urllib.parse
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from throughput import VENV_BIN, Api, XceCluster, log  # noqa: E402  (the cluster helpers of the throughput bench)
+from throughput import VENV_BIN, Api, XceCluster, filesystem_note, log  # noqa: E402  (the cluster helpers of the throughput bench)
 
 from xce.config import DEFAULT_CONFIG  # noqa: E402
 from xce.transfers import Location, Remote, TransferSite, plan  # noqa: E402
@@ -251,6 +251,7 @@ class Bench:
         print(f"\nstage-in from rclone serve s3 on loopback, {self.args.rounds} round(s), medians; "
               f"load average at the end {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
         print(f"rclone flags (XCE's worker and provisioner, and the plain copy alike): {' '.join(self.argv[4:])}")
+        print(filesystem_note(self.tmp))
         head = ("data", "plain s", "node s", "node/plain", "shared s", "shared/plain", "held node s",
                 "held shared s", "submit->start node s", "submit->start shared s")
         print(" | ".join(head))
