@@ -4,7 +4,9 @@ The pass is level-triggered and idempotent: every ``retire_every`` seconds the l
 which records may leave (``xce.model.history.retirable``, pure) and commits one ``RecordsRetired``
 fact naming them, at most ``retire_batch``; a full batch is followed by the next one at once.  It
 keeps no state of its own, so a new leader simply carries on.  The commit loop hands the retired
-documents to the store with the fact (``Controller._append``).
+documents to the store with the fact, and folds the fact only once it is durable
+(``fold_after_commit``): reads do not wait for the thousands of documents a large array's
+retirement writes.
 
 Reads merge the archive with what is still live.  A history page reads the live model first, at
 its committed position P, then the archive up to P (``max_position``): a record retired after P was
@@ -56,7 +58,7 @@ class Retirement:
             retired = 0
             try:
                 while True:
-                    n = await self.ctl.execute(self._decide)
+                    n = await self.ctl.execute(self._decide, fold_after_commit=True)
                     self.ctl.stats.retired += n
                     retired += n
                     if n < cfg.retire_batch:

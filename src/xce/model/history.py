@@ -147,14 +147,23 @@ def array_elements(model: Model, parent: int) -> list[Job]:
     return out
 
 
+def retiring(model: Model, f: F.RecordsRetired) -> tuple[list[Job], list[Claim]]:
+    """The records folding ``f`` drops, as the model holds them before the fold: those it names that
+    are here and finished (jobs) or RELEASED (claims).  Folds are total: an unknown or live one is
+    left alone, the same on replay.  The controller writes these documents to the archive before it
+    folds a retirement (``Controller.execute(..., fold_after_commit=True)``)."""
+    jobs = [j for i in dict.fromkeys(f.jobs) if (j := model.jobs.get(i)) is not None and j.finished]
+    claims = [c for i in dict.fromkeys(f.claims)
+              if (c := model.claims.get(i)) is not None and c.state is ClaimState.RELEASED]
+    return jobs, claims
+
+
 def apply_records_retired(model: Model, f: F.RecordsRetired) -> None:
-    """Drop the named records and every index entry naming them (folds are total: an unknown or live
-    one is left alone, the same on replay)."""
+    """Drop the records ``retiring`` names and every index entry naming them."""
     box = model.archive_outbox
-    for job_id in f.jobs:
-        job = model.jobs.get(job_id)
-        if job is None or not job.finished:
-            continue
+    jobs, claims = retiring(model, f)
+    for job in jobs:
+        job_id = job.id
         del model.jobs[job_id]
         model.finished_jobs.pop(job_id, None)
         if job.request_id is not None and model.job_requests.get(request_key(job.user, job.request_id)) == job_id:
@@ -162,10 +171,8 @@ def apply_records_retired(model: Model, f: F.RecordsRetired) -> None:
         if box is not None:
             box.jobs.append((box.position, job))
     names: set[str] = set()
-    for claim_id in f.claims:
-        claim = model.claims.get(claim_id)
-        if claim is None or claim.state is not ClaimState.RELEASED:
-            continue
+    for claim in claims:
+        claim_id = claim.id
         del model.claims[claim_id]
         model.open_ops.discard(claim_id)
         if claim.form is ClaimForm.STANDALONE:
