@@ -19,6 +19,7 @@ import pytest
 
 from xce.store import (ArchivedClaim, ArchivedJob, AuditQuery, AuditRecord, HistoryQuery, LeaseLost, PositionConflict,
                        Record, Snapshot, StaleEpoch, Store, Usage, UsageQuery)
+from xce.store.base import ARCHIVE_IDS
 
 SHORT_TTL = 0.3   # seconds; leases that must expire during a test
 LONG_TTL = 120.0  # seconds; leases that must not
@@ -176,10 +177,10 @@ class StoreContract:
         assert store.last_position() == 8
 
     def test_large_batch_in_one_append(self, store, epoch):
-        batch = recs(1, 2000, "big")
+        batch = recs(1, 7000, "big")  # more variables than one SQLite statement binds
         store.append(epoch, batch)
         assert stripped(read_all(store)) == stripped(batch)
-        assert store.last_position() == 2000
+        assert store.last_position() == 7000
 
     def test_payloads_round_trip_exactly(self, store, epoch):
         payloads = ["", "plain", 'quote " and \' and \\ backslash', "tab\tnew\nline\r\n",
@@ -846,6 +847,16 @@ class StoreContract:
         assert sorted(store.archived_jobs([2, 1, 99]), key=lambda j: j.id) == jobs
         assert store.archived_claims([7, 8]) == claims
         assert store.archived_claims_named("j1.1:scratch", None) == claims
+
+    def test_a_large_retirement_is_archived_whole_and_exactly(self, store, epoch):
+        """A 5,000-element array retires in one fact: more rows than one SQLite statement binds."""
+        jobs = [ajob(i, 1, end=1796397289.6612345 + i / 7, start=None if i % 2 else 1796397000.1 + i / 3,
+                     name=f"h-é{i}", parent=1) for i in range(1, 5001)]
+        store.append(epoch, recs(1, 1), jobs=jobs)
+        got = [j for i in range(1, 5001, ARCHIVE_IDS) for j in store.archived_jobs(list(range(i, i + ARCHIVE_IDS)))]
+        assert sorted(got, key=lambda j: j.id) == jobs
+        ids = [j.id for j in history_walk(store, 1000)]
+        assert sorted(ids) == list(range(1, 5001)) and len(ids) == 5000
 
     def test_a_refused_append_archives_nothing(self, store, epoch):
         store.append(epoch, recs(1, 1))
