@@ -138,7 +138,7 @@ def _insert_all(cur: sqlite3.Cursor, insert: str, table: str, columns: str, rows
     ``executemany`` steps once per row and gives the GIL back at each step; while another thread is
     busy (the event loop, serving), the writer waits up to a switch interval (5 ms) to take it back,
     at every row: a 5,000-job retirement's archive took 4-9 s so under load, and 24 s beside one
-    spinning thread, against 45 ms idle.  A statement gives the GIL back once: 5,000 rows in 20
+    spinning thread, against 45 ms idle.  A statement gives the GIL back once: 5,000 rows in 21
     statements take 160-190 ms beside that thread, 22-27 ms idle.  ``insert``: ``INSERT`` or
     ``INSERT OR IGNORE``."""
     row = "(" + ",".join("?" * (columns.count(",") + 1)) + ")"
