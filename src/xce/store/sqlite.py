@@ -124,7 +124,6 @@ CREATE TABLE IF NOT EXISTS xce_members (
 """
 
 AUDIT_INSERT_COLUMNS = "position, idx, time, user_name, action, target, result, detail"
-INSERT_AUDIT = f"INSERT INTO xce_audit ({AUDIT_INSERT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?)"
 
 #: rows one INSERT statement carries at most.  Statements are cut in powers of two (37 rows: 32, 4
 #: and 1), so a connection's statement cache holds a few shapes, not one per batch size: a
@@ -358,7 +357,7 @@ class SQLiteStore(Store):
                     f"SELECT DISTINCT position FROM xce_audit WHERE position IN ({','.join('?' * len(chunk))})",
                     chunk))
             new = [a for a in audit if a.position not in have]
-            cur.executemany(INSERT_AUDIT, _audit_values(new))
+            _insert_all(cur, "INSERT", "xce_audit", AUDIT_INSERT_COLUMNS, _audit_values(new))
             return len(new)
 
         return self._tx(run)
