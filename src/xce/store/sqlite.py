@@ -386,10 +386,16 @@ class SQLiteStore(Store):
     # ------------------------------------------------------------ snapshots
 
     def write_snapshot(self, epoch: int, snapshot: Snapshot) -> None:
+        """The snapshot goes in through SQLite's incremental blob I/O, not as a bound parameter: a
+        statement keeps a copy of the values bound to it until it is bound again, and the cached
+        INSERT would hold the last snapshot (10-15 MiB in bench/history.py) for as long as the
+        controller runs."""
         def run(cur: sqlite3.Cursor) -> None:
             self._fence(cur, epoch)
-            cur.execute("INSERT OR REPLACE INTO xce_snapshot (id, position, data) VALUES (1, ?, ?)",
-                        (snapshot.position, snapshot.data))
+            cur.execute("INSERT OR REPLACE INTO xce_snapshot (id, position, data) VALUES (1, ?, zeroblob(?))",
+                        (snapshot.position, len(snapshot.data)))
+            with self._db.blobopen("xce_snapshot", "data", 1) as blob:
+                blob.write(snapshot.data)
 
         self._tx(run)
 
