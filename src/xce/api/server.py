@@ -20,7 +20,7 @@ from xce.api.app import create_app
 from xce.api.oneshot import OneSendHttpProtocol
 from xce.config import load_config
 from xce.controller.core import Controller
-from xce.controller.memory import pace_collector
+from xce.controller.memory import pace_collector, tune_allocator
 from xce.store import open_store
 
 
@@ -78,6 +78,7 @@ def advertised_url(configured: str, flag: str | None, host: str, port: int) -> s
 
 def run_controller(state_dir: str, listen: str, config_path: str | None, store_url: str | None,
                    advertise: str | None = None) -> int:
+    tune_allocator()  # before the store's and the server's threads allocate
     logging.basicConfig(level=os.environ.get("XCE_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
