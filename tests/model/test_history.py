@@ -15,7 +15,6 @@ from xce.model import facts as F
 from xce.model import history as H
 from xce.model import job_claims, jobs
 from xce.model.claims import ClaimState
-from xce.model.history import ArchiveOutbox
 from xce.model.jobs import JobSpec, JobState
 
 KEEP = 60.0
@@ -54,14 +53,17 @@ def test_live_jobs_never_retire():
     assert {pending.id, held.id, running.id} <= set(w.model.jobs)
 
 
-def test_the_fold_hands_the_retired_entities_to_the_outbox_with_the_facts_position():
+def test_retiring_names_what_the_fold_drops_as_the_model_holds_it_before_the_fold():
     w = World()
-    w.model.archive_outbox = ArchiveOutbox()
     job = ended(w)
-    retire(w)
-    jobs_out, claims_out = w.model.take_archive()
-    assert jobs_out == [(w.model.position, job)] and claims_out == []
-    assert w.model.take_archive() == ([], [])
+    kept = w.submit(held=True)
+    fact = H.retirable(w.model, w.now + KEEP + 1, KEEP)
+    assert fact is not None
+    fact = F.RecordsRetired(time=fact.time, jobs=[*fact.jobs, kept.id, 999], claims=[998])
+    assert H.retiring(w.model, fact) == ([job], [])  # a live job and unknown ids are left alone
+    w.commit([fact])
+    assert job.id not in w.model.jobs and kept.id in w.model.jobs
+    assert H.retiring(w.model, fact) == ([], [])  # folded: nothing is left to drop, the same on replay
 
 
 def test_retirement_drops_the_request_id_so_a_new_submission_with_it_is_a_new_job():

@@ -29,7 +29,10 @@ those records into the store's audit table in the same transaction.  At
 start-up the replayed tail derives its records again and ``backfill_audit``
 keeps only those of positions the table lacks (none, unless the state was
 written before the trail moved to the store); a format-1 snapshot's trail is
-moved the same way, and a fresh snapshot then replaces it.
+moved the same way, and a fresh snapshot then replaces it.  The archive is
+written the same way: a batch that retires records carries their whole
+documents (``history.retiring``, asked before the fold drops them) into the
+archive tables with its facts.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from xce.model import Model, decode, encode
 from xce.model.audit import AuditOutbox
 from xce.model.claims import Claim
 from xce.model.facts import Fact, RecordsRetired
-from xce.model.history import ArchiveOutbox, job_columns, released_time, retiring
+from xce.model.history import job_columns, released_time, retiring
 from xce.model.jobs import Job
 from xce.model.identity import hash_token
 from xce.model.state import SNAPSHOT_FORMAT
@@ -74,6 +77,8 @@ class Outcome:
 
 
 Decide = Callable[[Model], Outcome]
+#: the jobs and claims a batch retires, each with its retirement fact's position: archived with the batch
+Retired = tuple[list[tuple[int, Job]], list[tuple[int, Claim]]]
 
 
 @dataclass
@@ -350,7 +355,6 @@ class Controller:
         loop = asyncio.get_running_loop()
         recovered = await loop.run_in_executor(self._writer, self._recover, epoch)
         model = recovered.model
-        model.archive_outbox = ArchiveOutbox()  # what this leader retires goes to the archive with its fact
         self.model = model
         self.committed = model.position
         self.epoch = epoch
@@ -483,12 +487,11 @@ class Controller:
                 continue
             fold_after = batch[0].fold_after_commit
             if fold_after:  # the model stays as it is, all durable, until the fact is
-                outcomes, records, facts = self._decide_unfolded(batch[0])
-                audit, retired = [], self._retiring(records, facts)
+                outcomes, records, facts, retired = self._decide_unfolded(batch[0])
+                audit = []
             else:
-                outcomes, records, facts = self._decide_batch(batch)
+                outcomes, records, facts, retired = self._decide_batch(batch)
                 audit = self.model.take_audit()  # the batch's records: committed with its facts, or not at all
-                retired = self.model.take_archive()  # ... and so are the documents of the records it retired
             readers = False
             if records:
                 if not fold_after:
@@ -508,7 +511,6 @@ class Controller:
                         readers = self._release_readers()
                 if fold_after:
                     self._fold(records, facts)
-                    self.model.take_archive()  # the documents ``_retiring`` gave the store with the fact
                 self.committed = self.model.position
                 self.stats.batches += 1
                 self.stats.facts += len(records)
@@ -533,21 +535,23 @@ class Controller:
                 except StoreError as e:
                     log.warning("snapshot failed, will retry: %s", e)
 
-    def _decide_batch(self, batch: list[_Command]) -> tuple[list[Outcome], list[Record], list[Fact]]:
+    def _decide_batch(self, batch: list[_Command]) -> tuple[list[Outcome], list[Record], list[Fact], Retired]:
         outcomes: list[Outcome] = []
         records: list[Record] = []
         facts: list[Fact] = []
+        retired: Retired = ([], [])
         for cmd in batch:
             out, encoded = self._decide(cmd)
             for f, (t, v, payload) in zip(out.facts, encoded):
                 record = Record(position=self.model.position + 1, type=t, version=v, payload=payload)
+                self._add_retiring(retired, record.position, f)
                 self._fold([record], [f])
                 records.append(record)
             facts.extend(out.facts)
             outcomes.append(out)
-        return outcomes, records, facts
+        return outcomes, records, facts, retired
 
-    def _decide_unfolded(self, cmd: _Command) -> tuple[list[Outcome], list[Record], list[Fact]]:
+    def _decide_unfolded(self, cmd: _Command) -> tuple[list[Outcome], list[Record], list[Fact], Retired]:
         """A ``fold_after_commit`` command's decision and its records, not folded yet."""
         out, encoded = self._decide(cmd)
         if any(not isinstance(f, RecordsRetired) for f in out.facts) or len(out.facts) > 1:
@@ -556,19 +560,18 @@ class Controller:
             out, encoded = Outcome(error=XceError("internal error: not a retirement")), []
         records = [Record(position=self.model.position + 1 + i, type=t, version=v, payload=payload)
                    for i, (t, v, payload) in enumerate(encoded)]
-        return [out], records, out.facts
+        retired: Retired = ([], [])
+        for record, f in zip(records, out.facts):
+            self._add_retiring(retired, record.position, f)
+        return [out], records, out.facts, retired
 
-    def _retiring(self, records: list[Record],
-                  facts: list[Fact]) -> tuple[list[tuple[int, Job]], list[tuple[int, Claim]]]:
-        """The archive documents of an unfolded retirement: what its fold will drop, as it is now."""
-        jobs: list[tuple[int, Job]] = []
-        claims: list[tuple[int, Claim]] = []
-        for record, fact in zip(records, facts):
-            assert isinstance(fact, RecordsRetired)
-            leaving_jobs, leaving_claims = retiring(self.model, fact)
-            jobs.extend((record.position, j) for j in leaving_jobs)
-            claims.extend((record.position, c) for c in leaving_claims)
-        return jobs, claims
+    def _add_retiring(self, retired: Retired, position: int, fact: Fact) -> None:
+        """If ``fact`` is a retirement, add the archive documents of what its fold will drop, as the
+        model holds them now (before that fold): the store writes them with the fact."""
+        if isinstance(fact, RecordsRetired):
+            jobs, claims = retiring(self.model, fact)
+            retired[0].extend((position, j) for j in jobs)
+            retired[1].extend((position, c) for c in claims)
 
     def _decide(self, cmd: _Command) -> tuple[Outcome, list[tuple[str, int, str]]]:
         """Run one command's decide function; its outcome and its facts encoded."""
@@ -596,8 +599,7 @@ class Controller:
                 log.critical("impossible transition from a decision, stopping the controller: %s", e)
                 os._exit(70)
 
-    def _append(self, records: list[Record], audit: list[AuditRecord],
-                retired: tuple[list[tuple[int, Job]], list[tuple[int, Claim]]]) -> None:
+    def _append(self, records: list[Record], audit: list[AuditRecord], retired: Retired) -> None:
         """One batch into the store (on the writer thread): its facts, its audit records, and the whole
         documents of what it retired (the entities left the model; nothing changes them any more)."""
         jobs, claims = retired

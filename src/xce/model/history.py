@@ -22,15 +22,13 @@ What stays live, whatever its age (``retirable`` decides; the leader's retiremen
 
 XCE has no job dependencies yet; when it has, a job with pending dependents joins this list.
 
-Where the documents go: like the audit trail (``xce.model.audit``), the fold hands the retired
-entities to a transient outbox (``ArchiveOutbox``), which the controller takes after folding a batch
-and gives to ``Store.append`` with the batch's facts.  A model with no outbox (a standby, a replay)
-keeps nothing: the leader wrote those documents with the fact.
+Where the documents go: before the leader folds a retirement it asks ``retiring`` for the records
+the fold will drop, as the model holds them, and gives their documents to ``Store.append`` with the
+fact.  A standby or a replay folds the same fact and writes nothing: the leader wrote them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from xce.errors import InvalidRequest, NotFound
@@ -45,20 +43,6 @@ if TYPE_CHECKING:
 
 #: records one retirement fact names at most (an array larger than this retires alone)
 RETIRE_BATCH = 1000
-
-
-@dataclass
-class ArchiveOutbox:
-    """Entities retired since the controller last took them: never touched again by the model."""
-
-    position: int = 0  # the fact being folded (set by ``Model.apply``)
-    jobs: list[tuple[int, Job]] = field(default_factory=list)  # (position of the retirement fact, job)
-    claims: list[tuple[int, Claim]] = field(default_factory=list)
-
-    def take(self) -> tuple[list[tuple[int, Job]], list[tuple[int, Claim]]]:
-        out = (self.jobs, self.claims)
-        self.jobs, self.claims = [], []
-        return out
 
 
 def released_time(claim: Claim) -> float:
@@ -150,8 +134,8 @@ def array_elements(model: Model, parent: int) -> list[Job]:
 def retiring(model: Model, f: F.RecordsRetired) -> tuple[list[Job], list[Claim]]:
     """The records folding ``f`` drops, as the model holds them before the fold: those it names that
     are here and finished (jobs) or RELEASED (claims).  Folds are total: an unknown or live one is
-    left alone, the same on replay.  The controller writes these documents to the archive before it
-    folds a retirement (``Controller.execute(..., fold_after_commit=True)``)."""
+    left alone, the same on replay.  The leader writes these documents to the archive with the fact
+    (``Controller._add_retiring``)."""
     jobs = [j for i in dict.fromkeys(f.jobs) if (j := model.jobs.get(i)) is not None and j.finished]
     claims = [c for i in dict.fromkeys(f.claims)
               if (c := model.claims.get(i)) is not None and c.state is ClaimState.RELEASED]
@@ -160,7 +144,6 @@ def retiring(model: Model, f: F.RecordsRetired) -> tuple[list[Job], list[Claim]]
 
 def apply_records_retired(model: Model, f: F.RecordsRetired) -> None:
     """Drop the records ``retiring`` names and every index entry naming them."""
-    box = model.archive_outbox
     jobs, claims = retiring(model, f)
     for job in jobs:
         job_id = job.id
@@ -168,8 +151,6 @@ def apply_records_retired(model: Model, f: F.RecordsRetired) -> None:
         model.finished_jobs.pop(job_id, None)
         if job.request_id is not None and model.job_requests.get(request_key(job.user, job.request_id)) == job_id:
             del model.job_requests[request_key(job.user, job.request_id)]
-        if box is not None:
-            box.jobs.append((box.position, job))
     names: set[str] = set()
     for claim in claims:
         claim_id = claim.id
@@ -179,8 +160,6 @@ def apply_records_retired(model: Model, f: F.RecordsRetired) -> None:
             key = name_key(claim.project, claim.name)
             if model.released_names.get(key) == claim_id:
                 names.add(key)
-        if box is not None:
-            box.claims.append((box.position, claim))
     if names:  # the newest released claim of that name is now an older live one, or none (as on a rebuild)
         for key in names:
             del model.released_names[key]

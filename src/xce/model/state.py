@@ -27,7 +27,6 @@ from xce.model.audit import AuditOutbox, AuditRecord
 from xce.model.capabilities import ClassCapabilities
 from xce.model.catalog import Project, Queue
 from xce.model.claims import Claim, ClaimForm, ClaimState, name_key
-from xce.model.history import ArchiveOutbox
 from xce.model.hosts import Host
 from xce.model.identity import Token, User
 from xce.model.jobs import Job, JobState
@@ -163,8 +162,6 @@ class Model:
     finished_jobs: dict[int, None] = field(default_factory=dict)
     # transient: audit records folded but not yet handed to the store (``xce.model.audit``); None records nothing
     audit_outbox: AuditOutbox | None = field(default=None, compare=False, repr=False)
-    # transient: records retired but not yet handed to the store's archive (``xce.model.history``)
-    archive_outbox: ArchiveOutbox | None = field(default=None, compare=False, repr=False)
 
     def apply(self, position: int, fact: F.Fact) -> None:
         fold = FOLDS.get(type(fact))
@@ -172,8 +169,6 @@ class Model:
             raise TypeError(f"no fold for fact {fact.TYPE}")
         if self.audit_outbox is not None:
             self.audit_outbox.folding(position)
-        if self.archive_outbox is not None:
-            self.archive_outbox.position = position
         fold(self, fact)
         self.position = position
 
@@ -273,10 +268,6 @@ class Model:
     def take_audit(self) -> list[AuditRecord]:
         """The audit records folded since the last call (none when the model keeps no outbox)."""
         return self.audit_outbox.take() if self.audit_outbox is not None else []
-
-    def take_archive(self) -> tuple[list[tuple[int, Job]], list[tuple[int, Claim]]]:
-        """The records retired since the last call (none when the model keeps no archive outbox)."""
-        return self.archive_outbox.take() if self.archive_outbox is not None else ([], [])
 
     def _rebuild_indexes(self) -> None:
         self.pending_jobs = {j.id for j in self.jobs.values() if j.state is JobState.PEND and not j.alloc_slots}
