@@ -152,7 +152,10 @@ def restart_seconds(db: str, token_file: str, config: str, work: str, timeout: f
                 except httpx.HTTPError:
                     pass
                 if proc.poll() is not None:
-                    raise RuntimeError(f"the restarted controller exited with {proc.returncode}")
+                    logf.flush()
+                    with open(logf.name, "rb") as fh:
+                        said = fh.read()[-2000:].decode(errors="replace")
+                    raise RuntimeError(f"the restarted controller exited with {proc.returncode}; its log ends:\n{said}")
                 time.sleep(0.01)
         raise RuntimeError(f"the restarted controller did not answer within {timeout:g}s")
     finally:
