@@ -78,7 +78,7 @@ def advertised_url(configured: str, flag: str | None, host: str, port: int) -> s
 
 def run_controller(state_dir: str, listen: str, config_path: str | None, store_url: str | None,
                    advertise: str | None = None) -> int:
-    tune_allocator()  # before the store's and the server's threads allocate
+    tune_allocator()  # before the snapshot is loaded: the first big block freed would raise the threshold
     logging.basicConfig(level=os.environ.get("XCE_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     os.makedirs(state_dir, mode=0o700, exist_ok=True)

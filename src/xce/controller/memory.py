@@ -19,41 +19,31 @@ def _glibc(function: str):
     name = ctypes.util.find_library("c")
     try:
         return getattr(ctypes.CDLL(name), function) if name else None
-    except (OSError, AttributeError):  # not glibc (musl has neither malloc_trim nor these mallopt knobs)
+    except (OSError, AttributeError):  # not glibc (musl has neither malloc_trim nor M_MMAP_THRESHOLD)
         return None
 
 
 _TRIM = _glibc("malloc_trim")
 _MALLOPT = _glibc("mallopt")
 
-# glibc's ``mallopt`` parameters (malloc.h)
-_M_MMAP_THRESHOLD = -3
-_M_ARENA_MAX = -8
+_M_MMAP_THRESHOLD = -3  # glibc's ``mallopt`` parameter (malloc.h)
 
 #: blocks this large or larger get a mapping of their own, unmapped as soon as they are freed
 MMAP_THRESHOLD = 256 * 1024
-#: heaps the controller's threads share
-ARENAS = 1
 
 
 def tune_allocator() -> bool:
-    """Keep big blocks off glibc's heap, and its threads on one heap (once, at start, before the
-    controller's threads allocate); whether the allocator took both.
+    """Keep big blocks off glibc's heap (once, at start); whether the allocator took the setting.
 
     glibc maps a large block on its own, but raises that threshold to the size of any mapped block
     that is freed (up to 32 MiB).  The first snapshot (10-15 MiB of JSON) is such a block: from then
     on every block below that size (snapshots, archive batches, big answers) came from the heap,
     where blocks still in use around it kept the heap large.  In bench/history.py the heaps grew to
     80-114 MiB, 40-76 of them free, and RSS at 100,000 jobs was 133-150 MiB; with the threshold fixed
-    the heap stayed at 22-24 MiB and RSS was 115-124 MiB at the same jobs/s.  Every thread of the
-    controller runs its Python under the GIL, so one heap between them costs little waiting and
-    leaves no other thread's heap holding free pages.
+    the heap stayed at 22-24 MiB and RSS was 115-124 MiB at the same jobs/s.  (Also limiting glibc to
+    one heap for all threads, ``M_ARENA_MAX``, changed nothing measurable.)
     """
-    if _MALLOPT is None:
-        return False
-    took_threshold = bool(_MALLOPT(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
-    took_arenas = bool(_MALLOPT(_M_ARENA_MAX, ARENAS))
-    return took_threshold and took_arenas
+    return _MALLOPT is not None and bool(_MALLOPT(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
 
 
 def release_free_memory() -> bool:
