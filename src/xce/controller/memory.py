@@ -38,9 +38,10 @@ def tune_allocator() -> bool:
     glibc maps a large block on its own, but raises that threshold to the size of any mapped block
     that is freed (up to 32 MiB).  The first snapshot (10-15 MiB of JSON) is such a block: from then
     on every block below that size (snapshots, archive batches, big answers) came from the heap,
-    where blocks still in use around it kept the heap large.  In bench/history.py the heaps grew to
-    80-114 MiB, 40-76 of them free, and RSS at 100,000 jobs was 133-150 MiB; with the threshold fixed
-    the heap stayed at 22-24 MiB and RSS was 115-124 MiB at the same jobs/s.  (Also limiting glibc to
+    where blocks still in use around it kept the heap large.  In bench/history.py the heap grew to as
+    much as 115 MiB, up to 77 of it free, and RSS at 100,000 jobs was 142 MiB; with the threshold
+    fixed the heap stayed at 22-24 MiB and RSS was 115-124 MiB at the same jobs/s (114-116 MiB from
+    100,000 to 1,000,000 jobs).  (Also limiting glibc to
     one heap for all threads, ``M_ARENA_MAX``, changed nothing measurable.)
     """
     return _MALLOPT is not None and bool(_MALLOPT(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
