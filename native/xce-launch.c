@@ -3,26 +3,50 @@
  *
  * The worker (xce/worker/sandbox.py) spawns it for every run:
  *
- *   xce-launch xce-shepherd RUN [--mount-ns] [--user UID GID GROUPS] CWD STDOUT STDERR -- CMD [ARG...]
+ *   xce-launch xce-shepherd RUN [--mount-ns] [--user UID GID GROUPS] [--allow-system-user]
+ *              [--allow-no-openat2] [--cgroup v1|v2 DIR] [--cgroup-join DIR]... [--lease FILE]
+ *              CWD STDOUT STDERR -- CMD [ARG...]
  *
  * The shepherd (this process) records its pid in RUN/shepherd.pid, forks the job, waits for it and
  * writes how it ended to RUN/status (its exit code, or 128 + the signal that killed it, as a shell
- * says it).  It never gets a signal from the worker, so it outlives a worker restart: the next
- * worker adopts the run, or reads the status of a run that ended while no worker was there.
+ * says it), after RUN/usage (max RSS bytes, user and system CPU seconds, from wait4).  It never gets a
+ * signal from the worker, so it outlives a worker restart: the next worker adopts the run, or reads
+ * the status of a run that ended while no worker was there.
  *
  * The job, in the child, before its command:
+ *   0. with --cgroup-join: into each of the run's cgroups (its cgroup.procs), before anything else,
+ *      so nothing of the job ever runs outside them;
  *   1. setsid(): its own session and process group, whose id it writes to RUN/pgid (once the file
- *      exists, the group does: the worker signals the group, never the shepherd);
+ *      exists, the group does);
  *   2. with --mount-ns (root): a private mount namespace, and each claim of RUN/mounts bind-mounted
- *      where XCE chose, read-only where the claim says so; a failure ends the run with status 125
- *      (PUBLISH_FAILED) before the command runs, and the shepherd writes why to RUN/publish.err;
+ *      where XCE chose, nosuid and nodev always, read-only where the claim says so; a failure ends
+ *      the run with status 125 (PUBLISH_FAILED) before the command runs, and the shepherd writes why
+ *      to RUN/publish.err;
  *   3. with --user: the job's supplementary groups (resolved by the worker, which has the system's
- *      name services), group and user, real, effective and saved;
+ *      name services), group and user, real, effective and saved.  uid 0, gid 0 and uids below the
+ *      system's UID_MIN (/etc/login.defs) are refused unless --allow-system-user;
  *   4. as that user: CWD entered, STDOUT and STDERR opened for appending (STDERR the same file when
  *      it is the same path); a failure ends the run with status 126 (LAUNCH_FAILED), and the
  *      shepherd writes why to RUN/launch.err (the user cannot write the run directory);
  *   5. every signal back to its default action and unblocked (the worker is a Python process, which
  *      ignores SIGPIPE), the command exec'd along $PATH.
+ *
+ * What the shepherd does while the job runs (DESIGN §12: one kill path; runs fenced like claim agents).
+ * It waits in poll() on the job's end (a signalfd for SIGCHLD), on RUN/wake (a FIFO the worker writes
+ * a byte to after it changed a control file) and on its deadlines:
+ *   - RUN/kill ("GRACE" seconds, written once by the worker when the job is to end): SIGINT and SIGTERM
+ *     to every process of the job, once, then SIGKILL to all of them when GRACE has passed;
+ *   - RUN/signals ("SEQ SIGNUM" lines): each signal once, in order (xce kill -s), to every process;
+ *   - RUN/freeze ("1" or "0"): the job frozen or thawed (xce stop / xce resume);
+ *   - the lease (--lease FILE: "DEADLINE" in CLOCK_BOOTTIME nanoseconds, renewed by the worker each
+ *     time the controller answers its heartbeat): once the deadline has passed and the file says no
+ *     later one, the run is fenced: RUN/fenced is written and every process of the job is killed.
+ *     The controller gives a run's host up (and runs the job elsewhere) only after a longer interval,
+ *     measured on its own clock (docs/architecture.md, "Runs are fenced").
+ * "Every process of the job" is its cgroup (--cgroup: v2 cgroup.kill, cgroup.freeze; v1 the freezer:
+ * freeze, SIGKILL each process, thaw), so a process that left the job's session is not missed; without
+ * a cgroup it is the job's process group.  When the job's own process has ended, whatever it left in
+ * its cgroup is killed too, and the shepherd waits (a bounded while) until nothing is left.
  *
  * The job says why it failed on a close-on-exec pipe to the shepherd, which reads it to its end (the
  * exec, or the job's exit) before waiting: a run that starts creates no message file at all.
@@ -33,14 +57,16 @@
  * static with musl (`make dev` uses musl-gcc when it is there), this one exec costs about a third
  * of one glibc exec (an empty program in a shell loop: 0.26 against 0.78 ms, the loop's fork
  * included).  Not bubblewrap: it sets no_new_privs on every sandbox, and a job could then
- * no longer use setuid programs or file capabilities.  No no_new_privs here either.
+ * no longer use setuid programs or file capabilities.  No no_new_privs here either (claims are
+ * mounted nosuid,nodev, so a setuid file in a claim gives nothing).
  *
  * RUN/mounts, written by the worker (0600, in a directory users cannot write), holds one record per
  * claim: "ro" or "rw", the claim's data path (resolved, inside the worker's storage roots: the worker
  * checked) and the mount point, each field ended by a NUL byte, so any path is read back whole.  The
  * data path is opened without following any symlink (openat2 RESOLVE_NO_SYMLINKS) and the mount is
  * made from that open directory, so a link swapped in after the worker's check is refused, not
- * followed.  A read-only bind keeps the flags of the mount it comes from (nosuid, nodev, noexec...).
+ * followed.  Before Linux 5.6 (no openat2) the run is refused unless --allow-no-openat2 (then only
+ * the last component is not followed).
  *
  * Build: `make dev` compiles it to .venv/bin/xce-launch, beside the xce command.
  */
@@ -49,23 +75,37 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+/* default_signals() writes the kernel's struct sigaction, whose layout is per architecture: these two
+ * are the ones it is written for.  Elsewhere, check the layout (arch/.../include/uapi/asm/signal.h)
+ * and add the architecture here. */
+#if !defined(__x86_64__) && !defined(__aarch64__)
+#error "xce-launch: default_signals() hard-codes the kernel's struct sigaction of x86-64 and arm64"
+#endif
 
 #define PUBLISH_FAILED 125 /* sandbox.PUBLISH_FAILED */
 #define LAUNCH_FAILED 126  /* sandbox.LAUNCH_FAILED */
 #define MAX_GROUPS 65536
+#define MAX_JOINS 16
+#define DEFAULT_UID_MIN 1000
 
 #ifndef SYS_openat2
 #define SYS_openat2 437
@@ -75,20 +115,30 @@ struct open_how {
     unsigned long long flags, mode, resolve;
 };
 
+enum cgroup_version { CG_NONE, CG_V1, CG_V2 };
+
 struct launch {
     const char *run;
     int mount_ns;
     int run_as;
+    int allow_system_user;
+    int allow_no_openat2;
     uid_t uid;
     gid_t gid;
     gid_t groups[MAX_GROUPS];
     size_t ngroups;
+    enum cgroup_version cg;
+    const char *cg_control;
+    const char *cg_join[MAX_JOINS];
+    size_t njoin;
+    const char *lease;
     const char *cwd, *out, *err;
     char **argv; /* the command */
 };
 
 static void usage(void) {
-    fprintf(stderr, "usage: xce-launch xce-shepherd RUN [--mount-ns] [--user UID GID GROUPS] "
+    fprintf(stderr, "usage: xce-launch xce-shepherd RUN [--mount-ns] [--user UID GID GROUPS] [--allow-system-user] "
+                    "[--allow-no-openat2] [--cgroup v1|v2 DIR] [--cgroup-join DIR]... [--lease FILE] "
                     "CWD STDOUT STDERR -- CMD [ARG...]\n");
     exit(2);
 }
@@ -110,6 +160,10 @@ static void parse(int argc, char **argv, struct launch *l) {
         unsigned long v;
         if (strcmp(argv[i], "--mount-ns") == 0) {
             l->mount_ns = 1;
+        } else if (strcmp(argv[i], "--allow-system-user") == 0) {
+            l->allow_system_user = 1;
+        } else if (strcmp(argv[i], "--allow-no-openat2") == 0) {
+            l->allow_no_openat2 = 1;
         } else if (strcmp(argv[i], "--user") == 0 && i + 3 < argc) {
             l->run_as = 1;
             if (parse_id(argv[++i], &v)) usage();
@@ -121,6 +175,17 @@ static void parse(int argc, char **argv, struct launch *l) {
                 if (l->ngroups == MAX_GROUPS || parse_id(g, &v)) usage();
                 l->groups[l->ngroups++] = (gid_t)v;
             }
+        } else if (strcmp(argv[i], "--cgroup") == 0 && i + 2 < argc) {
+            const char *version = argv[++i];
+            if (strcmp(version, "v1") == 0) l->cg = CG_V1;
+            else if (strcmp(version, "v2") == 0) l->cg = CG_V2;
+            else usage();
+            l->cg_control = argv[++i];
+        } else if (strcmp(argv[i], "--cgroup-join") == 0 && i + 1 < argc) {
+            if (l->njoin == MAX_JOINS) usage();
+            l->cg_join[l->njoin++] = argv[++i];
+        } else if (strcmp(argv[i], "--lease") == 0 && i + 1 < argc) {
+            l->lease = argv[++i];
         } else {
             usage();
         }
@@ -132,18 +197,54 @@ static void parse(int argc, char **argv, struct launch *l) {
     l->argv = argv + i + 4;
 }
 
-/* RUN/NAME written with "TEXT\n": under a temporary name, then renamed, so a reader sees all or nothing. */
-static int write_run_file(const char *run, const char *name, long value) {
-    char path[4096], tmp[4096], text[32];
-    int n = snprintf(text, sizeof text, "%ld\n", value);
+/* RUN/NAME written with TEXT: under a temporary name, then renamed, so a reader sees all or nothing. */
+static int write_run_text(const char *run, const char *name, const char *text) {
+    char path[4096], tmp[4096];
+    size_t n = strlen(text);
     if (snprintf(path, sizeof path, "%s/%s", run, name) >= (int)sizeof path ||
         snprintf(tmp, sizeof tmp, "%s/.%s.tmp", run, name) >= (int)sizeof tmp)
         return -1;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) return -1;
-    int ok = write(fd, text, n) == n;
+    int ok = write(fd, text, n) == (ssize_t)n;
     close(fd);
     return ok && rename(tmp, path) == 0 ? 0 : -1;
+}
+
+static int write_run_file(const char *run, const char *name, long value) {
+    char text[32];
+    snprintf(text, sizeof text, "%ld\n", value);
+    return write_run_text(run, name, text);
+}
+
+/* Up to SIZE - 1 bytes of PATH, NUL-ended (no link followed); the length, or -1. */
+static ssize_t read_small(const char *path, char *buf, size_t size) {
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, buf, size - 1);
+    close(fd);
+    if (n < 0) return -1;
+    buf[n] = '\0';
+    return n;
+}
+
+static ssize_t read_run(const char *run, const char *name, char *buf, size_t size) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", run, name) >= (int)sizeof path) return -1;
+    return read_small(path, buf, size);
+}
+
+/* TEXT into the control file DIR/NAME of a cgroup. */
+static int cg_write(const char *dir, const char *name, const char *text) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) return -1;
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = write(fd, text, strlen(text));
+    int e = errno;
+    close(fd);
+    errno = e;
+    return n == (ssize_t)strlen(text) ? 0 : -1;
 }
 
 /* The job's end of the pipe to the shepherd (close-on-exec: the job's command never has it). */
@@ -164,21 +265,22 @@ static void fail(int status, const char *fmt, ...) {
 #define launch_failed(...) fail(LAUNCH_FAILED, __VA_ARGS__)
 #define publish_failed(...) fail(PUBLISH_FAILED, __VA_ARGS__)
 
-static int open_no_symlinks(const char *path) {
+static int open_no_symlinks(const char *path, int allow_fallback) {
     struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC, .resolve = RESOLVE_NO_SYMLINKS};
     int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
-    if (fd < 0 && errno == ENOSYS) /* before Linux 5.6: at least the last component is not followed */
+    if (fd < 0 && errno == ENOSYS) {
+        if (!allow_fallback) return -1; /* errno ENOSYS: publish() says what to do */
+        /* before Linux 5.6, allowed by the site: at least the last component is not followed */
         fd = open(path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
     return fd;
 }
 
-/* The flags of the mount at PATH that a read-only remount of a bind must keep. */
+/* The flags of the mount at PATH that a remount of a bind must keep. */
 static unsigned long kept_flags(const char *path) {
     struct statvfs st;
     unsigned long flags = 0;
     if (statvfs(path, &st) != 0) return 0;
-    if (st.f_flag & ST_NOSUID) flags |= MS_NOSUID;
-    if (st.f_flag & ST_NODEV) flags |= MS_NODEV;
     if (st.f_flag & ST_NOEXEC) flags |= MS_NOEXEC;
     if (st.f_flag & ST_NOATIME) flags |= MS_NOATIME;
     if (st.f_flag & ST_NODIRATIME) flags |= MS_NODIRATIME;
@@ -186,8 +288,10 @@ static unsigned long kept_flags(const char *path) {
     return flags;
 }
 
-/* A private mount namespace with every claim of RUN/mounts bound in it. */
-static void publish(const char *run) {
+/* A private mount namespace with every claim of RUN/mounts bound in it: nosuid and nodev always (a
+ * setuid file or a device node a user left in a claim gives nothing), read-only where it says so. */
+static void publish(const struct launch *l) {
+    const char *run = l->run;
     if (unshare(CLONE_NEWNS) != 0) publish_failed("cannot make a mount namespace: %s", strerror(errno));
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
         publish_failed("cannot make the mount namespace private: %s", strerror(errno));
@@ -215,7 +319,11 @@ static void publish(const char *run) {
         p = (char *)dst + strlen(dst) + 1;
         int readonly = strcmp(mode, "ro") == 0;
         if (!readonly && strcmp(mode, "rw") != 0) publish_failed("%s: unknown mode %s", path, mode);
-        int src_fd = open_no_symlinks(src);
+        int src_fd = open_no_symlinks(src, l->allow_no_openat2);
+        if (src_fd < 0 && errno == ENOSYS)
+            publish_failed("cannot bind %s at %s safely: this kernel has no openat2 (Linux 5.6), so a "
+                           "symbolic link swapped into the path could not be refused (the worker's "
+                           "--allow-no-openat2 accepts that)", src, dst);
         if (src_fd < 0)
             publish_failed("cannot bind %s at %s: %s%s", src, dst, strerror(errno),
                            errno == ELOOP ? " (a symbolic link on the way)" : "");
@@ -224,14 +332,37 @@ static void publish(const char *run) {
         if (mount(via, dst, NULL, MS_BIND, NULL) != 0)
             publish_failed("cannot bind %s at %s: %s", src, dst, strerror(errno));
         close(src_fd);
-        if (readonly &&
-            mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | kept_flags(dst), NULL) != 0)
-            publish_failed("cannot make %s read-only at %s: %s", src, dst, strerror(errno));
+        unsigned long flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | kept_flags(dst);
+        if (mount(NULL, dst, NULL, flags | (readonly ? MS_RDONLY : 0), NULL) != 0)
+            publish_failed("cannot make %s %s at %s: %s", src, readonly ? "read-only, nosuid and nodev" : "nosuid and nodev",
+                           dst, strerror(errno));
     }
     free(buf);
 }
 
+/* The system's first uid for people: UID_MIN in /etc/login.defs, else 1000 (as sandbox.uid_min). */
+static unsigned long uid_min(void) {
+    char buf[65536];
+    if (read_small("/etc/login.defs", buf, sizeof buf) < 0) return DEFAULT_UID_MIN;
+    for (char *line = buf, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        while (*line == ' ' || *line == '\t') line++;
+        if (strncmp(line, "UID_MIN", 7) == 0 && (line[7] == ' ' || line[7] == '\t')) {
+            char *v = line + 7, *end;
+            while (*v == ' ' || *v == '\t') v++;
+            unsigned long n = strtoul(v, &end, 10);
+            if (end != v) return n;
+        }
+    }
+    return DEFAULT_UID_MIN;
+}
+
 static void become(const struct launch *l) {
+    /* the worker refused these already; the launcher, which does the setuid, refuses them again */
+    if (!l->allow_system_user && (l->uid == 0 || l->gid == 0 || l->uid < uid_min()))
+        launch_failed("refusing to run as uid %u gid %u: a system account (the worker's --allow-system-users "
+                      "allows it)", l->uid, l->gid);
     if (setgroups(l->ngroups, l->groups) != 0) launch_failed("cannot set the job's groups: %s", strerror(errno));
     if (setresgid(l->gid, l->gid, l->gid) != 0) launch_failed("cannot set group %u: %s", l->gid, strerror(errno));
     if (setresuid(l->uid, l->uid, l->uid) != 0) launch_failed("cannot set user %u: %s", l->uid, strerror(errno));
@@ -245,7 +376,7 @@ static int open_output(const char *path) {
  * signals it keeps for itself (32-34), and glibc's posix_spawn in the worker sets those to ignored in
  * the child: left so, a job's own threads library could not use them.  SIGKILL, SIGSTOP: EINVAL. */
 static void default_signals(void) {
-    struct { /* the kernel's struct sigaction (x86-64, arm64), not libc's */
+    struct { /* the kernel's struct sigaction (x86-64, arm64: the #error above), not libc's */
         void (*handler)(int);
         unsigned long flags;
         void (*restorer)(void);
@@ -254,11 +385,16 @@ static void default_signals(void) {
     for (int sig = 1; sig <= 64; sig++) syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof dfl.mask);
 }
 
-/* The job: steps 1-5 of the header. */
+/* The job: steps 0-5 of the header. */
 static void job(const struct launch *l) {
+    char pid[32];
+    snprintf(pid, sizeof pid, "%d", (int)getpid());
+    for (size_t i = 0; i < l->njoin; i++)
+        if (cg_write(l->cg_join[i], "cgroup.procs", pid) != 0)
+            launch_failed("cannot join cgroup %s: %s", l->cg_join[i], strerror(errno));
     if (setsid() < 0) launch_failed("cannot start a session: %s", strerror(errno));
     if (write_run_file(l->run, "pgid", getpid()) != 0) launch_failed("cannot record the job's process group");
-    if (l->mount_ns) publish(l->run);
+    if (l->mount_ns) publish(l);
     if (l->run_as) become(l);
     if (chdir(l->cwd) != 0) launch_failed("cannot enter working directory %s: %s", l->cwd, strerror(errno));
     int out = open_output(l->out);
@@ -293,15 +429,208 @@ static void keep_message(const char *run, const char *name, const char *text, si
     close(fd);
 }
 
+/* ------------------------------------------------------------------ the shepherd: the job's processes */
+
+static const struct launch *L;
+static pid_t job_pid; /* the job's own process, and its process group */
+
+static int64_t now_ns(void) { /* CLOCK_BOOTTIME: it goes on while the host is suspended */
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The pids in the job's cgroup, into PIDS (at most MAX); how many, or -1 when it cannot be read. */
+static int cg_pids(pid_t *pids, int max) {
+    static char buf[1 << 20];
+    char path[4096];
+    snprintf(path, sizeof path, "%s/cgroup.procs", L->cg_control);
+    if (read_small(path, buf, sizeof buf) < 0) return -1;
+    int n = 0;
+    for (char *p = buf, *end; *p && n < max; p = end) {
+        long v = strtol(p, &end, 10);
+        if (end == p) break;
+        if (v > 0) pids[n++] = (pid_t)v;
+        while (*end == '\n') end++;
+    }
+    return n;
+}
+
+/* SIG to every process of the job: its cgroup's, or its process group. */
+static void signal_all(int sig) {
+    static pid_t pids[65536];
+    int n = L->cg != CG_NONE ? cg_pids(pids, 65536) : -1;
+    if (n < 0) {
+        kill(-job_pid, sig);
+        return;
+    }
+    for (int i = 0; i < n; i++) kill(pids[i], sig);
+}
+
+static void freeze(int on) {
+    if (L->cg == CG_V2) cg_write(L->cg_control, "cgroup.freeze", on ? "1" : "0");
+    else if (L->cg == CG_V1) cg_write(L->cg_control, "freezer.state", on ? "FROZEN" : "THAWED");
+    else kill(-job_pid, on ? SIGSTOP : SIGCONT);
+}
+
+static void pause_ms(long ms) {
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+/* SIGKILL to every process of the job, none missed: v2 cgroup.kill; else freeze the cgroup (no process
+ * forks meanwhile), kill each, thaw (a frozen process dies once thawed); without a cgroup, the group. */
+static void kill_all(void) {
+    if (L->cg == CG_NONE) {
+        kill(-job_pid, SIGKILL);
+        return;
+    }
+    static pid_t pids[65536];
+    if (cg_pids(pids, 1) == 0) return; /* nothing left (a job that ended alone): no freeze needed */
+    if (L->cg == CG_V2 && cg_write(L->cg_control, "cgroup.kill", "1") == 0) return;
+    for (int round = 0; round < 50; round++) {
+        freeze(1);
+        if (L->cg == CG_V1) { /* FREEZING until every task has stopped: a bounded wait */
+            char state[64];
+            char path[4096];
+            snprintf(path, sizeof path, "%s/freezer.state", L->cg_control);
+            for (int i = 0; i < 100 && read_small(path, state, sizeof state) > 0 && strncmp(state, "FROZEN", 6); i++)
+                pause_ms(1);
+        }
+        int n = cg_pids(pids, 65536);
+        for (int i = 0; i < n; i++) kill(pids[i], SIGKILL);
+        freeze(0);
+        if (n <= 0) return;
+        pause_ms(2);
+    }
+}
+
+/* Until nothing of the job is left in its cgroup (a bounded wait: a process stuck in the kernel is
+ * the worker's to report; the status is written either way). */
+static void wait_empty(void) {
+    static pid_t pids[16];
+    for (int i = 0; L->cg != CG_NONE && i < 1000; i++) {
+        int n = cg_pids(pids, 16);
+        if (n <= 0) return;
+        if (i % 50 == 0) kill_all();
+        pause_ms(10);
+    }
+}
+
+/* The lease's deadline (CLOCK_BOOTTIME ns), or 0 when there is none to read: expired. */
+static int64_t lease_deadline(void) {
+    char buf[64];
+    if (read_small(L->lease, buf, sizeof buf) <= 0) return 0;
+    return strtoll(buf, NULL, 10);
+}
+
+struct control {
+    int terminating;    /* RUN/kill seen: SIGINT and SIGTERM sent */
+    int64_t kill_at;    /* when SIGKILL follows them (0: not yet asked) */
+    int killed;         /* SIGKILL sent */
+    long signals_done;  /* the last RUN/signals sequence number delivered */
+    int frozen;
+};
+
+/* Act on what the worker wrote (RUN/kill, RUN/signals, RUN/freeze): each thing once. */
+static void apply_control(struct control *c) {
+    char buf[65536];
+    if (!c->terminating && read_run(L->run, "kill", buf, sizeof buf) > 0) {
+        double grace = strtod(buf, NULL);
+        if (!(grace >= 0)) grace = 0;
+        c->terminating = 1;
+        if (c->frozen) freeze(0), c->frozen = 0; /* a frozen job cannot handle SIGTERM */
+        signal_all(SIGINT);
+        signal_all(SIGTERM);
+        c->kill_at = now_ns() + (int64_t)(grace * 1e9);
+    }
+    if (read_run(L->run, "signals", buf, sizeof buf) > 0) {
+        for (char *line = buf, *next; line && *line; line = next) {
+            next = strchr(line, '\n');
+            if (next) *next++ = '\0';
+            char *end;
+            long seq = strtol(line, &end, 10);
+            long sig = strtol(end, NULL, 10);
+            if (seq > c->signals_done && sig > 0 && sig < 65) {
+                signal_all((int)sig);
+                c->signals_done = seq;
+            }
+        }
+    }
+    if (!c->terminating && read_run(L->run, "freeze", buf, sizeof buf) > 0) {
+        int want = buf[0] == '1';
+        if (want != c->frozen) freeze(want), c->frozen = want;
+    }
+}
+
+/* Wait for the job, acting on control files, the kill's grace and the lease meanwhile; the job's wait
+ * status and its rusage. */
+static void shepherd(int sfd, int wake, int *status, struct rusage *ru) {
+    struct control c = {0};
+    int64_t lease = L->lease ? lease_deadline() : 0;
+    int fenced = 0;
+    apply_control(&c); /* what the worker wrote before the job started */
+    for (;;) {
+        int64_t now = now_ns();
+        if (L->lease && !fenced && now >= lease && (lease = lease_deadline()) <= now) {
+            fenced = 1; /* no word from the controller in time: it may give the run up, so the run ends now */
+            write_run_text(L->run, "fenced", "1\n");
+            kill_all();
+        }
+        if (c.terminating && !c.killed && now >= c.kill_at) {
+            c.killed = 1;
+            kill_all();
+        }
+        int64_t next = INT64_MAX;
+        if (L->lease && !fenced) next = lease;
+        if (c.terminating && !c.killed && c.kill_at < next) next = c.kill_at;
+        int timeout = -1;
+        if (next != INT64_MAX) {
+            int64_t ms = (next - now) / 1000000 + 1;
+            timeout = ms > 60000 ? 60000 : (ms < 0 ? 0 : (int)ms);
+        }
+        struct pollfd fds[2] = {{.fd = sfd, .events = POLLIN}, {.fd = wake, .events = POLLIN}};
+        if (poll(fds, wake >= 0 ? 2 : 1, timeout) < 0 && errno != EINTR) pause_ms(100);
+        if (wake >= 0 && (fds[1].revents & POLLIN)) {
+            char drain[256];
+            while (read(wake, drain, sizeof drain) > 0) {
+            }
+            apply_control(&c);
+        }
+        struct signalfd_siginfo si;
+        while (read(sfd, &si, sizeof si) > 0) {
+        }
+        pid_t r = wait4(job_pid, status, WNOHANG, ru);
+        if (r == job_pid) return;
+        if (r < 0 && errno != EINTR) { /* cannot happen: the job is our only child */
+            *status = 0;
+            memset(ru, 0, sizeof *ru);
+            return;
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     static struct launch l;
     static char said[8192];
     size_t len = 0;
     int pipe_fds[2];
     parse(argc, argv, &l);
+    L = &l;
     /* without it the run is not adopted after a worker restart, but it still runs and reports */
     write_run_file(l.run, "shepherd.pid", getpid());
-    pid_t pid = pipe2(pipe_fds, O_CLOEXEC) == 0 ? fork() : -1; /* one thread here: fork is safe */
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL); /* the job unblocks every signal before its exec */
+    int sfd = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
+    char wake_path[4096];
+    snprintf(wake_path, sizeof wake_path, "%s/wake", l.run);
+    if (mkfifo(wake_path, 0600) != 0 && errno != EEXIST) wake_path[0] = '\0';
+    /* read and write: the FIFO always has a writer, so poll() never sees a hang-up; the worker's
+     * non-blocking open for writing fails (ENXIO) once no shepherd reads it */
+    int wake = wake_path[0] ? open(wake_path, O_RDWR | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC) : -1;
+    pid_t pid = sfd >= 0 && pipe2(pipe_fds, O_CLOEXEC) == 0 ? fork() : -1; /* one thread here: fork is safe */
     if (pid < 0) {
         len = (size_t)snprintf(said, sizeof said, "cannot start the job: %s\n", strerror(errno));
         keep_message(l.run, "launch.err", said, len);
@@ -312,16 +641,24 @@ int main(int argc, char **argv) {
         messages = pipe_fds[1];
         job(&l);
     }
+    job_pid = pid;
     close(pipe_fds[1]);
     for (ssize_t n; len < sizeof said && (n = read(pipe_fds[0], said + len, sizeof said - len)) != 0;)
         if (n > 0) len += (size_t)n;
         else if (errno != EINTR) break;
     close(pipe_fds[0]);
-    int status;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) return 1;
+    int status = 0;
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    shepherd(sfd, wake, &status, &ru);
+    kill_all(); /* what the job left behind goes with it, setsid() or not */
+    wait_empty();
     long code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (len && (code == PUBLISH_FAILED || code == LAUNCH_FAILED))
         keep_message(l.run, code == PUBLISH_FAILED ? "publish.err" : "launch.err", said, len);
+    char usage_text[128];
+    snprintf(usage_text, sizeof usage_text, "%lld %ld.%06ld %ld.%06ld\n", (long long)ru.ru_maxrss * 1024,
+             (long)ru.ru_utime.tv_sec, (long)ru.ru_utime.tv_usec, (long)ru.ru_stime.tv_sec, (long)ru.ru_stime.tv_usec);
+    write_run_text(l.run, "usage", usage_text);
     return write_run_file(l.run, "status", code) == 0 ? 0 : 1;
 }

@@ -62,6 +62,14 @@ def format_size(n: float | None) -> str | None:
     return f"{n:g}"
 
 
+def format_bytes(n: float) -> str:
+    """Bytes as people read them in a message: ``64 MiB``, ``1.5 GiB``, ``512 B``."""
+    for unit, scale in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:g} B"
+
+
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)?$")
 _DURATION_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 

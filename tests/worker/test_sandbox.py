@@ -138,7 +138,7 @@ def test_a_run_that_cannot_launch_ends_with_launch_failed_and_says_why_and_one_t
     (r.run_dir / sandbox.LAUNCH_ERR).unlink()
     started = r.start(_job(tmp_path, "true", []))
     assert r.status(started) == 0
-    assert sorted(p.name for p in r.run_dir.iterdir() if p.is_file()) == ["pgid", "shepherd.pid", "status"]
+    assert sorted(p.name for p in r.run_dir.iterdir() if p.is_file()) == ["pgid", "shepherd.pid", "status", "usage"]
 
 
 @root_only
@@ -265,3 +265,53 @@ def test_a_job_run_as_its_user_gets_its_claims_and_a_read_only_one_stays_read_on
     assert lines[0] == str(run_as.uid)
     assert os.stat(rw / "f").st_uid == run_as.uid
     assert "Read-only file system" in lines[1] and "WROTE" not in lines
+
+
+@root_only
+def test_a_read_write_claim_is_bound_nosuid_and_nodev_even_from_a_filesystem_that_allows_them(tmp_path):
+    """A user's job could leave a setuid-root copy of a shell or a device node in a claim it writes;
+    the next job that mounts the claim must not be able to use either."""
+    r = Run(tmp_path)
+    fs = r.root / "fs"
+    fs.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "suid,dev,size=1m", "xce-test", str(fs)], check=True)
+    try:
+        (fs / "data").mkdir()
+        report = tmp_path / "report"
+        dst = sandbox.claims_dir(str(r.run_dir)) + "/d"
+        started = r.start(_job(tmp_path, f"grep ' {dst} ' /proc/self/mountinfo > {report}", [_claim("d", fs / "data")]))
+        assert r.status(started) == 0
+        options = set(report.read_text().split()[5].split(","))
+        assert {"rw", "nosuid", "nodev"} <= options, options
+    finally:
+        subprocess.run(["umount", str(fs)], check=True)
+
+
+@root_only
+def test_the_launcher_itself_refuses_root_and_system_accounts_unless_allowed(tmp_path):
+    """The worker refuses them first (``run_as_for``); the launcher, which does the setuid, refuses them
+    again, so a mistake in the worker cannot run a job as root."""
+    def run_in(name: str) -> Run:
+        (tmp_path / name).mkdir()
+        return Run(tmp_path / name)
+
+    for uid, gid in ((0, 0), (1, 1), (1000, 0)):
+        r = run_in(f"u{uid}-{gid}")
+        ran = tmp_path / f"ran-{uid}-{gid}"
+        argv = sandbox.launch_argv(sandbox.launcher(), str(r.run_dir), "/", "/dev/null", "/dev/null",
+                                   ["touch", str(ran)], as_root=False,
+                                   run_as=sandbox.RunAs(uid=uid, gid=gid, name="x", home="/"))
+        pid = sandbox.spawn_shepherd(argv, {"PATH": sandbox.DEFAULT_PATH})
+        os.waitpid(pid, 0)
+        assert sandbox.read_int(str(r.run_dir / "status")) == sandbox.LAUNCH_FAILED
+        assert "refusing to run as uid" in (sandbox.launch_error(str(r.run_dir)) or "")
+        assert not ran.exists()
+    allowed = run_in("allowed")
+    ran = tmp_path / "ran-allowed"
+    argv = sandbox.launch_argv(sandbox.launcher(), str(allowed.run_dir), "/", "/dev/null", "/dev/null",
+                               ["touch", str(ran)], as_root=False,
+                               run_as=sandbox.RunAs(uid=0, gid=0, name="root", home="/"),
+                               confinement=sandbox.Confinement(allow_system_users=True))
+    pid = sandbox.spawn_shepherd(argv, {"PATH": sandbox.DEFAULT_PATH})
+    os.waitpid(pid, 0)
+    assert sandbox.read_int(str(allowed.run_dir / "status")) == 0 and ran.exists()

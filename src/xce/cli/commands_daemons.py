@@ -85,6 +85,13 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     w.add_argument("--transfer-config", metavar="PATH",
                    help="remotes and their credentials for stage-in/out of URLs ([transfers] TOML, mode 0600; "
                         "see xce transfers list)")
+    w.add_argument("--cgroups", choices=("auto", "v1", "v2", "none"), default="auto",
+                   help="each run in a cgroup of its own (memory and CPU limits, the whole process tree killed, "
+                        "usage): v2 where /sys/fs/cgroup is the unified hierarchy, else v1 (default auto; "
+                        "needs root; none: the job's process group only)")
+    w.add_argument("--allow-no-openat2", action="store_true",
+                   help="on kernels before 5.6 (no openat2) still publish claims, though a symbolic link swapped "
+                        "into a claim's path could then be followed; refused by default")
     w.set_defaults(func=cmd_worker)
 
     pr = sub.add_parser("provisioner", help="run the provisioner (the claim agent for shared storage)")
@@ -159,7 +166,8 @@ def cmd_worker(args, ctx) -> int:
         return run_worker(args.host, args.controller, token, args.slots, args.attr, args.counter,
                           args.work_dir, args.heartbeat, args.run_as_users, args.provider_config,
                           args.storage_roots, allow_system_users=args.allow_system_users,
-                          transfer_config=args.transfer_config)
+                          transfer_config=args.transfer_config, cgroups=args.cgroups,
+                          allow_no_openat2=args.allow_no_openat2)
     except (WorkerConfigError, ProvisionerConfigError) as e:
         raise UsageError(str(e)) from None
 

@@ -3,7 +3,12 @@
 Threads: one long-polls for work, one heartbeats, one sends queued reports
 in batches and retries until the controller has them, and one watches each
 running job.  Jobs are started with ``os.posix_spawn`` under a shepherd
-(see ``sandbox``), never fork.
+(see ``sandbox``), never fork, each in a cgroup of its own (``cgroups``).
+
+The worker never signals a job itself: it passes the controller's orders for a run (end it, a signal,
+freeze, thaw) to the run's shepherd through the run's control files, each order once (``control``),
+and renews the lease every shepherd keeps its run on each time the controller answers a heartbeat:
+a worker that is gone or cut off lets its runs be fenced (DESIGN §12).
 
 Every run has a directory ``runs/<job>.<run>/`` made *before* its shepherd
 is spawned (intent before action), so a restarted worker never starts the
@@ -32,12 +37,13 @@ from xce.agents.provisioner import SIMFS_COMMAND
 from xce.client import ApiError, Client, ClientError
 from xce.model.claims import node_agent
 from xce.transfers import TransferSite
-from xce.worker import sandbox, staging
+from xce.units import format_bytes
+from xce.worker import control, sandbox, staging
+from xce.worker.cgroups import CgroupError, Hierarchy, Limits, RunCgroup
 from xce.worker.storage import StorageRoots
 
 log = logging.getLogger("xce.worker")
 
-KILL_GRACE = 5.0
 ADOPT_POLL = 0.5
 POLL_WAIT = 20  # seconds the controller may hold a work long-poll
 # seconds a call may wait for an answer (a long-poll: beyond its wait).  A controller that stopped
@@ -51,7 +57,8 @@ class Worker:
                  counters: dict[str, float], work_dir: str, heartbeat: float = 2.0,
                  run_as_users: bool = False, providers: dict[str, Provider] | None = None,
                  storage_roots: list[str] | None = None, allow_system_users: bool = False,
-                 transfers: TransferSite | None = None) -> None:
+                 transfers: TransferSite | None = None, cgroups: Hierarchy | None = None,
+                 allow_no_openat2: bool = False) -> None:
         self.host = host
         # several controllers: calls follow the leader; every call the worker makes is idempotent
         # (runs are keyed by job and run number), so one whose answer was lost is sent again
@@ -62,6 +69,11 @@ class Worker:
         self.run_as_users = run_as_users
         self.allow_system_users = allow_system_users  # run as root / uid < UID_MIN too (sandbox.run_as_for)
         self.transfers = transfers  # remotes and their credentials (--transfer-config): stage-in/out of URLs
+        self.allow_no_openat2 = allow_no_openat2
+        self.run_cgroups: dict[tuple[int, int], RunCgroup] = {}
+        self.confine(cgroups)
+        self.applied: dict[tuple[int, int], int] = {}  # run -> the newest order passed on to its shepherd
+        self.fence: float | None = None  # seconds a lease lasts (the controller says, in every answer)
         self.boot_id = uuid.uuid4().hex
         self.runs_dir = os.path.join(work_dir, "runs")
         self.jobs_dir = os.path.join(work_dir, "jobs")
@@ -88,6 +100,14 @@ class Worker:
                                      inventory_classes=False, local_ops={
                                          "stage_in": self._stage, "stage_out": self._stage},
                                      on_dispatch=self._dispatched)
+
+    def confine(self, cgroups: Hierarchy | None) -> None:
+        """Each run in a cgroup of ``cgroups`` (None: runs are not confined).  A run's slots are whole
+        CPUs of its own when this host's slots are its CPUs; else a CPU quota."""
+        self.cgroups = cgroups
+        cpus = cgroups.cpus if cgroups is not None else ()
+        self.bind_cores = cgroups is not None and len(cpus) == self.slots and cgroups.binds_cores
+        self.free_cores: set[int] = set(cpus) if self.bind_cores else set()
 
     def _stage(self, item: dict[str, Any]):
         return staging.run_stage_op(item, self.host, self.run_as_users, self.storage,
@@ -132,11 +152,13 @@ class Worker:
                 self._reports.put(("finished", {"job_id": key[0], "run": key[1], "exit_code": 127,
                                                 "reason": data["failed"]}))
                 continue
+            self._adopt_cgroup(key)
             pid = sandbox.read_int(os.path.join(run_dir, "shepherd.pid"))
             if pid is not None and sandbox.shepherd_alive(pid, run_dir):
                 log.info("adopting run %d.%d (shepherd %d) from an earlier life", *key, pid)
                 with self._lock:
                     self.running.add(key)
+                    self.applied[key] = control.applied(run_dir)
                 self._reports.put(("started", {"job_id": key[0], "run": key[1], "pid": pid,
                                                "workspace": data["workspace"]}))
                 threading.Thread(target=self._watch_adopted, args=(key, pid, run_dir, data["workspace"]),
@@ -147,24 +169,48 @@ class Worker:
             if name not in known:
                 sandbox.clean_workspace(os.path.join(self.jobs_dir, name))
 
+    def _adopt_cgroup(self, key: tuple[int, int]) -> None:
+        rc = self.cgroups.existing(f"{key[0]}.{key[1]}") if self.cgroups is not None else None
+        if rc is not None:
+            with self._lock:
+                self.run_cgroups[key] = rc
+                self.free_cores.difference_update(rc.cores)
+
     # ------------------------------------------------------------ controller calls
+
+    def _confirmed(self, sent: float, reply: dict[str, Any]) -> None:
+        """The controller answered a call sent at ``sent`` (``control.clock``): every run here may go on
+        for the fence from then.  (From when it was sent, not answered: the controller heard from this
+        host no sooner, so the shepherds stop no later than the fence after its last word of us.)"""
+        fence = reply.get("fence")
+        if not isinstance(fence, (int, float)) or fence <= 0:
+            return
+        if self.fence != fence:
+            self.fence = float(fence)
+            if fence < 3 * self.heartbeat_interval:
+                log.warning("the controller's fence_time (%gs) is under three heartbeats (%gs each): runs may be "
+                            "fenced by a late heartbeat", fence, self.heartbeat_interval)
+        control.renew_lease(self.work_dir, sent + fence)
 
     def register(self) -> None:
         # every run with a directory: still going, or ended with its final report not yet delivered
         # (so the controller does not take a run whose report is on its way for lost)
         running = [{"job_id": int(j), "run": int(r)}
                    for j, _, r in (name.partition(".") for name in sorted(os.listdir(self.runs_dir)))]
+        sent = control.clock()
         reply = self.client.post(f"/v1/hosts/{self.host}/register", {
             "slots": self.slots, "attrs": self.attrs, "counters": self.counters,
             "boot_id": self.boot_id, "running": running})
+        self._confirmed(sent, reply)
         for k in reply.get("kill", []):
-            self._kill(k["job_id"], k["run"])
+            self._end_now(k["job_id"], k["run"])
         log.info("registered %s: %d slots, attrs %s, counters %s", self.host, self.slots, self.attrs, self.counters)
 
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(self.heartbeat_interval):
             try:
-                self.client.post(f"/v1/hosts/{self.host}/heartbeat", {})
+                sent = control.clock()
+                self._confirmed(sent, self.client.post(f"/v1/hosts/{self.host}/heartbeat", {}))
             except ApiError as e:
                 if e.code == "reregister":
                     self._try(self.register)
@@ -198,7 +244,7 @@ class Worker:
             for r in body["finished"]:  # the controller has it: the run's directory is done
                 shutil.rmtree(self._run_dir(r["job_id"], r["run"]), ignore_errors=True)
             for k in reply.get("kill", []):
-                self._kill(k["job_id"], k["run"])
+                self._end_now(k["job_id"], k["run"])
 
     def _try(self, fn) -> bool:
         try:
@@ -228,9 +274,16 @@ class Worker:
         self._write_journal(run_dir, intent)  # intent before action
         try:
             run_as = sandbox.run_as_for(job["user"], self.host, self.allow_system_users) if self.run_as_users else None
-            started = sandbox.start(job, self.host, run_dir, workspace, self.output_dir, self.storage, run_as)
-        except (sandbox.StartFailed, OSError) as e:
-            reason = str(e) if isinstance(e, sandbox.StartFailed) else f"failed to start: {e}"
+            # fenced on the lease once the controller has said how long it lasts (it has, before any dispatch)
+            lease = control.lease_path(self.work_dir) if self.fence is not None else None
+            confinement = sandbox.Confinement(cgroup=self._make_cgroup(key, job), lease=lease,
+                                              allow_system_users=self.allow_system_users,
+                                              allow_no_openat2=self.allow_no_openat2)
+            started = sandbox.start(job, self.host, run_dir, workspace, self.output_dir, self.storage, run_as,
+                                    confinement)
+        except (sandbox.StartFailed, CgroupError, OSError) as e:
+            reason = f"failed to start: {e}" if not isinstance(e, sandbox.StartFailed) else str(e)
+            self._drop_cgroup(key)
             sandbox.clean_workspace(workspace)
             self._write_journal(run_dir, dict(intent, failed=reason))
             self._ended(key)
@@ -245,6 +298,38 @@ class Worker:
         threading.Thread(target=self._watch_child, args=(key, started.pid, run_dir, workspace), daemon=True,
                          name=f"job-{key[0]}.{key[1]}").start()
 
+    def _make_cgroup(self, key: tuple[int, int], job: dict[str, Any]) -> RunCgroup | None:
+        """The run's cgroup, its limits written: ``mem_limit`` (-M, or the mem it reserved here), and its
+        slots here as whole cores (when this host's slots are its cores) or as a CPU quota."""
+        if self.cgroups is None:
+            return None
+        slots = max(1, int(job.get("slots") or 1))
+        with self._lock:
+            cores: tuple[int, ...] = ()
+            if self.bind_cores and len(self.free_cores) >= slots:
+                cores = tuple(sorted(self.free_cores)[:slots])
+                self.free_cores.difference_update(cores)
+        limits = Limits(memory_bytes=job.get("mem_limit"), cores=cores, cpu_quota=None if cores else float(slots))
+        try:
+            rc = self.cgroups.make(f"{key[0]}.{key[1]}", limits)
+        except CgroupError:
+            with self._lock:
+                self.free_cores.update(cores)
+            raise
+        with self._lock:
+            self.run_cgroups[key] = rc
+        return rc
+
+    def _drop_cgroup(self, key: tuple[int, int]) -> RunCgroup | None:
+        """The run's cgroup removed and its cores free again (its processes are gone)."""
+        with self._lock:
+            rc = self.run_cgroups.pop(key, None)
+            if rc is not None:
+                self.free_cores.update(rc.cores)
+        if rc is not None and self.cgroups is not None:
+            self.cgroups.remove(rc)
+        return rc
+
     def _watch_child(self, key: tuple[int, int], pid: int, run_dir: str, workspace: str) -> None:
         os.waitpid(pid, 0)  # the shepherd: it has written the job's status by now
         self._finish(key, run_dir, workspace)
@@ -255,16 +340,30 @@ class Worker:
         self._finish(key, run_dir, workspace)
 
     def _finish(self, key: tuple[int, int], run_dir: str, workspace: str) -> None:
-        """The shepherd is gone: sweep the job's process group, clean up, report how it ended."""
-        pgid = sandbox.read_int(os.path.join(run_dir, "pgid"))
-        if pgid is not None:
-            try:  # whatever the job left behind in its process group goes with it
-                os.killpg(pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        """The shepherd is gone (it killed what the job left in its cgroup): read what the run used,
+        clean up, report how it ended."""
+        rc = self.run_cgroups.get(key)
+        if rc is None:  # no cgroup: whatever the job left behind in its process group goes with it
+            pgid = sandbox.read_int(os.path.join(run_dir, "pgid"))
+            if pgid is not None:
+                try:
+                    os.killpg(pgid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        cg = self.cgroups.usage(rc) if rc is not None and self.cgroups is not None else None
+        self._drop_cgroup(key)
         sandbox.clean_workspace(workspace)
         status = sandbox.read_int(os.path.join(run_dir, "status"))
-        if status is None:
+        ended = control.ended(run_dir)
+        usage = {"max_rss_bytes": ended.max_rss_bytes,
+                 "cpu_user_s": cg.cpu_user_s if cg and cg.cpu_user_s is not None else ended.cpu_user_s,
+                 "cpu_sys_s": cg.cpu_sys_s if cg and cg.cpu_sys_s is not None else ended.cpu_sys_s}
+        usage = usage if any(v is not None for v in usage.values()) else None
+        if ended.fenced:
+            report = {"job_id": key[0], "run": key[1], "lost": True, "usage": usage,
+                      "reason": f"fenced: the worker on {self.host} had no answer from the controller for "
+                                f"{self.fence or 0:g}s"}
+        elif status is None:
             report = {"job_id": key[0], "run": key[1], "lost": True,
                       "reason": f"lost: the job's shepherd on {self.host} died"}
         elif status == sandbox.PUBLISH_FAILED and (err := sandbox.publish_error(run_dir)):
@@ -274,45 +373,38 @@ class Worker:
             report = {"job_id": key[0], "run": key[1], "exit_code": status, "reason": f"failed to start: {err}"}
         else:
             exit_code, sig = sandbox.exit_status(status)
-            report = {"job_id": key[0], "run": key[1], "exit_code": exit_code, "signal": sig}
+            report = {"job_id": key[0], "run": key[1], "exit_code": exit_code, "signal": sig, "usage": usage}
+            if cg is not None and cg.oom_kills and exit_code != 0 and cg.memory_limit is not None:
+                report["reason"] = f"memory limit {format_bytes(cg.memory_limit)} exceeded"
         self._ended(key)
         self._reports.put(("finished", report))
 
     def _ended(self, key: tuple[int, int]) -> None:
         with self._lock:
             self.running.discard(key)
+            self.applied.pop(key, None)
             self.ended[key] = None
             while len(self.ended) > ENDED_KEPT:
                 del self.ended[next(iter(self.ended))]
 
-    def _kill(self, job_id: int, run: int) -> None:
-        """SIGTERM to the job's process group, SIGKILL after a grace period (the shepherd reports)."""
+    def _pass_on(self, orders: dict[str, Any]) -> None:
+        """The controller's orders for one of our runs, to its shepherd, each order once."""
+        key = (orders["job_id"], orders["run"])
+        with self._lock:
+            if key not in self.running or orders["seq"] <= self.applied.get(key, 0):
+                return  # OBSERVATION: over, or passed on already (the answer raced our last poll's)
+            self.applied[key] = orders["seq"]
+        control.pass_on(self._run_dir(*key), orders)
+
+    def _end_now(self, job_id: int, run: int) -> None:
+        """A run that is not this host's any more (the controller gave it up, or never gave it here): its
+        shepherd kills it at once, and its end is reported as any other."""
         key = (job_id, run)
         with self._lock:
             if key not in self.running:
                 return
-        pgid_path = os.path.join(self._run_dir(*key), "pgid")
-
-        def escalate() -> None:
-            deadline = time.monotonic() + KILL_GRACE
-            termed = False
-            while True:
-                with self._lock:
-                    if key not in self.running:
-                        return
-                pgid = sandbox.read_int(pgid_path)
-                late = time.monotonic() >= deadline
-                if pgid is not None and (late or not termed):
-                    try:
-                        os.killpg(pgid, signal.SIGKILL if late else signal.SIGTERM)
-                        termed = True
-                    except (ProcessLookupError, PermissionError):
-                        pass  # not in its own group yet, or already gone: look again
-                    if late:
-                        return
-                time.sleep(0.1)
-
-        threading.Thread(target=escalate, daemon=True).start()
+        log.warning("run %d.%d is not this host's any more (given up while this worker was away): ending it", *key)
+        control.end_now(self._run_dir(*key))
 
     # ------------------------------------------------------------ main loop
 
@@ -338,8 +430,10 @@ class Worker:
 
     def _poll_loop(self) -> None:
         while not self._stop.is_set():
+            with self._lock:  # the orders we have: the poll answers only newer ones
+                seen = [f"{j}.{r}.{seq}" for (j, r), seq in self.applied.items() if seq]
             try:
-                work = self.client.get(f"/v1/hosts/{self.host}/work", {"wait": POLL_WAIT},
+                work = self.client.get(f"/v1/hosts/{self.host}/work", [("wait", POLL_WAIT), *(("seen", x) for x in seen)],
                                        timeout=POLL_WAIT + DAEMON_TIMEOUT)
             except ApiError as e:
                 if e.code == "reregister":
@@ -354,8 +448,8 @@ class Worker:
                 continue
             if self._stop.is_set():
                 return
-            for k in work["kill"]:
-                self._kill(k["job_id"], k["run"])
+            for orders in work["orders"]:
+                self._pass_on(orders)
             for job in work["dispatch"]:
                 self._start(job)
 

@@ -38,10 +38,11 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
                counters: list[str] | None, work_dir: str | None, heartbeat: float,
                run_as_users: bool = False, provider_config: str | None = None,
                storage_roots: list[str] | None = None, allow_system_users: bool = False,
-               transfer_config: str | None = None) -> int:
+               transfer_config: str | None = None, cgroups: str = "auto", allow_no_openat2: bool = False) -> int:
     from xce.names import check_name
     from xce.errors import InvalidRequest
     from xce.transfers import TransferConfigError, load_daemon_site
+    from xce.worker.cgroups import CgroupError, open_hierarchy
     from xce.worker.daemon import Worker
     from xce.worker.sandbox import StartFailed, launcher
 
@@ -57,22 +58,33 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
         transfers = load_daemon_site(transfer_config) if transfer_config else None
     except TransferConfigError as e:
         raise WorkerConfigError(str(e)) from None
+    counters_given = parse_pairs(counters, "counter", numeric=True)
+    if "mem" not in counters_given and (total := machine_memory()):
+        counters_given["mem"] = total  # rusage[mem=...] reserves on it; -M and mem= limit a run's cgroup
+    attrs_given = parse_pairs(attrs, "attr", numeric=False)
+    roots = [_storage_root(r) for r in storage_roots or ()]
+    providers = load_provisioner_config(provider_config).providers if provider_config else None
     logging.basicConfig(level=os.environ.get("XCE_LOG_LEVEL", "INFO"),
                         format=f"%(asctime)s worker[{host}] %(levelname)s %(message)s")
+    log = logging.getLogger("xce.worker")
     work_dir = os.path.abspath(work_dir or os.path.join(os.path.expanduser("~"), ".xce", "worker", host))
     os.makedirs(work_dir, mode=0o755, exist_ok=True)
     if run_as_users:
         closed = [d for d in _parents(work_dir) if not os.stat(d).st_mode & 0o001]
         if closed:
-            logging.getLogger("xce.worker").warning(
-                "--run-as-users: %s is not searchable by other users, so jobs cannot reach their workspaces "
-                "and claims under %s", closed[0], work_dir)
-    worker = Worker(host, url, token, slots if slots is not None else (os.cpu_count() or 1),
-                    parse_pairs(attrs, "attr", numeric=False), parse_pairs(counters, "counter", numeric=True),
-                    work_dir, heartbeat=heartbeat, run_as_users=run_as_users,
-                    providers=load_provisioner_config(provider_config).providers if provider_config else None,
-                    storage_roots=[_storage_root(r) for r in storage_roots or ()],
-                    allow_system_users=allow_system_users, transfers=transfers)
+            log.warning("--run-as-users: %s is not searchable by other users, so jobs cannot reach their workspaces "
+                        "and claims under %s", closed[0], work_dir)
+    worker = Worker(host, url, token, slots if slots is not None else (os.cpu_count() or 1), attrs_given,
+                    counters_given, work_dir, heartbeat=heartbeat, run_as_users=run_as_users, providers=providers,
+                    storage_roots=roots, allow_system_users=allow_system_users, transfers=transfers,
+                    allow_no_openat2=allow_no_openat2)
+    try:  # last: it makes this worker's cgroup directories, once everything else it was told is good
+        hierarchy = open_hierarchy(host, cgroups)
+    except CgroupError as e:
+        raise WorkerConfigError(f"--cgroups {cgroups}: {e}") from None
+    log.info("runs are confined by %s", hierarchy.describe() if hierarchy else
+             "nothing but their process group (no cgroups: no memory or CPU limits)")
+    worker.confine(hierarchy)
 
     def on_signal(signum, frame) -> None:
         logging.getLogger("xce.worker").info("signal %d: stopping", signum)
@@ -81,6 +93,18 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     return worker.run()
+
+
+def machine_memory(meminfo: str = "/proc/meminfo") -> float | None:
+    """The machine's memory in bytes (``MemTotal``): the ``mem`` counter a worker reports unless told."""
+    try:
+        with open(meminfo) as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return float(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _parents(path: str) -> list[str]:

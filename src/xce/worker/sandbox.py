@@ -43,6 +43,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from xce.worker.cgroups import RunCgroup
 from xce.worker.storage import OutsideStorage, StorageRoots
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -204,8 +205,29 @@ def _resolve(command: str, cwd: str, path: str) -> str | None:
     return shutil.which(command, path=path)
 
 
+@dataclass(frozen=True)
+class Confinement:
+    """What holds a run besides its sandbox: its cgroup, the lease its shepherd keeps it on, and what the
+    worker's operator allowed (``--allow-system-users``, ``--allow-no-openat2``)."""
+
+    cgroup: RunCgroup | None = None
+    lease: str | None = None  # the worker's lease file (``control.renew_lease``); None: never fenced
+    allow_system_users: bool = False
+    allow_no_openat2: bool = False
+
+    def launcher_args(self) -> list[str]:
+        args = self.cgroup.launcher_args() if self.cgroup is not None else []
+        if self.lease is not None:
+            args += ["--lease", self.lease]
+        if self.allow_system_users:
+            args.append("--allow-system-user")
+        if self.allow_no_openat2:
+            args.append("--allow-no-openat2")
+        return args
+
+
 def start(job: dict[str, Any], host: str, run_dir: str, workspace: str, output_dir: str,
-          roots: StorageRoots, run_as: RunAs | None = None) -> Started:
+          roots: StorageRoots, run_as: RunAs | None = None, confinement: Confinement = Confinement()) -> Started:
     """Create the workspace, check what can be checked here, spawn the shepherd."""
     os.makedirs(workspace, mode=0o700, exist_ok=True)
     if run_as is not None:
@@ -231,7 +253,8 @@ def start(job: dict[str, Any], host: str, run_dir: str, workspace: str, output_d
             raise StartFailed(f"failed to start: output directory {p} does not exist on {host}")
     if not job["stdout"]:
         _precreate(default_out, run_as)
-    pid = spawn_shepherd(launch_argv(program, run_dir, cwd, stdout, stderr, job["command"], as_root, run_as), env)
+    pid = spawn_shepherd(launch_argv(program, run_dir, cwd, stdout, stderr, job["command"], as_root, run_as,
+                                     confinement), env)
     how = ("bind" if as_root else "symlink") if claims else ""
     return Started(pid=pid, workspace=workspace, stdout=stdout, stderr=stderr, publish=how)
 
@@ -248,7 +271,7 @@ def spawn_shepherd(argv: list[str], env: dict[str, str]) -> int:
 
 
 def launch_argv(program: str, run_dir: str, cwd: str, stdout: str, stderr: str, command: list[str],
-                as_root: bool, run_as: RunAs | None) -> list[str]:
+                as_root: bool, run_as: RunAs | None, confinement: Confinement = Confinement()) -> list[str]:
     """The launcher's arguments for one run (see native/xce-launch.c): ``xce-shepherd RUN`` first, which
     ``shepherd_alive`` knows it by; as root a private mount namespace, with RUN/mounts bound in it."""
     argv = [program, "xce-shepherd", run_dir]
@@ -256,7 +279,7 @@ def launch_argv(program: str, run_dir: str, cwd: str, stdout: str, stderr: str, 
         argv.append("--mount-ns")
     if run_as is not None:
         argv += ["--user", str(run_as.uid), str(run_as.gid), ",".join(map(str, run_as.groups))]
-    return argv + [cwd, stdout, stderr, "--", *command]
+    return argv + confinement.launcher_args() + [cwd, stdout, stderr, "--", *command]
 
 
 def _precreate(path: str, run_as: RunAs | None) -> None:
