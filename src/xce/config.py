@@ -23,6 +23,12 @@ lease_ttl = 10.0           # seconds a leader lease lasts without renewal
 #                                          # (default: from --advertise, else the --listen address)
 max_body_bytes = 1048576   # larger request bodies are refused with 413
 host_timeout = 10.0        # seconds without a heartbeat before a host is UNAVAIL
+# a run's shepherd kills the run when its worker has had no answer from the controller for fence_time
+# seconds; the controller gives a lost host's runs up (requeues them, lets their RWO claims be attached
+# elsewhere) only host_timeout + fence_time + fence_margin seconds after it last heard from the host
+fence_time = 30.0
+fence_margin = 5.0
+terminate_grace = 10.0     # seconds from a kill's SIGINT + SIGTERM to its SIGKILL (a queue may set its own)
 max_pending_jobs_per_user = 10000   # PEND and PSUSP jobs one user may have; more are refused
 max_array_size = 10000     # elements in one job array submission
 queue_depth = 1000         # pending jobs a scheduling cycle considers, highest priority then oldest first;
@@ -122,6 +128,9 @@ class QueueConfig:
     # the staging class of this queue's jobs that stage without --stage-class (else [claims] stage_class);
     # a shared-scope class stages in before hosts are held
     stage_class: str | None = None
+    # seconds from a kill's SIGINT + SIGTERM to its SIGKILL for this queue's jobs (LSF's
+    # JOB_TERMINATE_INTERVAL); None: [controller] terminate_grace
+    terminate_grace: float | None = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +150,12 @@ class ControllerConfig:
     advertise: str = ""
     max_body_bytes: int = 1 << 20
     host_timeout: float = 10.0
+    # runs are fenced (DESIGN §12, docs/architecture.md "Runs are fenced"): a shepherd ends its run when
+    # its worker has had no answer from the controller for fence_time; the controller gives a lost
+    # host's runs up host_timeout + fence_time + fence_margin after it last heard from the host
+    fence_time: float = 30.0
+    fence_margin: float = 5.0
+    terminate_grace: float = 10.0  # a kill's SIGINT + SIGTERM to its SIGKILL, unless the queue says
     # one user cannot flood the scheduler or the model: refused at submission with the limit named
     max_pending_jobs_per_user: int = 10_000
     max_array_size: int = 10_000
@@ -300,6 +315,16 @@ class Config:
     def app(self, name: str) -> AppConfig | None:
         return next((a for a in self.apps if a.name == name), None)
 
+    def terminate_grace(self, queue: str) -> float:
+        """Seconds from a kill's SIGTERM to its SIGKILL for a job of ``queue``: the queue's, else the cluster's."""
+        q = next((q for q in self.queues if q.name == queue), None)
+        return q.terminate_grace if q is not None and q.terminate_grace is not None else self.controller.terminate_grace
+
+    @property
+    def give_up_after(self) -> float:
+        """Seconds after a host was declared lost before its runs are given up: the fence and its margin."""
+        return self.controller.fence_time + self.controller.fence_margin
+
     def claim_class(self, name: str) -> ClaimClassConfig | None:
         return next((c for c in self.claim_classes if c.name == name), None)
 
@@ -394,6 +419,12 @@ def parse_config(text: str, source: str = "<string>") -> Config:
         raise ConfigError(f"{source}: {e}") from None
     if ctl.retire_every <= 0 or ctl.retire_batch < 1:
         raise ConfigError(f"{source} [controller]: retire_every > 0, retire_batch >= 1")
+    if ctl.host_timeout <= 0 or ctl.fence_time < 1 or ctl.fence_margin < 0 or not 0 <= ctl.terminate_grace <= 86400:
+        raise ConfigError(f"{source} [controller]: host_timeout > 0, fence_time >= 1, fence_margin >= 0, "
+                          "0 <= terminate_grace <= 86400")
+    for q in queues:
+        if q.terminate_grace is not None and not 0 <= q.terminate_grace <= 86400:
+            raise ConfigError(f"{source}: queue {q.name!r}: 0 <= terminate_grace <= 86400")
     if ctl.queue_depth < 1:
         raise ConfigError(f"{source} [controller]: queue_depth >= 1, got {ctl.queue_depth}")
     if ctl.advertise and not re.fullmatch(r"https?://[^/\s?#,@]+(/[^\s?#,]*)?", ctl.advertise):

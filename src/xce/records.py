@@ -70,6 +70,7 @@ class ArchivedJob:
     end_time: float
     position: int
     doc: str
+    cpu_seconds: float | None = None  # user + system CPU of its last run (None: not measured, or never ran)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +122,8 @@ class Usage:
     slot_seconds: float = 0.0
     claims: int = 0
     claim_byte_seconds: float = 0.0
+    user: str = ""  # one user's share of the project (``UsageQuery.by_user``); "" the project's whole
+    cpu_seconds: float = 0.0  # user + system CPU seconds of those jobs' last runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,3 +136,4 @@ class UsageQuery:
     user: str | None = None
     project: str | None = None
     max_position: int | None = None
+    by_user: bool = False  # a row per project and user (jobs by owner, claims by owner), not per project

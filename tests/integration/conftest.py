@@ -2,10 +2,13 @@ import pytest
 
 from tests.helpers import Cluster
 
-#: fast host-loss detection for tests; otherwise the embedded defaults
+#: fast host-loss detection and fencing for tests (workers heartbeat every 0.5 s); otherwise the
+#: embedded defaults
 TEST_CONFIG = """
 [controller]
 host_timeout = {host_timeout}
+fence_time = 2.0
+fence_margin = 0.5
 
 [[users]]
 name = "admin"

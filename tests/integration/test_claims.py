@@ -17,6 +17,8 @@ from tests.helpers import Cluster, cli, wait_for
 CONFIG = """
 [controller]
 host_timeout = 5.0
+fence_time = 2.0
+fence_margin = 0.5
 
 [claims]
 retry_base = 0.1

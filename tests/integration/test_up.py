@@ -43,6 +43,10 @@ def test_up_runs_jobs_down_stops_everything_and_up_resumes(tmp_path):
     try:
         hosts = json.loads(cli(env, "--json", "hosts").stdout)
         assert [(h["name"], h["state"]) for h in hosts] == [("host1", "OK"), ("host2", "OK")]
+        # each host reports the machine's memory as its mem counter, so rusage[mem=] can be met
+        with open("/proc/meminfo") as fh:
+            total = int(next(line for line in fh if line.startswith("MemTotal:")).split()[1]) * 1024
+        assert {h["counters"].get("mem") for h in hosts} == {total}
         assert oct(os.stat(env["XCE_CONFIG"]).st_mode & 0o777) == "0o600"
         job = json.loads(cli(env, "--json", "submit", "-J", "first", "--", "true").stdout)["id"]
         wait_for(lambda: json.loads(cli(env, "--json", "job", "show", str(job)).stdout)["state"] == "DONE",

@@ -101,6 +101,11 @@ DOMAIN[(F.SnapshotCreated, "claim_id")] = CLAIM_IDS
 DOMAIN[(F.SnapshotCreated, "access_mode")] = st.sampled_from(["RWO", "ROX", "RWX", "RWOP"])
 DOMAIN[(F.SnapshotOpIntent, "agent")] = st.just("provisioner")
 DOMAIN[(F.OrphanSeen, "kind")] = st.sampled_from(["volume", "snapshot"])
+# what a run used, as workers report it with its end
+for cls in (F.JobFinished, F.JobRequeued, F.JobProcessEnded):
+    DOMAIN[(cls, "usage")] = st.one_of(st.none(), st.fixed_dictionaries(
+        {"max_rss_bytes": st.one_of(st.none(), st.integers(0, 2**40)), "cpu_user_s": st.floats(0, 1e6),
+         "cpu_sys_s": st.floats(0, 1e6)}))
 # retirement names jobs (arrays' elements among them) and claims, standalone and template, that exist
 DOMAIN[(F.RecordsRetired, "jobs")] = st.lists(st.integers(1, 8), max_size=4)
 DOMAIN[(F.RecordsRetired, "claims")] = st.lists(st.integers(1, 6), max_size=4)

@@ -81,10 +81,10 @@ def walk(store: Store, limit: int, before: int | None = None, **filters) -> list
 
 def ajob(id_: int, position: int, *, user: str = "alice", project: str = "default", name: str = "train",
          state: str = "DONE", end: float = 1000.0, start: float | None = 900.0, slots: int = 2,
-         parent: int | None = None) -> ArchivedJob:
+         parent: int | None = None, cpu: float | None = None) -> ArchivedJob:
     return ArchivedJob(id=id_, user=user, project=project, queue="normal", name=name, state=state, array_parent=parent,
                        slots=slots, submit_time=800.0, start_time=start, end_time=end, position=position,
-                       doc=f'{{"id":{id_},"history":[{{"state":"{state}","reason":"é ✓ \\u0000"}}]}}')
+                       doc=f'{{"id":{id_},"history":[{{"state":"{state}","reason":"é ✓ \\u0000"}}]}}', cpu_seconds=cpu)
 
 
 def aclaim(id_: int, position: int, *, name: str = "ckpt", project: str = "default", owner: str = "alice",
@@ -932,6 +932,21 @@ class StoreContract:
             Usage(project="physics", jobs=1, slot_seconds=10.0, claims=1, claim_byte_seconds=5.0)]
         assert store.usage(UsageQuery(project="default", max_position=1, until=2000.0)) == [
             Usage(project="default", jobs=2, slot_seconds=200.0, claims=1, claim_byte_seconds=10_000.0)]
+
+    def test_usage_per_user_sums_cpu_seconds_and_claims_by_their_owners(self, store, epoch):
+        store.append(epoch, recs(1, 2), jobs=[
+            ajob(1, 1, start=900.0, end=1000.0, slots=2, cpu=3.5),
+            ajob(2, 1, start=990.0, end=1000.0, slots=1, cpu=None),   # not measured: counts no CPU
+            ajob(3, 2, start=0.0, end=10.0, slots=1, user="bob", cpu=1.25)],
+            claims=[aclaim(1, 1, size=10, created=100.0, released=1100.0, owner="bob")])
+        by_user = store.usage(UsageQuery(by_user=True))
+        assert by_user == [
+            Usage(project="default", user="alice", jobs=2, slot_seconds=210.0, cpu_seconds=3.5),
+            Usage(project="default", user="bob", jobs=1, slot_seconds=10.0, cpu_seconds=1.25, claims=1,
+                  claim_byte_seconds=10_000.0)]
+        assert store.usage(UsageQuery()) == [Usage(project="default", jobs=3, slot_seconds=220.0, cpu_seconds=4.75,
+                                                   claims=1, claim_byte_seconds=10_000.0)]
+        assert [j.cpu_seconds for j in store.archived_jobs([1, 2, 3])] == [3.5, None, 1.25]
 
     def test_the_archive_survives_compaction_and_reopening(self, open_store):
         first = open_store()

@@ -149,3 +149,30 @@ def test_a_written_snapshot_leaves_no_copy_behind(tmp_path):
     grown_mib, stored = float(out[0]), int(out[1])
     assert stored == 64 << 20
     assert grown_mib < 16, f"the process kept {grown_mib:.0f} MiB after writing a 64 MiB snapshot"
+
+
+def test_an_archive_written_before_usage_was_recorded_gains_the_cpu_column_and_keeps_its_rows(tmp_path):
+    """A store file from before runs' usage: its archive table has no cpu_seconds.  Opening it adds the
+    column; the old rows read back with no CPU measured, and usage sums them as 0."""
+    import sqlite3
+
+    from tests.store.contract import ajob
+    from xce.records import UsageQuery
+
+    path = str(tmp_path / "old.db")
+    SQLiteStore(path).close()
+    db = sqlite3.connect(path)
+    db.execute("ALTER TABLE xce_archive_jobs DROP COLUMN cpu_seconds")  # as the table was before
+    old = ajob(1, 1)
+    db.execute("INSERT INTO xce_archive_jobs (id, user_name, project, queue, name, state, array_parent, slots, "
+               "submit_time, start_time, end_time, position, doc) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+               (old.id, old.user, old.project, old.queue, old.name, old.state, old.array_parent, old.slots,
+                old.submit_time, old.start_time, old.end_time, old.position, old.doc))
+    db.commit()
+    db.close()
+    store = SQLiteStore(path)
+    try:
+        assert [j.cpu_seconds for j in store.archived_jobs([1])] == [None]
+        assert [(u.jobs, u.cpu_seconds) for u in store.usage(UsageQuery())] == [(1, 0.0)]
+    finally:
+        store.close()

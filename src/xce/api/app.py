@@ -154,7 +154,7 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
                   description="XCE workload manager API. Every route but /healthz needs a bearer token.")
     app.state.controller = controller
     refusals = app.state.refusals = RefusalLimiter.from_config(controller.config.controller)
-    monitor = HostMonitor(controller, controller.config.controller.host_timeout)
+    monitor = HostMonitor(controller)
     app.state.scheduler = SchedulerLoop(controller)
     app.state.retirement = Retirement(controller)
     # the busiest routes first: FastAPI tries them in order on every request

@@ -9,6 +9,7 @@ with ``limit``, ``cursor`` and ``X-Next-Cursor``, like every list that grows wit
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from fastapi import Depends, FastAPI, Query
 
@@ -20,6 +21,7 @@ from xce.api.views import history_json, usage_json
 from xce.controller import history as CH
 from xce.controller.core import Controller
 from xce.errors import InvalidRequest
+from xce.model import history as H
 from xce.model.history import history_scope
 from xce.model.identity import User
 from xce.model.jobs import JobState
@@ -82,11 +84,16 @@ def add_history_routes(app: FastAPI, ctl: Controller) -> None:
                     user: str | None = Query(None, max_length=63, pattern=PRINTABLE,
                                              description="admins: only this user's jobs and claims"),
                     all_users: bool = Query(False, alias="all", description="admins: everyone's"),
-                    project: str | None = Query(None, max_length=63, pattern=PRINTABLE)):
-        """Per-project totals over the window: jobs finished, slot-hours of their last runs, claims
-        released and their byte-hours (size times life), as ``sacct``/``bacct`` sum them."""
+                    project: str | None = Query(None, max_length=63, pattern=PRINTABLE),
+                    by: Literal["project", "user"] = Query("project", description="user: each project's "
+                                                           "row followed by a row per user (jobs and claims they own)")):
+        """Per-project totals over the window: jobs finished, slot-hours and CPU-hours of their last runs,
+        claims released and their byte-hours (size times life), as ``sacct``/``bacct`` sum them."""
         _window(since, until)
         who = history_scope(actor, user, all_users)
         await ctl.read_barrier()
-        rows = await CH.usage(ctl, UsageQuery(since=since, until=until, user=who, project=project))
+        rows = await CH.usage(ctl, UsageQuery(since=since, until=until, user=who, project=project,
+                                              by_user=by == "user"))
+        if by == "user":
+            rows = H.with_project_totals(rows)
         return JSONResponse([usage_json(u) for u in rows])

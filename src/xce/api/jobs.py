@@ -60,7 +60,8 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
     async def submit_job(body: S.JobSubmitRequest, request: Request, actor: User = Depends(authenticated)):
         spec = JobSpec(command=body.command, name=body.name, queue=body.queue, project=body.project,
                        slots=body.slots, resreq=body.resreq, cwd=body.cwd, stdout=body.stdout,
-                       stderr=body.stderr, rerunnable=body.rerunnable, held=body.hold, request_id=body.request_id)
+                       stderr=body.stderr, rerunnable=body.rerunnable, held=body.hold, request_id=body.request_id,
+                       mem_limit=J.parse_mem_limit(body.mem_limit))
         claims = JobClaimsSpec(claims=tuple(body.claims), scratch=body.scratch, stage_in=tuple(body.stage_in),
                                stage_out=tuple(body.stage_out), stage_size=body.stage_size, app=body.app,
                                stage_class=body.stage_class)
@@ -128,7 +129,18 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
                                lambda model: (decide_one(model, actor, job_id, time.time()), model.jobs.get(job_id)))
             return JSONResponse(job_json(ctl.model, job, ctl.pending_reason(job_id), progress))
 
-    job_action("kill", J.kill)
-    job_action("requeue", lambda m, a, i, now: J.kill(m, a, i, now, requeue=True))
+    job_action("kill", lambda m, a, i, now: J.kill(m, a, i, now, config=ctl.config))
+    job_action("requeue", lambda m, a, i, now: J.kill(m, a, i, now, requeue=True, config=ctl.config))
     job_action("hold", J.hold)
     job_action("release", J.release)
+    job_action("stop", J.suspend)
+    job_action("resume", J.resume)
+
+    @app.post("/v1/jobs/{job_id}/signal", response_model=S.JobOut, tags=["jobs"])
+    async def signal_job(job_id: int, body: S.SignalRequest, request: Request, actor: User = Depends(authenticated)):
+        """One signal to a running job's processes, once (``xce kill -s``, LSF's ``bkill -s``)."""
+        signum = J.parse_signal(body.signal)
+        job = await mutate(request, actor, f"job/{job_id}",
+                           lambda model: (J.send_signal(model, actor, job_id, time.time(), signum),
+                                          model.jobs.get(job_id)))
+        return JSONResponse(job_json(ctl.model, job, ctl.pending_reason(job_id), progress))

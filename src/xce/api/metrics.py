@@ -1,6 +1,6 @@
-"""Prometheus metrics for ``/metrics``: request counts, commit batching, log position, leadership, and
+"""Prometheus metrics for ``/metrics``: request counts, commit batching, log position, leadership,
 claims per class and pool (by state, bytes requested and used, provider ops by outcome) and pools
-(capacity, reserved, free).
+(capacity, reserved, free), and what runs used (CPU seconds by project, max RSS).
 
 Claim and pool gauges are read from the model (and the provider readings of ``controller.observed``)
 at scrape time; op outcomes are counted from committed facts, so they start at zero with the process,
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -50,12 +50,19 @@ class Metrics:
         self.claim_ops = Counter("xce_claim_ops", "provider op results by claim class, pool, op and outcome "
                                  "(ok; retry: failed, tried again; failed: failed for good)",
                                  ["class", "pool", "op", "outcome"], registry=self.registry)
+        self.run_cpu = Counter("xce_run_cpu_seconds", "user + system CPU seconds of runs that ended, by project",
+                               ["project"], registry=self.registry)
+        self.run_rss = Histogram("xce_run_max_rss_bytes", "the largest process's max RSS of each run that ended",
+                                 buckets=[2.0**k for k in range(24, 37, 2)], registry=self.registry)
         self.registry.register(_ClaimCollector(ctl))
         self._ctl = ctl
         ctl.commit_listeners.append(self._on_commit)
 
     def _on_commit(self, facts: list[F.Fact]) -> None:
         for f in facts:
+            if isinstance(f, (F.JobFinished, F.JobRequeued, F.JobProcessEnded)) and f.usage:
+                self._count_usage(f.job_id, f.usage)
+                continue
             if isinstance(f, F.ClaimOpSucceeded):
                 outcome = "ok"
             elif isinstance(f, F.ClaimOpFailed):
@@ -66,6 +73,14 @@ class Metrics:
             op = f.op_id.split(".")[1] if f.op_id.count(".") >= 1 else "?"  # c12.expand.1, a5.attach
             self.claim_ops.labels(claim.class_name if claim else "?", (claim.pool if claim else None) or "",
                                   op, outcome).inc()
+
+    def _count_usage(self, job_id: int, usage: dict) -> None:
+        job = self._ctl.model.jobs.get(job_id)
+        cpu = (usage.get("cpu_user_s") or 0.0) + (usage.get("cpu_sys_s") or 0.0)
+        if cpu:
+            self.run_cpu.labels(job.project if job else "?").inc(cpu)
+        if usage.get("max_rss_bytes") is not None:
+            self.run_rss.observe(usage["max_rss_bytes"])
 
     def count_request(self, method: str, status: int) -> None:
         key = (method, status)

@@ -57,6 +57,13 @@ class JobSubmitRequest(Strict):
     stage_class: Name | None = Field(
         None, description="the staging claim's class (default [claims] stage_class); a shared-scope class stages "
                           "in from URLs and remotes while the job waits, before its hosts are allocated")
+    mem_limit: Annotated[str, Field(min_length=1, max_length=40)] | None = Field(
+        None, description="SIZE (100Mi, 2G): the memory each host's part of the job may use (LSF's -M), enforced by "
+                          "the run's cgroup; without it a job's rusage[mem=] reservation is its limit")
+
+
+class SignalRequest(Strict):
+    signal: Annotated[str, Field(min_length=1, max_length=32, description="USR1, SIGTERM, or a number 1-64")]
 
 
 class UserCreateRequest(Strict):
@@ -102,6 +109,9 @@ class JobOut(BaseModel):
     stdout: str | None
     stderr: str | None
     rerunnable: bool
+    mem_limit: int | None = None
+    usage: dict[str, Any] | None = Field(None, description="what the last run used: max_rss_bytes, cpu_user_s, "
+                                                           "cpu_sys_s (null before a run has ended)")
 
 
 class _JobRowOut(BaseModel):
@@ -136,8 +146,10 @@ class HistoryJobOut(_JobRowOut):
 
 class UsageOut(BaseModel):
     project: str
+    user: str | None = Field(None, description="with by=user: the user a row is for (null: the project's total)")
     jobs: int
     slot_hours: float
+    cpu_hours: float = Field(description="user + system CPU of those jobs' last runs, as their workers measured")
     claims: int
     claim_byte_hours: float
 

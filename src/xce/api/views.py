@@ -37,6 +37,7 @@ def job_json(model: Model, job: Job, pending_reason: str | None = None,
         "app": job.app, "publish": job.publish or None, "history": job.history,
         # how long the run's hosts were held before its process started (staging before allocation keeps it short)
         "alloc_time": job.alloc_time, "held_s": held,
+        "mem_limit": job.mem_limit, "usage": job.usage,
     }
 
 
@@ -90,12 +91,13 @@ def history_json(job: Job, archived: bool) -> dict[str, Any]:
         "exit_reason": job.exit_reason, "submit_time": job.submit_time, "start_time": job.start_time,
         "end_time": job.end_time, "run_s": run_s, "slots": job.slots, "hosts": job.hosts, "run": job.run,
         "array_parent": job.array_parent, "array_index": job.array_index, "archived": archived,
+        "usage": job.usage,
     }
 
 
 def usage_json(u: Usage) -> dict[str, Any]:
-    return {"project": u.project, "jobs": u.jobs, "slot_hours": u.slot_seconds / 3600, "claims": u.claims,
-            "claim_byte_hours": u.claim_byte_seconds / 3600}
+    return {"project": u.project, "user": u.user or None, "jobs": u.jobs, "slot_hours": u.slot_seconds / 3600,
+            "cpu_hours": u.cpu_seconds / 3600, "claims": u.claims, "claim_byte_hours": u.claim_byte_seconds / 3600}
 
 
 def user_json(user: User) -> dict[str, Any]:

@@ -20,14 +20,15 @@ from xce.api.schemas import Id, Int64, Strict
 from xce.api.auth import agent_identity, authenticated
 from xce.controller.core import Controller
 from xce.controller.hosts import HostMonitor
-from xce.errors import Conflict
+from xce.errors import Conflict, InvalidRequest
 from xce.model import Model
 from xce.model.facts import Fact, HostRegistered
 from xce.model.hosts import HostState
 from xce.model.identity import User, speaks_for_host
 from xce.model import job_claims
 from xce.model.pools import pool_use
-from xce.model.jobs import Job, JobState, reconcile_host, report_started
+from xce.model.jobs import RUNNING, Job, JobState, reconcile_host, report_started
+from xce.model.jobs import orders as run_orders
 from xce.names import NAME_PATTERN
 
 HostName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=63)]
@@ -58,13 +59,24 @@ class StartedReport(Strict):
     publish: Literal["", "bind", "symlink"] = ""
 
 
+class RunUsage(Strict):
+    """What a run used, as its worker measured it (the run's cgroup, else the shepherd's wait4)."""
+
+    max_rss_bytes: Annotated[int, Field(ge=0, le=2**62)] | None = None
+    cpu_user_s: Annotated[float, Field(ge=0, le=1e12, allow_inf_nan=False)] | None = None
+    cpu_sys_s: Annotated[float, Field(ge=0, le=1e12, allow_inf_nan=False)] | None = None
+
+
 class FinishedReport(Strict):
     job_id: Id
     run: Int64
     exit_code: Int64 | None = None
     signal: Annotated[int, Field(ge=0, le=255)] | None = None
     reason: Annotated[str, Field(max_length=1024)] = ""
-    lost: bool = False  # the worker no longer knows how the run ended (it restarted)
+    # the worker no longer knows how the run ended (it restarted, its shepherd died), or the shepherd
+    # fenced it (no answer from the controller in time): rerunnable jobs are requeued
+    lost: bool = False
+    usage: RunUsage | None = None
 
 
 class ReportsRequest(Strict):
@@ -78,23 +90,48 @@ def dispatch_json(model: Model, job: Job, host: str) -> dict[str, Any]:
             "stderr": job.stderr, "hosts": job.hosts, "slots": job.alloc_slots.get(host, 0),
             "total_slots": sum(job.alloc_slots.values()), "array_index": job.array_index,
             "array_parent": job.array_parent, "queue": job.queue, "project": job.project,
-            "claims": job_claims.publish_list(model, job, host)}
+            "claims": job_claims.publish_list(model, job, host), "mem_limit": mem_limit(job, host)}
 
 
-def host_work(model: Model, host: str) -> dict[str, list]:
+def mem_limit(job: Job, host: str) -> int | None:
+    """The run's memory limit on ``host``: ``-M``, else the ``mem`` it reserved there (``rusage[mem=]``)."""
+    if job.mem_limit is not None:
+        return job.mem_limit
+    reserved = job.alloc_counters.get(host, {}).get("mem")
+    return int(reserved) if reserved else None
+
+
+def host_work(model: Model, host: str, seen: dict[tuple[int, int], int] | None = None) -> dict[str, list]:
+    """What the worker on ``host`` is to do: runs to start (their readiness gate open), and the orders
+    of its running runs newer than those it has ``seen`` (it says which, so an order is answered until
+    the worker has it, and never again: a poll never spins on an order, nor re-delivers one)."""
     h = model.hosts.get(host)
     if h is None:
-        return {"dispatch": [], "kill": []}
-    dispatch, kill = [], []
+        return {"dispatch": [], "orders": []}
+    seen = seen or {}
+    dispatch, orders = [], []
     for key in h.held_slots:
         job = model.jobs.get(int(key))
         if job is None or not job.hosts or job.hosts[0] != host:
             continue
         if job.state is JobState.PEND and job_claims.blocking(model, job) is None:  # the readiness gate
             dispatch.append(dispatch_json(model, job, host))
-        elif job.started and job.kill_requested:
-            kill.append({"job_id": job.id, "run": job.run})
-    return {"dispatch": dispatch, "kill": kill}
+        elif job.state in RUNNING and job.order_seq > seen.get((job.id, job.run), 0):
+            orders.append(run_orders(job))
+    return {"dispatch": dispatch, "orders": orders}
+
+
+def parse_seen(items: list[str]) -> dict[tuple[int, int], int]:
+    """``JOB.RUN.SEQ`` items: the newest order of each run the worker has passed on."""
+    out: dict[tuple[int, int], int] = {}
+    if len(items) > 100_000:
+        raise InvalidRequest("seen: at most 100,000 runs")
+    for item in items:
+        parts = item.split(".")
+        if len(parts) != 3 or not all(p.isdigit() and len(p) <= 18 for p in parts):
+            raise InvalidRequest(f"seen: expected JOB.RUN.SEQ, got {item[:64]!r}")
+        out[(int(parts[0]), int(parts[1]))] = int(parts[2])
+    return out
 
 
 def add_worker_routes(app: FastAPI, ctl: Controller, monitor: HostMonitor) -> None:
@@ -161,7 +198,10 @@ def add_worker_routes(app: FastAPI, ctl: Controller, monitor: HostMonitor) -> No
             return facts, kill
 
         kill = await mutate(request, actor, f"host/{host}", decide)
-        return JSONResponse({"kill": kill})
+        monitor.registered(host)
+        # kill: runs this host has that are not its own any more (given up while it was away), to end now;
+        # fence: how long its runs' shepherds keep them past the worker's last answered heartbeat
+        return JSONResponse({"kill": kill, "fence": monitor.fence})
 
     @app.post("/v1/hosts/{host}/heartbeat", tags=["hosts"])
     async def heartbeat(host: HostName, actor: User = Depends(agent_identity)):
@@ -171,21 +211,24 @@ def add_worker_routes(app: FastAPI, ctl: Controller, monitor: HostMonitor) -> No
             raise Conflict(f"host {host} is not registered or was declared lost: register again",
                            code="reregister")
         monitor.seen(host)
-        return JSONResponse({"ok": True})
+        return JSONResponse({"ok": True, "fence": monitor.fence})
 
     @app.get("/v1/hosts/{host}/work", tags=["hosts"])
     async def work(host: HostName, actor: User = Depends(agent_identity),
-                   wait: float = Query(0, ge=0, le=60)):
+                   wait: float = Query(0, ge=0, le=60),
+                   seen: list[str] = Query([], description="JOB.RUN.SEQ: the newest order of each run the "
+                                           "worker has passed on to its shepherd")):
         speaks_for_host(actor, host)
         if host not in ctl.model.hosts:
             raise Conflict(f"host {host} is not registered: register first", code="reregister")
         monitor.seen(host)
+        had = parse_seen(seen)
         await ctl.read_barrier()
-        out = host_work(ctl.model, host)
-        if not out["dispatch"] and not out["kill"] and wait > 0:
+        out = host_work(ctl.model, host, had)
+        if not out["dispatch"] and not out["orders"] and wait > 0:
             await monitor.work.wait(wait)
             await ctl.read_barrier()
-            out = host_work(ctl.model, host)
+            out = host_work(ctl.model, host, had)
         return JSONResponse(out)
 
     @app.post("/v1/hosts/{host}/reports", tags=["hosts"])
@@ -206,11 +249,12 @@ def add_worker_routes(app: FastAPI, ctl: Controller, monitor: HostMonitor) -> No
                     kill.append({"job_id": s.job_id, "run": s.run})
             for r in body.finished:
                 try:
+                    usage = r.usage.model_dump() if r.usage is not None else None
                     if r.lost:
-                        facts += job_claims.report_lost(model, host, r.job_id, r.run, now, r.reason)
+                        facts += job_claims.report_lost(model, host, r.job_id, r.run, now, r.reason, usage)
                     else:
                         facts += job_claims.report_finished(model, host, r.job_id, r.run, now, r.exit_code,
-                                                            r.signal, r.reason)
+                                                            r.signal, r.reason, usage)
                 except Conflict:
                     pass  # a report about a run the controller already decided: nothing to do
             return facts, kill

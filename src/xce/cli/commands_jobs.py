@@ -1,5 +1,5 @@
-"""Job commands: ``submit``, ``jobs``, ``job show|why``, ``kill``, ``requeue``, ``hold``, ``release``,
-and history: ``hist`` (``jobs --done``) and ``usage``.
+"""Job commands: ``submit``, ``jobs``, ``job show|why``, ``kill`` (``-s SIGNAL``), ``requeue``, ``hold``,
+``release``, ``stop``, ``resume``, and history: ``hist`` (``jobs --done``) and ``usage``.
 
 Job ids on the command line are ``ID`` or ``ID[INDEX]`` (one element of an
 array).  An array's own id (its first element's id, as LSF prints it) means
@@ -19,6 +19,7 @@ from xce.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
 from xce.client import ApiError, Client
 from xce.client.states import JOB_PENDING, JobState
 from xce.cli.output import fields, parse_since, print_json, print_table, table, when
+from xce.units import format_bytes
 
 # GET /v1/jobs's default and largest limit (xce.api.jobs; not imported: the CLI starts fast)
 LIST_LIMIT = 1000
@@ -43,6 +44,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     s.add_argument("-P", "--project", help="project (default: your first project)")
     s.add_argument("--cwd", help="working directory (default: the job's workspace)")
     s.add_argument("-r", "--rerunnable", action="store_true", help="requeue if its host is lost")
+    s.add_argument("-M", "--mem-limit", metavar="SIZE",
+                   help="memory each host's part of the job may use (512Mi, 4G); beyond it the job is killed and "
+                        "ends EXIT (default: its rusage[mem=] reservation, if any)")
     s.add_argument("-H", "--hold", action="store_true", help="submit held (PSUSP) until released")
     s.add_argument("--claim", action="append", default=[], metavar="NAME[:rw|ro]",
                    help="a standalone claim the job uses, at $XCE_CLAIM_<NAME> (repeatable)")
@@ -98,6 +102,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     u.add_argument("-a", "--all", action="store_true", help="everyone's (admins)")
     u.add_argument("-u", "--user", help="this user's (admins)")
     u.add_argument("-P", "--project", help="only this project")
+    u.add_argument("--by-user", action="store_true",
+                   help="each project's total (USER *) followed by a row per user (jobs and claims they own)")
     u.set_defaults(func=cmd_usage)
 
     job = sub.add_parser("job", parents=[common], help="one job: show, why")
@@ -109,12 +115,19 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     why.add_argument("ids", nargs="+", metavar="ID")
     why.set_defaults(func=cmd_why)
 
-    for name, path, what in (("kill", "kill", "kill jobs (like bkill)"),
+    for name, path, what in (("kill", "kill", "kill jobs (like bkill): SIGINT and SIGTERM, then SIGKILL after "
+                                              "the queue's terminate grace"),
                              ("requeue", "requeue", "requeue jobs (like brequeue)"),
                              ("hold", "hold", "hold pending jobs (like bstop on PEND)"),
-                             ("release", "release", "release held jobs (like bresume)")):
+                             ("release", "release", "release held jobs (like bresume on PSUSP)"),
+                             ("stop", "stop", "suspend running jobs: their processes frozen, USUSP (like bstop)"),
+                             ("resume", "resume", "resume stopped jobs (like bresume)")):
         a = sub.add_parser(name, parents=[common], help=what)
         a.add_argument("ids", nargs="+", metavar="ID")
+        if name == "kill":
+            a.add_argument("-s", "--signal", metavar="SIGNAL",
+                           help="send this one signal (USR1, SIGTERM, 10) to the running jobs' processes, once, "
+                                "and nothing else (like bkill -s)")
         a.set_defaults(func=cmd_action, action=path)
 
 
@@ -194,6 +207,8 @@ def cmd_submit(args, ctx) -> int:
         body["scratch"] = args.scratch
     if args.app:
         body["app"] = args.app
+    if args.mem_limit is not None:
+        body["mem_limit"] = args.mem_limit
     if args.stage_class:
         body["stage_class"] = args.stage_class
     here = os.getcwd()
@@ -308,10 +323,18 @@ def cmd_hist(args, ctx) -> int:
     jobs, limit = _fetch_jobs(ctx, args, "/v1/history/jobs", params, HIST_LIMIT)
     return _show_jobs(ctx, args, jobs, limit, "No finished jobs found",
                       ("JOBID", "USER", "PROJECT", "STAT", "NAME", "SLOTS", "EXIT", "SUBMIT_TIME", "END_TIME",
-                       "RUN_TIME"),
+                       "RUN_TIME", "MAX_RSS", "CPU_TIME"),
                       lambda j: (j["display_id"], j["user"], j["project"], j["state"], j["name"], j["slots"],
                                  j["exit_code"] if j["signal"] is None else f"sig {j['signal']}",
-                                 when(j["submit_time"]), when(j["end_time"]), _duration(j["run_s"])))
+                                 when(j["submit_time"]), when(j["end_time"]), _duration(j["run_s"]),
+                                 _size((j.get("usage") or {}).get("max_rss_bytes")), _cpu(j.get("usage"))))
+
+
+def _cpu(u: dict[str, Any] | None) -> str | None:
+    """User + system CPU seconds of a run, as a duration."""
+    if not u or u.get("cpu_user_s") is None:
+        return None
+    return _duration((u.get("cpu_user_s") or 0) + (u.get("cpu_sys_s") or 0))
 
 
 def _duration(seconds: float | None) -> str | None:
@@ -325,7 +348,8 @@ def _duration(seconds: float | None) -> str | None:
 def cmd_usage(args, ctx) -> int:
     params = {"since": parse_since(args.since) if args.since else None,
               "until": parse_since(args.until) if args.until else None,
-              "all": args.all or None, "user": args.user, "project": args.project}
+              "all": args.all or None, "user": args.user, "project": args.project,
+              "by": "user" if args.by_user else None}
     rows = ctx.client().get("/v1/usage", params)
     if ctx.json:
         print_json(rows)
@@ -333,9 +357,11 @@ def cmd_usage(args, ctx) -> int:
     if not rows:
         print("No usage in that window", file=sys.stderr)
         return EXIT_OK
-    print_table(("PROJECT", "JOBS", "SLOT_HOURS", "CLAIMS", "CLAIM_GIB_HOURS"),
-                ((u["project"], u["jobs"], f"{u['slot_hours']:.2f}", u["claims"],
-                  f"{u['claim_byte_hours'] / 2**30:.2f}") for u in rows))
+    columns = ("PROJECT", *(("USER",) if args.by_user else ()), "JOBS", "SLOT_HOURS", "CPU_HOURS", "CLAIMS",
+               "CLAIM_GIB_HOURS")
+    print_table(columns, ((u["project"], *((u["user"] or "*",) if args.by_user else ()), u["jobs"],
+                           f"{u['slot_hours']:.2f}", f"{u['cpu_hours']:.2f}", u["claims"],
+                           f"{u['claim_byte_hours'] / 2**30:.2f}") for u in rows))
     return EXIT_OK
 
 
@@ -377,8 +403,9 @@ def _show_one(job: dict[str, Any]) -> str:
         ("Started", when(job["start_time"])),
         ("Hosts held", f"{job['held_s']:.1f}s before it started" if job.get("held_s") is not None else "omit"),
         ("Ended", when(job["end_time"])), ("Exit code", job["exit_code"]), ("Signal", job["signal"]),
-        ("Exit reason", job["exit_reason"]), ("Cwd", job["cwd"]), ("Stdout", job["stdout"]),
-        ("Stderr", job["stderr"]),
+        ("Exit reason", job["exit_reason"]), ("Memory limit", _size(job.get("mem_limit"))),
+        ("Usage", _usage(job.get("usage")) or "omit"),
+        ("Cwd", job["cwd"]), ("Stdout", job["stdout"]), ("Stderr", job["stderr"]),
     ] if v != "omit"])
     if job["claims"]:
         rows = []
@@ -393,6 +420,22 @@ def _show_one(job: dict[str, Any]) -> str:
         if job.get("publish") == "symlink":
             out += "\n  (published as symlinks: the worker is not root, so no private mounts)"
     return out
+
+
+def _size(n: float | None) -> str | None:
+    return None if n is None else format_bytes(n)
+
+
+def _usage(u: dict[str, Any] | None) -> str | None:
+    """``max RSS 212.4 MiB, CPU 1.02s user + 0.03s system`` (the last run's, as its worker measured it)."""
+    if not u:
+        return None
+    parts = []
+    if u.get("max_rss_bytes") is not None:
+        parts.append(f"max RSS {_size(u['max_rss_bytes'])}")
+    if u.get("cpu_user_s") is not None:
+        parts.append(f"CPU {u['cpu_user_s']:.2f}s user + {u.get('cpu_sys_s') or 0:.2f}s system")
+    return ", ".join(parts) or None
 
 
 def cmd_show(args, ctx) -> int:
@@ -411,6 +454,8 @@ def why_text(job: dict[str, Any]) -> str:
         return job["pending_reason"] or "waiting for the next scheduling cycle"
     if state == JobState.RUN:
         return f"running on {_hosts(job)}"
+    if state == JobState.USUSP:
+        return f"stopped on {_hosts(job)} (its processes frozen until xce resume)"
     if state == JobState.STAGE_OUT:
         return job["pending_reason"] or "process ended; staging out"
     if state == JobState.DONE:
@@ -434,7 +479,7 @@ def cmd_why(args, ctx) -> int:
 
 
 _DONE_WORDS = {"kill": "is being terminated", "requeue": "is requeued", "hold": "is held",
-               "release": "is released"}
+               "release": "is released", "stop": "is stopped", "resume": "is resumed", "signal": "is signalled"}
 
 
 def cmd_action(args, ctx) -> int:
@@ -448,16 +493,18 @@ def cmd_action(args, ctx) -> int:
             print(f"xce: {text}: {e.message}", file=sys.stderr)
             refused += 1
             continue
+        signal = getattr(args, "signal", None)
+        action, body = ("signal", {"signal": signal}) if signal else (args.action, {})
         for job in targets:
             try:
-                after = client.post(f"/v1/jobs/{job['id']}/{args.action}", {})
+                after = client.post(f"/v1/jobs/{job['id']}/{action}", body)
             except ApiError as e:
                 print(f"xce: job <{job['display_id']}>: {e.message}", file=sys.stderr)
                 refused += 1
                 continue
             results.append(after)
             if not ctx.json:
-                print(f"Job <{after['display_id']}> {_DONE_WORDS[args.action]}")
+                print(f"Job <{after['display_id']}> {_DONE_WORDS[action]}")
     if ctx.json:
         print_json(results)
     return EXIT_REFUSED if refused else EXIT_OK

@@ -136,12 +136,13 @@ class Client:
                stdout: str | None = None, stderr: str | None = None, rerunnable: bool = False,
                hold: bool = False, claims: Iterable[str] = (), scratch: str | None = None,
                stage_in: Iterable[str] = (), stage_out: Iterable[str] = (), stage_size: str | None = None,
-               app: str | None = None, request_id: str | None = None, stage_class: str | None = None) -> Job:
+               app: str | None = None, request_id: str | None = None, stage_class: str | None = None,
+               mem_limit: str | int | None = None) -> Job:
         """Submit a job (``POST /v1/jobs``); returns it as submitted (``state`` PEND or PSUSP).
 
         The arguments are ``xce submit``'s: ``name="sweep[1-100]"`` submits an array (the parent is
         returned), ``resreq`` is ``-R``, ``claims`` are ``"NAME"``, ``"NAME:rw"`` or ``"NAME:ro"``,
-        ``scratch`` is ``"SIZE[:CLASS]"``.  Paths (``cwd``, ``stdout``, ``stderr``, ``stage_in``
+        ``scratch`` is ``"SIZE[:CLASS]"``, ``mem_limit`` is ``-M`` (``"512Mi"``, or bytes).  Paths (``cwd``, ``stdout``, ``stderr``, ``stage_in``
         sources, ``stage_out`` destinations) are taken as given: make them absolute, as ``xce submit``
         does, since the job runs elsewhere.
 
@@ -153,11 +154,28 @@ class Client:
                                 "stage_in": list(stage_in), "stage_out": list(stage_out)}
         for key, value in (("name", name), ("queue", queue), ("project", project), ("cwd", cwd),
                            ("stdout", stdout), ("stderr", stderr), ("scratch", scratch),
-                           ("stage_size", stage_size), ("app", app), ("stage_class", stage_class)):
+                           ("stage_size", stage_size), ("app", app), ("stage_class", stage_class),
+                           ("mem_limit", None if mem_limit is None else str(mem_limit))):
             if value is not None:
                 body[key] = value
         body["request_id"] = request_id or os.urandom(16).hex()
         return self.request("POST", "/v1/jobs", body=body, idempotent=True)
+
+    def kill(self, job_id: int, *, signal: str | int | None = None) -> Job:
+        """End a job (``xce kill``): a running one gets SIGINT and SIGTERM, then SIGKILL after its queue's
+        grace; with ``signal`` (``"USR1"``, ``10``), that one signal to its processes instead, and nothing
+        else (``xce kill -s``)."""
+        if signal is not None:
+            return self.post(f"/v1/jobs/{job_id}/signal", {"signal": str(signal)})
+        return self.post(f"/v1/jobs/{job_id}/kill", {})
+
+    def stop(self, job_id: int) -> Job:
+        """Suspend a running job: its processes frozen, state USUSP (``xce stop``)."""
+        return self.post(f"/v1/jobs/{job_id}/stop", {})
+
+    def resume(self, job_id: int) -> Job:
+        """Resume a stopped job (``xce resume``)."""
+        return self.post(f"/v1/jobs/{job_id}/resume", {})
 
     def jobs(self, *, states: Iterable[str] = (), queue: str | None = None, user: str | None = None,
              all_users: bool = False, array: int | None = None, limit: int | None = None,

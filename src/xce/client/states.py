@@ -14,6 +14,7 @@ class JobState(StrEnum):
     PEND = "PEND"
     PSUSP = "PSUSP"  # held
     RUN = "RUN"
+    USUSP = "USUSP"  # stopped: its processes frozen until resumed
     STAGE_OUT = "STAGE_OUT"  # the process ended; its stage-out runs, then DONE or EXIT
     DONE = "DONE"
     EXIT = "EXIT"

@@ -16,6 +16,8 @@ whatever retires in between.
 
 from __future__ import annotations
 
+import dataclasses
+
 import asyncio
 import logging
 import time
@@ -120,8 +122,7 @@ async def history(ctl: Controller, query: HistoryQuery) -> tuple[list[Job], set[
 async def usage(ctl: Controller, query: UsageQuery) -> list[Usage]:
     live = H.live_usage(ctl.model, query)
     position = ctl.model.position
-    stored = await ctl.read_store(ctl.store.usage, UsageQuery(since=query.since, until=query.until, user=query.user,
-                                                              project=query.project, max_position=position))
+    stored = await ctl.read_store(ctl.store.usage, dataclasses.replace(query, max_position=position))
     return H.add_usage(live, stored)
 
 

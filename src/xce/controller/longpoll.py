@@ -13,8 +13,9 @@ import time
 from xce.controller.core import Controller
 from xce.model import facts as F
 
-# workers' polls for dispatches and kills (the readiness gate opens when claims become READY/ATTACHED)
-HOST_WORK_WAKE = (F.JobAllocated, F.JobKillRequested, F.JobFinished, F.JobRequeued, F.ClaimOpSucceeded)
+# workers' polls for dispatches and runs' orders (the readiness gate opens when claims become READY/ATTACHED)
+HOST_WORK_WAKE = (F.JobAllocated, F.JobKillRequested, F.JobSignalRequested, F.JobSuspended, F.JobResumed,
+                  F.JobFinished, F.JobRequeued, F.ClaimOpSucceeded)
 # claim agents' polls: ops opened (a placed claim's create, a reserved resize's expand, a snapshot's create),
 # retried, or released
 AGENT_WAKE = (F.ClaimPlaced, F.ClaimResizeReserved, F.ClaimOpSucceeded, F.ClaimOpFailed, F.ClaimDeleteRequested, F.ClaimPurgeRequested,

@@ -181,6 +181,7 @@ class JobSubmitted(Fact):
     templates: list[dict[str, Any]] = field(default_factory=list)  # per-run template claim specs
     app: str | None = None
     request_id: str | None = None  # the client's id for the submission (a retry returns this job)
+    mem_limit: int | None = None  # -M: bytes the run may use on each host (its cgroup's memory limit)
 
 
 # ---------------------------------------------------------------- audit
@@ -269,6 +270,7 @@ class JobFinished(Fact):
     signal: int | None = None
     reason: str = ""
     host_lost: bool = False  # its host was declared lost: data on it is kept, not released
+    usage: dict[str, Any] | None = None  # what the run used: max_rss_bytes, cpu_user_s, cpu_sys_s
 
 
 @fact("job.requeued")
@@ -278,6 +280,7 @@ class JobRequeued(Fact):
     run: int
     reason: str = ""
     host_lost: bool = False
+    usage: dict[str, Any] | None = None  # what the run that ended used, when it ran
 
 
 @fact("job.process_ended")
@@ -290,15 +293,53 @@ class JobProcessEnded(Fact):
     exit_code: int | None = None
     signal: int | None = None
     reason: str = ""
+    usage: dict[str, Any] | None = None
+
+
+# Orders to a running job's processes (the kill path, DESIGN §12).  Each is numbered within its run
+# (the fold counts them: ``Job.order_seq``); the worker passes on each number once, and its shepherd acts.
 
 
 @fact("job.kill_requested")
 @dataclass(frozen=True, slots=True)
 class JobKillRequested(Fact):
+    """End the run: SIGINT and SIGTERM once, SIGKILL after ``grace`` seconds (None: logs from before
+    the grace was chosen at the request; the run's queue's, as folded)."""
+
     job_id: int
     run: int
     by: str
     requeue: bool = False
+    grace: float | None = None
+
+
+@fact("job.signal_requested")
+@dataclass(frozen=True, slots=True)
+class JobSignalRequested(Fact):
+    """``xce kill -s SIGNAL``: that one signal to the run's processes, once; nothing follows it."""
+
+    job_id: int
+    run: int
+    by: str
+    signal: int
+
+
+@fact("job.suspended")
+@dataclass(frozen=True, slots=True)
+class JobSuspended(Fact):
+    """``xce stop``: the run's processes frozen (USUSP) until resumed."""
+
+    job_id: int
+    run: int
+    by: str
+
+
+@fact("job.resumed")
+@dataclass(frozen=True, slots=True)
+class JobResumed(Fact):
+    job_id: int
+    run: int
+    by: str
 
 
 @fact("job.held")

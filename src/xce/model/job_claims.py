@@ -295,18 +295,20 @@ def stages_out(model: Model, job: Job) -> bool:
 
 
 def report_finished(model: Model, host: str, job_id: int, run: int, now: float, exit_code: int | None,
-                    signal: int | None, reason: str = "") -> list[Fact]:
+                    signal: int | None, reason: str = "", usage: dict[str, Any] | None = None) -> list[Fact]:
     """A worker says a run's process ended (``jobs.report_finished``, told whether it stages out)."""
     job = model.jobs.get(job_id)
     return jobs.report_finished(model, host, job_id, run, now, exit_code, signal, reason,
-                                stages_out=job is not None and stages_out(model, job))
+                                stages_out=job is not None and stages_out(model, job), usage=usage)
 
 
-def report_lost(model: Model, host: str, job_id: int, run: int, now: float, reason: str) -> list[Fact]:
-    """A worker no longer knows how a run ended (``jobs.report_lost``, told whether it stages out)."""
+def report_lost(model: Model, host: str, job_id: int, run: int, now: float, reason: str,
+                usage: dict[str, Any] | None = None) -> list[Fact]:
+    """A worker no longer knows how a run ended, or its shepherd fenced it (``jobs.report_lost``, told
+    whether it stages out)."""
     job = model.jobs.get(job_id)
     return jobs.report_lost(model, host, job_id, run, now, reason,
-                            stages_out=job is not None and stages_out(model, job))
+                            stages_out=job is not None and stages_out(model, job), usage=usage)
 
 
 def host_lost(model: Model, host: str, now: float) -> list[Fact]:

@@ -7,12 +7,20 @@ States (``JobState``) follow LSF, plus Slurm's stage-out state::
      │ └──────────────┐ requeue (-r and a lost host, xce requeue, a claim that failed)
      ▼                │
     RUN ──▶ STAGE_OUT ──▶ DONE (exit 0, and its stage-out succeeded) │ EXIT (anything else)
-     └──────────────────▶ DONE │ EXIT
+     │ ▲ └────────────────▶ DONE │ EXIT
+     ▼ │
+    USUSP                       xce stop / xce resume: its processes frozen (and it may end so)
 
 A job in STAGE_OUT has ended its process; its staging claim copies files out,
 and that decides DONE or EXIT.  ``_set_state`` is the only place a job's state
 changes: it checks ``TRANSITIONS`` and appends the job's history.  Decide
 functions check requests and return facts; the ``apply_*`` folds change the job.
+
+The kill path (DESIGN §12) is one for ``xce kill``, ``xce requeue``, a lost host's fencing and (later)
+run limits and preemption: a run gets *orders* (end it with a grace, one signal, freeze, thaw), each a
+fact numbered within its run (``Job.order_seq``).  The worker passes each number on once, and the
+run's shepherd acts on it once: SIGINT and SIGTERM once, SIGKILL when the grace has passed.  Nothing
+re-delivers an order, however often the worker polls.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from __future__ import annotations
 import enum
 import os
 import re
+import signal as _signal
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -29,6 +38,7 @@ from xce.model.facts import Fact, JobSubmitted
 from xce.model.transitions import check
 from xce.names import check_name
 from xce.resreq import ResReqError, parse_resreq
+from xce.units import parse_amount
 
 if TYPE_CHECKING:
     from xce.config import Config, ControllerConfig
@@ -44,6 +54,7 @@ class JobState(enum.StrEnum):
     PEND = "PEND"
     PSUSP = "PSUSP"
     RUN = "RUN"
+    USUSP = "USUSP"  # its processes frozen by xce stop (LSF's bstop), until xce resume
     STAGE_OUT = "STAGE_OUT"  # the process ended; the staging claim copies out, then DONE or EXIT
     DONE = "DONE"
     EXIT = "EXIT"
@@ -55,12 +66,17 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     # (a worker restarted) reports its end directly
     J.PEND: frozenset({J.PEND, J.PSUSP, J.RUN, J.STAGE_OUT, J.DONE, J.EXIT}),
     J.PSUSP: frozenset({J.PEND, J.EXIT}),
-    J.RUN: frozenset({J.STAGE_OUT, J.DONE, J.EXIT, J.PEND}),
+    J.RUN: frozenset({J.STAGE_OUT, J.DONE, J.EXIT, J.PEND, J.USUSP}),
+    # a suspended run may end (killed, its host lost): a kill thaws it first
+    J.USUSP: frozenset({J.RUN, J.STAGE_OUT, J.DONE, J.EXIT, J.PEND}),
     J.STAGE_OUT: frozenset({J.DONE, J.EXIT, J.PEND}),
     J.DONE: frozenset({J.PEND}),  # xce requeue of a finished job
     J.EXIT: frozenset({J.PEND}),
 }
-ACTIVE = frozenset({J.RUN, J.STAGE_OUT})  # holding its hosts after it started
+ACTIVE = frozenset({J.RUN, J.USUSP, J.STAGE_OUT})  # holding its hosts after it started
+RUNNING = frozenset({J.RUN, J.USUSP})  # its process is there (suspended or not)
+MIN_MEM_LIMIT, MAX_MEM_LIMIT = 4 << 20, 1 << 50  # -M: below 4 MiB not even a shell starts
+MAX_SIGNAL_ORDERS = 16  # the newest kill -s orders a run keeps (signals, as the kernel's, do not queue up)
 
 
 # slots: a Job has more fields than CPython shares one key table for (30), so each instance's
@@ -99,6 +115,11 @@ class Job:
     kill_requested: bool = False
     kill_requeue: bool = False
     kill_by: str = ""  # who asked for the kill (for the exit reason)
+    kill_grace: float | None = None  # seconds from SIGTERM to SIGKILL, chosen when the kill was asked
+    order_seq: int = 0  # orders given to the current run's processes (kill, signals, stop, resume)
+    signal_orders: list[list[int]] = field(default_factory=list)  # [seq, signal]: xce kill -s, newest last
+    mem_limit: int | None = None  # -M: bytes each host's part of a run may use
+    usage: dict[str, Any] | None = None  # what the last run used: max_rss_bytes, cpu_user_s, cpu_sys_s
     # claims (see xce.model.job_claims)
     claim_refs: list[dict[str, Any]] = field(default_factory=list)  # standalone: {claim_id, name, mode}
     templates: list[dict[str, Any]] = field(default_factory=list)  # made for every run
@@ -151,6 +172,7 @@ class JobSpec:
     rerunnable: bool = False
     held: bool = False
     request_id: str | None = None  # the client's id for this submission: a retry returns the first job
+    mem_limit: int | None = None  # -M, in bytes
 
 
 MAX_ARRAY = 100_000
@@ -240,6 +262,8 @@ def submit(model: Model, actor: User, spec: JobSpec, now: float, config: Config 
         if unknown := sorted(set(rr.rusage) - known):
             raise InvalidRequest(f"unknown resource {', '.join(unknown)} in rusage[] (known counters: "
                                  f"{', '.join(sorted(known))})")
+    if spec.mem_limit is not None and not MIN_MEM_LIMIT <= spec.mem_limit <= MAX_MEM_LIMIT:
+        raise InvalidRequest(f"memory limit (-M) must be between 4Mi and 1Pi, got {spec.mem_limit} bytes")
     refs, templates, app = claims(project, queue) if claims is not None else ([], [], None)
     job_id = model.next_job_id
     return [JobSubmitted(
@@ -247,6 +271,7 @@ def submit(model: Model, actor: User, spec: JobSpec, now: float, config: Config 
         command=list(spec.command), slots=spec.slots, resreq=spec.resreq, cwd=spec.cwd,
         stdout=spec.stdout, stderr=spec.stderr, rerunnable=spec.rerunnable, held=spec.held,
         array_indices=indices, claim_refs=refs, templates=templates, app=app, request_id=spec.request_id,
+        mem_limit=spec.mem_limit,
     )], job_id
 
 
@@ -338,7 +363,7 @@ def apply_job_submitted(model: Model, f: JobSubmitted) -> None:
             slots=f.slots, resreq=f.resreq, cwd=f.cwd, stdout=f.stdout, stderr=f.stderr,
             rerunnable=f.rerunnable, array_parent=parent, array_index=index, pending_reason=pending_reason,
             claim_refs=[dict(r) for r in f.claim_refs], templates=[dict(t) for t in f.templates], app=f.app,
-            history=[submitted.copy()], request_id=f.request_id if job_id == f.id else None,
+            history=[submitted.copy()], request_id=f.request_id if job_id == f.id else None, mem_limit=f.mem_limit,
         )
         _index(model, job)
     if f.request_id is not None:
@@ -374,6 +399,9 @@ def apply_job_allocated(model: Model, f: F.JobAllocated) -> Job | None:
         model.cluster_held[job.id] = job.alloc_cluster
     job.pending_reason = f"dispatching to {f.hosts[0]}" if f.hosts else None
     job.kill_requested = job.kill_requeue = False
+    job.kill_grace = None
+    job.order_seq = 0  # a new run: its orders are numbered from 1
+    job.signal_orders = []
     job.process_exit = None
     for host_name, n in f.slots.items():
         host = model.hosts.get(host_name)
@@ -410,6 +438,8 @@ def apply_job_finished(model: Model, f: F.JobFinished) -> Job | None:
         return None  # OBSERVATION: another run's end, or decided already
     _release(model, job)
     _set_state(model, job, JobState(f.state), f.time, f.reason or "exit code 0")
+    if f.usage is not None:
+        job.usage = dict(f.usage)
     job.exit_code = f.exit_code
     job.signal = f.signal
     job.exit_reason = f.reason or None
@@ -428,6 +458,8 @@ def apply_job_requeued(model: Model, f: F.JobRequeued) -> Job | None:
         return None  # OBSERVATION: about another run (this one was allocated anew since)
     _release(model, job)
     job.process_exit = None
+    if f.usage is not None:
+        job.usage = dict(f.usage)
     _set_state(model, job, JobState.PEND, f.time, f.reason or "requeued")
     job.hosts = []
     job.pid = None
@@ -439,14 +471,43 @@ def apply_job_requeued(model: Model, f: F.JobRequeued) -> Job | None:
     return job
 
 
+def _ordered(model: Model, job_id: int, run: int) -> Job | None:
+    """The job an order of run ``run`` is for, its number counted (None: not that run any more)."""
+    job = model.jobs.get(job_id)
+    if job is None or job.run != run or job.finished:  # folds are total: an order that comes late is moot
+        return None
+    job.order_seq += 1
+    return job
+
+
 def apply_job_kill_requested(model: Model, f: F.JobKillRequested) -> None:
-    job = model.jobs.get(f.job_id)
-    if job is None:  # folds are total: a fact about an unknown job changes nothing
+    job = _ordered(model, f.job_id, f.run)
+    if job is None:
         return
-    if job.run == f.run and not job.finished:
-        job.kill_requested = True
-        job.kill_requeue = f.requeue
-        job.kill_by = f.by
+    if not job.kill_requested:  # the first kill's grace stands: SIGTERM went out once, with it
+        job.kill_grace = f.grace
+    job.kill_requested = True
+    job.kill_requeue = f.requeue
+    job.kill_by = f.by
+
+
+def apply_job_signal_requested(model: Model, f: F.JobSignalRequested) -> None:
+    job = _ordered(model, f.job_id, f.run)
+    if job is None:
+        return
+    job.signal_orders = [*job.signal_orders, [job.order_seq, f.signal]][-MAX_SIGNAL_ORDERS:]
+
+
+def apply_job_suspended(model: Model, f: F.JobSuspended) -> None:
+    job = _ordered(model, f.job_id, f.run)
+    if job is not None and job.state is JobState.RUN:
+        _set_state(model, job, JobState.USUSP, f.time, f"suspended by {f.by}")
+
+
+def apply_job_resumed(model: Model, f: F.JobResumed) -> None:
+    job = _ordered(model, f.job_id, f.run)
+    if job is not None and job.state is JobState.USUSP:
+        _set_state(model, job, JobState.RUN, f.time, f"resumed by {f.by}")
 
 
 def apply_job_held(model: Model, f: F.JobHeld) -> None:
@@ -468,8 +529,11 @@ def apply_job_released(model: Model, f: F.JobReleased) -> None:
 # ---------------------------------------------------------------- decisions on existing jobs
 
 
-def kill(model: Model, actor: User, job_id: int, now: float, requeue: bool = False) -> list[Fact]:
-    """``xce kill`` (and ``xce requeue``): finish or requeue now if nothing runs, else ask the worker."""
+def kill(model: Model, actor: User, job_id: int, now: float, requeue: bool = False,
+         config: Config | None = None) -> list[Fact]:
+    """``xce kill`` (and ``xce requeue``): finish or requeue now if nothing runs, else order the run
+    ended: SIGINT and SIGTERM once, SIGKILL after the queue's grace (``config.terminate_grace``).  A
+    second kill orders nothing more (it may turn a requeue into a kill: the signals went out once)."""
     job = visible_job(model, actor, job_id)
     by = actor.name
     if job.finished:
@@ -479,12 +543,76 @@ def kill(model: Model, actor: User, job_id: int, now: float, requeue: bool = Fal
     if job.started:  # (in STAGE_OUT the process has ended: its stage-out still decides)
         if job.kill_requested and job.kill_requeue == requeue:
             return []
-        return [F.JobKillRequested(time=now, job_id=job.id, run=job.run, by=by, requeue=requeue)]
+        grace = config.terminate_grace(job.queue) if config is not None else None
+        return [F.JobKillRequested(time=now, job_id=job.id, run=job.run, by=by, requeue=requeue, grace=grace)]
     # PEND or PSUSP, possibly allocated but not yet started: no process to signal
     if requeue:
         return [F.JobRequeued(time=now, job_id=job.id, run=job.run, reason=f"requeued by {by}")]
     return [F.JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value,
                           reason=f"killed by {by}")]
+
+
+def parse_mem_limit(text: str | None) -> int | None:
+    """``-M SIZE`` (``100Mi``, ``2G``, bytes) in bytes; None: no limit asked."""
+    if text is None:
+        return None
+    amount = parse_amount(text.strip())
+    if amount is None or amount != int(amount):
+        raise InvalidRequest(f"invalid memory limit {text[:40]!r}: expected a size such as 512Mi or 4G")
+    return int(amount)
+
+
+def parse_signal(text: str) -> int:
+    """``USR1``, ``SIGUSR1``, ``sigusr1`` or ``10`` as a signal number (Linux's, where jobs run)."""
+    name = text.strip().upper()
+    if name.isdigit() and 1 <= int(name) <= 64:
+        return int(name)
+    name = name if name.startswith("SIG") else f"SIG{name}"
+    number = getattr(_signal.Signals, name, None) if name.isidentifier() else None
+    if number is None:
+        raise InvalidRequest(f"unknown signal {text[:32]!r}: a name such as USR1, SIGTERM, or a number 1-64")
+    return int(number)
+
+
+def send_signal(model: Model, actor: User, job_id: int, now: float, signal: int) -> list[Fact]:
+    """``xce kill -s SIGNAL`` (LSF's ``bkill -s``): that one signal to the run's processes, once, and
+    nothing after it (no escalation: the job decides what the signal means)."""
+    job = visible_job(model, actor, job_id)
+    if not 1 <= signal <= 64:
+        raise InvalidRequest(f"signal {signal} is not a signal number (1-64)")
+    if job.state not in RUNNING:
+        raise Conflict(f"job {job.display_id} is {job.state.value}: only a running job's processes can be "
+                       "signalled (xce kill without -s ends a pending job)")
+    return [F.JobSignalRequested(time=now, job_id=job.id, run=job.run, by=actor.name, signal=signal)]
+
+
+def suspend(model: Model, actor: User, job_id: int, now: float) -> list[Fact]:
+    """``xce stop`` (LSF's ``bstop``): the run's processes frozen; USUSP until ``xce resume``."""
+    job = visible_job(model, actor, job_id)
+    if job.state is JobState.USUSP:
+        return []
+    if job.state is not JobState.RUN or job.kill_requested:
+        raise Conflict(f"job {job.display_id} is {job.state.value}"
+                       f"{' and being terminated' if job.kill_requested else ''}: only a running job can be stopped")
+    return [F.JobSuspended(time=now, job_id=job.id, run=job.run, by=actor.name)]
+
+
+def resume(model: Model, actor: User, job_id: int, now: float) -> list[Fact]:
+    """``xce resume`` (LSF's ``bresume``): a stopped run's processes thawed."""
+    job = visible_job(model, actor, job_id)
+    if job.state is JobState.RUN:
+        return []
+    if job.state is not JobState.USUSP:
+        raise Conflict(f"job {job.display_id} is {job.state.value}: only a stopped (USUSP) job can be resumed")
+    return [F.JobResumed(time=now, job_id=job.id, run=job.run, by=actor.name)]
+
+
+def orders(job: Job) -> dict[str, Any]:
+    """What the run's processes have been ordered, as the worker passes it to the run's shepherd: the
+    newest order's number, the kill (its grace) if one was asked, the signals, frozen or not."""
+    return {"job_id": job.id, "run": job.run, "seq": job.order_seq,
+            "kill": {"grace": job.kill_grace} if job.kill_requested else None,
+            "signals": [list(o) for o in job.signal_orders], "suspend": job.state is JobState.USUSP}
 
 
 def hold(model: Model, actor: User, job_id: int, now: float) -> list[Fact]:
@@ -517,7 +645,8 @@ def report_started(model: Model, host: str, job_id: int, run: int, pid: int, now
 
 
 def report_finished(model: Model, host: str, job_id: int, run: int, now: float, exit_code: int | None,
-                    signal: int | None, reason: str = "", stages_out: bool = False) -> list[Fact]:
+                    signal: int | None, reason: str = "", stages_out: bool = False,
+                    usage: dict[str, Any] | None = None) -> list[Fact]:
     """A worker says the run ended.  Decide DONE, EXIT (and why) or requeue; a run that ``stages_out``
     (``job_claims`` knows) only records how its process ended: its stage-out decides."""
     job = model.jobs.get(job_id)
@@ -526,13 +655,13 @@ def report_finished(model: Model, host: str, job_id: int, run: int, now: float, 
     if job.finished or job.state is JobState.STAGE_OUT:
         return []  # OBSERVATION: decided already, or the process ended before and the stage-out decides
     if job.kill_requested and job.kill_requeue:
-        return [F.JobRequeued(time=now, job_id=job_id, run=run, reason=f"requeued by {job.kill_by}")]
+        return [F.JobRequeued(time=now, job_id=job_id, run=run, reason=f"requeued by {job.kill_by}", usage=usage)]
     if not job.kill_requested and stages_out:
         return [F.JobProcessEnded(time=now, job_id=job_id, run=run, exit_code=exit_code, signal=signal,
-                                  reason=reason)]
+                                  reason=reason, usage=usage)]
     state, why = exit_decision(exit_code, signal, reason, killed_by=job.kill_by if job.kill_requested else None)
     return [F.JobFinished(time=now, job_id=job_id, run=run, state=state.value, exit_code=exit_code,
-                          signal=signal, reason=why)]
+                          signal=signal, reason=why, usage=usage)]
 
 
 def host_lost(model: Model, host: str, now: float) -> list[Fact]:
@@ -578,7 +707,7 @@ def reconcile_host(model: Model, host: str, running: set[tuple[int, int]],
     h = model.hosts.get(host)
     for key in list(h.held_slots) if h else []:
         job = model.jobs.get(int(key))
-        if job is None or job.state is not JobState.RUN or job.hosts[0] != host:
+        if job is None or job.state not in RUNNING or job.hosts[0] != host:
             continue  # OBSERVATION: not running here (in STAGE_OUT the node agent finishes the job)
         if (job.id, job.run) not in running:
             if job.rerunnable:
@@ -594,13 +723,14 @@ def reconcile_host(model: Model, host: str, running: set[tuple[int, int]],
 
 
 def report_lost(model: Model, host: str, job_id: int, run: int, now: float, reason: str,
-                stages_out: bool = False) -> list[Fact]:
-    """The worker no longer knows how a run ended (its shepherd died too): requeue it if it may run
-    again (-r), else it ends as the worker says (``reason``)."""
+                stages_out: bool = False, usage: dict[str, Any] | None = None) -> list[Fact]:
+    """The worker no longer knows how a run ended (its shepherd died too), or its shepherd fenced it
+    (no word from the controller in time): requeue it if it may run again (-r), else it ends as the
+    worker says (``reason``)."""
     job = model.jobs.get(job_id)
-    if job is not None and job.rerunnable and job.run == run and not job.finished:
-        return [F.JobRequeued(time=now, job_id=job_id, run=run, reason=f"worker on {host} lost the run: requeued")]
-    return report_finished(model, host, job_id, run, now, None, None, reason, stages_out)
+    if job is not None and job.rerunnable and job.run == run and not job.finished and not job.kill_requested:
+        return [F.JobRequeued(time=now, job_id=job_id, run=run, reason=f"{reason}: requeued", usage=usage)]
+    return report_finished(model, host, job_id, run, now, None, None, reason, stages_out, usage)
 
 
 def finish_after_stage_out(model: Model, job_id: int, run: int | None, failure: str | None,
@@ -624,6 +754,8 @@ def apply_job_process_ended(model: Model, f: F.JobProcessEnded) -> Job | None:
         return None
     job.process_exit = {"exit_code": f.exit_code, "signal": f.signal, "reason": f.reason}
     job.exit_code, job.signal = f.exit_code, f.signal
+    if f.usage is not None:
+        job.usage = dict(f.usage)
     return job
 
 

@@ -25,6 +25,7 @@ them: the log before the newest snapshot may go, its archived records are alread
 from __future__ import annotations
 
 import abc
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -256,13 +257,13 @@ def audit_row(row: Sequence) -> AuditRecord:
 ARCHIVE_IDS = 500
 
 ARCHIVE_JOB_COLUMNS = ("id, user_name, project, queue, name, state, array_parent, slots, submit_time, start_time,"
-                       " end_time, position, doc")
+                       " end_time, position, doc, cpu_seconds")
 ARCHIVE_CLAIM_COLUMNS = "id, name, project, owner, form, class_name, job_id, size_bytes, created, released, position, doc"
 
 
 def archived_job_values(j: ArchivedJob) -> tuple:
     return (j.id, j.user, j.project, j.queue, j.name, j.state, j.array_parent, j.slots, j.submit_time,
-            j.start_time, j.end_time, j.position, j.doc)
+            j.start_time, j.end_time, j.position, j.doc, j.cpu_seconds)
 
 
 def archived_claim_values(c: ArchivedClaim) -> tuple:
@@ -271,10 +272,10 @@ def archived_claim_values(c: ArchivedClaim) -> tuple:
 
 
 def archived_job_row(row: Sequence) -> ArchivedJob:
-    (id_, user, project, queue, name, state, parent, slots, submit, start, end, position, doc) = row
+    (id_, user, project, queue, name, state, parent, slots, submit, start, end, position, doc, cpu) = row
     return ArchivedJob(id=id_, user=user, project=project, queue=queue, name=name, state=state, array_parent=parent,
                        slots=slots, submit_time=submit, start_time=start, end_time=end, position=position,
-                       doc=doc if isinstance(doc, str) else bytes(doc).decode())
+                       doc=doc if isinstance(doc, str) else bytes(doc).decode(), cpu_seconds=cpu)
 
 
 def archived_claim_row(row: Sequence) -> ArchivedClaim:
@@ -338,25 +339,29 @@ def usage_where(query: UsageQuery, ph: str, time_column: str, user_column: str) 
 
 
 def usage_sql(query: UsageQuery, ph: str) -> tuple[str, list[object], str, list[object]]:
-    """The two aggregate queries (jobs by end time, claims by release time) and their parameters."""
+    """The two aggregate queries (jobs by end time, claims by release time) and their parameters: a row
+    per project, or per project and owner (``by_user``)."""
     jw, jp = usage_where(query, ph, "end_time", "user_name")
     cw, cp = usage_where(query, ph, "released", "owner")
-    jobs = (f"SELECT project, COUNT(*), COALESCE(SUM((end_time - start_time) * slots), 0) FROM xce_archive_jobs{jw}"
-            " GROUP BY project")
-    claims = (f"SELECT project, COUNT(*), COALESCE(SUM(size_bytes * (released - created)), 0) FROM xce_archive_claims"
-              f"{cw} GROUP BY project")
+    # (PostgreSQL refuses a constant in GROUP BY: the project's whole is grouped by project alone)
+    job_user, job_by, claim_user, claim_by = (("user_name", ", user_name", "owner", ", owner") if query.by_user
+                                              else ("''", "", "''", ""))
+    jobs = (f"SELECT project, {job_user}, COUNT(*), COALESCE(SUM((end_time - start_time) * slots), 0), "
+            f"COALESCE(SUM(cpu_seconds), 0) FROM xce_archive_jobs{jw} GROUP BY project{job_by}")
+    claims = (f"SELECT project, {claim_user}, COUNT(*), COALESCE(SUM(size_bytes * (released - created)), 0) "
+              f"FROM xce_archive_claims{cw} GROUP BY project{claim_by}")
     return jobs, jp, claims, cp
 
 
 def merge_usage(job_rows: Sequence[Sequence], claim_rows: Sequence[Sequence]) -> list[Usage]:
-    out: dict[str, Usage] = {}
-    for project, n, seconds in job_rows:
-        out[project] = Usage(project=project, jobs=int(n), slot_seconds=float(seconds))
-    for project, n, byte_seconds in claim_rows:
-        u = out.get(project, Usage(project=project))
-        out[project] = Usage(project=project, jobs=u.jobs, slot_seconds=u.slot_seconds, claims=int(n),
-                             claim_byte_seconds=float(byte_seconds))
-    return [out[p] for p in sorted(out)]
+    out: dict[tuple[str, str], Usage] = {}
+    for project, user, n, seconds, cpu in job_rows:
+        out[(project, user)] = Usage(project=project, user=user, jobs=int(n), slot_seconds=float(seconds),
+                                     cpu_seconds=float(cpu))
+    for project, user, n, byte_seconds in claim_rows:
+        u = out.get((project, user), Usage(project=project, user=user))
+        out[(project, user)] = dataclasses.replace(u, claims=int(n), claim_byte_seconds=float(byte_seconds))
+    return [out[k] for k in sorted(out)]
 
 
 def newest_per_project(rows: Sequence[ArchivedClaim]) -> list[ArchivedClaim]:

@@ -85,6 +85,8 @@ SCHEMA = [
         position     BIGINT NOT NULL,
         doc          TEXT NOT NULL
     )""",
+    # an archive written before runs' usage was recorded
+    "ALTER TABLE xce_archive_jobs ADD COLUMN IF NOT EXISTS cpu_seconds DOUBLE PRECISION",
     "CREATE INDEX IF NOT EXISTS xce_archive_jobs_end ON xce_archive_jobs (end_time)",
     "CREATE INDEX IF NOT EXISTS xce_archive_jobs_user ON xce_archive_jobs (user_name, id)",
     "CREATE INDEX IF NOT EXISTS xce_archive_jobs_project ON xce_archive_jobs (project, id)",
@@ -312,7 +314,8 @@ class PostgresStore(Store):
                     cur.execute(INSERT_AUDIT, _audit_arrays(audit))
                 if jobs:
                     cur.executemany(f"INSERT INTO xce_archive_jobs ({ARCHIVE_JOB_COLUMNS}) VALUES"
-                                    f" ({', '.join(['%s'] * 13)}) ON CONFLICT (id) DO NOTHING",
+                                    f" ({', '.join(['%s'] * len(ARCHIVE_JOB_COLUMNS.split(',')))}) ON CONFLICT (id)"
+                                    " DO NOTHING",
                                     [archived_job_values(j) for j in jobs])
                 if claims:
                     cur.executemany(f"INSERT INTO xce_archive_claims ({ARCHIVE_CLAIM_COLUMNS}) VALUES"

@@ -90,7 +90,8 @@ CREATE TABLE IF NOT EXISTS xce_archive_jobs (
     start_time   REAL,
     end_time     REAL NOT NULL,
     position     INTEGER NOT NULL,
-    doc          TEXT NOT NULL
+    doc          TEXT NOT NULL,
+    cpu_seconds  REAL
 );
 CREATE INDEX IF NOT EXISTS xce_archive_jobs_end ON xce_archive_jobs (end_time);
 CREATE INDEX IF NOT EXISTS xce_archive_jobs_user ON xce_archive_jobs (user_name, id);
@@ -232,6 +233,9 @@ class SQLiteStore(Store):
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(xce_archive_jobs)")}
+            if "cpu_seconds" not in columns:  # an archive written before runs' usage was recorded
+                self._db.execute("ALTER TABLE xce_archive_jobs ADD COLUMN cpu_seconds REAL")
             self._reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
         except sqlite3.Error as e:
             raise StoreUnavailable(f"cannot open SQLite store {path}: {e}") from e

@@ -1,0 +1,132 @@
+"""The kill path and the other orders to a run (``xce.model.jobs``), on models built from facts: what each
+request decides, how orders are numbered, and what the worker is told (``orders``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.model.test_job_claims import ADMIN, ALICE, World
+from xce.config import parse_config
+from xce.errors import Conflict, InvalidRequest
+from xce.model import facts as F
+from xce.model import jobs
+from xce.model.jobs import JobSpec, JobState
+
+GRACEFUL = parse_config("""
+[controller]
+terminate_grace = 7.0
+[[users]]
+name = "admin"
+role = "admin"
+[[queues]]
+name = "default"
+[[queues]]
+name = "slow"
+terminate_grace = 120.0
+[[projects]]
+name = "default"
+""")
+
+
+@pytest.fixture
+def w() -> World:
+    w = World()
+    w.commit([F.QueueDefined(time=0, name="slow", priority=30)])
+    return w
+
+
+def test_a_kill_orders_the_run_ended_with_its_queues_grace_and_a_second_kill_orders_nothing(w):
+    job = w.running()
+    facts = w.commit(jobs.kill(w.model, ALICE, job.id, w.tick(), config=GRACEFUL))
+    assert [(type(f), f.grace) for f in facts] == [(F.JobKillRequested, 7.0)]
+    assert jobs.orders(job) == {"job_id": job.id, "run": 1, "seq": 1, "kill": {"grace": 7.0}, "signals": [],
+                                "suspend": False}
+    assert jobs.kill(w.model, ADMIN, job.id, w.tick(), config=GRACEFUL) == [], "SIGTERM is sent once"
+    # a requeue asked after a kill turns nothing into a second SIGTERM: the grace of the first stands
+    w.commit(jobs.kill(w.model, ALICE, job.id, w.tick(), requeue=True, config=GRACEFUL))
+    assert (job.kill_requeue, job.kill_grace, job.order_seq) == (True, 7.0, 2)
+
+
+def test_the_grace_is_the_queues_own_when_it_has_one(w):
+    facts, job_id = jobs.submit(w.model, ALICE, JobSpec(command=["x"], queue="slow"), w.tick(), GRACEFUL)
+    w.commit(facts)
+    job = w.model.jobs[job_id]
+    w.allocate(job)
+    w.start(job)
+    assert [f.grace for f in jobs.kill(w.model, ALICE, job_id, w.tick(), config=GRACEFUL)] == [120.0]
+
+
+def test_signals_are_numbered_orders_kept_per_run_and_only_for_a_running_process(w):
+    job = w.running()
+    for sig in ("USR1", "SIGUSR2", "10"):
+        w.commit(jobs.send_signal(w.model, ALICE, job.id, w.tick(), jobs.parse_signal(sig)))
+    assert jobs.orders(job)["signals"] == [[1, 10], [2, 12], [3, 10]]
+    for _ in range(jobs.MAX_SIGNAL_ORDERS):
+        w.commit(jobs.send_signal(w.model, ALICE, job.id, w.tick(), 1))
+    assert len(job.signal_orders) == jobs.MAX_SIGNAL_ORDERS and job.signal_orders[-1][0] == job.order_seq
+    with pytest.raises(InvalidRequest, match="unknown signal"):
+        jobs.parse_signal("SIGNOPE")
+    pending = w.submit()
+    with pytest.raises(Conflict, match="only a running job's processes can be signalled"):
+        jobs.send_signal(w.model, ALICE, pending.id, w.tick(), 10)
+
+
+def test_a_new_run_starts_its_orders_afresh(w):
+    job = w.running(rerunnable=True)
+    w.commit(jobs.send_signal(w.model, ALICE, job.id, w.tick(), 10))
+    w.commit(jobs.kill(w.model, ALICE, job.id, w.tick(), requeue=True, config=GRACEFUL))
+    w.commit(jobs.report_finished(w.model, "h1", job.id, 1, w.tick(), None, 15))
+    assert job.state is JobState.PEND
+    w.allocate(job)
+    assert (job.run, job.order_seq, job.signal_orders, job.kill_requested, job.kill_grace) == (2, 0, [], False, None)
+    # an order of the old run that comes late changes nothing
+    w.commit([F.JobSignalRequested(time=w.tick(), job_id=job.id, run=1, by="alice", signal=9)])
+    assert job.order_seq == 0
+
+
+def test_stop_and_resume_move_a_running_job_through_ususp_and_a_kill_ends_it_from_there(w):
+    job = w.running()
+    w.commit(jobs.suspend(w.model, ALICE, job.id, w.tick()))
+    assert job.state is JobState.USUSP and jobs.orders(job)["suspend"] is True
+    assert jobs.suspend(w.model, ALICE, job.id, w.tick()) == []
+    w.commit(jobs.resume(w.model, ALICE, job.id, w.tick()))
+    assert job.state is JobState.RUN and jobs.orders(job) == {
+        "job_id": job.id, "run": 1, "seq": 2, "kill": None, "signals": [], "suspend": False}
+    w.commit(jobs.suspend(w.model, ALICE, job.id, w.tick()))
+    w.commit(jobs.kill(w.model, ALICE, job.id, w.tick(), config=GRACEFUL))
+    w.commit(jobs.report_finished(w.model, "h1", job.id, 1, w.tick(), None, 9, usage={"max_rss_bytes": 1 << 20,
+                                                                                      "cpu_user_s": 0.5,
+                                                                                      "cpu_sys_s": 0.1}))
+    assert (job.state, job.exit_reason) == (JobState.EXIT, "killed by alice")
+    assert job.usage == {"max_rss_bytes": 1 << 20, "cpu_user_s": 0.5, "cpu_sys_s": 0.1}
+    assert [h["state"] for h in job.history][-3:] == ["RUN", "USUSP", "EXIT"]
+    with pytest.raises(Conflict, match="only a running job can be stopped"):
+        jobs.suspend(w.model, ALICE, job.id, w.tick())
+
+
+def test_a_pending_job_cannot_be_stopped_or_resumed(w):
+    job = w.submit()
+    with pytest.raises(Conflict):
+        jobs.suspend(w.model, ALICE, job.id, w.tick())
+    with pytest.raises(Conflict):
+        jobs.resume(w.model, ALICE, job.id, w.tick())
+
+
+def test_a_memory_limit_is_a_size_within_bounds(w):
+    assert jobs.parse_mem_limit("64Mi") == 64 << 20 and jobs.parse_mem_limit(None) is None
+    with pytest.raises(InvalidRequest, match="invalid memory limit"):
+        jobs.parse_mem_limit("lots")
+    with pytest.raises(InvalidRequest, match="between 4Mi and 1Pi"):
+        jobs.submit(w.model, ALICE, JobSpec(command=["x"], mem_limit=1024), w.tick(), GRACEFUL)
+    facts, job_id = jobs.submit(w.model, ALICE, JobSpec(command=["x"], mem_limit=64 << 20), w.tick(), GRACEFUL)
+    w.commit(facts)
+    assert w.model.jobs[job_id].mem_limit == 64 << 20
+
+
+def test_a_fenced_run_is_requeued_if_rerunnable_and_ends_exit_otherwise(w):
+    rerun, plain = w.running(rerunnable=True), w.running()
+    why = "fenced: the worker on h1 had no answer from the controller for 30s"
+    w.commit(jobs.report_lost(w.model, "h1", rerun.id, 1, w.tick(), why))
+    w.commit(jobs.report_lost(w.model, "h1", plain.id, 1, w.tick(), why))
+    assert (rerun.state, rerun.pending_reason) == (JobState.PEND, f"{why}: requeued")
+    assert (plain.state, plain.exit_reason) == (JobState.EXIT, why)
