@@ -141,6 +141,15 @@ def kill_jobs_of(work_dir: str) -> None:
                 pass
 
 
+def process_alive(pid: int) -> bool:
+    """``pid`` runs (a zombie has ended: only its parent has yet to wait for it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def children_of(pid: int) -> list[int]:
     out = []
     for child in os.listdir("/proc"):

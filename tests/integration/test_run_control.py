@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tests.helpers import Cluster, wait_for
+from tests.helpers import Cluster, process_alive, wait_for
 from tests.integration.conftest import TEST_CONFIG
 
 ROOT = os.geteuid() == 0
@@ -44,14 +44,6 @@ def cl(tmp_path_factory):
 
 def _lines(path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_a_killed_job_sees_one_sigterm_and_sigkill_comes_after_its_queues_grace(cl, tmp_path):
@@ -120,10 +112,10 @@ def test_a_killed_job_leaves_no_process_behind_setsid_or_not(cl, tmp_path):
     cl.wait_state(job, "RUN")
     wait_for(lambda: len(_lines(pids)) == 2, what="two grandchildren started")
     left = [int(p) for p in _lines(pids)]
-    assert all(_alive(p) for p in left)
+    assert all(process_alive(p) for p in left)
     cl.xce("kill", str(job))
     cl.wait_state(job, "EXIT")
-    wait_for(lambda: not any(_alive(p) for p in left), what="every process of the job gone")
+    wait_for(lambda: not any(process_alive(p) for p in left), what="every process of the job gone")
 
 
 def test_a_stopped_job_makes_no_progress_until_resumed(cl, tmp_path):

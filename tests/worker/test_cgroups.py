@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from tests.helpers import wait_for
+from tests.helpers import process_alive, wait_for
 from xce.worker import cgroups, control, sandbox
 from xce.worker.cgroups import Limits
 from xce.worker.storage import StorageRoots
@@ -91,14 +91,6 @@ class Run:
             self.hierarchy.remove(self.cgroup)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _lines(path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
@@ -113,7 +105,7 @@ def test_a_grandchild_that_left_the_session_is_killed_with_the_job(tmp_path, hie
                 f"while [ ! -s {pid_file} ]; do sleep 0.01; done; exit 3")
         assert r.status() == 3
         escaped = int(pid_file.read_text())
-        wait_for(lambda: not _alive(escaped), what="the setsid grandchild killed")
+        wait_for(lambda: not process_alive(escaped), what="the setsid grandchild killed")
         procs = open(os.path.join(r.cgroup.control, "cgroup.procs")).read().split()
         assert procs == [], procs
     finally:
@@ -201,7 +193,7 @@ def test_a_run_whose_lease_runs_out_is_fenced_and_one_renewed_goes_on(tmp_path, 
         while control.clock() < deadline:  # renewed: it goes on past its first lease
             control.renew_lease(str(work), control.clock() + 1.0)
             time.sleep(0.1)
-        assert not (r.run_dir / "fenced").exists() and r.started.pid and _alive(r.started.pid)
+        assert not (r.run_dir / "fenced").exists() and r.started.pid and process_alive(r.started.pid)
         t_last = control.clock()  # no more renewals: fenced about a second from now
         assert r.status() == 128 + signal.SIGKILL
         assert control.clock() - t_last >= 0.8

@@ -172,25 +172,30 @@ def test_the_job_starts_with_every_signal_at_its_default_and_none_blocked(tmp_pa
     assert (tmp_path / "out").read_text() == "y\n"
 
 
+def _claim_mount_options(tmp_path, fs_options: str, readonly: bool) -> set[str]:
+    """The options a claim on a tmpfs mounted with ``fs_options`` is bound with in a job's namespace."""
+    r = Run(tmp_path)
+    fs = r.root / "fs"
+    fs.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"{fs_options},size=1m", "xce-test", str(fs)], check=True)
+    try:
+        (fs / "data").mkdir()
+        report = tmp_path / "report"
+        dst = sandbox.claims_dir(str(r.run_dir)) + "/d"
+        started = r.start(_job(tmp_path, f"grep ' {dst} ' /proc/self/mountinfo > {report}",
+                               [_claim("d", fs / "data", readonly=readonly)]))
+        assert r.status(started) == 0
+        return set(report.read_text().split()[5].split(","))
+    finally:
+        subprocess.run(["umount", str(fs)], check=True)
+
+
 @root_only
 def test_a_read_only_claim_keeps_the_nosuid_and_nodev_of_the_filesystem_it_comes_from(tmp_path):
     """A read-only bind is a bind and then a remount; a remount that named only "read-only" would drop
     the source's nosuid and nodev, and a job could then run a setuid program from its claim."""
-    r = Run(tmp_path)
-    fs = r.root / "fs"
-    fs.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "nosuid,nodev,size=1m", "xce-test", str(fs)], check=True)
-    try:
-        (fs / "weights").mkdir()
-        report = tmp_path / "report"
-        dst = sandbox.claims_dir(str(r.run_dir)) + "/w"
-        started = r.start(_job(tmp_path, f"grep ' {dst} ' /proc/self/mountinfo > {report}",
-                               [_claim("w", fs / "weights", readonly=True)]))
-        assert r.status(started) == 0
-        options = report.read_text().split()[5].split(",")
-        assert {"ro", "nosuid", "nodev"} <= set(options), options
-    finally:
-        subprocess.run(["umount", str(fs)], check=True)
+    options = _claim_mount_options(tmp_path, "nosuid,nodev", readonly=True)
+    assert {"ro", "nosuid", "nodev"} <= options, options
 
 
 def test_without_the_launcher_a_run_fails_to_start_and_says_how_to_build_it(tmp_path, monkeypatch):
@@ -271,20 +276,8 @@ def test_a_job_run_as_its_user_gets_its_claims_and_a_read_only_one_stays_read_on
 def test_a_read_write_claim_is_bound_nosuid_and_nodev_even_from_a_filesystem_that_allows_them(tmp_path):
     """A user's job could leave a setuid-root copy of a shell or a device node in a claim it writes;
     the next job that mounts the claim must not be able to use either."""
-    r = Run(tmp_path)
-    fs = r.root / "fs"
-    fs.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "suid,dev,size=1m", "xce-test", str(fs)], check=True)
-    try:
-        (fs / "data").mkdir()
-        report = tmp_path / "report"
-        dst = sandbox.claims_dir(str(r.run_dir)) + "/d"
-        started = r.start(_job(tmp_path, f"grep ' {dst} ' /proc/self/mountinfo > {report}", [_claim("d", fs / "data")]))
-        assert r.status(started) == 0
-        options = set(report.read_text().split()[5].split(","))
-        assert {"rw", "nosuid", "nodev"} <= options, options
-    finally:
-        subprocess.run(["umount", str(fs)], check=True)
+    options = _claim_mount_options(tmp_path, "suid,dev", readonly=False)
+    assert {"rw", "nosuid", "nodev"} <= options, options
 
 
 @root_only
