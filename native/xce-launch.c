@@ -4,8 +4,8 @@
  * The worker (xce/worker/sandbox.py) spawns it for every run:
  *
  *   xce-launch xce-shepherd RUN [--mount-ns] [--user UID GID GROUPS] [--allow-system-user]
- *              [--allow-no-openat2] [--cgroup v1|v2 DIR] [--cgroup-join DIR]... [--lease FILE]
- *              CWD STDOUT STDERR -- CMD [ARG...]
+ *              [--allow-no-openat2] [--cgroup v1|v2 DIR] [--cgroup-join DIR]... [--cgroup-later DIR]...
+ *              [--lease FILE] CWD STDOUT STDERR -- CMD [ARG...]
  *
  * The shepherd (this process) records its pid in RUN/shepherd.pid, forks the job, waits for it and
  * writes how it ended to RUN/status (its exit code, or 128 + the signal that killed it, as a shell
@@ -15,7 +15,8 @@
  *
  * The job, in the child, before its command:
  *   0. with --cgroup-join: into each of the run's cgroups (its cgroup.procs), before anything else,
- *      so nothing of the job ever runs outside them;
+ *      so nothing of the job ever runs outside them (a v2 --cgroup: the job is cloned into it instead);
+ *      the --cgroup-later ones (a v1 CPU share) once it has run DEFER_MS (join_later);
  *   1. setsid(): its own session and process group, whose id it writes to RUN/pgid (once the file
  *      exists, the group does);
  *   2. with --mount-ns (root): a private mount namespace, and each claim of RUN/mounts bind-mounted
@@ -43,8 +44,8 @@
  *     later one, the run is fenced: RUN/fenced is written and every process of the job is killed.
  *     The controller gives a run's host up (and runs the job elsewhere) only after a longer interval,
  *     measured on its own clock (docs/architecture.md, "Runs are fenced").
- * "Every process of the job" is its cgroup (--cgroup: v2 cgroup.kill, cgroup.freeze; v1 the freezer:
- * freeze, SIGKILL each process, thaw), so a process that left the job's session is not missed; without
+ * "Every process of the job" is its cgroup (--cgroup: frozen with v2's cgroup.freeze or the v1 freezer,
+ * SIGKILL to each process, thawed), so a process that left the job's session is not missed; without
  * a cgroup it is the job's process group.  When the job's own process has ended, whatever it left in
  * its cgroup is killed too, and the shepherd waits (a bounded while) until nothing is left.
  *
@@ -105,11 +106,20 @@
 #define LAUNCH_FAILED 126  /* sandbox.LAUNCH_FAILED */
 #define MAX_GROUPS 65536
 #define MAX_JOINS 16
+#define DEFER_MS 50 /* how long a job runs before it is moved into its --cgroup-later cgroups */
 #define DEFAULT_UID_MIN 1000
 
 #ifndef SYS_openat2
 #define SYS_openat2 437
 #endif
+#ifndef SYS_clone3
+#define SYS_clone3 435
+#endif
+#define XCE_CLONE_INTO_CGROUP 0x200000000ULL
+struct xce_clone_args { /* the kernel's struct clone_args up to its cgroup field (Linux 5.7) */
+    unsigned long long flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+        set_tid_size, cgroup;
+};
 #define RESOLVE_NO_SYMLINKS 0x04
 struct open_how {
     unsigned long long flags, mode, resolve;
@@ -131,6 +141,8 @@ struct launch {
     const char *cg_control;
     const char *cg_join[MAX_JOINS];
     size_t njoin;
+    const char *cg_later[MAX_JOINS]; /* joined once the job has run DEFER_MS: its CPU share */
+    size_t nlater;
     const char *lease;
     const char *cwd, *out, *err;
     char **argv; /* the command */
@@ -138,7 +150,8 @@ struct launch {
 
 static void usage(void) {
     fprintf(stderr, "usage: xce-launch xce-shepherd RUN [--mount-ns] [--user UID GID GROUPS] [--allow-system-user] "
-                    "[--allow-no-openat2] [--cgroup v1|v2 DIR] [--cgroup-join DIR]... [--lease FILE] "
+                    "[--allow-no-openat2] [--cgroup v1|v2 DIR] [--cgroup-join DIR]... [--cgroup-later DIR]... "
+                    "[--lease FILE] "
                     "CWD STDOUT STDERR -- CMD [ARG...]\n");
     exit(2);
 }
@@ -184,6 +197,9 @@ static void parse(int argc, char **argv, struct launch *l) {
         } else if (strcmp(argv[i], "--cgroup-join") == 0 && i + 1 < argc) {
             if (l->njoin == MAX_JOINS) usage();
             l->cg_join[l->njoin++] = argv[++i];
+        } else if (strcmp(argv[i], "--cgroup-later") == 0 && i + 1 < argc) {
+            if (l->nlater == MAX_JOINS) usage();
+            l->cg_later[l->nlater++] = argv[++i];
         } else if (strcmp(argv[i], "--lease") == 0 && i + 1 < argc) {
             l->lease = argv[++i];
         } else {
@@ -385,12 +401,12 @@ static void default_signals(void) {
     for (int sig = 1; sig <= 64; sig++) syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof dfl.mask);
 }
 
-/* The job: steps 0-5 of the header. */
-static void job(const struct launch *l) {
+/* The job: steps 0-5 of the header.  BORN_IN: the cgroup directory the job was cloned into (not joined again). */
+static void job(const struct launch *l, const char *born_in) {
     char pid[32];
     snprintf(pid, sizeof pid, "%d", (int)getpid());
     for (size_t i = 0; i < l->njoin; i++)
-        if (cg_write(l->cg_join[i], "cgroup.procs", pid) != 0)
+        if ((!born_in || strcmp(l->cg_join[i], born_in) != 0) && cg_write(l->cg_join[i], "cgroup.procs", pid) != 0)
             launch_failed("cannot join cgroup %s: %s", l->cg_join[i], strerror(errno));
     if (setsid() < 0) launch_failed("cannot start a session: %s", strerror(errno));
     if (write_run_file(l->run, "pgid", getpid()) != 0) launch_failed("cannot record the job's process group");
@@ -478,8 +494,10 @@ static void pause_ms(long ms) {
     nanosleep(&ts, NULL);
 }
 
-/* SIGKILL to every process of the job, none missed: v2 cgroup.kill; else freeze the cgroup (no process
- * forks meanwhile), kill each, thaw (a frozen process dies once thawed); without a cgroup, the group. */
+/* SIGKILL to every process of the job, none missed: freeze the cgroup (no process forks meanwhile), kill
+ * each, thaw (a frozen process dies once thawed); without a cgroup, the process group.  Not v2's
+ * cgroup.kill: on Linux 6.18 a cgroup once killed so kills every process later cloned into it
+ * (CLONE_INTO_CGROUP), and a run's cgroup is used again by the next run. */
 static void kill_all(void) {
     if (L->cg == CG_NONE) {
         kill(-job_pid, SIGKILL);
@@ -487,7 +505,6 @@ static void kill_all(void) {
     }
     static pid_t pids[65536];
     if (cg_pids(pids, 1) == 0) return; /* nothing left (a job that ended alone): no freeze needed */
-    if (L->cg == CG_V2 && cg_write(L->cg_control, "cgroup.kill", "1") == 0) return;
     for (int round = 0; round < 50; round++) {
         freeze(1);
         if (L->cg == CG_V1) { /* FREEZING until every task has stopped: a bounded wait */
@@ -522,6 +539,30 @@ static int64_t lease_deadline(void) {
     char buf[64];
     if (read_small(L->lease, buf, sizeof buf) <= 0) return 0;
     return strtoll(buf, NULL, 10);
+}
+
+/* Every process of the job into the --cgroup-later cgroups (its CPU share), the tree frozen meanwhile so
+ * that none forks unseen.  Moving a process takes the kernel's cgroup lock for writing, which waits for
+ * an RCU grace period and holds up every fork on the host meanwhile: a job that ends within DEFER_MS
+ * is never moved (most of a short job's cost, measured in bench/throughput.py), one that runs on is
+ * moved once. */
+static void join_later(int frozen) {
+    static pid_t pids[65536];
+    if (!frozen) freeze(1);
+    if (L->cg == CG_V1) { /* FREEZING until every task has stopped: a bounded wait */
+        char state[64], path[4096];
+        snprintf(path, sizeof path, "%s/freezer.state", L->cg_control);
+        for (int i = 0; i < 100 && read_small(path, state, sizeof state) > 0 && strncmp(state, "FROZEN", 6); i++)
+            pause_ms(1);
+    }
+    int n = cg_pids(pids, 65536);
+    for (size_t j = 0; j < L->nlater; j++)
+        for (int i = 0; i < n; i++) {
+            char pid[32];
+            snprintf(pid, sizeof pid, "%d", (int)pids[i]);
+            cg_write(L->cg_later[j], "cgroup.procs", pid); /* (one that ended meanwhile: ESRCH, nothing to move) */
+        }
+    if (!frozen) freeze(0);
 }
 
 struct control {
@@ -569,9 +610,14 @@ static void shepherd(int sfd, int wake, int *status, struct rusage *ru) {
     struct control c = {0};
     int64_t lease = L->lease ? lease_deadline() : 0;
     int fenced = 0;
+    int64_t later_at = L->nlater && L->cg != CG_NONE ? now_ns() + (int64_t)DEFER_MS * 1000000 : 0;
     apply_control(&c); /* what the worker wrote before the job started */
     for (;;) {
         int64_t now = now_ns();
+        if (later_at && now >= later_at) {
+            later_at = 0;
+            if (!c.terminating && !fenced) join_later(c.frozen);
+        }
         if (L->lease && !fenced && now >= lease && (lease = lease_deadline()) <= now) {
             fenced = 1; /* no word from the controller in time: it may give the run up, so the run ends now */
             write_run_text(L->run, "fenced", "1\n");
@@ -581,8 +627,8 @@ static void shepherd(int sfd, int wake, int *status, struct rusage *ru) {
             c.killed = 1;
             kill_all();
         }
-        int64_t next = INT64_MAX;
-        if (L->lease && !fenced) next = lease;
+        int64_t next = later_at ? later_at : INT64_MAX;
+        if (L->lease && !fenced && lease < next) next = lease;
         if (c.terminating && !c.killed && c.kill_at < next) next = c.kill_at;
         int timeout = -1;
         if (next != INT64_MAX) {
@@ -630,7 +676,21 @@ int main(int argc, char **argv) {
     /* read and write: the FIFO always has a writer, so poll() never sees a hang-up; the worker's
      * non-blocking open for writing fails (ENXIO) once no shepherd reads it */
     int wake = wake_path[0] ? open(wake_path, O_RDWR | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC) : -1;
-    pid_t pid = sfd >= 0 && pipe2(pipe_fds, O_CLOEXEC) == 0 ? fork() : -1; /* one thread here: fork is safe */
+    /* a v2 tree: the job is created in it (clone3 CLONE_INTO_CGROUP, Linux 5.7) rather than moved there, which
+     * takes the cgroup core's global lock for writing (and an RCU grace period) at every run; else fork */
+    const char *born_in = NULL;
+    pid_t pid = -1;
+    if (sfd >= 0 && pipe2(pipe_fds, O_CLOEXEC) == 0) {
+        int cg_fd = l.cg == CG_V2 ? open(l.cg_control, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+        if (cg_fd >= 0) {
+            struct xce_clone_args ca = {.flags = XCE_CLONE_INTO_CGROUP, .exit_signal = SIGCHLD,
+                                        .cgroup = (unsigned long long)cg_fd};
+            pid = (pid_t)syscall(SYS_clone3, &ca, sizeof ca);
+            if (pid >= 0) born_in = l.cg_control;
+            close(cg_fd);
+        }
+        if (!born_in) pid = fork(); /* one thread here: fork is safe */
+    }
     if (pid < 0) {
         len = (size_t)snprintf(said, sizeof said, "cannot start the job: %s\n", strerror(errno));
         keep_message(l.run, "launch.err", said, len);
@@ -639,7 +699,7 @@ int main(int argc, char **argv) {
     if (pid == 0) {
         close(pipe_fds[0]);
         messages = pipe_fds[1];
-        job(&l);
+        job(&l, born_in);
     }
     job_pid = pid;
     close(pipe_fds[1]);

@@ -1,13 +1,15 @@
-"""Runs in cgroups of their own, with real shepherds (``xce-launch``) and real cgroups: the v1
-hierarchies this machine mounts, and the v2 (unified) hierarchy mounted beside them.
+"""Runs in cgroups of their own, with real shepherds (``xce-launch``) and real cgroups, in each layout:
+``v1`` (this machine's v1 hierarchies: the freezer holds the tree), ``hybrid`` (the tree in the cgroup2
+hierarchy mounted beside them, limits in v1) and ``v2`` (the cgroup2 hierarchy alone).
 
-The v2 hierarchy here has no controllers of its own (memory and CPU are bound to v1), so on v2 what is
-tested is what the core of cgroup v2 gives every host: the whole tree killed (``cgroup.kill``), frozen
-and thawed, its CPU time; memory limits are tested on v1, where this machine has them.
+The cgroup2 hierarchy here has no controllers of its own (memory and CPU are bound to v1), so on v2 what
+is tested is what the core of cgroup v2 gives every host: the whole tree killed (``cgroup.kill``), frozen
+and thawed, its CPU time; memory and CPU limits are tested where this machine has them (v1, hybrid).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -34,23 +36,20 @@ def _hierarchy(mode: str) -> cgroups.Hierarchy:
 
 
 def _remove_bases(h: cgroups.Hierarchy) -> None:
-    for base in (h.bases.values() if isinstance(h, cgroups.V1) else [h.base]):
-        try:
-            os.rmdir(base)
-        except OSError:
-            pass
+    h.remove_all()
 
 
-@pytest.fixture(params=["v1", "v2"])
+@pytest.fixture(params=["v1", "hybrid", "v2"])
 def hierarchy(request):
     h = _hierarchy(request.param)
     yield h
     _remove_bases(h)
 
 
-@pytest.fixture
-def v1():
-    h = _hierarchy("v1")
+@pytest.fixture(params=["v1", "hybrid"])
+def v1(request):
+    """A layout whose memory and CPU limits are v1's (this machine's controllers)."""
+    h = _hierarchy(request.param)
     yield h
     _remove_bases(h)
 
@@ -64,7 +63,7 @@ class Run:
         self.run_dir = tmp_path / "run"
         self.run_dir.mkdir(mode=0o711)
         self.hierarchy = hierarchy
-        self.cgroup = hierarchy.make(f"{uuid.uuid4().hex[:6]}.1", limits) if hierarchy is not None else None
+        self.cgroup = hierarchy.make(limits) if hierarchy is not None else None
         self.confinement = sandbox.Confinement(cgroup=self.cgroup, lease=lease)
 
     def start(self, script: str) -> sandbox.Started:
@@ -88,7 +87,7 @@ class Run:
 
     def close(self) -> None:
         if self.hierarchy is not None and self.cgroup is not None:
-            self.hierarchy.remove(self.cgroup)
+            self.hierarchy.give_back(self.cgroup)
 
 
 def _lines(path) -> list[str]:
@@ -164,7 +163,7 @@ def test_a_frozen_job_makes_no_progress_until_thawed(tmp_path, hierarchy):
         wait_for(lambda: len(_lines(ticks)) > 3, what="the job ticking")
         base = {"job_id": 1, "run": 1, "kill": None, "signals": []}
         control.pass_on(str(r.run_dir), dict(base, seq=1, suspend=True))
-        state = "freezer.state" if r.cgroup.version == "v1" else "cgroup.events"
+        state = "freezer.state" if r.cgroup.version == "v1" else "cgroup.events"  # (hybrid: the tree is v2)
         frozen = "FROZEN" if r.cgroup.version == "v1" else "frozen 1"
         wait_for(lambda: frozen in open(os.path.join(r.cgroup.control, state)).read(), what="frozen")
         n = len(_lines(ticks))
@@ -244,7 +243,8 @@ def test_cores_bind_a_run_to_its_cpus_and_a_quota_limits_its_time(tmp_path, v1):
     r = Run(tmp_path, v1, Limits(cores=(core,)))
     report = tmp_path / "report"
     try:
-        r.start(f"grep Cpus_allowed_list /proc/self/status > {report}")
+        # (a CPU share is joined once the job has run a moment: see xce-launch.c join_later)
+        r.start(f"sleep 0.3; grep Cpus_allowed_list /proc/self/status > {report}")
         assert r.status() == 0
         assert report.read_text().split()[1] == str(core)
     finally:
@@ -253,8 +253,10 @@ def test_cores_bind_a_run_to_its_cpus_and_a_quota_limits_its_time(tmp_path, v1):
     q = Run(tmp_path / "q", v1, Limits(cpu_quota=0.5))
     try:
         assert q.cgroup is not None
-        cpu_dir = next(d for d in q.cgroup.join if "/cpu/" in d or d.endswith(",cpuacct") or "/cpu," in d)
+        cpu_dir = os.path.join(v1.cpu.base, os.path.basename(q.cgroup.control))
+        assert cpu_dir in q.cgroup.dirs
         assert open(os.path.join(cpu_dir, "cpu.cfs_quota_us")).read().strip() == str(cgroups.CPU_PERIOD_US // 2)
+        assert open(os.path.join(cpu_dir, "cpu.cfs_period_us")).read().strip() == str(cgroups.CPU_PERIOD_US)
     finally:
         q.close()
 
@@ -271,3 +273,91 @@ def test_cpu_lists_and_mountinfo_are_read_as_the_kernel_writes_them(tmp_path):
         ("/sys/fs/cgroup/memory", "/inner", "cgroup", True), ("/sys/fs/cgroup/unified", "/", "cgroup2", False)]
     # a container whose memory mount starts at /inner sees its own cgroup /inner/job as /sys/fs/cgroup/memory/job
     assert cgroups._inside(mounts[0], "/inner/job") == "/sys/fs/cgroup/memory/job"
+
+
+def test_a_run_joins_only_the_hierarchies_it_needs(tmp_path, hierarchy):
+    """Each directory costs a migration, and a new one a mkdir and an rmdir: a run without a memory limit
+    has no memory cgroup, and one without a CPU share no cpu cgroup."""
+    bare = hierarchy.make(Limits())
+    limited = hierarchy.make(Limits(memory_bytes=64 << 20, cpu_quota=1.0))
+    expected_bare = 2 if hierarchy.layout == "v1" else 1  # v1: the freezer, and cpuacct for CPU time
+    assert bare.memory is None and bare.memory_limit is None and len(bare.join) == expected_bare, bare.join
+    has = [p is not None for p in (hierarchy.memory, hierarchy.cpu)]
+    extra = 0 if hierarchy.layout == "v2" else sum(has)  # v2: one directory holds every limit
+    assert len(limited.dirs) == expected_bare + extra, limited.dirs
+    assert (limited.memory_limit == 64 << 20) == has[0]
+    hierarchy.give_back(bare)
+    hierarchy.give_back(limited)
+    assert all(os.path.isdir(d) for d in bare.join), "idle, kept for the next run of its shape"
+    if has[0]:
+        assert not any(os.path.exists(d) for d in limited.dirs), "a memory-limited cgroup is not reused"
+
+
+def test_an_idle_cgroup_serves_the_next_run_of_its_shape_and_counts_only_that_runs_cpu(tmp_path, hierarchy):
+    busy = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3:\n    pass\n"
+    (tmp_path / "busy.py").write_text(busy)
+    (tmp_path / "a").mkdir()
+    first = Run(tmp_path / "a", hierarchy, Limits(cpu_quota=1.0))
+    first.start(f"python3 {tmp_path / 'busy.py'}")
+    assert first.status() == 0
+    assert (first.usage().cpu_user_s or 0) + (first.usage().cpu_sys_s or 0) >= 0.3
+    first.close()
+    (tmp_path / "b").mkdir()
+    second = Run(tmp_path / "b", hierarchy, Limits(cpu_quota=1.0))
+    assert second.cgroup.name == first.cgroup.name and second.cgroup.cpu_base[0] + second.cgroup.cpu_base[1] >= 0.3
+    second.start("true")
+    assert second.status() == 0
+    used = second.usage()
+    assert (used.cpu_user_s or 0) + (used.cpu_sys_s or 0) < 0.2, "the first run's CPU is not the second's"
+    second.close()
+
+
+def test_a_restarted_worker_removes_idle_cgroups_of_earlier_lives_and_leaves_an_adopted_runs_alone(tmp_path,
+                                                                                                   hierarchy):
+    held, idle = hierarchy.make(Limits()), hierarchy.make(Limits())
+    again = cgroups.Hierarchy(hierarchy.host, hierarchy.layout, hierarchy.tree, hierarchy.cpuacct, hierarchy.memory,
+                              hierarchy.cpu, hierarchy.cpuset)  # the next life of the worker, the same places
+    again.adopt(cgroups.RunCgroup.from_json(json.loads(json.dumps(held.as_json()))))
+    assert again.recover() == 1
+    assert all(os.path.isdir(d) for d in held.dirs) and not any(os.path.exists(d) for d in idle.dirs)
+    fresh = again.make(Limits())
+    assert fresh.name not in (held.name, idle.name), "new names never collide with an earlier life's"
+    for rc in (held, fresh):
+        again.give_back(rc)
+    again.remove_all()
+
+
+def test_a_job_that_runs_on_is_moved_into_its_cpu_share_children_and_all(tmp_path, v1):
+    """The CPU share of a v1 hierarchy is joined a moment after the start (a move holds up every fork on
+    the host): the job and the children it started by then are all moved, and a child started after
+    is in it from birth."""
+    r = Run(tmp_path, v1, Limits(cpu_quota=1.0))
+    cpu_dir = os.path.join(v1.cpu.base, r.cgroup.name)
+    report = tmp_path / "report"
+    try:
+        r.start(f"sleep 5 & early=$!; sleep 0.4; sleep 5 & late=$!; "
+                f"for p in $$ $early $late; do grep ':cpu:' /proc/$p/cgroup; done > {report}; kill $early $late")
+        r.status()
+        lines = report.read_text().splitlines()
+        assert len(lines) == 3 and all(line.endswith(os.path.relpath(cpu_dir, "/sys/fs/cgroup/cpu")) for line in lines), lines
+    finally:
+        r.close()
+
+
+def test_a_cgroup_whose_run_was_killed_serves_the_next_run(tmp_path, hierarchy):
+    """The shepherd kills by freezing and SIGKILLing each process, not with v2's cgroup.kill: on Linux 6.18
+    a cgroup once killed so kills every process later cloned into it, and cgroups are used again."""
+    (tmp_path / "a").mkdir()
+    first = Run(tmp_path / "a", hierarchy)
+    first.start(f"trap '' INT TERM; echo ready > {tmp_path / 'ready'}; sleep 60")  # it takes SIGKILL to end it
+    wait_for(lambda: (tmp_path / "ready").exists(), what="the job ignoring SIGTERM")
+    control.pass_on(str(first.run_dir), {"job_id": 1, "run": 1, "seq": 1, "kill": {"grace": 0.2}, "signals": [],
+                                         "suspend": False})
+    assert first.status() == 128 + signal.SIGKILL
+    first.close()
+    (tmp_path / "b").mkdir()
+    second = Run(tmp_path / "b", hierarchy)
+    assert second.cgroup.name == first.cgroup.name
+    second.start("echo alive")
+    assert second.status() == 0 and (tmp_path / "b" / "out").read_text() == "alive\n"
+    second.close()

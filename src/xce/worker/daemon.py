@@ -39,7 +39,7 @@ from xce.model.claims import node_agent
 from xce.transfers import TransferSite
 from xce.units import format_bytes
 from xce.worker import control, sandbox, staging
-from xce.worker.cgroups import CgroupError, Hierarchy, Limits, RunCgroup
+from xce.worker.cgroups import CgroupError, Hierarchy, Limits, RunCgroup, Usage
 from xce.worker.storage import StorageRoots
 
 log = logging.getLogger("xce.worker")
@@ -148,11 +148,11 @@ class Worker:
                 continue
             key = (data["job_id"], data["run"])
             known.add(os.path.basename(data["workspace"]))
+            self._adopt_cgroup(key, data.get("cgroup"))
             if "failed" in data:
                 self._reports.put(("finished", {"job_id": key[0], "run": key[1], "exit_code": 127,
                                                 "reason": data["failed"]}))
                 continue
-            self._adopt_cgroup(key)
             pid = sandbox.read_int(os.path.join(run_dir, "shepherd.pid"))
             if pid is not None and sandbox.shepherd_alive(pid, run_dir):
                 log.info("adopting run %d.%d (shepherd %d) from an earlier life", *key, pid)
@@ -168,13 +168,18 @@ class Worker:
         for name in os.listdir(self.jobs_dir):  # workspaces no run knows about: never started
             if name not in known:
                 sandbox.clean_workspace(os.path.join(self.jobs_dir, name))
+        if self.cgroups is not None:  # the cgroups no adopted run holds go
+            log.info("removed %d run cgroups of earlier lives", self.cgroups.recover())
 
-    def _adopt_cgroup(self, key: tuple[int, int]) -> None:
-        rc = self.cgroups.existing(f"{key[0]}.{key[1]}") if self.cgroups is not None else None
-        if rc is not None:
-            with self._lock:
-                self.run_cgroups[key] = rc
-                self.free_cores.difference_update(rc.cores)
+    def _adopt_cgroup(self, key: tuple[int, int], saved: dict[str, Any] | None) -> None:
+        """The cgroup a run of an earlier life holds, as its journal kept it."""
+        if self.cgroups is None or saved is None:
+            return
+        rc = RunCgroup.from_json(saved)
+        self.cgroups.adopt(rc)
+        with self._lock:
+            self.run_cgroups[key] = rc
+            self.free_cores.difference_update(rc.cores)
 
     # ------------------------------------------------------------ controller calls
 
@@ -270,13 +275,16 @@ class Worker:
                 return  # already started (its report may still be on its way), or over
             os.mkdir(run_dir, 0o711)  # the job passes through to its claims' mount points
         workspace = os.path.join(self.jobs_dir, f"{key[0]}.{key[1]}")
-        intent = {"job_id": key[0], "run": key[1], "workspace": workspace, "user": job["user"]}
-        self._write_journal(run_dir, intent)  # intent before action
+        intent: dict[str, Any] = {"job_id": key[0], "run": key[1], "workspace": workspace, "user": job["user"]}
         try:
             run_as = sandbox.run_as_for(job["user"], self.host, self.allow_system_users) if self.run_as_users else None
+            cgroup = self._make_cgroup(key, job)
+            if cgroup is not None:
+                intent["cgroup"] = cgroup.as_json()
+            self._write_journal(run_dir, intent)  # intent before action
             # fenced on the lease once the controller has said how long it lasts (it has, before any dispatch)
             lease = control.lease_path(self.work_dir) if self.fence is not None else None
-            confinement = sandbox.Confinement(cgroup=self._make_cgroup(key, job), lease=lease,
+            confinement = sandbox.Confinement(cgroup=cgroup, lease=lease,
                                               allow_system_users=self.allow_system_users,
                                               allow_no_openat2=self.allow_no_openat2)
             started = sandbox.start(job, self.host, run_dir, workspace, self.output_dir, self.storage, run_as,
@@ -311,7 +319,7 @@ class Worker:
                 self.free_cores.difference_update(cores)
         limits = Limits(memory_bytes=job.get("mem_limit"), cores=cores, cpu_quota=None if cores else float(slots))
         try:
-            rc = self.cgroups.make(f"{key[0]}.{key[1]}", limits)
+            rc = self.cgroups.make(limits)
         except CgroupError:
             with self._lock:
                 self.free_cores.update(cores)
@@ -320,15 +328,14 @@ class Worker:
             self.run_cgroups[key] = rc
         return rc
 
-    def _drop_cgroup(self, key: tuple[int, int]) -> RunCgroup | None:
-        """The run's cgroup removed and its cores free again (its processes are gone)."""
+    def _drop_cgroup(self, key: tuple[int, int], used: Usage | None = None) -> None:
+        """The run's cgroup idle again and its cores free (its processes are gone; ``used``: its usage)."""
         with self._lock:
             rc = self.run_cgroups.pop(key, None)
             if rc is not None:
                 self.free_cores.update(rc.cores)
         if rc is not None and self.cgroups is not None:
-            self.cgroups.remove(rc)
-        return rc
+            self.cgroups.give_back(rc, used)
 
     def _watch_child(self, key: tuple[int, int], pid: int, run_dir: str, workspace: str) -> None:
         os.waitpid(pid, 0)  # the shepherd: it has written the job's status by now
@@ -351,7 +358,7 @@ class Worker:
                 except (ProcessLookupError, PermissionError):
                     pass
         cg = self.cgroups.usage(rc) if rc is not None and self.cgroups is not None else None
-        self._drop_cgroup(key)
+        self._drop_cgroup(key, cg)
         sandbox.clean_workspace(workspace)
         status = sandbox.read_int(os.path.join(run_dir, "status"))
         ended = control.ended(run_dir)
