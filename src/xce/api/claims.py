@@ -75,7 +75,7 @@ def add_claim_routes(app: FastAPI, ctl: Controller) -> None:
         states = set(state) if state else None
 
         def match(c: C.Claim) -> bool:
-            if not (actor.is_admin or c.project in actor.projects):
+            if not C.may_see(actor, c):
                 return False
             if project is not None and c.project != project:
                 return False
