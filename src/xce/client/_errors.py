@@ -5,6 +5,7 @@
     ├── Unreachable               no usable HTTP answer: refused, DNS, timeout, TLS, connection closed
     ├── BadResponse               a success status whose body is not JSON (not an XCE controller?)
     ├── InvalidURL (ValueError)   the controller URL is not ``http[s]://HOST[:PORT][/PREFIX]``
+    ├── InvalidToken (ValueError) the token holds a character no HTTP header may carry
     └── WaitTimeout (TimeoutError) ``wait_job``/``wait_claim`` gave up before the state was reached
 
 No exit codes here: the ``xce`` command maps these to its own (``xce.cli.errors``), and the
@@ -50,6 +51,11 @@ class BadResponse(ClientError):
 
 class InvalidURL(ClientError, ValueError):
     """Raised by ``Client(url, ...)`` when the URL is malformed; nothing was sent."""
+
+
+class InvalidToken(ClientError, ValueError):
+    """Raised by ``Client(url, token)`` when the token holds a control character (a CR or LF would end
+    the ``Authorization`` header and start one of the caller's choosing) or is empty; nothing was sent."""
 
 
 class WaitTimeout(ClientError, TimeoutError):

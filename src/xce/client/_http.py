@@ -18,7 +18,7 @@ from typing import Any, Sequence
 from urllib.parse import quote, urlsplit
 
 import xce
-from xce.client._errors import ApiError, BadResponse, ClientError, InvalidURL, Unreachable
+from xce.client._errors import ApiError, BadResponse, ClientError, InvalidToken, InvalidURL, Unreachable
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -26,9 +26,27 @@ DEFAULT_TIMEOUT = 30.0
 Params = dict[str, Any] | list[tuple[str, Any]] | None
 
 
+def _control(text: str) -> bool:
+    """Does ``text`` hold a control character (C0 or DEL), which no HTTP request line or header may carry?
+    (The native front, ``native/xce.c`` ``clean``, refuses the same.)"""
+    return any(c < " " or c == "\x7f" for c in text)
+
+
+def check_token(token: str) -> str:
+    """``token`` as it goes into the ``Authorization`` header, or ``InvalidToken``: empty, or holding a
+    control character (``XCE_TOKEN=$'tok\\r\\nX-Injected: 1'`` would add a header of its own)."""
+    if not token or _control(token):
+        raise InvalidToken("the token is empty or holds a control character (a CR, LF, tab...): refused, "
+                           "nothing was sent")
+    return token
+
+
 def parse_url(url: str) -> tuple[str, str, int | None, str]:
-    """``(scheme, host, port, path prefix)``; a bare ``host:port`` means http."""
+    """``(scheme, host, port, path prefix)``; a bare ``host:port`` means http.  Control characters and
+    spaces are refused (``urlsplit`` would drop some and keep others, which would reach the request)."""
     raw = url.strip()
+    if _control(raw) or " " in raw:
+        raise InvalidURL(f"invalid controller URL {url!r}: it holds a control character or a space")
     if "://" not in raw:
         raw = "http://" + raw
     try:
@@ -112,7 +130,7 @@ class Transport:
                  failover: float = FAILOVER_WAIT, retry_mutations: bool = False) -> None:
         self.urls = split_urls(url)
         self._targets = {u: _target(u) for u in self.urls}
-        self.token = token
+        self.token = check_token(token)
         self.timeout = timeout
         self.failover = failover
         self.retry_mutations = retry_mutations
