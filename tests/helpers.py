@@ -165,8 +165,12 @@ def children_of(pid: int) -> list[int]:
 
 def cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """Run the real ``xce`` command; ``env`` carries XCE_URL/XCE_TOKEN or XCE_CONFIG."""
-    return subprocess.run(XCE + list(args), env={**os.environ, **env}, capture_output=True, text=True,
-                          timeout=timeout)
+    return run_command(XCE + list(args), env, timeout)
+
+
+def run_command(argv: list[str], env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run ``argv`` (the Python CLI, or a native front binary) with ``env`` over the test's environment."""
+    return subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout)
 
 
 def write_token_file(path: str, token: str) -> str:

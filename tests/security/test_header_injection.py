@@ -10,59 +10,21 @@ nothing at all.
 
 from __future__ import annotations
 
-import os
-import socket
 import sys
-import threading
 
 import pytest
 
 from tests.cli.test_native import build
-from tests.helpers import XCE, cli, write_token_file
+from tests.helpers import XCE, cli, run_command, write_token_file
+from tests.raw_server import RawServer
 from xce.client import Client, InvalidToken, InvalidURL
 
 INJECTED = "tok\r\nX-Injected: 1"
 
 
-class Listener:
-    """A TCP listener on 127.0.0.1 that keeps whatever it is sent and answers 401."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.received: list[bytes] = []
-        self.thread = threading.Thread(target=self._serve, daemon=True, name="listener")
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                conn.settimeout(5)
-                data = b""
-                try:
-                    while b"\r\n\r\n" not in data:
-                        chunk = conn.recv(65536)
-                        if not chunk:
-                            break
-                        data += chunk
-                    body = b'{"error":{"code":"unauthenticated","message":"invalid or revoked token"}}'
-                    conn.sendall(b"HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\n"
-                                 b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-                except OSError:
-                    pass
-                self.received.append(data)
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 @pytest.fixture
 def listener():
-    s = Listener()
+    s = RawServer()  # answers 401, as a controller would
     yield s
     s.close()
 
@@ -87,13 +49,13 @@ def test_no_front_door_sends_a_token_or_url_with_control_characters(listener, na
     runs["provisioner"] = [*XCE, "provisioner", "--controller", listener.url, "--config", str(provisioner_config),
                            "--token-file", token_file]
     for what, argv in runs.items():
-        r = cli(env, *argv[len(XCE):]) if argv[:len(XCE)] == XCE else cli_native(argv, env)
+        r = run_command(argv, env)
         assert r.returncode == 2 and "control character" in r.stderr, (what, r.returncode, r.stderr)
         assert "Traceback" not in r.stderr, what
     # a URL with a CR LF in it: a request line and headers of the caller's choosing
     bad_url = {**env, "XCE_TOKEN": "xce_0123456789ab_fine", "XCE_URL": listener.url + "/\r\nX-Injected: 1"}
     for argv in ([native, "jobs"], [*XCE, "jobs"]):
-        r = cli(bad_url, *argv[len(XCE):]) if argv[:len(XCE)] == XCE else cli_native(argv, bad_url)
+        r = run_command(argv, bad_url)
         assert r.returncode == 2 and "control character" in r.stderr, (argv[0], r.returncode, r.stderr)
     with pytest.raises(InvalidToken):
         Client(listener.url, INJECTED)
@@ -105,8 +67,3 @@ def test_no_front_door_sends_a_token_or_url_with_control_characters(listener, na
     assert r.returncode == 1 and "invalid or revoked token" in r.stderr, r.stderr
     assert len(listener.received) == 1 and b"X-Injected" not in listener.received[0]
 
-
-def cli_native(argv: list[str], env: dict[str, str]):
-    import subprocess
-
-    return subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
