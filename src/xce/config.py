@@ -295,6 +295,9 @@ class ClaimsConfig:
     scratch_class: str = "scratch"  # xce submit --scratch SIZE (without :CLASS)
     stage_class: str = "stage"  # the staging claim of --stage-in/--stage-out
     stage_size: str = "64Mi"  # the staging area's size when a submission does not say (xce submit measures)
+    # snapshots one project may have at once (not RELEASED): each takes room in its pool, so a loop
+    # of ``xce claim snapshot`` cannot fill the storage behind it, nor the model
+    max_snapshots_per_project: int = 100
 
 
 @dataclass(frozen=True)
@@ -562,6 +565,9 @@ def _check_claims(source: str, pools: list[PoolConfig], classes: list[ClaimClass
             or not 0 <= claims.retry_jitter < 1 or claims.orphan_grace < 0 or claims.orphan_scan_interval <= 0:
         raise ConfigError(f"{source} [claims]: max_attempts >= 1, 0 < retry_base <= retry_cap, "
                           "0 <= retry_jitter < 1, orphan_grace >= 0, orphan_scan_interval > 0")
+    if not isinstance(claims.max_snapshots_per_project, int) or claims.max_snapshots_per_project < 0:
+        raise ConfigError(f"{source} [claims]: max_snapshots_per_project >= 0, "
+                          f"got {claims.max_snapshots_per_project!r}")
 
 
 def load_config(path: str | None) -> Config:

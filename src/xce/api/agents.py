@@ -258,7 +258,8 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
                     continue
                 result = SN.SnapshotResult(op_id=r.op_id, snapshot_id=r.snapshot_id, ok=r.ok, handle=r.handle,
                                            size_bytes=r.size_bytes, message=r.message, code=r.code,
-                                           retryable=r.retryable, stderr_tail=r.stderr_tail)
+                                           retryable=r.retryable, stderr_tail=r.stderr_tail,
+                                           used_bytes=r.used_bytes if r.ok else None)
                 try:
                     facts += SN.record_result(model, ctl.config.claims, agent, body.epoch, result, now, _rng)
                 except Conflict as e:
