@@ -20,39 +20,21 @@ import json
 import os
 import pwd
 import secrets
-import shutil
-import subprocess
-import tempfile
-import uuid
 
 import pytest
 
 from tests.helpers import Cluster, cli, wait_for
 from tests.integration.test_job_claims import ROOT
 from tests.integration.test_transfers import CONFIG
+from tests.security.test_run_as_users import shared  # noqa: F401 (a fixture: a directory anyone may write in)
 from tests.transfer_servers import RCLONE, S3Server
+from tests.worker.test_sandbox import account  # noqa: F401 (a fixture: a throwaway unix account)
 
 pytestmark = pytest.mark.skipif(not ROOT, reason="jobs run as their users only under a root worker (CI is root)")
 
 
-@pytest.fixture
-def top():
-    """A directory every account may pass through (the job's user reaches the hook, rclone its CA)."""
-    path = tempfile.mkdtemp(prefix="xce-links-")
-    os.chmod(path, 0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def account():
-    name = f"xl{uuid.uuid4().hex[:6]}"
-    subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", name], check=True)
-    yield name
-    subprocess.run(["userdel", name], check=False)
-
-
-def test_stage_out_follows_no_planted_link_not_even_one_swapped_in_as_the_copy_starts(top, account):
+def test_stage_out_follows_no_planted_link_not_even_one_swapped_in_as_the_copy_starts(shared, account):
+    top = shared  # (the job, as its user, and the hook leave marks in it; the rest is made root's)
     secret_dir = os.path.join(top, "rootonly")
     os.mkdir(secret_dir, 0o700)
     secret = secrets.token_hex(32).encode()
@@ -60,9 +42,6 @@ def test_stage_out_follows_no_planted_link_not_even_one_swapped_in_as_the_copy_s
         fh.write(secret)
     hooks = os.path.join(top, "hooks")
     os.mkdir(hooks, 0o755)
-    marks = os.path.join(top, "marks")  # where the job and the hook (run as whoever runs rclone) leave marks
-    os.mkdir(marks)
-    os.chmod(marks, 0o777)
     plant = os.path.join(hooks, "plant.sh")  # written once the racing job's claim is known
     wrapper = os.path.join(hooks, "rclone")
     with open(wrapper, "w") as fh:
@@ -93,7 +72,7 @@ def test_stage_out_follows_no_planted_link_not_even_one_swapped_in_as_the_copy_s
             assert r.returncode == 0, r.stderr
             return json.loads(r.stdout)["id"]
 
-        ready, gate = os.path.join(marks, "ready"), os.path.join(marks, "gate")
+        ready, gate = os.path.join(top, "ready"), os.path.join(top, "gate")
         planted = {
             "dir link": submit("d:s3://loot/dir", f'ln -s {secret_dir} "$XCE_STAGE/d"'),
             "file link": submit("f:s3://loot/file", f'ln -s {secret_dir}/secret.txt "$XCE_STAGE/f"'),
@@ -107,13 +86,13 @@ def test_stage_out_follows_no_planted_link_not_even_one_swapped_in_as_the_copy_s
         data = cl.claim(f"j{racing}.1:stage")["path"]
         with open(plant, "w") as fh:  # as the copy starts: r becomes a link to the root-only directory
             fh.write(f'if [ -d {data}/r ] && [ ! -L {data}/r ]; then mv {data}/r {data}/r.was && '
-                     f'ln -s {secret_dir} {data}/r && touch {marks}/planted; fi\n')
+                     f'ln -s {secret_dir} {data}/r && touch {top}/planted; fi\n')
         with open(gate, "w"):
             pass
 
         ended = {what: cl.wait_state(job, "DONE", "EXIT", timeout=60) for what, job in planted.items()}
         raced = cl.wait_state(racing, "DONE", "EXIT", timeout=60)
-        assert os.path.exists(os.path.join(marks, "planted")), "the hook swapped the link in as the copy started"
+        assert os.path.exists(os.path.join(top, "planted")), "the hook swapped the link in as the copy started"
 
         leaked = []
         for top_dir, _, files in os.walk(s3.data):
@@ -129,7 +108,7 @@ def test_stage_out_follows_no_planted_link_not_even_one_swapped_in_as_the_copy_s
         with open(os.path.join(loot, "race", "note.txt")) as fh:
             assert fh.read() == "harmless\n"
         assert os.listdir(loot) == ["race"], "nothing at all was staged out through a planted link"
-        assert os.stat(os.path.join(marks, "planted")).st_uid == pwd.getpwnam(account).pw_uid, \
+        assert os.stat(os.path.join(top, "planted")).st_uid == pwd.getpwnam(account).pw_uid, \
             "the stage-out's rclone ran as the job's user"
     finally:
         if cl is not None:

@@ -103,7 +103,8 @@ def test_a_jobs_template_claims_are_as_private_as_the_job_even_within_its_projec
                          f"while [ ! -e {gate} ]; do sleep 0.1; done").stdout)["id"]
     running = cl.wait_state(job, "RUN", "EXIT", "DONE")
     assert running["state"] == "RUN", running["exit_reason"]
-    templates = {c["name"]: c["claim_id"] for c in running["claims"] if c["form"] == "template" and c["name"] != "workspace"}
+    templates = {c["name"]: c["claim_id"] for c in running["claims"]
+                 if c["form"] == "template" and c["name"] != "workspace"}
     assert set(templates) == {f"j{job}.1:scratch", f"j{job}.1:stage"}
     try:
         with cl.ctl.client(alice["XCE_TOKEN"]) as owner, cl.ctl.client(amy["XCE_TOKEN"]) as member:

@@ -112,13 +112,9 @@ class SharedTransfers:
                     return fail("PERMISSION_DENIED", f"{what}: project {project} may not use remote {remote.name}")
         st = os.fstat(base_fd)
         owner = (st.st_uid, st.st_gid) if os.geteuid() == 0 and st.st_uid != 0 else None
-        sources: list[int] = []  # stage-out: every source opened before anything is copied, and held
+        # stage-out: every source opened before anything is copied, and held
+        sources = beneath.open_sources(base_fd, base, [rel for _, rel in pairs]) if op == "stage_out" else []
         try:
-            if op == "stage_out":
-                for _, rel in pairs:
-                    shown = os.path.join(base, rel)
-                    sources.append(beneath.open_beneath(base_fd, rel, shown))
-                    beneath.kind(sources[-1], shown)
             return self._copy(item, op, what, base, base_fd, pairs, sources, owner, fail)
         finally:
             for fd in sources:

@@ -17,9 +17,10 @@ makes on a job's behalf goes through a descriptor instead:
 - the copy (rclone, ``cp``) is a child process that inherits the descriptor as fd 3 and is given
   ``/proc/self/fd/3`` (``FD_PATH``): the kernel resolves that to the object opened, not to a name.
   It runs as the claim's owner, so whatever it meets inside a directory tree (where rclone and
-  ``cp`` walk by name) it reads and writes with that user's rights only;
+  ``cp`` walk by name) it reads and writes with that user's rights only.
 
-(simfs copies snapshots and clones in its own process, as root, the same way: ``providers.kit.copy_tree``.)
+simfs copies snapshots and clones in its own process, as root, by descriptors too
+(``providers.kit.copy_tree``).
 
 ``native/xce-launch.c`` publishes claims into a job the same way (``openat2``, then a bind through
 ``/proc/self/fd``).  ``openat2`` is Linux 5.6 or later; without it these copies are refused rather
@@ -124,6 +125,23 @@ def open_beneath(dir_fd: int, rel: str, shown: str | None = None) -> int:
         return openat2(dir_fd, rel or ".", os.O_PATH)
     except OSError as e:
         raise _refusal(e, shown or rel) from None
+
+
+def open_sources(dir_fd: int, base: str, rels: list[str]) -> list[int]:
+    """Every source of a copy out of a claim (``rels``, beneath ``dir_fd``, the claim's directory
+    ``base``), opened before the first is copied and each a regular file or a directory; ``Refused``
+    (and nothing left open) if any is not."""
+    fds: list[int] = []
+    try:
+        for rel in rels:
+            shown = os.path.join(base, rel)
+            fds.append(open_beneath(dir_fd, rel, shown))
+            kind(fds[-1], shown)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return fds
 
 
 def kind(fd: int, shown: str = "it") -> str:

@@ -353,13 +353,8 @@ def _copy_items(item: dict[str, Any], host: str, base: str, base_fd: int, run_as
     what = op.replace("_", "-")
     owner = (run_as.uid, run_as.gid) if run_as is not None else None
     items = item.get("items") or []
-    held: list[int] = []
+    held = beneath.open_sources(base_fd, base, [src for src, _ in items]) if op == "stage_out" else []
     try:
-        if op == "stage_out":
-            for src, _ in items:
-                shown = os.path.join(base, src)
-                held.append(beneath.open_beneath(base_fd, src, shown))
-                beneath.kind(held[-1], shown)
         transferred = 0
         moved: dict[str, int] = {}
         for i, (src, dest) in enumerate(items):

@@ -41,7 +41,8 @@ __all__ = [
     "apply_claim_op_intent", "apply_claim_op_succeeded", "apply_claim_placed", "apply_claim_purge_requested",
     "apply_claim_resize_requested", "apply_claim_resize_reserved",
     "begin_stage_out", "check_epoch", "check_fits_a_pool", "check_quota", "class_or_404", "create", "delete",
-    "detach", "due_ops", "held_ops", "keep_data", "lease", "live_by_name", "may_see", "name_key", "next_due", "node_agent", "purge",
+    "detach", "due_ops", "held_ops", "keep_data", "lease", "live_by_name", "may_see", "name_key", "next_due",
+    "node_agent", "purge",
     "quota_use", "record_intent", "record_result", "release_template", "remove_attachment", "resize", "retry_delay",
     "template_name", "visible", "visible_by_id",
 ]
