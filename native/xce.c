@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #define TIMEOUT_S 30 /* xce.client's DEFAULT_TIMEOUT */
+#define MAX_HEAD 65536 /* xce.client's MAX_HEAD: an answer whose status line and headers are longer is refused */
 #define EXIT_REFUSED 1
 
 static char **g_argv; /* for the hand-over */
@@ -711,7 +712,7 @@ typedef struct {
     size_t len; /* its length (more than strlen(doc) if it holds a NUL) */
 } Answer;
 
-enum { ANSWERED, NOT_SENT, SEND_FAILED, NO_ANSWER, CLOSED };
+enum { ANSWERED, NOT_SENT, SEND_FAILED, NO_ANSWER, CLOSED, HEAD_TOO_LARGE };
 
 static char g_shown[2048]; /* the URL as xce.client names it: stripped, no trailing slash */
 static int g_errno;        /* why a send failed */
@@ -751,6 +752,8 @@ static int call(const char *url, const char *token, const char *method, const ch
     int rc = read_all(fd, &resp);
     close(fd);
     if (rc == -2) return NO_ANSWER;
+    /* no end of the headers within MAX_HEAD bytes: refused, as the Python client refuses it */
+    if (rc == 0 && resp.len >= MAX_HEAD + 4 && !memmem(resp.data, MAX_HEAD + 4, "\r\n\r\n", 4)) return HEAD_TOO_LARGE;
     ans->doc = rc == 0 ? body_from(&resp, &ans->status, ans->reason, sizeof ans->reason, &ans->len) : NULL;
     return ans->doc ? ANSWERED : CLOSED;
 }
@@ -764,6 +767,7 @@ static int submit(const Submit *s, const char *url, const char *token) {
     case SEND_FAILED: return fail("cannot reach the controller at %s: %s", g_shown, strerror(g_errno));
     case NO_ANSWER: return fail("no answer from the controller at %s within %ds", g_shown, TIMEOUT_S);
     case CLOSED: return fail("the controller at %s closed the connection", g_shown);
+    case HEAD_TOO_LARGE: return fail("the controller sent a response header larger than %d bytes", MAX_HEAD);
     }
     int status = ans.status;
     const char *doc = ans.doc;

@@ -165,8 +165,12 @@ def children_of(pid: int) -> list[int]:
 
 def cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """Run the real ``xce`` command; ``env`` carries XCE_URL/XCE_TOKEN or XCE_CONFIG."""
-    return subprocess.run(XCE + list(args), env={**os.environ, **env}, capture_output=True, text=True,
-                          timeout=timeout)
+    return run_command(XCE + list(args), env, timeout)
+
+
+def run_command(argv: list[str], env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run ``argv`` (the Python CLI, or a native front binary) with ``env`` over the test's environment."""
+    return subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout)
 
 
 def write_token_file(path: str, token: str) -> str:
@@ -296,12 +300,13 @@ class Cluster:
                         timeout=timeout, what=f"job {job_id} in {states}")
 
     def add_provisioner(self, extra_providers: str = "", extra_roots: tuple[str, ...] = (),
-                        extra_args: tuple[str, ...] = ()) -> ProvisionerProcess:
+                        extra_args: tuple[str, ...] = (), simfs_settings: str = "") -> ProvisionerProcess:
         """The provisioner, with simfs under ROOT/simfs (and ``extra_providers``, whose roots are
-        ``extra_roots``): workers added after it publish shared claims from those roots."""
+        ``extra_roots``): workers added after it publish shared claims from those roots.
+        ``simfs_settings``: more lines for simfs's config (``set_owner = true``)."""
         self.provisioner = ProvisionerProcess(self.ctl, os.path.join(self.root, "provisioner"),
                                               os.path.join(self.root, "simfs"), extra_providers,
-                                              extra_args=list(extra_args)).start()
+                                              extra_args=list(extra_args), simfs_settings=simfs_settings).start()
         self.storage_roots += [self.provisioner.simfs_root, *extra_roots]
         return self.provisioner
 
@@ -337,6 +342,7 @@ class ProvisionerProcess:
     controllers: str | None = None  # --controller as given (URL1,URL2); default ctl.url
     extra_args: list[str] = field(default_factory=list)  # e.g. --transfer-config FILE
     settings: str = ""  # more [provisioner] lines, e.g. "concurrency = 1\n"
+    simfs_settings: str = ""  # more [providers.simfs.config] lines, e.g. "set_owner = true\n"
 
     @property
     def config_path(self) -> str:
@@ -352,7 +358,8 @@ class ProvisionerProcess:
                 self.token = c.post("/v1/tokens", json={"user": "provisioner"}).json()["token"]
         with open(self.config_path, "w") as fh:
             fh.write(f'[provisioner]\npoll_wait = 5.0\n{self.settings}\n[providers.simfs]\ntimeout = 20.0\n'
-                     f'[providers.simfs.config]\nroot = "{self.simfs_root}"\n\n{self.extra_providers}')
+                     f'[providers.simfs.config]\nroot = "{self.simfs_root}"\n{self.simfs_settings}\n'
+                     f'{self.extra_providers}')
         token_file = write_token_file(os.path.join(self.work_dir, "token"), self.token)
         log = open(os.path.join(self.work_dir, "provisioner.log"), "ab")
         self.proc = subprocess.Popen(XCE + ["provisioner", "--controller", self.controllers or self.ctl.url,

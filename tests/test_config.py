@@ -42,3 +42,13 @@ def test_a_bad_default_staging_class_is_refused_naming_the_table(text, says):
     with pytest.raises(ConfigError) as e:
         parse_config(text)
     assert says in e.value.message
+
+
+def test_trusted_proxies_are_addresses_or_networks_and_none_by_default():
+    assert parse_config(DEFAULT_CONFIG).controller.trusted_proxies == ()
+    text = DEFAULT_CONFIG.replace("[controller]\n", '[controller]\ntrusted_proxies = ["10.0.0.5", "192.168.7.0/24"]\n',
+                                  1)
+    assert parse_config(text).controller.trusted_proxies == ("10.0.0.5/32", "192.168.7.0/24")
+    for bad in ('"10.0.0.5"', '["*"]', '["proxy.example"]', "[5]"):
+        with pytest.raises(ConfigError, match="trusted_proxies"):
+            parse_config(DEFAULT_CONFIG.replace("[controller]\n", f"[controller]\ntrusted_proxies = {bad}\n", 1))

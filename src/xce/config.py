@@ -5,6 +5,8 @@ Unknown keys are errors (a typo must not silently change behaviour).
 
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -46,6 +48,9 @@ refusal_audit_burst = 20
 refusal_audit_window = 10.0
 refusal_audit_sources = 4096        # sources tracked at once (the oldest is forgotten first)
 refusal_audit_global_rate = 50.0    # all sources together (burst: 10 x refusal_audit_burst)
+# reverse proxies in front of the controller whose X-Forwarded-For / X-Forwarded-Proto are believed
+# (addresses or networks); default none: every request is counted against the address it came from
+# trusted_proxies = ["10.0.0.5", "192.168.7.0/24"]
 
 [[users]]
 name = "admin"
@@ -173,6 +178,9 @@ class ControllerConfig:
     refusal_audit_burst: int = 20
     refusal_audit_window: float = 10.0  # repeats held back are summed into one fact per window
     refusal_audit_sources: int = 4096
+    # addresses or networks of reverse proxies whose X-Forwarded-For/-Proto headers are believed; none by
+    # default, so nobody renames their own address (the refusal limiter counts per client address)
+    trusted_proxies: tuple[str, ...] = ()
     refusal_audit_global_rate: float = 50.0
 
     @property
@@ -287,6 +295,9 @@ class ClaimsConfig:
     scratch_class: str = "scratch"  # xce submit --scratch SIZE (without :CLASS)
     stage_class: str = "stage"  # the staging claim of --stage-in/--stage-out
     stage_size: str = "64Mi"  # the staging area's size when a submission does not say (xce submit measures)
+    # snapshots one project may have at once (not RELEASED): each takes room in its pool, so a loop
+    # of ``xce claim snapshot`` cannot fill the storage behind it, nor the model
+    max_snapshots_per_project: int = 100
 
 
 @dataclass(frozen=True)
@@ -330,6 +341,21 @@ class Config:
 
     def pool(self, name: str) -> PoolConfig | None:
         return next((p for p in self.pools if p.name == name), None)
+
+
+def _proxies(source: str, raw: Any) -> tuple[str, ...]:
+    """``[controller] trusted_proxies``: each an IP address or network, as uvicorn's
+    ``forwarded_allow_ips`` takes them (never ``*``: that would believe any client)."""
+    if not isinstance(raw, (list, tuple)) or not all(isinstance(p, str) for p in raw):
+        raise ConfigError(f"{source} [controller]: trusted_proxies is a list of addresses or networks")
+    out = []
+    for p in raw:
+        try:
+            out.append(str(ipaddress.ip_network(p.strip(), strict=False)))
+        except ValueError:
+            raise ConfigError(f"{source} [controller]: trusted_proxies: {p!r} is not an IP address or network") \
+                from None
+    return tuple(out)
 
 
 def _build(cls: type, raw: Any, where: str):
@@ -437,6 +463,7 @@ def parse_config(text: str, source: str = "<string>") -> Config:
             or ctl.refusal_audit_sources < 1 or ctl.refusal_audit_global_rate <= 0:
         raise ConfigError(f"{source} [controller]: refusal_audit_rate > 0, refusal_audit_burst >= 1, "
                           "refusal_audit_window > 0, refusal_audit_sources >= 1, refusal_audit_global_rate > 0")
+    ctl = dataclasses.replace(ctl, trusted_proxies=_proxies(source, ctl.trusted_proxies))
     _check_claims(source, pools, classes, quotas, claims, project_names)
     _check_apps(source, apps, classes)
     _check_stage_classes(source, queues, apps, classes)
@@ -538,6 +565,9 @@ def _check_claims(source: str, pools: list[PoolConfig], classes: list[ClaimClass
             or not 0 <= claims.retry_jitter < 1 or claims.orphan_grace < 0 or claims.orphan_scan_interval <= 0:
         raise ConfigError(f"{source} [claims]: max_attempts >= 1, 0 < retry_base <= retry_cap, "
                           "0 <= retry_jitter < 1, orphan_grace >= 0, orphan_scan_interval > 0")
+    if not isinstance(claims.max_snapshots_per_project, int) or claims.max_snapshots_per_project < 0:
+        raise ConfigError(f"{source} [claims]: max_snapshots_per_project >= 0, "
+                          f"got {claims.max_snapshots_per_project!r}")
 
 
 def load_config(path: str | None) -> Config:

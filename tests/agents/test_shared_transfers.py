@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -14,14 +16,18 @@ from tests.transfer_servers import HTTPSServer
 
 
 @pytest.fixture(scope="module")
-def https(tmp_path_factory):
-    s = HTTPSServer(str(tmp_path_factory.mktemp("https"))).start()
+def https():
+    # (in a directory anyone may pass through: rclone runs as the claim's owner and reads the certificate)
+    top = tempfile.mkdtemp(prefix="xce-https-")
+    os.chmod(top, 0o755)
+    s = HTTPSServer(os.path.join(top, "https")).start()
     os.makedirs(os.path.join(s.www, "set"), exist_ok=True)
     for name, size in (("big.bin", 3_000_000), ("set/a.bin", 1000)):
         with open(os.path.join(s.www, name), "wb") as fh:
             fh.write(os.urandom(size))
     yield s
     s.stop()
+    shutil.rmtree(top, ignore_errors=True)
 
 
 def item(op: str, path: str, **extra) -> dict:
@@ -85,6 +91,7 @@ def test_what_the_provisioner_refuses(https, tmp_path, case, code, says):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving files away needs root")
 def test_files_copied_in_as_root_belong_to_the_owner_of_the_claims_data(https, tmp_path):
+    """They are copied as that owner (rclone under setpriv), not given away afterwards."""
     root, path = volume(tmp_path)
     os.chown(path, 4321, 4321)
     reply = SharedTransfers(TransferSite(ca_cert=https.ca_cert), [root])(

@@ -3,6 +3,7 @@ deletion, quota, refusals, names per project, and snapshot orphans."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -342,3 +343,40 @@ def test_the_transition_table_forbids_what_no_decision_makes():
     from xce.model.snapshots.lifecycle import _set_state
     with pytest.raises(ImpossibleTransition):
         _set_state(w.model, w.model.snapshots[sid], SnapshotState.PENDING, w.now, "nonsense", "-")
+
+
+def test_a_snapshot_is_reserved_in_its_claims_pool_less_if_its_provider_reports_it_holds_less():
+    from xce.model.pools import pool_use, snapshot_use
+
+    w = World()
+    w.claim("data")
+    assert pool_use(w.model) == {"p": GiB}
+    full = w.take("data", "full")  # a provider that reports nothing of its usage: the claim's size
+    assert w.model.snapshots[full].pool == "p" and snapshot_use(w.model) == {"p": GiB}
+    sid = w.snapshot("data", "cow")
+    assert pool_use(w.model) == {"p": 3 * GiB}, "reserved from the moment it is asked for"
+    w.intend(sid)
+    w.report(sid, handle="s-cow", size_bytes=GiB, used_bytes=300)  # copy-on-write: it holds 300 bytes
+    assert pool_use(w.model) == {"p": 2 * GiB + 300}
+    assert w.restored() == w.model
+    with pytest.raises(Conflict, match="no room for a snapshot of claim 'data'"):
+        SN.create(w.model, CONFIG, ALICE, "data", "more", w.tick(), free={"p": GiB - 1})
+    facts, _ = SN.create(w.model, CONFIG, ALICE, "data", "more", w.tick(), free={"p": GiB})
+    assert facts[0].pool == "p"
+
+
+def test_a_project_has_at_most_max_snapshots_per_project():
+    limited = dataclasses.replace(CONFIG, claims=dataclasses.replace(CONFIG.claims, max_snapshots_per_project=2))
+    w = World()
+    w.claim("data", size="1Mi")
+    s1 = w.take("data", "s1")
+    w.take("data", "s2")
+    with pytest.raises(Conflict, match="max_snapshots_per_project"):
+        SN.create(w.model, limited, ALICE, "data", "s3", w.tick())
+    w.commit(SN.delete(w.model, ALICE, "s1", w.tick())[0])
+    with pytest.raises(Conflict, match="max_snapshots_per_project"):  # being deleted: it holds its room yet
+        SN.create(w.model, limited, ALICE, "data", "s3", w.tick())
+    w.intend(s1)
+    w.report(s1)
+    assert w.model.snapshots[s1].state is SnapshotState.RELEASED
+    assert SN.create(w.model, limited, ALICE, "data", "s3", w.tick())[0]

@@ -406,3 +406,33 @@ def test_unreadable_request_document_exits_nonzero(document):
     done = raw_simfs(document) if not isinstance(document, str) else subprocess.run(
         simfs.command(), input=document, capture_output=True, text=True)
     assert done.returncode == 2 and done.stdout == "" and done.stderr.startswith("simfs: ")
+
+
+def test_a_snapshot_copies_the_volume_s_tree_following_nothing_a_job_planted(sim, tmp_path):
+    """A job wrote the volume: links stay links (never read through, even as the copy meets them),
+    a fifo is left out (it would hang the copy), a set-uid file copied by root loses its set-uid bit."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("not the job's\n")
+    vol = sim.one(create("op-1", 7))
+    data = Path(vol.path)
+    (data / "sub").mkdir()
+    (data / "sub" / "mine.txt").write_text("mine\n")
+    (data / "link").symlink_to(outside)
+    (data / "sub" / "filelink").symlink_to(outside / "secret.txt")
+    os.mkfifo(data / "pipe")
+    (data / "tool").write_text("#!/bin/sh\n")
+    os.chmod(data / "tool", 0o4755)
+    if os.geteuid() == 0:
+        os.chown(data / "tool", 4321, 4321)
+        os.chmod(data / "tool", 0o4755)
+    snap = sim.one(ProviderRequest(op_id="snap-1", op="create_snapshot", claim_id=7, handle=vol.handle,
+                                   tags=owner_tags(CLUSTER, 7, "snap-1")))
+    assert snap.ok, snap.message
+    copy = sim.root / "snapshots" / snap.handle / "data"
+    assert (copy / "sub" / "mine.txt").read_text() == "mine\n"
+    assert os.readlink(copy / "link") == str(outside) and os.readlink(copy / "sub" / "filelink") == str(
+        outside / "secret.txt")
+    assert not (copy / "pipe").exists()
+    mode = os.stat(copy / "tool").st_mode
+    assert bool(mode & 0o4000) == (os.geteuid() != 0), oct(mode)  # root's copy of uid 4321's file: no set-uid

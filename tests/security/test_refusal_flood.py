@@ -100,6 +100,25 @@ def test_an_authenticated_user_is_bounded_too_refused_by_role_and_by_decision(ct
     assert any("more refusal(s) like this from mallory" in r["detail"] for r in mine)
 
 
+def test_a_forged_x_forwarded_for_does_not_make_a_new_source(ctl):
+    """Issue 27, finding 5: uvicorn believed X-Forwarded-For from 127.0.0.1, so each bad-token request
+    naming another address was a new source with a burst of its own.  Proxy headers are believed only
+    from ``[controller] trusted_proxies`` (none here): all of them count against the real peer."""
+    before = position(ctl)
+    t0 = time.monotonic()
+    with httpx.Client(base_url=ctl.url, timeout=30) as c:
+        for i in range(ATTACK // 4):
+            r = c.get("/v1/jobs", headers={"Authorization": f"Bearer xce_forged_{i}",
+                                           "X-Forwarded-For": f"10.99.{i // 250}.{i % 250 + 1}"})
+            assert r.status_code == 401
+    elapsed = time.monotonic() - t0
+    added = position(ctl) - before
+    assert added <= bound(elapsed), (added, elapsed)  # one source's worth, not one per forged address
+    with ctl.client() as c:
+        trail = audit_trail(c)
+    assert not [r for r in trail if "10.99." in r["detail"]]
+
+
 def test_the_limiter_tracks_a_bounded_number_of_sources_and_loses_no_count():
     now = [0.0]
     lim = RefusalLimiter(rate=1.0, burst=2, window=10.0, max_sources=8, global_rate=1000.0,

@@ -89,6 +89,44 @@ def test_the_next_jobs_template_claims_cannot_be_squatted_or_stolen(cl, tmp_path
                 assert fh.read() == "bob's data\n"
 
 
+def test_a_jobs_template_claims_are_as_private_as_the_job_even_within_its_project(cl, tmp_path):
+    """Issue 27, finding 6: another member of the job's project saw its staging claim (its stage-in
+    paths) by name, by id and in ``GET /v1/claims?all=true``, while the job itself was 404 to them."""
+    with cl.api() as c:
+        assert c.post("/v1/users", json={"name": "amy", "projects": ["team-a"]}).status_code == 201
+    alice, amy = user_env(cl, "alice"), user_env(cl, "amy")  # both in team-a
+    src = tmp_path / "private-input.txt"
+    src.write_text("input\n")
+    os.chmod(tmp_path, 0o755)
+    gate = tmp_path / "gate"
+    job = json.loads(cli(alice, "--json", "submit", "--scratch", "64Mi", "--stage-in", str(src), "--", "sh", "-c",
+                         f"while [ ! -e {gate} ]; do sleep 0.1; done").stdout)["id"]
+    running = cl.wait_state(job, "RUN", "EXIT", "DONE")
+    assert running["state"] == "RUN", running["exit_reason"]
+    templates = {c["name"]: c["claim_id"] for c in running["claims"]
+                 if c["form"] == "template" and c["name"] != "workspace"}
+    assert set(templates) == {f"j{job}.1:scratch", f"j{job}.1:stage"}
+    try:
+        with cl.ctl.client(alice["XCE_TOKEN"]) as owner, cl.ctl.client(amy["XCE_TOKEN"]) as member:
+            assert member.get(f"/v1/jobs/{job}").status_code == 404
+            for name, claim_id in templates.items():
+                assert owner.get(f"/v1/claims/{name}").status_code == 200
+                for path in (f"/v1/claims/{name}", f"/v1/claims/by-id/{claim_id}"):
+                    r = member.get(path)
+                    assert r.status_code == 404 and str(src) not in r.text, (path, r.text)
+            for params in ({}, {"all": "true"}, {"project": "team-a"}):
+                listed = {c["name"] for c in member.get("/v1/claims", params=params).json()}
+                assert not listed & set(templates), (params, listed)
+                assert set(templates) <= {c["name"] for c in owner.get("/v1/claims", params=params).json()}
+        r = cli(amy, "claim", "show", f"j{job}.1:stage")
+        assert r.returncode == 1 and "not found" in r.stderr and str(src) not in r.stdout + r.stderr
+        with cl.api() as admin:
+            assert admin.get(f"/v1/claims/j{job}.1:stage").status_code == 200
+    finally:
+        gate.write_text("")
+    assert cl.wait_state(job, "DONE", "EXIT", timeout=60)["state"] == "DONE"
+
+
 def test_a_run_never_uses_or_releases_a_claim_it_was_not_allocated():
     """Folds are total: a ``JobAllocated`` whose template claim id is already taken (which the plan
     applier never decides) leaves the other claim alone, and the run is never dispatched."""

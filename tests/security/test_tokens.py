@@ -11,6 +11,9 @@ import glob
 import json
 import os
 import subprocess
+import threading
+
+import httpx
 
 import pytest
 
@@ -91,6 +94,62 @@ def test_an_admin_revokes_a_daemon_token(cl):
         assert {h["name"]: h["slots"] for h in adm.get("/v1/hosts").json()}["host2"] == 2  # not re-registered
     with as_user(cl, cl.workers["host2"].token) as c:  # the worker's own token is untouched
         assert c.post("/v1/hosts/host2/heartbeat", json={}).status_code == 200
+
+
+def test_long_polls_opened_before_their_token_was_revoked_hand_out_nothing_and_the_host_gets_no_job(cl):
+    """Issue 27, finding 3: a worker's ``GET /v1/hosts/H/work?wait=`` opened before its daemon token
+    was revoked was handed the next job placed on H, command, user and paths.  Every long-poll (the
+    worker's, and the node agent's ``GET``/``POST .../work``) judges its token again when it wakes, and a
+    host whose daemon credentials are all revoked is not allocated to at all."""
+    host = "hpoll"
+    with cl.api() as adm:
+        assert adm.post("/v1/users", json={"name": f"worker-{host}", "role": "daemon", "host": host,
+                                           "projects": []}).status_code == 201
+        token = adm.post("/v1/tokens", json={"user": f"worker-{host}"}).json()["token"]
+    with as_user(cl, token) as c:
+        assert c.post(f"/v1/hosts/{host}/register", json={"slots": 2, "attrs": {"node": host}}).status_code == 200
+        epoch = c.post(f"/v1/agents/node:{host}/lease", json={"holder": "test"}).json()["epoch"]
+
+    def age() -> float:  # seconds since the controller last heard from the host (its work route says so)
+        with cl.api() as adm:
+            return next(h["last_heartbeat_age"] for h in adm.get("/v1/hosts").json() if h["name"] == host)
+
+    answers: dict[str, httpx.Response] = {}
+
+    def poll(name: str, method: str, path: str, **kw) -> None:
+        with as_user(cl, token) as c:
+            answers[name] = c.request(method, path, timeout=30, **kw)
+
+    wait_for(lambda: age() >= 0.3, what="the host's last word to age")
+    last = [age()]
+
+    def dropped() -> bool:
+        now = age()
+        went, last[0] = now < last[0], now
+        return went
+
+    polls = [threading.Thread(target=poll, args=("node agent GET", "GET", f"/v1/agents/node:{host}/work"),
+                              kwargs={"params": {"epoch": epoch, "wait": 3}}),
+             threading.Thread(target=poll, args=("node agent POST", "POST", f"/v1/agents/node:{host}/work"),
+                              kwargs={"params": {"wait": 3}, "json": {"epoch": epoch}}),
+             threading.Thread(target=poll, args=("worker", "GET", f"/v1/hosts/{host}/work"),
+                              kwargs={"params": {"wait": 3}})]
+    for t in polls:
+        t.start()
+    wait_for(dropped, what="the worker's poll to wait (it marks the host seen as it starts)")
+    cl.xce("token", "revoke", token_id(token))
+    job = cl.submit("-R", f"select[node=={host}]", "--", "sh", "-c", "echo private-command")
+    try:
+        for t in polls:
+            t.join(30)
+        for name, r in answers.items():
+            assert r.status_code == 401 and "private-command" not in r.text, (name, r.status_code, r.text)
+        assert set(answers) == {"node agent GET", "node agent POST", "worker"}
+        with cl.api() as adm:
+            shown = adm.get(f"/v1/jobs/{job}").json()
+        assert shown["state"] == "PEND" and not shown.get("hosts"), shown
+    finally:
+        cl.xce("kill", str(job))
 
 
 def test_a_secret_pasted_where_a_token_id_goes_is_never_kept(cl):

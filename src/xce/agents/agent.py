@@ -102,7 +102,7 @@ def result_for(item: dict[str, Any], reply: ProviderReply) -> dict[str, Any]:
     if reply.ok:
         out.update(handle=reply.handle, size_bytes=reply.size_bytes, reachable_hosts=reply.reachable_hosts,
                    host_labels=dict(reply.host_labels or {}), path=reply.path)
-        if reply.used_bytes is not None and item.get("snapshot_id") is None:
+        if reply.used_bytes is not None:  # (a claim's: a reading; a snapshot's: what its pool reserves)
             out["used_bytes"] = reply.used_bytes
     else:
         out.update(code=reply.error_code or "ERROR", retryable=reply.retryable, stderr_tail=reply.stderr_tail)

@@ -20,6 +20,17 @@ must lie strictly inside the root of one of the provisioner's providers.  The
 remote must be configured here and, if its entry here lists projects, allow the
 claim's project (the controller checked it at submission).
 
+What a copy may touch inside the claim: a job ran there as its user and may have
+left links (or swap them in while the op starts, from elsewhere on shared storage).
+So each local side is resolved beneath the claim's directory with no link anywhere
+on its path (``transfers.beneath``: ``openat2``), held by its descriptor, and
+handed to rclone as ``/proc/self/fd/3``; and rclone runs as whoever owns the
+claim's directory (its provider gives it to the claim's owner with ``set_owner``),
+so what it meets inside a directory tree it reads and writes with that user's
+rights only: a stage-out uploads nothing the user could not read, a stage-in or
+populate writes nothing the user could not write.  A stage-out's sources are all
+opened before the first byte moves.
+
 Progress (bytes copied, total, rate, from rclone's stats every second) goes to the
 controller as it happens (``report``: the agent's progress sender, at most a call a
 second): the leader keeps it in memory (``controller/observed.py``), not in the log.
@@ -35,33 +46,13 @@ from xce.providers.contract import ProviderReply
 from xce.transfers import Location, TransferRefused, TransferSetupError, TransferSite, parse_canonical
 from xce.transfers import plan as plan_transfer
 from xce.transfers import run as run_transfer
+from xce.transfers import beneath
 from xce.transfers.rclone import describe, plan_size
 
 log = logging.getLogger("xce.agent")
 
 # (item, bytes copied, total bytes or None, rate in bytes/s or None)
 ProgressReport = Callable[[dict[str, Any], int, int | None, float | None], None]
-
-
-def _give_to_owner(base: str, paths: list[str]) -> None:
-    """Files copied in as root belong to whoever owns the claim's data directory (its provider made it
-    the claim owner's with ``set_owner``): a job running as its user may then change what it staged in."""
-    if os.geteuid() != 0:
-        return
-    st = os.stat(base)
-    if st.st_uid == 0:
-        return
-    for top in paths:
-        if not os.path.lexists(top):
-            continue
-        os.lchown(top, st.st_uid, st.st_gid)
-        for parent, dirs, files in os.walk(top):
-            for name in dirs + files:
-                os.lchown(os.path.join(parent, name), st.st_uid, st.st_gid)
-        up = os.path.dirname(top)  # directories made on the way (``in/a.bin``'s ``in``)
-        while up.startswith(base + "/"):
-            os.lchown(up, st.st_uid, st.st_gid)
-            up = os.path.dirname(up)
 
 
 class SharedTransfers:
@@ -88,15 +79,30 @@ class SharedTransfers:
         base = self._inside(item.get("path"))
         if base is None:
             return fail("PERMISSION_DENIED", f"{what}: the claim's volume {item.get('path')!r} is outside the "
-                                             f"provisioner's provider roots ({', '.join(self.roots) or 'none'}): refused")
-        if not os.path.isdir(base):
-            return fail("NOT_FOUND", f"{what}: the claim has no directory ({base})", retryable=True)
+                                             f"provisioner's provider roots ({', '.join(self.roots) or 'none'}): "
+                                             "refused")
+        try:  # the claim's directory itself, no link on the way from its root (one swapped in is refused)
+            base_fd = beneath.open_inside(self.roots, base)
+        except (OSError, beneath.Refused) as e:
+            return fail("NOT_FOUND", f"{what}: the claim has no directory ({getattr(e, 'message', e)})",
+                        retryable=True)
+        try:
+            return self._transfer(item, op, what, base, base_fd, fail)
+        except beneath.Refused as e:
+            return fail(e.code, f"{what}: {e.message}")
+        finally:
+            os.close(base_fd)
+
+    def _transfer(self, item: dict[str, Any], op: str, what: str, base: str, base_fd: int,
+                  fail: Callable[..., ProviderReply]) -> ProviderReply:
+        """The op's copies, each through a descriptor beneath the claim's directory ``base_fd``, run as
+        whoever owns that directory (its provider gave it to the claim's owner with ``set_owner``)."""
         try:
             pairs = self._pairs(op, item, base)
         except TransferRefused as e:
             return fail("INVALID", f"{what}: {e.message}")
         project = (item.get("tags") or {}).get("xce.project", "")
-        for far in (p[0] if op != "stage_out" else p[1] for p in pairs):
+        for far, _ in pairs:
             if far.kind == "remote":
                 remote = self.site.remote(far.remote or "")
                 if remote is None:
@@ -104,15 +110,25 @@ class SharedTransfers:
                                              "(its --transfer-config)")
                 if not remote.allows(project):
                     return fail("PERMISSION_DENIED", f"{what}: project {project} may not use remote {remote.name}")
-        if op == "stage_out":
-            for src, _ in pairs:
-                if not os.path.lexists(src.text):
-                    return fail("NOT_FOUND", f"{what}: {src.text} does not exist")
+        st = os.fstat(base_fd)
+        owner = (st.st_uid, st.st_gid) if os.geteuid() == 0 and st.st_uid != 0 else None
+        # stage-out: every source opened before anything is copied, and held
+        sources = beneath.open_sources(base_fd, base, [rel for _, rel in pairs]) if op == "stage_out" else []
+        try:
+            return self._copy(item, op, what, base, base_fd, pairs, sources, owner, fail)
+        finally:
+            for fd in sources:
+                os.close(fd)
+
+    def _copy(self, item: dict[str, Any], op: str, what: str, base: str, base_fd: int,
+              pairs: list[tuple[Location, str]], sources: list[int], owner: tuple[int, int] | None,
+              fail: Callable[..., ProviderReply]) -> ProviderReply:
+        op_id = item["op_id"]
         # measured before anything is copied: the total for progress, and a source larger than the claim
         # is refused whole
         total = 0
         if op != "stage_out":
-            for src, dest in pairs:
+            for src, _ in pairs:
                 try:
                     sized = run_transfer(plan_size(src, self.site), timeout=min(self.site.timeout, 600.0))
                 except TransferSetupError as e:
@@ -128,42 +144,57 @@ class SharedTransfers:
                                                   f"{room} bytes (a larger --stage-size or --size)")
         done = 0
         moved: dict[str, int] = {}
-        for src, dest in pairs:
-            far = dest if op == "stage_out" else src
+        for i, (far, rel) in enumerate(pairs):
+            shown = os.path.normpath(os.path.join(base, rel))
+            if op == "stage_out":
+                fd, name = sources[i], ""
+            else:
+                fd, name = beneath.dest_beneath(base_fd, rel, owner, shown)
             try:
-                transfer = plan_transfer(src, dest, self.site)
-            except TransferSetupError as e:
-                return fail("NO_REMOTE", f"{what}: {e}")
+                local = Location("path", beneath.FD_PATH + (f"/{name}" if name else ""))
+                src, dest = (local, far) if op == "stage_out" else (far, local)
+                try:
+                    transfer = plan_transfer(src, dest, self.site, fd=fd, shown=shown)
+                except TransferSetupError as e:
+                    return fail("NO_REMOTE", f"{what}: {e}")
 
-            def progress(stats: dict[str, Any], done: int = done) -> None:
-                if self.report is not None:
-                    speed = stats.get("speed")
-                    self.report(item, done + int(stats.get("bytes") or 0), total or None,
-                                float(speed) if isinstance(speed, (int, float)) else None)
+                def progress(stats: dict[str, Any], done: int = done) -> None:
+                    if self.report is not None:
+                        speed = stats.get("speed")
+                        self.report(item, done + int(stats.get("bytes") or 0), total or None,
+                                    float(speed) if isinstance(speed, (int, float)) else None)
 
-            out = run_transfer(transfer, timeout=self.site.timeout, progress=progress)
-            if not out.ok:
-                return fail(out.error_code, f"{what} {transfer.what}{self._via(far)}: {out.message}", out.retryable)
-            if dest.local and not os.path.lexists(dest.text):  # rclone copies nothing from a missing object
-                return fail("NOT_FOUND", f"{what}: nothing at {src.text}{self._via(src)}")
+                out = run_transfer(transfer, run_as=owner, timeout=self.site.timeout, progress=progress)
+                if not out.ok:
+                    return fail(out.error_code, f"{what} {transfer.what}{self._via(far)}{self._as(owner)}: "
+                                                f"{out.message}", out.retryable)
+                if op != "stage_out" and not beneath.exists_at(fd, name):  # (rclone copies nothing from nothing)
+                    return fail("NOT_FOUND", f"{what}: nothing at {far.text}{self._via(far)}")
+            finally:
+                if op != "stage_out":
+                    os.close(fd)
             done += int(out.stats.get("bytes") or 0)
             for key in ("bytes", "transfers"):
                 moved[key] = moved.get(key, 0) + int(out.stats.get(key) or 0)
             log.info("%s %s: %s", op_id, transfer.what, describe(out.stats))
-        if op != "stage_out":
-            _give_to_owner(base, [dest.text for _, dest in pairs])
         if self.report is not None and op != "stage_out":
             self.report(item, done, total or done, None)
         return ProviderReply(op_id=op_id, ok=True, message=f"{what}: {len(pairs)} item(s), {describe(moved)}, "
-                                                           "by the provisioner")
+                                                           f"by the provisioner{self._as(owner)}")
 
     @staticmethod
     def _via(loc: Location) -> str:
         return f" via remote {loc.remote}" if loc.kind == "remote" else ""
 
     @staticmethod
-    def _pairs(op: str, item: dict[str, Any], base: str) -> list[tuple[Location, Location]]:
-        """(source, destination) of each item; the far side a URL or remote, never a path."""
+    def _as(owner: tuple[int, int] | None) -> str:
+        return f" as uid {owner[0]}" if owner is not None else ""
+
+    @staticmethod
+    def _pairs(op: str, item: dict[str, Any], base: str) -> list[tuple[Location, str]]:
+        """(the far side, the local side's path relative to the claim) of each item; the far side a URL
+        or remote, never a path.  The names are checked here for a clear message; what holds is the
+        descriptor each is opened by (``beneath``)."""
         def far(text: str) -> Location:
             loc = parse_canonical(text)
             if loc.local:
@@ -171,19 +202,18 @@ class SharedTransfers:
                                       "only")
             return loc
 
-        def inside(rel: str) -> Location:
+        def inside(rel: str) -> str:
             path = os.path.normpath(os.path.join(base, rel))
             if path != base and not path.startswith(base + "/"):
                 raise TransferRefused(f"{rel!r} is outside the claim")
-            return Location("path", path)
+            return os.path.relpath(path, base)
 
         if op == "populate":
             src = far(item.get("source") or "")
             # a prefix (trailing /) fills the claim's root; an object or a directory lands under its own name
-            dest = base if src.path.endswith("/") or not src.basename else os.path.join(base, src.basename)
-            return [(src, Location("path", dest))]
+            return [(src, "." if src.path.endswith("/") or not src.basename else src.basename)]
         if op == "stage_in":
             return [(far(s), inside(d)) for s, d in item.get("items") or []]
         if op == "stage_out":
-            return [(inside(s), far(d)) for s, d in item.get("items") or []]
+            return [(far(d), inside(s)) for s, d in item.get("items") or []]
         raise TransferRefused(f"unknown op {op}")

@@ -32,7 +32,7 @@ from fastapi import Depends, FastAPI, Path, Query, Request
 from xce.api.responses import JSONResponse
 
 from xce.api import schemas as S
-from xce.api.auth import agent_identity
+from xce.api.auth import agent_identity, recheck
 from xce.api.commands import mutate
 from xce.api.workers import host_work
 from xce.controller.longpoll import Waker
@@ -182,7 +182,8 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
         return facts, out
 
     @app.get("/v1/agents/{agent}/work", tags=["agents"])
-    async def work(agent: AgentName, epoch: int = Query(..., ge=1), actor: User = Depends(agent_identity),
+    async def work(agent: AgentName, request: Request, epoch: int = Query(..., ge=1),
+                   actor: User = Depends(agent_identity),
                    wait: float = Query(0, ge=0, le=60), limit: int = Query(256, ge=1, le=10_000),
                    held: bool = Query(False)):
         """The ops due to the agent (long-polled).  ``held``: instead, the open ops whose intents its
@@ -200,6 +201,7 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
         out = work_now(agent, limit)
         if not out["ops"] and not out["orphans"] and wait > 0:
             await wait_for_work(agent, epoch, wait)
+            speaks_for(recheck(request), agent)  # its token may have been revoked while it waited
             out = work_now(agent, limit)
         return JSONResponse(out)
 
@@ -215,6 +217,7 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
         C.check_epoch(ctl.model, agent, body.epoch)
         if not any_work(agent) and wait > 0:
             await wait_for_work(agent, body.epoch, wait)
+            speaks_for(recheck(request), agent)  # its token may have been revoked while it waited
             if not any_work(agent):
                 return JSONResponse({"ops": [], "orphans": []})
         return JSONResponse(await mutate(request, actor, f"agent/{agent}",
@@ -255,7 +258,8 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
                     continue
                 result = SN.SnapshotResult(op_id=r.op_id, snapshot_id=r.snapshot_id, ok=r.ok, handle=r.handle,
                                            size_bytes=r.size_bytes, message=r.message, code=r.code,
-                                           retryable=r.retryable, stderr_tail=r.stderr_tail)
+                                           retryable=r.retryable, stderr_tail=r.stderr_tail,
+                                           used_bytes=r.used_bytes if r.ok else None)
                 try:
                     facts += SN.record_result(model, ctl.config.claims, agent, body.epoch, result, now, _rng)
                 except Conflict as e:

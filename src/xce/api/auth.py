@@ -49,6 +49,13 @@ def identify(request: Request) -> User:
     return user
 
 
+def recheck(request: Request) -> User:
+    """A long-poll's caller, judged again as it wakes (``identify`` on the model of now): a token
+    revoked or expired, or a user disabled, while the poll waited is refused (401) before the poll
+    hands over what it waited for."""
+    return identify(request)
+
+
 def _on(request: Request, surface: Surface) -> User:
     user = identify(request)
     if not user.is_admin:  # (admins reach every surface: skip building the message)

@@ -29,6 +29,7 @@ from xce.model.history import may_see_claim
 from xce.model.identity import User
 from xce.names import NAME_PATTERN
 from xce.model.orphans import claim_orphans
+from xce.model.pools import snapshot_use
 
 # a standalone claim's name, or a run's template claim's (``j12.1:scratch``)
 ClaimName = Annotated[str, Path(pattern=f"({NAME_PATTERN})|({TEMPLATE_NAME.pattern})", max_length=96)]
@@ -75,7 +76,7 @@ def add_claim_routes(app: FastAPI, ctl: Controller) -> None:
         states = set(state) if state else None
 
         def match(c: C.Claim) -> bool:
-            if not (actor.is_admin or c.project in actor.projects):
+            if not C.may_see(actor, c):
                 return False
             if project is not None and c.project != project:
                 return False
@@ -173,12 +174,15 @@ def add_claim_routes(app: FastAPI, ctl: Controller) -> None:
     @app.get("/v1/pools", tags=["claims"])
     async def list_pools(_: User = Depends(authenticated)):
         """``capacity_bytes``: the configured capacity, or less if the provider reports less;
-        ``used_bytes``: what placed claims reserve; ``free_bytes``: what is left for new claims (no
-        more than the provider reports free); ``data_bytes``: what the claims hold, as last listed."""
+        ``used_bytes``: what placed claims and live snapshots reserve (``snapshot_bytes`` of it the
+        snapshots); ``free_bytes``: what is left for new claims and snapshots (no more than the
+        provider reports free); ``data_bytes``: what the claims hold, as last listed."""
         await ctl.read_barrier()
         rooms = ctl.observed.rooms(ctl.model, ctl.config)
+        snapshots = snapshot_use(ctl.model)
         return JSONResponse([{"name": p.name, "capacity_bytes": rooms[p.name].capacity,
                               "configured_bytes": rooms[p.name].configured, "used_bytes": rooms[p.name].reserved,
+                              "snapshot_bytes": snapshots.get(p.name, 0),
                               "free_bytes": rooms[p.name].free, "available_bytes": rooms[p.name].available,
                               "data_bytes": rooms[p.name].used, "description": p.description}
                              for p in ctl.config.pools])

@@ -102,9 +102,13 @@ def run_controller(state_dir: str, listen: str, config_path: str | None, store_u
           flush=True)
     app = create_app(controller, on_leader=on_leader)
     pace_collector()
+    # proxy headers only from the proxies the config names (uvicorn's default believes 127.0.0.1's, and any
+    # local process could then choose the address its refusals are counted against)
+    proxies = list(config.controller.trusted_proxies)
     server = _Server(uvicorn.Config(
         app, loop="uvloop", http=OneSendHttpProtocol, access_log=False, log_level="warning",
-        lifespan="on", timeout_graceful_shutdown=10))
+        lifespan="on", timeout_graceful_shutdown=10, proxy_headers=bool(proxies),
+        forwarded_allow_ips=proxies or None))
     server.controller = controller
     try:
         server.run(sockets=[sock])

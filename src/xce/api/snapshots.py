@@ -20,6 +20,7 @@ from xce.api.paging import NEXT_CURSOR_DOC, cursor_query, limit_query, newest_fi
 from xce.api.responses import JSONResponse
 from xce.api.views import snapshot_json
 from xce.controller.core import Controller
+from xce.controller.observed import pool_free
 from xce.model import Model
 from xce.model import snapshots as SN
 from xce.model.identity import User
@@ -38,7 +39,8 @@ def add_snapshot_routes(app: FastAPI, ctl: Controller) -> None:
     async def create_snapshot(body: S.SnapshotCreateRequest, request: Request,
                               actor: User = Depends(authenticated)):
         snapshot_id = await mutate(request, actor, f"snapshot/{body.name}", lambda model: SN.create(
-            model, ctl.config, actor, body.claim, body.name, time.time(), body.project))
+            model, ctl.config, actor, body.claim, body.name, time.time(), body.project,
+            free=pool_free(model, ctl.config, ctl.observed)))
         return show(snapshot_id, 201)
 
     @app.get("/v1/snapshots", response_model=list[S.SnapshotOut], tags=["snapshots"],

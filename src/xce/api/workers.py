@@ -17,7 +17,7 @@ from pydantic import Field
 
 from xce.api.commands import mutate
 from xce.api.schemas import Id, Int64, Strict
-from xce.api.auth import agent_identity, authenticated
+from xce.api.auth import agent_identity, authenticated, recheck
 from xce.controller.core import Controller
 from xce.controller.hosts import HostMonitor
 from xce.errors import Conflict, InvalidRequest
@@ -214,7 +214,7 @@ def add_worker_routes(app: FastAPI, ctl: Controller, monitor: HostMonitor) -> No
         return JSONResponse({"ok": True, "fence": monitor.fence})
 
     @app.get("/v1/hosts/{host}/work", tags=["hosts"])
-    async def work(host: HostName, actor: User = Depends(agent_identity),
+    async def work(host: HostName, request: Request, actor: User = Depends(agent_identity),
                    wait: float = Query(0, ge=0, le=60),
                    seen: list[str] = Query([], description="JOB.RUN.SEQ: the newest order of each run the "
                                            "worker has passed on to its shepherd")):
@@ -228,6 +228,7 @@ def add_worker_routes(app: FastAPI, ctl: Controller, monitor: HostMonitor) -> No
         if not out["dispatch"] and not out["orders"] and wait > 0:
             await monitor.work.wait(wait)
             await ctl.read_barrier()
+            speaks_for_host(recheck(request), host)  # its token may have been revoked while it waited
             out = host_work(ctl.model, host, had)
         return JSONResponse(out)
 

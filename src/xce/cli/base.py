@@ -27,6 +27,12 @@ class Context:
         self._client: Client | None = None
 
     @property
+    def called(self) -> str | None:
+        """The controller this command asked something (None: none yet): what failed to read an answer
+        is told apart from the CLI's own failures by it (``xce.cli.main``)."""
+        return self._client.url if self._client is not None else None
+
+    @property
     def json(self) -> bool:
         return bool(getattr(self.args, "json", False))
 

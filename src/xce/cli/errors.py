@@ -4,13 +4,13 @@
     └── UsageError    bad usage found after argument parsing, exit 2
 
 ``xce.client`` raises its own errors (no exit codes below the CLI); ``from_client`` maps them at
-the CLI's boundary: a bad controller URL is bad usage (2), everything else a refusal (1), with
-the client's message unchanged.
+the CLI's boundary: a bad controller URL or token setting is bad usage (2), everything else a
+refusal (1), with the client's message unchanged.
 """
 
 from __future__ import annotations
 
-from xce.client import ClientError, InvalidURL
+from xce.client import ClientError, InvalidToken, InvalidURL
 
 EXIT_OK = 0
 EXIT_REFUSED = 1  # the server said no, or could not be reached
@@ -36,5 +36,5 @@ class UsageError(CliError):
 
 
 def from_client(e: ClientError) -> CliError:
-    """The CLI's word for a client failure: same message; exit 2 for a bad URL, else 1."""
-    return UsageError(e.message) if isinstance(e, InvalidURL) else CliError(e.message)
+    """The CLI's word for a client failure: same message; exit 2 for a bad URL or token, else 1."""
+    return UsageError(e.message) if isinstance(e, (InvalidURL, InvalidToken)) else CliError(e.message)

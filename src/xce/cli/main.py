@@ -80,12 +80,21 @@ def main(argv: list[str] | None = None) -> int:
     if func is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    ctx = Context(args)
     try:
-        return func(args, Context(args))
+        return func(args, ctx)
     except ClientError as e:  # the boundary: the client's errors become the CLI's exit codes
         return _report(from_client(e))
     except CliError as e:
         return _report(e)
+    except (LookupError, TypeError, AttributeError, ValueError) as e:
+        if ctx.called is None:
+            raise  # no controller was asked: a bug of ours, shown as one
+        # an answer of a shape no XCE controller sends ([] to a submission, a job without an id...): the
+        # URL names something else, or something hostile; a message, not a traceback
+        said = f"{type(e).__name__}: {e}"
+        return _report(CliError(f"the controller at {ctx.called} sent an answer xce cannot read "
+                                f"({said[:200]})"))
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `xce jobs | head`

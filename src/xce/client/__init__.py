@@ -18,7 +18,7 @@ fast and the daemons do not load the server.  Results are the API's JSON documen
 """
 
 from xce.client._client import Claim, Client, Job, Snapshot
-from xce.client._errors import ApiError, BadResponse, ClientError, InvalidURL, Unreachable, WaitTimeout
+from xce.client._errors import ApiError, BadResponse, ClientError, InvalidToken, InvalidURL, Unreachable, WaitTimeout
 from xce.client._http import DEFAULT_TIMEOUT
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "Claim",
     "Client",
     "ClientError",
+    "InvalidToken",
     "InvalidURL",
     "Job",
     "Snapshot",

@@ -3,8 +3,10 @@
     ClientError                   base: every failure of a call, with a one-line ``message``
     ├── ApiError                  the controller answered and refused: ``status``, ``code``, ``message``
     ├── Unreachable               no usable HTTP answer: refused, DNS, timeout, TLS, connection closed
-    ├── BadResponse               a success status whose body is not JSON (not an XCE controller?)
+    ├── BadResponse               not an answer the client reads: a success whose body is not JSON, a
+    │                             malformed or oversized response (not an XCE controller?)
     ├── InvalidURL (ValueError)   the controller URL is not ``http[s]://HOST[:PORT][/PREFIX]``
+    ├── InvalidToken (ValueError) the token holds a character no HTTP header may carry
     └── WaitTimeout (TimeoutError) ``wait_job``/``wait_claim`` gave up before the state was reached
 
 No exit codes here: the ``xce`` command maps these to its own (``xce.cli.errors``), and the
@@ -45,11 +47,18 @@ class Unreachable(ClientError):
 
 
 class BadResponse(ClientError):
-    """The controller answered with a success status but a body that is not JSON."""
+    """The controller answered, but not with an answer the client reads: a success status whose body
+    is not JSON (or is nested deeper than Python parses), or a response that is malformed or larger
+    than the client reads (``MAX_HEAD`` of status line and headers, ``MAX_BODY`` of body)."""
 
 
 class InvalidURL(ClientError, ValueError):
     """Raised by ``Client(url, ...)`` when the URL is malformed; nothing was sent."""
+
+
+class InvalidToken(ClientError, ValueError):
+    """Raised by ``Client(url, token)`` when the token holds a control character (a CR or LF would end
+    the ``Authorization`` header and start one of the caller's choosing) or is empty; nothing was sent."""
 
 
 class WaitTimeout(ClientError, TimeoutError):

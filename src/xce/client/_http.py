@@ -18,17 +18,39 @@ from typing import Any, Sequence
 from urllib.parse import quote, urlsplit
 
 import xce
-from xce.client._errors import ApiError, BadResponse, ClientError, InvalidURL, Unreachable
+from xce.client._errors import ApiError, BadResponse, ClientError, InvalidToken, InvalidURL, Unreachable
 
 DEFAULT_TIMEOUT = 30.0
+# a response's status line and headers together, and its body: more is refused (``BadResponse``), not
+# read on; the native front (native/xce.c MAX_HEAD) bounds the head alike
+MAX_HEAD = 64 << 10
+MAX_BODY = 256 << 20
 
 # query parameters: a mapping, or pairs when a name repeats (state=RUN&state=PEND); None values are left out
 Params = dict[str, Any] | list[tuple[str, Any]] | None
 
 
+def _control(text: str) -> bool:
+    """Does ``text`` hold a control character (C0 or DEL), which no HTTP request line or header may carry?
+    (The native front, ``native/xce.c`` ``clean``, refuses the same.)"""
+    return any(c < " " or c == "\x7f" for c in text)
+
+
+def check_token(token: str) -> str:
+    """``token`` as it goes into the ``Authorization`` header, or ``InvalidToken``: empty, or holding a
+    control character (``XCE_TOKEN=$'tok\\r\\nX-Injected: 1'`` would add a header of its own)."""
+    if not token or _control(token):
+        raise InvalidToken("the token is empty or holds a control character (a CR, LF, tab...): refused, "
+                           "nothing was sent")
+    return token
+
+
 def parse_url(url: str) -> tuple[str, str, int | None, str]:
-    """``(scheme, host, port, path prefix)``; a bare ``host:port`` means http."""
+    """``(scheme, host, port, path prefix)``; a bare ``host:port`` means http.  Control characters and
+    spaces are refused (``urlsplit`` would drop some and keep others, which would reach the request)."""
     raw = url.strip()
+    if _control(raw) or " " in raw:
+        raise InvalidURL(f"invalid controller URL {url!r}: it holds a control character or a space")
     if "://" not in raw:
         raw = "http://" + raw
     try:
@@ -112,7 +134,7 @@ class Transport:
                  failover: float = FAILOVER_WAIT, retry_mutations: bool = False) -> None:
         self.urls = split_urls(url)
         self._targets = {u: _target(u) for u in self.urls}
-        self.token = token
+        self.token = check_token(token)
         self.timeout = timeout
         self.failover = failover
         self.retry_mutations = retry_mutations
@@ -252,6 +274,13 @@ class Transport:
             except Unreachable as e:  # TLS
                 self._drop(url)
                 raise _Failed(e, safe=not sent) from None
+            except BadResponse as e:  # not an HTTP answer we read on (too large, malformed)
+                self._drop(url)
+                raise _Failed(e, safe=False) from None
+            except UnicodeError:  # the host name cannot be encoded (a label longer than 63...): nothing sent
+                self._drop(url)
+                raise _Failed(Unreachable(f"cannot reach the controller at {url}: {host[:80]!r} is not a valid "
+                                          "host name"), safe=True) from None
             except OSError as e:
                 self._drop(url)
                 if reused and attempt == 1 and isinstance(e, (ConnectionResetError, BrokenPipeError)):
@@ -299,7 +328,7 @@ def _target(url: str) -> tuple[str, str, int, str]:
 def _error_of(data: bytes) -> dict[str, Any] | None:
     try:
         doc = json.loads(data) if data else None
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     err = doc.get("error") if isinstance(doc, dict) else None
     return err if isinstance(err, dict) else None
@@ -343,21 +372,31 @@ class _Connection:
 
     def _line(self) -> bytes:
         while b"\r\n" not in self.buf:
+            if len(self.buf) > MAX_HEAD:
+                raise BadResponse(f"the controller sent a chunk header larger than {MAX_HEAD} bytes")
             self._fill()
         line, self.buf = self.buf.split(b"\r\n", 1)
         return line
 
     def _exactly(self, n: int) -> bytes:
-        while len(self.buf) < n:
-            self._fill()
-        out, self.buf = self.buf[:n], self.buf[n:]
+        parts, have = [self.buf], len(self.buf)
+        while have < n:  # (in parts, joined once: appending to one bytes object copies it every time)
+            chunk = self.sock.recv(min(max(n - have, 65536), 1 << 20))
+            if not chunk:
+                raise _Closed()
+            parts.append(chunk)
+            have += len(chunk)
+        data = b"".join(parts) if len(parts) > 1 else self.buf
+        out, self.buf = data[:n], data[n:]
         return out
 
     def response(self) -> tuple[int, str, dict[str, str], bytes]:
         self.used = True
-        while b"\r\n\r\n" not in self.buf:
+        while (end := self.buf.find(b"\r\n\r\n")) < 0 and len(self.buf) <= MAX_HEAD:
             self._fill()
-        head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+        if end < 0 or end > MAX_HEAD:
+            raise BadResponse(f"the controller sent a response header larger than {MAX_HEAD} bytes")
+        head, self.buf = self.buf[:end], self.buf[end + 4:]
         status_line, *header_lines = head.decode("latin-1").split("\r\n")
         try:
             _, code, *reason = status_line.split(" ", 2)
@@ -369,16 +408,18 @@ class _Connection:
             k, _, v = line.partition(":")
             headers[k.strip().lower()] = v.strip()
         if headers.get("transfer-encoding", "").lower() == "chunked":
-            body = b""
+            chunks, total = [], 0
             while True:
-                size = int(self._line().split(b";")[0], 16)
+                size = _length(self._line().split(b";")[0], 16, total)
                 if size == 0:
                     self._line()
                     break
-                body += self._exactly(size)
+                chunks.append(self._exactly(size))
+                total += size
                 self._line()
+            body = b"".join(chunks)
         else:
-            body = self._exactly(int(headers.get("content-length", "0")))
+            body = self._exactly(_length(headers.get("content-length", "0"), 10, 0))
         if headers.get("connection", "").lower() == "close":
             self.close()
         return status, reason[0] if reason else "", headers, body
@@ -388,6 +429,17 @@ class _Connection:
             self.sock.close()
         except OSError:
             pass
+
+
+def _length(text: str | bytes, base: int, before: int) -> int:
+    """A body's length (``Content-Length``, or a chunk's size after ``before`` bytes of body), checked."""
+    try:
+        n = int(text, base)
+    except ValueError:
+        raise BadResponse(f"the controller sent a malformed body length {text[:40]!r}") from None
+    if n < 0 or before + n > MAX_BODY:
+        raise BadResponse(f"the controller sent a body length of {n} bytes (at most {MAX_BODY} are read)")
+    return n
 
 
 def _query(params: Params) -> str:
@@ -415,14 +467,18 @@ def _reason(e: BaseException) -> str:
 
 
 def _decode(status: int, reason: str, data: bytes) -> Any:
+    deep = False
     try:
         doc = json.loads(data) if data else None
         is_json = True
     except ValueError:
         doc, is_json = None, False
+    except RecursionError:  # nested deeper than Python parses: no answer of a controller's
+        doc, is_json, deep = None, False, True
     if 200 <= status < 300:
         if not is_json:
-            raise BadResponse(f"the controller sent a response that is not JSON (HTTP {status})")
+            raise BadResponse(f"the controller sent a response that is not JSON (HTTP {status})" if not deep else
+                              f"the controller sent a response nested deeper than xce reads (HTTP {status})")
         return doc
     err = doc.get("error") if isinstance(doc, dict) else None
     if isinstance(err, dict) and isinstance(err.get("message"), str):

@@ -18,6 +18,7 @@ from xce.controller.observed import Observed, pool_free
 from xce.model.claims import ResizeState
 from xce.model.facts import ClaimCreated, ClaimPlaced, ClaimResizeReserved, Fact, JobAllocated
 from xce.model.hosts import HostState
+from xce.model.identity import hosts_locked_out
 from xce.model.jobs import JobState
 from xce.scheduler.plan import Plan
 
@@ -132,6 +133,7 @@ def _apply_allocations(model: Model, plan: Plan, now: float, config: Config | No
     taken_cluster: dict[str, float] = {}
     taken_pool: dict[str, int] = {}
     next_claim, next_attachment = model.next_claim_id, model.next_attachment_id
+    locked = hosts_locked_out(model, now) if plan.allocations else frozenset()
     for a in plan.allocations:
         job = model.jobs.get(a.job_id)
         why = None
@@ -150,6 +152,9 @@ def _apply_allocations(model: Model, plan: Plan, now: float, config: Config | No
                 host = model.hosts.get(host_name)
                 if host is None or host.state is not HostState.OK:
                     why = f"host {host_name} is not available"
+                    break
+                if host_name in locked:
+                    why = f"host {host_name}'s daemon credentials were revoked"
                     break
                 if host.slots - host.slots_used - taken_slots.get(host_name, 0) < n:
                     why = f"host {host_name} has no longer {n} free slots"

@@ -93,7 +93,8 @@ class SchedulerLoop:
         self.ctl.idle_reason = None
         full = time.monotonic() >= self._full_pass_at
         depth = config.controller.queue_depth
-        snap = build_snapshot(model, config, self.ctl.observed, self._views, depth=None if full else depth)
+        snap = build_snapshot(model, config, self.ctl.observed, self._views, depth=None if full else depth,
+                              now=time.time())
         if not snap.pending and not snap.pending_claims and not snap.pending_resizes:
             self.ctl.pending_reasons = {}
             self.ctl.claim_reasons = {}

@@ -7,6 +7,7 @@ one place that knows both the model and those types.
 from __future__ import annotations
 
 import heapq
+import time
 from types import MappingProxyType
 
 from xce.config import Config
@@ -15,6 +16,7 @@ from xce.model import Model
 from xce.model import capabilities
 from xce.model.claims import AccessMode, ClaimState, Mode, ResizeState, Scope
 from xce.model.hosts import HostState
+from xce.model.identity import hosts_locked_out
 from xce.model.job_claims import early_claim, node_counters, pool_needs
 from xce.model.jobs import Job
 from xce.scheduler.snapshot import ClaimUse, ClaimView, HostView, JobView, PoolView, ResizeView, Snapshot
@@ -79,14 +81,16 @@ def _job_view(model: Model, j: Job, prio: dict[str, int]) -> JobView:
 
 
 def build_snapshot(model: Model, config: Config | None = None, observed: Observed | None = None,
-                   views: JobViews | None = None, depth: int | None = None) -> Snapshot:
+                   views: JobViews | None = None, depth: int | None = None, now: float | None = None) -> Snapshot:
     """The scheduler's view of ``model`` at its position (``config``: pools and cluster counters;
     ``observed``: what providers report of the pools' capacity; ``views``: the pending jobs' views
     kept from the last snapshot, if any; ``depth``: how many pending jobs it holds, the first in
-    the scheduler's order, or all: None)."""
+    the scheduler's order, or all: None; ``now``: the time tokens are judged at, for the hosts whose
+    daemon credentials were taken back, which it leaves out: ``identity.hosts_locked_out``)."""
     hosts = []
+    locked = hosts_locked_out(model, time.time() if now is None else now)
     for h in model.hosts.values():
-        if h.state is not HostState.OK:
+        if h.state is not HostState.OK or h.name in locked:
             continue
         used = h.counters_used()
         free = {k: v - used.get(k, 0.0) for k, v in h.counters.items()}

@@ -538,6 +538,7 @@ class SnapshotCreated(Fact):
     class_name: str
     size_bytes: int  # the claim's size: the least a claim made from it can have
     access_mode: str  # the claim's: what a clone takes unless told otherwise
+    pool: str | None = None  # the claim's pool, where its bytes are reserved (None: logs from before)
 
 
 @fact("snapshot.op_intent")
@@ -557,6 +558,7 @@ class SnapshotOpSucceeded(Fact):
     handle: str | None = None
     size_bytes: int | None = None
     message: str = ""
+    used_bytes: int | None = None  # what the provider says the snapshot holds (copy-on-write: maybe less)
 
 
 @fact("snapshot.op_failed")

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from xce.errors import InvalidRequest, NotFound
 from xce.model import facts as F
-from xce.model.claims import Claim, ClaimForm, ClaimState, name_key
+from xce.model.claims import Claim, ClaimForm, ClaimState, may_see, name_key
 from xce.model.jobs import Job, request_key
 from xce.records import HistoryQuery, Usage, UsageQuery
 
@@ -199,8 +199,9 @@ def may_see_job(actor: User, job: Job) -> bool:
 
 
 def may_see_claim(actor: User, claim: Claim) -> bool:
-    """Live or archived, a claim is its project's members' (and every admin's) to see."""
-    return actor.is_admin or claim.project in actor.projects
+    """Live or archived, the same rule (``claims.may_see``): a standalone claim is its project's
+    members', a template claim its job's owner's, every claim every admin's."""
+    return may_see(actor, claim)
 
 
 def visible_archived_job(actor: User, job: Job | None, job_id: int) -> Job:

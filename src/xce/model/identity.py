@@ -208,6 +208,21 @@ def authenticate(model: Model, token_hash: str, now: float) -> User:
     return user
 
 
+def hosts_locked_out(model: Model, now: float) -> frozenset[str]:
+    """Hosts none of whose daemon identities can authenticate at ``now``: each identity bound to the
+    host is disabled or holds no token that is neither revoked nor expired.  Such a host gets no new
+    allocations: its credentials were taken back (a host lost or stolen), its worker's polls and
+    heartbeats are refused already, and a job placed there would be handed to nobody, or to
+    whoever still holds a poll opened before.  A host no daemon identity is bound to (a worker run
+    with an admin token) is not judged here."""
+    bound = {u.name: u.host for u in model.users.values() if u.role is Role.DAEMON and u.host is not None}
+    if not bound:
+        return frozenset()
+    live = {bound[t.user] for t in model.tokens.values()
+            if t.user in bound and not t.revoked and not t.expired(now) and not model.users[t.user].disabled}
+    return frozenset(h for h in bound.values() if h not in live)
+
+
 def _roles_reaching(surface: Surface) -> str:
     roles = [r.value for r in Role if surface in REACHES[r]]
     return ", ".join(roles[:-1]) + " and " + roles[-1] if len(roles) > 1 else roles[0]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from xce.model.claims import ClaimState
+from xce.model.snapshots import SnapshotState
 
 if TYPE_CHECKING:
     from xce.model.state import Model
@@ -17,9 +18,20 @@ if TYPE_CHECKING:
 
 def pool_use(model: Model) -> dict[str, int]:
     """Bytes reserved in each pool: every claim whose object exists or may (retained ones included),
-    with the size of a resize the scheduler has reserved."""
-    used: dict[str, int] = {}
+    with the size of a resize the scheduler has reserved; and every snapshot not yet RELEASED, in
+    its claim's pool (``Snapshot.reserved_bytes``): a snapshot takes room on the storage behind the
+    pool as a claim does, or less when its provider reports copy-on-write usage."""
+    used = snapshot_use(model)
     for c in model.claims.values():
         if c.pool is not None and (c.state is not ClaimState.RELEASED or c.retained):
             used[c.pool] = used.get(c.pool, 0) + c.reserved_bytes
+    return used
+
+
+def snapshot_use(model: Model) -> dict[str, int]:
+    """The part of ``pool_use`` that snapshots reserve."""
+    used: dict[str, int] = {}
+    for s in model.snapshots.values():
+        if s.pool is not None and s.state is not SnapshotState.RELEASED:
+            used[s.pool] = used.get(s.pool, 0) + s.reserved_bytes
     return used

@@ -1,5 +1,5 @@
 """What the providers XCE ships share: refusals, checked request fields, safe names, owner ids,
-atomic JSON files, flocks, and reply documents.
+atomic JSON files, flocks, reply documents, and a copy of a tree that follows no link.
 
 Stdlib only, and nothing else of XCE: a provider is started once per batch, so it stays
 import-light, and it speaks the contract from its text (``docs/providers.md``), like any other
@@ -8,10 +8,12 @@ provider would.  Messages name the provider (``who``) that refuses.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
 import os
+import stat
 
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
@@ -163,3 +165,79 @@ def ok(op_id: str, **fields: object) -> dict:
 
 def error(op_id: str, code: str, message: str, retryable: bool) -> dict:
     return {"op_id": op_id, "ok": False, "error": {"code": code, "message": message, "retryable": retryable}}
+
+
+MAX_DEPTH = 256  # directories deep that ``copy_tree`` copies a tree
+
+
+def copy_bytes(fd_in: int, fd_out: int) -> None:
+    """Everything left to read from ``fd_in``, written to ``fd_out``."""
+    while chunk := os.read(fd_in, 1 << 20):
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(fd_out, view):]
+
+
+def copy_tree(src_fd: int, dest_fd: int, owner: tuple[int, int] | None, who: str, depth: int = 0) -> None:
+    """The tree in the open directory ``src_fd`` copied into the open directory ``dest_fd`` (modes and
+    times kept; given to ``owner`` if any), following nothing.
+
+    A volume's data is written by jobs, whose users may plant links in it and swap them in while a
+    snapshot or clone copies it as root: so every entry is opened relative to its parent's
+    descriptor with ``O_NOFOLLOW`` and checked by what was opened, never by a name.  Links are
+    copied as links, directories and regular files as themselves, anything else (a fifo would hang
+    the copy, a device is not data) is left out; an entry swapped for another kind since it was
+    listed is left out too."""
+    if depth > MAX_DEPTH:
+        raise Refusal("INVALID_ARGUMENT", f"{who}: the tree to copy is more than {MAX_DEPTH} directories deep", False)
+    with os.scandir(src_fd) as entries:
+        names = [e.name for e in entries]
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    for name in names:
+        try:
+            st = os.stat(name, dir_fd=src_fd, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                os.symlink(os.readlink(name, dir_fd=src_fd), name, dir_fd=dest_fd)
+                if owner is not None:
+                    os.chown(name, *owner, dir_fd=dest_fd, follow_symlinks=False)
+                continue
+            if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+                continue
+            fd_in = os.open(name, flags | (os.O_DIRECTORY if stat.S_ISDIR(st.st_mode) else 0), dir_fd=src_fd)
+        except OSError as e:
+            if e.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+                continue  # gone, or swapped for a link or another kind since it was listed: not followed
+            raise
+        try:
+            st = os.fstat(fd_in)
+            if stat.S_ISDIR(st.st_mode):
+                os.mkdir(name, 0o700, dir_fd=dest_fd)
+                fd_out = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dest_fd)
+            elif stat.S_ISREG(st.st_mode):
+                fd_out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                                 dir_fd=dest_fd)
+            else:
+                continue
+            try:
+                if stat.S_ISDIR(st.st_mode):
+                    copy_tree(fd_in, fd_out, owner, who, depth + 1)
+                else:
+                    copy_bytes(fd_in, fd_out)
+                keep_meta(fd_out, st, owner)
+            finally:
+                os.close(fd_out)
+        finally:
+            os.close(fd_in)
+
+
+def keep_meta(fd: int, st: os.stat_result, owner: tuple[int, int] | None) -> None:
+    """The mode and times of ``st`` on the copy ``fd``, which is given to ``owner`` (else stays ours):
+    set-id bits only if the copy's owner is the source's (a user's set-uid file copied by root must
+    not become a set-uid root program)."""
+    if owner is not None:
+        os.fchown(fd, *owner)
+    mode = stat.S_IMODE(st.st_mode)
+    if (owner[0] if owner is not None else os.geteuid()) != st.st_uid:
+        mode &= ~(stat.S_ISUID | stat.S_ISGID)
+    os.fchmod(fd, mode)
+    os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))

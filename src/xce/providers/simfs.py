@@ -179,12 +179,16 @@ def _make(cfg: Config, parent: str, handle: str, req: dict, content: str | None 
         build = os.path.join(parent, f".new-{handle}")
         os.mkdir(build, 0o711)
         os.mkdir(os.path.join(build, "data"), 0o700)
-        if content is not None:
-            shutil.copytree(content, os.path.join(build, "data"), symlinks=True, dirs_exist_ok=True)
         if owner is not None:
-            for top, dirs, files in os.walk(os.path.join(build, "data")):
-                for n in [top, *(os.path.join(top, x) for x in dirs + files)]:
-                    os.lchown(n, *owner)
+            os.chown(os.path.join(build, "data"), *owner)
+        if content is not None:  # a job may have written the source: nothing in it is followed (kit.copy_tree)
+            dirs = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+            src_fd, dest_fd = os.open(content, dirs), os.open(os.path.join(build, "data"), dirs)
+            try:
+                kit.copy_tree(src_fd, dest_fd, owner, PROVIDER)
+            finally:
+                os.close(src_fd)
+                os.close(dest_fd)
         _write_json(os.path.join(build, "meta.json"), meta)
         os.rename(build, final)
         return meta

@@ -48,6 +48,7 @@ from __future__ import annotations
 import grp
 import json
 import os
+import pwd
 import re
 import select
 import shutil
@@ -56,6 +57,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from xce.transfers import beneath
 from xce.transfers.locations import Location
 from xce.transfers.site import Remote, TransferSite
 
@@ -83,6 +85,8 @@ class Transfer:
     env: dict[str, str] = field(repr=False)
     secrets: tuple[str, ...] = field(default=(), repr=False)
     what: str = ""  # "SRC -> DEST" as a person reads it (canonical locations: no credentials)
+    fd: int | None = None  # the local side, opened beneath its claim: the child gets it as fd 3 (``beneath``)
+    names: tuple[tuple[str, str], ...] = ()  # (what rclone is given, what messages say): ``/proc/self/fd/3``
 
 
 @dataclass
@@ -125,10 +129,16 @@ def _side(loc: Location, site: TransferSite, env: dict[str, str], secrets: list[
     return f"{REMOTE_NAME}:{loc.path}"
 
 
-def plan(src: Location, dest: Location, site: TransferSite) -> Transfer:
+def plan(src: Location, dest: Location, site: TransferSite, *, fd: int | None = None,
+         shown: str = "") -> Transfer:
     """``rclone copyto SRC DEST`` (a file to a file, a directory or prefix to a directory, recursively),
     with a local side.  (The staging area's room is measured first, ``plan_size``: rclone 1.75's
-    ``--max-transfer`` did not stop these copies in our tests, so it is not relied on.)"""
+    ``--max-transfer`` did not stop these copies in our tests, so it is not relied on.)
+
+    ``fd``: the local side is that descriptor (``beneath.open_beneath``/``dest_beneath``), and its
+    location reads ``/proc/self/fd/3[/NAME]`` (``beneath.FD_PATH``); ``shown`` is the path messages
+    give instead.  A file read through it is given with ``--copy-links``: the only link rclone then
+    meets is the descriptor's own (rclone would skip it as a link), as a single file has no tree."""
     if not (src.local or dest.local):
         raise TransferSetupError("a transfer has a local side (one remote per rclone child)")
     env = {"PATH": "/usr/bin:/bin", "LANG": "C", "HOME": "/nonexistent"}
@@ -150,7 +160,16 @@ def plan(src: Location, dest: Location, site: TransferSite) -> Transfer:
         argv += ["--bwlimit", bwlimit]
     if site.ca_cert:
         argv += ["--ca-cert", site.ca_cert]
-    return Transfer(argv=argv, env=env, secrets=tuple(secrets), what=f"{src.text} -> {dest.text}")
+    if fd is not None and src.local and src.text == beneath.FD_PATH and beneath.kind(fd) == "file":
+        argv += ["--copy-links"]
+    what = f"{src.text} -> {dest.text}"
+    names: tuple[tuple[str, str], ...] = ()
+    if fd is not None and shown:
+        local = (src if src.local else dest).text  # FD_PATH, or FD_PATH/NAME: the directory that holds NAME
+        names = ((local, shown),) if local == beneath.FD_PATH else \
+            ((local, shown), (beneath.FD_PATH, os.path.dirname(shown)))
+        what = what.replace(local, shown)
+    return Transfer(argv=argv, env=env, secrets=tuple(secrets), what=what, fd=fd, names=names)
 
 
 def plan_size(src: Location, site: TransferSite) -> Transfer:
@@ -191,8 +210,13 @@ def as_user(uid: int, gid: int) -> list[str]:
     """The ``setpriv`` prefix that runs a command as ``uid`` with ``gid``'s rights, its real group set
     apart so that the kernel makes it non-dumpable: the user's other processes cannot read its
     environment (where the credentials are) or its memory."""
+    try:
+        pwd.getpwuid(uid)
+        groups = "--init-groups"  # the account's supplementary groups
+    except KeyError:
+        groups = "--clear-groups"  # an owner with no account here (a claim's data given to a bare uid): none
     return [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={uid}", f"--rgid={_apart_group(gid)}",
-            f"--egid={gid}", "--init-groups", "--"]
+            f"--egid={gid}", groups, "--"]
 
 
 def classify(code: int, text: str) -> tuple[str, bool]:
@@ -226,11 +250,12 @@ def run(t: Transfer, *, run_as: tuple[int, int] | None = None, timeout: float = 
     argv = list(t.argv) if run_as is None else as_user(*run_as) + list(t.argv)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
+    passed, high = beneath.inherit(t.fd) if t.fd is not None else ([], None)
     try:
         pid = os.posix_spawn(argv[0], argv, t.env,
                              file_actions=[(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
                                            (os.POSIX_SPAWN_DUP2, out_w, 1),
-                                           (os.POSIX_SPAWN_DUP2, err_w, 2)], setsid=True)
+                                           (os.POSIX_SPAWN_DUP2, err_w, 2), *passed], setsid=True)
     except OSError as e:
         os.close(out_r)
         os.close(err_r)
@@ -238,6 +263,8 @@ def run(t: Transfer, *, run_as: tuple[int, int] | None = None, timeout: float = 
     finally:
         os.close(out_w)
         os.close(err_w)
+        if high is not None:
+            os.close(high)
     deadline = time.monotonic() + timeout
     messages: list[str] = []
     stats: dict[str, Any] = {}
@@ -301,6 +328,8 @@ def run(t: Transfer, *, run_as: tuple[int, int] | None = None, timeout: float = 
     said = "; ".join(dict.fromkeys(m for m in messages if m)) or \
         (f"timed out after {timeout:g}s" if timed_out else f"rclone exited with {code}")
     said = scrub(said, t.secrets)
+    for given, shown in t.names:
+        said = said.replace(given, shown)
     if len(said) > 1000:
         said = said[:1000] + "..."
     error_code, retryable = classify(code, said)

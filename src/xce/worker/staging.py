@@ -8,6 +8,13 @@ is a child process (``posix_spawn``: the worker has threads), bounded by a
 timeout.  Permission problems and missing sources are permanent errors (a
 retry cannot fix them); anything else is retryable.
 
+The claim's side of every copy (a stage-out's source, the directory a
+stage-in writes into) is never given by name: it is opened beneath the
+staging area with no link on its path (``transfers.beneath``), held by its
+descriptor, and the copy reads or writes it through ``/proc/self/fd/3``, so
+a link the job planted, or swaps in once the op has started, is refused or
+simply not there for the copy (``docs/security.md``).
+
 A small regular file (up to ``INLINE_MAX``) copied as the worker's own user
 (no ``--run-as-users``) is copied in this process instead (``copy_here``):
 a ``cp`` per 4 KiB file was four processes (``sh``, ``dirname``, ``mkdir``,
@@ -43,7 +50,9 @@ import logging
 
 from xce.agents.transfers import ProgressReport
 from xce.providers.contract import ProviderReply
+from xce.providers.kit import copy_bytes
 from xce.transfers import Location, TransferRefused, TransferSetupError, TransferSite, parse_canonical
+from xce.transfers import beneath
 from xce.transfers import plan as plan_transfer
 from xce.transfers import run as run_transfer
 from xce.transfers.rclone import describe, plan_size
@@ -55,45 +64,56 @@ log = logging.getLogger("xce.worker")
 COPY_TIMEOUT = 3600.0
 # $1 source, $2 destination: the destination's directory is made, then the copy (recursive)
 COPY = 'mkdir -p -- "$(dirname -- "$2")" && cp -R -- "$1" "$2"'
+# the same from a descriptor beneath a claim, $1 /proc/self/fd/3 (-H: that one link is followed, no other),
+# $3 the name it had: into an existing directory DEST it goes as DEST/NAME, as ``cp -R PATH DEST`` would
+COPY_FROM_FD = ('mkdir -p -- "$(dirname -- "$2")" && if [ -d "$2" ]; then set -- "$1" "$2/$3"; fi && '
+                'cp -R -H -T -- "$1" "$2"')
 # every argument's apparent size in bytes, one line each
 MEASURE = 'exec du -s -b -- "$@"'
 # the largest regular file ``copy_here`` copies in the worker's process (larger ones: cp, bounded by its timeout)
 INLINE_MAX = 16 << 20
 
 
-def copy_here(src: str, dest: str, durable: bool) -> bool:
+def copy_here(src: str | int, dest: str, durable: bool, dest_dir: int | None = None) -> bool:
     """Copy the regular file ``src`` to ``dest`` (which must not exist) in this process, as ``cp``
     would (``dest``'s directories made, its mode the source's less the umask), but whole or not at
     all: written under a temporary name, then linked into place.  ``durable``: fsynced, file and
-    directory, before returning.  False, with nothing left behind but directories ``cp`` would have
+    directory, before returning.  ``src``: a path (its last name not followed) or a descriptor opened
+    beneath a claim (``beneath.open_beneath``); ``dest_dir``: ``dest`` is a name in that directory
+    (``beneath.dest_beneath``).  False, with nothing left behind but directories ``cp`` would have
     made too: not a case for it (not a regular file, larger than ``INLINE_MAX``, ``dest`` there) or
     an error; the caller runs ``cp``, which copies or says why not."""
     try:
-        fd_in = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        if isinstance(src, int):  # (the descriptor's own object: /proc/self/fd resolves to it, not to a name)
+            fd_in = os.open(f"/proc/self/fd/{src}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        else:
+            fd_in = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
     tmp = None
     try:
         st = os.fstat(fd_in)  # the file opened, not the name: a swapped-in fifo or symlink is not read
-        if not stat.S_ISREG(st.st_mode) or st.st_size > INLINE_MAX or os.path.lexists(dest):
+        there = beneath.exists_at(dest_dir, dest) if dest_dir is not None else os.path.lexists(dest)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > INLINE_MAX or there:
             return False
-        parent = os.path.dirname(dest) or "."
-        os.makedirs(parent, exist_ok=True)
+        if dest_dir is None:
+            parent = os.path.dirname(dest) or "."
+            os.makedirs(parent, exist_ok=True)
+        else:
+            parent = "."
         tmp = os.path.join(parent, f".{os.path.basename(dest)}.xce-{uuid.uuid4().hex[:12]}.part")
         fd_out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         stat.S_IMODE(st.st_mode) & 0o777)
+                         stat.S_IMODE(st.st_mode) & 0o777, dir_fd=dest_dir)
         try:
-            while chunk := os.read(fd_in, 1 << 20):
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(fd_out, view):]
+            copy_bytes(fd_in, fd_out)
             if durable:
                 os.fsync(fd_out)
         finally:
             os.close(fd_out)
-        os.link(tmp, dest)  # whole, and never over a file that appeared meanwhile (EEXIST: cp decides)
+        # whole, and never over a file that appeared meanwhile (EEXIST: cp decides)
+        os.link(tmp, dest, src_dir_fd=dest_dir, dst_dir_fd=dest_dir)
         if durable:
-            dir_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            dir_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dest_dir)
             try:
                 os.fsync(dir_fd)
             finally:
@@ -105,27 +125,32 @@ def copy_here(src: str, dest: str, durable: bool) -> bool:
         os.close(fd_in)
         if tmp is not None:
             try:
-                os.unlink(tmp)
+                os.unlink(tmp, dir_fd=dest_dir)
             except FileNotFoundError:
                 pass
 
 
-def _spawn(script: str, args: list[str], run_as: RunAs | None, timeout: float) -> tuple[int, str, str]:
-    """``sh -c SCRIPT`` with ``args``, as ``run_as`` when given: (exit code, stdout, stderr)."""
+def _spawn(script: str, args: list[str], run_as: RunAs | None, timeout: float,
+           fd: int | None = None) -> tuple[int, str, str]:
+    """``sh -c SCRIPT`` with ``args``, as ``run_as`` when given: (exit code, stdout, stderr).  ``fd``:
+    the child has it as fd 3 (``beneath.FD_PATH``)."""
     argv = ["/bin/sh", "-c", script, "xce-stage", *args]
     if run_as is not None:
         argv = [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={run_as.uid}", f"--regid={run_as.gid}",
                 "--init-groups", "--", *argv]
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
+    passed, high = beneath.inherit(fd) if fd is not None else ([], None)
     try:
         pid = os.posix_spawn(argv[0], argv, {"PATH": "/usr/bin:/bin", "LANG": "C"},
                              file_actions=[(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
                                            (os.POSIX_SPAWN_DUP2, out_w, 1),
-                                           (os.POSIX_SPAWN_DUP2, err_w, 2)], setsid=True)
+                                           (os.POSIX_SPAWN_DUP2, err_w, 2), *passed], setsid=True)
     finally:
         os.close(out_w)
         os.close(err_w)
+        if high is not None:
+            os.close(high)
     deadline = time.monotonic() + timeout
     chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
     for fd in chunks:
@@ -161,8 +186,17 @@ def _spawn(script: str, args: list[str], run_as: RunAs | None, timeout: float) -
     return os.waitstatus_to_exitcode(status), text[0], text[1]
 
 
-def _spawn_copy(src: str, dest: str, run_as: RunAs | None, timeout: float) -> tuple[int, str]:
-    code, _, err = _spawn(COPY, [src, dest], run_as, timeout)
+def _spawn_copy(src: str, dest: str, run_as: RunAs | None, timeout: float, fd: int | None = None,
+                shown: str = "") -> tuple[int, str]:
+    """``cp`` from ``src`` to ``dest``; with ``fd`` one of them is ``beneath.FD_PATH`` (the claim's side),
+    which ``shown`` names in messages."""
+    if fd is not None and src == beneath.FD_PATH:
+        code, _, err = _spawn(COPY_FROM_FD, [src, dest, os.path.basename(shown)], run_as, timeout, fd)
+    else:
+        code, _, err = _spawn(COPY, [src, dest], run_as, timeout, fd)
+    if fd is not None:  # (the descriptor, or a name in the directory it is)
+        err = err.replace(src if src == beneath.FD_PATH else dest, shown)
+        err = err.replace(beneath.FD_PATH, os.path.dirname(shown))
     return code, ("copy " + err if code == 124 and err.startswith("timed out") else err)
 
 
@@ -200,9 +234,10 @@ def _unreadable_source(err: str, src: str, dest: str) -> bool:
 
 def _transfer(item: dict[str, Any], src: Location, dest: Location, site: TransferSite, host: str,
               run_as: RunAs | None, room: int | None, moved: dict[str, int] | None = None,
-              report: ProgressReport | None = None) -> ProviderReply | None:
+              report: ProgressReport | None = None, fd: int | None = None, shown: str = "") -> ProviderReply | None:
     """One item through rclone (None: copied, and what rclone moved added to ``moved``; its progress to
     ``report`` as it runs: bytes of the op so far, of the items copied and this one's measured size).
+    ``fd``, ``shown``: the claim's side is that descriptor (``rclone.plan``).
     The remote must be configured on this host and, if its entry here lists projects, allow the job's
     project (the controller checked that at submission)."""
     op_id, what = item["op_id"], item["op"].replace("_", "-")
@@ -219,7 +254,7 @@ def _transfer(item: dict[str, Any], src: Location, dest: Location, site: Transfe
     ids = (run_as.uid, run_as.gid) if run_as is not None else None
     via = f"remote {remote.name}" if remote is not None else remote_loc.text
     try:
-        transfer = plan_transfer(src, dest, site)
+        transfer = plan_transfer(src, dest, site, fd=fd, shown=shown)
         if room:  # measured before anything is copied: a source larger than the room is refused whole
             sized = run_transfer(plan_size(src, site), run_as=ids, timeout=min(site.timeout, 600.0))
             if not sized.ok:
@@ -257,7 +292,9 @@ def _transfer(item: dict[str, Any], src: Location, dest: Location, site: Transfe
             message = f"{what} {transfer.what} {_who(run_as)} via {via}: {out.message}"
         return ProviderReply(op_id=op_id, ok=False, error_code=out.error_code, retryable=out.retryable,
                              message=message)
-    if dest.local and not os.path.lexists(dest.text):  # rclone copies nothing from a missing object
+    there = beneath.exists_at(fd, os.path.basename(dest.text.removeprefix(beneath.FD_PATH))) \
+        if fd is not None and dest.local else dest.local and os.path.lexists(dest.text)
+    if dest.local and not there:  # rclone copies nothing from a missing object
         return ProviderReply(op_id=op_id, ok=False, error_code="NOT_FOUND", retryable=False,
                              message=f"{what}: nothing at {src.text} (via {via})")
     log.info("%s %s: %s", op_id, transfer.what, describe(out.stats))
@@ -280,9 +317,6 @@ def run_stage_op(item: dict[str, Any], host: str, run_as_users: bool, roots: Sto
         base = roots.check(item.get("path"), f"the staging claim {item.get('claim_name', '')}".rstrip())
     except OutsideStorage as e:
         return ProviderReply(op_id=op_id, ok=False, error_code="PERMISSION_DENIED", retryable=False, message=str(e))
-    if not os.path.isdir(base):
-        return ProviderReply(op_id=op_id, ok=False, error_code="NOT_FOUND", retryable=True,
-                             message=f"the staging claim has no directory on {host} ({base})")
     try:
         run_as = run_as_for(item["user"], host, allow_system_users) if run_as_users else None
     except StartFailed as e:
@@ -297,52 +331,82 @@ def run_stage_op(item: dict[str, Any], host: str, run_as_users: bool, roots: Sto
             return ProviderReply(op_id=op_id, ok=False, error_code="RESOURCE_EXHAUSTED", retryable=False,
                                  message=f"stage-in of {size} bytes does not fit the staging area's "
                                          f"{item['size_bytes']} bytes (submit with a larger --stage-size)")
-    transferred = 0
-    moved: dict[str, int] = {}
-    for src, dest in item.get("items") or []:
-        if op == "stage_in":
-            src_path, dest_path = src, os.path.join(base, dest)
-        else:
-            src_path, dest_path = os.path.join(base, src), dest
-        far = src_path if op == "stage_in" else dest_path
-        if not far.startswith("/"):  # a URL or a remote (canonical: resolved at submission)
-            try:
-                loc = parse_canonical(far)
-            except TransferRefused as e:
-                return ProviderReply(op_id=op_id, ok=False, error_code="INVALID", retryable=False,
-                                     message=f"{what}: {e.message}")
-            if op == "stage_out" and not os.path.lexists(src_path):
+    try:  # the staging area itself, no link on the way from its root (one swapped in is refused)
+        base_fd = beneath.open_inside(roots.roots, base)
+    except (OSError, beneath.Refused):
+        return ProviderReply(op_id=op_id, ok=False, error_code="NOT_FOUND", retryable=True,
+                             message=f"the staging claim has no directory on {host} ({base})")
+    try:
+        return _copy_items(item, host, base, base_fd, run_as, timeout, site, report)
+    except beneath.Refused as e:
+        return ProviderReply(op_id=op_id, ok=False, error_code=e.code, retryable=False, message=f"{what}: {e.message}")
+    finally:
+        os.close(base_fd)
+
+
+def _copy_items(item: dict[str, Any], host: str, base: str, base_fd: int, run_as: RunAs | None, timeout: float,
+                site: TransferSite | None, report: ProgressReport | None) -> ProviderReply:
+    """Every item of the op, the claim's side of each through a descriptor beneath the staging area
+    ``base_fd`` (``beneath``): a stage-out's sources all opened before the first is copied, a
+    stage-in's destinations each made and opened just before it is copied into."""
+    op_id, op = item["op_id"], item["op"]
+    what = op.replace("_", "-")
+    owner = (run_as.uid, run_as.gid) if run_as is not None else None
+    items = item.get("items") or []
+    held = beneath.open_sources(base_fd, base, [src for src, _ in items]) if op == "stage_out" else []
+    try:
+        transferred = 0
+        moved: dict[str, int] = {}
+        for i, (src, dest) in enumerate(items):
+            shown = os.path.normpath(os.path.join(base, dest if op == "stage_in" else src))
+            if op == "stage_in":
+                fd, name = beneath.dest_beneath(base_fd, dest, owner, shown)
+                held.append(fd)
+                far, local = src, beneath.FD_PATH + (f"/{name}" if name else "")
+            else:
+                fd, name = held[i], ""
+                far, local = dest, beneath.FD_PATH
+            if not far.startswith("/"):  # a URL or a remote (canonical: resolved at submission)
+                try:
+                    loc = parse_canonical(far)
+                except TransferRefused as e:
+                    return ProviderReply(op_id=op_id, ok=False, error_code="INVALID", retryable=False,
+                                         message=f"{what}: {e.message}")
+                pair = (loc, Location("path", local)) if op == "stage_in" else (Location("path", local), loc)
+                room = item.get("size_bytes") or None if op == "stage_in" else None
+                # (without a --transfer-config a worker still reads public URLs; remotes it cannot reach)
+                failed = _transfer(item, *pair, site or TransferSite(), host, run_as, room, moved, report,
+                                   fd=fd, shown=shown)
+                if failed is not None:
+                    return failed
+                transferred += 1
+                continue
+            src_shown, dest_shown = (far, shown) if op == "stage_in" else (shown, far)
+            # as the worker's own user, existence tells nothing; as the job's user, the worker (root) must
+            # not answer "does not exist" where the user would meet "Permission denied": the copy, run as
+            # the user, is what finds out, and both answers are one (below)
+            if run_as is None and op == "stage_in" and not os.path.lexists(far):  # a retry cannot make it appear
                 return ProviderReply(op_id=op_id, ok=False, error_code="NOT_FOUND", retryable=False,
-                                     message=f"{what}: {src_path} does not exist")
-            pair = (loc, Location("path", dest_path)) if op == "stage_in" else (Location("path", src_path), loc)
-            room = item.get("size_bytes") or None if op == "stage_in" else None
-            # (without a --transfer-config a worker still reads public URLs; remotes it cannot reach)
-            failed = _transfer(item, *pair, site or TransferSite(), host, run_as, room, moved, report)
-            if failed is not None:
-                return failed
-            transferred += 1
-            continue
-        # as the worker's own user, existence tells nothing; as the job's user, the worker (root) must
-        # not answer "does not exist" where the user would meet "Permission denied": the copy, run as
-        # the user, is what finds out, and both answers are one (below)
-        if run_as is None and not os.path.lexists(src_path):  # a retry cannot make it appear
-            return ProviderReply(op_id=op_id, ok=False, error_code="NOT_FOUND", retryable=False,
-                                 message=f"{what}: {src_path} does not exist")
-        if run_as is None and copy_here(src_path, dest_path, durable=op == "stage_out"):
-            continue
-        code, err = _spawn_copy(src_path, dest_path, run_as, timeout)
-        if code != 0 and run_as is not None and _unreadable_source(err, src_path, dest_path):
-            return ProviderReply(op_id=op_id, ok=False, error_code="NOT_READABLE", retryable=False,
-                                 message=f"{what}: cannot read {src_path} {_who(run_as)} "
-                                         "(missing or permission denied)")
-        if code != 0:
-            # refused by the user's rights: permanent; anything else (a destination not there yet, a
-            # full disk, a timeout) may pass on a later attempt
-            denied = "Permission denied" in err
-            return ProviderReply(op_id=op_id, ok=False, error_code="PERMISSION_DENIED" if denied else "COPY_FAILED",
-                                 retryable=not denied,
-                                 message=f"{what} {src_path} -> {dest_path} {_who(run_as)}: "
-                                         f"{err or f'cp exited with {code}'}")
-    n = len(item.get("items") or [])
+                                     message=f"{what}: {far} does not exist")
+            if run_as is None and (copy_here(far, name, durable=False, dest_dir=fd) if op == "stage_in"
+                                   else copy_here(fd, far, durable=True)):
+                continue
+            code, err = _spawn_copy(*((far, local) if op == "stage_in" else (local, far)), run_as, timeout, fd, shown)
+            if code != 0 and run_as is not None and _unreadable_source(err, src_shown, dest_shown):
+                return ProviderReply(op_id=op_id, ok=False, error_code="NOT_READABLE", retryable=False,
+                                     message=f"{what}: cannot read {src_shown} {_who(run_as)} "
+                                             "(missing or permission denied)")
+            if code != 0:
+                # refused by the user's rights: permanent; anything else (a destination not there yet, a
+                # full disk, a timeout) may pass on a later attempt
+                denied = "Permission denied" in err
+                return ProviderReply(op_id=op_id, ok=False,
+                                     error_code="PERMISSION_DENIED" if denied else "COPY_FAILED",
+                                     retryable=not denied,
+                                     message=f"{what} {src_shown} -> {dest_shown} {_who(run_as)}: "
+                                             f"{err or f'cp exited with {code}'}")
+    finally:
+        for fd in held:
+            os.close(fd)
     via = f" ({transferred} through rclone: {describe(moved)})" if transferred else ""
-    return ProviderReply(op_id=op_id, ok=True, message=f"{what}: {n} item(s) copied {_who(run_as)}{via}")
+    return ProviderReply(op_id=op_id, ok=True, message=f"{what}: {len(items)} item(s) copied {_who(run_as)}{via}")

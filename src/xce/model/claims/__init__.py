@@ -16,8 +16,8 @@ from xce.model.claims.agents import (
     OpResult, check_epoch, due_ops, held_ops, lease, next_due, record_intent, record_result, retry_delay,
 )
 from xce.model.claims.decide import (
-    ClaimSpec, add_attachment, check_fits_a_pool, check_quota, class_or_404, create, delete, live_by_name, purge,
-    quota_use, remove_attachment, resize, visible, visible_by_id,
+    ClaimSpec, add_attachment, check_fits_a_pool, check_quota, class_or_404, create, delete, live_by_name, may_see,
+    purge, quota_use, remove_attachment, resize, visible, visible_by_id,
 )
 from xce.model.claims.entity import (
     LIVE, RESERVED_NAMES, SHARED_AGENT, TEMPLATE_NAME, AccessMode, Attachment, AttachmentState, Claim, ClaimForm,
@@ -41,7 +41,8 @@ __all__ = [
     "apply_claim_op_intent", "apply_claim_op_succeeded", "apply_claim_placed", "apply_claim_purge_requested",
     "apply_claim_resize_requested", "apply_claim_resize_reserved",
     "begin_stage_out", "check_epoch", "check_fits_a_pool", "check_quota", "class_or_404", "create", "delete",
-    "detach", "due_ops", "held_ops", "keep_data", "lease", "live_by_name", "name_key", "next_due", "node_agent", "purge",
+    "detach", "due_ops", "held_ops", "keep_data", "lease", "live_by_name", "may_see", "name_key", "next_due",
+    "node_agent", "purge",
     "quota_use", "record_intent", "record_result", "release_template", "remove_attachment", "resize", "retry_delay",
     "template_name", "visible", "visible_by_id",
 ]

@@ -255,11 +255,23 @@ def resize(model: Model, config: Config, actor: User, name: str, size: str | int
     return [F.ClaimResizeRequested(time=now, claim_id=claim.id, size_bytes=new, by=actor.name)], claim.id
 
 
+def may_see(actor: User, claim: Claim) -> bool:
+    """Live or archived: a standalone claim is its project's members' to see; a job's template claim
+    (its workspace, scratch, staging: the job's paths, stage-in sources and stage-out destinations)
+    only whoever may see the job, its owner (``history.may_see_job``), as their jobs are nobody
+    else's; admins see every claim."""
+    if actor.is_admin:
+        return True
+    if claim.form is ClaimForm.TEMPLATE:
+        return claim.owner == actor.name
+    return claim.project in actor.projects
+
+
 def visible_by_id(model: Model, actor: User, claim_id: int) -> Claim:
-    """The claim ``claim_id`` if ``actor`` may see it (its project is theirs, or they are an admin);
-    404 otherwise, worded as for a claim that does not exist."""
+    """The claim ``claim_id`` if ``actor`` may see it (``may_see``); 404 otherwise, worded as for a
+    claim that does not exist."""
     claim = model.claims.get(claim_id)
-    if claim is None or not (actor.is_admin or claim.project in actor.projects):
+    if claim is None or not may_see(actor, claim):
         raise NotFound(f"claim {claim_id} not found")
     return claim
 
@@ -271,7 +283,7 @@ def visible(model: Model, actor: User, name: str, project: str | None = None) ->
     an unknown name and another project's name look the same."""
     template = _template_by_name(model, name)
     if template is not None:
-        if not (actor.is_admin or template.project in actor.projects):
+        if not may_see(actor, template):
             raise NotFound(f"claim {name!r} not found")
         return template
     for index in (model.claim_names, model.released_names):

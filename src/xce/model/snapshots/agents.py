@@ -89,6 +89,7 @@ class SnapshotResult:
     code: str = ""
     retryable: bool = True
     stderr_tail: str = ""
+    used_bytes: int | None = None
 
 
 def record_result(model: Model, cfg: ClaimsConfig, agent: str, epoch: int, r: SnapshotResult, now: float,
@@ -105,7 +106,7 @@ def record_result(model: Model, cfg: ClaimsConfig, agent: str, epoch: int, r: Sn
         raise Conflict(f"op {r.op_id} was not started by epoch {epoch}", code="stale_epoch")
     if r.ok:
         return [F.SnapshotOpSucceeded(time=now, snapshot_id=r.snapshot_id, op_id=r.op_id, handle=r.handle,
-                                      size_bytes=r.size_bytes, message=r.message[:1024])]
+                                      size_bytes=r.size_bytes, message=r.message[:1024], used_bytes=r.used_bytes)]
     next_retry = None
     if r.retryable and op.attempts < cfg.max_attempts:
         next_retry = now + retry_delay(cfg, op.attempts, rng or random.Random())

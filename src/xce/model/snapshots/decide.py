@@ -10,7 +10,7 @@ returns the facts to commit; a refusal is an ``XceError`` that changes nothing.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from xce.errors import Conflict, NotFound
 from xce.model import capabilities
@@ -20,6 +20,7 @@ from xce.model.claims.entity import ClaimForm, ClaimState, ContentSource, name_k
 from xce.model.facts import Fact
 from xce.model.snapshots.entity import Snapshot, SnapshotState
 from xce.names import check_name
+from xce.units import format_size as human
 
 if TYPE_CHECKING:
     from xce.config import Config
@@ -28,11 +29,14 @@ if TYPE_CHECKING:
 
 
 def create(model: Model, config: Config, actor: User, claim_name: str, name: str, now: float,
-           project: str | None = None) -> tuple[list[Fact], int]:
+           project: str | None = None, free: Mapping[str, int] | None = None) -> tuple[list[Fact], int]:
     """``xce claim snapshot CLAIM NAME``: a snapshot of a READY standalone claim of a class whose
-    provider can take them, in the claim's project; its bytes are charged to that project's quota.
-    Allowed while the claim is attached: what that gives is the provider's consistency (btrfs:
-    atomic, crash-consistent)."""
+    provider can take them, in the claim's project; its bytes are charged to that project's quota
+    and reserved in the claim's pool (``free``: each pool's free bytes now, as the scheduler counts
+    them: ``controller.observed.pool_free``), and a project has at most ``[claims]
+    max_snapshots_per_project`` of them, so a storm of snapshots cannot fill the storage behind a
+    pool.  Allowed while the claim is attached: what that gives is the provider's consistency
+    (btrfs: atomic, crash-consistent)."""
     check_name("snapshot", name)
     claim = claims.visible(model, actor, claim_name, project)
     if claim.form is ClaimForm.TEMPLATE:
@@ -48,11 +52,18 @@ def create(model: Model, config: Config, actor: User, claim_name: str, name: str
         raise Conflict(f"a snapshot named {name!r} already exists in project {claim.project!r}")
     size = claim.charged_bytes
     claims.check_quota(model, config, claim.project, claim.class_name, size, new_claims=0)
+    limit = config.claims.max_snapshots_per_project
+    if sum(1 for s in model.snapshots.values() if s.project == claim.project and s.live) >= limit:
+        raise Conflict(f"project {claim.project!r} has {limit} snapshots, as many as it may ([claims] "
+                       f"max_snapshots_per_project): delete one first", code="quota_exceeded")
+    if claim.pool is not None and free is not None and free.get(claim.pool, 0) < size:
+        raise Conflict(f"no room for a snapshot of claim {claim_name!r} ({human(size)}) in pool {claim.pool}: "
+                       f"{human(max(free.get(claim.pool, 0), 0))} free", code="pool_full")
     snapshot_id = model.next_snapshot_id
     return [F.SnapshotCreated(time=now, snapshot_id=snapshot_id, name=name, project=claim.project,
                               owner=actor.name, claim_id=claim.id, claim_name=claim.name,
                               class_name=claim.class_name, size_bytes=size,
-                              access_mode=claim.access_mode.value)], snapshot_id
+                              access_mode=claim.access_mode.value, pool=claim.pool)], snapshot_id
 
 
 def live_by_name(model: Model, project: str, name: str) -> Snapshot | None:

@@ -43,6 +43,8 @@ class Snapshot:
     state: SnapshotState = SnapshotState.PENDING
     handle: str | None = None
     actual_bytes: int | None = None  # what the provider says it took (the volume's size then)
+    pool: str | None = None  # its claim's pool, where its bytes are reserved
+    used_bytes: int | None = None  # what the provider said the snapshot holds when it was taken
     op: Op | None = None
     op_counts: dict[str, int] = field(default_factory=dict)
     last_error: str | None = None
@@ -66,6 +68,13 @@ class Snapshot:
     def charged_bytes(self) -> int:
         """Quota: the larger of the claim's size and what the provider says it took."""
         return max(self.size_bytes, self.actual_bytes or 0)
+
+    @property
+    def reserved_bytes(self) -> int:
+        """Its room in its pool: its charge, or less if its provider reported that it holds less (a
+        copy-on-write snapshot shares blocks with its claim; a read-only one never holds more than it
+        did when taken)."""
+        return min(self.charged_bytes, self.used_bytes) if self.used_bytes is not None else self.charged_bytes
 
     @property
     def being_made(self) -> bool:

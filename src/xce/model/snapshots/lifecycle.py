@@ -92,7 +92,7 @@ def apply_snapshot_created(model: Model, f: F.SnapshotCreated) -> None:
         return  # ids and live names are unique: the decide functions never make it otherwise
     snap = Snapshot(id=f.snapshot_id, name=f.name, project=f.project, owner=f.owner, claim_id=f.claim_id,
                     claim_name=f.claim_name, class_name=f.class_name, size_bytes=f.size_bytes,
-                    access_mode=f.access_mode, created=f.time)
+                    access_mode=f.access_mode, created=f.time, pool=f.pool)
     snap.history.append({"state": SnapshotState.PENDING.value, "time": f.time,
                          "reason": f"snapshot of claim {f.claim_name} asked for by {f.owner}"})
     model.snapshots[snap.id] = snap
@@ -131,7 +131,7 @@ def apply_snapshot_op_succeeded(model: Model, f: F.SnapshotOpSucceeded) -> None:
     snap.last_error, snap.stderr_tail = None, ""
     _close_op(model, snap)
     if op.kind is OpKind.CREATE_SNAPSHOT:
-        snap.handle, snap.actual_bytes = f.handle, f.size_bytes
+        snap.handle, snap.actual_bytes, snap.used_bytes = f.handle, f.size_bytes, f.used_bytes
         _set_state(model, snap, SnapshotState.READY, f.time, f"taken as {f.handle} on attempt {op.attempts}", agent)
         _advance_delete(model, snap, f.time)
     else:
