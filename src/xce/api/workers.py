@@ -230,6 +230,11 @@ def add_worker_routes(app: FastAPI, ctl: Controller, monitor: HostMonitor) -> No
             await ctl.read_barrier()
             speaks_for_host(recheck(request), host)  # its token may have been revoked while it waited
             out = host_work(ctl.model, host, had)
+        h = ctl.model.hosts.get(host)
+        if h is not None and h.state is HostState.OK:
+            # an answer is word from the controller, as a heartbeat's is (its runs' lease is renewed from
+            # when the poll was sent); not to a host declared lost meanwhile, whose runs are being fenced
+            out["fence"] = monitor.fence
         return JSONResponse(out)
 
     @app.post("/v1/hosts/{host}/reports", tags=["hosts"])

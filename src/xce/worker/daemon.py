@@ -74,6 +74,7 @@ class Worker:
         self.confine(cgroups)
         self.applied: dict[tuple[int, int], int] = {}  # run -> the newest order passed on to its shepherd
         self.fence: float | None = None  # seconds a lease lasts (the controller says, in every answer)
+        self.lease_until = 0.0  # until when (control.clock) this host's runs may go on without word
         self.boot_id = uuid.uuid4().hex
         self.runs_dir = os.path.join(work_dir, "runs")
         self.jobs_dir = os.path.join(work_dir, "jobs")
@@ -195,7 +196,10 @@ class Worker:
             if fence < 3 * self.heartbeat_interval:
                 log.warning("the controller's fence_time (%gs) is under three heartbeats (%gs each): runs may be "
                             "fenced by a late heartbeat", fence, self.heartbeat_interval)
-        control.renew_lease(self.work_dir, sent + fence)
+        with self._lock:  # (the heartbeat's and the work poll's threads both renew: a lease only grows)
+            if sent + fence > self.lease_until:
+                self.lease_until = sent + fence
+                control.renew_lease(self.work_dir, self.lease_until)
 
     def register(self) -> None:
         # every run with a directory: still going, or ended with its final report not yet delivered
@@ -270,6 +274,12 @@ class Worker:
     def _start(self, job: dict[str, Any]) -> None:
         key = (job["job_id"], job["run"])
         run_dir = self._run_dir(*key)
+        if self.fence is not None and control.clock() >= self.lease_until:
+            # OBSERVATION: no word from the controller for the whole fence (a dispatch from a node agent's
+            # report, after an outage): its shepherd would fence it at once.  The next poll, answered,
+            # renews the lease and dispatches it again.
+            log.info("run %d.%d not started yet: this host's lease ran out; waiting for the controller", *key)
+            return
         with self._lock:
             if key in self.running or key in self.ended or os.path.exists(run_dir):
                 return  # already started (its report may still be on its way), or over
@@ -439,6 +449,7 @@ class Worker:
         while not self._stop.is_set():
             with self._lock:  # the orders we have: the poll answers only newer ones
                 seen = [f"{j}.{r}.{seq}" for (j, r), seq in self.applied.items() if seq]
+            sent = control.clock()
             try:
                 work = self.client.get(f"/v1/hosts/{self.host}/work", [("wait", POLL_WAIT), *(("seen", x) for x in seen)],
                                        timeout=POLL_WAIT + DAEMON_TIMEOUT)
@@ -455,6 +466,7 @@ class Worker:
                 continue
             if self._stop.is_set():
                 return
+            self._confirmed(sent, work)
             for orders in work["orders"]:
                 self._pass_on(orders)
             for job in work["dispatch"]:
