@@ -41,10 +41,14 @@ deps:
 
 dev: $(STAMP) $(NATIVE)
 
+# The suite runs in TEST_JOBS processes, a test module to each at a time (its module-scoped cluster with
+# it); its tests mostly wait on real daemons, so more processes than cores pays.  TEST_JOBS=0: one process.
+TEST_JOBS ?= 4
+
 # import-linter first: a broken layer contract ([tool.importlinter] in pyproject.toml) fails the run
 test: $(STAMP) $(NATIVE)
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/lint-imports

@@ -1,6 +1,80 @@
+import os
+
 import pytest
 
 from tests.helpers import ControllerProcess
+
+# The hierarchies a worker makes its runs' cgroups in (xce.worker.cgroups), and where each is mounted.
+_HIERARCHIES = ("freezer", "cpuacct", "cpu", "cpuset", "memory", "pids", "")
+
+
+def _cgroup_dirs() -> dict[str, str]:
+    """This process's cgroup directory in each hierarchy a worker uses ("" is cgroup2)."""
+    mounts: dict[str, str] = {}
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fstype, _, super_opts = right.split()[:3]
+            point, root = left.split()[4], left.split()[3]
+            if fstype == "cgroup2":
+                mounts.setdefault("", (point, root))
+            elif fstype == "cgroup":
+                for c in super_opts.split(","):
+                    if c in _HIERARCHIES:
+                        mounts.setdefault(c, (point, root))
+    dirs = {}
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _, controllers, path = line.rstrip("\n").split(":", 2)
+            for c in controllers.split(",") if controllers else [""]:
+                if c in mounts:
+                    point, root = mounts[c]
+                    rel = path[len(root):] if root != "/" and path.startswith(root) else path
+                    dirs[c] = os.path.join(point, rel.lstrip("/"))
+    return dirs
+
+
+def pytest_configure(config):
+    """Each xdist worker process (and so every daemon it starts) moves into a cgroup of its own.
+
+    A worker daemon keeps its runs' cgroups under ``<its own cgroup>/xce-<host>`` and removes idle
+    ones it finds there when it starts (xce.worker.cgroups): two test processes running a ``host1``
+    each in the same cgroup would take each other's.  A cgroup per test process is what two hosts
+    are in production: separate places."""
+    name = os.environ.get("PYTEST_XDIST_WORKER")
+    if not name or os.geteuid() != 0:
+        return
+    for c, here in _cgroup_dirs().items():
+        child = os.path.join(here, f"pytest-{name}-{os.getpid()}")
+        try:
+            _moved.append((here, child))
+            os.makedirs(child, exist_ok=True)
+            if c == "cpuset":  # a new v1 cpuset has no CPUs or memory nodes until given its parent's
+                for knob in ("cpuset.cpus", "cpuset.mems"):
+                    with open(os.path.join(here, knob)) as src, open(os.path.join(child, knob), "w") as dst:
+                        dst.write(src.read())
+            with open(os.path.join(child, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+        except OSError:
+            continue  # that hierarchy stays shared; the tests that need it isolated are in the same boat as before
+
+
+def pytest_unconfigure(config):
+    """Back to where the process came from, and its cgroups removed where nothing is left in them."""
+    for here, child in _moved:
+        try:
+            with open(os.path.join(here, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+        except OSError:
+            continue
+        for top, _, _ in os.walk(child, topdown=False):  # deepest first; a cgroup goes only when empty
+            try:
+                os.rmdir(top)
+            except OSError:
+                pass  # a run or a leftover still in it: leave it for whoever looks
+
+
+_moved: list[tuple[str, str]] = []
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,13 +11,11 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from tests.ports import free_port
+
 XCE = [sys.executable, "-m", "xce.cli.main"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+#: how long a daemon may take to come up: the suite runs several test processes on two cores (make test)
+START_TIMEOUT = 60.0
 
 
 def terminate(proc: subprocess.Popen | None, timeout: float = 20) -> None:
@@ -92,7 +89,9 @@ class ControllerProcess:
             os.makedirs(self.state_dir, exist_ok=True)
             self.log = open(os.path.join(self.state_dir, f"controller-{self.port}.log"), "ab")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
-        wait_for(self._healthy if not wait_leader else self.is_leader, what=f"controller on {self.url}")
+        # a controller imports FastAPI and its model before it listens: seconds on a busy 2-core machine
+        wait_for(self._healthy if not wait_leader else self.is_leader, timeout=START_TIMEOUT,
+                 what=f"controller on {self.url}")
         return self
 
     def _health(self) -> dict | None:
@@ -234,7 +233,7 @@ class WorkerProcess:
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=daemon_env())
         log.close()
         if wait_registered:
-            wait_for(self._registered, what=f"worker {self.host} registered")
+            wait_for(self._registered, timeout=START_TIMEOUT, what=f"worker {self.host} registered")
         return self
 
     def _registered(self) -> bool:

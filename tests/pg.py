@@ -31,7 +31,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,8 @@ import time
 import uuid
 from typing import Callable
 from urllib.parse import quote, urlencode
+
+from tests.ports import free_port
 
 ENV = "XCE_TEST_PG_DSN"
 SERVER_USER = "postgres"
@@ -119,12 +120,6 @@ def _run(cmd: list[str], what: str, timeout: float = 120) -> str:
         raise PostgresUnavailable(
             f"{what} failed (exit {out.returncode}): {shlex.join(cmd)}\n{out.stdout}{out.stderr}")
     return out.stdout
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _tail(path: str, lines: int = 40) -> str:

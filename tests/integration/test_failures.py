@@ -73,10 +73,12 @@ def test_restarted_worker_adopts_running_jobs_and_reports_ones_that_ended(tmp_pa
         gate = tmp_path / "gate"
         long = cl.submit("-o", str(tmp_path / "long.out"), "--",
                          "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done; echo finished")
-        short = cl.submit("--", "sh", "-c", "sleep 0.5; exit 7")
+        short_gate = tmp_path / "short-gate"  # opened only once its worker is down: it ends while it is
+        short = cl.submit("--", "sh", "-c", f"while [ ! -e {short_gate} ]; do sleep 0.05; done; exit 7")
         cl.wait_state(long, "RUN")
         cl.wait_state(short, "RUN")
         w.kill()
+        short_gate.write_text("")
         wait_for(lambda: glob.glob(os.path.join(w.work_dir, "runs", f"{short}.1", "status")),
                  what="short job ended while its worker is down")
         w.start()

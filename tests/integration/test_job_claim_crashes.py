@@ -50,13 +50,14 @@ def test_worker_sigkill_during_node_prepare(cl, tmp_path):
     assert not [p for p in node_objects(cl) if os.path.basename(p) == c["handle"]]
 
 
-def copy_in_progress() -> int | None:
-    """The process group of a stage copy running now, if any."""
+def copy_in_progress(dest: str) -> int | None:
+    """The process group of a stage copy to ``dest`` running now, if any (not another test's)."""
     for pid in os.listdir("/proc"):
         if pid.isdigit():
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                    if b"xce-stage" in fh.read().split(b"\0"):
+                    argv = fh.read().split(b"\0")
+                    if b"xce-stage" in argv and any(dest.encode() in a for a in argv):
                         return os.getpgid(int(pid))
             except OSError:
                 pass
@@ -68,13 +69,13 @@ def test_worker_sigkill_during_stage_out(cl, tmp_path):
     w = cl.workers["host1"]
     job = cl.submit("--stage-out", f"result.bin:{dest}", "--", "sh", "-c",
                     'head -c 256M /dev/zero > "$XCE_STAGE/result.bin"')
-    copy = wait_for(copy_in_progress, interval=0.002, what="the stage-out copy running")
+    copy = wait_for(lambda: copy_in_progress(str(dest)), interval=0.002, what="the stage-out copy running")
     os.killpg(copy, signal.SIGSTOP)  # caught in the middle
     assert cl.job(job)["state"] == "STAGE_OUT"
     w.kill()
     os.killpg(copy, signal.SIGKILL)  # as the machine's crash would
     w.start()
-    done = cl.wait_state(job, "DONE")
+    done = cl.wait_state(job, "DONE", timeout=90)  # 256 MiB copied again, on a busy machine
     assert os.path.getsize(dest) == 256 * 2**20 and done["exit_code"] == 0 and done["run"] == 1
     stage = next(c for c in done["claims"] if c.get("kind") == "stage")
     c = cl.wait_claim(stage["name"], "RELEASED")
