@@ -77,6 +77,12 @@ def pytest_unconfigure(config):
 _moved: list[tuple[str, str]] = []
 
 
+def pytest_collection_modifyitems(config, items):
+    """The modules marked ``long`` first: under ``-n N --dist loadfile`` each module goes to whichever
+    test process is free, and a long one handed out last would run on alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)  # stable: the rest keep their order
+
+
 @pytest.fixture
 def controller(tmp_path):
     ctl = ControllerProcess(state_dir=str(tmp_path / "ctl")).start()

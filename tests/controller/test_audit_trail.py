@@ -7,8 +7,12 @@ import json
 import os
 import sqlite3
 
+import pytest
+
 from tests.helpers import ControllerProcess, audit_trail
 from xce.config import DEFAULT_CONFIG
+
+pytestmark = pytest.mark.long  # started first under make test (tests/conftest.py)
 
 # every refusal its own record (the limiter's bucket never runs dry here), and frequent snapshots
 CONFIG = (DEFAULT_CONFIG

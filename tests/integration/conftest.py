@@ -3,11 +3,11 @@ import pytest
 from tests.helpers import Cluster
 
 #: fast host-loss detection and fencing for tests (workers heartbeat every 0.5 s); otherwise the
-#: embedded defaults
+#: embedded defaults.  Fill it with ``cluster_config``.
 TEST_CONFIG = """
 [controller]
 host_timeout = {host_timeout}
-fence_time = 2.0
+fence_time = {fence_time}
 fence_margin = 0.5
 
 [[users]]
@@ -35,9 +35,15 @@ description = "a floating license"
 """
 
 
+def cluster_config(host_timeout: float, fence_time: float | None = None) -> str:
+    """TEST_CONFIG with a host timeout and a fence time: by default as long as the host timeout, so a
+    test that restarts a daemon (not one that loses a host) keeps its runs on a busy machine too."""
+    return TEST_CONFIG.format(host_timeout=host_timeout, fence_time=host_timeout if fence_time is None else fence_time)
+
+
 def make_cluster(root, host_timeout: float = 2.0) -> Cluster:
     cfg = root / "xce.toml"
-    cfg.write_text(TEST_CONFIG.format(host_timeout=host_timeout))
+    cfg.write_text(cluster_config(host_timeout))
     return Cluster(str(root), config=str(cfg)).start()
 
 

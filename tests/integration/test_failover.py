@@ -29,6 +29,8 @@ from tests import pg
 from tests.helpers import (ControllerProcess, ProvisionerProcess, WorkerProcess, cli, kill_jobs_of, wait_for)
 from xce.client import ApiError, Client
 
+pytestmark = pytest.mark.long  # started first under make test (tests/conftest.py)
+
 TTL = 2.0
 CONFIG = f"""
 [controller]

@@ -18,9 +18,9 @@ import signal
 import pytest
 
 from tests.helpers import Cluster, wait_for
-from tests.integration.conftest import TEST_CONFIG
+from tests.integration.conftest import cluster_config
 
-CONFIG = TEST_CONFIG.format(host_timeout=2.0) + """
+CONFIG = cluster_config(2.0, fence_time=2.0) + """
 [[pools]]
 name = "shared"
 capacity = "1Ti"

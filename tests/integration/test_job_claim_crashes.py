@@ -19,7 +19,7 @@ from tests.integration.test_job_claims import make_job_cluster, node_objects, re
 
 @pytest.fixture(scope="module")
 def cl(tmp_path_factory):
-    c = make_job_cluster(tmp_path_factory.mktemp("crashes"), hosts=("host1",))
+    c = make_job_cluster(tmp_path_factory.mktemp("crashes"), hosts=("host1",), host_timeout=30.0)
     yield c
     c.stop()
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import Cluster, wait_for
-from tests.integration.conftest import TEST_CONFIG
+from tests.integration.conftest import cluster_config
 
 
 @pytest.fixture
 def cl(tmp_path):
     cfg = tmp_path / "xce.toml"
-    cfg.write_text(TEST_CONFIG.format(host_timeout=2.0).replace("[controller]\n", "[controller]\nqueue_depth = 1\n"))
+    cfg.write_text(cluster_config(2.0).replace("[controller]\n", "[controller]\nqueue_depth = 1\n"))
     c = Cluster(str(tmp_path), config=str(cfg)).start()
     c.add_worker("host1", slots=2)
     yield c

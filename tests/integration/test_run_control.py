@@ -18,12 +18,12 @@ import time
 import pytest
 
 from tests.helpers import Cluster, process_alive, wait_for
-from tests.integration.conftest import TEST_CONFIG
+from tests.integration.conftest import cluster_config
 
 ROOT = os.geteuid() == 0
 pytestmark = pytest.mark.skipif(not ROOT, reason="cgroups need root (CI runs as root)")
 
-CONFIG = TEST_CONFIG.format(host_timeout=30.0) + """
+CONFIG = cluster_config(30.0) + """
 [[queues]]
 name = "graceful"
 priority = 30

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import random
 
+import pytest
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -31,6 +32,8 @@ from xce.model.claims import ATTACHMENT_TRANSITIONS, LIVE, TRANSITIONS, Attachme
 from xce.model.identity import Role, User
 from xce.model.job_claims import JobClaimsSpec
 from xce.model.jobs import JobSpec, JobState
+
+pytestmark = pytest.mark.long  # started first under make test (tests/conftest.py)
 
 CONFIG = parse_config("""
 [[users]]

@@ -20,6 +20,8 @@ from schemathesis import GenerationMode
 
 from tests.helpers import ControllerProcess
 
+pytestmark = pytest.mark.long  # started first under make test (tests/conftest.py)
+
 EXAMPLES = int(os.environ.get("XCE_FUZZ_EXAMPLES", "10"))  # per operation, generation mode and role
 
 
@@ -59,6 +61,7 @@ def fuzz(schema, base_url: str, token: str, calls: list[int]) -> list[str]:
     return errors
 
 
+@pytest.mark.timeout(900)  # minutes when the machine's other test processes are busy too
 def test_no_server_errors_under_schema_fuzzing_as_admin_and_as_user(ctl):
     with ctl.client() as c:
         assert c.post("/v1/users", json={"name": "fuzzer", "projects": ["default"]}).status_code == 201
