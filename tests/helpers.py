@@ -90,8 +90,12 @@ class ControllerProcess:
             self.log = open(os.path.join(self.state_dir, f"controller-{self.port}.log"), "ab")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         # a controller imports FastAPI and its model before it listens: seconds on a busy 2-core machine
-        wait_for(self._healthy if not wait_leader else self.is_leader, timeout=START_TIMEOUT,
-                 what=f"controller on {self.url}")
+        try:
+            wait_for(self._healthy if not wait_leader else self.is_leader, timeout=START_TIMEOUT,
+                     what=f"controller on {self.url}")
+        except BaseException:
+            kill_now(self.proc)  # not left running behind a failed test
+            raise
         return self
 
     def _health(self) -> dict | None:
