@@ -1,6 +1,6 @@
 """The plan applier: re-check each scheduler decision against the current model, commit the good ones.
 
-The model may have moved on since the snapshot (a job was killed, a host
+The model may have moved on since the scheduler's view of it (a job was killed, a host
 went away, another decision took the last slot): such decisions are
 rejected here and the job is simply planned again next cycle.
 """

@@ -1,4 +1,4 @@
-"""The scheduling loop: snapshot -> ``schedule`` -> plan applier, whenever something changed.
+"""The scheduling loop: view -> ``schedule`` -> plan applier, whenever something changed.
 
 Level-triggered: a poke (a job submitted or finished, a host joined) or a
 periodic tick starts a cycle; a cycle always plans from the whole current
@@ -6,11 +6,11 @@ state, so a missed poke costs at most one tick.  Pokes that arrive during a
 cycle, or within ``min_interval`` of its start, are served by one next cycle:
 under a burst of submissions the controller plans a few times a second, not
 once per request.  ``schedule`` itself runs on a thread (it only reads its
-immutable snapshot), so the event loop keeps answering requests meanwhile.
+immutable view), so the event loop keeps answering requests meanwhile.
 
 A cycle plans the first ``[controller] queue_depth`` pending jobs in priority
 order, as Slurm's main scheduler does (``default_queue_depth``): with a
-backlog of 10,000, a snapshot of all of them held the event loop for 25 ms of
+backlog of 10,000, a view of all of them held the event loop for 25 ms of
 CPU per cycle, the plan as much again on its thread, and their garbage made
 the collector's full passes (150-450 ms each, during which nothing is
 answered) several times more frequent.  Jobs deeper in the queue are not
@@ -33,7 +33,7 @@ from xce.model import facts as F
 from xce.model.claims import ClaimState, ResizeState
 from xce.model.hosts import HostState
 from xce.scheduler.core import schedule
-from xce.controller.snapshot import JobViews, build_snapshot
+from xce.controller.view import JobViews, build_view
 
 log = logging.getLogger("xce.scheduler")
 
@@ -85,7 +85,7 @@ class SchedulerLoop:
         model = self.ctl.model
         idle = _no_room(model)
         if idle and not _claims_waiting(model):
-            # nothing can be placed: skip the snapshot (O(pending jobs)), one reason fits them all
+            # nothing can be placed: skip the view (O(pending jobs)), one reason fits them all
             self.ctl.pending_reasons, self.ctl.claim_reasons, self.ctl.idle_reason = {}, {}, idle
             self.ctl.resize_reasons = {}
             self.ctl.beyond_depth_reason = None
@@ -93,18 +93,18 @@ class SchedulerLoop:
         self.ctl.idle_reason = None
         full = time.monotonic() >= self._full_pass_at
         depth = config.controller.queue_depth
-        snap = build_snapshot(model, config, self.ctl.observed, self._views, depth=None if full else depth,
-                              now=time.time())
-        if not snap.pending and not snap.pending_claims and not snap.pending_resizes:
+        view = build_view(model, config, self.ctl.observed, self._views, depth=None if full else depth,
+                          now=time.time())
+        if not view.pending and not view.pending_claims and not view.pending_resizes:
             self.ctl.pending_reasons = {}
             self.ctl.claim_reasons = {}
             self.ctl.resize_reasons = {}
             self.ctl.beyond_depth_reason = None
             return
-        plan = await asyncio.get_running_loop().run_in_executor(self._pool, schedule, snap)
+        plan = await asyncio.get_running_loop().run_in_executor(self._pool, schedule, view)
         self.cycles += 1
         self.ctl.pending_reasons = dict(plan.pending_reasons)
-        self._after_depth(snap.pending_beyond, plan.room_left, full, depth)
+        self._after_depth(view.pending_beyond, plan.room_left, full, depth)
         self.ctl.claim_reasons = dict(plan.claim_reasons)
         self.ctl.resize_reasons = dict(plan.resize_reasons)
         if plan.allocations or plan.placements or plan.resizes:
