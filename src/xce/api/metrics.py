@@ -56,7 +56,7 @@ class Metrics:
                                  buckets=[2.0**k for k in range(24, 37, 2)], registry=self.registry)
         self.registry.register(_ClaimCollector(ctl))
         self._ctl = ctl
-        ctl.commit_listeners.append(self._on_commit)
+        ctl.listeners.commit.append(self._on_commit)
 
     def _on_commit(self, facts: list[F.Fact]) -> None:
         for f in facts:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from xce.controller.core import Outcome
+from xce.controller.commit import Outcome
 from xce.model import Model
 from xce.model import job_claims
 from xce.model.claims import ClaimState

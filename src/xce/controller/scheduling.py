@@ -25,8 +25,12 @@ import concurrent.futures
 import logging
 import time
 
+from xce.config import Config
 from xce.controller.applier import apply_plan
-from xce.controller.core import Controller
+from xce.controller.commit import Committer
+from xce.controller.listeners import Listeners
+from xce.controller.observed import Observed
+from xce.controller.term import Term
 from xce.errors import XceError
 from xce.model import Model
 from xce.model import facts as F
@@ -43,8 +47,18 @@ _POKE = (F.JobSubmitted, F.JobFinished, F.JobRequeued, F.JobReleased, F.HostRegi
 
 
 class SchedulerLoop:
-    def __init__(self, ctl: Controller, tick: float = 1.0, min_interval: float = 0.05) -> None:
-        self.ctl = ctl
+    """One per controller (``Controller.scheduling``); only the leader's plans.
+
+    Its latest word on what waits (``pending_reason``, ``claim_reason``, ``resize_reason``) is
+    volatile: recomputed every cycle from the model, never a fact, and lost with the leader.
+    """
+
+    def __init__(self, commit: Committer, term: Term, listeners: Listeners, config: Config, observed: Observed,
+                 tick: float = 1.0, min_interval: float = 0.05) -> None:
+        self.commit = commit
+        self.term = term
+        self.config = config
+        self.observed = observed
         self.tick = tick
         self.min_interval = min_interval
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="xce-scheduler")
@@ -53,9 +67,33 @@ class SchedulerLoop:
         self._full_pass_at = 0.0  # monotonic time of the next full pass: due once room went unused
         self._last_full_pass = float("-inf")
         self._wake = asyncio.Event()
-        ctl.commit_listeners.append(self._on_commit)
-        ctl.leader_listeners.append(self._wake.set)
-        ctl.background.append(self.run)
+        # the latest cycle's reasons: pending jobs', and every pending job's when no host has room at all
+        self.pending_reasons: dict[int, str] = {}
+        self.idle_reason: str | None = None
+        # when the latest cycle planned only the first queue_depth pending jobs: what the others are
+        # told, and what the latest full pass said of each
+        self.beyond_depth_reason: str | None = None
+        self.full_pass_reasons: dict[int, str] = {}
+        self.claim_reasons: dict[int, str] = {}  # the same for standalone claims waiting for a pool
+        self.resize_reasons: dict[int, str] = {}  # ... and for resizes waiting for room in their pool
+        listeners.commit.append(self._on_commit)
+        listeners.leader.append(self._wake.set)
+        listeners.background.append(self.run)
+
+    def pending_reason(self, job_id: int) -> str | None:
+        """The latest word on a pending job (what ``xce job why`` shows beside the job's own state)."""
+        reason = self.pending_reasons.get(job_id)
+        if reason is None and self.beyond_depth_reason is not None:
+            reason = self.full_pass_reasons.get(job_id) or self.beyond_depth_reason
+        return reason or self.idle_reason
+
+    def claim_reason(self, claim_id: int) -> str | None:
+        """Why a standalone claim still waits for a pool, if it does."""
+        return self.claim_reasons.get(claim_id)
+
+    def resize_reason(self, claim_id: int) -> str | None:
+        """Why a claim's resize still waits for room in its pool, if it does."""
+        return self.resize_reasons.get(claim_id)
 
     def _on_commit(self, facts: list[F.Fact]) -> None:
         if any(isinstance(f, _POKE) for f in facts):
@@ -68,7 +106,7 @@ class SchedulerLoop:
             except TimeoutError:
                 pass
             self._wake.clear()
-            if not self.ctl.is_leader:
+            if not self.term.is_leader:
                 continue
             started = time.monotonic()
             try:
@@ -80,42 +118,42 @@ class SchedulerLoop:
             await asyncio.sleep(max(0.0, self.min_interval - (time.monotonic() - started)))
 
     async def cycle(self) -> None:
-        await self.ctl.read_barrier()
-        config = self.ctl.config
-        model = self.ctl.model
+        await self.commit.read_barrier()
+        config = self.config
+        model = self.commit.model
         idle = _no_room(model)
         if idle and not _claims_waiting(model):
             # nothing can be placed: skip the view (O(pending jobs)), one reason fits them all
-            self.ctl.pending_reasons, self.ctl.claim_reasons, self.ctl.idle_reason = {}, {}, idle
-            self.ctl.resize_reasons = {}
-            self.ctl.beyond_depth_reason = None
+            self.pending_reasons, self.claim_reasons, self.idle_reason = {}, {}, idle
+            self.resize_reasons = {}
+            self.beyond_depth_reason = None
             return
-        self.ctl.idle_reason = None
+        self.idle_reason = None
         full = time.monotonic() >= self._full_pass_at
         depth = config.controller.queue_depth
-        view = build_view(model, config, self.ctl.observed, self._views, depth=None if full else depth,
+        view = build_view(model, config, self.observed, self._views, depth=None if full else depth,
                           now=time.time())
         if not view.pending and not view.pending_claims and not view.pending_resizes:
-            self.ctl.pending_reasons = {}
-            self.ctl.claim_reasons = {}
-            self.ctl.resize_reasons = {}
-            self.ctl.beyond_depth_reason = None
+            self.pending_reasons = {}
+            self.claim_reasons = {}
+            self.resize_reasons = {}
+            self.beyond_depth_reason = None
             return
         plan = await asyncio.get_running_loop().run_in_executor(self._pool, schedule, view)
         self.cycles += 1
-        self.ctl.pending_reasons = dict(plan.pending_reasons)
+        self.pending_reasons = dict(plan.pending_reasons)
         self._after_depth(view.pending_beyond, plan.room_left, full, depth)
-        self.ctl.claim_reasons = dict(plan.claim_reasons)
-        self.ctl.resize_reasons = dict(plan.resize_reasons)
+        self.claim_reasons = dict(plan.claim_reasons)
+        self.resize_reasons = dict(plan.resize_reasons)
         if plan.allocations or plan.placements or plan.resizes:
-            observed = self.ctl.observed
-            result = await self.ctl.execute(lambda m: apply_plan(m, plan, time.time(), config, observed))
+            observed = self.observed
+            result = await self.commit.execute(lambda m: apply_plan(m, plan, time.time(), config, observed))
             for job_id, why in result.rejected.items():
-                self.ctl.pending_reasons[job_id] = f"plan rejected ({why}); retrying"
+                self.pending_reasons[job_id] = f"plan rejected ({why}); retrying"
             for claim_id, why in result.claims_rejected.items():
-                self.ctl.claim_reasons[claim_id] = f"placement rejected ({why}); retrying"
+                self.claim_reasons[claim_id] = f"placement rejected ({why}); retrying"
             for claim_id, why in result.resizes_rejected.items():
-                self.ctl.resize_reasons[claim_id] = f"reservation rejected ({why}); retrying"
+                self.resize_reasons[claim_id] = f"reservation rejected ({why}); retrying"
             if result.rejected or result.claims_rejected or result.resizes_rejected:
                 self._wake.set()
 
@@ -125,13 +163,13 @@ class SchedulerLoop:
         if full:
             self._last_full_pass = now
             self._full_pass_at = float("inf")  # capped cycles, until one leaves a slot free
-            self.ctl.full_pass_reasons = self.ctl.pending_reasons
-            self.ctl.beyond_depth_reason = None
+            self.full_pass_reasons = self.pending_reasons
+            self.beyond_depth_reason = None
             return
         if not beyond:
-            self.ctl.beyond_depth_reason, self.ctl.full_pass_reasons = None, {}  # every pending job was planned
+            self.beyond_depth_reason, self.full_pass_reasons = None, {}  # every pending job was planned
             return
-        self.ctl.beyond_depth_reason = (
+        self.beyond_depth_reason = (
             f"not planned in the latest cycle: behind the first {depth} pending jobs in priority order "
             f"([controller] queue_depth); a full pass reaches it when a cycle leaves a slot free")
         if room_left:
