@@ -44,6 +44,10 @@ class Metrics:
                                           lambda: ctl.stats.last_snapshot_seconds),
             "xce_retired_records": ("jobs and claims this controller retired into the archive",
                                     lambda: ctl.stats.retired),
+            "xce_plan_rejections": ("scheduler decisions the plan applier rejected (each retried with backoff)",
+                                    lambda: ctl.scheduling.rejections.total),
+            "xce_plan_retry_delay_seconds": ("the wait before a rejected plan is made again (0: not backing off)",
+                                             lambda: ctl.scheduling.rejections.backoff.delay),
         }
         for name, (doc, fn) in gauges.items():
             Gauge(name, doc, registry=self.registry).set_function(fn)

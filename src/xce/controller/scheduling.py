@@ -16,6 +16,10 @@ the collector's full passes (150-450 ms each, during which nothing is
 answered) several times more frequent.  Jobs deeper in the queue are not
 forgotten: a cycle that leaves a free slot while jobs lie beyond the depth
 is followed, at most once per ``tick``, by a full pass over every pending job.
+
+A cycle whose plan the applier rejected, in part or whole, is retried with a
+bounded backoff (``retry.py``), not at once: a persistent rejection must not
+replan at the loop's full pace forever.
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ import logging
 import time
 
 from xce.config import Config
-from xce.controller.applier import apply_plan
+from xce.controller.applier import ApplyResult, apply_plan
 from xce.controller.commit import Committer
 from xce.controller.listeners import Listeners
 from xce.controller.observed import Observed
+from xce.controller.retry import MAX_RETRY_DELAY, Backoff, Rejections
 from xce.controller.term import Term
 from xce.errors import XceError
 from xce.model import Model
@@ -67,6 +72,9 @@ class SchedulerLoop:
         self._full_pass_at = 0.0  # monotonic time of the next full pass: due once room went unused
         self._last_full_pass = float("-inf")
         self._wake = asyncio.Event()
+        self.apply = apply_plan  # the plan applier (a test puts one in that rejects)
+        self.rejections = Rejections(Backoff(first=min_interval, cap=MAX_RETRY_DELAY))
+        self._retry_at: float | None = None  # monotonic time of a rejected plan's retry (None: not backing off)
         # the latest cycle's reasons: pending jobs', and every pending job's when no host has room at all
         self.pending_reasons: dict[int, str] = {}
         self.idle_reason: str | None = None
@@ -97,15 +105,19 @@ class SchedulerLoop:
 
     def _on_commit(self, facts: list[F.Fact]) -> None:
         if any(isinstance(f, _POKE) for f in facts):
+            self.rejections.backoff.reset()  # it may change what the applier says: plan at once
             self._wake.set()
 
     async def run(self) -> None:
         while True:
+            # a rejected plan's retry stands in for the tick: a persistent rejection is not replanned every tick
+            wait = self.tick if self._retry_at is None else max(0.0, self._retry_at - time.monotonic())
             try:
-                await asyncio.wait_for(self._wake.wait(), self.tick)
+                await asyncio.wait_for(self._wake.wait(), wait)
             except TimeoutError:
                 pass
             self._wake.clear()
+            self._retry_at = None
             if not self.term.is_leader:
                 continue
             started = time.monotonic()
@@ -118,6 +130,18 @@ class SchedulerLoop:
             await asyncio.sleep(max(0.0, self.min_interval - (time.monotonic() - started)))
 
     async def cycle(self) -> None:
+        self._retried(await self._plan_and_apply())
+
+    def _retried(self, result: ApplyResult | None) -> None:
+        """After a cycle's apply (None: nothing to apply): back off if any of the plan was rejected,
+        and tell each rejected decision why it waits."""
+        delay = self.rejections.note(result)
+        self._retry_at = None if delay is None else time.monotonic() + delay
+        self.pending_reasons.update(self.rejections.reasons("job"))
+        self.claim_reasons.update(self.rejections.reasons("claim"))
+        self.resize_reasons.update(self.rejections.reasons("resize"))
+
+    async def _plan_and_apply(self) -> ApplyResult | None:
         await self.commit.read_barrier()
         config = self.config
         model = self.commit.model
@@ -127,7 +151,7 @@ class SchedulerLoop:
             self.pending_reasons, self.claim_reasons, self.idle_reason = {}, {}, idle
             self.resize_reasons = {}
             self.beyond_depth_reason = None
-            return
+            return None
         self.idle_reason = None
         full = time.monotonic() >= self._full_pass_at
         depth = config.controller.queue_depth
@@ -138,24 +162,18 @@ class SchedulerLoop:
             self.claim_reasons = {}
             self.resize_reasons = {}
             self.beyond_depth_reason = None
-            return
+            return None
         plan = await asyncio.get_running_loop().run_in_executor(self._pool, schedule, view)
         self.cycles += 1
         self.pending_reasons = dict(plan.pending_reasons)
         self._after_depth(view.pending_beyond, plan.room_left, full, depth)
         self.claim_reasons = dict(plan.claim_reasons)
         self.resize_reasons = dict(plan.resize_reasons)
-        if plan.allocations or plan.placements or plan.resizes:
-            observed = self.observed
-            result = await self.commit.execute(lambda m: apply_plan(m, plan, time.time(), config, observed))
-            for job_id, why in result.rejected.items():
-                self.pending_reasons[job_id] = f"plan rejected ({why}); retrying"
-            for claim_id, why in result.claims_rejected.items():
-                self.claim_reasons[claim_id] = f"placement rejected ({why}); retrying"
-            for claim_id, why in result.resizes_rejected.items():
-                self.resize_reasons[claim_id] = f"reservation rejected ({why}); retrying"
-            if result.rejected or result.claims_rejected or result.resizes_rejected:
-                self._wake.set()
+        if not (plan.allocations or plan.placements or plan.resizes):
+            return None
+        observed, apply = self.observed, self.apply
+        result: ApplyResult = await self.commit.execute(lambda m: apply(m, plan, time.time(), config, observed))
+        return result
 
     def _after_depth(self, beyond: int, room_left: bool, full: bool, depth: int) -> None:
         """What the jobs behind the queue depth are told, and when the next full pass is due."""
