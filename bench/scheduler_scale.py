@@ -6,8 +6,8 @@ For each size a Model is built by applying facts (queues, HostRegistered,
 JobSubmitted, and JobAllocated/JobStarted for a few running jobs so that
 hosts are partly used), then:
 
-- ``build_snapshot(model)`` is timed (the real cycle pays for it too), and
-- ``schedule(snapshot)`` is timed on that snapshot: best of N repeats with
+- ``build_view(model)`` is timed (the real cycle pays for it too), and
+- ``schedule(view)`` is timed on that view: best of N repeats with
   ``time.perf_counter``.  The resreq parse cache is warm after the first
   repeat, as it is in a running controller.
 
@@ -34,8 +34,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 from xce.model import facts as F  # noqa: E402
 from xce.model.state import Model  # noqa: E402
 from xce.scheduler.core import schedule  # noqa: E402
-from xce.controller.snapshot import build_snapshot  # noqa: E402
-from xce.scheduler.snapshot import JobView, Snapshot  # noqa: E402
+from xce.controller.view import build_view  # noqa: E402
+from xce.scheduler.view import ClusterView, JobView  # noqa: E402
 
 GiB = 2**30
 QUEUES = (("high", 100, 1), ("normal", 50, 6), ("low", 10, 3))  # name, priority, weight
@@ -112,19 +112,19 @@ def best_of(fn, repeats: int) -> tuple[float, object]:
 
 def measure(n_hosts: int, n_jobs: int, seed: int, repeats: int) -> dict:
     model = build_model(n_hosts, n_jobs, seed)
-    t_snap, snap = best_of(lambda: build_snapshot(model), repeats)
-    assert isinstance(snap, Snapshot) and len(snap.pending) == n_jobs and len(snap.hosts) == n_hosts
-    t_cycle, plan = best_of(lambda: schedule(snap), repeats)
-    return {"hosts": n_hosts, "jobs": n_jobs, "cycle": t_cycle, "snapshot": t_snap,
+    t_view, view = best_of(lambda: build_view(model), repeats)
+    assert isinstance(view, ClusterView) and len(view.pending) == n_jobs and len(view.hosts) == n_hosts
+    t_cycle, plan = best_of(lambda: schedule(view), repeats)
+    return {"hosts": n_hosts, "jobs": n_jobs, "cycle": t_cycle, "view": t_view,
             "alloc": len(plan.allocations), "pending": len(plan.pending_reasons)}
 
 
-def distinct_shapes(snap: Snapshot, seed: int) -> Snapshot:
+def distinct_shapes(view: ClusterView, seed: int) -> ClusterView:
     """The same hosts and job ids, but every job its own ``-n`` and ``rusage[mem=...]`` amount."""
     rnd = random.Random(seed)
     pending = tuple(JobView(id=j.id, run=j.run, queue=j.queue, priority=j.priority, slots=rnd.randint(1, 8),
-                            resreq=f"rusage[mem={rnd.randint(100, 20000)}M]") for j in snap.pending)
-    return Snapshot(position=snap.position, hosts=snap.hosts, pending=pending)
+                            resreq=f"rusage[mem={rnd.randint(100, 20000)}M]") for j in view.pending)
+    return ClusterView(position=view.position, hosts=view.hosts, pending=pending)
 
 
 def main() -> None:
@@ -133,15 +133,15 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
 
-    print(f"schedule(snapshot), best of {args.repeats}; build_snapshot(model) timed separately\n")
-    print(f"{'hosts':>6} {'jobs':>6} {'cycle s':>9} {'allocs':>7} {'pending':>8} {'build_snapshot s':>17} {'total s':>8}")
+    print(f"schedule(view), best of {args.repeats}; build_view(model) timed separately\n")
+    print(f"{'hosts':>6} {'jobs':>6} {'cycle s':>9} {'allocs':>7} {'pending':>8} {'build_view s':>13} {'total s':>8}")
     for n_hosts in (1000, 5000):
         r = measure(n_hosts, 10_000, args.seed, args.repeats)
         print(f"{r['hosts']:>6} {r['jobs']:>6} {r['cycle']:>9.3f} {r['alloc']:>7} {r['pending']:>8} "
-              f"{r['snapshot']:>17.3f} {r['cycle'] + r['snapshot']:>8.3f}")
+              f"{r['view']:>13.3f} {r['cycle'] + r['view']:>8.3f}")
     goal = r["cycle"]
     print(f"\ngoal: 10,000 pending jobs on 5,000 hosts in < 1 s: cycle {goal:.3f} s "
-          f"({'met' if goal < 1.0 else 'NOT met'}); with build_snapshot {goal + r['snapshot']:.3f} s")
+          f"({'met' if goal < 1.0 else 'NOT met'}); with build_view {goal + r['view']:.3f} s")
 
     reps = max(1, args.repeats - 2)
     for label, sizes in (("jobs (5,000 hosts)", [(5000, n) for n in (2500, 5000, 10_000)]),
@@ -157,9 +157,9 @@ def main() -> None:
                   f"{r['alloc']:>7} {size_x:>7.2f} {r['cycle'] / first['cycle']:>7.2f}")
 
     # not the realistic mix: shapes are cached per (resreq, -n), so this is the worst case for that cache
-    snap = distinct_shapes(build_snapshot(build_model(5000, 10_000, args.seed)), args.seed)
-    t, plan = best_of(lambda: schedule(snap), 1)
-    shapes = len({(j.resreq, j.slots) for j in snap.pending})
+    view = distinct_shapes(build_view(build_model(5000, 10_000, args.seed)), args.seed)
+    t, plan = best_of(lambda: schedule(view), 1)
+    shapes = len({(j.resreq, j.slots) for j in view.pending})
     print(f"\nstress, not the realistic mix: 10,000 jobs on 5,000 hosts with {shapes} distinct (resreq, -n) shapes: "
           f"cycle {t:.3f} s, {len(plan.allocations)} allocations")
 

@@ -11,7 +11,7 @@ the ones below it (import-linter's contracts in ``pyproject.toml``):
                      claims and claim agents) and ``api.server``, the controller process
 - ``xce.controller`` the process that owns state: group commit, leadership, snapshots, the plan
                      applier, the scheduling loop, host liveness, long-poll wake-ups
-- ``xce.scheduler``  ``plan = schedule(snapshot)``: pure
+- ``xce.scheduler``  ``plan = schedule(view)``: pure, from a ``ClusterView`` the controller builds
 - ``xce.model``      facts (typed, versioned records) and the model they fold into: jobs, hosts,
                      claims (``claims``: the one place a claim changes state), claims in jobs
 - ``xce.config``, ``xce.resreq``   the controller's config; resource requirement strings

@@ -307,18 +307,18 @@ def test_a_resize_that_fits_is_reserved_and_opens_its_expand_op_one_that_does_no
 
 def test_the_snapshot_offers_requested_resizes_with_their_growth_and_the_observed_pool_room(w):
     from xce.controller.observed import Observed
-    from xce.controller.snapshot import build_snapshot
+    from xce.controller.view import build_view
 
     grant_expand(w)
     claim = w.standalone("vol", size="2Gi")
     w.commit(C.resize(w.model, CONFIG, ADMIN, "vol", "3Gi", w.tick())[0])
-    snap = build_snapshot(w.model, CONFIG)
+    snap = build_view(w.model, CONFIG)
     assert [(r.claim_id, r.pool, r.size, r.grow) for r in snap.pending_resizes] == [(claim.id, "p", 3 * GiB, GiB)]
     assert [(p.name, p.capacity, p.free) for p in snap.pools] == [("p", 10 * GiB, 8 * GiB)]
     seen = Observed()
     seen.report_capacity("vol", 6 * GiB, 3 * GiB, w.now)  # the backend is smaller than the config says
-    assert [(p.capacity, p.free) for p in build_snapshot(w.model, CONFIG, seen).pools] == [(6 * GiB, 3 * GiB)]
+    assert [(p.capacity, p.free) for p in build_view(w.model, CONFIG, seen).pools] == [(6 * GiB, 3 * GiB)]
     seen.report_capacity("vol", None, None, w.now)  # no reading: the configured capacity again
-    assert [(p.capacity, p.free) for p in build_snapshot(w.model, CONFIG, seen).pools] == [(10 * GiB, 8 * GiB)]
+    assert [(p.capacity, p.free) for p in build_view(w.model, CONFIG, seen).pools] == [(10 * GiB, 8 * GiB)]
     seen.report_capacity("vol", 20 * GiB, None, w.now)  # the config is the cap
-    assert [(p.capacity, p.free) for p in build_snapshot(w.model, CONFIG, seen).pools] == [(10 * GiB, 8 * GiB)]
+    assert [(p.capacity, p.free) for p in build_view(w.model, CONFIG, seen).pools] == [(10 * GiB, 8 * GiB)]

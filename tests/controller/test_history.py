@@ -1,4 +1,4 @@
-"""The leader's archive writes (``Controller._add_retiring``): a retirement's documents reach the store
+"""The leader's archive writes (``archive.add_retiring``): a retirement's documents reach the store
 with its fact, whichever way it was committed."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import pytest
 
 from xce.config import parse_config
 from xce.controller.applier import apply_plan
-from xce.controller.snapshot import build_snapshot
+from xce.controller.view import build_view
 from xce.errors import Forbidden, InvalidRequest
 from xce.model import claims as C
 from xce.model import facts as F
@@ -40,7 +40,7 @@ def place(w: World, claim: C.Claim) -> None:
 
 def cycle(w: World):
     """One scheduling cycle through the controller's own snapshot builder and plan applier."""
-    plan = schedule(build_snapshot(w.model, CONFIG))
+    plan = schedule(build_view(w.model, CONFIG))
     outcome = apply_plan(w.model, plan, w.tick(), CONFIG)
     w.commit(outcome.facts)
     return plan, outcome

@@ -1,11 +1,11 @@
-"""The scheduler with claims, template-claim counters and cluster-scope counters, on plain snapshots."""
+"""The scheduler with claims, template-claim counters and cluster-scope counters, on plain cluster views."""
 
 from __future__ import annotations
 
 from types import MappingProxyType
 
 from xce.scheduler.core import schedule
-from xce.scheduler.snapshot import ClaimUse, ClaimView, HostView, JobView, PoolView, Snapshot
+from xce.scheduler.view import ClaimUse, ClaimView, ClusterView, HostView, JobView, PoolView
 
 
 def host(name: str, slots: int = 4, counters: dict[str, float] | None = None) -> HostView:
@@ -25,7 +25,7 @@ def use(name: str, access: str = "RWX", state: str = "READY", reachable=None, on
 
 
 def plan(hosts, jobs, **kw):
-    return schedule(Snapshot(position=1, hosts=tuple(hosts), pending=tuple(jobs), **kw))
+    return schedule(ClusterView(position=1, hosts=tuple(hosts), pending=tuple(jobs), **kw))
 
 
 HOSTS = [host("h1"), host("h2"), host("h3")]
@@ -83,7 +83,7 @@ def test_cluster_counters_are_shared_by_every_host():
 
 
 def test_claims_go_to_the_pool_with_room():
-    p = schedule(Snapshot(position=1, hosts=(), pending=(),
+    p = schedule(ClusterView(position=1, hosts=(), pending=(),
                           pools=(PoolView("a", 100, 10), PoolView("b", 100, 50)),
                           pending_claims=(ClaimView(1, "x", 40, ("a", "b")), ClaimView(2, "y", 40, ("a", "b")))))
     assert [(c.claim_id, c.pool) for c in p.placements] == [(1, "b")]
@@ -104,10 +104,10 @@ def test_standalone_placements_see_the_pool_room_the_cycles_allocations_took():
 
 
 def test_a_resize_is_reserved_in_its_claims_pool_before_new_claims_or_waits_with_a_reason():
-    from xce.scheduler.snapshot import ResizeView
+    from xce.scheduler.view import ResizeView
 
     gib = 2**30
-    p = schedule(Snapshot(position=1, hosts=(), pending=(), pools=(PoolView("p", 10 * gib, 5 * gib),),
+    p = schedule(ClusterView(position=1, hosts=(), pending=(), pools=(PoolView("p", 10 * gib, 5 * gib),),
                           pending_claims=(ClaimView(9, "new", 2 * gib, ("p",)),),
                           pending_resizes=(ResizeView(3, "grow", "p", 8 * gib, 4 * gib),
                                            ResizeView(4, "huge", "p", 12 * gib, 6 * gib),

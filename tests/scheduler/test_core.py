@@ -1,4 +1,4 @@
-"""``schedule(snapshot) -> Plan`` driven with plain, hand-built snapshots: no controller, no I/O."""
+"""``schedule(view) -> Plan`` driven with plain, hand-built cluster views: no controller, no I/O."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from xce.scheduler.core import schedule
 from xce.scheduler.plan import Allocation, Plan
 from xce.resreq import ResReqError, parse_resreq
-from xce.scheduler.snapshot import HostView, JobView, Snapshot
+from xce.scheduler.view import ClusterView, HostView, JobView
 
 G = 1e9
 
@@ -28,12 +28,12 @@ def job(id: int, slots: int = 1, resreq: str = "", priority: int = 50, queue: st
 
 
 def plan_for(hosts: list[HostView], jobs: list[JobView], position: int = 7) -> Plan:
-    plan = schedule(Snapshot(position=position, hosts=tuple(hosts), pending=tuple(jobs)))
-    check_plan(Snapshot(position=position, hosts=tuple(hosts), pending=tuple(jobs)), plan)
+    plan = schedule(ClusterView(position=position, hosts=tuple(hosts), pending=tuple(jobs)))
+    check_plan(ClusterView(position=position, hosts=tuple(hosts), pending=tuple(jobs)), plan)
     return plan
 
 
-def check_plan(snap: Snapshot, plan: Plan) -> None:
+def check_plan(snap: ClusterView, plan: Plan) -> None:
     """What every plan must satisfy: each job decided once, nothing overcommitted, every pending job explained."""
     allocated = [a.job_id for a in plan.allocations]
     assert len(allocated) == len(set(allocated))
@@ -333,7 +333,7 @@ def test_same_snapshot_same_plan():
     assert schedule(snap) == first
     shuffled = list(snap.pending)
     rnd.shuffle(shuffled)
-    assert schedule(Snapshot(snap.position, snap.hosts, tuple(shuffled))) == first
+    assert schedule(ClusterView(snap.position, snap.hosts, tuple(shuffled))) == first
 
 
 def test_the_snapshot_is_not_changed():
@@ -347,7 +347,7 @@ def test_the_snapshot_is_not_changed():
 # ---------------------------------------------------------------- against a brute-force reference
 
 
-def reference_allocations(snap: Snapshot) -> dict[int, dict[str, int]]:
+def reference_allocations(snap: ClusterView) -> dict[int, dict[str, int]]:
     """The scheduling rules written as plainly as possible, O(jobs x hosts): first fit in candidate order."""
     free_slots = {h.name: h.slots_free for h in snap.hosts}
     free_ctr = {h.name: dict(h.counters_free) for h in snap.hosts}
@@ -403,7 +403,7 @@ RESREQS = ["", "select[zone==a]", "select[zone!=a] rusage[mem=4G]", "rusage[mem=
            "select[zone==b || zone==c] rusage[scratch=50G]", "rusage[lic=1]", "select[zone==a"]
 
 
-def random_snapshot(rnd: random.Random, n_hosts: int, n_jobs: int) -> Snapshot:
+def random_snapshot(rnd: random.Random, n_hosts: int, n_jobs: int) -> ClusterView:
     hosts = []
     for i in range(n_hosts):
         counters = {"mem": float(rnd.choice((8, 16, 64))) * G, "scratch": float(rnd.choice((0, 100, 400))) * G}
@@ -418,7 +418,7 @@ def random_snapshot(rnd: random.Random, n_hosts: int, n_jobs: int) -> Snapshot:
     jobs = [job(i, slots=rnd.choice((1, 1, 1, 2, 3, 4, 8, 12)), resreq=rnd.choice(RESREQS),
                 priority=rnd.choice((10, 50, 50, 100)), run=rnd.randint(0, 2))
             for i in rnd.sample(range(1, 10 * n_jobs), n_jobs)]
-    return Snapshot(position=rnd.randint(1, 1000), hosts=tuple(hosts), pending=tuple(jobs))
+    return ClusterView(position=rnd.randint(1, 1000), hosts=tuple(hosts), pending=tuple(jobs))
 
 
 @pytest.mark.parametrize("seed", range(60))
@@ -441,7 +441,7 @@ def test_same_allocations_as_the_reference_when_most_jobs_differ_in_amounts():
                      f"rusage[mem={rnd.randint(1, 40) * 250}M" + (f",gpu={rnd.randint(1, 3)}]" if rnd.random() < 0.2 else "]"),
                      rnd.choice(["", "", "span[hosts=1]", f"span[ptile={rnd.randint(1, 4)}]"])]
             jobs.append(job(i, slots=rnd.randint(1, 10), resreq=" ".join(parts), priority=rnd.choice((1, 2))))
-        snap = Snapshot(position=1, hosts=base.hosts, pending=tuple(jobs))
+        snap = ClusterView(position=1, hosts=base.hosts, pending=tuple(jobs))
         plan = schedule(snap)
         check_plan(snap, plan)
         assert allocated(plan) == reference_allocations(snap), seed

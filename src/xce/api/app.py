@@ -40,7 +40,6 @@ from xce.controller.core import Controller, Outcome, Peer
 from xce.controller.history import Retirement
 from xce.controller.hosts import HostMonitor
 from xce.controller.longpoll import AGENT_WAKE, Waker
-from xce.controller.scheduling import SchedulerLoop
 from xce.errors import NotLeader, XceError
 from xce.model import Model
 from xce.model.identity import (User, define_user, issue_token, revoke_token, set_user_disabled,
@@ -155,7 +154,7 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
     app.state.controller = controller
     refusals = app.state.refusals = RefusalLimiter.from_config(controller.config.controller)
     monitor = HostMonitor(controller)
-    app.state.scheduler = SchedulerLoop(controller)
+    app.state.scheduler = controller.scheduling
     app.state.retirement = Retirement(controller)
     # the busiest routes first: FastAPI tries them in order on every request
     add_job_routes(app, controller)

@@ -57,7 +57,7 @@ def add_audit_routes(app: FastAPI, controller: Controller) -> None:
         if not actor.is_admin:
             user = actor.name  # users see only their own trail
         before = decode_cursor(CURSOR_KIND, cursor) if cursor is not None else None
-        rows = await controller.query_audit(AuditQuery(
+        rows = await controller.read_store(controller.store.query_audit, AuditQuery(
             since=since, until=until, user=user, target=target or None, action=action, result=result,
             before_seq=before, limit=limit + 1))  # one more: does another page follow?
         page = rows[:limit]

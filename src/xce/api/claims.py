@@ -39,7 +39,7 @@ InProject = Annotated[str | None, Query(max_length=63, description="the claim's 
 def add_claim_routes(app: FastAPI, ctl: Controller) -> None:
     def view(claim: C.Claim) -> dict[str, Any]:
         reading = ctl.observed.progress(ctl.model, claim.id)
-        return claim_json(claim, ctl.claim_reasons.get(claim.id), resize_reason=ctl.resize_reasons.get(claim.id),
+        return claim_json(claim, ctl.scheduling.claim_reason(claim.id), resize_reason=ctl.scheduling.resize_reason(claim.id),
                           used_bytes=ctl.observed.used_bytes(claim.id),
                           transfer=reading.as_json() if reading is not None else None)
 

@@ -69,7 +69,7 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
                               lambda model: job_claims.submit(model, actor, spec, claims, time.time(), ctl.config),
                               target_of=lambda new_id: f"job/{new_id}")
         return JSONResponse(job_json(ctl.model, ctl.model.jobs[job_id],
-                                     ctl.pending_reason(job_id), progress), status_code=201)
+                                     ctl.scheduling.pending_reason(job_id), progress), status_code=201)
 
     app.router.add_api_route("/v1/jobs", submit_job, methods=["POST"], response_model=S.JobOut, status_code=201,
                              tags=["jobs"], route_class_override=SubmitRoute)
@@ -105,7 +105,7 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
         page, headers = newest_first(ctl.model.jobs.values(), lambda j: j.id, match, limit, cursor, "jobs")
         if view == "brief":
             return JSONResponse([job_brief_json(j) for j in page], headers=headers)
-        reason = ctl.pending_reason
+        reason = ctl.scheduling.pending_reason
         return JSONResponse([job_json(ctl.model, j, reason(j.id), progress) for j in page], headers=headers)
 
     @app.get("/v1/jobs/{job_id}", response_model=S.JobOut, tags=["jobs"])
@@ -114,7 +114,7 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
         await ctl.read_barrier()
         if job_id in ctl.model.jobs:
             return JSONResponse(job_json(ctl.model, visible_job(ctl.model, actor, job_id),
-                                         ctl.pending_reason(job_id), progress))
+                                         ctl.scheduling.pending_reason(job_id), progress))
         job = visible_archived_job(actor, await CH.archived_job(ctl, job_id) if 0 < job_id < 2**63 else None, job_id)
         # its claims as they ended: retired with it (template claims), or live or archived (standalone)
         ids = [*job.run_claims, *([job.early_claim] if job.early_claim is not None else []),
@@ -127,7 +127,7 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
             # the job itself, not its id: a job that ended may be retired before this answer is rendered
             job = await mutate(request, actor, f"job/{job_id}",
                                lambda model: (decide_one(model, actor, job_id, time.time()), model.jobs.get(job_id)))
-            return JSONResponse(job_json(ctl.model, job, ctl.pending_reason(job_id), progress))
+            return JSONResponse(job_json(ctl.model, job, ctl.scheduling.pending_reason(job_id), progress))
 
     job_action("kill", lambda m, a, i, now: J.kill(m, a, i, now, config=ctl.config))
     job_action("requeue", lambda m, a, i, now: J.kill(m, a, i, now, requeue=True, config=ctl.config))
@@ -143,4 +143,4 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
         job = await mutate(request, actor, f"job/{job_id}",
                            lambda model: (J.send_signal(model, actor, job_id, time.time(), signum),
                                           model.jobs.get(job_id)))
-        return JSONResponse(job_json(ctl.model, job, ctl.pending_reason(job_id), progress))
+        return JSONResponse(job_json(ctl.model, job, ctl.scheduling.pending_reason(job_id), progress))

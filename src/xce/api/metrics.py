@@ -44,6 +44,10 @@ class Metrics:
                                           lambda: ctl.stats.last_snapshot_seconds),
             "xce_retired_records": ("jobs and claims this controller retired into the archive",
                                     lambda: ctl.stats.retired),
+            "xce_plan_rejections": ("scheduler decisions the plan applier rejected (each retried with backoff)",
+                                    lambda: ctl.scheduling.rejections.total),
+            "xce_plan_retry_delay_seconds": ("the wait before a rejected plan is made again (0: not backing off)",
+                                             lambda: ctl.scheduling.rejections.backoff.delay),
         }
         for name, (doc, fn) in gauges.items():
             Gauge(name, doc, registry=self.registry).set_function(fn)
@@ -56,7 +60,7 @@ class Metrics:
                                  buckets=[2.0**k for k in range(24, 37, 2)], registry=self.registry)
         self.registry.register(_ClaimCollector(ctl))
         self._ctl = ctl
-        ctl.commit_listeners.append(self._on_commit)
+        ctl.listeners.commit.append(self._on_commit)
 
     def _on_commit(self, facts: list[F.Fact]) -> None:
         for f in facts:

@@ -1,6 +1,6 @@
 """The plan applier: re-check each scheduler decision against the current model, commit the good ones.
 
-The model may have moved on since the snapshot (a job was killed, a host
+The model may have moved on since the scheduler's view of it (a job was killed, a host
 went away, another decision took the last slot): such decisions are
 rejected here and the job is simply planned again next cycle.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from xce.controller.core import Outcome
+from xce.controller.commit import Outcome
 from xce.model import Model
 from xce.model import job_claims
 from xce.model.claims import ClaimState

@@ -25,7 +25,8 @@ from typing import Iterable
 
 import orjson
 
-from xce.controller.core import Controller, Outcome
+from xce.controller.commit import Outcome
+from xce.controller.core import Controller
 from xce.controller.memory import release_free_memory
 from xce.errors import XceError
 from xce.model import Model
@@ -42,7 +43,7 @@ class Retirement:
 
     def __init__(self, ctl: Controller) -> None:
         self.ctl = ctl
-        ctl.background.append(self.run)
+        ctl.listeners.background.append(self.run)
 
     def _decide(self, model: Model) -> Outcome:
         cfg = self.ctl.config.controller

@@ -23,7 +23,8 @@ import asyncio
 import logging
 import time
 
-from xce.controller.core import Controller, Outcome
+from xce.controller.commit import Outcome
+from xce.controller.core import Controller
 from xce.controller.longpoll import HOST_WORK_WAKE, Waker
 from xce.errors import XceError
 from xce.model import Model
@@ -45,8 +46,8 @@ class HostMonitor:
         self.last_seen: dict[str, float] = {}
         self.lost_since: dict[str, float] = {}  # UNAVAIL hosts: when (monotonic) their fence began
         self.work = Waker(ctl, HOST_WORK_WAKE)  # the workers' long-polls for dispatches and orders
-        ctl.leader_listeners.append(self._grace)
-        ctl.background.append(self.run)
+        ctl.listeners.leader.append(self._grace)
+        ctl.listeners.background.append(self.run)
 
     def _grace(self) -> None:
         now = time.monotonic()

@@ -29,8 +29,8 @@ class Waker:
         self.wake_on = wake_on
         self._changed = asyncio.Condition()
         self._closing = False
-        ctl.commit_listeners.append(self._on_commit)
-        ctl.shutdown_listeners.append(self._close)
+        ctl.listeners.commit.append(self._on_commit)
+        ctl.listeners.shutdown.append(self._close)
 
     def _on_commit(self, facts: list[F.Fact]) -> None:
         if any(isinstance(f, self.wake_on) for f in facts):

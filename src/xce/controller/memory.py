@@ -1,6 +1,6 @@
 """Giving memory the controller freed back to the system, and pacing the cyclic collector.
 
-Retiring records (``controller/history.py``) and writing a snapshot (``Controller._snapshot_now``)
+Retiring records (``controller/history.py``) and writing a model snapshot (``model_snapshot.write_snapshot``)
 free many megabytes at once.  glibc's allocator keeps freed heap pages for reuse, so without this
 the controller's RSS would stay at its high-water mark (a full backlog plus a snapshot's encoding)
 long after the live state shrank: measured after 30,000 jobs had all retired, 150 MiB before

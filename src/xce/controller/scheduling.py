@@ -1,4 +1,4 @@
-"""The scheduling loop: snapshot -> ``schedule`` -> plan applier, whenever something changed.
+"""The scheduling loop: view -> ``schedule`` -> plan applier, whenever something changed.
 
 Level-triggered: a poke (a job submitted or finished, a host joined) or a
 periodic tick starts a cycle; a cycle always plans from the whole current
@@ -6,16 +6,20 @@ state, so a missed poke costs at most one tick.  Pokes that arrive during a
 cycle, or within ``min_interval`` of its start, are served by one next cycle:
 under a burst of submissions the controller plans a few times a second, not
 once per request.  ``schedule`` itself runs on a thread (it only reads its
-immutable snapshot), so the event loop keeps answering requests meanwhile.
+immutable view), so the event loop keeps answering requests meanwhile.
 
 A cycle plans the first ``[controller] queue_depth`` pending jobs in priority
 order, as Slurm's main scheduler does (``default_queue_depth``): with a
-backlog of 10,000, a snapshot of all of them held the event loop for 25 ms of
+backlog of 10,000, a view of all of them held the event loop for 25 ms of
 CPU per cycle, the plan as much again on its thread, and their garbage made
 the collector's full passes (150-450 ms each, during which nothing is
 answered) several times more frequent.  Jobs deeper in the queue are not
 forgotten: a cycle that leaves a free slot while jobs lie beyond the depth
 is followed, at most once per ``tick``, by a full pass over every pending job.
+
+A cycle whose plan the applier rejected, in part or whole, is retried with a
+bounded backoff (``retry.py``), not at once: a persistent rejection must not
+replan at the loop's full pace forever.
 """
 
 from __future__ import annotations
@@ -25,15 +29,20 @@ import concurrent.futures
 import logging
 import time
 
-from xce.controller.applier import apply_plan
-from xce.controller.core import Controller
+from xce.config import Config
+from xce.controller.applier import ApplyResult, apply_plan
+from xce.controller.commit import Committer
+from xce.controller.listeners import Listeners
+from xce.controller.observed import Observed
+from xce.controller.retry import MAX_RETRY_DELAY, Backoff, Rejections
+from xce.controller.term import Term
 from xce.errors import XceError
 from xce.model import Model
 from xce.model import facts as F
 from xce.model.claims import ClaimState, ResizeState
 from xce.model.hosts import HostState
 from xce.scheduler.core import schedule
-from xce.controller.snapshot import JobViews, build_snapshot
+from xce.controller.view import JobViews, build_view
 
 log = logging.getLogger("xce.scheduler")
 
@@ -43,8 +52,18 @@ _POKE = (F.JobSubmitted, F.JobFinished, F.JobRequeued, F.JobReleased, F.HostRegi
 
 
 class SchedulerLoop:
-    def __init__(self, ctl: Controller, tick: float = 1.0, min_interval: float = 0.05) -> None:
-        self.ctl = ctl
+    """One per controller (``Controller.scheduling``); only the leader's plans.
+
+    Its latest word on what waits (``pending_reason``, ``claim_reason``, ``resize_reason``) is
+    volatile: recomputed every cycle from the model, never a fact, and lost with the leader.
+    """
+
+    def __init__(self, commit: Committer, term: Term, listeners: Listeners, config: Config, observed: Observed,
+                 tick: float = 1.0, min_interval: float = 0.05) -> None:
+        self.commit = commit
+        self.term = term
+        self.config = config
+        self.observed = observed
         self.tick = tick
         self.min_interval = min_interval
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="xce-scheduler")
@@ -53,22 +72,53 @@ class SchedulerLoop:
         self._full_pass_at = 0.0  # monotonic time of the next full pass: due once room went unused
         self._last_full_pass = float("-inf")
         self._wake = asyncio.Event()
-        ctl.commit_listeners.append(self._on_commit)
-        ctl.leader_listeners.append(self._wake.set)
-        ctl.background.append(self.run)
+        self.apply = apply_plan  # the plan applier (a test puts one in that rejects)
+        self.rejections = Rejections(Backoff(first=min_interval, cap=MAX_RETRY_DELAY))
+        self._retry_at: float | None = None  # monotonic time of a rejected plan's retry (None: not backing off)
+        # the latest cycle's reasons: pending jobs', and every pending job's when no host has room at all
+        self.pending_reasons: dict[int, str] = {}
+        self.idle_reason: str | None = None
+        # when the latest cycle planned only the first queue_depth pending jobs: what the others are
+        # told, and what the latest full pass said of each
+        self.beyond_depth_reason: str | None = None
+        self.full_pass_reasons: dict[int, str] = {}
+        self.claim_reasons: dict[int, str] = {}  # the same for standalone claims waiting for a pool
+        self.resize_reasons: dict[int, str] = {}  # ... and for resizes waiting for room in their pool
+        listeners.commit.append(self._on_commit)
+        listeners.leader.append(self._wake.set)
+        listeners.background.append(self.run)
+
+    def pending_reason(self, job_id: int) -> str | None:
+        """The latest word on a pending job (what ``xce job why`` shows beside the job's own state)."""
+        reason = self.pending_reasons.get(job_id)
+        if reason is None and self.beyond_depth_reason is not None:
+            reason = self.full_pass_reasons.get(job_id) or self.beyond_depth_reason
+        return reason or self.idle_reason
+
+    def claim_reason(self, claim_id: int) -> str | None:
+        """Why a standalone claim still waits for a pool, if it does."""
+        return self.claim_reasons.get(claim_id)
+
+    def resize_reason(self, claim_id: int) -> str | None:
+        """Why a claim's resize still waits for room in its pool, if it does."""
+        return self.resize_reasons.get(claim_id)
 
     def _on_commit(self, facts: list[F.Fact]) -> None:
         if any(isinstance(f, _POKE) for f in facts):
+            self.rejections.backoff.reset()  # it may change what the applier says: plan at once
             self._wake.set()
 
     async def run(self) -> None:
         while True:
+            # a rejected plan's retry stands in for the tick: a persistent rejection is not replanned every tick
+            wait = self.tick if self._retry_at is None else max(0.0, self._retry_at - time.monotonic())
             try:
-                await asyncio.wait_for(self._wake.wait(), self.tick)
+                await asyncio.wait_for(self._wake.wait(), wait)
             except TimeoutError:
                 pass
             self._wake.clear()
-            if not self.ctl.is_leader:
+            self._retry_at = None
+            if not self.term.is_leader:
                 continue
             started = time.monotonic()
             try:
@@ -80,44 +130,50 @@ class SchedulerLoop:
             await asyncio.sleep(max(0.0, self.min_interval - (time.monotonic() - started)))
 
     async def cycle(self) -> None:
-        await self.ctl.read_barrier()
-        config = self.ctl.config
-        model = self.ctl.model
+        self._retried(await self._plan_and_apply())
+
+    def _retried(self, result: ApplyResult | None) -> None:
+        """After a cycle's apply (None: nothing to apply): back off if any of the plan was rejected,
+        and tell each rejected decision why it waits."""
+        delay = self.rejections.note(result)
+        self._retry_at = None if delay is None else time.monotonic() + delay
+        self.pending_reasons.update(self.rejections.reasons("job"))
+        self.claim_reasons.update(self.rejections.reasons("claim"))
+        self.resize_reasons.update(self.rejections.reasons("resize"))
+
+    async def _plan_and_apply(self) -> ApplyResult | None:
+        await self.commit.read_barrier()
+        config = self.config
+        model = self.commit.model
         idle = _no_room(model)
         if idle and not _claims_waiting(model):
-            # nothing can be placed: skip the snapshot (O(pending jobs)), one reason fits them all
-            self.ctl.pending_reasons, self.ctl.claim_reasons, self.ctl.idle_reason = {}, {}, idle
-            self.ctl.resize_reasons = {}
-            self.ctl.beyond_depth_reason = None
-            return
-        self.ctl.idle_reason = None
+            # nothing can be placed: skip the view (O(pending jobs)), one reason fits them all
+            self.pending_reasons, self.claim_reasons, self.idle_reason = {}, {}, idle
+            self.resize_reasons = {}
+            self.beyond_depth_reason = None
+            return None
+        self.idle_reason = None
         full = time.monotonic() >= self._full_pass_at
         depth = config.controller.queue_depth
-        snap = build_snapshot(model, config, self.ctl.observed, self._views, depth=None if full else depth,
-                              now=time.time())
-        if not snap.pending and not snap.pending_claims and not snap.pending_resizes:
-            self.ctl.pending_reasons = {}
-            self.ctl.claim_reasons = {}
-            self.ctl.resize_reasons = {}
-            self.ctl.beyond_depth_reason = None
-            return
-        plan = await asyncio.get_running_loop().run_in_executor(self._pool, schedule, snap)
+        view = build_view(model, config, self.observed, self._views, depth=None if full else depth,
+                          now=time.time())
+        if not view.pending and not view.pending_claims and not view.pending_resizes:
+            self.pending_reasons = {}
+            self.claim_reasons = {}
+            self.resize_reasons = {}
+            self.beyond_depth_reason = None
+            return None
+        plan = await asyncio.get_running_loop().run_in_executor(self._pool, schedule, view)
         self.cycles += 1
-        self.ctl.pending_reasons = dict(plan.pending_reasons)
-        self._after_depth(snap.pending_beyond, plan.room_left, full, depth)
-        self.ctl.claim_reasons = dict(plan.claim_reasons)
-        self.ctl.resize_reasons = dict(plan.resize_reasons)
-        if plan.allocations or plan.placements or plan.resizes:
-            observed = self.ctl.observed
-            result = await self.ctl.execute(lambda m: apply_plan(m, plan, time.time(), config, observed))
-            for job_id, why in result.rejected.items():
-                self.ctl.pending_reasons[job_id] = f"plan rejected ({why}); retrying"
-            for claim_id, why in result.claims_rejected.items():
-                self.ctl.claim_reasons[claim_id] = f"placement rejected ({why}); retrying"
-            for claim_id, why in result.resizes_rejected.items():
-                self.ctl.resize_reasons[claim_id] = f"reservation rejected ({why}); retrying"
-            if result.rejected or result.claims_rejected or result.resizes_rejected:
-                self._wake.set()
+        self.pending_reasons = dict(plan.pending_reasons)
+        self._after_depth(view.pending_beyond, plan.room_left, full, depth)
+        self.claim_reasons = dict(plan.claim_reasons)
+        self.resize_reasons = dict(plan.resize_reasons)
+        if not (plan.allocations or plan.placements or plan.resizes):
+            return None
+        observed, apply = self.observed, self.apply
+        result: ApplyResult = await self.commit.execute(lambda m: apply(m, plan, time.time(), config, observed))
+        return result
 
     def _after_depth(self, beyond: int, room_left: bool, full: bool, depth: int) -> None:
         """What the jobs behind the queue depth are told, and when the next full pass is due."""
@@ -125,13 +181,13 @@ class SchedulerLoop:
         if full:
             self._last_full_pass = now
             self._full_pass_at = float("inf")  # capped cycles, until one leaves a slot free
-            self.ctl.full_pass_reasons = self.ctl.pending_reasons
-            self.ctl.beyond_depth_reason = None
+            self.full_pass_reasons = self.pending_reasons
+            self.beyond_depth_reason = None
             return
         if not beyond:
-            self.ctl.beyond_depth_reason, self.ctl.full_pass_reasons = None, {}  # every pending job was planned
+            self.beyond_depth_reason, self.full_pass_reasons = None, {}  # every pending job was planned
             return
-        self.ctl.beyond_depth_reason = (
+        self.beyond_depth_reason = (
             f"not planned in the latest cycle: behind the first {depth} pending jobs in priority order "
             f"([controller] queue_depth); a full pass reaches it when a cycle leaves a slot free")
         if room_left:

@@ -1,1 +1,1 @@
-"""The scheduler: a pure function from an immutable snapshot to a plan."""
+"""The scheduler: a pure function from an immutable view of the cluster (``view.ClusterView``) to a plan."""

@@ -12,18 +12,18 @@ stays PENDING with a reason naming each pool's free room.
 from __future__ import annotations
 
 from xce.scheduler.plan import Placement, Reservation
-from xce.scheduler.snapshot import Snapshot
+from xce.scheduler.view import ClusterView
 from xce.units import format_size
 
 
-def place_claims(snap: Snapshot, pool_free: dict[str, int] | None = None,
+def place_claims(view: ClusterView, pool_free: dict[str, int] | None = None,
                  ) -> tuple[tuple[Placement, ...], dict[int, str]]:
     """Standalone claims into pools, largest free first; ``pool_free``: the room left once the same
-    cycle's allocations took theirs (default: the snapshot's)."""
-    free = dict(pool_free) if pool_free is not None else {p.name: p.free for p in snap.pools}
+    cycle's allocations took theirs (default: the view's)."""
+    free = dict(pool_free) if pool_free is not None else {p.name: p.free for p in view.pools}
     placements: list[Placement] = []
     reasons: dict[int, str] = {}
-    for claim in sorted(snap.pending_claims, key=lambda c: c.id):
+    for claim in sorted(view.pending_claims, key=lambda c: c.id):
         if not claim.pools:
             placements.append(Placement(claim_id=claim.id, pool=None, size=claim.size))
             continue
@@ -42,11 +42,11 @@ def place_claims(snap: Snapshot, pool_free: dict[str, int] | None = None,
     return tuple(placements), reasons
 
 
-def reserve_resizes(snap: Snapshot, free: dict[str, int]) -> tuple[tuple[Reservation, ...], dict[int, str]]:
+def reserve_resizes(view: ClusterView, free: dict[str, int]) -> tuple[tuple[Reservation, ...], dict[int, str]]:
     """Each pending resize's growth in its claim's pool, oldest claim first; ``free`` is taken from."""
     out: list[Reservation] = []
     reasons: dict[int, str] = {}
-    for r in sorted(snap.pending_resizes, key=lambda r: r.claim_id):
+    for r in sorted(view.pending_resizes, key=lambda r: r.claim_id):
         if r.pool is not None:
             if r.pool not in free:
                 reasons[r.claim_id] = f"its pool {r.pool} is not configured"

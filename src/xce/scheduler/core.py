@@ -1,10 +1,10 @@
-"""``plan = schedule(snapshot)``: queue priority, then FCFS, from an immutable snapshot.
+"""``plan = schedule(view)``: queue priority, then FCFS, from an immutable view of the cluster.
 
-Pure: no I/O, no clock, no waiting; the same snapshot always gives the same plan.
+Pure: no I/O, no clock, no waiting; the same view always gives the same plan.
 
 Placement.  Jobs are visited once, highest queue priority first and oldest
 first within a queue.  A job's candidate hosts are those matching its
-``select`` (evaluated once per distinct ``select`` against the snapshot),
+``select`` (evaluated once per distinct ``select`` against the view),
 sorted by its ``order``; it takes the first hosts that fit, in that order.
 A job that does not fit never blocks later jobs (no reservation yet;
 backfill comes later).  ``rusage`` amounts are per slot (as LSF's per-task
@@ -33,7 +33,7 @@ from xce.model.claims import AccessMode, ClaimState
 from xce.scheduler.claims import place_claims, reserve_resizes
 from xce.scheduler.plan import Allocation, Plan
 from xce.resreq import ResReq, ResReqError, parse_resreq
-from xce.scheduler.snapshot import HostView, JobView, Snapshot
+from xce.scheduler.view import ClusterView, HostView, JobView
 from xce.units import format_size
 
 
@@ -83,11 +83,11 @@ class _Skip:
 
 
 class _Cycle:
-    def __init__(self, snap: Snapshot, least_rusage: dict[str, float]) -> None:
-        self.hosts = snap.hosts
-        self.free_slots = [h.slots_free for h in snap.hosts]
-        self.free_ctr = [dict(h.counters_free) for h in snap.hosts]
-        self.offered = {k for h in snap.hosts for k in h.counters_total}
+    def __init__(self, view: ClusterView, least_rusage: dict[str, float]) -> None:
+        self.hosts = view.hosts
+        self.free_slots = [h.slots_free for h in view.hosts]
+        self.free_ctr = [dict(h.counters_free) for h in view.hosts]
+        self.offered = {k for h in view.hosts for k in h.counters_total}
         self.least_rusage = least_rusage  # counter -> smallest per-slot amount a pending job asks for
         self._candidates: dict[tuple[str, tuple], list[int]] = {}
         self._skips: dict[tuple[str, tuple, tuple[str, ...]], _Skip] = {}
@@ -140,32 +140,32 @@ def _order_value(h: HostView, name: str) -> float:
         return float("-inf")
 
 
-def schedule(snap: Snapshot) -> Plan:
+def schedule(view: ClusterView) -> Plan:
     parsed: dict[str, ResReq | ResReqError] = {}
     cluster_rusage: dict[str, dict[str, float]] = {}  # resreq -> its cluster-scope part, per slot
     least_rusage: dict[str, float] = {}
-    for job in snap.pending:
+    for job in view.pending:
         if job.resreq not in parsed:
             try:
                 rr = parse_resreq(job.resreq)
             except ResReqError as e:
                 parsed[job.resreq] = e
                 continue
-            if any(name in snap.cluster_free for name in rr.rusage):  # hosts see only their own counters
-                cluster_rusage[job.resreq] = {n: v for n, v in rr.rusage.items() if n in snap.cluster_free}
+            if any(name in view.cluster_free for name in rr.rusage):  # hosts see only their own counters
+                cluster_rusage[job.resreq] = {n: v for n, v in rr.rusage.items() if n in view.cluster_free}
                 rr = dataclasses.replace(rr, rusage=MappingProxyType(
-                    {n: v for n, v in rr.rusage.items() if n not in snap.cluster_free}))
+                    {n: v for n, v in rr.rusage.items() if n not in view.cluster_free}))
             parsed[job.resreq] = rr
             for name, per_slot in rr.rusage.items():
                 least_rusage[name] = min(per_slot, least_rusage.get(name, per_slot))
-    cycle = _Cycle(snap, least_rusage)
-    cluster_free = dict(snap.cluster_free)
-    pool_free = {p.name: p.free for p in snap.pools}
+    cycle = _Cycle(view, least_rusage)
+    cluster_free = dict(view.cluster_free)
+    pool_free = {p.name: p.free for p in view.pools}
     claimed = _Claimed()
     shapes: dict[tuple[str, int], _Shape] = {}
     allocations: list[Allocation] = []
     reasons: dict[int, str] = {}
-    for job in sorted(snap.pending, key=lambda j: (-j.priority, j.id)):
+    for job in sorted(view.pending, key=lambda j: (-j.priority, j.id)):
         rr = parsed[job.resreq]
         if isinstance(rr, ResReqError):
             reasons[job.id] = f"bad resource requirement: {rr}"
@@ -216,9 +216,9 @@ def schedule(snap: Snapshot) -> Plan:
             pool_free[pool] -= next(size for k, _, size in job.pool_needs if k == kind)
         allocations.append(Allocation(job_id=job.id, run=job.run, hosts=hosts, slots=slots, counters=counters,
                                       cluster=cluster_need, pools=pools))
-    resizes, resize_reasons = reserve_resizes(snap, pool_free)  # what this cycle's allocations left
-    placements, claim_reasons = place_claims(snap, pool_free)  # ... and the resizes
-    return Plan(position=snap.position, allocations=tuple(allocations), pending_reasons=reasons,
+    resizes, resize_reasons = reserve_resizes(view, pool_free)  # what this cycle's allocations left
+    placements, claim_reasons = place_claims(view, pool_free)  # ... and the resizes
+    return Plan(position=view.position, allocations=tuple(allocations), pending_reasons=reasons,
                 placements=placements, claim_reasons=claim_reasons, resizes=resizes, resize_reasons=resize_reasons,
                 room_left=any(n > 0 for n in cycle.free_slots))
 

@@ -40,7 +40,7 @@ class Reservation:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    position: int  # the snapshot position the plan was made at
+    position: int  # the log position of the view the plan was made from
     allocations: tuple[Allocation, ...] = ()
     pending_reasons: Mapping[int, str] = field(default_factory=dict)
     placements: tuple[Placement, ...] = ()

@@ -1,4 +1,4 @@
-"""The snapshot builder: the model, read between commits, as the scheduler's immutable view.
+"""The view builder: the model, read between commits, as the scheduler's immutable ``ClusterView``.
 
 The scheduler (``xce.scheduler``) plans from the view types only; this is the
 one place that knows both the model and those types.
@@ -19,11 +19,11 @@ from xce.model.hosts import HostState
 from xce.model.identity import hosts_locked_out
 from xce.model.job_claims import early_claim, node_counters, pool_needs
 from xce.model.jobs import Job
-from xce.scheduler.snapshot import ClaimUse, ClaimView, HostView, JobView, PoolView, ResizeView, Snapshot
+from xce.scheduler.view import ClaimUse, ClaimView, ClusterView, HostView, JobView, PoolView, ResizeView
 
 
 class JobViews:
-    """The pending jobs' views, kept from one snapshot to the next (one per scheduling loop).
+    """The pending jobs' views, kept from one cluster view to the next (one per scheduling loop).
 
     A cycle used to build a ``JobView`` for every pending job: 45-80 ms of the event loop with
     10,000 pending (``bench/history.py``'s backlog), during which no request was answered.  A view
@@ -80,11 +80,11 @@ def _job_view(model: Model, j: Job, prio: dict[str, int]) -> JobView:
                    MappingProxyType({}), pool_needs=pool_needs(j.templates) if j.templates else ())
 
 
-def build_snapshot(model: Model, config: Config | None = None, observed: Observed | None = None,
-                   views: JobViews | None = None, depth: int | None = None, now: float | None = None) -> Snapshot:
+def build_view(model: Model, config: Config | None = None, observed: Observed | None = None,
+               views: JobViews | None = None, depth: int | None = None, now: float | None = None) -> ClusterView:
     """The scheduler's view of ``model`` at its position (``config``: pools and cluster counters;
     ``observed``: what providers report of the pools' capacity; ``views``: the pending jobs' views
-    kept from the last snapshot, if any; ``depth``: how many pending jobs it holds, the first in
+    kept from the last view, if any; ``depth``: how many pending jobs it holds, the first in
     the scheduler's order, or all: None; ``now``: the time tokens are judged at, for the hosts whose
     daemon credentials were taken back, which it leaves out: ``identity.hosts_locked_out``)."""
     hosts = []
@@ -109,9 +109,9 @@ def build_snapshot(model: Model, config: Config | None = None, observed: Observe
         pools, claims, resizes = _claim_views(model, config, observed)
         used = model.cluster_used()
         cluster = {name: total - used.get(name, 0.0) for name, total in config.cluster_counters().items()}
-    return Snapshot(position=model.position, hosts=tuple(hosts), pending=pending, pools=pools,
-                    pending_claims=claims, pending_resizes=resizes, cluster_free=MappingProxyType(cluster),
-                    pending_beyond=len(model.pending_jobs) - len(pending))
+    return ClusterView(position=model.position, hosts=tuple(hosts), pending=pending, pools=pools,
+                       pending_claims=claims, pending_resizes=resizes, cluster_free=MappingProxyType(cluster),
+                       pending_beyond=len(model.pending_jobs) - len(pending))
 
 
 def _claim_uses(model: Model, job) -> tuple[ClaimUse, ...]:

@@ -1,4 +1,4 @@
-"""The scheduler's snapshot keeps pending jobs' views between cycles, and a kept view is always the
+"""The scheduler's cluster view keeps pending jobs' views between cycles, and a kept view is always the
 view it would build afresh."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.controller.test_applier import ADMIN, CONFIG, World, on
-from xce.controller.snapshot import JobViews, build_snapshot
+from xce.controller.view import JobViews, build_view
 from xce.model import claims as C
 from xce.model import facts as F
 from xce.model import job_claims, jobs
@@ -23,14 +23,14 @@ def test_kept_views_are_the_fresh_ones_and_only_unchanged_plain_jobs_keep_theirs
     w.standalone("data")
     plain, again, uses = w.submit(), w.submit(rerunnable=True), w.submit(claims=("data",))
     views = JobViews()
-    first = build_snapshot(w.model, CONFIG, views=views)
-    assert first.pending == build_snapshot(w.model, CONFIG).pending
+    first = build_view(w.model, CONFIG, views=views)
+    assert first.pending == build_view(w.model, CONFIG).pending
 
     w.apply(on(again))  # allocated: no longer pending
     w.commit(jobs.kill(w.model, ADMIN, again.id, w.tick(), requeue=True))  # pending again, its run moved on
     w.commit(C.delete(w.model, ADMIN, "data", w.tick()))  # the claim `uses` references is being deleted
-    second = build_snapshot(w.model, CONFIG, views=views)
-    assert second.pending == build_snapshot(w.model, CONFIG).pending, "a kept view went stale"
+    second = build_view(w.model, CONFIG, views=views)
+    assert second.pending == build_view(w.model, CONFIG).pending, "a kept view went stale"
     by_id = {v.id: v for v in second.pending}
     was = {v.id: v for v in first.pending}
     assert by_id[plain.id] is was[plain.id], "an unchanged plain job's view was built again"
@@ -41,24 +41,24 @@ def test_kept_views_are_the_fresh_ones_and_only_unchanged_plain_jobs_keep_theirs
 def test_views_of_jobs_no_longer_pending_are_not_kept(w):
     a, b = w.submit(), w.submit()
     views = JobViews()
-    build_snapshot(w.model, CONFIG, views=views)
+    build_view(w.model, CONFIG, views=views)
     w.apply(on(a))
-    assert [v.id for v in build_snapshot(w.model, CONFIG, views=views).pending] == [b.id]
+    assert [v.id for v in build_view(w.model, CONFIG, views=views).pending] == [b.id]
     assert set(views._kept) == {b.id}
 
 
 def test_a_depth_keeps_the_first_pending_jobs_in_the_schedulers_order(w):
-    """``queue_depth``: the snapshot holds the jobs the scheduler would take first (highest queue
+    """``queue_depth``: the view holds the jobs the scheduler would take first (highest queue
     priority, then oldest) and counts the rest."""
     old = [w.submit() for _ in range(3)]
-    snap = build_snapshot(w.model, CONFIG, depth=2)
+    snap = build_view(w.model, CONFIG, depth=2)
     assert [v.id for v in snap.pending] == [old[0].id, old[1].id] and snap.pending_beyond == 1
     w.commit([F.QueueDefined(time=w.tick(), name="urgent", priority=90)])
     facts, urgent = job_claims.submit(w.model, ADMIN, JobSpec(command=["run"], queue="urgent"), JobClaimsSpec(),
                                       w.tick(), CONFIG)
     w.commit(facts)
     views = JobViews()
-    snap = build_snapshot(w.model, CONFIG, views=views, depth=2)
+    snap = build_view(w.model, CONFIG, views=views, depth=2)
     assert [v.id for v in snap.pending] == [old[0].id, urgent] and snap.pending_beyond == 2
-    assert [v.id for v in build_snapshot(w.model, CONFIG, views=views).pending] == [j.id for j in old] + [urgent]
-    assert build_snapshot(w.model, CONFIG, depth=10).pending_beyond == 0
+    assert [v.id for v in build_view(w.model, CONFIG, views=views).pending] == [j.id for j in old] + [urgent]
+    assert build_view(w.model, CONFIG, depth=10).pending_beyond == 0

@@ -1,8 +1,9 @@
-"""The scheduler's input: an immutable, cached view of what it may plan with.
+"""The scheduler's input: ``ClusterView``, an immutable view of what it may plan with.
 
-Built by the controller from the model between commits
-(``xce.controller.snapshot``); the scheduler reads nothing else.  Hosts carry
-what is *free* at the snapshot's position.  Plain data: no model, no config.
+Built by the controller from the model between commits (``xce.controller.view``); the
+scheduler reads nothing else.  Hosts carry what is *free* at the view's log position.
+Plain data: no model, no config.  (A *snapshot* is something else: the whole model
+written to the store, ``Store.write_snapshot``; or a claim's storage snapshot.)
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ class ResizeView:
 
 
 @dataclass(frozen=True, slots=True)
-class Snapshot:
+class ClusterView:
     position: int
     hosts: tuple[HostView, ...]
     pending: tuple[JobView, ...]  # PEND jobs without an allocation, any order (the first queue_depth of them)
