@@ -56,7 +56,7 @@ _rng = random.SystemRandom()
 
 
 def speaks_for(actor: User, agent: str) -> None:
-    speaks_for_agent(actor, agent, SHARED_AGENT)
+    speaks_for_agent(actor, agent)
 
 
 def op_json(ctl: Controller, claim: Claim, op: Op, attachment: Attachment | None) -> dict[str, Any]:

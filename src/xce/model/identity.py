@@ -25,6 +25,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from xce.agentnames import SHARED_AGENT, node_host
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound, Unauthenticated
 from xce.model.facts import Fact, TokenIssued, TokenRevoked, UserDefined, UserDisabled
 from xce.names import check_name
@@ -243,15 +244,15 @@ def speaks_for_host(user: User, host: str) -> None:
                     + (": it is bound to no host" if user.role is Role.DAEMON and user.host is None else ""))
 
 
-def speaks_for_agent(user: User, agent: str, shared_agent: str) -> None:
-    """Claim agent routes: the provisioner identity (a daemon bound to no host) for ``shared_agent``,
+def speaks_for_agent(user: User, agent: str) -> None:
+    """Claim agent routes: the provisioner identity (a daemon bound to no host) for ``provisioner``,
     a host's daemon identity for ``node:HOST``, and admins for any."""
     if user.is_admin:
         return
     if user.role is Role.DAEMON:
-        if agent == shared_agent and user.host is None:
+        if agent == SHARED_AGENT and user.host is None:
             return
-        if agent.startswith("node:") and user.host is not None and user.host == agent[len("node:"):]:
+        if user.host is not None and user.host == node_host(agent):
             return
     raise Forbidden(f"{user.name!r} may not act as claim agent {agent!r}")
 

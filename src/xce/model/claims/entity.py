@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from xce.agentnames import SHARED_AGENT, node_agent
+
 
 class ClaimState(enum.StrEnum):
     PENDING = "PENDING"
@@ -85,14 +87,11 @@ class Mode(enum.StrEnum):
 S = ClaimState
 LIVE = frozenset({S.PENDING, S.PREPARING, S.READY, S.RELEASING, S.FAILED})  # holds its name and quota
 
-SHARED_AGENT = "provisioner"
 # what a job publishes its own template claims as ($XCE_SCRATCH, $XCE_STAGE, $XCE_WORKSPACE): no
 # standalone claim may take these names, or it would be mounted over the job's own
 RESERVED_NAMES = frozenset({"scratch", "stage", "workspace"})
 
 
-def node_agent(host: str) -> str:
-    return f"node:{host}"
 
 
 
