@@ -10,7 +10,7 @@ from xce.model.claims import Attachment, Claim, ClaimState, ResizeState
 from xce.model.identity import Token, User
 from xce.model import job_claims
 from xce.model.jobs import Job, JobState
-from xce.model.state import Model
+from xce.model import Model
 from xce.model.orphans import Orphan
 from xce.model.snapshots import Snapshot
 from xce.records import Usage

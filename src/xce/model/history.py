@@ -29,17 +29,15 @@ fact.  A standby or a replay folds the same fact and writes nothing: the leader 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from xce.errors import InvalidRequest, NotFound
 from xce.model import facts as F
 from xce.model.claims import Claim, ClaimForm, ClaimState, may_see, name_key
 from xce.model.jobs import Job, request_key
+from xce.model.entities.identity import User
+from xce.model.state import State
 from xce.records import HistoryQuery, Usage, UsageQuery
-
-if TYPE_CHECKING:
-    from xce.model.identity import User
-    from xce.model.state import Model
 
 #: records one retirement fact names at most (an array larger than this retires alone)
 RETIRE_BATCH = 1000
@@ -51,7 +49,7 @@ def released_time(claim: Claim) -> float:
     return max(times) if times else claim.created
 
 
-def retirable(model: Model, now: float, keep: float, limit: int = RETIRE_BATCH) -> F.RecordsRetired | None:
+def retirable(model: State, now: float, keep: float, limit: int = RETIRE_BATCH) -> F.RecordsRetired | None:
     """The records old and unreferenced enough to leave the live model now, at most about ``limit``
     of them (None: nothing to retire).  Pure: the leader commits what it returns.
 
@@ -121,7 +119,7 @@ def retirable(model: Model, now: float, keep: float, limit: int = RETIRE_BATCH) 
     return F.RecordsRetired(time=now, jobs=jobs, claims=sorted(set(claims)))
 
 
-def array_elements(model: Model, parent: int) -> list[Job]:
+def array_elements(model: State, parent: int) -> list[Job]:
     """The live elements of the array whose first element is ``parent`` (their ids follow it)."""
     out: list[Job] = []
     job_id = parent
@@ -131,7 +129,7 @@ def array_elements(model: Model, parent: int) -> list[Job]:
     return out
 
 
-def retiring(model: Model, f: F.RecordsRetired) -> tuple[list[Job], list[Claim]]:
+def retiring(model: State, f: F.RecordsRetired) -> tuple[list[Job], list[Claim]]:
     """The records folding ``f`` drops, as the model holds them before the fold: those it names that
     are here and finished (jobs) or RELEASED (claims).  Folds are total: an unknown or live one is
     left alone, the same on replay.  The leader writes these documents to the archive with the fact
@@ -142,7 +140,7 @@ def retiring(model: Model, f: F.RecordsRetired) -> tuple[list[Job], list[Claim]]
     return jobs, claims
 
 
-def apply_records_retired(model: Model, f: F.RecordsRetired) -> None:
+def apply_records_retired(model: State, f: F.RecordsRetired) -> None:
     """Drop the records ``retiring`` names and every index entry naming them."""
     jobs, claims = retiring(model, f)
     for job in jobs:
@@ -223,7 +221,7 @@ def history_scope(actor: User, user: str | None, all_users: bool) -> str | None:
     return user
 
 
-def live_history(model: Model, query: HistoryQuery) -> list[Job]:
+def live_history(model: State, query: HistoryQuery) -> list[Job]:
     """The finished jobs still live that match ``query`` (newest id first, at most ``query.limit``):
     what ``xce hist`` shows beside the archive until they are retired.
 
@@ -244,7 +242,7 @@ def live_history(model: Model, query: HistoryQuery) -> list[Job]:
                     or (query.array_parent is not None and job.array_parent != query.array_parent))
 
     out: list[Job] = []
-    for job_id in reversed(model.jobs):  # newest id first: see Model.jobs
+    for job_id in reversed(model.jobs):  # newest id first: see State.jobs
         if len(out) >= query.limit:
             break
         if job_id in model.finished_jobs and matches(job := model.jobs[job_id]):
@@ -252,7 +250,7 @@ def live_history(model: Model, query: HistoryQuery) -> list[Job]:
     return out
 
 
-def live_usage(model: Model, query: UsageQuery) -> list[Usage]:
+def live_usage(model: State, query: UsageQuery) -> list[Usage]:
     """``Store.usage`` over what is still live: finished jobs and RELEASED claims not yet retired."""
     def inside(t: float) -> bool:
         return (query.since is None or t >= query.since) and (query.until is None or t < query.until)

@@ -2,13 +2,13 @@
 
 General layout::
 
-    entity      what a claim is: enums (state, form, access, reclaim, scope, mode, op kind,
-                attachment state), Claim, Op, Attachment, names
     lifecycle   how it changes: the transition tables of claims and attachments, the only
                 functions that change their state (each writing history), and the folds
     decide      what requests may do: create (quota, pools), find, delete, purge, attach
     agents      what claim agents do: leases and epochs, due ops, intents, typed results
 
+What a claim is (its enums, ``Claim``, ``Attachment``, ``Resize``, names) is plain data at the
+model's bottom, ``xce.model.entities.claims`` (its ``Op``: ``entities.ops``), re-exported here.
 Jobs meet claims in one place only: ``xce.model.job_claims``.
 """
 
@@ -19,11 +19,11 @@ from xce.model.claims.decide import (
     ClaimSpec, add_attachment, check_fits_a_pool, check_quota, class_or_404, create, delete, live_by_name, may_see,
     purge, quota_use, remove_attachment, resize, visible, visible_by_id,
 )
-from xce.model.claims.entity import (
+from xce.model.entities.claims import (
     LIVE, RESERVED_NAMES, SHARED_AGENT, TEMPLATE_NAME, AccessMode, Attachment, AttachmentState, Claim, ClaimForm,
-    ClaimState, ContentSource, Mode, Op, OpKind, ReclaimPolicy, Resize, ResizeState, Scope, name_key, node_agent,
-    template_name,
+    ClaimState, ContentSource, Mode, ReclaimPolicy, Resize, ResizeState, Scope, name_key, node_agent, template_name,
 )
+from xce.model.entities.ops import Op, OpKind
 from xce.model.claims.lifecycle import (
     ATTACHMENT_TRANSITIONS, RESIZE_TRANSITIONS, TRANSITIONS, apply_agent_leased, apply_attachment_added,
     apply_attachment_removed, apply_claim_created, apply_claim_delete_requested, apply_claim_op_failed,

@@ -14,28 +14,29 @@ from typing import TYPE_CHECKING
 
 from xce.errors import Conflict
 from xce.model import facts as F
-from xce.model.claims.entity import Attachment, Claim, Op
+from xce.model.entities.claims import Attachment, Claim
+from xce.model.entities.ops import Op
 from xce.model.facts import Fact
+from xce.model.state import State
 
 if TYPE_CHECKING:
     from xce.config import ClaimsConfig
-    from xce.model.state import Model
 
 
-def lease(model: Model, agent: str, holder: str, now: float) -> tuple[list[Fact], int]:
+def lease(model: State, agent: str, holder: str, now: float) -> tuple[list[Fact], int]:
     """A (re)started agent takes a new epoch; reports from older epochs are refused from now on."""
     epoch = model.agent_epochs.get(agent, 0) + 1
     return [F.AgentLeased(time=now, agent=agent, epoch=epoch, holder=holder)], epoch
 
 
-def check_epoch(model: Model, agent: str, epoch: int) -> None:
+def check_epoch(model: State, agent: str, epoch: int) -> None:
     current = model.agent_epochs.get(agent)
     if current != epoch:
         raise Conflict(f"stale epoch {epoch} for agent {agent}: the current epoch is {current}",
                        code="stale_epoch")
 
 
-def due_ops(model: Model, agent: str, now: float,
+def due_ops(model: State, agent: str, now: float,
             limit: int = 1000) -> list[tuple[Claim, Op, Attachment | None]]:
     """Ops this agent should run now: never intended, or intended by an older epoch (the agent
     restarted: re-drive with the same op_id), and not waiting for a retry."""
@@ -56,7 +57,7 @@ def due_ops(model: Model, agent: str, now: float,
     return out[:limit]
 
 
-def held_ops(model: Model, agent: str, limit: int = 1000) -> list[tuple[Claim, Op, Attachment | None]]:
+def held_ops(model: State, agent: str, limit: int = 1000) -> list[tuple[Claim, Op, Attachment | None]]:
     """Open ops whose intent this agent's current epoch holds: what an agent that may have missed the
     answer that handed them out runs (those it is not running already: op ids tell)."""
     epoch = model.agent_epochs.get(agent)
@@ -71,14 +72,14 @@ def held_ops(model: Model, agent: str, limit: int = 1000) -> list[tuple[Claim, O
     return out[:limit]
 
 
-def next_due(model: Model, agent: str) -> float | None:
+def next_due(model: State, agent: str) -> float | None:
     """When the earliest waiting retry of this agent falls due (to bound its long-poll)."""
     times = [op.next_retry for cid in model.open_ops for op, a in model.claims[cid].open_ops()
              if op.next_retry is not None and model.claims[cid].agent_for(a) == agent]
     return min(times) if times else None
 
 
-def record_intent(model: Model, agent: str, epoch: int, op_id: str, claim_id: int, now: float) -> list[Fact]:
+def record_intent(model: State, agent: str, epoch: int, op_id: str, claim_id: int, now: float) -> list[Fact]:
     claim = model.claims.get(claim_id)
     found = claim.find_op(op_id) if claim is not None else None
     if found is None:
@@ -113,7 +114,7 @@ class OpResult:
     stderr_tail: str = ""
 
 
-def record_result(model: Model, cfg: ClaimsConfig, agent: str, epoch: int, result: OpResult, now: float,
+def record_result(model: State, cfg: ClaimsConfig, agent: str, epoch: int, result: OpResult, now: float,
                   rng: random.Random | None = None) -> list[Fact]:
     """An agent's report on one op.  Only the agent that holds the op's intent may report it: the same
     agent *and* the same epoch (epochs are per agent, so every agent has an epoch 1: the epoch alone

@@ -16,16 +16,17 @@ from typing import TYPE_CHECKING
 from xce.errors import Conflict
 from xce.model import facts as F
 from xce.model.claims.agents import retry_delay
-from xce.model.claims.entity import SHARED_AGENT, Op
+from xce.agentnames import SHARED_AGENT
+from xce.model.entities.ops import Op
+from xce.model.entities.snapshots import Snapshot
 from xce.model.facts import Fact
-from xce.model.snapshots.entity import Snapshot
+from xce.model.state import State
 
 if TYPE_CHECKING:
     from xce.config import ClaimsConfig
-    from xce.model.state import Model
 
 
-def due_ops(model: Model, agent: str, now: float, limit: int = 1000) -> list[tuple[Snapshot, Op]]:
+def due_ops(model: State, agent: str, now: float, limit: int = 1000) -> list[tuple[Snapshot, Op]]:
     """Snapshot ops the provisioner should run now (as ``claims.due_ops``)."""
     if agent != SHARED_AGENT:
         return []
@@ -44,7 +45,7 @@ def due_ops(model: Model, agent: str, now: float, limit: int = 1000) -> list[tup
     return out
 
 
-def held_ops(model: Model, agent: str, limit: int = 1000) -> list[tuple[Snapshot, Op]]:
+def held_ops(model: State, agent: str, limit: int = 1000) -> list[tuple[Snapshot, Op]]:
     """Open snapshot ops whose intent this agent's current epoch holds (as ``claims.held_ops``)."""
     epoch = model.agent_epochs.get(agent)
     out = []
@@ -57,7 +58,7 @@ def held_ops(model: Model, agent: str, limit: int = 1000) -> list[tuple[Snapshot
     return out
 
 
-def next_due(model: Model, agent: str) -> float | None:
+def next_due(model: State, agent: str) -> float | None:
     if agent != SHARED_AGENT:
         return None
     times = [op.next_retry for sid in model.open_snapshot_ops
@@ -65,7 +66,7 @@ def next_due(model: Model, agent: str) -> float | None:
     return min(times) if times else None
 
 
-def record_intent(model: Model, agent: str, epoch: int, op_id: str, snapshot_id: int, now: float) -> list[Fact]:
+def record_intent(model: State, agent: str, epoch: int, op_id: str, snapshot_id: int, now: float) -> list[Fact]:
     snap = model.snapshots.get(snapshot_id)
     if snap is None or snap.op is None or snap.op.op_id != op_id:
         raise Conflict(f"op {op_id} is not open on snapshot {snapshot_id}", code="op_gone")
@@ -92,7 +93,7 @@ class SnapshotResult:
     used_bytes: int | None = None
 
 
-def record_result(model: Model, cfg: ClaimsConfig, agent: str, epoch: int, r: SnapshotResult, now: float,
+def record_result(model: State, cfg: ClaimsConfig, agent: str, epoch: int, r: SnapshotResult, now: float,
                   rng: random.Random | None = None) -> list[Fact]:
     """Only the agent that holds the op's intent, in its epoch, may report it."""
     snap = model.snapshots.get(r.snapshot_id)
