@@ -11,7 +11,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from xce.errors import Unauthenticated
-from xce.model import audit, capabilities, catalog, claims, history, hosts, identity, job_claims, jobs, orphans, snapshots
+from xce.model import (
+    audit, capabilities, catalog, claims, history, hosts, identity, job_claims, jobs, ops, orphans, snapshots,
+)
 from xce.model import facts as F
 from xce.model.entities.identity import User
 from xce.model.state import State
@@ -51,7 +53,7 @@ FOLDS: dict[type[F.Fact], Callable[[State, Any], None]] = {
     F.ClaimResizeReserved: claims.apply_claim_resize_reserved,
     F.AttachmentAdded: claims.apply_attachment_added,
     F.AttachmentRemoved: claims.apply_attachment_removed,
-    F.AgentLeased: claims.apply_agent_leased,
+    F.AgentLeased: ops.apply_agent_leased,
     F.ClassCapabilitiesReported: capabilities.apply_class_capabilities,
     F.SnapshotCreated: snapshots.apply_snapshot_created,
     F.SnapshotOpIntent: snapshots.apply_snapshot_op_intent,

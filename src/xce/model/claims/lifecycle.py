@@ -20,7 +20,7 @@ claim's pool like a new claim's size (``ClaimResizeReserved``), and that opens
 the claim's ``expand`` op, run and retried like any other.
 
 A claim's provider work is an *op* (``create``, ``expand`` or ``release``) with a stable
-``op_id`` (``c<claim>.<op>.<n>``).  The scheduler places a PENDING claim in a
+``op_id`` (``c<claim>.<op>.<n>``), run under the discipline of every op (``xce.model.ops``).  The scheduler places a PENDING claim in a
 pool, which opens its ``create`` op; an agent commits an intent (PENDING →
 PREPARING), calls the provider, and reports: success moves the claim on,
 a retryable failure schedules the next attempt (same op_id: providers are
@@ -37,7 +37,7 @@ check requests and return facts; the ``apply_*`` folds are pure and total.
 
 from __future__ import annotations
 
-from xce.model import audit
+from xce.model import audit, ops
 from xce.model import facts as F
 from xce.model.entities.claims import (
     Attachment, AttachmentState, Claim, ClaimForm, ClaimState, ReclaimPolicy, Resize, ResizeState, Scope, name_key,
@@ -112,9 +112,7 @@ def _index(model: State, claim: Claim) -> None:
 
 
 def _open_op(model: State, claim: Claim, kind: OpKind) -> None:
-    n = claim.op_counts.get(kind.value, 0) + 1
-    claim.op_counts[kind.value] = n
-    claim.op = Op(op_id=f"c{claim.id}.{kind.value}.{n}", kind=kind)
+    claim.op = ops.new_op("c", claim.id, claim.op_counts, kind)
     model.open_ops.add(claim.id)
 
 
@@ -275,10 +273,7 @@ def apply_claim_op_intent(model: State, f: F.ClaimOpIntent) -> None:
     if (found := _open_op_of(model, f.claim_id, f.op_id)) is None:
         return
     claim, op, a = found
-    op.attempts += 1
-    op.agent, op.epoch, op.next_retry = f.agent, f.epoch, None
-    claim.ops.append({"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts, "agent": f.agent,
-                      "epoch": f.epoch, "time": f.time, "result": "started", "host": a.host if a else None})
+    claim.ops.append(dict(ops.fold_intent(op, f.agent, f.epoch, f.time), host=a.host if a else None))
     if a is None and op.kind is OpKind.CREATE:
         claim.data_exists = True  # from here on a provider object may exist: never assume it does not
         if claim.state is ClaimState.PENDING:
@@ -290,8 +285,7 @@ def apply_claim_op_succeeded(model: State, f: F.ClaimOpSucceeded) -> None:
         return
     claim, op, a = found
     agent = op.agent or "-"
-    claim.ops.append({"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts, "time": f.time,
-                      "result": "ok", "message": f.message, "host": a.host if a else None})
+    claim.ops.append(dict(ops.fold_success(op, f.time, f.message), host=a.host if a else None))
     if a is not None:
         a.op, a.last_error = None, None
         _index(model, claim)
@@ -354,16 +348,13 @@ def apply_claim_op_failed(model: State, f: F.ClaimOpFailed) -> None:
     claim, op, a = found
     agent = op.agent or "-"
     error = f"{f.code}: {f.message}"
-    claim.ops.append({"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts, "time": f.time,
-                      "result": f.code, "message": f.message, "retryable": f.retryable,
-                      "next_retry": f.next_retry, "host": a.host if a else None})
+    claim.ops.append(dict(ops.fold_failure(op, f.time, f.code, f.message, f.retryable, f.next_retry),
+                          host=a.host if a else None))
     if a is not None:
         a.last_error = error
     else:
         claim.last_error, claim.stderr_tail = error, f.stderr_tail
-    if f.next_retry is not None:
-        op.epoch = None  # the next attempt needs a new intent
-        op.next_retry = f.next_retry
+    if f.next_retry is not None:  # it waits for its retry (``ops.fold_failure``)
         if op.kind is OpKind.EXPAND:
             # OBSERVATION: a deletion waited for this attempt; between attempts nothing holds it up
             # (the resize is cancelled; the object is released whatever size it reached)
@@ -471,8 +462,5 @@ def apply_attachment_removed(model: State, f: F.AttachmentRemoved) -> None:
                           "reason": f"attachment #{a.id} on {a.host} removed by {f.by}"})
     _drop_attachment(model, claim, a, f.time)
 
-
-def apply_agent_leased(model: State, f: F.AgentLeased) -> None:
-    model.agent_epochs[f.agent] = f.epoch
 
 

@@ -10,9 +10,9 @@ States (``SnapshotState``)::
 
 A snapshot's provider work is an op (``create_snapshot`` or
 ``delete_snapshot``) with a stable op_id (``s<snapshot>.<op>.<n>``), run by the
-provisioner with the same discipline as a claim's: an intent committed before
-the provider is called, fenced results, retries with backoff (same op_id:
-providers are idempotent by it), every attempt kept in ``ops``.
+provisioner under the discipline of every op (``xce.model.ops``): an intent
+committed before the provider is called, fenced results, retries with backoff
+(same op_id: providers are idempotent by it), every attempt kept in ``ops``.
 
 ``_set_state`` is the only place a snapshot's state changes: it checks the
 table, appends the history entry and the audit record.
@@ -20,7 +20,7 @@ table, appends the history entry and the audit record.
 
 from __future__ import annotations
 
-from xce.model import audit
+from xce.model import audit, ops
 from xce.model import facts as F
 from xce.model.entities.claims import name_key
 from xce.model.entities.ops import Op, OpKind
@@ -54,9 +54,7 @@ def _set_state(model: State, snap: Snapshot, new: SnapshotState, time: float, re
 
 
 def _open_op(model: State, snap: Snapshot, kind: OpKind) -> None:
-    n = snap.op_counts.get(kind.value, 0) + 1
-    snap.op_counts[kind.value] = n
-    snap.op = Op(op_id=f"s{snap.id}.{kind.value}.{n}", kind=kind)
+    snap.op = ops.new_op("s", snap.id, snap.op_counts, kind)
     model.open_snapshot_ops.add(snap.id)
 
 
@@ -111,10 +109,7 @@ def apply_snapshot_op_intent(model: State, f: F.SnapshotOpIntent) -> None:
     if (found := _open_op_of(model, f.snapshot_id, f.op_id)) is None:
         return
     snap, op = found
-    op.attempts += 1
-    op.agent, op.epoch, op.next_retry = f.agent, f.epoch, None
-    snap.ops.append({"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts, "agent": f.agent,
-                     "epoch": f.epoch, "time": f.time, "result": "started"})
+    snap.ops.append(ops.fold_intent(op, f.agent, f.epoch, f.time))
     if op.kind is OpKind.CREATE_SNAPSHOT:
         snap.data_exists = True  # from here on a provider object may exist: never assume it does not
 
@@ -124,8 +119,7 @@ def apply_snapshot_op_succeeded(model: State, f: F.SnapshotOpSucceeded) -> None:
         return
     snap, op = found
     agent = op.agent or "-"
-    snap.ops.append({"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts, "time": f.time,
-                     "result": "ok", "message": f.message})
+    snap.ops.append(ops.fold_success(op, f.time, f.message))
     snap.last_error, snap.stderr_tail = None, ""
     _close_op(model, snap)
     if op.kind is OpKind.CREATE_SNAPSHOT:
@@ -143,12 +137,9 @@ def apply_snapshot_op_failed(model: State, f: F.SnapshotOpFailed) -> None:
     snap, op = found
     agent = op.agent or "-"
     error = f"{f.code}: {f.message}"
-    snap.ops.append({"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts, "time": f.time,
-                     "result": f.code, "message": f.message, "retryable": f.retryable, "next_retry": f.next_retry})
+    snap.ops.append(ops.fold_failure(op, f.time, f.code, f.message, f.retryable, f.next_retry))
     snap.last_error, snap.stderr_tail = error, f.stderr_tail
-    if f.next_retry is not None:
-        op.epoch = None  # the next attempt needs a new intent
-        op.next_retry = f.next_retry
+    if f.next_retry is not None:  # it waits for its retry (``ops.fold_failure``)
         return
     why = f"{op.kind.value} failed after {op.attempts} attempt{'s' if op.attempts != 1 else ''}: {error}"
     _close_op(model, snap)
