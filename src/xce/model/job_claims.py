@@ -14,7 +14,7 @@ A job uses two kinds of claims:
 
 The plan applier's ``JobAllocated`` fact carries the new template claims and
 attachments; its fold creates them here.  The job stays PEND, holding its
-allocation, until every one is READY/ATTACHED (``blocking``): the readiness
+allocation, until every one is READY/ATTACHED (``blocker``): the readiness
 gate.  A claim that fails for good ends the job (``fail_run``).  When the
 run ends, ``release_for_run`` lets its claims go: template claims are
 deleted (stage-out first), attachments detached.
@@ -25,14 +25,14 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from xce.model import claims as C
 from xce.model import facts as F
 from xce.model import jobs
 from xce.model.jobs import Job, JobSpec, JobState, finish_after_stage_out
-from xce.model.claims import AccessMode, AttachmentState, Claim, ClaimForm, ClaimState, Mode, Scope
+from xce.model.claims import AccessMode, Attachment, AttachmentState, Claim, ClaimForm, ClaimState, Mode, Scope
 from xce.model.entities.identity import User
 from xce.model.facts import Fact
 from xce.model.state import State
@@ -389,7 +389,7 @@ def template_fact(job: Job, run: int, hosts: list[str], t: dict[str, Any], now: 
 def apply_claim_created(model: State, f: F.ClaimCreated) -> None:
     """A claim is made (``claims``' fold); a run's template claim joins its run."""
     if not C.apply_claim_created(model, f) or f.job_id is None or f.run is None:
-        return  # (a template claim whose id was taken never joins: ``blocking`` then holds the run back)
+        return  # (a template claim whose id was taken never joins: ``blocker`` then holds the run back)
     job = model.jobs.get(f.job_id)
     if f.early:  # made ahead for the job's next run: it joins that run when its hosts are allocated
         if job is not None and job.run + 1 == f.run and not job.finished:
@@ -462,34 +462,6 @@ def early_blocking(model: State, job: Job) -> str | None:
     return None
 
 
-def _amount(n: float, decimals: int = 1) -> str:
-    """``1.2 GiB`` (``decimals`` after the point; bytes are whole)."""
-    unit = "B"
-    for u in ("KiB", "MiB", "GiB", "TiB", "PiB"):
-        if n < 1024:
-            break
-        n /= 1024
-        unit = u
-    return f"{int(n)} B" if unit == "B" else f"{n:.{decimals}f} {unit}"
-
-
-def staging_text(claim: Claim, progress: dict[str, Any] | None, now: float | None = None) -> str:
-    """``staging in: 1.2 GiB of 4.0 GiB, 310 MiB/s`` (``progress``: the agent's latest reading, kept in
-    the leader's memory), else what the staging claim waits for."""
-    verb = "populating" if claim.populate_from is not None and claim.form is ClaimForm.STANDALONE else \
-        "staging out" if claim.op is not None and claim.op.kind is C.OpKind.STAGE_OUT else "staging in"
-    if progress is not None and claim.op is not None and progress.get("op_id") == claim.op.op_id:
-        text = f"{verb}: {_amount(int(progress.get('bytes') or 0))}"
-        if progress.get("total_bytes"):
-            text += f" of {_amount(int(progress['total_bytes']))}"
-        if progress.get("rate"):
-            text += f", {_amount(float(progress['rate']), 0)}/s"
-        return text + (f" (attempt {claim.op.attempts})" if claim.op.attempts > 1 else "")
-    if claim.state is ClaimState.FAILED:
-        return f"{verb} failed: {claim.last_error}"
-    return f"{verb}: " + _describe(claim, claim.op, claim.last_error, claim.state.value, now=now)
-
-
 def unusable_ref(model: State, job: Job) -> str | None:
     """Why a referenced standalone claim cannot be attached now (the plan applier's re-check)."""
     for ref in job.claim_refs:
@@ -514,7 +486,7 @@ def run_claims(model: State, job: Job) -> list[Claim]:
     return out
 
 
-def _attachment(model: State, job: Job, claim_id: int, attachment_id: int):
+def _attachment(model: State, job: Job, claim_id: int, attachment_id: int) -> tuple[Claim | None, Attachment | None]:
     """The run's attachment ``attachment_id`` of claim ``claim_id`` (None, None: not this run's)."""
     claim = model.claims.get(claim_id)
     a = next((a for a in claim.attachments if a.id == attachment_id), None) if claim is not None else None
@@ -523,34 +495,36 @@ def _attachment(model: State, job: Job, claim_id: int, attachment_id: int):
     return claim, a
 
 
-def _describe(claim: Claim, op, last_error: str | None, state: str, where: str = "",
-              now: float | None = None) -> str:
-    text = f"{claim.name} {state}{where}"
-    if op is not None and op.attempts:
-        text += f" attempt {op.attempts}"
-    if op is not None and op.next_retry is not None and now is not None:
-        text += f", next retry in {max(0.0, op.next_retry - now):.0f}s"
-    if last_error:
-        text += f": {last_error}"
-    return text
+@dataclass(frozen=True)
+class Blocker:
+    """What the readiness gate of an allocated run waits for (``status.blocking`` words it)::
+
+        templates    the run lacks a template claim it declared: it never starts
+        claim        a template claim of the run is not READY (``claim``)
+        attachment   an attachment of the run is not ATTACHED (``claim``, ``attachment``)
+        detached     an attachment the run had is gone (``claim_id``: its claim)
+    """
+
+    kind: Literal["templates", "claim", "attachment", "detached"]
+    claim: Claim | None = None
+    attachment: Attachment | None = None
+    claim_id: int | None = None
 
 
-def blocking(model: State, job: Job, now: float | None = None) -> str | None:
-    """Why an allocated job cannot be dispatched yet (None: every claim is ready: dispatch it).
-    With ``now``, a waiting retry says when it comes.  A run missing any template claim it declared
-    is never dispatched."""
+def blocker(model: State, job: Job) -> Blocker | None:
+    """What an allocated job waits for before it is dispatched (None: every claim is ready: dispatch
+    it): the readiness gate.  A run missing any template claim it declared is never dispatched."""
     if len(run_claims(model, job)) != len(job.templates):
-        return f"run {job.run} lacks template claims it declared: it cannot start"
+        return Blocker("templates")
     for claim in run_claims(model, job):
         if claim.state is not ClaimState.READY:
-            return "waiting for claim " + _describe(claim, claim.op, claim.last_error, claim.state.value, now=now)
+            return Blocker("claim", claim=claim)
     for claim_id, attachment_id in job.run_attachments:
         claim, a = _attachment(model, job, claim_id, attachment_id)
         if claim is None or a is None:
-            return f"waiting for claim {claim_id} to be attached again"
+            return Blocker("detached", claim_id=claim_id)
         if a.state is not AttachmentState.ATTACHED:
-            return "waiting for claim " + _describe(claim, a.op, a.last_error, a.state.value, f" on {a.host}",
-                                                    now)
+            return Blocker("attachment", claim=claim, attachment=a)
     return None
 
 
@@ -644,43 +618,6 @@ def release_for_run(model: State, job: Job, time: float, host_lost: bool = False
         if a is not None:
             C.detach(model, claim, a, time)
     # the lists stay (xce job show lists what the run had) until the next run's allocation
-
-
-def status_reason(model: State, job: Job, now: float, scheduler_reason: str | None = None,
-                  progress: dict[str, Any] | None = None) -> str | None:
-    """Why a job is where it is, in words (``xce job why``): held, waiting for the scheduler (its
-    word), staging in before allocation (``progress``: the agent's latest reading of its staging
-    claim), waiting for a claim (the readiness gate), or staging out."""
-    if job.state is JobState.STAGE_OUT:
-        return blocking_stage_out(model, job, now, progress)
-    # the scheduler's word is about waiting jobs (its idle reason, "no hosts are available", is not about a
-    # finished one: a job shows the same document live and archived)
-    reason = job.pending_reason or (scheduler_reason if job.state in (JobState.PEND, JobState.PSUSP) else None)
-    if job.state in (JobState.PEND, JobState.PSUSP) and not job.allocated and \
-            (claim := early_claim(model, job)) is not None and claim.state is not ClaimState.READY:
-        staging = staging_text(claim, progress, now)
-        return f"{job.pending_reason}; {staging}" if job.pending_reason else staging
-    if job.state is JobState.PEND and job.allocated:
-        reason = blocking(model, job, now) or reason  # the readiness gate names the claim
-        claim = staging_claim(model, job)
-        if claim is not None and claim.state is ClaimState.PREPARING and claim.op is not None and \
-                progress is not None and progress.get("op_id") == claim.op.op_id and \
-                reason is not None and reason.startswith(f"waiting for claim {claim.name} "):
-            reason = staging_text(claim, progress, now)  # the gate waits for its copy: how far it is
-    if reason is None and job.state is JobState.PEND:
-        reason = "waiting for the next scheduling cycle"
-    return reason
-
-
-def blocking_stage_out(model: State, job: Job, now: float | None = None,
-                       progress: dict[str, Any] | None = None) -> str:
-    for claim in run_claims(model, job):
-        if claim.op is not None and claim.op.kind is C.OpKind.STAGE_OUT:
-            if progress is not None and progress.get("op_id") == claim.op.op_id:
-                return "process ended; " + staging_text(claim, progress, now)
-            return "process ended; staging out: " + _describe(claim, claim.op, claim.last_error, ClaimState.RELEASING.value,
-                                                              now=now)
-    return "process ended; staging out"
 
 
 def publish_list(model: State, job: Job, host: str) -> list[dict[str, Any]]:
