@@ -9,7 +9,8 @@ General layout, bottom up (no module imports one above it, not even for a type h
     the concepts         each one's decisions (requests -> facts) and folds (facts -> state):
                          identity, catalog, hosts, capabilities, claims/, snapshots/, jobs,
                          job_claims (jobs meet claims), orphans, pools, history, audit
-    agents, status       what claim agents are handed and what their reports mean; status in words
+    agents, dispatch     what claim agents and workers are handed, and what their reports mean
+    status               a job's status in words (the sentences the decisions above only imply)
     fold                 ``Model``: the state with the table that folds each fact
 """
 

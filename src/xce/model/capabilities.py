@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from xce.errors import Conflict, InvalidRequest
+from xce.agentnames import SHARED_AGENT
+from xce.errors import Conflict, InvalidRequest, XceError
 from xce.model import facts as F
 from xce.model.entities.capabilities import ClassCapabilities
 from xce.model.facts import Fact
@@ -57,6 +58,20 @@ def report(model: State, config: Config, agent: str, shared_agent: str, class_na
         return []
     return [F.ClassCapabilitiesReported(time=now, class_name=class_name, provider=provider, agent=agent,
                                         capabilities={**flags, "access_modes": modes})]
+
+
+def report_classes(model: State, config: Config, agent: str, reports: list[tuple[str, str, dict[str, Any] | None]],
+                   now: float) -> tuple[list[Fact], dict[str, str]]:
+    """An agent's report of several classes, (class, provider, capabilities) each: the facts of those
+    that changed, and why any was refused (one refused class does not refuse the others)."""
+    facts: list[Fact] = []
+    refused: dict[str, str] = {}
+    for class_name, provider, raw in reports:
+        try:
+            facts += report(model, config, agent, SHARED_AGENT, class_name, provider, raw, now)
+        except XceError as e:
+            refused[class_name] = e.message
+    return facts, refused
 
 
 def can(model: State, class_name: str, flag: str) -> bool | None:

@@ -33,7 +33,9 @@ __all__ = [
 
 @dataclass(frozen=True)
 class OpResult:
-    """What an agent reports about one op: success with what the provider made, or an error."""
+    """What an agent reports about one op: success with what the provider made, or an error.  A
+    report may carry snapshots' results too (``snapshot_id``; ``claim_id`` is then the claim the
+    snapshot is of): ``xce.model.agents.report`` hands those to the snapshots' book."""
 
     op_id: str
     claim_id: int
@@ -47,6 +49,8 @@ class OpResult:
     code: str = ""
     retryable: bool = True
     stderr_tail: str = ""
+    snapshot_id: int | None = None
+    used_bytes: int | None = None  # what the claim (or snapshot) holds, as the provider's reply said
 
 
 class ClaimOps:
