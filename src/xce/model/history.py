@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from xce.errors import InvalidRequest, NotFound
+from xce.errors import Conflict, InvalidRequest, NotFound
 from xce.model import facts as F
 from xce.model.claims import Claim, ClaimForm, ClaimState, may_see, name_key
 from xce.model.jobs import Job, request_key
@@ -207,6 +207,32 @@ def visible_archived_job(actor: User, job: Job | None, job_id: int) -> Job:
     if job is None or not may_see_job(actor, job):
         raise NotFound(f"job {job_id} not found")
     return job
+
+
+def archive_projects(actor: User, project: str | None) -> list[str] | None:
+    """The projects in which ``actor`` may look an archived claim up by name (None: every project):
+    ``project`` if they may see it, else their own (an admin's: all)."""
+    if project is not None:
+        return [project] if actor.is_admin or project in actor.projects else []
+    return None if actor.is_admin else list(actor.projects)
+
+
+def visible_archived_claim(actor: User, name: str, found: list[Claim]) -> Claim | None:
+    """The archived claim called ``name`` that ``actor`` may see among ``found`` (None: none; the
+    caller says it is not found, as for a live one).  Names are per project: in several, the
+    caller must say which."""
+    seen = [c for c in found if may_see_claim(actor, c)]
+    if len(seen) > 1:
+        raise Conflict(f"claim {name!r} exists in projects {', '.join(sorted(c.project for c in seen))}: "
+                       f"say which (--project)", code="ambiguous")
+    return seen[0] if seen else None
+
+
+def visible_archived_claim_by_id(actor: User, claim: Claim | None, claim_id: int) -> Claim:
+    """An archived claim if ``actor`` may see it: 404 otherwise, worded as for a live one."""
+    if claim is None or not may_see_claim(actor, claim):
+        raise NotFound(f"claim {claim_id} not found")
+    return claim
 
 
 def history_scope(actor: User, user: str | None, all_users: bool) -> str | None:
