@@ -28,7 +28,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Protocol, TypeVar
 
 from xce.errors import Conflict
 from xce.model import facts as F
@@ -82,9 +82,14 @@ class Outcome(Protocol):
 
 
 class Book(Protocol[Owner, Result]):
-    """Where one kind of owner keeps its open ops, and the facts that record them."""
+    """Where one kind of owner keeps its open ops, and the facts that record them.  The facts of an
+    intent and of a failure have the same fields for every kind but the one naming the owner
+    (``owner_field``, which names it in the kind's results too); a success says what was made."""
 
     noun: str  # how messages name an owner: "claim", "snapshot"
+    owner_field: str  # "claim_id", "snapshot_id"
+    intent_fact: Callable[..., Fact]  # (time, <owner_field>, op_id, agent, epoch)
+    failure_fact: Callable[..., Fact]  # (time, <owner_field>, op_id, code, message, retryable, next_retry, stderr_tail)
 
     def open(self, model: State) -> Iterator[OpenOp[Owner]]:
         """Every open op, in owner id order."""
@@ -94,16 +99,9 @@ class Book(Protocol[Owner, Result]):
         """The open op ``op_id`` of owner ``owner_id`` (None: decided already, or unknown)."""
         ...
 
-    def owner_of(self, result: Result) -> int: ...
-
-    def intent_fact(self, owner_id: int, op_id: str, agent: str, epoch: int, now: float) -> Fact: ...
-
     def success_fact(self, result: Result, message: str, now: float) -> Fact:
         """The fact of a success: what the provider made, as this kind records it."""
         ...
-
-    def failure_fact(self, owner_id: int, op_id: str, code: str, message: str, retryable: bool,
-                     next_retry: float | None, stderr_tail: str, now: float) -> Fact: ...
 
 
 # ---------------------------------------------------------------- agents and their epochs
@@ -184,7 +182,7 @@ def record_intent(book: Book[Owner, Any], model: State, agent: str, epoch: int, 
         raise Conflict(f"op {op_id} of {book.noun} {owner_id} is not {agent}'s to run", code="op_gone")
     if o.op.epoch == epoch:
         return []  # already recorded for this epoch
-    return [book.intent_fact(owner_id, op_id, agent, epoch, now)]
+    return [book.intent_fact(time=now, op_id=op_id, agent=agent, epoch=epoch, **{book.owner_field: owner_id})]
 
 
 def retry_delay(cfg: ClaimsConfig, attempt: int, rng: random.Random) -> float:
@@ -197,7 +195,7 @@ def record_result(book: Book[Any, Result], model: State, cfg: ClaimsConfig, agen
     """An agent's report on one op.  Only the agent that holds the op's intent may report it: the same
     agent *and* the same epoch (epochs are per agent, so every agent has an epoch 1: the epoch alone
     would let one host's worker report another's op)."""
-    owner_id = book.owner_of(result)
+    owner_id: int = getattr(result, book.owner_field)
     o = book.find(model, owner_id, result.op_id)
     if o is None:
         return []  # OBSERVATION: decided already (a duplicate report): nothing to do
@@ -212,8 +210,9 @@ def record_result(book: Book[Any, Result], model: State, cfg: ClaimsConfig, agen
     next_retry = None
     if result.retryable and op.attempts < cfg.max_attempts:
         next_retry = now + retry_delay(cfg, op.attempts, rng or random.Random())
-    return [book.failure_fact(owner_id, result.op_id, result.code or "ERROR", result.message[:ERROR_MAX],
-                              result.retryable, next_retry, result.stderr_tail[-ERROR_MAX:], now)]
+    return [book.failure_fact(time=now, op_id=result.op_id, code=result.code or "ERROR",
+                              message=result.message[:ERROR_MAX], retryable=result.retryable, next_retry=next_retry,
+                              stderr_tail=result.stderr_tail[-ERROR_MAX:], **{book.owner_field: owner_id})]
 
 
 # ---------------------------------------------------------------- fold steps (the owners' folds call them)

@@ -57,6 +57,9 @@ class ClaimOps:
     """The claims' ``ops.Book``: ``model.open_ops`` indexes the claims with an open op."""
 
     noun = "claim"
+    owner_field = "claim_id"
+    intent_fact = F.ClaimOpIntent
+    failure_fact = F.ClaimOpFailed
 
     def open(self, model: State) -> Iterator[OpenOp[Claim]]:
         for claim_id in sorted(model.open_ops):
@@ -69,22 +72,11 @@ class ClaimOps:
         found = claim.find_op(op_id) if claim is not None else None
         return OpenOp(claim, found[0], found[1], claim.agent_for(found[1])) if found is not None else None
 
-    def owner_of(self, result: OpResult) -> int:
-        return result.claim_id
-
-    def intent_fact(self, owner_id: int, op_id: str, agent: str, epoch: int, now: float) -> Fact:
-        return F.ClaimOpIntent(time=now, claim_id=owner_id, op_id=op_id, agent=agent, epoch=epoch)
-
     def success_fact(self, result: OpResult, message: str, now: float) -> Fact:
         r = result
         return F.ClaimOpSucceeded(time=now, claim_id=r.claim_id, op_id=r.op_id, handle=r.handle,
                                   size_bytes=r.size_bytes, reachable_hosts=r.reachable_hosts,
                                   host_labels=dict(r.host_labels), path=r.path, message=message)
-
-    def failure_fact(self, owner_id: int, op_id: str, code: str, message: str, retryable: bool,
-                     next_retry: float | None, stderr_tail: str, now: float) -> Fact:
-        return F.ClaimOpFailed(time=now, claim_id=owner_id, op_id=op_id, code=code, message=message,
-                               retryable=retryable, next_retry=next_retry, stderr_tail=stderr_tail)
 
 
 CLAIM_OPS = ClaimOps()

@@ -49,6 +49,9 @@ class SnapshotOps:
     """The snapshots' ``ops.Book``: ``model.open_snapshot_ops`` indexes the snapshots with an open op."""
 
     noun = "snapshot"
+    owner_field = "snapshot_id"
+    intent_fact = F.SnapshotOpIntent
+    failure_fact = F.SnapshotOpFailed
 
     def open(self, model: State) -> Iterator[OpenOp[Snapshot]]:
         for snapshot_id in sorted(model.open_snapshot_ops):
@@ -62,21 +65,10 @@ class SnapshotOps:
             return None
         return OpenOp(snap, snap.op, None, SHARED_AGENT)
 
-    def owner_of(self, result: SnapshotResult) -> int:
-        return result.snapshot_id
-
-    def intent_fact(self, owner_id: int, op_id: str, agent: str, epoch: int, now: float) -> Fact:
-        return F.SnapshotOpIntent(time=now, snapshot_id=owner_id, op_id=op_id, agent=agent, epoch=epoch)
-
     def success_fact(self, result: SnapshotResult, message: str, now: float) -> Fact:
         r = result
         return F.SnapshotOpSucceeded(time=now, snapshot_id=r.snapshot_id, op_id=r.op_id, handle=r.handle,
                                      size_bytes=r.size_bytes, message=message, used_bytes=r.used_bytes)
-
-    def failure_fact(self, owner_id: int, op_id: str, code: str, message: str, retryable: bool,
-                     next_retry: float | None, stderr_tail: str, now: float) -> Fact:
-        return F.SnapshotOpFailed(time=now, snapshot_id=owner_id, op_id=op_id, code=code, message=message,
-                                  retryable=retryable, next_retry=next_retry, stderr_tail=stderr_tail)
 
 
 SNAPSHOT_OPS = SnapshotOps()
