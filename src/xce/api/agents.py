@@ -52,7 +52,8 @@ from xce.model.identity import User, speaks_for_agent
 from xce.model.orphans import Orphan
 from xce.model.snapshots import Snapshot
 
-AgentName = Annotated[str, Path(pattern=rf"^({SHARED_AGENT}|{NODE_PREFIX}[a-z0-9][a-z0-9\-_.]{{0,62}})$", max_length=80)]
+AgentName = Annotated[str, Path(pattern=rf"^({SHARED_AGENT}|{NODE_PREFIX}[a-z0-9][a-z0-9\-_.]{{0,62}})$",
+                                max_length=80)]
 
 _rng = random.SystemRandom()
 
@@ -225,7 +226,7 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
                 raise answer
         reported: A.Reported = answers[0]
         now = time.time()
-        for claim_id, nbytes in reported.used:  # readings (controller/observed.py), kept once the facts are
+        for claim_id, nbytes in reported.used:  # readings (controller/observed.py), kept once facts are durable
             ctl.observed.note_used(ctl.model, claim_id, nbytes, now)
         out: dict[str, Any] = {"refused": reported.refused}
         return JSONResponse(dict(out, work=answers[1]) if body.take > 0 else out)
@@ -272,7 +273,7 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
 
         out = await mutate(request, actor, f"agent/{agent}", decide)
         if A.takes_readings(ctl.config, agent, body.class_name, body.provider):
-            # readings, not facts (controller/observed.py says why): kept on the leader once its facts are
+            # readings, not facts (controller/observed.py says why): kept on the leader once its facts are durable
             now = time.time()
             ctl.observed.report_used(ctl.model, body.class_name, objects, now)
             ctl.observed.report_capacity(body.class_name, body.capacity_bytes, body.available_bytes, now)

@@ -195,8 +195,8 @@ def inventory(model: State, agent: str, epoch: int, class_name: str, provider: s
     return orphan_inventory(model, class_name, provider, objects, now)
 
 
-def capabilities(model: State, config: Config, agent: str, epoch: int,
-                 reports: list[tuple[str, str, dict[str, Any] | None]], now: float) -> tuple[list[Fact], dict[str, str]]:
+def capabilities(model: State, config: Config, agent: str, epoch: int, reports: list[K.ClassReport],
+                 now: float) -> tuple[list[Fact], dict[str, str]]:
     """What each class's provider can do (``capabilities.report_classes``: a fact per change)."""
     ops.check_epoch(model, agent, epoch)
     return K.report_classes(model, config, agent, reports, now)

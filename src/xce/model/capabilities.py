@@ -60,7 +60,11 @@ def report(model: State, config: Config, agent: str, shared_agent: str, class_na
                                         capabilities={**flags, "access_modes": modes})]
 
 
-def report_classes(model: State, config: Config, agent: str, reports: list[tuple[str, str, dict[str, Any] | None]],
+#: one class's report: (class name, provider, what the provider's ``capabilities`` op answered)
+ClassReport = tuple[str, str, dict[str, Any] | None]
+
+
+def report_classes(model: State, config: Config, agent: str, reports: list[ClassReport],
                    now: float) -> tuple[list[Fact], dict[str, str]]:
     """An agent's report of several classes, (class, provider, capabilities) each: the facts of those
     that changed, and why any was refused (one refused class does not refuse the others)."""

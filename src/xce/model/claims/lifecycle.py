@@ -20,8 +20,9 @@ claim's pool like a new claim's size (``ClaimResizeReserved``), and that opens
 the claim's ``expand`` op, run and retried like any other.
 
 A claim's provider work is an *op* (``create``, ``expand`` or ``release``) with a stable
-``op_id`` (``c<claim>.<op>.<n>``), run under the discipline of every op (``xce.model.ops``).  The scheduler places a PENDING claim in a
-pool, which opens its ``create`` op; an agent commits an intent (PENDING →
+``op_id`` (``c<claim>.<op>.<n>``), run under the discipline of every op
+(``xce.model.ops``).  The scheduler places a PENDING claim in a pool, which
+opens its ``create`` op; an agent commits an intent (PENDING →
 PREPARING), calls the provider, and reports: success moves the claim on,
 a retryable failure schedules the next attempt (same op_id: providers are
 idempotent by it), and a permanent failure or the last attempt ends FAILED.

@@ -15,9 +15,11 @@ What a snapshot is (``SnapshotState``, ``Snapshot``) is plain data at the model'
 claims never import them.
 """
 
-from xce.model.snapshots.agents import SNAPSHOT_OPS, SnapshotResult, due_ops, held_ops, next_due, record_intent, record_result
-from xce.model.snapshots.decide import clone, create, delete, live_by_name, visible, visible_by_id
 from xce.model.entities.snapshots import LIVE, Snapshot, SnapshotState
+from xce.model.snapshots.agents import (
+    SNAPSHOT_OPS, SnapshotResult, due_ops, held_ops, next_due, record_intent, record_result,
+)
+from xce.model.snapshots.decide import clone, create, delete, live_by_name, visible, visible_by_id
 from xce.model.snapshots.lifecycle import (
     TRANSITIONS, apply_snapshot_created, apply_snapshot_delete_requested, apply_snapshot_op_failed,
     apply_snapshot_op_intent, apply_snapshot_op_succeeded,
