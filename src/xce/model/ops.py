@@ -46,7 +46,8 @@ __all__ = [
     "retry_delay",
 ]
 
-Owner = TypeVar("Owner")
+Owner = TypeVar("Owner")  # a claim, a snapshot (in the functions below)
+Owner_co = TypeVar("Owner_co", covariant=True)  # (in the types: a book of claims is a book of owners)
 Result = TypeVar("Result", bound="Outcome", contravariant=True)
 
 MESSAGE_MAX = 1024  # a success's message, as kept
@@ -54,11 +55,11 @@ ERROR_MAX = 2048  # a failure's message, and the tail of the provider's stderr
 
 
 @dataclass(frozen=True)
-class OpenOp(Generic[Owner]):
+class OpenOp(Generic[Owner_co]):
     """An open op where it lives: its owner (a claim, a snapshot), the part of the owner whose op it
     is (an attachment; None: the owner's own), and the agent that runs it."""
 
-    owner: Owner
+    owner: Owner_co
     op: Op
     part: Attachment | None
     runner: str
@@ -81,21 +82,36 @@ class Outcome(Protocol):
     def stderr_tail(self) -> str: ...
 
 
-class Book(Protocol[Owner, Result]):
+class Book(Protocol[Owner_co, Result]):
     """Where one kind of owner keeps its open ops, and the facts that record them.  The facts of an
     intent and of a failure have the same fields for every kind but the one naming the owner
     (``owner_field``, which names it in the kind's results too); a success says what was made."""
 
-    noun: str  # how messages name an owner: "claim", "snapshot"
-    owner_field: str  # "claim_id", "snapshot_id"
-    intent_fact: Callable[..., Fact]  # (time, <owner_field>, op_id, agent, epoch)
-    failure_fact: Callable[..., Fact]  # (time, <owner_field>, op_id, code, message, retryable, next_retry, stderr_tail)
+    @property
+    def noun(self) -> str:
+        """How messages name an owner: "claim", "snapshot"."""
+        ...
 
-    def open(self, model: State) -> Iterator[OpenOp[Owner]]:
+    @property
+    def owner_field(self) -> str:
+        """"claim_id", "snapshot_id"."""
+        ...
+
+    @property
+    def intent_fact(self) -> Callable[..., Fact]:
+        """(time, <owner_field>, op_id, agent, epoch) -> the intent's fact."""
+        ...
+
+    @property
+    def failure_fact(self) -> Callable[..., Fact]:
+        """(time, <owner_field>, op_id, code, message, retryable, next_retry, stderr_tail) -> a failure's fact."""
+        ...
+
+    def open(self, model: State) -> Iterator[OpenOp[Owner_co]]:
         """Every open op, in owner id order."""
         ...
 
-    def find(self, model: State, owner_id: int, op_id: str) -> OpenOp[Owner] | None:
+    def find(self, model: State, owner_id: int, op_id: str) -> OpenOp[Owner_co] | None:
         """The open op ``op_id`` of owner ``owner_id`` (None: decided already, or unknown)."""
         ...
 
@@ -172,7 +188,7 @@ def holder(book: Book[Owner, Any], model: State, agent: str, epoch: int, owner_i
     return o if o is not None and o.op.agent == agent and o.op.epoch == epoch else None
 
 
-def record_intent(book: Book[Owner, Any], model: State, agent: str, epoch: int, op_id: str, owner_id: int,
+def record_intent(book: Book[Any, Any], model: State, agent: str, epoch: int, op_id: str, owner_id: int,
                   now: float) -> list[Fact]:
     """The intent of ``agent`` in ``epoch`` to run an open op of its own (none if it holds it already)."""
     o = book.find(model, owner_id, op_id)

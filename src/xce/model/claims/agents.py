@@ -70,7 +70,10 @@ class ClaimOps:
     def find(self, model: State, owner_id: int, op_id: str) -> OpenOp[Claim] | None:
         claim = model.claims.get(owner_id)
         found = claim.find_op(op_id) if claim is not None else None
-        return OpenOp(claim, found[0], found[1], claim.agent_for(found[1])) if found is not None else None
+        if claim is None or found is None:
+            return None
+        op, attachment = found
+        return OpenOp(claim, op, attachment, claim.agent_for(attachment))
 
     def success_fact(self, result: OpResult, message: str, now: float) -> Fact:
         r = result
