@@ -32,7 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 
 from xce.model import facts as F  # noqa: E402
-from xce.model.state import Model  # noqa: E402
+from xce.model import Model  # noqa: E402
 from xce.scheduler.core import schedule  # noqa: E402
 from xce.controller.view import build_view  # noqa: E402
 from xce.scheduler.view import ClusterView, JobView  # noqa: E402

@@ -1,7 +1,7 @@
 """The client's state names are the model's: the API reports the model's enums' values."""
 
 from xce.client import states
-from xce.model.claims.entity import ClaimState, ResizeState
+from xce.model.entities.claims import ClaimState, ResizeState
 from xce.model.jobs import JobState
 
 

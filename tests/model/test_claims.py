@@ -26,7 +26,7 @@ from xce.model import Model
 from xce.model import capabilities
 from xce.model import claims as C
 from xce.model import facts as F
-from xce.model import job_claims, jobs
+from xce.model import job_claims, jobs, status
 from xce.model import snapshots as SN
 from xce.model.claims import ATTACHMENT_TRANSITIONS, LIVE, TRANSITIONS, AttachmentState, ClaimForm, ClaimSpec, ClaimState
 from xce.model.identity import Role, User
@@ -187,7 +187,7 @@ class ClaimMachine(RuleBasedStateMachine):
     def start(self):
         """The worker starts every run whose readiness gate is open."""
         for job in list(self.model.jobs.values()):
-            if job.state is JobState.PEND and job.allocated and job_claims.blocking(self.model, job) is None:
+            if job.state is JobState.PEND and job.allocated and status.blocking(self.model, job) is None:
                 self.try_(lambda job=job: jobs.report_started(self.model, "h1", job.id, job.run, 1, self.tick(),
                                                               "", "", ""))
 

@@ -18,7 +18,7 @@ from xce.controller.view import build_view
 from xce.errors import Forbidden, InvalidRequest
 from xce.model import claims as C
 from xce.model import facts as F
-from xce.model import job_claims, jobs
+from xce.model import job_claims, jobs, status
 from xce.model.claims import ClaimState, OpKind, Scope
 from xce.model.jobs import JobState
 from xce.scheduler.core import schedule
@@ -66,9 +66,9 @@ def test_the_job_is_not_allocated_until_its_staging_claim_is_ready(w):
     assert claim.agent == PROVISIONER, "shared staging is the provisioner's"
     plan, _ = cycle(w)
     assert not plan.allocations and not job.allocated
-    reason = job_claims.status_reason(w.model, job, w.now)
+    reason = status.status_reason(w.model, job, w.now)
     assert reason.startswith("staging in: "), reason
-    shown = job_claims.status_reason(w.model, job, w.now, progress={
+    shown = status.status_reason(w.model, job, w.now, progress={
         "op_id": claim.op.op_id, "bytes": 1288490189, "total_bytes": 4 * 2**30, "rate": 310 * 2**20})
     assert shown == "staging in: 1.2 GiB of 4.0 GiB, 310 MiB/s", shown
     w.run_agent(PROVISIONER)  # stage-in
@@ -78,7 +78,7 @@ def test_the_job_is_not_allocated_until_its_staging_claim_is_ready(w):
     assert [a.job_id for a in plan.allocations] == [job.id] and job.allocated
     assert job.alloc_time > ready_at
     assert job_claims.run_claims(w.model, job) == [claim] and job.early_claim is None
-    assert job_claims.blocking(w.model, job) is None, "ready already: dispatch at once"
+    assert status.blocking(w.model, job) is None, "ready already: dispatch at once"
     assert not any(isinstance(f, F.ClaimCreated) for f in outcome.facts), "no second staging claim"
     host = job.hosts[0]
     assert [p["env"] for p in job_claims.publish_list(w.model, job, host)] == ["XCE_STAGE"]

@@ -17,7 +17,7 @@ from xce.errors import Conflict, InvalidRequest, NotFound
 from xce.model import Model
 from xce.model import claims as C
 from xce.model import facts as F
-from xce.model import job_claims, jobs
+from xce.model import job_claims, jobs, status
 from xce.model.claims import AttachmentState, ClaimState, OpKind
 from xce.model.identity import Role, User
 from xce.model.job_claims import JobClaimsSpec
@@ -147,7 +147,7 @@ class World:
         for _ in range(4):
             for agent in (PROVISIONER, *(C.node_agent(h) for h in job.hosts)):
                 self.run_agent(agent)
-        assert job_claims.blocking(self.model, job) is None
+        assert status.blocking(self.model, job) is None
 
     # ------------------------------------------------------------ jobs
 
@@ -296,18 +296,18 @@ def test_the_gate_names_the_claim_its_state_attempt_and_next_retry(w):
     job = w.submit(scratch="1Gi")
     w.allocate(job)
     scratch = w.claim_of(job, "scratch")
-    assert job_claims.blocking(w.model, job) == "waiting for claim j1.1:scratch PENDING"
+    assert status.blocking(w.model, job) == "waiting for claim j1.1:scratch PENDING"
     w.intents(NODE1)
-    assert job_claims.blocking(w.model, job) == "waiting for claim j1.1:scratch PREPARING attempt 1"
+    assert status.blocking(w.model, job) == "waiting for claim j1.1:scratch PREPARING attempt 1"
     w.report(NODE1, scratch, scratch.op.op_id, ok=False, code="UNAVAILABLE", retryable=True)
     assert scratch.op.next_retry == w.now + 10.0, "the retry waits retry_base (no jitter here)"
-    assert job_claims.blocking(w.model, job, now=w.now + 4.0) == \
+    assert status.blocking(w.model, job, now=w.now + 4.0) == \
         "waiting for claim j1.1:scratch PREPARING attempt 1, next retry in 6s: UNAVAILABLE: it went wrong"
     assert job.state is JobState.PEND and job.allocated, "a retryable failure leaves the job waiting"
     w.now = scratch.op.next_retry
     w.run_agent(NODE1)
     assert scratch.state is ClaimState.READY and scratch.op is None
-    assert job_claims.blocking(w.model, job) is None
+    assert status.blocking(w.model, job) is None
 
 
 def test_the_gate_waits_for_every_attachment_then_opens(w):
@@ -315,20 +315,20 @@ def test_the_gate_waits_for_every_attachment_then_opens(w):
     job = w.submit(claims=("data",), scratch="1Gi")
     w.allocate(job, hosts=("h1", "h2"))
     w.run_agent(NODE1)  # the scratch claim is READY
-    assert job_claims.blocking(w.model, job) == "waiting for claim data ATTACHING on h1"
+    assert status.blocking(w.model, job) == "waiting for claim data ATTACHING on h1"
     (_, op1, _), (_, op2, _) = w.intents(PROVISIONER)
     w.report(PROVISIONER, data, op1.op_id)
-    assert job_claims.blocking(w.model, job) == "waiting for claim data ATTACHING on h2 attempt 1"
+    assert status.blocking(w.model, job) == "waiting for claim data ATTACHING on h2 attempt 1"
     w.report(PROVISIONER, data, op2.op_id)
     assert [a.state for a in data.attachments] == [AttachmentState.ATTACHED] * 2
-    assert job_claims.blocking(w.model, job) is None
+    assert status.blocking(w.model, job) is None
 
 
 def test_a_run_missing_a_template_claim_it_declared_is_never_dispatched(w):
     job = w.submit(scratch="1Gi")
     w.allocate(job, with_templates=False)  # a JobAllocated whose ClaimCreated facts never came
     assert job.allocated and job.run_claims == []
-    assert job_claims.blocking(w.model, job) == "run 1 lacks template claims it declared: it cannot start"
+    assert status.blocking(w.model, job) == "run 1 lacks template claims it declared: it cannot start"
 
 
 # ---------------------------------------------------------------- agent reports
@@ -554,22 +554,22 @@ def test_a_requeued_runs_claims_go_and_the_next_run_gets_its_own(w):
 
 def test_the_status_reason_says_why_a_job_is_where_it_is(w):
     held = w.submit(held=True)
-    assert job_claims.status_reason(w.model, held, w.now) == "held by user"
+    assert status.status_reason(w.model, held, w.now) == "held by user"
     waiting = w.submit()
-    assert job_claims.status_reason(w.model, waiting, w.now) == "waiting for the next scheduling cycle"
-    assert job_claims.status_reason(w.model, waiting, w.now, "not enough slots") == "not enough slots"
+    assert status.status_reason(w.model, waiting, w.now) == "waiting for the next scheduling cycle"
+    assert status.status_reason(w.model, waiting, w.now, "not enough slots") == "not enough slots"
     job = w.submit(scratch="1Gi", stage_out=("out.txt:/home/alice/out.txt",))
     w.allocate(job)
-    assert job_claims.status_reason(w.model, job, w.now, "stale scheduler word") == \
+    assert status.status_reason(w.model, job, w.now, "stale scheduler word") == \
         "waiting for claim j3.1:scratch PENDING", "the readiness gate names the claim"
     w.make_ready(job)
-    assert job_claims.status_reason(w.model, job, w.now) == "dispatching to h1"
+    assert status.status_reason(w.model, job, w.now) == "dispatching to h1"
     w.start(job)
-    assert job_claims.status_reason(w.model, job, w.now) is None
+    assert status.status_reason(w.model, job, w.now) is None
     w.commit(job_claims.report_finished(w.model, "h1", job.id, job.run, w.tick(), 0, None))
-    assert job_claims.status_reason(w.model, job, w.now) == "process ended; staging out: j3.1:stage RELEASING"
+    assert status.status_reason(w.model, job, w.now) == "process ended; staging out: j3.1:stage RELEASING"
     w.intents(NODE1)
-    assert job_claims.status_reason(w.model, job, w.now) == \
+    assert status.status_reason(w.model, job, w.now) == \
         "process ended; staging out: j3.1:stage RELEASING attempt 1"
 
 
@@ -636,9 +636,9 @@ def test_job_why_follows_a_node_scope_stage_in_and_stage_out_with_the_agents_rea
     assert stage.op.kind is OpKind.STAGE_IN and job_claims.staging_claim(w.model, job) is stage
     w.intents(NODE1)
     reading = {"op_id": stage.op.op_id, "bytes": 3 * MiB, "total_bytes": 8 * MiB, "rate": 2 * MiB}
-    assert job_claims.status_reason(w.model, job, w.now, progress=reading) == "staging in: 3.0 MiB of 8.0 MiB, 2 MiB/s"
+    assert status.status_reason(w.model, job, w.now, progress=reading) == "staging in: 3.0 MiB of 8.0 MiB, 2 MiB/s"
     stale = dict(reading, op_id="c0.stage_in.9")  # a reading of another op is not this one's
-    assert job_claims.status_reason(w.model, job, w.now, progress=stale).startswith(f"waiting for claim {stage.name}")
+    assert status.status_reason(w.model, job, w.now, progress=stale).startswith(f"waiting for claim {stage.name}")
     w.report(NODE1, stage, stage.op.op_id)
     w.make_ready(job)
     w.start(job)
@@ -646,5 +646,5 @@ def test_job_why_follows_a_node_scope_stage_in_and_stage_out_with_the_agents_rea
     w.commit(job_claims.report_finished(w.model, "h1", job.id, job.run, w.tick(), 0, None))
     assert job.state is JobState.STAGE_OUT and job_claims.staging_claim(w.model, job) is stage
     reading = {"op_id": stage.op.op_id, "bytes": 1 * MiB, "total_bytes": 4 * MiB, "rate": None}
-    assert job_claims.status_reason(w.model, job, w.now, progress=reading) == \
+    assert status.status_reason(w.model, job, w.now, progress=reading) == \
         "process ended; staging out: 1.0 MiB of 4.0 MiB"

@@ -15,7 +15,7 @@ from xce.model.transitions import ImpossibleTransition
 from xce.model import facts as F
 from xce.model.hosts import HostState
 from xce.model.identity import Role
-from xce.model.state import FOLDS
+from xce.model.fold import FOLDS
 
 NAMES = st.sampled_from(["a", "b", "default", "gpu", "x-1"])
 SCALARS: dict[type, st.SearchStrategy] = {

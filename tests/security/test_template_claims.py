@@ -17,7 +17,7 @@ from tests.helpers import cli, wait_for
 from tests.integration.test_job_claims import make_job_cluster
 from xce.model import Model
 from xce.model import facts as F
-from xce.model import job_claims
+from xce.model import job_claims, status
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +142,7 @@ def test_a_run_never_uses_or_releases_a_claim_it_was_not_allocated():
                               templates=[dict(m.jobs[1].templates[0], claim_id=1, pool=None)]))
     job, theirs = m.jobs[1], m.claims[1]
     assert job_claims.run_claims(m, job) == []
-    assert job_claims.blocking(m, job) == "run 1 lacks template claims it declared: it cannot start"
+    assert status.blocking(m, job) == "run 1 lacks template claims it declared: it cannot start"
     assert job_claims.publish_list(m, job, "h1") == []
     assert m.next_claim_id == 2, "the id is not handed out again"
     m.apply(4, F.JobFinished(time=4.0, job_id=1, run=1, state="EXIT", reason="killed"))

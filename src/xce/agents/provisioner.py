@@ -34,10 +34,10 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any
 
+from xce.agentnames import SHARED_AGENT
 from xce.agents.agent import ClaimAgent, Provider
 from xce.agents.transfers import SharedTransfers
 from xce.client import Client
-from xce.model.claims import SHARED_AGENT
 from xce.transfers import TransferConfigError, load_daemon_site
 
 SIMFS_COMMAND = [sys.executable, "-m", "xce.providers.simfs"]

@@ -11,6 +11,9 @@ after the lease carries the agent's epoch; a call from an older epoch (an
 agent that was restarted or replaced) is refused whole with 409
 ``stale_epoch``, so a late report can never change a claim.
 
+What each call means is decided in the model (``xce.model.agents``, over the
+one op discipline of ``xce.model.ops``); these routes translate HTTP and JSON.
+
 Handoffs: ``POST .../work`` is ``GET .../work`` and ``POST .../intents`` in
 one call (the ops due now, each with its intent committed before the answer),
 and a report may ``take`` the ops it opened in the same commit (a staging
@@ -31,32 +34,32 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Path, Query, Request
 from xce.api.responses import JSONResponse
 
+from xce.agentnames import NODE_PREFIX, SHARED_AGENT, node_host
 from xce.api import schemas as S
 from xce.api.auth import agent_identity, recheck
 from xce.api.commands import mutate
-from xce.api.workers import host_work
+from xce.api.workers import dispatch_json
 from xce.controller.longpoll import Waker
 from xce.controller.core import Controller
-from xce.errors import Conflict, XceError
 from xce.model import Model
-from xce.model import capabilities as K
+from xce.model import agents as A
 from xce.model import claims as C
-from xce.model import job_claims
-from xce.model import snapshots as SN
 from xce.model import facts as F
-from xce.model.claims import SHARED_AGENT, Attachment, Claim, Op, OpKind
+from xce.model import ops
+from xce.model.claims import Attachment, Claim, Op, OpKind
 from xce.model.facts import Fact
 from xce.model.identity import User, speaks_for_agent
-from xce.model.orphans import due_for_release, inventory
+from xce.model.orphans import Orphan
 from xce.model.snapshots import Snapshot
 
-AgentName = Annotated[str, Path(pattern=r"^(provisioner|node:[a-z0-9][a-z0-9\-_.]{0,62})$", max_length=80)]
+AgentName = Annotated[str, Path(pattern=rf"^({SHARED_AGENT}|{NODE_PREFIX}[a-z0-9][a-z0-9\-_.]{{0,62}})$",
+                                max_length=80)]
 
 _rng = random.SystemRandom()
 
 
 def speaks_for(actor: User, agent: str) -> None:
-    speaks_for_agent(actor, agent, SHARED_AGENT)
+    speaks_for_agent(actor, agent)
 
 
 def op_json(ctl: Controller, claim: Claim, op: Op, attachment: Attachment | None) -> dict[str, Any]:
@@ -84,6 +87,12 @@ def op_json(ctl: Controller, claim: Claim, op: Op, attachment: Attachment | None
     return out
 
 
+def orphan_json(o: Orphan) -> dict[str, Any]:
+    """An orphan due for release, as the provisioner releases it (by its handle, tagged op id)."""
+    return {"handle": o.handle, "class_name": o.class_name, "provider": o.provider, "claim_id": o.claim_id,
+            "op_id": f"orphan.{o.handle}", "tags": o.tags}
+
+
 def snapshot_op_json(ctl: Controller, snap: Snapshot, op: Op) -> dict[str, Any]:
     """A snapshot's op as the provisioner runs it.  ``claim_id`` is the claim it is (or was) of:
     providers derive the snapshot's handle from it and the op_id.  ``create_snapshot`` names the
@@ -101,85 +110,49 @@ def snapshot_op_json(ctl: Controller, snap: Snapshot, op: Op) -> dict[str, Any]:
                      "xce.owner": snap.owner}}
 
 
+def work_json(ctl: Controller, model: Model, agent: str, work: A.Work, held: bool = False) -> dict[str, Any]:
+    """An agent's work as it runs it.  ``held``: ops under way, each with the attempt its intent
+    counted already (a new intent counts the next)."""
+    ops_ = [(op_json(ctl, o.owner, o.op, o.part), o.op) for o in work.claim_ops]
+    ops_ += [(snapshot_op_json(ctl, o.owner, o.op), o.op) for o in work.snapshot_ops]
+    out: dict[str, Any] = {"ops": [dict(j, attempt=op.attempts) if held else j for j, op in ops_],
+                           "orphans": [orphan_json(o) for o in work.orphans]}
+    host = node_host(agent)
+    if work.dispatch is not None and host is not None:
+        out["dispatch"] = [dispatch_json(model, job, host) for job in work.dispatch]
+    return out
+
+
 def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
+    def grace() -> float:
+        return ctl.config.claims.orphan_grace
+
     @app.post("/v1/agents/{agent}/lease", tags=["agents"])
     async def take_lease(agent: AgentName, body: S.LeaseRequest, request: Request,
                          actor: User = Depends(agent_identity)):
         speaks_for(actor, agent)
         epoch = await mutate(request, actor, f"agent/{agent}",
-                             lambda model: C.lease(model, agent, body.holder, time.time()))
+                             lambda model: ops.lease(model, agent, body.holder, time.time()))
         return JSONResponse({"agent": agent, "epoch": epoch, "cluster_id": ctl.model.cluster_id,
                              "orphan_scan_interval": ctl.config.claims.orphan_scan_interval})
-
-    def work_now(agent: str, limit: int) -> dict[str, Any]:
-        now = time.time()
-        ops = [op_json(ctl, c, op, a) for c, op, a in C.due_ops(ctl.model, agent, now, limit)]
-        ops += [snapshot_op_json(ctl, s, op) for s, op in SN.due_ops(ctl.model, agent, now, limit - len(ops))]
-        out: dict[str, Any] = {"ops": ops, "orphans": []}
-        if agent == SHARED_AGENT:
-            for o in due_for_release(ctl.model, ctl.config.claims.orphan_grace, now)[:limit]:
-                out["orphans"].append({"handle": o.handle, "class_name": o.class_name, "provider": o.provider,
-                                       "claim_id": o.claim_id, "op_id": f"orphan.{o.handle}", "tags": o.tags})
-        return out
-
-    def any_work(agent: str) -> bool:
-        now = time.time()
-        return bool(C.due_ops(ctl.model, agent, now, 1) or SN.due_ops(ctl.model, agent, now, 1)
-                    or agent == SHARED_AGENT and due_for_release(ctl.model, ctl.config.claims.orphan_grace, now))
-
-    def holds(model: Model, agent: str, epoch: int, claim_id: int, op_id: str) -> bool:
-        """The claim's op ``op_id`` is open and its intent is ``agent``'s in ``epoch``: whose readings count."""
-        claim = model.claims.get(claim_id)
-        found = claim.find_op(op_id) if claim is not None else None
-        return found is not None and found[1] is None and found[0].agent == agent and found[0].epoch == epoch
 
     async def wait_for_work(agent: str, epoch: int, wait: float) -> None:
         """Until the agent has work, ``wait`` seconds pass, or the server stops.  A waking fact may bring
         no work for this agent (another agent's op, the report of an op it still runs): the poll waits
         on rather than answering empty, or every busy agent would poll in a loop of empty answers."""
         deadline = time.monotonic() + wait
-        while not any_work(agent) and not channel.closing:
+        while not A.has_work(ctl.model, agent, time.time(), grace()) and not channel.closing:
             left = deadline - time.monotonic()
-            due = [t for t in (C.next_due(ctl.model, agent), SN.next_due(ctl.model, agent)) if t is not None]
-            due_at = min(due) if due else None
+            due_at = A.next_due(ctl.model, agent)
             if left <= 0 or (due_at is not None and due_at <= time.time()):
                 return  # the time is up, or a retry fell due yet is not work: answer, the agent polls again
             await channel.wait(left, due_at)
             await ctl.read_barrier()
-            C.check_epoch(ctl.model, agent, epoch)
-
-    def record_intents(model: Model, agent: str, epoch: int, refs: list[S.IntentRef]) -> tuple[list[Fact], list[str],
-                                                                                             dict[str, str]]:
-        """The intents of ``refs``' ops for ``agent`` in ``epoch``: (facts, accepted op ids, refused ones: why)."""
-        now = time.time()
-        facts: list[Fact] = []
-        accepted, refused = [], {}
-        for ref in refs:
-            try:
-                if ref.snapshot_id is not None:
-                    facts += SN.record_intent(model, agent, epoch, ref.op_id, ref.snapshot_id, now)
-                else:
-                    facts += C.record_intent(model, agent, epoch, ref.op_id, ref.claim_id, now)
-                accepted.append(ref.op_id)
-            except Conflict as e:
-                refused[ref.op_id] = e.message
-        return facts, accepted, refused
+            ops.check_epoch(ctl.model, agent, epoch)
 
     def take(model: Model, agent: str, epoch: int, limit: int, dispatch: bool = False) -> tuple[list[Fact], dict]:
-        """The ops due to ``agent`` now, each with its intent.  Decided in the commit order, on the model
-        every earlier decision has changed, so an op is handed out once per epoch, and its intent is
-        durable before the agent hears of it.  ``dispatch``: also the node agent's host's runs that may
-        start (the readiness gate is open), as the worker's own poll would be told."""
-        C.check_epoch(model, agent, epoch)
-        out = work_now(agent, limit)
-        refs = [S.IntentRef(op_id=o["op_id"], claim_id=o["claim_id"], snapshot_id=o.get("snapshot_id"))
-                for o in out["ops"]]
-        facts, accepted, _ = record_intents(model, agent, epoch, refs)
-        taken = set(accepted)
-        out["ops"] = [o for o in out["ops"] if o["op_id"] in taken]
-        if dispatch and agent.startswith("node:"):
-            out["dispatch"] = host_work(model, agent.removeprefix("node:"))["dispatch"]
-        return facts, out
+        facts, work = A.take(model, agent, epoch, limit, time.time(), grace(), dispatch)
+        return facts, work_json(ctl, model, agent, work)
 
     @app.get("/v1/agents/{agent}/work", tags=["agents"])
     async def work(agent: AgentName, request: Request, epoch: int = Query(..., ge=1),
@@ -191,18 +164,14 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
         those it is not running: op ids tell)."""
         speaks_for(actor, agent)
         await ctl.read_barrier()
-        C.check_epoch(ctl.model, agent, epoch)
+        ops.check_epoch(ctl.model, agent, epoch)
         if held:
-            # (attempt: the one under way, its intent counted already)
-            ops = [dict(op_json(ctl, c, op, a), attempt=op.attempts) for c, op, a in C.held_ops(ctl.model, agent, limit)]
-            ops += [dict(snapshot_op_json(ctl, s, op), attempt=op.attempts)
-                    for s, op in SN.held_ops(ctl.model, agent, limit - len(ops))]
-            return JSONResponse({"ops": ops, "orphans": []})
-        out = work_now(agent, limit)
+            return JSONResponse(work_json(ctl, ctl.model, agent, A.held(ctl.model, agent, limit), held=True))
+        out = work_json(ctl, ctl.model, agent, A.work(ctl.model, agent, time.time(), limit, grace()))
         if not out["ops"] and not out["orphans"] and wait > 0:
             await wait_for_work(agent, epoch, wait)
             speaks_for(recheck(request), agent)  # its token may have been revoked while it waited
-            out = work_now(agent, limit)
+            out = work_json(ctl, ctl.model, agent, A.work(ctl.model, agent, time.time(), limit, grace()))
         return JSONResponse(out)
 
     @app.post("/v1/agents/{agent}/work", tags=["agents"])
@@ -214,11 +183,11 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
         until some are due.  A poll that finds nothing commits nothing."""
         speaks_for(actor, agent)
         await ctl.read_barrier()
-        C.check_epoch(ctl.model, agent, body.epoch)
-        if not any_work(agent) and wait > 0:
+        ops.check_epoch(ctl.model, agent, body.epoch)
+        if not A.has_work(ctl.model, agent, time.time(), grace()) and wait > 0:
             await wait_for_work(agent, body.epoch, wait)
             speaks_for(recheck(request), agent)  # its token may have been revoked while it waited
-            if not any_work(agent):
+            if not A.has_work(ctl.model, agent, time.time(), grace()):
                 return JSONResponse({"ops": [], "orphans": []})
         return JSONResponse(await mutate(request, actor, f"agent/{agent}",
                                          lambda m: take(m, agent, body.epoch, limit), quiet_if_empty=True))
@@ -227,10 +196,10 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
     async def intents(agent: AgentName, body: S.IntentsRequest, request: Request,
                       actor: User = Depends(agent_identity)):
         speaks_for(actor, agent)
+        refs = [A.IntentRef(r.op_id, r.claim_id, r.snapshot_id) for r in body.ops]
 
         def decide(model: Model):
-            C.check_epoch(model, agent, body.epoch)
-            facts, accepted, refused = record_intents(model, agent, body.epoch, body.ops)
+            facts, accepted, refused = A.intents(model, agent, body.epoch, refs, time.time())
             return facts, {"accepted": accepted, "refused": refused}
 
         return JSONResponse(await mutate(request, actor, f"agent/{agent}", decide))
@@ -239,48 +208,28 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
     async def reports(agent: AgentName, body: S.ReportsRequest, request: Request,
                       actor: User = Depends(agent_identity)):
         speaks_for(actor, agent)
+        results = [C.OpResult(**r.model_dump()) for r in body.results]
 
         def decide(model: Model):
-            C.check_epoch(model, agent, body.epoch)
-            now = time.time()
-            results = [C.OpResult(**r.model_dump(exclude={"snapshot_id", "used_bytes"})) for r in body.results
-                       if r.snapshot_id is None]
-            # a claim's used bytes as its op's reply gave them: a reading (controller/observed.py), taken
-            # only for an op this agent holds in this epoch (looked at before the report closes it)
-            used = [(r.claim_id, r.used_bytes) for r in body.results
-                    if r.snapshot_id is None and r.ok and r.used_bytes is not None
-                    and holds(model, agent, body.epoch, r.claim_id, r.op_id)]
-            facts, refused = job_claims.agent_report(model, ctl.config.claims, agent, body.epoch, results, now, _rng)
-            for claim_id, nbytes in used:
-                ctl.observed.note_used(model, claim_id, nbytes, now)
-            for r in body.results:
-                if r.snapshot_id is None:
-                    continue
-                result = SN.SnapshotResult(op_id=r.op_id, snapshot_id=r.snapshot_id, ok=r.ok, handle=r.handle,
-                                           size_bytes=r.size_bytes, message=r.message, code=r.code,
-                                           retryable=r.retryable, stderr_tail=r.stderr_tail,
-                                           used_bytes=r.used_bytes if r.ok else None)
-                try:
-                    facts += SN.record_result(model, ctl.config.claims, agent, body.epoch, result, now, _rng)
-                except Conflict as e:
-                    refused[r.op_id] = e.message
-            if agent == SHARED_AGENT:
-                facts += [F.OrphanResolved(time=now, handle=h, how="released")
-                          for h in body.orphans_released if h in model.orphans]
-            return facts, {"refused": refused}
+            reported = A.report(model, ctl.config.claims, agent, body.epoch, results, body.orphans_released,
+                                time.time(), _rng)
+            return reported.facts, reported
 
-        if body.take <= 0:
-            return JSONResponse(await mutate(request, actor, f"agent/{agent}", decide))
-        # the take is queued right behind the report, so it decides on the model the report changed (and
-        # both usually share one commit); each answers only once its facts are durable
+        # with ``take``, the take is queued right behind the report, so it decides on the model the report
+        # changed (and both usually share one commit); each answers only once its facts are durable
         answers = await asyncio.gather(
             mutate(request, actor, f"agent/{agent}", decide),
-            mutate(request, actor, f"agent/{agent}", lambda m: take(m, agent, body.epoch, body.take, dispatch=True),
-                   quiet_if_empty=True), return_exceptions=True)
+            *([mutate(request, actor, f"agent/{agent}", lambda m: take(m, agent, body.epoch, body.take, dispatch=True),
+                      quiet_if_empty=True)] if body.take > 0 else []), return_exceptions=True)
         for answer in answers:
             if isinstance(answer, BaseException):
                 raise answer
-        return JSONResponse(dict(answers[0], work=answers[1]))
+        reported: A.Reported = answers[0]
+        now = time.time()
+        for claim_id, nbytes in reported.used:  # readings (controller/observed.py), kept once facts are durable
+            ctl.observed.note_used(ctl.model, claim_id, nbytes, now)
+        out: dict[str, Any] = {"refused": reported.refused}
+        return JSONResponse(dict(out, work=answers[1]) if body.take > 0 else out)
 
     @app.post("/v1/agents/{agent}/progress", tags=["agents"])
     async def report_progress(agent: AgentName, body: S.ProgressRequest, actor: User = Depends(agent_identity)):
@@ -288,11 +237,11 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
         says why they are not facts), taken only for ops whose intent this agent holds in this epoch."""
         speaks_for(actor, agent)
         await ctl.read_barrier()
-        C.check_epoch(ctl.model, agent, body.epoch)
+        ops.check_epoch(ctl.model, agent, body.epoch)
         now = time.time()
         taken = 0
         for item in body.items:
-            if not holds(ctl.model, agent, body.epoch, item.claim_id, item.op_id):
+            if not C.holds(ctl.model, agent, body.epoch, item.claim_id, item.op_id):
                 continue  # over already, or not this agent's: a stale reading is dropped
             ctl.observed.report_progress(ctl.model, item.claim_id, item.op_id, item.bytes, item.total_bytes,
                                          item.rate, now)
@@ -304,18 +253,10 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
                                   actor: User = Depends(agent_identity)):
         """What each class's provider can do (its ``capabilities`` op): a fact per change, not per report."""
         speaks_for(actor, agent)
+        reports = [(c.class_name, c.provider, c.capabilities) for c in body.classes]
 
         def decide(model: Model):
-            C.check_epoch(model, agent, body.epoch)
-            now = time.time()
-            facts: list[Fact] = []
-            refused: dict[str, str] = {}
-            for c in body.classes:
-                try:
-                    facts += K.report(model, ctl.config, agent, SHARED_AGENT, c.class_name, c.provider,
-                                      c.capabilities, now)
-                except XceError as e:
-                    refused[c.class_name] = e.message
+            facts, refused = A.capabilities(model, ctl.config, agent, body.epoch, reports, time.time())
             return facts, {"changed": len(facts), "refused": refused}
 
         return JSONResponse(await mutate(request, actor, f"agent/{agent}", decide))
@@ -324,18 +265,16 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
     async def take_inventory(agent: AgentName, body: S.InventoryRequest, request: Request,
                              actor: User = Depends(agent_identity)):
         speaks_for(actor, agent)
-
         objects = [o.model_dump() for o in body.objects]
 
         def decide(model: Model):
-            C.check_epoch(model, agent, body.epoch)
-            now = time.time()
-            facts = inventory(model, body.class_name, body.provider, objects, now)
-            if agent == SHARED_AGENT and (cls := ctl.config.claim_class(body.class_name)) is not None \
-                    and cls.provider == body.provider:
-                # readings, not facts (controller/observed.py says why); taken with the decision, on the leader
-                ctl.observed.report_used(model, body.class_name, objects, now)
-                ctl.observed.report_capacity(body.class_name, body.capacity_bytes, body.available_bytes, now)
+            facts = A.inventory(model, agent, body.epoch, body.class_name, body.provider, objects, time.time())
             return facts, {"new_orphans": sum(isinstance(f, F.OrphanSeen) for f in facts)}
 
-        return JSONResponse(await mutate(request, actor, f"agent/{agent}", decide))
+        out = await mutate(request, actor, f"agent/{agent}", decide)
+        if A.takes_readings(ctl.config, agent, body.class_name, body.provider):
+            # readings, not facts (controller/observed.py says why): kept on the leader once its facts are durable
+            now = time.time()
+            ctl.observed.report_used(ctl.model, body.class_name, objects, now)
+            ctl.observed.report_capacity(body.class_name, body.capacity_bytes, body.available_bytes, now)
+        return JSONResponse(out)

@@ -20,12 +20,12 @@ from xce.api.paging import NEXT_CURSOR_DOC, cursor_query, limit_query, newest_fi
 from xce.api.views import attachment_json, claim_json, orphan_json
 from xce.controller import history as CH
 from xce.controller.core import Controller
-from xce.errors import Conflict, Forbidden, NotFound
+from xce.errors import Forbidden, NotFound
 from xce.model import Model
 from xce.model import claims as C
 from xce.model import snapshots as SN
 from xce.model.claims import TEMPLATE_NAME, ClaimSpec, ClaimState
-from xce.model.history import may_see_claim
+from xce.model import history as H
 from xce.model.identity import User
 from xce.names import NAME_PATTERN
 from xce.model.orphans import claim_orphans
@@ -96,17 +96,11 @@ def add_claim_routes(app: FastAPI, ctl: Controller) -> None:
         try:
             return show(C.visible(ctl.model, actor, name, project).id)
         except NotFound as missing:
-            if project is not None:
-                projects: list[str] | None = [project] if actor.is_admin or project in actor.projects else []
-            else:
-                projects = None if actor.is_admin else list(actor.projects)
-            found = [c for c in await CH.archived_claims_named(ctl, name, projects) if may_see_claim(actor, c)]
-            if not found:
+            found = await CH.archived_claims_named(ctl, name, H.archive_projects(actor, project))
+            archived = H.visible_archived_claim(actor, name, found)
+            if archived is None:
                 raise missing from None
-            if len(found) > 1:
-                raise Conflict(f"claim {name!r} exists in projects {', '.join(sorted(c.project for c in found))}: "
-                               f"say which (--project)", code="ambiguous") from None
-            return JSONResponse(claim_json(found[0]))
+            return JSONResponse(claim_json(archived))
 
     @app.get("/v1/claims/by-id/{claim_id}", response_model=S.ClaimOut, tags=["claims"])
     async def show_claim_by_id(claim_id: int, actor: User = Depends(authenticated)):
@@ -114,9 +108,7 @@ def add_claim_routes(app: FastAPI, ctl: Controller) -> None:
         if claim_id in ctl.model.claims:
             return show(C.visible_by_id(ctl.model, actor, claim_id).id)
         archived = (await CH.claims_by_id(ctl, [claim_id])).get(claim_id) if 0 < claim_id < 2**63 else None
-        if archived is None or not may_see_claim(actor, archived):
-            raise NotFound(f"claim {claim_id} not found")
-        return JSONResponse(claim_json(archived))
+        return JSONResponse(claim_json(H.visible_archived_claim_by_id(actor, archived, claim_id)))
 
     @app.delete("/v1/claims/{name}", status_code=202, response_model=S.ClaimOut, tags=["claims"])
     async def delete_claim(name: ClaimName, request: Request, project: InProject = None,

@@ -8,9 +8,9 @@ from typing import Any, Callable
 from xce.model.audit import AuditRecord
 from xce.model.claims import Attachment, Claim, ClaimState, ResizeState
 from xce.model.identity import Token, User
-from xce.model import job_claims
+from xce.model import job_claims, status
 from xce.model.jobs import Job, JobState
-from xce.model.state import Model
+from xce.model import Model
 from xce.model.orphans import Orphan
 from xce.model.snapshots import Snapshot
 from xce.records import Usage
@@ -22,8 +22,8 @@ def job_json(model: Model, job: Job, pending_reason: str | None = None,
     gives a claim's transfer in flight (``controller.observed``: readings, not facts)."""
     staging = job_claims.staging_claim(model, job)
     reading = progress(staging.id) if progress is not None and staging is not None else None
-    reason = job_claims.status_reason(model, job, time.time(), pending_reason,
-                                      reading.as_json() if reading is not None else None)
+    reason = status.status_reason(model, job, time.time(), pending_reason,
+                                  reading.as_json() if reading is not None else None)
     held = job.start_time - job.alloc_time if job.start_time is not None and job.alloc_time is not None else None
     return {
         "id": job.id, "display_id": job.display_id, "name": job.name, "user": job.user,
@@ -146,7 +146,7 @@ def claim_json(claim: Claim, reason: str | None = None, *, resize_reason: str | 
     if reason and claim.state is ClaimState.PENDING and not claim.placed:
         waiting = reason
     elif transfer is not None:  # a stage-in or populate in flight: how far it is
-        waiting = job_claims.staging_text(claim, transfer)
+        waiting = status.staging_text(claim, transfer)
     elif claim.resize is not None and claim.resize.state is ResizeState.REQUESTED and waiting is None:
         waiting = f"resize to {claim.resize.size_bytes} bytes: " + (resize_reason or "waiting for room")
     return {

@@ -22,12 +22,11 @@ from xce.controller.core import Controller
 from xce.controller.hosts import HostMonitor
 from xce.errors import Conflict, InvalidRequest
 from xce.model import Model
-from xce.model.facts import Fact, HostRegistered
 from xce.model.hosts import HostState
 from xce.model.identity import User, speaks_for_host
-from xce.model import job_claims
+from xce.model import dispatch, job_claims
 from xce.model.pools import pool_use
-from xce.model.jobs import RUNNING, Job, JobState, reconcile_host, report_started
+from xce.model.jobs import Job
 from xce.model.jobs import orders as run_orders
 from xce.names import NAME_PATTERN
 
@@ -85,40 +84,21 @@ class ReportsRequest(Strict):
 
 
 def dispatch_json(model: Model, job: Job, host: str) -> dict[str, Any]:
+    """A run as the worker on ``host`` starts it: its command, its part of the allocation, its claims."""
     return {"job_id": job.id, "run": job.run, "display_id": job.display_id, "user": job.user,
             "name": job.name, "command": job.command, "cwd": job.cwd, "stdout": job.stdout,
             "stderr": job.stderr, "hosts": job.hosts, "slots": job.alloc_slots.get(host, 0),
             "total_slots": sum(job.alloc_slots.values()), "array_index": job.array_index,
             "array_parent": job.array_parent, "queue": job.queue, "project": job.project,
-            "claims": job_claims.publish_list(model, job, host), "mem_limit": mem_limit(job, host)}
-
-
-def mem_limit(job: Job, host: str) -> int | None:
-    """The run's memory limit on ``host``: ``-M``, else the ``mem`` it reserved there (``rusage[mem=]``)."""
-    if job.mem_limit is not None:
-        return job.mem_limit
-    reserved = job.alloc_counters.get(host, {}).get("mem")
-    return int(reserved) if reserved else None
+            "claims": job_claims.publish_list(model, job, host), "mem_limit": dispatch.mem_limit(job, host)}
 
 
 def host_work(model: Model, host: str, seen: dict[tuple[int, int], int] | None = None) -> dict[str, list]:
-    """What the worker on ``host`` is to do: runs to start (their readiness gate open), and the orders
-    of its running runs newer than those it has ``seen`` (it says which, so an order is answered until
-    the worker has it, and never again: a poll never spins on an order, nor re-delivers one)."""
-    h = model.hosts.get(host)
-    if h is None:
-        return {"dispatch": [], "orders": []}
-    seen = seen or {}
-    dispatch, orders = [], []
-    for key in h.held_slots:
-        job = model.jobs.get(int(key))
-        if job is None or not job.hosts or job.hosts[0] != host:
-            continue
-        if job.state is JobState.PEND and job_claims.blocking(model, job) is None:  # the readiness gate
-            dispatch.append(dispatch_json(model, job, host))
-        elif job.state in RUNNING and job.order_seq > seen.get((job.id, job.run), 0):
-            orders.append(run_orders(job))
-    return {"dispatch": dispatch, "orders": orders}
+    """What the worker on ``host`` is to do (``dispatch.work_for``: runs to start, orders it has not
+    ``seen``), as its work poll answers it."""
+    work = dispatch.work_for(model, host, seen)
+    return {"dispatch": [dispatch_json(model, job, host) for job in work.start],
+            "orders": [run_orders(job) for job in work.orders]}
 
 
 def parse_seen(items: list[str]) -> dict[tuple[int, int], int]:
@@ -190,12 +170,9 @@ def add_worker_routes(app: FastAPI, ctl: Controller, monitor: HostMonitor) -> No
         monitor.seen(host)
 
         def decide(model: Model):
-            now = time.time()
-            facts, lost = reconcile_host(model, host, {(r.job_id, r.run) for r in body.running}, now)
-            kill = [{"job_id": job_id, "run": run} for job_id, run in lost]
-            facts.insert(0, HostRegistered(time=now, name=host, slots=body.slots, attrs=dict(body.attrs),
-                                           counters=dict(body.counters), boot_id=body.boot_id))
-            return facts, kill
+            facts, lost = dispatch.register(model, host, body.slots, body.attrs, body.counters, body.boot_id,
+                                            {(r.job_id, r.run) for r in body.running}, time.time())
+            return facts, [{"job_id": job_id, "run": run} for job_id, run in lost]
 
         kill = await mutate(request, actor, f"host/{host}", decide)
         monitor.registered(host)
@@ -243,27 +220,12 @@ def add_worker_routes(app: FastAPI, ctl: Controller, monitor: HostMonitor) -> No
         speaks_for_host(actor, host)
         monitor.seen(host)
 
+        started = [dispatch.Started(**s.model_dump()) for s in body.started]
+        ended = [dispatch.Ended(**r.model_dump()) for r in body.finished]
+
         def decide(model: Model):
-            now = time.time()
-            facts: list[Fact] = []
-            kill = []
-            for s in body.started:
-                try:
-                    facts += report_started(model, host, s.job_id, s.run, s.pid, now, s.workspace,
-                                            s.stdout, s.stderr, s.publish)
-                except Conflict:
-                    kill.append({"job_id": s.job_id, "run": s.run})
-            for r in body.finished:
-                try:
-                    usage = r.usage.model_dump() if r.usage is not None else None
-                    if r.lost:
-                        facts += job_claims.report_lost(model, host, r.job_id, r.run, now, r.reason, usage)
-                    else:
-                        facts += job_claims.report_finished(model, host, r.job_id, r.run, now, r.exit_code,
-                                                            r.signal, r.reason, usage)
-                except Conflict:
-                    pass  # a report about a run the controller already decided: nothing to do
-            return facts, kill
+            facts, kill = dispatch.runs_reported(model, host, started, ended, time.time())
+            return facts, [{"job_id": job_id, "run": run} for job_id, run in kill]
 
         kill = await mutate(request, actor, f"host/{host}", decide)
         return JSONResponse({"kill": kill})

@@ -29,40 +29,18 @@ Folds stay pure and deterministic: the same facts give the same records.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
+from xce.model.entities.audit import AuditOutbox
 from xce.model.facts import AuditRecorded
+from xce.model.state import State
 from xce.records import AuditRecord
 
-if TYPE_CHECKING:
-    from xce.model.state import Model
 
 __all__ = ["AuditOutbox", "AuditRecord", "apply_audit_recorded", "record"]
 
 DETAIL_MAX = 512
 
 
-@dataclass
-class AuditOutbox:
-    """Records folded since the controller last took them, keyed by (position, index)."""
-
-    position: int = 0  # the fact being folded (set by ``Model.apply``)
-    index: int = 0  # records already made for that fact
-    records: list[AuditRecord] = field(default_factory=list)
-
-    def folding(self, position: int) -> None:
-        self.position, self.index = position, 0
-
-    def add(self, rec: AuditRecord) -> None:
-        self.records.append(rec)
-
-    def take(self) -> list[AuditRecord]:
-        out, self.records = self.records, []
-        return out
-
-
-def record(model: Model, time: float, user: str, action: str, target: str, result: str, detail: str = "") -> None:
+def record(model: State, time: float, user: str, action: str, target: str, result: str, detail: str = "") -> None:
     """The one way a fold adds to the audit trail (a request's record, a claim's transition...)."""
     box = model.audit_outbox
     if box is None:
@@ -72,5 +50,5 @@ def record(model: Model, time: float, user: str, action: str, target: str, resul
     box.index += 1
 
 
-def apply_audit_recorded(model: Model, f: AuditRecorded) -> None:
+def apply_audit_recorded(model: State, f: AuditRecorded) -> None:
     record(model, f.time, f.user, f.action, f.target, f.result, f.detail)

@@ -12,29 +12,20 @@ agent has not reported yet.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from xce.errors import Conflict, InvalidRequest
+from xce.agentnames import SHARED_AGENT
+from xce.errors import Conflict, InvalidRequest, XceError
 from xce.model import facts as F
+from xce.model.entities.capabilities import ClassCapabilities
 from xce.model.facts import Fact
+from xce.model.state import State
 
 if TYPE_CHECKING:
     from xce.config import ClaimClassConfig, Config
-    from xce.model.state import Model
 
 #: the contract's capability flags (docs/providers.md); anything else a provider says is ignored
 FLAGS = ("create_snapshot", "clone", "expand", "online_expand")
-
-
-@dataclass
-class ClassCapabilities:
-    class_name: str
-    provider: str
-    agent: str
-    time: float
-    flags: dict[str, bool] = field(default_factory=dict)  # FLAGS -> what the provider said
-    access_modes: list[str] = field(default_factory=list)
 
 
 def normalized(raw: dict[str, Any] | None) -> tuple[dict[str, bool], list[str]]:
@@ -46,7 +37,7 @@ def normalized(raw: dict[str, Any] | None) -> tuple[dict[str, bool], list[str]]:
     return flags, modes
 
 
-def report(model: Model, config: Config, agent: str, shared_agent: str, class_name: str, provider: str,
+def report(model: State, config: Config, agent: str, shared_agent: str, class_name: str, provider: str,
            raw: dict[str, Any] | None, now: float) -> list[Fact]:
     """An agent's report of a class's capabilities: a fact when it differs from what is known.
 
@@ -69,7 +60,25 @@ def report(model: Model, config: Config, agent: str, shared_agent: str, class_na
                                         capabilities={**flags, "access_modes": modes})]
 
 
-def can(model: Model, class_name: str, flag: str) -> bool | None:
+#: one class's report: (class name, provider, what the provider's ``capabilities`` op answered)
+ClassReport = tuple[str, str, dict[str, Any] | None]
+
+
+def report_classes(model: State, config: Config, agent: str, reports: list[ClassReport],
+                   now: float) -> tuple[list[Fact], dict[str, str]]:
+    """An agent's report of several classes, (class, provider, capabilities) each: the facts of those
+    that changed, and why any was refused (one refused class does not refuse the others)."""
+    facts: list[Fact] = []
+    refused: dict[str, str] = {}
+    for class_name, provider, raw in reports:
+        try:
+            facts += report(model, config, agent, SHARED_AGENT, class_name, provider, raw, now)
+        except XceError as e:
+            refused[class_name] = e.message
+    return facts, refused
+
+
+def can(model: State, class_name: str, flag: str) -> bool | None:
     """Whether the class's provider can do ``flag`` (None: no agent has reported it yet)."""
     known = model.class_capabilities.get(class_name)
     return None if known is None else known.flags.get(flag, False)
@@ -80,7 +89,7 @@ WORDS = {"create_snapshot": "take snapshots", "clone": "make claims from a snaps
          "expand": "expand claims", "online_expand": "expand claims in use"}
 
 
-def require(model: Model, cls: ClaimClassConfig, flag: str) -> None:
+def require(model: State, cls: ClaimClassConfig, flag: str) -> None:
     """Refuse, naming the class, what its provider cannot do (or has not said it can yet)."""
     words = WORDS.get(flag, flag)
     if cls.scope != "shared":
@@ -95,7 +104,7 @@ def require(model: Model, cls: ClaimClassConfig, flag: str) -> None:
                        f"{flag}: false", code="unsupported")
 
 
-def apply_class_capabilities(model: Model, f: F.ClassCapabilitiesReported) -> None:
+def apply_class_capabilities(model: State, f: F.ClassCapabilitiesReported) -> None:
     flags, modes = normalized(f.capabilities)
     model.class_capabilities[f.class_name] = ClassCapabilities(class_name=f.class_name, provider=f.provider,
                                                               agent=f.agent, time=f.time, flags=flags,

@@ -2,30 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
+from xce.model.entities.catalog import Project, Queue
 from xce.model.facts import Fact, ProjectDefined, ProjectRemoved, QueueDefined
+from xce.model.state import State
 from xce.names import check_name
 
-if TYPE_CHECKING:
-    from xce.model.state import Model
 
 
-@dataclass
-class Queue:
-    name: str
-    priority: int
-    description: str = ""
-
-
-@dataclass
-class Project:
-    name: str
-    description: str = ""
-
-
-def define_queue(model: Model, name: str, priority: int, description: str, now: float) -> list[Fact]:
+def define_queue(model: State, name: str, priority: int, description: str, now: float) -> list[Fact]:
     check_name("queue", name)
     q = model.queues.get(name)
     if q is not None and (q.priority, q.description) == (priority, description):
@@ -33,7 +17,7 @@ def define_queue(model: Model, name: str, priority: int, description: str, now: 
     return [QueueDefined(time=now, name=name, priority=priority, description=description)]
 
 
-def define_project(model: Model, name: str, description: str, now: float) -> list[Fact]:
+def define_project(model: State, name: str, description: str, now: float) -> list[Fact]:
     check_name("project", name)
     p = model.projects.get(name)
     if p is not None and p.description == description:
@@ -41,17 +25,17 @@ def define_project(model: Model, name: str, description: str, now: float) -> lis
     return [ProjectDefined(time=now, name=name, description=description)]
 
 
-def apply_queue_defined(model: Model, f: QueueDefined) -> None:
+def apply_queue_defined(model: State, f: QueueDefined) -> None:
     model.queues[f.name] = Queue(name=f.name, priority=f.priority, description=f.description)
 
 
-def apply_project_defined(model: Model, f: ProjectDefined) -> None:
+def apply_project_defined(model: State, f: ProjectDefined) -> None:
     model.projects[f.name] = Project(name=f.name, description=f.description)
 
 
-def remove_project(model: Model, name: str, now: float) -> list[Fact]:
+def remove_project(model: State, name: str, now: float) -> list[Fact]:
     return [ProjectRemoved(time=now, name=name)] if name in model.projects else []
 
 
-def apply_project_removed(model: Model, f: ProjectRemoved) -> None:
+def apply_project_removed(model: State, f: ProjectRemoved) -> None:
     model.projects.pop(f.name, None)

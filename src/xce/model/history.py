@@ -29,17 +29,15 @@ fact.  A standby or a replay folds the same fact and writes nothing: the leader 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from xce.errors import InvalidRequest, NotFound
+from xce.errors import Conflict, InvalidRequest, NotFound
 from xce.model import facts as F
 from xce.model.claims import Claim, ClaimForm, ClaimState, may_see, name_key
 from xce.model.jobs import Job, request_key
+from xce.model.entities.identity import User
+from xce.model.state import State
 from xce.records import HistoryQuery, Usage, UsageQuery
-
-if TYPE_CHECKING:
-    from xce.model.identity import User
-    from xce.model.state import Model
 
 #: records one retirement fact names at most (an array larger than this retires alone)
 RETIRE_BATCH = 1000
@@ -51,7 +49,7 @@ def released_time(claim: Claim) -> float:
     return max(times) if times else claim.created
 
 
-def retirable(model: Model, now: float, keep: float, limit: int = RETIRE_BATCH) -> F.RecordsRetired | None:
+def retirable(model: State, now: float, keep: float, limit: int = RETIRE_BATCH) -> F.RecordsRetired | None:
     """The records old and unreferenced enough to leave the live model now, at most about ``limit``
     of them (None: nothing to retire).  Pure: the leader commits what it returns.
 
@@ -121,7 +119,7 @@ def retirable(model: Model, now: float, keep: float, limit: int = RETIRE_BATCH) 
     return F.RecordsRetired(time=now, jobs=jobs, claims=sorted(set(claims)))
 
 
-def array_elements(model: Model, parent: int) -> list[Job]:
+def array_elements(model: State, parent: int) -> list[Job]:
     """The live elements of the array whose first element is ``parent`` (their ids follow it)."""
     out: list[Job] = []
     job_id = parent
@@ -131,7 +129,7 @@ def array_elements(model: Model, parent: int) -> list[Job]:
     return out
 
 
-def retiring(model: Model, f: F.RecordsRetired) -> tuple[list[Job], list[Claim]]:
+def retiring(model: State, f: F.RecordsRetired) -> tuple[list[Job], list[Claim]]:
     """The records folding ``f`` drops, as the model holds them before the fold: those it names that
     are here and finished (jobs) or RELEASED (claims).  Folds are total: an unknown or live one is
     left alone, the same on replay.  The leader writes these documents to the archive with the fact
@@ -142,7 +140,7 @@ def retiring(model: Model, f: F.RecordsRetired) -> tuple[list[Job], list[Claim]]
     return jobs, claims
 
 
-def apply_records_retired(model: Model, f: F.RecordsRetired) -> None:
+def apply_records_retired(model: State, f: F.RecordsRetired) -> None:
     """Drop the records ``retiring`` names and every index entry naming them."""
     jobs, claims = retiring(model, f)
     for job in jobs:
@@ -211,6 +209,32 @@ def visible_archived_job(actor: User, job: Job | None, job_id: int) -> Job:
     return job
 
 
+def archive_projects(actor: User, project: str | None) -> list[str] | None:
+    """The projects in which ``actor`` may look an archived claim up by name (None: every project):
+    ``project`` if they may see it, else their own (an admin's: all)."""
+    if project is not None:
+        return [project] if actor.is_admin or project in actor.projects else []
+    return None if actor.is_admin else list(actor.projects)
+
+
+def visible_archived_claim(actor: User, name: str, found: list[Claim]) -> Claim | None:
+    """The archived claim called ``name`` that ``actor`` may see among ``found`` (None: none; the
+    caller says it is not found, as for a live one).  Names are per project: in several, the
+    caller must say which."""
+    seen = [c for c in found if may_see_claim(actor, c)]
+    if len(seen) > 1:
+        raise Conflict(f"claim {name!r} exists in projects {', '.join(sorted(c.project for c in seen))}: "
+                       f"say which (--project)", code="ambiguous")
+    return seen[0] if seen else None
+
+
+def visible_archived_claim_by_id(actor: User, claim: Claim | None, claim_id: int) -> Claim:
+    """An archived claim if ``actor`` may see it: 404 otherwise, worded as for a live one."""
+    if claim is None or not may_see_claim(actor, claim):
+        raise NotFound(f"claim {claim_id} not found")
+    return claim
+
+
 def history_scope(actor: User, user: str | None, all_users: bool) -> str | None:
     """Whose jobs a history query reads: a user's own only; an admin's own unless they name a user
     or ask for everyone's (as ``GET /v1/jobs``)."""
@@ -223,7 +247,7 @@ def history_scope(actor: User, user: str | None, all_users: bool) -> str | None:
     return user
 
 
-def live_history(model: Model, query: HistoryQuery) -> list[Job]:
+def live_history(model: State, query: HistoryQuery) -> list[Job]:
     """The finished jobs still live that match ``query`` (newest id first, at most ``query.limit``):
     what ``xce hist`` shows beside the archive until they are retired.
 
@@ -244,7 +268,7 @@ def live_history(model: Model, query: HistoryQuery) -> list[Job]:
                     or (query.array_parent is not None and job.array_parent != query.array_parent))
 
     out: list[Job] = []
-    for job_id in reversed(model.jobs):  # newest id first: see Model.jobs
+    for job_id in reversed(model.jobs):  # newest id first: see State.jobs
         if len(out) >= query.limit:
             break
         if job_id in model.finished_jobs and matches(job := model.jobs[job_id]):
@@ -252,7 +276,7 @@ def live_history(model: Model, query: HistoryQuery) -> list[Job]:
     return out
 
 
-def live_usage(model: Model, query: UsageQuery) -> list[Usage]:
+def live_usage(model: State, query: UsageQuery) -> list[Usage]:
     """``Store.usage`` over what is still live: finished jobs and RELEASED claims not yet retired."""
     def inside(t: float) -> bool:
         return (query.since is None or t >= query.since) and (query.until is None or t < query.until)

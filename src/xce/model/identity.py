@@ -22,22 +22,14 @@ import enum
 import hashlib
 import re
 import secrets
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from xce.agentnames import SHARED_AGENT, node_host
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound, Unauthenticated
+from xce.model.entities.identity import Role, Token, User
 from xce.model.facts import Fact, TokenIssued, TokenRevoked, UserDefined, UserDisabled
+from xce.model.state import State
 from xce.names import check_name
 
-if TYPE_CHECKING:
-    from xce.model.state import Model
-
-
-class Role(enum.StrEnum):
-    ADMIN = "admin"
-    USER = "user"
-    DAEMON = "daemon"
-    METRICS = "metrics"
 
 
 class Surface(enum.StrEnum):
@@ -55,37 +47,6 @@ REACHES: dict[Role, frozenset[Surface]] = {
     Role.DAEMON: frozenset({Surface.AGENT, Surface.CATALOG}),
     Role.METRICS: frozenset({Surface.METRICS}),
 }
-
-
-@dataclass
-class User:
-    name: str
-    role: Role
-    projects: list[str] = field(default_factory=list)
-    host: str | None = None
-    created: float = 0.0
-    disabled: bool = False
-
-    def __post_init__(self) -> None:
-        self.role = Role(self.role)
-
-    @property
-    def is_admin(self) -> bool:
-        return self.role is Role.ADMIN
-
-
-@dataclass
-class Token:
-    token_id: str
-    user: str
-    token_hash: str
-    created: float = 0.0
-    revoked: bool = False
-    expires: float | None = None
-    revoked_time: float | None = None
-
-    def expired(self, now: float) -> bool:
-        return self.expires is not None and now >= self.expires
 
 
 def hash_token(secret: str) -> str:
@@ -110,7 +71,7 @@ def redact(text: str) -> str:
 # ---------------------------------------------------------------- decisions
 
 
-def define_user(model: Model, name: str, role: str, projects: list[str], now: float,
+def define_user(model: State, name: str, role: str, projects: list[str], now: float,
                 host: str | None = None, *, create_only: bool = False) -> list[Fact]:
     check_name("user", name)
     try:
@@ -135,7 +96,7 @@ def define_user(model: Model, name: str, role: str, projects: list[str], now: fl
     return [UserDefined(time=now, name=name, role=role.value, projects=list(projects), host=host)]
 
 
-def issue_token(model: Model, user: str, now: float,
+def issue_token(model: State, user: str, now: float,
                 expires: float | None = None) -> tuple[list[Fact], str]:
     """A new token for ``user``, valid until ``expires`` (None: until revoked)."""
     u = model.users.get(user)
@@ -150,7 +111,7 @@ def issue_token(model: Model, user: str, now: float,
                         expires=expires)], secret
 
 
-def visible_token(model: Model, actor: User, token_id: str) -> Token:
+def visible_token(model: State, actor: User, token_id: str) -> Token:
     """The token ``token_id`` if ``actor`` may see it (admins: any; others: their own); else 404 alike."""
     tok = model.tokens.get(token_id)
     if tok is None or not (actor.is_admin or tok.user == actor.name):
@@ -158,7 +119,7 @@ def visible_token(model: Model, actor: User, token_id: str) -> Token:
     return tok
 
 
-def visible_tokens(model: Model, actor: User, user: str | None = None) -> list[Token]:
+def visible_tokens(model: State, actor: User, user: str | None = None) -> list[Token]:
     """Tokens ``actor`` may list: admins every token (or ``user``'s), others only their own."""
     if not actor.is_admin:
         if user is not None and user != actor.name:
@@ -170,13 +131,13 @@ def visible_tokens(model: Model, actor: User, user: str | None = None) -> list[T
                   key=lambda t: (t.created, t.token_id))
 
 
-def revoke_token(model: Model, actor: User, token_id: str, now: float) -> list[Fact]:
+def revoke_token(model: State, actor: User, token_id: str, now: float) -> list[Fact]:
     """Revoke a token (admins: any; users: their own).  Revoking a revoked token changes nothing."""
     tok = visible_token(model, actor, token_id)
     return [] if tok.revoked else [TokenRevoked(time=now, token_id=token_id)]
 
 
-def set_user_disabled(model: Model, name: str, disabled: bool, now: float) -> list[Fact]:
+def set_user_disabled(model: State, name: str, disabled: bool, now: float) -> list[Fact]:
     """Disable (or enable) a user: every token of theirs is refused while disabled.
 
     The last enabled admin cannot be disabled: nobody could enable anyone again.
@@ -192,7 +153,7 @@ def set_user_disabled(model: Model, name: str, disabled: bool, now: float) -> li
     return [UserDisabled(time=now, name=name, disabled=disabled)]
 
 
-def authenticate(model: Model, token_hash: str, now: float) -> User:
+def authenticate(model: State, token_hash: str, now: float) -> User:
     """The identity a token's hash stands for at ``now``; 401 when revoked, expired or disabled.
 
     Unknown and revoked tokens get the same answer, so a caller cannot tell one from the other.
@@ -208,7 +169,7 @@ def authenticate(model: Model, token_hash: str, now: float) -> User:
     return user
 
 
-def hosts_locked_out(model: Model, now: float) -> frozenset[str]:
+def hosts_locked_out(model: State, now: float) -> frozenset[str]:
     """Hosts none of whose daemon identities can authenticate at ``now``: each identity bound to the
     host is disabled or holds no token that is neither revoked nor expired.  Such a host gets no new
     allocations: its credentials were taken back (a host lost or stolen), its worker's polls and
@@ -243,15 +204,15 @@ def speaks_for_host(user: User, host: str) -> None:
                     + (": it is bound to no host" if user.role is Role.DAEMON and user.host is None else ""))
 
 
-def speaks_for_agent(user: User, agent: str, shared_agent: str) -> None:
-    """Claim agent routes: the provisioner identity (a daemon bound to no host) for ``shared_agent``,
+def speaks_for_agent(user: User, agent: str) -> None:
+    """Claim agent routes: the provisioner identity (a daemon bound to no host) for ``provisioner``,
     a host's daemon identity for ``node:HOST``, and admins for any."""
     if user.is_admin:
         return
     if user.role is Role.DAEMON:
-        if agent == shared_agent and user.host is None:
+        if agent == SHARED_AGENT and user.host is None:
             return
-        if agent.startswith("node:") and user.host is not None and user.host == agent[len("node:"):]:
+        if user.host is not None and user.host == node_host(agent):
             return
     raise Forbidden(f"{user.name!r} may not act as claim agent {agent!r}")
 
@@ -259,25 +220,25 @@ def speaks_for_agent(user: User, agent: str, shared_agent: str) -> None:
 # ---------------------------------------------------------------- folds
 
 
-def apply_user_defined(model: Model, f: UserDefined) -> None:
+def apply_user_defined(model: State, f: UserDefined) -> None:
     old = model.users.get(f.name)
     model.users[f.name] = User(name=f.name, role=Role(f.role), projects=list(f.projects),
                                host=f.host, created=old.created if old else f.time,
                                disabled=old.disabled if old else False)
 
 
-def apply_user_disabled(model: Model, f: UserDisabled) -> None:
+def apply_user_disabled(model: State, f: UserDisabled) -> None:
     u = model.users.get(f.name)
     if u is not None:
         u.disabled = f.disabled
 
 
-def apply_token_issued(model: Model, f: TokenIssued) -> None:
+def apply_token_issued(model: State, f: TokenIssued) -> None:
     model.tokens[f.token_id] = Token(token_id=f.token_id, user=f.user,
                                      token_hash=f.token_hash, created=f.time, expires=f.expires)
 
 
-def apply_token_revoked(model: Model, f: TokenRevoked) -> None:
+def apply_token_revoked(model: State, f: TokenRevoked) -> None:
     tok = model.tokens.get(f.token_id)
     if tok is not None and not tok.revoked:
         tok.revoked = True

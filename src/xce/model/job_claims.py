@@ -14,7 +14,7 @@ A job uses two kinds of claims:
 
 The plan applier's ``JobAllocated`` fact carries the new template claims and
 attachments; its fold creates them here.  The job stays PEND, holding its
-allocation, until every one is READY/ATTACHED (``blocking``): the readiness
+allocation, until every one is READY/ATTACHED (``blocker``): the readiness
 gate.  A claim that fails for good ends the job (``fail_run``).  When the
 run ends, ``release_for_run`` lets its claims go: template claims are
 deleted (stage-out first), attachments detached.
@@ -25,15 +25,17 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from xce.model import claims as C
 from xce.model import facts as F
 from xce.model import jobs
 from xce.model.jobs import Job, JobSpec, JobState, finish_after_stage_out
-from xce.model.claims import AccessMode, AttachmentState, Claim, ClaimForm, ClaimState, Mode, Scope
+from xce.model.claims import AccessMode, Attachment, AttachmentState, Claim, ClaimForm, ClaimState, Mode, Scope
+from xce.model.entities.identity import User
 from xce.model.facts import Fact
+from xce.model.state import State
 from xce.names import check_name
 from xce.transfers.locations import Location, TransferRefused, split_stage_in, split_stage_out
 from xce.transfers.locations import resolve as resolve_location
@@ -41,8 +43,6 @@ from xce.units import parse_size
 
 if TYPE_CHECKING:
     from xce.config import ClaimsConfig, Config
-    from xce.model.identity import User
-    from xce.model.state import Model
 
 MAX_REFS = 32
 MAX_STAGE_ITEMS = 64
@@ -131,7 +131,7 @@ def stage_class_for(config: Config, spec: JobClaimsSpec, queue: str | None) -> t
     return config.claims.stage_class, "the site's default"
 
 
-def resolve(model: Model, config: Config, actor: User, project: str, spec: JobClaimsSpec,
+def resolve(model: State, config: Config, actor: User, project: str, spec: JobClaimsSpec,
             queue: str | None = None) -> tuple[list, list]:
     """(standalone references, template claim specs) for ``JobSubmitted``; refuses what cannot work.
     ``queue``: the job's (its default staging class)."""
@@ -244,7 +244,7 @@ def node_counters(templates: list[dict[str, Any]]) -> dict[str, float]:
 # ---------------------------------------------------------------- jobs meet claims: decisions
 
 
-def submit(model: Model, actor: User, spec: JobSpec, claims: JobClaimsSpec, now: float,
+def submit(model: State, actor: User, spec: JobSpec, claims: JobClaimsSpec, now: float,
            config: Config) -> tuple[list[Fact], int]:
     """``xce submit`` with its claims: the job's checks (``jobs.submit``), the claims resolved in the
     job's project."""
@@ -272,7 +272,7 @@ def early_fact(job_id: int, user: str, project: str, run: int, t: dict[str, Any]
                           stage_out=[list(x) for x in t["stage_out"]], early=True)
 
 
-def early_claims(model: Model, submitted: Fact, now: float) -> list[F.ClaimCreated]:
+def early_claims(model: State, submitted: Fact, now: float) -> list[F.ClaimCreated]:
     """A submission's shared staging claims (one per job of an array), made with it: staged in while the
     jobs wait in the queue (the same ``ClaimCreated`` fact and fold as every claim)."""
     if not isinstance(submitted, F.JobSubmitted):
@@ -289,12 +289,12 @@ def early_claims(model: Model, submitted: Fact, now: float) -> list[F.ClaimCreat
     return out
 
 
-def stages_out(model: Model, job: Job) -> bool:
+def stages_out(model: State, job: Job) -> bool:
     """Does the run copy files out of its staging claim after its process ends?"""
     return any(c.stage_out for c in run_claims(model, job))
 
 
-def report_finished(model: Model, host: str, job_id: int, run: int, now: float, exit_code: int | None,
+def report_finished(model: State, host: str, job_id: int, run: int, now: float, exit_code: int | None,
                     signal: int | None, reason: str = "", usage: dict[str, Any] | None = None) -> list[Fact]:
     """A worker says a run's process ended (``jobs.report_finished``, told whether it stages out)."""
     job = model.jobs.get(job_id)
@@ -302,7 +302,7 @@ def report_finished(model: Model, host: str, job_id: int, run: int, now: float, 
                                 stages_out=job is not None and stages_out(model, job), usage=usage)
 
 
-def report_lost(model: Model, host: str, job_id: int, run: int, now: float, reason: str,
+def report_lost(model: State, host: str, job_id: int, run: int, now: float, reason: str,
                 usage: dict[str, Any] | None = None) -> list[Fact]:
     """A worker no longer knows how a run ended, or its shepherd fenced it (``jobs.report_lost``, told
     whether it stages out)."""
@@ -311,7 +311,7 @@ def report_lost(model: Model, host: str, job_id: int, run: int, now: float, reas
                             stages_out=job is not None and stages_out(model, job), usage=usage)
 
 
-def host_lost(model: Model, host: str, now: float) -> list[Fact]:
+def host_lost(model: State, host: str, now: float) -> list[Fact]:
     """A host is lost: its jobs end or are requeued (``jobs.host_lost``), and every attachment on it is
     fenced (removed): the host can no longer write, so an RWO/RWOP claim may be used elsewhere.
     Template claims on it wait for it to come back."""
@@ -327,24 +327,24 @@ def host_lost(model: Model, host: str, now: float) -> list[Fact]:
 # ---------------------------------------------------------------- jobs meet claims: folds
 
 
-def apply_job_allocated(model: Model, f: F.JobAllocated) -> None:
+def apply_job_allocated(model: State, f: F.JobAllocated) -> None:
     if (job := jobs.apply_job_allocated(model, f)) is not None:
         on_allocated(model, job, f)
 
 
-def apply_job_finished(model: Model, f: F.JobFinished) -> None:
+def apply_job_finished(model: State, f: F.JobFinished) -> None:
     if (job := jobs.apply_job_finished(model, f)) is not None:
         release_for_run(model, job, f.time, host_lost=f.host_lost)
         release_early(model, job, f.time)
 
 
-def apply_job_requeued(model: Model, f: F.JobRequeued) -> None:
+def apply_job_requeued(model: State, f: F.JobRequeued) -> None:
     if (job := jobs.apply_job_requeued(model, f)) is not None:
         release_for_run(model, job, f.time, host_lost=f.host_lost)
         restage_early(model, job, f.time)
 
 
-def release_early(model: Model, job: Job, time: float) -> None:
+def release_early(model: State, job: Job, time: float) -> None:
     """The job is over before its next run was allocated: the staging claim made ahead for it goes."""
     claim = model.claims.get(job.early_claim) if job.early_claim is not None else None
     job.early_claim = None
@@ -352,7 +352,7 @@ def release_early(model: Model, job: Job, time: float) -> None:
         C.release_template(model, claim, time, f"job {job.display_id} ended before run {claim.run} was allocated")
 
 
-def restage_early(model: Model, job: Job, time: float) -> None:
+def restage_early(model: State, job: Job, time: float) -> None:
     """A requeued job stages in again for its next run, before that run's hosts are held: its new
     staging claim is made here, in the requeue's fold (its id is the model's next: the same on replay),
     through the same fold as every claim."""
@@ -364,7 +364,7 @@ def restage_early(model: Model, job: Job, time: float) -> None:
                                                   time))
 
 
-def apply_job_process_ended(model: Model, f: F.JobProcessEnded) -> None:
+def apply_job_process_ended(model: State, f: F.JobProcessEnded) -> None:
     if (job := jobs.apply_job_process_ended(model, f)) is not None and start_stage_out(model, job, f.time):
         jobs.begin_stage_out(model, job, f.time)
 
@@ -386,10 +386,10 @@ def template_fact(job: Job, run: int, hosts: list[str], t: dict[str, Any], now: 
                           stage_out=[list(x) for x in t["stage_out"]])
 
 
-def apply_claim_created(model: Model, f: F.ClaimCreated) -> None:
+def apply_claim_created(model: State, f: F.ClaimCreated) -> None:
     """A claim is made (``claims``' fold); a run's template claim joins its run."""
     if not C.apply_claim_created(model, f) or f.job_id is None or f.run is None:
-        return  # (a template claim whose id was taken never joins: ``blocking`` then holds the run back)
+        return  # (a template claim whose id was taken never joins: ``blocker`` then holds the run back)
     job = model.jobs.get(f.job_id)
     if f.early:  # made ahead for the job's next run: it joins that run when its hosts are allocated
         if job is not None and job.run + 1 == f.run and not job.finished:
@@ -399,7 +399,7 @@ def apply_claim_created(model: Model, f: F.ClaimCreated) -> None:
         job.run_claims.append(f.claim_id)
 
 
-def on_allocated(model: Model, job: Job, f: F.JobAllocated) -> None:
+def on_allocated(model: State, job: Job, f: F.JobAllocated) -> None:
     """A new run: its attachments (ids decided by the plan applier).  Its template claims follow as
     ``ClaimCreated`` facts; logs written before they did carry them in ``f.templates``."""
     job.run_claims = []
@@ -433,13 +433,13 @@ def plan_claims(job: Job, run: int, hosts: list[str], next_claim: int, next_atta
     return templates, attachments
 
 
-def early_claim(model: Model, job: Job) -> Claim | None:
+def early_claim(model: State, job: Job) -> Claim | None:
     """The job's shared staging claim made ahead for its next run (None: it has none)."""
     claim = model.claims.get(job.early_claim) if job.early_claim is not None else None
     return claim if claim is not None and (claim.job_id, claim.run) == (job.id, job.run + 1) else None
 
 
-def staging_claim(model: Model, job: Job) -> Claim | None:
+def staging_claim(model: State, job: Job) -> Claim | None:
     """The claim whose transfer ``xce job why`` follows: the shared staging claim made ahead of the
     next run, else the current run's staging claim while a stage-in or stage-out op is open."""
     early = early_claim(model, job)
@@ -449,7 +449,7 @@ def staging_claim(model: Model, job: Job) -> Claim | None:
                  and c.op.kind in (C.OpKind.STAGE_IN, C.OpKind.STAGE_OUT)), None)
 
 
-def early_blocking(model: Model, job: Job) -> str | None:
+def early_blocking(model: State, job: Job) -> str | None:
     """Why a job that stages in before allocation may not be allocated yet (None: its data is in, or it
     stages nothing early): the scheduler's gate, re-checked by the plan applier."""
     if not any(t.get("early") for t in job.templates):
@@ -462,35 +462,7 @@ def early_blocking(model: Model, job: Job) -> str | None:
     return None
 
 
-def _amount(n: float, decimals: int = 1) -> str:
-    """``1.2 GiB`` (``decimals`` after the point; bytes are whole)."""
-    unit = "B"
-    for u in ("KiB", "MiB", "GiB", "TiB", "PiB"):
-        if n < 1024:
-            break
-        n /= 1024
-        unit = u
-    return f"{int(n)} B" if unit == "B" else f"{n:.{decimals}f} {unit}"
-
-
-def staging_text(claim: Claim, progress: dict[str, Any] | None, now: float | None = None) -> str:
-    """``staging in: 1.2 GiB of 4.0 GiB, 310 MiB/s`` (``progress``: the agent's latest reading, kept in
-    the leader's memory), else what the staging claim waits for."""
-    verb = "populating" if claim.populate_from is not None and claim.form is ClaimForm.STANDALONE else \
-        "staging out" if claim.op is not None and claim.op.kind is C.OpKind.STAGE_OUT else "staging in"
-    if progress is not None and claim.op is not None and progress.get("op_id") == claim.op.op_id:
-        text = f"{verb}: {_amount(int(progress.get('bytes') or 0))}"
-        if progress.get("total_bytes"):
-            text += f" of {_amount(int(progress['total_bytes']))}"
-        if progress.get("rate"):
-            text += f", {_amount(float(progress['rate']), 0)}/s"
-        return text + (f" (attempt {claim.op.attempts})" if claim.op.attempts > 1 else "")
-    if claim.state is ClaimState.FAILED:
-        return f"{verb} failed: {claim.last_error}"
-    return f"{verb}: " + _describe(claim, claim.op, claim.last_error, claim.state.value, now=now)
-
-
-def unusable_ref(model: Model, job: Job) -> str | None:
+def unusable_ref(model: State, job: Job) -> str | None:
     """Why a referenced standalone claim cannot be attached now (the plan applier's re-check)."""
     for ref in job.claim_refs:
         claim = model.claims.get(ref["claim_id"])
@@ -503,7 +475,7 @@ def unusable_ref(model: Model, job: Job) -> str | None:
 # ---------------------------------------------------------------- the readiness gate
 
 
-def run_claims(model: Model, job: Job) -> list[Claim]:
+def run_claims(model: State, job: Job) -> list[Claim]:
     """The current run's template claims: only those made for this job's run (a job never touches a
     claim it was not allocated, whatever ids its lists hold)."""
     out = []
@@ -514,7 +486,7 @@ def run_claims(model: Model, job: Job) -> list[Claim]:
     return out
 
 
-def _attachment(model: Model, job: Job, claim_id: int, attachment_id: int):
+def _attachment(model: State, job: Job, claim_id: int, attachment_id: int) -> tuple[Claim | None, Attachment | None]:
     """The run's attachment ``attachment_id`` of claim ``claim_id`` (None, None: not this run's)."""
     claim = model.claims.get(claim_id)
     a = next((a for a in claim.attachments if a.id == attachment_id), None) if claim is not None else None
@@ -523,38 +495,40 @@ def _attachment(model: Model, job: Job, claim_id: int, attachment_id: int):
     return claim, a
 
 
-def _describe(claim: Claim, op, last_error: str | None, state: str, where: str = "",
-              now: float | None = None) -> str:
-    text = f"{claim.name} {state}{where}"
-    if op is not None and op.attempts:
-        text += f" attempt {op.attempts}"
-    if op is not None and op.next_retry is not None and now is not None:
-        text += f", next retry in {max(0.0, op.next_retry - now):.0f}s"
-    if last_error:
-        text += f": {last_error}"
-    return text
+@dataclass(frozen=True)
+class Blocker:
+    """What the readiness gate of an allocated run waits for (``status.blocking`` words it)::
+
+        templates    the run lacks a template claim it declared: it never starts
+        claim        a template claim of the run is not READY (``claim``)
+        attachment   an attachment of the run is not ATTACHED (``claim``, ``attachment``)
+        detached     an attachment the run had is gone (``claim_id``: its claim)
+    """
+
+    kind: Literal["templates", "claim", "attachment", "detached"]
+    claim: Claim | None = None
+    attachment: Attachment | None = None
+    claim_id: int | None = None
 
 
-def blocking(model: Model, job: Job, now: float | None = None) -> str | None:
-    """Why an allocated job cannot be dispatched yet (None: every claim is ready: dispatch it).
-    With ``now``, a waiting retry says when it comes.  A run missing any template claim it declared
-    is never dispatched."""
+def blocker(model: State, job: Job) -> Blocker | None:
+    """What an allocated job waits for before it is dispatched (None: every claim is ready: dispatch
+    it): the readiness gate.  A run missing any template claim it declared is never dispatched."""
     if len(run_claims(model, job)) != len(job.templates):
-        return f"run {job.run} lacks template claims it declared: it cannot start"
+        return Blocker("templates")
     for claim in run_claims(model, job):
         if claim.state is not ClaimState.READY:
-            return "waiting for claim " + _describe(claim, claim.op, claim.last_error, claim.state.value, now=now)
+            return Blocker("claim", claim=claim)
     for claim_id, attachment_id in job.run_attachments:
         claim, a = _attachment(model, job, claim_id, attachment_id)
         if claim is None or a is None:
-            return f"waiting for claim {claim_id} to be attached again"
+            return Blocker("detached", claim_id=claim_id)
         if a.state is not AttachmentState.ATTACHED:
-            return "waiting for claim " + _describe(claim, a.op, a.last_error, a.state.value, f" on {a.host}",
-                                                    now)
+            return Blocker("attachment", claim=claim, attachment=a)
     return None
 
 
-def fail_run(model: Model, job_id: int | None, run: int | None, what: str, now: float) -> list[Fact]:
+def fail_run(model: State, job_id: int | None, run: int | None, what: str, now: float) -> list[Fact]:
     """A claim of an allocated, not yet started run failed for good: the job ends (or is requeued)."""
     job = model.jobs.get(job_id) if job_id is not None else None
     if job is None or job.run != run or job.state is not JobState.PEND or not job.alloc_slots:
@@ -564,7 +538,7 @@ def fail_run(model: Model, job_id: int | None, run: int | None, what: str, now: 
     return [F.JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value, reason=what)]
 
 
-def agent_report(model: Model, cfg: ClaimsConfig, agent: str, epoch: int, results: list[C.OpResult], now: float,
+def agent_report(model: State, cfg: ClaimsConfig, agent: str, epoch: int, results: list[C.OpResult], now: float,
                  rng: random.Random) -> tuple[list[Fact], dict[str, str]]:
     """An agent's report on its ops: the facts of each result, and what each means for the job its
     claim serves (one decision a job); ``refused`` says why an op's result was not taken."""
@@ -586,7 +560,7 @@ def agent_report(model: Model, cfg: ClaimsConfig, agent: str, epoch: int, result
     return facts, refused
 
 
-def consequences(model: Model, claim_id: int, op_id: str, result: Fact, now: float) -> list[Fact]:
+def consequences(model: State, claim_id: int, op_id: str, result: Fact, now: float) -> list[Fact]:
     """What an op's result means for the job it serves (decided before ``result`` is folded)."""
     claim = model.claims.get(claim_id)
     found = claim.find_op(op_id) if claim is not None else None
@@ -621,7 +595,7 @@ def consequences(model: Model, claim_id: int, op_id: str, result: Fact, now: flo
 # ---------------------------------------------------------------- the end of a run (fold helpers)
 
 
-def start_stage_out(model: Model, job: Job, time: float) -> bool:
+def start_stage_out(model: State, job: Job, time: float) -> bool:
     """The process ended: stage-out begins (True) if the run has a staging claim with items to copy."""
     for claim in run_claims(model, job):
         if claim.stage_out and claim.state is ClaimState.READY:
@@ -630,7 +604,7 @@ def start_stage_out(model: Model, job: Job, time: float) -> bool:
     return False
 
 
-def release_for_run(model: Model, job: Job, time: float, host_lost: bool = False) -> None:
+def release_for_run(model: State, job: Job, time: float, host_lost: bool = False) -> None:
     """The run is over: its template claims go (unless a failed stage-out keeps one), attachments detach."""
     for claim in run_claims(model, job):
         if claim.keep or claim.state is ClaimState.RELEASED:
@@ -646,44 +620,7 @@ def release_for_run(model: Model, job: Job, time: float, host_lost: bool = False
     # the lists stay (xce job show lists what the run had) until the next run's allocation
 
 
-def status_reason(model: Model, job: Job, now: float, scheduler_reason: str | None = None,
-                  progress: dict[str, Any] | None = None) -> str | None:
-    """Why a job is where it is, in words (``xce job why``): held, waiting for the scheduler (its
-    word), staging in before allocation (``progress``: the agent's latest reading of its staging
-    claim), waiting for a claim (the readiness gate), or staging out."""
-    if job.state is JobState.STAGE_OUT:
-        return blocking_stage_out(model, job, now, progress)
-    # the scheduler's word is about waiting jobs (its idle reason, "no hosts are available", is not about a
-    # finished one: a job shows the same document live and archived)
-    reason = job.pending_reason or (scheduler_reason if job.state in (JobState.PEND, JobState.PSUSP) else None)
-    if job.state in (JobState.PEND, JobState.PSUSP) and not job.allocated and \
-            (claim := early_claim(model, job)) is not None and claim.state is not ClaimState.READY:
-        staging = staging_text(claim, progress, now)
-        return f"{job.pending_reason}; {staging}" if job.pending_reason else staging
-    if job.state is JobState.PEND and job.allocated:
-        reason = blocking(model, job, now) or reason  # the readiness gate names the claim
-        claim = staging_claim(model, job)
-        if claim is not None and claim.state is ClaimState.PREPARING and claim.op is not None and \
-                progress is not None and progress.get("op_id") == claim.op.op_id and \
-                reason is not None and reason.startswith(f"waiting for claim {claim.name} "):
-            reason = staging_text(claim, progress, now)  # the gate waits for its copy: how far it is
-    if reason is None and job.state is JobState.PEND:
-        reason = "waiting for the next scheduling cycle"
-    return reason
-
-
-def blocking_stage_out(model: Model, job: Job, now: float | None = None,
-                       progress: dict[str, Any] | None = None) -> str:
-    for claim in run_claims(model, job):
-        if claim.op is not None and claim.op.kind is C.OpKind.STAGE_OUT:
-            if progress is not None and progress.get("op_id") == claim.op.op_id:
-                return "process ended; " + staging_text(claim, progress, now)
-            return "process ended; staging out: " + _describe(claim, claim.op, claim.last_error, ClaimState.RELEASING.value,
-                                                              now=now)
-    return "process ended; staging out"
-
-
-def publish_list(model: Model, job: Job, host: str) -> list[dict[str, Any]]:
+def publish_list(model: State, job: Job, host: str) -> list[dict[str, Any]]:
     """What the worker publishes into the run's sandbox on ``host``: each claim's data path, the name
     the job knows it by, its environment variable, and whether it is read-only."""
     out = []

@@ -25,16 +25,18 @@ re-delivers an order, however often the worker polls.
 
 from __future__ import annotations
 
-import enum
 import os
 import re
 import signal as _signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from xce.model import facts as F
+from xce.model.entities.identity import User
+from xce.model.entities.jobs import RUNNING, Job, JobState
 from xce.model.facts import Fact, JobSubmitted
+from xce.model.state import State
 from xce.model.transitions import check
 from xce.names import check_name
 from xce.resreq import ResReqError, parse_resreq
@@ -42,22 +44,10 @@ from xce.units import parse_amount
 
 if TYPE_CHECKING:
     from xce.config import Config, ControllerConfig
-    from xce.model.identity import User
-    from xce.model.state import Model
 
 MAX_COMMAND_ARGS = 4096
 MAX_COMMAND_BYTES = 128 * 1024
 MAX_SLOTS = 1_000_000
-
-
-class JobState(enum.StrEnum):
-    PEND = "PEND"
-    PSUSP = "PSUSP"
-    RUN = "RUN"
-    USUSP = "USUSP"  # its processes frozen by xce stop (LSF's bstop), until xce resume
-    STAGE_OUT = "STAGE_OUT"  # the process ended; the staging claim copies out, then DONE or EXIT
-    DONE = "DONE"
-    EXIT = "EXIT"
 
 
 J = JobState
@@ -73,87 +63,8 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     J.DONE: frozenset({J.PEND}),  # xce requeue of a finished job
     J.EXIT: frozenset({J.PEND}),
 }
-ACTIVE = frozenset({J.RUN, J.USUSP, J.STAGE_OUT})  # holding its hosts after it started
-RUNNING = frozenset({J.RUN, J.USUSP})  # its process is there (suspended or not)
 MIN_MEM_LIMIT, MAX_MEM_LIMIT = 4 << 20, 1 << 50  # -M: below 4 MiB not even a shell starts
 MAX_SIGNAL_ORDERS = 16  # the newest kill -s orders a run keeps (signals, as the kernel's, do not queue up)
-
-
-# slots: a Job has more fields than CPython shares one key table for (30), so each instance's
-# __dict__ was a table of its own: 1.3 KiB of a pending job's 2.7 KiB, for every live job
-@dataclass(slots=True)
-class Job:
-    id: int
-    name: str
-    user: str
-    project: str
-    queue: str
-    command: list[str]
-    submit_time: float
-    state: JobState = JobState.PEND
-    slots: int = 1
-    resreq: str = ""
-    cwd: str | None = None
-    stdout: str | None = None
-    stderr: str | None = None
-    rerunnable: bool = False
-    pending_reason: str | None = None
-    exit_code: int | None = None
-    hosts: list[str] = field(default_factory=list)
-    array_parent: int | None = None
-    array_index: int | None = None
-    run: int = 0  # attempts so far; the current allocation's number
-    alloc_slots: dict[str, int] = field(default_factory=dict)
-    alloc_counters: dict[str, dict[str, float]] = field(default_factory=dict)
-    alloc_cluster: dict[str, float] = field(default_factory=dict)  # cluster-scope counters held
-    start_time: float | None = None
-    end_time: float | None = None
-    signal: int | None = None
-    exit_reason: str | None = None
-    pid: int | None = None
-    workspace: str | None = None
-    kill_requested: bool = False
-    kill_requeue: bool = False
-    kill_by: str = ""  # who asked for the kill (for the exit reason)
-    kill_grace: float | None = None  # seconds from SIGTERM to SIGKILL, chosen when the kill was asked
-    order_seq: int = 0  # orders given to the current run's processes (kill, signals, stop, resume)
-    signal_orders: list[list[int]] = field(default_factory=list)  # [seq, signal]: xce kill -s, newest last
-    mem_limit: int | None = None  # -M: bytes each host's part of a run may use
-    usage: dict[str, Any] | None = None  # what the last run used: max_rss_bytes, cpu_user_s, cpu_sys_s
-    # claims (see xce.model.job_claims)
-    claim_refs: list[dict[str, Any]] = field(default_factory=list)  # standalone: {claim_id, name, mode}
-    templates: list[dict[str, Any]] = field(default_factory=list)  # made for every run
-    app: str | None = None
-    run_claims: list[int] = field(default_factory=list)  # the current run's template claims
-    early_claim: int | None = None  # a shared staging claim made ahead for the next run (staged before allocation)
-    alloc_time: float | None = None  # when the current run's hosts were allocated (held from then on)
-    run_attachments: list[list[int]] = field(default_factory=list)  # its attachments: [claim_id, attachment_id]
-    publish: str = ""  # how the run's claims were published in its sandbox: "bind", "symlink" (no root)
-    process_exit: dict[str, Any] | None = None  # how the process ended, while the stage-out runs
-    history: list[dict[str, Any]] = field(default_factory=list)  # {state, time, reason}: every transition
-    request_id: str | None = None  # the submission's client-chosen id (model.job_requests finds it)
-
-    def __post_init__(self) -> None:
-        if type(self.state) is not JobState:  # read back from JSON (a snapshot, an archived document)
-            self.state = JobState(self.state)
-
-    @property
-    def allocated(self) -> bool:
-        """Resources are reserved for the current run (PEND while dispatching, or RUN)."""
-        return bool(self.alloc_slots)
-
-    @property
-    def finished(self) -> bool:
-        return self.state in (JobState.DONE, JobState.EXIT)
-
-    @property
-    def started(self) -> bool:
-        """Its process was started for this run (RUN, or STAGE_OUT once it ended)."""
-        return self.state in ACTIVE
-
-    @property
-    def display_id(self) -> str:
-        return f"{self.array_parent}[{self.array_index}]" if self.array_parent is not None else str(self.id)
 
 
 @dataclass(frozen=True)
@@ -214,7 +125,7 @@ def _check_path(what: str, value: str | None) -> None:
         raise InvalidRequest(f"--cwd must be an absolute path, got {value!r}")
 
 
-def submit(model: Model, actor: User, spec: JobSpec, now: float, config: Config | None = None,
+def submit(model: State, actor: User, spec: JobSpec, now: float, config: Config | None = None,
            claims: Callable[[str, str], tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]] | None = None,
            ) -> tuple[list[Fact], int]:
     """``xce submit``: check everything, return the ``JobSubmitted`` fact.  ``claims`` resolves the
@@ -280,7 +191,7 @@ def request_key(user: str, request_id: str) -> str:
     return f"{user}/{request_id}"
 
 
-def _check_user_limits(model: Model, actor: User, count: int, limits: ControllerConfig) -> None:
+def _check_user_limits(model: State, actor: User, count: int, limits: ControllerConfig) -> None:
     """One user cannot flood the model and the scheduler: array size and waiting jobs are bounded."""
     if count > limits.max_array_size:
         raise InvalidRequest(f"job array of {count} elements: at most {limits.max_array_size} per submission "
@@ -292,7 +203,7 @@ def _check_user_limits(model: Model, actor: User, count: int, limits: Controller
                        code="limit_exceeded")
 
 
-def visible_job(model: Model, actor: User, job_id: int) -> Job:
+def visible_job(model: State, actor: User, job_id: int) -> Job:
     """The job if ``actor`` may see it; unknown and foreign jobs look the same (404)."""
     job = model.jobs.get(job_id)
     if job is None or not (actor.is_admin or job.user == actor.name):
@@ -303,7 +214,7 @@ def visible_job(model: Model, actor: User, job_id: int) -> Job:
 # ---------------------------------------------------------------- folds
 
 
-def _index(model: Model, job: Job) -> None:
+def _index(model: State, job: Job) -> None:
     """Keep ``model.pending_jobs`` (PEND, nothing allocated: what the scheduler plans), the
     per-user count of waiting (PEND or PSUSP) jobs and ``model.finished_jobs`` (in the order they
     ended: what retirement scans, ``xce.model.history``) up to date."""
@@ -325,7 +236,7 @@ def _index(model: Model, job: Job) -> None:
         _count_waiting(model, job.user, 1 if waiting else -1)
 
 
-def _set_state(model: Model, job: Job, new: JobState, time: float, reason: str) -> None:
+def _set_state(model: State, job: Job, new: JobState, time: float, reason: str) -> None:
     """The one place a job changes state: checked against ``TRANSITIONS``, recorded in its history,
     and the scheduler's indexes kept."""
     check(TRANSITIONS, job.state, new, f"job {job.id} run {job.run}", reason)
@@ -334,7 +245,7 @@ def _set_state(model: Model, job: Job, new: JobState, time: float, reason: str) 
     _index(model, job)
 
 
-def _count_waiting(model: Model, user: str, delta: int) -> None:
+def _count_waiting(model: State, user: str, delta: int) -> None:
     n = model.waiting_by_user.get(user, 0) + delta
     if n:
         model.waiting_by_user[user] = n
@@ -342,7 +253,7 @@ def _count_waiting(model: Model, user: str, delta: int) -> None:
         model.waiting_by_user.pop(user, None)
 
 
-def apply_job_submitted(model: Model, f: JobSubmitted) -> None:
+def apply_job_submitted(model: State, f: JobSubmitted) -> None:
     """A job, or every element of an array (one fact: ``array_indices``, ids from ``f.id`` on).  What
     the elements share is computed once: an array of 5,000 is folded on the event loop, which serves
     no read meanwhile."""
@@ -371,7 +282,7 @@ def apply_job_submitted(model: Model, f: JobSubmitted) -> None:
     model.next_job_id = max(model.next_job_id, elements[-1][0] + 1)
 
 
-def _release(model: Model, job: Job) -> None:
+def _release(model: State, job: Job) -> None:
     for host_name in job.alloc_slots:
         host = model.hosts.get(host_name)
         if host is not None:
@@ -383,7 +294,7 @@ def _release(model: Model, job: Job) -> None:
     job.alloc_cluster = {}
 
 
-def apply_job_allocated(model: Model, f: F.JobAllocated) -> Job | None:
+def apply_job_allocated(model: State, f: F.JobAllocated) -> Job | None:
     """The job holds its new run's hosts (None: an unknown job; ``job_claims`` makes the run's claims)."""
     job = model.jobs.get(f.job_id)
     if job is None:  # folds are total: a fact about an unknown job changes nothing
@@ -413,7 +324,7 @@ def apply_job_allocated(model: Model, f: F.JobAllocated) -> Job | None:
     return job
 
 
-def apply_job_started(model: Model, f: F.JobStarted) -> None:
+def apply_job_started(model: State, f: F.JobStarted) -> None:
     job = model.jobs.get(f.job_id)
     if job is None:  # folds are total: a fact about an unknown job changes nothing
         return
@@ -429,7 +340,7 @@ def apply_job_started(model: Model, f: F.JobStarted) -> None:
     job.pending_reason = None
 
 
-def apply_job_finished(model: Model, f: F.JobFinished) -> Job | None:
+def apply_job_finished(model: State, f: F.JobFinished) -> Job | None:
     """The run ended for good (None: the fact changed nothing; ``job_claims`` lets its claims go)."""
     job = model.jobs.get(f.job_id)
     if job is None:  # folds are total: a fact about an unknown job changes nothing
@@ -449,7 +360,7 @@ def apply_job_finished(model: Model, f: F.JobFinished) -> Job | None:
     return job
 
 
-def apply_job_requeued(model: Model, f: F.JobRequeued) -> Job | None:
+def apply_job_requeued(model: State, f: F.JobRequeued) -> Job | None:
     """The run is over and the job waits again (None: the fact changed nothing)."""
     job = model.jobs.get(f.job_id)
     if job is None:  # folds are total: a fact about an unknown job changes nothing
@@ -471,7 +382,7 @@ def apply_job_requeued(model: Model, f: F.JobRequeued) -> Job | None:
     return job
 
 
-def _ordered(model: Model, job_id: int, run: int) -> Job | None:
+def _ordered(model: State, job_id: int, run: int) -> Job | None:
     """The job an order of run ``run`` is for, its number counted (None: not that run any more)."""
     job = model.jobs.get(job_id)
     if job is None or job.run != run or job.finished:  # folds are total: an order that comes late is moot
@@ -480,7 +391,7 @@ def _ordered(model: Model, job_id: int, run: int) -> Job | None:
     return job
 
 
-def apply_job_kill_requested(model: Model, f: F.JobKillRequested) -> None:
+def apply_job_kill_requested(model: State, f: F.JobKillRequested) -> None:
     job = _ordered(model, f.job_id, f.run)
     if job is None:
         return
@@ -491,26 +402,26 @@ def apply_job_kill_requested(model: Model, f: F.JobKillRequested) -> None:
     job.kill_by = f.by
 
 
-def apply_job_signal_requested(model: Model, f: F.JobSignalRequested) -> None:
+def apply_job_signal_requested(model: State, f: F.JobSignalRequested) -> None:
     job = _ordered(model, f.job_id, f.run)
     if job is None:
         return
     job.signal_orders = [*job.signal_orders, [job.order_seq, f.signal]][-MAX_SIGNAL_ORDERS:]
 
 
-def apply_job_suspended(model: Model, f: F.JobSuspended) -> None:
+def apply_job_suspended(model: State, f: F.JobSuspended) -> None:
     job = _ordered(model, f.job_id, f.run)
     if job is not None and job.state is JobState.RUN:
         _set_state(model, job, JobState.USUSP, f.time, f"suspended by {f.by}")
 
 
-def apply_job_resumed(model: Model, f: F.JobResumed) -> None:
+def apply_job_resumed(model: State, f: F.JobResumed) -> None:
     job = _ordered(model, f.job_id, f.run)
     if job is not None and job.state is JobState.USUSP:
         _set_state(model, job, JobState.RUN, f.time, f"resumed by {f.by}")
 
 
-def apply_job_held(model: Model, f: F.JobHeld) -> None:
+def apply_job_held(model: State, f: F.JobHeld) -> None:
     job = model.jobs.get(f.job_id)
     if job is None:  # folds are total: a fact about an unknown job changes nothing
         return
@@ -518,7 +429,7 @@ def apply_job_held(model: Model, f: F.JobHeld) -> None:
     job.pending_reason = f"held by {f.by}"
 
 
-def apply_job_released(model: Model, f: F.JobReleased) -> None:
+def apply_job_released(model: State, f: F.JobReleased) -> None:
     job = model.jobs.get(f.job_id)
     if job is None:  # folds are total: a fact about an unknown job changes nothing
         return
@@ -529,7 +440,7 @@ def apply_job_released(model: Model, f: F.JobReleased) -> None:
 # ---------------------------------------------------------------- decisions on existing jobs
 
 
-def kill(model: Model, actor: User, job_id: int, now: float, requeue: bool = False,
+def kill(model: State, actor: User, job_id: int, now: float, requeue: bool = False,
          config: Config | None = None) -> list[Fact]:
     """``xce kill`` (and ``xce requeue``): finish or requeue now if nothing runs, else order the run
     ended: SIGINT and SIGTERM once, SIGKILL after the queue's grace (``config.terminate_grace``).  A
@@ -574,7 +485,7 @@ def parse_signal(text: str) -> int:
     return int(number)
 
 
-def send_signal(model: Model, actor: User, job_id: int, now: float, signal: int) -> list[Fact]:
+def send_signal(model: State, actor: User, job_id: int, now: float, signal: int) -> list[Fact]:
     """``xce kill -s SIGNAL`` (LSF's ``bkill -s``): that one signal to the run's processes, once, and
     nothing after it (no escalation: the job decides what the signal means)."""
     job = visible_job(model, actor, job_id)
@@ -586,7 +497,7 @@ def send_signal(model: Model, actor: User, job_id: int, now: float, signal: int)
     return [F.JobSignalRequested(time=now, job_id=job.id, run=job.run, by=actor.name, signal=signal)]
 
 
-def suspend(model: Model, actor: User, job_id: int, now: float) -> list[Fact]:
+def suspend(model: State, actor: User, job_id: int, now: float) -> list[Fact]:
     """``xce stop`` (LSF's ``bstop``): the run's processes frozen; USUSP until ``xce resume``."""
     job = visible_job(model, actor, job_id)
     if job.state is JobState.USUSP:
@@ -597,7 +508,7 @@ def suspend(model: Model, actor: User, job_id: int, now: float) -> list[Fact]:
     return [F.JobSuspended(time=now, job_id=job.id, run=job.run, by=actor.name)]
 
 
-def resume(model: Model, actor: User, job_id: int, now: float) -> list[Fact]:
+def resume(model: State, actor: User, job_id: int, now: float) -> list[Fact]:
     """``xce resume`` (LSF's ``bresume``): a stopped run's processes thawed."""
     job = visible_job(model, actor, job_id)
     if job.state is JobState.RUN:
@@ -615,7 +526,7 @@ def orders(job: Job) -> dict[str, Any]:
             "signals": [list(o) for o in job.signal_orders], "suspend": job.state is JobState.USUSP}
 
 
-def hold(model: Model, actor: User, job_id: int, now: float) -> list[Fact]:
+def hold(model: State, actor: User, job_id: int, now: float) -> list[Fact]:
     job = visible_job(model, actor, job_id)
     if job.state is JobState.PSUSP:
         return []
@@ -624,7 +535,7 @@ def hold(model: Model, actor: User, job_id: int, now: float) -> list[Fact]:
     return [F.JobHeld(time=now, job_id=job.id, by=actor.name)]
 
 
-def release(model: Model, actor: User, job_id: int, now: float) -> list[Fact]:
+def release(model: State, actor: User, job_id: int, now: float) -> list[Fact]:
     job = visible_job(model, actor, job_id)
     if job.state is JobState.PEND:
         return []
@@ -633,7 +544,7 @@ def release(model: Model, actor: User, job_id: int, now: float) -> list[Fact]:
     return [F.JobReleased(time=now, job_id=job.id, by=actor.name)]
 
 
-def report_started(model: Model, host: str, job_id: int, run: int, pid: int, now: float,
+def report_started(model: State, host: str, job_id: int, run: int, pid: int, now: float,
                    workspace: str, stdout: str, stderr: str, publish: str = "") -> list[Fact]:
     job = model.jobs.get(job_id)
     if job is None or job.run != run or job.finished or host not in job.alloc_slots:
@@ -644,7 +555,7 @@ def report_started(model: Model, host: str, job_id: int, run: int, pid: int, now
                          workspace=workspace, stdout=stdout, stderr=stderr, publish=publish)]
 
 
-def report_finished(model: Model, host: str, job_id: int, run: int, now: float, exit_code: int | None,
+def report_finished(model: State, host: str, job_id: int, run: int, now: float, exit_code: int | None,
                     signal: int | None, reason: str = "", stages_out: bool = False,
                     usage: dict[str, Any] | None = None) -> list[Fact]:
     """A worker says the run ended.  Decide DONE, EXIT (and why) or requeue; a run that ``stages_out``
@@ -664,7 +575,7 @@ def report_finished(model: Model, host: str, job_id: int, run: int, now: float, 
                           signal=signal, reason=why, usage=usage)]
 
 
-def host_lost(model: Model, host: str, now: float) -> list[Fact]:
+def host_lost(model: State, host: str, now: float) -> list[Fact]:
     """The jobs on a lost host: requeue if ``-r`` (or never started), else EXIT 'host lost'.
     (``job_claims.host_lost`` fences the host's attachments too.)"""
     out: list[Fact] = []
@@ -699,7 +610,7 @@ def exit_decision(exit_code: int | None, signal: int | None, reason: str = "", k
     return state, why
 
 
-def reconcile_host(model: Model, host: str, running: set[tuple[int, int]],
+def reconcile_host(model: State, host: str, running: set[tuple[int, int]],
                    now: float) -> tuple[list[Fact], list[tuple[int, int]]]:
     """A worker (re)registers with the runs it still has: a started run it lost is requeued (-r) or
     ends EXIT; a run it has that is not its own (any more) is to be killed: ``(facts, runs to kill)``."""
@@ -722,7 +633,7 @@ def reconcile_host(model: Model, host: str, running: set[tuple[int, int]],
     return facts, kill
 
 
-def report_lost(model: Model, host: str, job_id: int, run: int, now: float, reason: str,
+def report_lost(model: State, host: str, job_id: int, run: int, now: float, reason: str,
                 stages_out: bool = False, usage: dict[str, Any] | None = None) -> list[Fact]:
     """The worker no longer knows how a run ended (its shepherd died too), or its shepherd fenced it
     (no word from the controller in time): requeue it if it may run again (-r), else it ends as the
@@ -733,7 +644,7 @@ def report_lost(model: Model, host: str, job_id: int, run: int, now: float, reas
     return report_finished(model, host, job_id, run, now, None, None, reason, stages_out, usage)
 
 
-def finish_after_stage_out(model: Model, job_id: int, run: int | None, failure: str | None,
+def finish_after_stage_out(model: State, job_id: int, run: int | None, failure: str | None,
                            now: float) -> list[Fact]:
     """The stage-out of a run whose process ended is over: DONE only if both succeeded."""
     job = model.jobs.get(job_id)
@@ -746,7 +657,7 @@ def finish_after_stage_out(model: Model, job_id: int, run: int | None, failure: 
                           signal=signal, reason=why)]
 
 
-def apply_job_process_ended(model: Model, f: F.JobProcessEnded) -> Job | None:
+def apply_job_process_ended(model: State, f: F.JobProcessEnded) -> Job | None:
     """The process of a run that stages out ended (None: the fact changed nothing): how it ended is
     kept for the decision after the stage-out, which ``job_claims`` starts (``begin_stage_out``)."""
     job = model.jobs.get(f.job_id)
@@ -759,5 +670,5 @@ def apply_job_process_ended(model: Model, f: F.JobProcessEnded) -> Job | None:
     return job
 
 
-def begin_stage_out(model: Model, job: Job, time: float) -> None:
+def begin_stage_out(model: State, job: Job, time: float) -> None:
     _set_state(model, job, JobState.STAGE_OUT, time, "process ended: staging out")

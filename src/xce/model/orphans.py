@@ -16,33 +16,15 @@ are template claims whose job has ended or vanished.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from xce.model import facts as F
 from xce.model import audit
+from xce.model import facts as F
+from xce.model.entities.claims import Claim
+from xce.model.entities.orphans import Orphan
+from xce.model.entities.snapshots import Snapshot
 from xce.model.facts import Fact
-
-if TYPE_CHECKING:
-    from xce.model.claims import Claim
-    from xce.model.snapshots import Snapshot
-    from xce.model.state import Model
-
-
-@dataclass
-class Orphan:
-    handle: str
-    class_name: str
-    provider: str
-    claim_id: int | None
-    first_seen: float
-    tags: dict[str, str] = field(default_factory=dict)
-    size_bytes: int | None = None
-    kind: str = "volume"  # or "snapshot"
-
-    @property
-    def retain(self) -> bool:
-        return self.tags.get("xce.reclaim") == "retain"
+from xce.model.state import State
 
 
 def _owns(claim: Claim | Snapshot | None, handle: str, op_id: str | None) -> bool:
@@ -60,7 +42,7 @@ def _tag_id(tags: dict[str, str], key: str) -> int | None:
         return None
 
 
-def _owner(model: Model, kind: str, tags: dict[str, str]) -> Claim | Snapshot | None:
+def _owner(model: State, kind: str, tags: dict[str, str]) -> Claim | Snapshot | None:
     """The record that would own an object of this kind with these tags (None: none exists)."""
     if kind == "snapshot":
         snapshot_id = _tag_id(tags, "xce.snapshot")
@@ -69,7 +51,7 @@ def _owner(model: Model, kind: str, tags: dict[str, str]) -> Claim | Snapshot | 
     return model.claims.get(claim_id) if claim_id is not None else None
 
 
-def inventory(model: Model, class_name: str, provider: str, objects: list[dict[str, Any]],
+def inventory(model: State, class_name: str, provider: str, objects: list[dict[str, Any]],
               now: float) -> list[Fact]:
     """What the provider listed for ``class_name``: new orphans, and orphans no longer there."""
     facts: list[Fact] = []
@@ -93,12 +75,12 @@ def inventory(model: Model, class_name: str, provider: str, objects: list[dict[s
     return facts
 
 
-def due_for_release(model: Model, grace: float, now: float) -> list[Orphan]:
+def due_for_release(model: State, grace: float, now: float) -> list[Orphan]:
     return [o for o in model.orphans.values() if not o.retain and now - o.first_seen >= grace
             and not _owns(_owner(model, o.kind, o.tags), o.handle, o.tags.get("xce.op"))]
 
 
-def claim_orphans(model: Model) -> list[tuple[Claim, str]]:
+def claim_orphans(model: State) -> list[tuple[Claim, str]]:
     """Live claims nobody owns any more, with why."""
     out = []
     for c in model.claims.values():
@@ -115,11 +97,11 @@ def claim_orphans(model: Model) -> list[tuple[Claim, str]]:
     return out
 
 
-def _audit(model: Model, time: float, result: str, handle: str, detail: str) -> None:
+def _audit(model: State, time: float, result: str, handle: str, detail: str) -> None:
     audit.record(model, time, "-", "orphan", f"object/{handle}", result, detail)
 
 
-def apply_orphan_seen(model: Model, f: F.OrphanSeen) -> None:
+def apply_orphan_seen(model: State, f: F.OrphanSeen) -> None:
     if f.handle in model.orphans:
         return
     model.orphans[f.handle] = Orphan(handle=f.handle, class_name=f.class_name, provider=f.provider,
@@ -130,7 +112,7 @@ def apply_orphan_seen(model: Model, f: F.OrphanSeen) -> None:
     _audit(model, f.time, "seen", f.handle, f"{f.class_name} {what} has no owner")
 
 
-def apply_orphan_resolved(model: Model, f: F.OrphanResolved) -> None:
+def apply_orphan_resolved(model: State, f: F.OrphanResolved) -> None:
     if model.orphans.pop(f.handle, None) is not None:
         _audit(model, f.time, f.how, f.handle, "released after the grace period" if f.how == "released"
                else "no longer listed by its provider")

@@ -7,16 +7,13 @@ snapshot, the plan applier's re-check and the API's ``/v1/pools`` and ``/v1/reso
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from xce.model.claims import ClaimState
-from xce.model.snapshots import SnapshotState
-
-if TYPE_CHECKING:
-    from xce.model.state import Model
+from xce.model.entities.claims import ClaimState
+from xce.model.entities.snapshots import SnapshotState
+from xce.model.state import State
 
 
-def pool_use(model: Model) -> dict[str, int]:
+
+def pool_use(model: State) -> dict[str, int]:
     """Bytes reserved in each pool: every claim whose object exists or may (retained ones included),
     with the size of a resize the scheduler has reserved; and every snapshot not yet RELEASED, in
     its claim's pool (``Snapshot.reserved_bytes``): a snapshot takes room on the storage behind the
@@ -28,7 +25,7 @@ def pool_use(model: Model) -> dict[str, int]:
     return used
 
 
-def snapshot_use(model: Model) -> dict[str, int]:
+def snapshot_use(model: State) -> dict[str, int]:
     """The part of ``pool_use`` that snapshots reserve."""
     used: dict[str, int] = {}
     for s in model.snapshots.values():

@@ -1,7 +1,11 @@
-"""The model: the whole controller state, a pure fold of facts.
+"""The model's state: every entity map and derived index, and the snapshot of it.  The bottom of
+the model: it imports only the entities (``xce.model.entities``) it holds.
 
-``Model.apply(position, fact)`` dispatches on the fact's type to the fold of
-the module that owns that entity; nothing else mutates the model.
+Every decision and fold takes a ``State``: they read and change these maps.  What folds a fact
+into it, ``xce.model.fold.Model``, is this class with the fold table, which needs every concept
+above: kept apart, so that no module of the model imports one that imports it back, not even for
+a type hint.
+
 ``to_snapshot`` / ``from_snapshot`` carry every field: loading the snapshot
 taken at position N and applying the facts after N gives exactly the live
 model (``tests/model/test_snapshot_property.py`` proves it).
@@ -16,73 +20,24 @@ under position 0 so the controller can migrate them to the store once.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable
+from typing import Any, Self
 
 import orjson
 
-from xce.errors import Unauthenticated
-from xce.model import audit, capabilities, catalog, claims, history, hosts, identity, job_claims, jobs, orphans, snapshots
-from xce.model import facts as F
-from xce.model.audit import AuditOutbox, AuditRecord
-from xce.model.capabilities import ClassCapabilities
-from xce.model.catalog import Project, Queue
-from xce.model.claims import Claim, ClaimForm, ClaimState, name_key
-from xce.model.hosts import Host
-from xce.model.identity import Token, User
-from xce.model.jobs import Job, JobState
-from xce.model.orphans import Orphan
-from xce.model.snapshots import Snapshot, SnapshotState
+from xce.model.entities.audit import AuditOutbox
+from xce.model.entities.capabilities import ClassCapabilities
+from xce.model.entities.catalog import Project, Queue
+from xce.model.entities.claims import Claim, ClaimForm, ClaimState, name_key
+from xce.model.entities.hosts import Host
+from xce.model.entities.identity import Token, User
+from xce.model.entities.jobs import Job, JobState
+from xce.model.entities.orphans import Orphan
+from xce.model.entities.snapshots import Snapshot, SnapshotState
+from xce.records import AuditRecord
 
 SNAPSHOT_FORMAT = 2
 #: formats ``from_snapshot`` still reads: 1 carried the audit trail (moved into the outbox on load)
 LEGACY_SNAPSHOT_FORMATS = (1,)
-
-FOLDS: dict[type[F.Fact], Callable[["Model", Any], None]] = {
-    F.ClusterInitialized: lambda m, f: setattr(m, "cluster_id", f.cluster_id),
-    F.UserDefined: identity.apply_user_defined,
-    F.TokenIssued: identity.apply_token_issued,
-    F.TokenRevoked: identity.apply_token_revoked,
-    F.UserDisabled: identity.apply_user_disabled,
-    F.QueueDefined: catalog.apply_queue_defined,
-    F.ProjectDefined: catalog.apply_project_defined,
-    F.ProjectRemoved: catalog.apply_project_removed,
-    F.JobSubmitted: jobs.apply_job_submitted,
-    F.AuditRecorded: audit.apply_audit_recorded,
-    F.HostRegistered: hosts.apply_host_registered,
-    F.HostStateChanged: hosts.apply_host_state_changed,
-    F.JobAllocated: job_claims.apply_job_allocated,  # facts about a run: its claims too
-    F.JobStarted: jobs.apply_job_started,
-    F.JobFinished: job_claims.apply_job_finished,
-    F.JobRequeued: job_claims.apply_job_requeued,
-    F.JobKillRequested: jobs.apply_job_kill_requested,
-    F.JobSignalRequested: jobs.apply_job_signal_requested,
-    F.JobSuspended: jobs.apply_job_suspended,
-    F.JobResumed: jobs.apply_job_resumed,
-    F.JobHeld: jobs.apply_job_held,
-    F.JobReleased: jobs.apply_job_released,
-    F.JobProcessEnded: job_claims.apply_job_process_ended,
-    F.ClaimCreated: job_claims.apply_claim_created,  # a run's template claims join their run
-    F.ClaimPlaced: claims.apply_claim_placed,
-    F.ClaimOpIntent: claims.apply_claim_op_intent,
-    F.ClaimOpSucceeded: claims.apply_claim_op_succeeded,
-    F.ClaimOpFailed: claims.apply_claim_op_failed,
-    F.ClaimDeleteRequested: claims.apply_claim_delete_requested,
-    F.ClaimPurgeRequested: claims.apply_claim_purge_requested,
-    F.ClaimResizeRequested: claims.apply_claim_resize_requested,
-    F.ClaimResizeReserved: claims.apply_claim_resize_reserved,
-    F.AttachmentAdded: claims.apply_attachment_added,
-    F.AttachmentRemoved: claims.apply_attachment_removed,
-    F.AgentLeased: claims.apply_agent_leased,
-    F.ClassCapabilitiesReported: capabilities.apply_class_capabilities,
-    F.SnapshotCreated: snapshots.apply_snapshot_created,
-    F.SnapshotOpIntent: snapshots.apply_snapshot_op_intent,
-    F.SnapshotOpSucceeded: snapshots.apply_snapshot_op_succeeded,
-    F.SnapshotOpFailed: snapshots.apply_snapshot_op_failed,
-    F.SnapshotDeleteRequested: snapshots.apply_snapshot_delete_requested,
-    F.OrphanSeen: orphans.apply_orphan_seen,
-    F.OrphanResolved: orphans.apply_orphan_resolved,
-    F.RecordsRetired: history.apply_records_retired,
-}
 
 # entity collections in the snapshot: attribute -> (entity class, key attribute)
 _COLLECTIONS: dict[str, tuple[type, str]] = {
@@ -99,7 +54,7 @@ _COLLECTIONS: dict[str, tuple[type, str]] = {
 }
 # what the catalog's decisions read and fold: users, their tokens, queues and projects
 CATALOG = frozenset({"users", "tokens", "queues", "projects"})
-# entities per orjson call in a snapshot (``Model.snapshot_json``): about 1.3 ms of encoding each
+# entities per orjson call in a snapshot (``State.snapshot_json``): about 1.3 ms of encoding each
 # (finished jobs with their history: 5.4 ms per 1,000); the event loop waits at most that long
 SNAPSHOT_CHUNK = 250
 # collections added after snapshot format 2 shipped: a snapshot written before has none of them
@@ -130,7 +85,9 @@ def plain(entity: Any) -> dict[str, Any]:
 
 
 @dataclass
-class Model:
+class State:
+    """The entities by key, the counters that number new ones, and indexes derived from them."""
+
     position: int = 0
     cluster_id: str = ""
     next_job_id: int = 1
@@ -166,15 +123,6 @@ class Model:
     # transient: audit records folded but not yet handed to the store (``xce.model.audit``); None records nothing
     audit_outbox: AuditOutbox | None = field(default=None, compare=False, repr=False)
 
-    def apply(self, position: int, fact: F.Fact) -> None:
-        fold = FOLDS.get(type(fact))
-        if fold is None:  # a registered fact with no fold is a programming error
-            raise TypeError(f"no fold for fact {fact.TYPE}")
-        if self.audit_outbox is not None:
-            self.audit_outbox.folding(position)
-        fold(self, fact)
-        self.position = position
-
     # ------------------------------------------------------------ queries
 
     def default_queue(self) -> str | None:
@@ -187,13 +135,6 @@ class Model:
     def token_for_hash(self, token_hash: str) -> Token | None:
         """The token with this hash, revoked or expired or not (``identity.authenticate`` decides)."""
         return self._token_index().get(token_hash)
-
-    def user_for_token_hash(self, token_hash: str, now: float) -> User | None:
-        """Who the token stands for at ``now``: None when unknown, revoked, expired or its user disabled."""
-        try:
-            return identity.authenticate(self, token_hash, now)
-        except Unauthenticated:
-            return None
 
     def _token_index(self) -> dict[str, Token]:
         # derived, never snapshotted; rebuilt when the token set changes
@@ -252,7 +193,7 @@ class Model:
         return b"".join(parts)
 
     @classmethod
-    def from_snapshot(cls, data: dict[str, Any]) -> Model:
+    def from_snapshot(cls, data: dict[str, Any]) -> Self:
         fmt = data.get("format")
         if fmt != SNAPSHOT_FORMAT and fmt not in LEGACY_SNAPSHOT_FORMATS:
             raise ValueError(f"unsupported snapshot format {fmt!r}")

@@ -32,10 +32,10 @@ import time
 import uuid
 from typing import Any
 
+from xce.agentnames import node_agent
 from xce.agents.agent import ClaimAgent, Provider
 from xce.agents.provisioner import SIMFS_COMMAND
 from xce.client import ApiError, Client, ClientError
-from xce.model.claims import node_agent
 from xce.transfers import TransferSite
 from xce.units import format_bytes
 from xce.worker import control, sandbox, staging

@@ -2,47 +2,50 @@
 
 General layout::
 
-    entity      what a claim is: enums (state, form, access, reclaim, scope, mode, op kind,
-                attachment state), Claim, Op, Attachment, names
     lifecycle   how it changes: the transition tables of claims and attachments, the only
                 functions that change their state (each writing history), and the folds
     decide      what requests may do: create (quota, pools), find, delete, purge, attach
-    agents      what claim agents do: leases and epochs, due ops, intents, typed results
+    agents      what claim agents do with claims' ops (the ``xce.model.ops`` discipline): where
+                they are, who runs them, their facts; typed results
 
+What a claim is (its enums, ``Claim``, ``Attachment``, ``Resize``, names) is plain data at the
+model's bottom, ``xce.model.entities.claims`` (its ``Op``: ``entities.ops``), re-exported here.
 Jobs meet claims in one place only: ``xce.model.job_claims``.
 """
 
 from xce.model.claims.agents import (
-    OpResult, check_epoch, due_ops, held_ops, lease, next_due, record_intent, record_result, retry_delay,
+    CLAIM_OPS, OpResult, check_epoch, due_ops, held_ops, holds, lease, next_due, record_intent, record_result,
+    retry_delay,
 )
 from xce.model.claims.decide import (
     ClaimSpec, add_attachment, check_fits_a_pool, check_quota, class_or_404, create, delete, live_by_name, may_see,
     purge, quota_use, remove_attachment, resize, visible, visible_by_id,
 )
-from xce.model.claims.entity import (
-    LIVE, RESERVED_NAMES, SHARED_AGENT, TEMPLATE_NAME, AccessMode, Attachment, AttachmentState, Claim, ClaimForm,
-    ClaimState, ContentSource, Mode, Op, OpKind, ReclaimPolicy, Resize, ResizeState, Scope, name_key, node_agent,
-    template_name,
-)
 from xce.model.claims.lifecycle import (
-    ATTACHMENT_TRANSITIONS, RESIZE_TRANSITIONS, TRANSITIONS, apply_agent_leased, apply_attachment_added,
+    ATTACHMENT_TRANSITIONS, RESIZE_TRANSITIONS, TRANSITIONS, apply_attachment_added,
     apply_attachment_removed, apply_claim_created, apply_claim_delete_requested, apply_claim_op_failed,
     apply_claim_op_intent, apply_claim_op_succeeded, apply_claim_placed, apply_claim_purge_requested,
     apply_claim_resize_requested, apply_claim_resize_reserved, begin_stage_out, detach, keep_data, release_template,
 )
+from xce.model.entities.claims import (
+    LIVE, RESERVED_NAMES, SHARED_AGENT, TEMPLATE_NAME, AccessMode, Attachment, AttachmentState, Claim, ClaimForm,
+    ClaimState, ContentSource, Mode, ReclaimPolicy, Resize, ResizeState, Scope, name_key, node_agent, template_name,
+)
+from xce.model.entities.ops import Op, OpKind
 
 __all__ = [
-    "ATTACHMENT_TRANSITIONS", "LIVE", "RESERVED_NAMES", "RESIZE_TRANSITIONS", "SHARED_AGENT", "TEMPLATE_NAME", "TRANSITIONS",
+    "ATTACHMENT_TRANSITIONS", "CLAIM_OPS", "LIVE", "RESERVED_NAMES", "RESIZE_TRANSITIONS", "SHARED_AGENT",
+    "TEMPLATE_NAME", "TRANSITIONS",
     "ContentSource",
     "AccessMode", "Attachment", "AttachmentState", "Claim", "ClaimForm", "ClaimSpec", "ClaimState", "Mode", "Op",
     "OpKind", "OpResult", "ReclaimPolicy", "Resize", "ResizeState", "Scope",
-    "add_attachment", "apply_agent_leased", "apply_attachment_added",
+    "add_attachment", "apply_attachment_added",
     "apply_attachment_removed", "apply_claim_created", "apply_claim_delete_requested", "apply_claim_op_failed",
     "apply_claim_op_intent", "apply_claim_op_succeeded", "apply_claim_placed", "apply_claim_purge_requested",
     "apply_claim_resize_requested", "apply_claim_resize_reserved",
     "begin_stage_out", "check_epoch", "check_fits_a_pool", "check_quota", "class_or_404", "create", "delete",
-    "detach", "due_ops", "held_ops", "keep_data", "lease", "live_by_name", "may_see", "name_key", "next_due",
-    "node_agent", "purge",
+    "detach", "due_ops", "held_ops", "holds", "keep_data", "lease", "live_by_name", "may_see", "name_key",
+    "next_due", "node_agent", "purge",
     "quota_use", "record_intent", "record_result", "release_template", "remove_attachment", "resize", "retry_delay",
     "template_name", "visible", "visible_by_id",
 ]

@@ -14,11 +14,13 @@ from typing import TYPE_CHECKING
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from xce.model import capabilities
 from xce.model import facts as F
-from xce.model.claims.entity import (
+from xce.model.entities.claims import (
     RESERVED_NAMES, TEMPLATE_NAME, AccessMode, Claim, ClaimForm, ClaimState, ContentSource, Mode, ReclaimPolicy,
     Scope, name_key,
 )
+from xce.model.entities.identity import User
 from xce.model.facts import Fact
+from xce.model.state import State
 from xce.names import check_name
 from xce.transfers.locations import TransferRefused
 from xce.transfers.locations import resolve as resolve_location
@@ -26,8 +28,6 @@ from xce.units import format_size as human, parse_size
 
 if TYPE_CHECKING:
     from xce.config import ClaimClassConfig, Config
-    from xce.model.identity import User
-    from xce.model.state import Model
 
 
 def class_or_404(config: Config, name: str) -> ClaimClassConfig:
@@ -53,13 +53,13 @@ class ClaimSpec:
     populate_from: str | None = None  # a URL or REMOTE:path the claim is filled from (``--source``)
 
 
-def live_by_name(model: Model, project: str, name: str) -> Claim | None:
+def live_by_name(model: State, project: str, name: str) -> Claim | None:
     claim_id = model.claim_names.get(name_key(project, name))
     return model.claims.get(claim_id) if claim_id is not None else None
 
 
 
-def _template_by_name(model: Model, name: str) -> Claim | None:
+def _template_by_name(model: State, name: str) -> Claim | None:
     m = TEMPLATE_NAME.match(name)
     if m is None:
         return None
@@ -73,7 +73,7 @@ def _template_by_name(model: Model, name: str) -> Claim | None:
     return None
 
 
-def create(model: Model, config: Config, actor: User, spec: ClaimSpec, now: float,
+def create(model: State, config: Config, actor: User, spec: ClaimSpec, now: float,
            source: ContentSource | None = None) -> tuple[list[Fact], int]:
     """``xce claim create``: check everything, charge quota, return the ``ClaimCreated`` fact.  With a
     ``source`` (resolved, and checked visible and READY, by ``xce.model.snapshots.clone``) the claim
@@ -164,7 +164,7 @@ def _populate_source(config: Config, cls: ClaimClassConfig, project: str, text: 
     return where.text
 
 
-def quota_use(model: Model, project: str, class_name: str | None) -> tuple[int, int]:
+def quota_use(model: State, project: str, class_name: str | None) -> tuple[int, int]:
     """(claims, bytes) charged to ``project`` (and ``class_name``, None for all): live claims, and the
     bytes of live snapshots (of claims of that class): a snapshot holds data as a claim does, so
     it counts in the bytes, not in the number of claims."""
@@ -179,7 +179,7 @@ def quota_use(model: Model, project: str, class_name: str | None) -> tuple[int, 
     return count, total
 
 
-def check_quota(model: Model, config: Config, project: str, class_name: str, size: int, new_claims: int = 1) -> None:
+def check_quota(model: State, config: Config, project: str, class_name: str, size: int, new_claims: int = 1) -> None:
     """``size`` more bytes (and ``new_claims`` more claims: 0 for a resize or a snapshot, which are
     charged bytes but are no claims) for ``project`` in ``class_name``."""
     for q in config.quotas:
@@ -213,7 +213,7 @@ def check_fits_a_pool(config: Config, cls: ClaimClassConfig, size: int, what: st
                        code="larger_than_pools")
 
 
-def resize(model: Model, config: Config, actor: User, name: str, size: str | int, now: float,
+def resize(model: State, config: Config, actor: User, name: str, size: str | int, now: float,
            project: str | None = None) -> tuple[list[Fact], int]:
     """``xce claim resize``: grow a READY claim.  Refused (changing nothing) when it would not grow,
     when its class cannot expand (or only offline, and it is attached), or when the growth would
@@ -267,7 +267,7 @@ def may_see(actor: User, claim: Claim) -> bool:
     return claim.project in actor.projects
 
 
-def visible_by_id(model: Model, actor: User, claim_id: int) -> Claim:
+def visible_by_id(model: State, actor: User, claim_id: int) -> Claim:
     """The claim ``claim_id`` if ``actor`` may see it (``may_see``); 404 otherwise, worded as for a
     claim that does not exist."""
     claim = model.claims.get(claim_id)
@@ -276,7 +276,7 @@ def visible_by_id(model: Model, actor: User, claim_id: int) -> Claim:
     return claim
 
 
-def visible(model: Model, actor: User, name: str, project: str | None = None) -> Claim:
+def visible(model: State, actor: User, name: str, project: str | None = None) -> Claim:
     """The claim ``name`` that ``actor`` may see: live (or else the newest released one) in
     ``project``, or in any of the actor's projects (every project, for admins); a run's template
     claim by its ``jN.R:kind`` name.  404 if there is none, 409 if the name is in several of them:
@@ -302,7 +302,7 @@ def visible(model: Model, actor: User, name: str, project: str | None = None) ->
     raise NotFound(f"claim {name!r} not found" + (f" in project {project!r}" if project is not None else ""))
 
 
-def delete(model: Model, actor: User, name: str, now: float, project: str | None = None) -> list[Fact]:
+def delete(model: State, actor: User, name: str, now: float, project: str | None = None) -> list[Fact]:
     claim = visible(model, actor, name, project)
     if claim.form is ClaimForm.TEMPLATE and not actor.is_admin:
         raise Conflict(f"claim {name!r} belongs to job {claim.job_id}: it goes with the job")
@@ -320,7 +320,7 @@ def delete(model: Model, actor: User, name: str, now: float, project: str | None
     return [F.ClaimDeleteRequested(time=now, claim_id=claim.id, by=actor.name)]
 
 
-def purge(model: Model, actor: User, claim_id: int, now: float) -> list[Fact]:
+def purge(model: State, actor: User, claim_id: int, now: float) -> list[Fact]:
     claim = model.claims.get(claim_id)
     if claim is None:
         raise NotFound(f"claim {claim_id} not found")
@@ -331,7 +331,7 @@ def purge(model: Model, actor: User, claim_id: int, now: float) -> list[Fact]:
     return [F.ClaimPurgeRequested(time=now, claim_id=claim.id, by=actor.name)]
 
 
-def add_attachment(model: Model, actor: User, name: str, host: str, mode: str, now: float,
+def add_attachment(model: State, actor: User, name: str, host: str, mode: str, now: float,
                    job_id: int | None = None, project: str | None = None) -> tuple[list[Fact], int]:
     claim = visible(model, actor, name, project)
     check_name("host", host)
@@ -351,7 +351,7 @@ def add_attachment(model: Model, actor: User, name: str, host: str, mode: str, n
                               by=actor.name, job_id=job_id)], attachment_id
 
 
-def remove_attachment(model: Model, actor: User, name: str, attachment_id: int, now: float,
+def remove_attachment(model: State, actor: User, name: str, attachment_id: int, now: float,
                       project: str | None = None) -> list[Fact]:
     claim = visible(model, actor, name, project)
     if not any(a.id == attachment_id for a in claim.attachments):

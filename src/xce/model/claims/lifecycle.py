@@ -20,8 +20,9 @@ claim's pool like a new claim's size (``ClaimResizeReserved``), and that opens
 the claim's ``expand`` op, run and retried like any other.
 
 A claim's provider work is an *op* (``create``, ``expand`` or ``release``) with a stable
-``op_id`` (``c<claim>.<op>.<n>``).  The scheduler places a PENDING claim in a
-pool, which opens its ``create`` op; an agent commits an intent (PENDING →
+``op_id`` (``c<claim>.<op>.<n>``), run under the discipline of every op
+(``xce.model.ops``).  The scheduler places a PENDING claim in a pool, which
+opens its ``create`` op; an agent commits an intent (PENDING →
 PREPARING), calls the provider, and reports: success moves the claim on,
 a retryable failure schedules the next attempt (same op_id: providers are
 idempotent by it), and a permanent failure or the last attempt ends FAILED.
@@ -37,19 +38,16 @@ check requests and return facts; the ``apply_*`` folds are pure and total.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from xce.model import audit
+from xce.model import audit, ops
 from xce.model import facts as F
-from xce.model.transitions import check
-from xce.model.claims.entity import (
-    Attachment, AttachmentState, Claim, ClaimForm, ClaimState, OpKind, Op, ReclaimPolicy, Resize, ResizeState,
-    Scope, name_key,
+from xce.model.entities.claims import (
+    Attachment, AttachmentState, Claim, ClaimForm, ClaimState, ReclaimPolicy, Resize, ResizeState, Scope, name_key,
 )
+from xce.model.entities.ops import Op, OpKind
+from xce.model.state import State
+from xce.model.transitions import check
 from xce.units import format_size
 
-if TYPE_CHECKING:
-    from xce.model.state import Model
 
 S = ClaimState
 TRANSITIONS: dict[ClaimState, frozenset[ClaimState]] = {
@@ -76,7 +74,7 @@ RESIZE_TRANSITIONS: dict[ResizeState, frozenset[ResizeState]] = {
 }
 
 
-def _set_state(model: Model, claim: Claim, new: ClaimState, time: float, reason: str, by: str) -> None:
+def _set_state(model: State, claim: Claim, new: ClaimState, time: float, reason: str, by: str) -> None:
     """The one place a claim changes state: checked, recorded in its history and in the audit trail."""
     check(TRANSITIONS, claim.state, new, f"claim {claim.id} ({claim.name})", reason)
     old = claim.state
@@ -91,7 +89,7 @@ def _set_state(model: Model, claim: Claim, new: ClaimState, time: float, reason:
         model.released_names[key] = max(claim.id, model.released_names.get(key, 0))
 
 
-def _set_resize_state(model: Model, claim: Claim, new: ResizeState, time: float, reason: str, by: str) -> None:
+def _set_resize_state(model: State, claim: Claim, new: ResizeState, time: float, reason: str, by: str) -> None:
     """The one place a resize changes state: checked, recorded in its history, the claim's and the
     audit trail (the claim's own state does not change: it stays READY throughout)."""
     r = claim.resize
@@ -107,31 +105,29 @@ def _set_resize_state(model: Model, claim: Claim, new: ResizeState, time: float,
                  f"{old.value} -> {new.value}: {reason}")
 
 
-def _index(model: Model, claim: Claim) -> None:
+def _index(model: State, claim: Claim) -> None:
     if claim.op is not None or any(a.op is not None for a in claim.attachments):
         model.open_ops.add(claim.id)
     else:
         model.open_ops.discard(claim.id)
 
 
-def _open_op(model: Model, claim: Claim, kind: OpKind) -> None:
-    n = claim.op_counts.get(kind.value, 0) + 1
-    claim.op_counts[kind.value] = n
-    claim.op = Op(op_id=f"c{claim.id}.{kind.value}.{n}", kind=kind)
+def _open_op(model: State, claim: Claim, kind: OpKind) -> None:
+    claim.op = ops.new_op("c", claim.id, claim.op_counts, kind)
     model.open_ops.add(claim.id)
 
 
-def _close_op(model: Model, claim: Claim) -> None:
+def _close_op(model: State, claim: Claim) -> None:
     claim.op = None
     _index(model, claim)
 
 
-def _open_attachment_op(model: Model, claim: Claim, a: Attachment, kind: OpKind) -> None:
+def _open_attachment_op(model: State, claim: Claim, a: Attachment, kind: OpKind) -> None:
     a.op = Op(op_id=f"a{a.id}.{kind.value}", kind=kind)
     model.open_ops.add(claim.id)
 
 
-def _drop_attachment(model: Model, claim: Claim, a: Attachment, time: float) -> None:
+def _drop_attachment(model: State, claim: Claim, a: Attachment, time: float) -> None:
     claim.attachments = [x for x in claim.attachments if x.id != a.id]
     _index(model, claim)
     _advance_delete(model, claim, time)
@@ -144,7 +140,7 @@ def _set_attachment_state(a: Attachment, new: AttachmentState, time: float, reas
     a.history.append({"state": new.value, "time": time, "reason": reason})
 
 
-def detach(model: Model, claim: Claim, a: Attachment, time: float) -> None:
+def detach(model: State, claim: Claim, a: Attachment, time: float) -> None:
     """Fold helper: the attachment's user is done with it.  Capacity comes back only once it is gone."""
     if a.op is not None and a.op.kind is OpKind.ATTACH:
         if a.op.epoch is not None:  # the attach is in flight: detach once it has answered
@@ -159,7 +155,7 @@ def detach(model: Model, claim: Claim, a: Attachment, time: float) -> None:
             _open_attachment_op(model, claim, a, OpKind.DETACH)
 
 
-def _advance_delete(model: Model, claim: Claim, time: float) -> None:
+def _advance_delete(model: State, claim: Claim, time: float) -> None:
     """Carry out a requested deletion once nothing holds the claim (no attachment, no op in flight)."""
     if not claim.delete_requested or claim.attachments or claim.op is not None and claim.op.epoch is not None:
         return
@@ -184,7 +180,7 @@ def _advance_delete(model: Model, claim: Claim, time: float) -> None:
             _open_op(model, claim, OpKind.RELEASE)
 
 
-def _add(model: Model, claim: Claim, time: float, reason: str, detail: str) -> bool:
+def _add(model: State, claim: Claim, time: float, reason: str, detail: str) -> bool:
     """A new claim enters the model, PENDING (False: its id, or a standalone claim's name in its
     project, is taken; nothing changes but the id counter, so the id is never handed out again)."""
     model.next_claim_id = max(model.next_claim_id, claim.id + 1)
@@ -199,14 +195,14 @@ def _add(model: Model, claim: Claim, time: float, reason: str, detail: str) -> b
     return True
 
 
-def begin_stage_out(model: Model, claim: Claim, time: float) -> None:
+def begin_stage_out(model: State, claim: Claim, time: float) -> None:
     """Fold helper: the job's process ended; its staging claim copies out before it is released."""
     claim.delete_requested, claim.deleted_by = True, claim.owner
     _set_state(model, claim, ClaimState.RELEASING, time, f"job {claim.job_id} ended: staging out", claim.owner)
     _open_op(model, claim, OpKind.STAGE_OUT)
 
 
-def keep_data(model: Model, claim: Claim, time: float, reason: str) -> None:
+def keep_data(model: State, claim: Claim, time: float, reason: str) -> None:
     """Fold helper: the claim's data must stay (nothing that holds data goes without a record)."""
     claim.keep = True
     claim.delete_requested = False
@@ -216,7 +212,7 @@ def keep_data(model: Model, claim: Claim, time: float, reason: str) -> None:
         _set_state(model, claim, ClaimState.FAILED, time, reason, "-")
 
 
-def release_template(model: Model, claim: Claim, time: float, reason: str) -> None:
+def release_template(model: State, claim: Claim, time: float, reason: str) -> None:
     """Fold helper: the run is over; its template claim goes (after any op in flight has answered)."""
     if claim.delete_requested:
         return
@@ -225,7 +221,7 @@ def release_template(model: Model, claim: Claim, time: float, reason: str) -> No
     _advance_delete(model, claim, time)
 
 
-def apply_claim_created(model: Model, f: F.ClaimCreated) -> bool:
+def apply_claim_created(model: State, f: F.ClaimCreated) -> bool:
     """A new claim, PENDING (False: its id or name was taken, which no decision makes).  A standalone
     claim waits for the scheduler to place it; a run's template claim comes placed, its create op open."""
     # a run's template claim comes placed with its allocation; an early one (a shared staging claim made
@@ -257,7 +253,7 @@ def apply_claim_created(model: Model, f: F.ClaimCreated) -> bool:
     return True
 
 
-def apply_claim_placed(model: Model, f: F.ClaimPlaced) -> None:
+def apply_claim_placed(model: State, f: F.ClaimPlaced) -> None:
     claim = model.claims.get(f.claim_id)
     if claim is None or claim.state is not ClaimState.PENDING or claim.placed:
         return
@@ -267,34 +263,30 @@ def apply_claim_placed(model: Model, f: F.ClaimPlaced) -> None:
     _open_op(model, claim, OpKind.CREATE)
 
 
-def _open_op_of(model: Model, claim_id: int, op_id: str) -> tuple[Claim, Op, Attachment | None] | None:
+def _open_op_of(model: State, claim_id: int, op_id: str) -> tuple[Claim, Op, Attachment | None] | None:
     """The claim and its open op ``op_id`` a fact is about (None: decided already, or unknown)."""
     claim = model.claims.get(claim_id)
     found = claim.find_op(op_id) if claim is not None else None
     return (claim, *found) if found is not None else None
 
 
-def apply_claim_op_intent(model: Model, f: F.ClaimOpIntent) -> None:
+def apply_claim_op_intent(model: State, f: F.ClaimOpIntent) -> None:
     if (found := _open_op_of(model, f.claim_id, f.op_id)) is None:
         return
     claim, op, a = found
-    op.attempts += 1
-    op.agent, op.epoch, op.next_retry = f.agent, f.epoch, None
-    claim.ops.append({"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts, "agent": f.agent,
-                      "epoch": f.epoch, "time": f.time, "result": "started", "host": a.host if a else None})
+    claim.ops.append(dict(ops.fold_intent(op, f.agent, f.epoch, f.time), host=a.host if a else None))
     if a is None and op.kind is OpKind.CREATE:
         claim.data_exists = True  # from here on a provider object may exist: never assume it does not
         if claim.state is ClaimState.PENDING:
             _set_state(model, claim, ClaimState.PREPARING, f.time, f"{f.agent} creating (op {op.op_id})", f.agent)
 
 
-def apply_claim_op_succeeded(model: Model, f: F.ClaimOpSucceeded) -> None:
+def apply_claim_op_succeeded(model: State, f: F.ClaimOpSucceeded) -> None:
     if (found := _open_op_of(model, f.claim_id, f.op_id)) is None:
         return
     claim, op, a = found
     agent = op.agent or "-"
-    claim.ops.append({"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts, "time": f.time,
-                      "result": "ok", "message": f.message, "host": a.host if a else None})
+    claim.ops.append(dict(ops.fold_success(op, f.time, f.message), host=a.host if a else None))
     if a is not None:
         a.op, a.last_error = None, None
         _index(model, claim)
@@ -351,22 +343,19 @@ def apply_claim_op_succeeded(model: Model, f: F.ClaimOpSucceeded) -> None:
             _set_state(model, claim, ClaimState.RELEASED, f.time, f"released {claim.handle}", agent)
 
 
-def apply_claim_op_failed(model: Model, f: F.ClaimOpFailed) -> None:
+def apply_claim_op_failed(model: State, f: F.ClaimOpFailed) -> None:
     if (found := _open_op_of(model, f.claim_id, f.op_id)) is None:
         return
     claim, op, a = found
     agent = op.agent or "-"
     error = f"{f.code}: {f.message}"
-    claim.ops.append({"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts, "time": f.time,
-                      "result": f.code, "message": f.message, "retryable": f.retryable,
-                      "next_retry": f.next_retry, "host": a.host if a else None})
+    claim.ops.append(dict(ops.fold_failure(op, f.time, f.code, f.message, f.retryable, f.next_retry),
+                          host=a.host if a else None))
     if a is not None:
         a.last_error = error
     else:
         claim.last_error, claim.stderr_tail = error, f.stderr_tail
-    if f.next_retry is not None:
-        op.epoch = None  # the next attempt needs a new intent
-        op.next_retry = f.next_retry
+    if f.next_retry is not None:  # it waits for its retry (``ops.fold_failure``)
         if op.kind is OpKind.EXPAND:
             # OBSERVATION: a deletion waited for this attempt; between attempts nothing holds it up
             # (the resize is cancelled; the object is released whatever size it reached)
@@ -409,7 +398,7 @@ def apply_claim_op_failed(model: Model, f: F.ClaimOpFailed) -> None:
         _set_state(model, claim, ClaimState.FAILED, f.time, why + "; the data still exists", agent)
 
 
-def apply_claim_resize_requested(model: Model, f: F.ClaimResizeRequested) -> None:
+def apply_claim_resize_requested(model: State, f: F.ClaimResizeRequested) -> None:
     """A resize asked of a READY shared claim with no resize open (the decide function checks that;
     the fold ignores anything else)."""
     claim = model.claims.get(f.claim_id)
@@ -424,7 +413,7 @@ def apply_claim_resize_requested(model: Model, f: F.ClaimResizeRequested) -> Non
     audit.record(model, f.time, f.by, "claim.resize", f"claim/{claim.name}", ResizeState.REQUESTED.value, reason)
 
 
-def apply_claim_resize_reserved(model: Model, f: F.ClaimResizeReserved) -> None:
+def apply_claim_resize_reserved(model: State, f: F.ClaimResizeReserved) -> None:
     claim = model.claims.get(f.claim_id)
     r = claim.resize if claim is not None else None
     if r is None or r.state is not ResizeState.REQUESTED or r.size_bytes != f.size_bytes or claim.op is not None:
@@ -435,7 +424,7 @@ def apply_claim_resize_reserved(model: Model, f: F.ClaimResizeReserved) -> None:
     _open_op(model, claim, OpKind.EXPAND)
 
 
-def apply_claim_delete_requested(model: Model, f: F.ClaimDeleteRequested) -> None:
+def apply_claim_delete_requested(model: State, f: F.ClaimDeleteRequested) -> None:
     claim = model.claims.get(f.claim_id)
     if claim is None or claim.state is ClaimState.RELEASED:
         return
@@ -444,7 +433,7 @@ def apply_claim_delete_requested(model: Model, f: F.ClaimDeleteRequested) -> Non
     _advance_delete(model, claim, f.time)
 
 
-def apply_claim_purge_requested(model: Model, f: F.ClaimPurgeRequested) -> None:
+def apply_claim_purge_requested(model: State, f: F.ClaimPurgeRequested) -> None:
     claim = model.claims.get(f.claim_id)
     if claim is None or not claim.retained or claim.op is not None:
         return
@@ -452,7 +441,7 @@ def apply_claim_purge_requested(model: Model, f: F.ClaimPurgeRequested) -> None:
     _open_op(model, claim, OpKind.RELEASE)
 
 
-def apply_attachment_added(model: Model, f: F.AttachmentAdded) -> None:
+def apply_attachment_added(model: State, f: F.AttachmentAdded) -> None:
     claim = model.claims.get(f.claim_id)
     if claim is None:
         return
@@ -465,7 +454,7 @@ def apply_attachment_added(model: Model, f: F.AttachmentAdded) -> None:
     model.next_attachment_id = max(model.next_attachment_id, f.attachment_id + 1)
 
 
-def apply_attachment_removed(model: Model, f: F.AttachmentRemoved) -> None:
+def apply_attachment_removed(model: State, f: F.AttachmentRemoved) -> None:
     claim = model.claims.get(f.claim_id)
     a = next((x for x in claim.attachments if x.id == f.attachment_id), None) if claim is not None else None
     if a is None:
@@ -474,8 +463,5 @@ def apply_attachment_removed(model: Model, f: F.AttachmentRemoved) -> None:
                           "reason": f"attachment #{a.id} on {a.host} removed by {f.by}"})
     _drop_attachment(model, claim, a, f.time)
 
-
-def apply_agent_leased(model: Model, f: F.AgentLeased) -> None:
-    model.agent_epochs[f.agent] = f.epoch
 
 

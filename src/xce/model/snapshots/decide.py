@@ -16,19 +16,19 @@ from xce.errors import Conflict, NotFound
 from xce.model import capabilities
 from xce.model import facts as F
 from xce.model.claims import decide as claims
-from xce.model.claims.entity import ClaimForm, ClaimState, ContentSource, name_key
+from xce.model.entities.claims import ClaimForm, ClaimState, ContentSource, name_key
+from xce.model.entities.identity import User
+from xce.model.entities.snapshots import Snapshot, SnapshotState
 from xce.model.facts import Fact
-from xce.model.snapshots.entity import Snapshot, SnapshotState
+from xce.model.state import State
 from xce.names import check_name
 from xce.units import format_size as human
 
 if TYPE_CHECKING:
     from xce.config import Config
-    from xce.model.identity import User
-    from xce.model.state import Model
 
 
-def create(model: Model, config: Config, actor: User, claim_name: str, name: str, now: float,
+def create(model: State, config: Config, actor: User, claim_name: str, name: str, now: float,
            project: str | None = None, free: Mapping[str, int] | None = None) -> tuple[list[Fact], int]:
     """``xce claim snapshot CLAIM NAME``: a snapshot of a READY standalone claim of a class whose
     provider can take them, in the claim's project; its bytes are charged to that project's quota
@@ -66,12 +66,12 @@ def create(model: Model, config: Config, actor: User, claim_name: str, name: str
                               access_mode=claim.access_mode.value, pool=claim.pool)], snapshot_id
 
 
-def live_by_name(model: Model, project: str, name: str) -> Snapshot | None:
+def live_by_name(model: State, project: str, name: str) -> Snapshot | None:
     snapshot_id = model.snapshot_names.get(name_key(project, name))
     return model.snapshots.get(snapshot_id) if snapshot_id is not None else None
 
 
-def visible_by_id(model: Model, actor: User, snapshot_id: int) -> Snapshot:
+def visible_by_id(model: State, actor: User, snapshot_id: int) -> Snapshot:
     """The snapshot ``snapshot_id`` if ``actor`` may see it (its project is theirs, or they are an
     admin); 404 otherwise, worded as for a snapshot that does not exist."""
     snap = model.snapshots.get(snapshot_id)
@@ -80,7 +80,7 @@ def visible_by_id(model: Model, actor: User, snapshot_id: int) -> Snapshot:
     return snap
 
 
-def visible(model: Model, actor: User, name: str, project: str | None = None) -> Snapshot:
+def visible(model: State, actor: User, name: str, project: str | None = None) -> Snapshot:
     """The snapshot ``name`` that ``actor`` may see: live (or else the newest released one) in
     ``project``, or in any of the actor's projects (every project, for admins).  404 if there is
     none (an unknown name and another project's look the same), 409 if it is in several."""
@@ -105,7 +105,7 @@ def visible(model: Model, actor: User, name: str, project: str | None = None) ->
     raise NotFound(f"snapshot {name!r} not found" + (f" in project {project!r}" if project is not None else ""))
 
 
-def delete(model: Model, actor: User, name: str, now: float, project: str | None = None) -> tuple[list[Fact], int]:
+def delete(model: State, actor: User, name: str, now: float, project: str | None = None) -> tuple[list[Fact], int]:
     snap = visible(model, actor, name, project)
     if snap.state is SnapshotState.RELEASED:
         return [], snap.id
@@ -117,7 +117,7 @@ def delete(model: Model, actor: User, name: str, now: float, project: str | None
     return [F.SnapshotDeleteRequested(time=now, snapshot_id=snap.id, by=actor.name)], snap.id
 
 
-def clone(model: Model, config: Config, actor: User, spec: claims.ClaimSpec, now: float, *,
+def clone(model: State, config: Config, actor: User, spec: claims.ClaimSpec, now: float, *,
           from_snapshot: str | None = None, from_claim: str | None = None) -> tuple[list[Fact], int]:
     """``xce claim create NAME --from-snapshot SNAP`` or ``--from-claim CLAIM``: a new writable claim
     whose content is the READY snapshot's or claim's (the provider's ``create`` with a

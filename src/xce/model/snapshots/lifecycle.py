@@ -10,9 +10,9 @@ States (``SnapshotState``)::
 
 A snapshot's provider work is an op (``create_snapshot`` or
 ``delete_snapshot``) with a stable op_id (``s<snapshot>.<op>.<n>``), run by the
-provisioner with the same discipline as a claim's: an intent committed before
-the provider is called, fenced results, retries with backoff (same op_id:
-providers are idempotent by it), every attempt kept in ``ops``.
+provisioner under the discipline of every op (``xce.model.ops``): an intent
+committed before the provider is called, fenced results, retries with backoff
+(same op_id: providers are idempotent by it), every attempt kept in ``ops``.
 
 ``_set_state`` is the only place a snapshot's state changes: it checks the
 table, appends the history entry and the audit record.
@@ -20,16 +20,14 @@ table, appends the history entry and the audit record.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from xce.model import audit
+from xce.model import audit, ops
 from xce.model import facts as F
-from xce.model.claims.entity import Op, OpKind, name_key
-from xce.model.snapshots.entity import Snapshot, SnapshotState
+from xce.model.entities.claims import name_key
+from xce.model.entities.ops import Op, OpKind
+from xce.model.entities.snapshots import Snapshot, SnapshotState
+from xce.model.state import State
 from xce.model.transitions import check
 
-if TYPE_CHECKING:
-    from xce.model.state import Model
 
 S = SnapshotState
 TRANSITIONS: dict[SnapshotState, frozenset[SnapshotState]] = {
@@ -41,7 +39,7 @@ TRANSITIONS: dict[SnapshotState, frozenset[SnapshotState]] = {
 }
 
 
-def _set_state(model: Model, snap: Snapshot, new: SnapshotState, time: float, reason: str, by: str) -> None:
+def _set_state(model: State, snap: Snapshot, new: SnapshotState, time: float, reason: str, by: str) -> None:
     """The one place a snapshot changes state: checked, recorded in its history and the audit trail."""
     check(TRANSITIONS, snap.state, new, f"snapshot {snap.id} ({snap.name})", reason)
     old = snap.state
@@ -55,19 +53,17 @@ def _set_state(model: Model, snap: Snapshot, new: SnapshotState, time: float, re
             del model.snapshot_names[key]
 
 
-def _open_op(model: Model, snap: Snapshot, kind: OpKind) -> None:
-    n = snap.op_counts.get(kind.value, 0) + 1
-    snap.op_counts[kind.value] = n
-    snap.op = Op(op_id=f"s{snap.id}.{kind.value}.{n}", kind=kind)
+def _open_op(model: State, snap: Snapshot, kind: OpKind) -> None:
+    snap.op = ops.new_op("s", snap.id, snap.op_counts, kind)
     model.open_snapshot_ops.add(snap.id)
 
 
-def _close_op(model: Model, snap: Snapshot) -> None:
+def _close_op(model: State, snap: Snapshot) -> None:
     snap.op = None
     model.open_snapshot_ops.discard(snap.id)
 
 
-def _advance_delete(model: Model, snap: Snapshot, time: float) -> None:
+def _advance_delete(model: State, snap: Snapshot, time: float) -> None:
     """Carry out a requested deletion once no op is in flight."""
     if not snap.delete_requested or snap.op is not None and snap.op.epoch is not None:
         return
@@ -85,7 +81,7 @@ def _advance_delete(model: Model, snap: Snapshot, time: float) -> None:
             _open_op(model, snap, OpKind.DELETE_SNAPSHOT)
 
 
-def apply_snapshot_created(model: Model, f: F.SnapshotCreated) -> None:
+def apply_snapshot_created(model: State, f: F.SnapshotCreated) -> None:
     model.next_snapshot_id = max(model.next_snapshot_id, f.snapshot_id + 1)
     key = name_key(f.project, f.name)
     if f.snapshot_id in model.snapshots or key in model.snapshot_names:
@@ -102,32 +98,28 @@ def apply_snapshot_created(model: Model, f: F.SnapshotCreated) -> None:
     _open_op(model, snap, OpKind.CREATE_SNAPSHOT)
 
 
-def _open_op_of(model: Model, snapshot_id: int, op_id: str) -> tuple[Snapshot, Op] | None:
+def _open_op_of(model: State, snapshot_id: int, op_id: str) -> tuple[Snapshot, Op] | None:
     snap = model.snapshots.get(snapshot_id)
     if snap is None or snap.op is None or snap.op.op_id != op_id:
         return None  # decided already, or unknown
     return snap, snap.op
 
 
-def apply_snapshot_op_intent(model: Model, f: F.SnapshotOpIntent) -> None:
+def apply_snapshot_op_intent(model: State, f: F.SnapshotOpIntent) -> None:
     if (found := _open_op_of(model, f.snapshot_id, f.op_id)) is None:
         return
     snap, op = found
-    op.attempts += 1
-    op.agent, op.epoch, op.next_retry = f.agent, f.epoch, None
-    snap.ops.append({"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts, "agent": f.agent,
-                     "epoch": f.epoch, "time": f.time, "result": "started"})
+    snap.ops.append(ops.fold_intent(op, f.agent, f.epoch, f.time))
     if op.kind is OpKind.CREATE_SNAPSHOT:
         snap.data_exists = True  # from here on a provider object may exist: never assume it does not
 
 
-def apply_snapshot_op_succeeded(model: Model, f: F.SnapshotOpSucceeded) -> None:
+def apply_snapshot_op_succeeded(model: State, f: F.SnapshotOpSucceeded) -> None:
     if (found := _open_op_of(model, f.snapshot_id, f.op_id)) is None:
         return
     snap, op = found
     agent = op.agent or "-"
-    snap.ops.append({"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts, "time": f.time,
-                     "result": "ok", "message": f.message})
+    snap.ops.append(ops.fold_success(op, f.time, f.message))
     snap.last_error, snap.stderr_tail = None, ""
     _close_op(model, snap)
     if op.kind is OpKind.CREATE_SNAPSHOT:
@@ -139,18 +131,15 @@ def apply_snapshot_op_succeeded(model: Model, f: F.SnapshotOpSucceeded) -> None:
         _set_state(model, snap, SnapshotState.RELEASED, f.time, f"deleted {snap.handle}", agent)
 
 
-def apply_snapshot_op_failed(model: Model, f: F.SnapshotOpFailed) -> None:
+def apply_snapshot_op_failed(model: State, f: F.SnapshotOpFailed) -> None:
     if (found := _open_op_of(model, f.snapshot_id, f.op_id)) is None:
         return
     snap, op = found
     agent = op.agent or "-"
     error = f"{f.code}: {f.message}"
-    snap.ops.append({"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts, "time": f.time,
-                     "result": f.code, "message": f.message, "retryable": f.retryable, "next_retry": f.next_retry})
+    snap.ops.append(ops.fold_failure(op, f.time, f.code, f.message, f.retryable, f.next_retry))
     snap.last_error, snap.stderr_tail = error, f.stderr_tail
-    if f.next_retry is not None:
-        op.epoch = None  # the next attempt needs a new intent
-        op.next_retry = f.next_retry
+    if f.next_retry is not None:  # it waits for its retry (``ops.fold_failure``)
         return
     why = f"{op.kind.value} failed after {op.attempts} attempt{'s' if op.attempts != 1 else ''}: {error}"
     _close_op(model, snap)
@@ -164,7 +153,7 @@ def apply_snapshot_op_failed(model: Model, f: F.SnapshotOpFailed) -> None:
         _set_state(model, snap, SnapshotState.FAILED, f.time, why + "; the snapshot still exists", agent)
 
 
-def apply_snapshot_delete_requested(model: Model, f: F.SnapshotDeleteRequested) -> None:
+def apply_snapshot_delete_requested(model: State, f: F.SnapshotDeleteRequested) -> None:
     snap = model.snapshots.get(f.snapshot_id)
     if snap is None or snap.state is SnapshotState.RELEASED:
         return

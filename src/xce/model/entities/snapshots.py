@@ -1,7 +1,8 @@
 """What a snapshot is: its state enum and the ``Snapshot`` record.  Plain data.
 
-How a snapshot changes is in ``lifecycle``; what requests may do to one is in
-``decide``; what the provisioner does with its ops is in ``agents``.
+How a snapshot changes is in ``xce.model.snapshots.lifecycle``; what requests may do to one is in
+``xce.model.snapshots.decide``; what the provisioner does with its ops is in
+``xce.model.snapshots.agents``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from xce.model.claims.entity import Op, OpKind
+from xce.model.entities.ops import Op, OpKind
 
 
 class SnapshotState(enum.StrEnum):

@@ -1,7 +1,8 @@
-"""What a claim is: its enums, the ``Claim``, its ``Op`` and ``Attachment`` records, and its names.
+"""What a claim is: its enums, the ``Claim``, its ``Attachment`` and ``Resize`` records, and its names.
 
-Plain data.  How a claim changes is in ``lifecycle``; what requests may do to
-one is in ``decide``; what agents do with its ops is in ``agents``.
+Plain data.  How a claim changes is in ``xce.model.claims.lifecycle``; what requests may do to
+one is in ``xce.model.claims.decide``; what agents do with its ops is in ``xce.model.claims.agents``
+(the discipline every op follows: ``xce.model.ops``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ import enum
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from xce.agentnames import SHARED_AGENT, node_agent
+from xce.model.entities.ops import Op
 
 
 class ClaimState(enum.StrEnum):
@@ -38,19 +42,6 @@ class ReclaimPolicy(enum.StrEnum):
     RETAIN = "retain"
 
 
-class OpKind(enum.StrEnum):
-    CREATE = "create"  # a node-scope claim's create is the provider's node_prepare
-    RELEASE = "release"
-    STAGE_IN = "stage_in"  # template staging claims: copied in by the node agent before the job
-    STAGE_OUT = "stage_out"  # ... and out after it
-    ATTACH = "attach"  # attachments: a standalone claim made reachable on a job's host
-    DETACH = "detach"
-    EXPAND = "expand"  # a READY claim grown to its resize's size (CSI ControllerExpandVolume)
-    CREATE_SNAPSHOT = "create_snapshot"  # snapshots (``xce.model.snapshots``): their own ops
-    DELETE_SNAPSHOT = "delete_snapshot"
-    POPULATE = "populate"  # a claim filled from a URL or remote after its create (Kubernetes volume populators)
-
-
 class AttachmentState(enum.StrEnum):
     ATTACHING = "ATTACHING"
     ATTACHED = "ATTACHED"
@@ -64,8 +55,6 @@ class ResizeState(enum.StrEnum):
     EXPANDING = "EXPANDING"  # the growth is reserved; the expand op is open
     DONE = "DONE"  # the provider grew it: the claim's size is the new one
     FAILED = "FAILED"  # refused for good, out of attempts, or cancelled: the claim keeps its old size
-
-
 
 
 class Scope(enum.StrEnum):
@@ -85,31 +74,9 @@ class Mode(enum.StrEnum):
 S = ClaimState
 LIVE = frozenset({S.PENDING, S.PREPARING, S.READY, S.RELEASING, S.FAILED})  # holds its name and quota
 
-SHARED_AGENT = "provisioner"
 # what a job publishes its own template claims as ($XCE_SCRATCH, $XCE_STAGE, $XCE_WORKSPACE): no
 # standalone claim may take these names, or it would be mounted over the job's own
 RESERVED_NAMES = frozenset({"scratch", "stage", "workspace"})
-
-
-def node_agent(host: str) -> str:
-    return f"node:{host}"
-
-
-
-
-@dataclass
-class Op:
-    """The provider call a claim is waiting for.  ``epoch`` is set once an agent committed its intent."""
-
-    op_id: str
-    kind: OpKind
-    attempts: int = 0
-    agent: str | None = None
-    epoch: int | None = None
-    next_retry: float | None = None  # None: due now
-
-    def __post_init__(self) -> None:
-        self.kind = OpKind(self.kind)
 
 
 @dataclass
@@ -277,8 +244,6 @@ class Claim:
         return None
 
 
-
-
 @dataclass(frozen=True)
 class ContentSource:
     """What a clone is made from (CSI's ``VolumeContentSource``): a READY snapshot, or a READY claim,
@@ -304,7 +269,6 @@ def name_key(project: str, name: str) -> str:
     """Standalone claim names are per project (as Kubernetes' PVCs are per namespace): the key of
     ``model.claim_names``.  Template claims have no entry: nobody can name, squat or take theirs."""
     return f"{project}/{name}"
-
 
 
 TEMPLATE_NAME = re.compile(r"^j(?P<job>[0-9]{1,18})\.(?P<run>[0-9]{1,9}):(?P<kind>[a-z0-9][a-z0-9\-_.]{0,62})$")

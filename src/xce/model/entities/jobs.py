@@ -1,0 +1,103 @@
+"""What a job is: its state enum and the ``Job`` record.  Plain data.
+
+How a job changes (``TRANSITIONS``, ``_set_state``, the folds) and what requests may do to one is
+``xce.model.jobs``; how its claims meet it is ``xce.model.job_claims``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class JobState(enum.StrEnum):
+    PEND = "PEND"
+    PSUSP = "PSUSP"
+    RUN = "RUN"
+    USUSP = "USUSP"  # its processes frozen by xce stop (LSF's bstop), until xce resume
+    STAGE_OUT = "STAGE_OUT"  # the process ended; the staging claim copies out, then DONE or EXIT
+    DONE = "DONE"
+    EXIT = "EXIT"
+
+
+J = JobState
+ACTIVE = frozenset({J.RUN, J.USUSP, J.STAGE_OUT})  # holding its hosts after it started
+RUNNING = frozenset({J.RUN, J.USUSP})  # its process is there (suspended or not)
+
+
+# slots: a Job has more fields than CPython shares one key table for (30), so each instance's
+# __dict__ was a table of its own: 1.3 KiB of a pending job's 2.7 KiB, for every live job
+@dataclass(slots=True)
+class Job:
+    id: int
+    name: str
+    user: str
+    project: str
+    queue: str
+    command: list[str]
+    submit_time: float
+    state: JobState = JobState.PEND
+    slots: int = 1
+    resreq: str = ""
+    cwd: str | None = None
+    stdout: str | None = None
+    stderr: str | None = None
+    rerunnable: bool = False
+    pending_reason: str | None = None
+    exit_code: int | None = None
+    hosts: list[str] = field(default_factory=list)
+    array_parent: int | None = None
+    array_index: int | None = None
+    run: int = 0  # attempts so far; the current allocation's number
+    alloc_slots: dict[str, int] = field(default_factory=dict)
+    alloc_counters: dict[str, dict[str, float]] = field(default_factory=dict)
+    alloc_cluster: dict[str, float] = field(default_factory=dict)  # cluster-scope counters held
+    start_time: float | None = None
+    end_time: float | None = None
+    signal: int | None = None
+    exit_reason: str | None = None
+    pid: int | None = None
+    workspace: str | None = None
+    kill_requested: bool = False
+    kill_requeue: bool = False
+    kill_by: str = ""  # who asked for the kill (for the exit reason)
+    kill_grace: float | None = None  # seconds from SIGTERM to SIGKILL, chosen when the kill was asked
+    order_seq: int = 0  # orders given to the current run's processes (kill, signals, stop, resume)
+    signal_orders: list[list[int]] = field(default_factory=list)  # [seq, signal]: xce kill -s, newest last
+    mem_limit: int | None = None  # -M: bytes each host's part of a run may use
+    usage: dict[str, Any] | None = None  # what the last run used: max_rss_bytes, cpu_user_s, cpu_sys_s
+    # claims (see xce.model.job_claims)
+    claim_refs: list[dict[str, Any]] = field(default_factory=list)  # standalone: {claim_id, name, mode}
+    templates: list[dict[str, Any]] = field(default_factory=list)  # made for every run
+    app: str | None = None
+    run_claims: list[int] = field(default_factory=list)  # the current run's template claims
+    early_claim: int | None = None  # a shared staging claim made ahead for the next run (staged before allocation)
+    alloc_time: float | None = None  # when the current run's hosts were allocated (held from then on)
+    run_attachments: list[list[int]] = field(default_factory=list)  # its attachments: [claim_id, attachment_id]
+    publish: str = ""  # how the run's claims were published in its sandbox: "bind", "symlink" (no root)
+    process_exit: dict[str, Any] | None = None  # how the process ended, while the stage-out runs
+    history: list[dict[str, Any]] = field(default_factory=list)  # {state, time, reason}: every transition
+    request_id: str | None = None  # the submission's client-chosen id (model.job_requests finds it)
+
+    def __post_init__(self) -> None:
+        if type(self.state) is not JobState:  # read back from JSON (a snapshot, an archived document)
+            self.state = JobState(self.state)
+
+    @property
+    def allocated(self) -> bool:
+        """Resources are reserved for the current run (PEND while dispatching, or RUN)."""
+        return bool(self.alloc_slots)
+
+    @property
+    def finished(self) -> bool:
+        return self.state in (JobState.DONE, JobState.EXIT)
+
+    @property
+    def started(self) -> bool:
+        """Its process was started for this run (RUN, or STAGE_OUT once it ended)."""
+        return self.state in ACTIVE
+
+    @property
+    def display_id(self) -> str:
+        return f"{self.array_parent}[{self.array_index}]" if self.array_parent is not None else str(self.id)
