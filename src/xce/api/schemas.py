@@ -6,11 +6,14 @@ refused before anything reaches the model.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import dataclasses
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from xce.names import NAME_PATTERN
+from xce.wire import Limit, Submission
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]
 Path = Annotated[str, Field(min_length=1, max_length=4096)]
@@ -25,41 +28,50 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class JobSubmitRequest(Strict):
-    command: Annotated[list[Arg], Field(min_length=1, max_length=4096)]
-    name: Annotated[str, Field(min_length=1, max_length=200,
-                               description="a job name, or NAME[1-100] / NAME[1,3,5-9:2] for a job array")] | None = None
-    queue: Name | None = None
-    project: Name | None = None
-    slots: Annotated[int, Field(ge=1, le=1_000_000)] = 1
-    resreq: Annotated[str, Field(max_length=4096)] = ""
-    cwd: Path | None = None
-    stdout: Path | None = None
-    stderr: Path | None = None
-    rerunnable: bool = False
-    hold: bool = False
-    claims: Annotated[list[Annotated[str, Field(min_length=1, max_length=80)]], Field(max_length=32)] = Field(
-        default_factory=list, description="standalone claims: NAME, NAME:rw or NAME:ro")
-    scratch: Annotated[str, Field(min_length=1, max_length=100)] | None = Field(
-        None, description="SIZE or SIZE:CLASS: a per-run scratch claim")
-    stage_in: Annotated[list[Path], Field(max_length=64)] = Field(
-        default_factory=list, description="SRC (absolute) or SRC:DEST (DEST relative to $XCE_STAGE)")
-    stage_out: Annotated[list[Path], Field(max_length=64)] = Field(
-        default_factory=list, description="SRC:DEST (SRC relative to $XCE_STAGE, DEST absolute)")
-    stage_size: Annotated[str, Field(min_length=1, max_length=40)] | None = Field(
-        None, description="SIZE: room for the staging area on the job's first host (stage-in data and what the "
-                          "job leaves there for stage-out); default [claims] stage_size. xce submit sends the "
-                          "size of the stage-in sources")
-    app: Name | None = Field(None, description="an application profile that declares template claims")
-    request_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{8,64}$")] | None = Field(
-        None, description="a client-chosen id for this submission: sent again (a retry after a failover or a "
-                          "lost answer), it returns the job the first one created instead of a second job")
-    stage_class: Name | None = Field(
-        None, description="the staging claim's class (default [claims] stage_class); a shared-scope class stages "
-                          "in from URLs and remotes while the job waits, before its hosts are allocated")
-    mem_limit: Annotated[str, Field(min_length=1, max_length=40)] | None = Field(
-        None, description="SIZE (100Mi, 2G): the memory each host's part of the job may use (LSF's -M), enforced by "
-                          "the run's cgroup; without it a job's rusage[mem=] reservation is its limit")
+def _field_type(tp: Any) -> Any:
+    """A ``xce.wire`` field type as pydantic takes it: each ``Limit`` mark as a ``Field`` with the same
+    constraints, tuples as lists (JSON's arrays), unions and optionals member by member."""
+    origin = get_origin(tp)
+    if origin is Annotated:
+        base, *marks = get_args(tp)
+        limits = [{k: v for k, v in m.constraints().items() if k != "description"} for m in marks
+                  if isinstance(m, Limit)]  # (a description is the field's: _description)
+        return Annotated[_field_type(base), Field(**limits[0])] if limits and limits[0] else _field_type(base)
+    if origin is tuple:
+        return list[_field_type(get_args(tp)[0])]  # type: ignore[misc]
+    if origin in (Union, UnionType):
+        return Union[tuple(_field_type(a) for a in get_args(tp))]
+    return tp
+
+
+def _description(tp: Any) -> str | None:
+    """The description a field's ``Limit`` marks give, wherever in its type they sit."""
+    if get_origin(tp) is Annotated:
+        base, *marks = get_args(tp)
+        said = [m.description for m in marks if isinstance(m, Limit) and m.description]
+        return said[0] if said else _description(base)
+    if get_origin(tp) in (Union, UnionType):
+        return next((d for d in map(_description, get_args(tp)) if d), None)
+    return None
+
+
+def request_model(wire_type: type, name: str) -> type[Strict]:
+    """The strict request model of a ``xce.wire`` dataclass: the same fields, defaults and limits, so
+    the API accepts exactly what the wire type says (and the OpenAPI document says so)."""
+    hints = get_type_hints(wire_type, include_extras=True)
+    spec: dict[str, Any] = {}
+    for f in dataclasses.fields(wire_type):
+        described = {"description": d} if (d := _description(hints[f.name])) else {}
+        if f.default == ():
+            default = Field(default_factory=list, **described)
+        else:
+            default = Field(... if f.default is dataclasses.MISSING else f.default, **described)
+        spec[f.name] = (_field_type(hints[f.name]), default)
+    return create_model(name, __base__=Strict, __module__=__name__, **spec)
+
+
+# POST /v1/jobs: xce.wire.Submission, field for field
+JobSubmitRequest = request_model(Submission, "JobSubmitRequest")
 
 
 class SignalRequest(Strict):

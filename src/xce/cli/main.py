@@ -14,8 +14,9 @@ import sys
 
 import xce
 from xce.cli.base import Context, Parser
-from xce.cli.errors import EXIT_USAGE, CliError, from_client
+from xce.cli.errors import EXIT_USAGE, CliError, UsageError, from_client
 from xce.client import ClientError
+from xce.jobspec import JobSpecError
 
 
 def _common() -> argparse.ArgumentParser:
@@ -87,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         return _report(from_client(e))
     except CliError as e:
         return _report(e)
+    except JobSpecError as e:  # a submission's arguments that mean nothing: bad usage
+        return _report(UsageError(e.message))
     except (LookupError, TypeError, AttributeError, ValueError) as e:
         if ctx.called is None:
             raise  # no controller was asked: a bug of ours, shown as one

@@ -1,0 +1,37 @@
+"""``xce.wire``: the words XCE's parts say to each other over HTTP, as typed Python.
+
+One definition of every request and document that crosses the wire, shared by the client, the
+API, the daemons and the model's entry points, so that a field is added in one place:
+
+- ``Submission`` (``_submission``): a job as submitted (``POST /v1/jobs``).  A frozen dataclass; its
+  fields' ``Limit`` marks are what the API accepts (``xce.api.schemas`` makes the request schema
+  from them) and ``to_body``/``from_body`` are its JSON.  ``xce.jobspec`` builds it from a command
+  line; ``xce.client.Client.submit`` is the one place it becomes a request body.
+- documents (``_documents``): what the controller answers, as ``TypedDict``s: ``JobDoc`` (a job,
+  ``GET /v1/jobs/{id}``), ``JobRow`` (a listing's row), ``HistoryRow``, ``ClaimDoc``, ``SnapshotDoc``,
+  and the daemons' ``AgentOp`` (an op a claim agent runs), ``OpReport`` (its result), ``Dispatch``
+  (a run a worker starts).  A ``TypedDict`` is the decoded JSON itself: no copy, no import cost,
+  ``doc["key"]`` as before, and a type checker knows each key.
+
+Stdlib only, and it imports nothing of XCE: it sits below every other module (``xce.client``'s
+stand-alone contract allows it; ``pyproject.toml``), so users' notebooks get it with the client.
+"""
+
+from xce.wire._documents import (AgentOp, ClaimDoc, Dispatch, HistoryRow, JobClaimDoc, JobDoc, JobRow, OpReport,
+                                 SnapshotDoc)
+from xce.wire._submission import NAME_PATTERN, Limit, Submission
+
+__all__ = [
+    "NAME_PATTERN",
+    "AgentOp",
+    "ClaimDoc",
+    "Dispatch",
+    "HistoryRow",
+    "JobClaimDoc",
+    "JobDoc",
+    "JobRow",
+    "Limit",
+    "OpReport",
+    "SnapshotDoc",
+    "Submission",
+]
