@@ -73,9 +73,11 @@ def _command(argv: list[str]) -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, parser: Parser | None = None) -> int:
+    """Run one ``xce`` command line; ``parser``: one ``build_parser`` made for it already (the warm
+    server, ``xce.cli.server``, builds them once)."""
     words = sys.argv[1:] if argv is None else argv
-    parser = build_parser(COMMANDS.get(_command(words) or ""))
+    parser = parser or build_parser(COMMANDS.get(_command(words) or ""))
     args = parser.parse_args(words)
     func = getattr(args, "func", None)
     if func is None:
