@@ -47,6 +47,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define EXIT_REFUSED 1
@@ -198,6 +199,7 @@ static int start_server(const char *base, const char *sock) {
         got += (size_t)r;
     }
     close(ready[0]);
+    if (!rc) waitpid(pid, NULL, 0); /* the server detaches: this first process of it exits at once */
     return !rc && !strcmp(said, "ready\n");
 }
 

@@ -302,6 +302,16 @@ class Worker:
             os.kill(os.getpid(), signal.SIGHUP)
 
 
+def _die_with_parent() -> None:
+    """SIGTERM this worker when the server ends, even killed: an orphan would serve on unsupervised."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() == 1:  # (it ended before the call above)
+        os._exit(0)
+
+
 def _exit_code(e: SystemExit) -> int:
     if e.code is None:
         return 0
@@ -383,6 +393,7 @@ class Server:
         if pid == 0:
             code = 0
             try:
+                _die_with_parent()
                 signal.set_wakeup_fd(-1)
                 for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
                     signal.signal(sig, signal.SIG_DFL)
@@ -442,6 +453,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--socket", required=True, help="the Unix socket to listen on")
     p.add_argument("--ready-fd", type=int, help="a descriptor to write 'ready' to once listening, then close")
     args = p.parse_args(argv)
+    if os.fork():  # detached: the front that spawned us waits for this first process only, so the server
+        os._exit(0)  # is nobody's child (not the daemon's the front may go on to exec into)
     try:
         idle = float(os.environ.get("XCE_CLI_IDLE", DEFAULT_IDLE))
     except ValueError:

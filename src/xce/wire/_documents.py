@@ -7,8 +7,7 @@ type's keys against what a real controller sends, so a key added there fails unt
 here.  States are strings on the wire; ``xce.client.states`` names them.
 """
 
-from __future__ import annotations
-
+# (no `from __future__ import annotations`: TypedDict reads NotRequired from evaluated annotations only)
 from typing import Any, NotRequired, TypedDict
 
 
