@@ -44,5 +44,14 @@ class Context:
 
             s = resolve(getattr(self.args, "url", None), getattr(self.args, "token", None),
                         getattr(self.args, "config", None))
-            self._client = Client(s.url, s.token)
+            # one client per controller and token for the process's life: a warm server's worker
+            # (xce.cli.server) keeps its connection between calls (a kept-alive one found closed is
+            # retried fresh, xce.client._http)
+            key = (s.url, s.token)
+            if key not in _CLIENTS:
+                _CLIENTS[key] = Client(s.url, s.token)
+            self._client = _CLIENTS[key]
         return self._client
+
+
+_CLIENTS: dict[tuple[str, str], Client] = {}
