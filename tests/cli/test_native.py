@@ -5,24 +5,22 @@ runs the Python CLI itself ("cold") only for daemons or when no server can be ha
 the same: for each argument list, what reaches a real controller (the job as it shows it) and what
 the user sees (stdout, stderr, exit code) are compared.  Cases the front must serve warm use a build
 that cannot run the Python CLI cold (``-DXCE_NO_COLD``), so a silent cold run fails them.  Each test
-module's servers live in a runtime directory of its own and are stopped (by pid) at its end.
+module's servers live in a runtime directory of its own (``runtime``, tests/cli/conftest.py).
 """
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
 
 import pytest
 
-from tests.helpers import XCE, ControllerProcess, WorkerProcess, kill_jobs_of, process_alive, wait_for
+from tests.helpers import XCE, ControllerProcess, WorkerProcess, kill_jobs_of, wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOURCE = os.path.join(REPO, "native", "xce.c")
@@ -37,23 +35,6 @@ def build(out: str, python: str, *, cold: bool = True, flags: tuple[str, ...] = 
     subprocess.run([cc, *flags, "-Wall", "-Wextra", "-Werror", f"-DXCE_PYTHON=\"{python}\"",
                     *(() if cold else ("-DXCE_NO_COLD",)), "-o", out, SOURCE], check=True)
     return out
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory):
-    """The module's own directory of CLI servers; every server started there is stopped at the end."""
-    d = tmp_path_factory.mktemp("runtime")
-    os.chmod(d, 0o700)
-    yield str(d)
-    stop_servers(str(d))
-
-
-def stop_servers(runtime_dir: str) -> None:
-    for pid_file in glob.glob(os.path.join(runtime_dir, "*.pid")):
-        with open(pid_file) as fh:
-            pid = int(fh.read())
-        os.kill(pid, signal.SIGTERM)
-        wait_for(lambda: not process_alive(pid), what=f"CLI server {pid} gone")
 
 
 @pytest.fixture(scope="module")

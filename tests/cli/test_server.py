@@ -18,16 +18,8 @@ import threading
 
 import pytest
 
-from tests.cli.test_native import build, stop_servers
+from tests.cli.test_native import build
 from tests.helpers import XCE, ControllerProcess, wait_for
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory):
-    d = tmp_path_factory.mktemp("runtime")
-    os.chmod(d, 0o700)
-    yield str(d)
-    stop_servers(str(d))
 
 
 @pytest.fixture(scope="module")

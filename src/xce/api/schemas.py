@@ -7,13 +7,14 @@ refused before anything reaches the model.
 from __future__ import annotations
 
 import dataclasses
+import keyword
 from types import UnionType
-from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints, is_typeddict
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from xce.names import NAME_PATTERN
-from xce.wire import Limit, Submission
+from xce.wire import ClaimDoc, HistoryRow, JobDoc, JobRow, Limit, SnapshotDoc, Submission
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]
 Path = Annotated[str, Field(min_length=1, max_length=4096)]
@@ -102,58 +103,38 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
-class JobOut(BaseModel):
-    id: int
-    name: str
-    user: str
-    project: str
-    queue: str
-    state: str
-    command: list[str]
-    submit_time: float
-    pending_reason: str | None
-    exit_code: int | None
-    hosts: list[str]
-    claims: list[dict[str, Any]]
-    slots: int
-    resreq: str
-    cwd: str | None
-    stdout: str | None
-    stderr: str | None
-    rerunnable: bool
-    mem_limit: int | None = None
-    usage: dict[str, Any] | None = Field(None, description="what the last run used: max_rss_bytes, cpu_user_s, "
-                                                           "cpu_sys_s (null before a run has ended)")
+def response_model(document: type, name: str) -> type[BaseModel]:
+    """The response model of a ``xce.wire`` document (a ``TypedDict``), for the OpenAPI document: the
+    same keys, required or not, with the same types (nested documents in turn), so what the API says
+    it answers is what the typed client reads."""
+    hints = get_type_hints(document, include_extras=True)
+    spec: dict[str, Any] = {}
+    for key, tp in hints.items():
+        described = {"description": d} if (d := _description(tp)) else {}
+        aliased = {"alias": key} if keyword.iskeyword(key) else {}
+        field = Field(... if key in document.__required_keys__ else None, **described, **aliased)
+        spec[f"{key}_" if aliased else key] = (_document_type(tp), field)
+    return create_model(name, __module__=__name__, __doc__=document.__doc__,
+                        __config__=ConfigDict(populate_by_name=True), **spec)
 
 
-class _JobRowOut(BaseModel):
-    """The columns every job listing shows."""
-
-    id: int
-    display_id: str
-    name: str
-    user: str
-    project: str
-    queue: str
-    state: str
-    slots: int
-    submit_time: float
-    start_time: float | None
-    end_time: float | None
+def _document_type(tp: Any) -> Any:
+    if get_origin(tp) is Annotated:  # (its marks describe the field: response_model took them)
+        return _document_type(get_args(tp)[0])
+    if is_typeddict(tp):
+        return response_model(tp, tp.__name__ + "Out")
+    args = get_args(tp)
+    if get_origin(tp) is list:
+        return list[_document_type(args[0])]  # type: ignore[misc]
+    if get_origin(tp) in (Union, UnionType):
+        return Union[tuple(_document_type(a) for a in args)]
+    return tp
 
 
-class JobBriefOut(_JobRowOut):
-    """A job as a listing's row shows it (``GET /v1/jobs?view=brief``, what ``xce jobs`` asks)."""
-
-    hosts: list[str]
-
-
-class HistoryJobOut(_JobRowOut):
-    """A live or archived job as ``xce hist`` lists it (``GET /v1/history/jobs``)."""
-
-    exit_code: int | None
-    run_s: float | None
-    archived: bool
+# the job documents: xce.wire's, key for key (tests/wire checks those against real answers)
+JobOut = response_model(JobDoc, "JobOut")
+JobBriefOut = response_model(JobRow, "JobBriefOut")
+HistoryJobOut = response_model(HistoryRow, "HistoryJobOut")
 
 
 class UsageOut(BaseModel):
@@ -288,18 +269,7 @@ class SnapshotCreateRequest(Strict):
     project: Name | None = Field(None, description="the claim's project, when yours are in several")
 
 
-class SnapshotOut(BaseModel):
-    id: int
-    name: str
-    project: str
-    owner: str
-    claim: str
-    claim_id: int
-    state: str
-    size_bytes: int
-    attempts: int
-    last_error: str | None
-    history: list[dict[str, Any]]
+SnapshotOut = response_model(SnapshotDoc, "SnapshotOut")
 
 
 class ClaimResizeRequest(Strict):
@@ -312,27 +282,7 @@ class AttachmentRequest(Strict):
     job_id: Id | None = None
 
 
-class ClaimOut(BaseModel):
-    id: int
-    name: str
-    form: str
-    claim_class: str = Field(alias="class")
-    size_bytes: int
-    access_mode: str
-    reclaim_policy: str
-    state: str
-    owner: str
-    project: str
-    attempts: int
-    last_error: str | None
-    next_retry: float | None
-    reachable_hosts: list[str] | None
-    attachments: list[dict[str, Any]]
-    history: list[dict[str, Any]]
-    used_bytes: int | None = Field(None, description="what the provider last listed the claim's data taking "
-                                                     "(None: no reading yet)")
-    resize: dict[str, Any] | None = Field(None, description="the latest resize: state (REQUESTED, EXPANDING, DONE, "
-                                                            "FAILED), size_bytes, old_bytes, error, waiting, history")
+ClaimOut = response_model(ClaimDoc, "ClaimOut")
 
 
 # ---------------------------------------------------------------- claim agents

@@ -8,7 +8,9 @@ here.  States are strings on the wire; ``xce.client.states`` names them.
 """
 
 # (no `from __future__ import annotations`: TypedDict reads NotRequired from evaluated annotations only)
-from typing import Any, NotRequired, TypedDict
+from typing import Annotated, Any, NotRequired, TypedDict
+
+from xce.wire._submission import Limit
 
 
 # "class" is a keyword, so no class body can name it: the documents that carry it inherit it
@@ -79,11 +81,11 @@ class JobDoc(TypedDict):
     alloc_time: float | None
     held_s: float | None
     mem_limit: int | None
-    usage: RunUsage | None
+    usage: Annotated[RunUsage | None, Limit(description="what the last run used (null before a run has ended)")]
 
 
-class JobRow(TypedDict):
-    """A job as a listing's row shows it (``GET /v1/jobs?view=brief``, what ``xce jobs`` prints)."""
+class _Row(TypedDict):
+    """The columns every job listing shows."""
 
     id: int
     display_id: str
@@ -99,25 +101,17 @@ class JobRow(TypedDict):
     end_time: float | None
 
 
-class HistoryRow(TypedDict):
+class JobRow(_Row):
+    """A job as a listing's row shows it (``GET /v1/jobs?view=brief``, what ``xce jobs`` prints)."""
+
+
+class HistoryRow(_Row):
     """A finished job, live or archived, as ``GET /v1/history/jobs`` lists it (``xce hist``)."""
 
-    id: int
-    display_id: str
-    name: str
-    user: str
-    project: str
-    queue: str
-    state: str
     exit_code: int | None
     signal: int | None
     exit_reason: str | None
-    submit_time: float
-    start_time: float | None
-    end_time: float | None
     run_s: float | None
-    slots: int
-    hosts: list[str]
     run: int
     array_parent: int | None
     array_index: int | None
@@ -136,7 +130,26 @@ class OpSummary(TypedDict):
     next_retry: float | None
 
 
-class ClaimDoc(_Class):
+class _Operated(_Class):
+    """What a claim's and a snapshot's documents share: the object's handle, and its ops (the one open
+    and those done), with their attempts, errors and what it waits for."""
+
+    handle: str | None
+    created: float
+    attempts: int
+    last_error: str | None
+    stderr_tail: str | None
+    next_retry: float | None
+    op: OpSummary | None
+    op_ids: list[str]
+    delete_requested: bool
+    data_exists: bool
+    waiting: str | None
+    history: list[dict[str, Any]]
+    ops: list[dict[str, Any]]
+
+
+class ClaimDoc(_Operated):
     """A claim: ``GET /v1/claims/{name}``, ``xce --json claim show``."""
 
     id: int
@@ -145,8 +158,11 @@ class ClaimDoc(_Class):
     scope: str
     size_bytes: int
     actual_bytes: int | None
-    used_bytes: int | None
-    resize: dict[str, Any] | None
+    used_bytes: Annotated[int | None, Limit(description="what the provider last listed the claim's data taking "
+                                                        "(None: no reading yet)")]
+    resize: Annotated[dict[str, Any] | None, Limit(description="the latest resize: state (REQUESTED, EXPANDING, "
+                                                               "DONE, FAILED), size_bytes, old_bytes, error, "
+                                                               "waiting, history")]
     access_mode: str
     reclaim_policy: str
     state: str  # xce.client.states.ClaimState
@@ -156,33 +172,19 @@ class ClaimDoc(_Class):
     job_id: int | None
     pool: str | None
     host: str | None
-    handle: str | None
     path: str | None
-    created: float
-    attempts: int
-    last_error: str | None
-    stderr_tail: str | None
-    next_retry: float | None
-    op: OpSummary | None
-    op_ids: list[str]
     reachable_hosts: list[str] | None
     host_labels: dict[str, str]
     attachments: list[dict[str, Any]]
-    delete_requested: bool
     retained: bool
-    data_exists: bool
-    waiting: str | None
     source: dict[str, Any] | None
     populate_from: str | None
     transfer: dict[str, Any] | None
-    history: list[dict[str, Any]]
-    ops: list[dict[str, Any]]
     stage_in: list[Any]
     stage_out: list[Any]
 
 
-
-class SnapshotDoc(_Class):
+class SnapshotDoc(_Operated):
     """A snapshot: ``GET /v1/snapshots/{name}``, ``xce --json snapshot show``."""
 
     id: int
@@ -194,20 +196,6 @@ class SnapshotDoc(_Class):
     state: str  # xce.client.states.SnapshotState
     size_bytes: int
     actual_bytes: int | None
-    handle: str | None
-    created: float
-    attempts: int
-    last_error: str | None
-    stderr_tail: str | None
-    next_retry: float | None
-    op: OpSummary | None
-    op_ids: list[str]
-    delete_requested: bool
-    data_exists: bool
-    waiting: str | None
-    history: list[dict[str, Any]]
-    ops: list[dict[str, Any]]
-
 
 
 class AgentOp(TypedDict):
