@@ -247,7 +247,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(*o.flags, dest=o.field, action="append", default=[], metavar=o.metavar,
                                 help=o.help)
         else:
-            parser.add_argument(*o.flags, dest=o.field, type=o.type, default=o.default, metavar=o.metavar,
+            parser.add_argument(*o.flags, dest=o.field, type=o.type or str, default=o.default, metavar=o.metavar,
                                 help=o.help)
 
 

@@ -44,8 +44,9 @@ def env(ctl, runtime):
 def _waiting(alone: str, env: dict[str, str], name: str) -> subprocess.Popen:
     """``xce claim create --wait`` on a controller with no provisioner: it waits until told otherwise
     (``--json``: its progress on stderr, which is line-buffered, as Python's is)."""
-    p = subprocess.Popen([alone, "--json", "claim", "create", name, "--class", "simfs", "--size", "1Mi", "--access", "RWO",
-                          "--wait"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen([alone, "--json", "claim", "create", name, "--class", "simfs", "--size", "1Mi",
+                          "--access", "RWO", "--wait"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
     said = []
     threading.Thread(target=lambda: said.extend(iter(p.stderr.readline, "")), daemon=True).start()
     wait_for(lambda: any("PENDING" in line for line in said), what="the wait's first progress line")

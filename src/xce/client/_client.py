@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar, cast
 from urllib.parse import quote
 
 from xce.client._errors import WaitTimeout
@@ -132,7 +132,7 @@ class Client:
 
     def ping(self) -> dict[str, Any]:
         """The controller's version, cluster id, leader epoch and log position (``GET /v1/ping``)."""
-        return self.get("/v1/ping")
+        return cast("dict[str, Any]", self.get("/v1/ping"))
 
     def submit(self, command: Iterable[str] | Submission = (), **fields: Any) -> JobDoc:
         """Submit a job (``POST /v1/jobs``); returns it as submitted (``state`` PEND or PSUSP).
@@ -164,16 +164,16 @@ class Client:
         grace; with ``signal`` (``"USR1"``, ``10``), that one signal to its processes instead, and nothing
         else (``xce kill -s``)."""
         if signal is not None:
-            return self.post(f"/v1/jobs/{job_id}/signal", {"signal": str(signal)})
-        return self.post(f"/v1/jobs/{job_id}/kill", {})
+            return cast("JobDoc", self.post(f"/v1/jobs/{job_id}/signal", {"signal": str(signal)}))
+        return cast("JobDoc", self.post(f"/v1/jobs/{job_id}/kill", {}))
 
     def stop(self, job_id: int) -> JobDoc:
         """Suspend a running job: its processes frozen, state USUSP (``xce stop``)."""
-        return self.post(f"/v1/jobs/{job_id}/stop", {})
+        return cast("JobDoc", self.post(f"/v1/jobs/{job_id}/stop", {}))
 
     def resume(self, job_id: int) -> JobDoc:
         """Resume a stopped job (``xce resume``)."""
-        return self.post(f"/v1/jobs/{job_id}/resume", {})
+        return cast("JobDoc", self.post(f"/v1/jobs/{job_id}/resume", {}))
 
     def jobs(self, *, states: Iterable[str] = (), queue: str | None = None, user: str | None = None,
              all_users: bool = False, array: int | None = None, limit: int | None = None,
@@ -190,8 +190,8 @@ class Client:
             params.append(("all", True))
         params += [("state", s) for s in states]
         if all_pages:
-            return self.get_all("/v1/jobs", params, limit=limit)
-        return self.get("/v1/jobs", params + [("limit", limit)])
+            return cast("list[JobDoc]", self.get_all("/v1/jobs", params, limit=limit))
+        return cast("list[JobDoc]", self.get("/v1/jobs", params + [("limit", limit)]))
 
     def history(self, *, since: float | None = None, until: float | None = None, user: str | None = None,
                 all_users: bool = False, project: str | None = None, states: Iterable[str] = (),
@@ -208,8 +208,8 @@ class Client:
             params.append(("all", True))
         params += [("state", s) for s in states]
         if all_pages:
-            return self.get_all("/v1/history/jobs", params, limit=limit)
-        return self.get("/v1/history/jobs", params + [("limit", limit)])
+            return cast("list[HistoryRow]", self.get_all("/v1/history/jobs", params, limit=limit))
+        return cast("list[HistoryRow]", self.get("/v1/history/jobs", params + [("limit", limit)]))
 
     def usage(self, *, since: float | None = None, until: float | None = None, user: str | None = None,
               all_users: bool = False, project: str | None = None) -> list[dict[str, Any]]:
@@ -219,12 +219,12 @@ class Client:
         params: list[tuple[str, Any]] = [("since", since), ("until", until), ("user", user), ("project", project)]
         if all_users:
             params.append(("all", True))
-        return self.get("/v1/usage", params)
+        return cast("list[dict[str, Any]]", self.get("/v1/usage", params))
 
     def job(self, job_id: int) -> JobDoc:
         """One job by id (``GET /v1/jobs/{id}``), live or archived (a finished job retired after
         ``[controller] keep_finished``); ``ApiError`` 404 if it does not exist for you."""
-        return self.get(f"/v1/jobs/{int(job_id)}")
+        return cast("JobDoc", self.get(f"/v1/jobs/{int(job_id)}"))
 
     def wait_job(self, job_id: int, states: Iterable[str] = JOB_FINISHED, timeout: float = 600.0, *,
                  interval: float = 0.2, on_change: Callable[[JobDoc], None] | None = None) -> JobDoc:
@@ -262,7 +262,7 @@ class Client:
                            ("populate_from", populate_from)):
             if value is not None:
                 body[key] = value
-        return self.post("/v1/claims", body)
+        return cast("ClaimDoc", self.post("/v1/claims", body))
 
     def claims(self, *, project: str | None = None, states: Iterable[str] = (), all_states: bool = False,
                retained: bool = False, limit: int | None = None) -> list[ClaimDoc]:
@@ -274,20 +274,20 @@ class Client:
         if retained:
             params.append(("retained", True))
         params += [("state", s) for s in states]
-        return self.get_all("/v1/claims", params, limit=limit)
+        return cast("list[ClaimDoc]", self.get_all("/v1/claims", params, limit=limit))
 
     def claim(self, name: str | int, project: str | None = None) -> ClaimDoc:
         """One claim by name (``project``: when yours are in several) or by id (an int)."""
         if isinstance(name, int):
-            return self.get(f"/v1/claims/by-id/{name}")
-        return self.get(f"/v1/claims/{quote(name, safe=':')}", {"project": project})
+            return cast("ClaimDoc", self.get(f"/v1/claims/by-id/{name}"))
+        return cast("ClaimDoc", self.get(f"/v1/claims/{quote(name, safe=':')}", {"project": project}))
 
     def delete_claim(self, name: str, project: str | None = None) -> ClaimDoc:
         """Delete a claim (``DELETE /v1/claims/{name}``): its reclaim policy decides the object's fate.
 
         Returns the claim, on its way to RELEASED; ``wait_claim(claim["id"], ("RELEASED",))`` waits.
         """
-        return self.delete(f"/v1/claims/{quote(name, safe=':')}", {"project": project})
+        return cast("ClaimDoc", self.delete(f"/v1/claims/{quote(name, safe=':')}", {"project": project}))
 
     def resize_claim(self, name: str, size: str | int, project: str | None = None) -> ClaimDoc:
         """Grow a READY claim (``POST /v1/claims/{name}/resize``); ``size``: bytes or ``"20Gi"``.
@@ -295,8 +295,8 @@ class Client:
         Returns the claim with ``resize`` REQUESTED; ``wait_resize(claim["id"])`` waits until it is
         DONE (the claim's ``size_bytes`` is the new size) or FAILED (the claim keeps its old size).
         """
-        return self.request("POST", f"/v1/claims/{quote(name, safe=':')}/resize", body={"size": size},
-                            params={"project": project} if project else None)
+        return cast("ClaimDoc", self.request("POST", f"/v1/claims/{quote(name, safe=':')}/resize",
+                                             body={"size": size}, params={"project": project} if project else None))
 
     def wait_resize(self, claim: str | int, timeout: float = 600.0, *, project: str | None = None,
                     interval: float = 0.2, on_change: Callable[[ClaimDoc], None] | None = None) -> ClaimDoc:
@@ -306,7 +306,8 @@ class Client:
                                      c["last_error"], c["next_retry"]),
                           lambda c: c["resize"] is None or c["resize"]["state"] in RESIZE_ENDED, timeout,
                           interval, on_change,
-                          lambda c: f"claim {c['name']}: its resize is still {c['resize']['state']} after {timeout:g}s")
+                          lambda c: f"claim {c['name']}: its resize is still {(c['resize'] or {}).get('state')} after "
+                                    f"{timeout:g}s")
 
     def wait_claim(self, claim: str | int, states: Iterable[str] = (ClaimState.READY,), timeout: float = 600.0, *,
                    project: str | None = None, interval: float = 0.2,
@@ -331,7 +332,7 @@ class Client:
         body: dict[str, Any] = {"name": name, "claim": claim}
         if project is not None:
             body["project"] = project
-        return self.post("/v1/snapshots", body)
+        return cast("SnapshotDoc", self.post("/v1/snapshots", body))
 
     def snapshots(self, *, project: str | None = None, claim: str | None = None, states: Iterable[str] = (),
                   all_states: bool = False, limit: int | None = None) -> list[SnapshotDoc]:
@@ -341,17 +342,17 @@ class Client:
         if all_states:
             params.append(("all", True))
         params += [("state", s) for s in states]
-        return self.get_all("/v1/snapshots", params, limit=limit)
+        return cast("list[SnapshotDoc]", self.get_all("/v1/snapshots", params, limit=limit))
 
     def snapshot(self, name: str | int, project: str | None = None) -> SnapshotDoc:
         """One snapshot by name (``project``: when yours are in several) or by id (an int)."""
         if isinstance(name, int):
-            return self.get(f"/v1/snapshots/by-id/{name}")
-        return self.get(f"/v1/snapshots/{quote(name)}", {"project": project})
+            return cast("SnapshotDoc", self.get(f"/v1/snapshots/by-id/{name}"))
+        return cast("SnapshotDoc", self.get(f"/v1/snapshots/{quote(name)}", {"project": project}))
 
     def delete_snapshot(self, name: str, project: str | None = None) -> SnapshotDoc:
         """Delete a snapshot (``DELETE /v1/snapshots/{name}``); returns it on its way to RELEASED."""
-        return self.delete(f"/v1/snapshots/{quote(name)}", {"project": project})
+        return cast("SnapshotDoc", self.delete(f"/v1/snapshots/{quote(name)}", {"project": project}))
 
     def wait_snapshot(self, snapshot: str | int, states: Iterable[str] = (SnapshotState.READY,), timeout: float = 600.0, *,
                       project: str | None = None, interval: float = 0.2,

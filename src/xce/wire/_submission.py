@@ -44,8 +44,8 @@ class Submission:
     absolute (``xce.jobspec`` does, from the directory the user stands in)."""
 
     command: Annotated[tuple[Arg, ...], Limit(min_length=1, max_length=4096)]
-    name: Annotated[str, Limit(min_length=1, max_length=200, description="a job name, or NAME[1-100] / "
-                                                                          "NAME[1,3,5-9:2] for a job array")] | None = None
+    name: Annotated[str, Limit(min_length=1, max_length=200, description=(
+        "a job name, or NAME[1-100] / NAME[1,3,5-9:2] for a job array"))] | None = None
     queue: Name | None = None
     project: Name | None = None
     slots: Annotated[int, Limit(ge=1, le=1_000_000)] = 1
@@ -65,7 +65,8 @@ class Submission:
                                                                             "$XCE_STAGE, DEST absolute)")] = ()
     stage_size: Annotated[str, Limit(min_length=1, max_length=40, description=(
         "SIZE: room for the staging area on the job's first host (stage-in data and what the job leaves there "
-        "for stage-out); default [claims] stage_size. xce submit sends the size of the stage-in sources"))] | None = None
+        "for stage-out); default [claims] stage_size. xce submit sends the size of the stage-in sources"))] \
+        | None = None
     app: Annotated[str, Limit(pattern=NAME_PATTERN, max_length=63, description=(
         "an application profile that declares template claims"))] | None = None
     request_id: Annotated[str, Limit(pattern=r"^[A-Za-z0-9._:-]{8,64}$", description=(
