@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from dataclasses import dataclass
 from typing import Any, Callable, Collection, Mapping
 
 from xce.wire import Submission
@@ -85,20 +84,19 @@ class Site:
 Resolve = Callable[[Any, Site], Any]
 
 
-@dataclass(frozen=True)
 class Option:
     """One submission option: the ``Submission`` field it sets, how ``xce submit`` spells it, and how
     its parsed value becomes the field's (``resolve``; None: as parsed).  ``kind`` is argparse's:
-    ``value`` (one), ``flag`` (present or not), ``append`` (repeatable), ``command`` (the rest)."""
+    ``value`` (one), ``flag`` (present or not), ``append`` (repeatable), ``command`` (the rest).
+    (A plain class: ``dataclasses`` would cost the CLI's start-up a third again.)"""
 
-    field: str
-    flags: tuple[str, ...]
-    help: str
-    kind: str = "value"
-    metavar: str | None = None
-    type: Callable[[str], Any] | None = None
-    default: Any = None
-    resolve: Resolve | None = None
+    __slots__ = ("field", "flags", "help", "kind", "metavar", "type", "default", "resolve")
+
+    def __init__(self, field: str, flags: tuple[str, ...], help: str, *, kind: str = "value",
+                 metavar: str | None = None, type: Callable[[str], Any] | None = None, default: Any = None,
+                 resolve: Resolve | None = None) -> None:
+        self.field, self.flags, self.help, self.kind = field, flags, help, kind
+        self.metavar, self.type, self.default, self.resolve = metavar, type, default, resolve
 
 
 # ---------------------------------------------------------------- resolve steps

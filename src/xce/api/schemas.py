@@ -6,7 +6,6 @@ refused before anything reaches the model.
 
 from __future__ import annotations
 
-import dataclasses
 import keyword
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints, is_typeddict
@@ -57,17 +56,19 @@ def _description(tp: Any) -> str | None:
 
 
 def request_model(wire_type: type, name: str) -> type[Strict]:
-    """The strict request model of a ``xce.wire`` dataclass: the same fields, defaults and limits, so
-    the API accepts exactly what the wire type says (and the OpenAPI document says so)."""
-    hints = get_type_hints(wire_type, include_extras=True)
+    """The strict request model of a ``xce.wire`` request type: the same fields (its annotations, in
+    order), defaults (on the class) and limits, so the API accepts exactly what the wire type says
+    (and the OpenAPI document says so)."""
     spec: dict[str, Any] = {}
-    for f in dataclasses.fields(wire_type):
-        described = {"description": d} if (d := _description(hints[f.name])) else {}
-        if f.default == ():
+    for field, tp in get_type_hints(wire_type, include_extras=True).items():
+        described = {"description": d} if (d := _description(tp)) else {}
+        if not hasattr(wire_type, field):
+            default = Field(..., **described)
+        elif getattr(wire_type, field) == ():
             default = Field(default_factory=list, **described)
         else:
-            default = Field(... if f.default is dataclasses.MISSING else f.default, **described)
-        spec[f.name] = (_field_type(hints[f.name]), default)
+            default = Field(getattr(wire_type, field), **described)
+        spec[field] = (_field_type(tp), default)
     return create_model(name, __base__=Strict, __module__=__name__, **spec)
 
 

@@ -51,7 +51,7 @@ MAGIC = b"XCE1"
 MAX_REQUEST = 32 << 20  # more than Linux lets a process's arguments and environment take
 COLD = frozenset({"controller", "worker", "provisioner", "up"})  # long-lived: the caller's own process
 DEFAULT_IDLE = 600.0
-MAX_WORKERS = 8
+MAX_WORKERS = 32  # calls at once; more wait in the listen queue (each worker forks on demand)
 
 
 class BadRequest(Exception):

@@ -11,20 +11,18 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, TypeVar, cast
 from urllib.parse import quote
 
 from xce.client._errors import WaitTimeout
 from xce.client._http import DEFAULT_TIMEOUT, FAILOVER_WAIT, Params, Transport
 from xce.client.states import JOB_FINISHED, RESIZE_ENDED, ClaimState, SnapshotState
-from xce.wire import ClaimDoc, HistoryRow, JobDoc, SnapshotDoc, Submission
+from xce.wire import Submission
 
-# the names these documents had before xce.wire typed them (users' code imports them)
-Job = JobDoc
-Claim = ClaimDoc
-Snapshot = SnapshotDoc
+if TYPE_CHECKING:  # (xce.wire loads its documents when first named at run time: the CLI starts faster)
+    from xce.wire import ClaimDoc, HistoryRow, JobDoc, SnapshotDoc
 
-Doc = TypeVar("Doc", JobDoc, ClaimDoc, SnapshotDoc)
+Doc = TypeVar("Doc", "JobDoc", "ClaimDoc", "SnapshotDoc")
 
 CLAIM_FAILED = ClaimState.FAILED  # a claim stays FAILED until someone deletes it
 SNAPSHOT_FAILED = SnapshotState.FAILED  # as claims: until someone deletes it

@@ -17,9 +17,26 @@ Stdlib only, and it imports nothing of XCE: it sits below every other module (``
 stand-alone contract allows it; ``pyproject.toml``), so users' notebooks get it with the client.
 """
 
-from xce.wire._documents import (AgentOp, ClaimDoc, Dispatch, HistoryRow, JobClaimDoc, JobDoc, JobRow, OpReport,
-                                 SnapshotDoc)
+from typing import TYPE_CHECKING, Any
+
 from xce.wire._submission import NAME_PATTERN, Limit, Submission
+
+if TYPE_CHECKING:
+    from xce.wire._documents import (AgentOp, ClaimDoc, Dispatch, HistoryRow, JobClaimDoc, JobDoc, JobRow, OpReport,
+                                     RunUsage, SnapshotDoc)
+
+_DOCUMENTS = ("AgentOp", "ClaimDoc", "Dispatch", "HistoryRow", "JobClaimDoc", "JobDoc", "JobRow", "OpReport",
+              "RunUsage", "SnapshotDoc")
+
+
+def __getattr__(name: str) -> Any:
+    """The documents are loaded when first named: building a dozen ``TypedDict``s costs a command
+    that only prints what it is sent (every one-shot ``xce`` call) some 10 ms of its start-up."""
+    if name in _DOCUMENTS:
+        from xce.wire import _documents
+
+        return getattr(_documents, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "NAME_PATTERN",
@@ -32,6 +49,7 @@ __all__ = [
     "JobRow",
     "Limit",
     "OpReport",
+    "RunUsage",
     "SnapshotDoc",
     "Submission",
 ]

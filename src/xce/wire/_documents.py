@@ -7,8 +7,9 @@ type's keys against what a real controller sends, so a key added there fails unt
 here.  States are strings on the wire; ``xce.client.states`` names them.
 """
 
-# (no `from __future__ import annotations`: TypedDict reads NotRequired from evaluated annotations only)
-from typing import Annotated, Any, NotRequired, TypedDict
+from __future__ import annotations  # (annotations stay text until asked for: the CLI starts faster)
+
+from typing import Annotated, Any, TypedDict
 
 from xce.wire._submission import Limit
 
@@ -198,10 +199,7 @@ class SnapshotDoc(_Operated):
     actual_bytes: int | None
 
 
-class AgentOp(TypedDict):
-    """An op a claim agent runs (``POST /v1/agents/{agent}/work``): what the provider, or the agent
-    itself, needs, with the owner tags every object it makes carries."""
-
+class _AgentOpKeys(TypedDict):
     op_id: str
     op: str  # create, attach, stage_in, create_snapshot, ...
     attempt: int
@@ -217,30 +215,39 @@ class AgentOp(TypedDict):
     host: str | None
     path: str | None
     tags: dict[str, str]
-    snapshot_id: NotRequired[int]  # a snapshot's op (claim_id is then the claim it is of)
-    source_handle: NotRequired[str]  # a clone's create: the provider copies its source
-    user: NotRequired[str]  # stage_in, stage_out: done as the job's user
-    items: NotRequired[list[Any]]  # stage_in, stage_out: what to copy
-    source: NotRequired[str | None]  # populate: the URL or REMOTE:path to fill the claim from
 
 
-class OpReport(TypedDict):
-    """An op's result as an agent reports it (``POST /v1/agents/{agent}/reports``, ``results``)."""
+class AgentOp(_AgentOpKeys, total=False):
+    """An op a claim agent runs (``POST /v1/agents/{agent}/work``): what the provider, or the agent
+    itself, needs, with the owner tags every object it makes carries; the keys below only for some."""
 
+    snapshot_id: int  # a snapshot's op (claim_id is then the claim it is of)
+    source_handle: str  # a clone's create: the provider copies its source
+    user: str  # stage_in, stage_out: done as the job's user
+    items: list[Any]  # stage_in, stage_out: what to copy
+    source: str | None  # populate: the URL or REMOTE:path to fill the claim from
+
+
+class _OpReportKeys(TypedDict):
     op_id: str
     claim_id: int
     ok: bool
-    snapshot_id: NotRequired[int | None]
-    handle: NotRequired[str | None]
-    size_bytes: NotRequired[int | None]
-    reachable_hosts: NotRequired[list[str] | None]
-    host_labels: NotRequired[dict[str, str]]
-    path: NotRequired[str | None]
-    message: NotRequired[str]
-    code: NotRequired[str]
-    retryable: NotRequired[bool]
-    stderr_tail: NotRequired[str]
-    used_bytes: NotRequired[int | None]
+
+
+class OpReport(_OpReportKeys, total=False):
+    """An op's result as an agent reports it (``POST /v1/agents/{agent}/reports``, ``results``)."""
+
+    snapshot_id: int | None
+    handle: str | None
+    size_bytes: int | None
+    reachable_hosts: list[str] | None
+    host_labels: dict[str, str]
+    path: str | None
+    message: str
+    code: str
+    retryable: bool
+    stderr_tail: str
+    used_bytes: int | None
 
 
 class Dispatch(TypedDict):

@@ -9,27 +9,26 @@ line becomes one is ``xce.jobspec``'s.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
 from typing import Annotated, Any
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9\-_.]{0,62}$"  # every entity's name (xce.names checks it)
 
 
-@dataclass(frozen=True, slots=True)
 class Limit:
     """What the controller accepts in a field: a mark in the field's ``Annotated`` type, read by the
-    API to make its request schema.  Lengths are of strings and lists; ``ge``/``le`` bound numbers."""
+    API to make its request schema.  Lengths are of strings and lists; ``ge``/``le`` bound numbers.
+    (Plain classes here, not dataclasses: ``dataclasses`` would add a third to the CLI's start-up.)"""
 
-    min_length: int | None = None
-    max_length: int | None = None
-    pattern: str | None = None
-    ge: int | None = None
-    le: int | None = None
-    description: str | None = None
+    __slots__ = ("min_length", "max_length", "pattern", "ge", "le", "description")
+
+    def __init__(self, *, min_length: int | None = None, max_length: int | None = None, pattern: str | None = None,
+                 ge: int | None = None, le: int | None = None, description: str | None = None) -> None:
+        self.min_length, self.max_length, self.pattern = min_length, max_length, pattern
+        self.ge, self.le, self.description = ge, le, description
 
     def constraints(self) -> dict[str, Any]:
         """The marks that are set, by name (pydantic's ``Field`` takes the same names)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        return {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None}
 
 
 Name = Annotated[str, Limit(pattern=NAME_PATTERN, max_length=63)]
@@ -38,10 +37,10 @@ Arg = Annotated[str, Limit(max_length=65536)]
 Size = Annotated[str, Limit(min_length=1, max_length=40)]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Submission:
     """A job as submitted.  Paths are taken as given: the job runs elsewhere, so a client makes them
-    absolute (``xce.jobspec`` does, from the directory the user stands in)."""
+    absolute (``xce.jobspec`` does, from the directory the user stands in).  Immutable, keyword-only,
+    compared field by field; its fields are ``FIELDS``, in order, each with its default on the class."""
 
     command: Annotated[tuple[Arg, ...], Limit(min_length=1, max_length=4096)]
     name: Annotated[str, Limit(min_length=1, max_length=200, description=(
@@ -79,24 +78,41 @@ class Submission:
         "SIZE (100Mi, 2G): the memory each host's part of the job may use (LSF's -M), enforced by the run's "
         "cgroup; without it a job's rusage[mem=] reservation is its limit"))] | None = None
 
-    def __post_init__(self) -> None:
-        # lists are taken for tuples (JSON has only lists), and -M as bytes (an int) for its text
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, list):
-                object.__setattr__(self, f.name, tuple(value))
-        if isinstance(self.mem_limit, int) and not isinstance(self.mem_limit, bool):
+    def __init__(self, **given: Any) -> None:
+        unknown = set(given) - set(FIELDS)
+        if unknown:
+            raise TypeError(f"Submission has no field {sorted(unknown)[0]!r}")
+        if "command" not in given:
+            raise TypeError("Submission needs a command")
+        for name in FIELDS:
+            value = given.get(name, getattr(type(self), name, None))
+            if isinstance(value, list):  # lists are taken for tuples (JSON has only lists)
+                value = tuple(value)
+            object.__setattr__(self, name, value)
+        if isinstance(self.mem_limit, int) and not isinstance(self.mem_limit, bool):  # -M in bytes
             object.__setattr__(self, "mem_limit", str(self.mem_limit))
         if isinstance(self.command, str):  # a string would be sent as one argument per character
             raise TypeError("Submission.command is a sequence of arguments, not a string")
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a Submission is immutable: make another (replace)")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Submission) and self.to_body() == other.to_body()
+
+    def __hash__(self) -> int:
+        return hash(tuple(getattr(self, name) for name in FIELDS))
+
+    def __repr__(self) -> str:
+        return "Submission(" + ", ".join(f"{k}={v!r}" for k, v in self.to_body().items()) + ")"
+
     def to_body(self) -> dict[str, Any]:
         """The JSON body of ``POST /v1/jobs``: every field, lists for tuples, unset optional ones left out."""
         body: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
+        for name in FIELDS:
+            value = getattr(self, name)
             if value is not None:
-                body[f.name] = list(value) if isinstance(value, tuple) else value
+                body[name] = list(value) if isinstance(value, tuple) else value
         return body
 
     @classmethod
@@ -104,5 +120,11 @@ class Submission:
         """A body as ``to_body`` makes it (or the API has validated it); an unknown key is a ``TypeError``."""
         return cls(**body)
 
+    def replace(self, **changes: Any) -> Submission:
+        return Submission(**{**{name: getattr(self, name) for name in FIELDS}, **changes})
+
     def with_request_id(self, request_id: str) -> Submission:
-        return replace(self, request_id=request_id)
+        return self.replace(request_id=request_id)
+
+
+FIELDS: tuple[str, ...] = tuple(Submission.__annotations__)  # in order
