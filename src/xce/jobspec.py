@@ -88,7 +88,7 @@ class Option:
     """One submission option: the ``Submission`` field it sets, how ``xce submit`` spells it, and how
     its parsed value becomes the field's (``resolve``; None: as parsed).  ``kind`` is argparse's:
     ``value`` (one), ``flag`` (present or not), ``append`` (repeatable), ``command`` (the rest).
-    (A plain class: ``dataclasses`` would cost the CLI's start-up a third again.)"""
+    (A plain class: importing ``dataclasses`` costs the CLI's start-up ~18 ms.)"""
 
     __slots__ = ("field", "flags", "help", "kind", "metavar", "type", "default", "resolve")
 

@@ -1,10 +1,11 @@
 """``xce.wire``: the words XCE's parts say to each other over HTTP, as typed Python.
 
 One definition of every request and document that crosses the wire, shared by the client, the
-API, the daemons and the model's entry points, so that a field is added in one place:
+API and the model's entry points (the daemons' ops, reports and dispatches are here for them too),
+so that a field is added in one place:
 
-- ``Submission`` (``_submission``): a job as submitted (``POST /v1/jobs``).  A frozen dataclass; its
-  fields' ``Limit`` marks are what the API accepts (``xce.api.schemas`` makes the request schema
+- ``Submission`` (``_submission``): a job as submitted (``POST /v1/jobs``).  An immutable class;
+  its fields' ``Limit`` marks are what the API accepts (``xce.api.schemas`` makes the request schema
   from them) and ``to_body``/``from_body`` are its JSON.  ``xce.jobspec`` builds it from a command
   line; ``xce.client.Client.submit`` is the one place it becomes a request body.
 - documents (``_documents``): what the controller answers, as ``TypedDict``s: ``JobDoc`` (a job,

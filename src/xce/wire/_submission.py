@@ -17,7 +17,7 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9\-_.]{0,62}$"  # every entity's name (xce.names
 class Limit:
     """What the controller accepts in a field: a mark in the field's ``Annotated`` type, read by the
     API to make its request schema.  Lengths are of strings and lists; ``ge``/``le`` bound numbers.
-    (Plain classes here, not dataclasses: ``dataclasses`` would add a third to the CLI's start-up.)"""
+    (Plain classes here, not dataclasses: importing ``dataclasses`` costs the CLI's start-up ~18 ms.)"""
 
     __slots__ = ("min_length", "max_length", "pattern", "ge", "le", "description")
 
