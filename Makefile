@@ -12,9 +12,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# The xce command's native front (native/xce.c) replaces the entry-point script pip writes: it runs
-# a plain `xce submit` and a plain `xce jobs` without starting Python and hands everything else to
-# the Python CLI.
+# The xce command's native front (native/xce.c) replaces the entry-point script pip writes: it forwards
+# each call to a warm CLI server (xce/cli/server.py) instead of starting Python, and owns no option.
 NATIVE := $(VENV)/.native
 #
 # native/xce-launch.c is every job run's shepherd and sandbox (xce/worker/sandbox.py): static with musl

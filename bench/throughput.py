@@ -16,7 +16,14 @@ as the Slurm script polls ``squeue``):
   cli     N separate ``xce submit -o /dev/null -- true`` processes, one after
           another (what an ``sbatch`` loop is compared to), through
           ``.venv/bin/xce`` as ``make dev`` builds it: the native front
-          (native/xce.c) sends a plain submit without starting Python
+          (native/xce.c) passes each call to the warm CLI server
+          (xce.cli.server, started by the first call, stopped at the end)
+  cli-R   the same with ``-R "span[hosts=1]"``: a resource requirement
+  cli-json  the same with ``--json``: the job's whole document printed
+
+``--repeat K`` runs the XCE modes K times, interleaved (array, api, cli, cli-R,
+cli-json, array, ...), so that load from other work on a shared machine falls
+on every mode alike; the ratios use each mode's median.
 
 Slurm side (unless --no-slurm): ``../shared/bench/slurm/setup.sh`` (PROFILE
 =--slurm-profile, default knobs; installs the Debian packages if missing),
@@ -197,24 +204,40 @@ class XceCluster:
         self.slots = slots
         self.extra = list(extra)  # more `xce up` arguments (bench/staging.py: --config, --transfer-config; bench/history.py: --config)
         self.config = os.path.join(state_dir, "client.toml")
+        self.runtime = os.path.join(state_dir, "cli-runtime")  # the xce command's warm server (xce.cli.server)
         self.proc: subprocess.Popen | None = None
         self.daemons: dict[str, int] = {}  # name -> pid (controller, worker-hostN)
         self.url = ""
         self.token = ""
         self.stop_problems: list[str] = []
 
+    def env(self) -> dict[str, str]:
+        """What the xce command runs with: our environment, its servers in this cluster's directory."""
+        return clean_env(XCE_RUNTIME_DIR=self.runtime)
+
     def cli(self, *args: str, timeout: float = 30.0) -> subprocess.CompletedProcess:
         return subprocess.run([XCE, "--config", self.config, *args], capture_output=True, text=True,
-                              timeout=timeout, env=clean_env())
+                              timeout=timeout, env=self.env())
+
+    def stop_cli_servers(self) -> None:
+        """Stop (by pid) the warm CLI servers this cluster's calls started."""
+        for name in os.listdir(self.runtime) if os.path.isdir(self.runtime) else ():
+            if name.endswith(".pid"):
+                try:
+                    with open(os.path.join(self.runtime, name)) as fh:
+                        os.kill(int(fh.read()), signal.SIGTERM)
+                except (OSError, ValueError):
+                    pass
 
     def start(self, timeout: float = 90.0) -> None:
+        os.makedirs(self.runtime, mode=0o700, exist_ok=True)
         out = open(os.path.join(self.state_dir, "up.out"), "wb")
         try:
             # own session: a Ctrl-C here reaches only us; we stop it with `xce down`
             self.proc = subprocess.Popen(
                 [XCE, "up", "--hosts", str(self.hosts), "--state-dir", self.state_dir,
                  "--listen", "127.0.0.1:0", "--slots", str(self.slots), *self.extra],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=clean_env(),
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=self.env(),
                 start_new_session=True)
         finally:
             out.close()
@@ -266,6 +289,12 @@ class XceCluster:
         return {name: cpu_seconds(pid) for name, pid in self.daemons.items()}
 
     def stop(self) -> None:
+        try:
+            self._stop()
+        finally:
+            self.stop_cli_servers()  # last: `xce down` itself is a call
+
+    def _stop(self) -> None:
         if self.proc is None:
             return
         daemons = list(self.daemons.values()) or (children_of(self.proc.pid) if self.proc.poll() is None else [])
@@ -273,7 +302,7 @@ class XceCluster:
             try:
                 t = time.monotonic()
                 r = subprocess.run([XCE, "down", "--state-dir", self.state_dir], capture_output=True,
-                                   text=True, timeout=45, env=clean_env())
+                                   text=True, timeout=45, env=self.env())
                 log(f"xce down: rc={r.returncode} in {time.monotonic() - t:.1f}s: {(r.stdout + r.stderr).strip()}")
             except subprocess.TimeoutExpired:
                 log("xce down did not return within 45 s")
@@ -415,10 +444,13 @@ def submit_api(api: Api, n: int, clients: int, deadline: float) -> tuple[list[in
     return ids, len(errors)
 
 
-def submit_cli(cluster: XceCluster, n: int, deadline: float) -> tuple[list[int], int]:
-    env = clean_env()
+CLI_FORMS = {"cli": [], "cli-R": ["-R", "span[hosts=1]"], "cli-json": ["--json"]}
+
+
+def submit_cli(cluster: XceCluster, n: int, deadline: float, form: str = "cli") -> tuple[list[int], int]:
+    env = cluster.env()
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # a real install has (and writes) cached bytecode
-    argv = [XCE, "--config", cluster.config, "submit", "-o", "/dev/null", "--", "true"]
+    argv = [XCE, "--config", cluster.config, "submit", *CLI_FORMS[form], "-o", "/dev/null", "--", "true"]
     ids: list[int] = []
     errors = 0
     first_err = ""
@@ -432,9 +464,9 @@ def submit_cli(cluster: XceCluster, n: int, deadline: float) -> tuple[list[int],
             errors += 1
             first_err = first_err or "timeout (30 s)"
             continue
-        m = re.search(r"Job <(\d+)>", r.stdout)
+        m = re.search(r'^Job <(\d+)>|^  "id": (\d+),$', r.stdout, re.M)
         if r.returncode == 0 and m:
-            ids.append(int(m.group(1)))
+            ids.append(int(m.group(1) or m.group(2)))
         else:
             errors += 1
             first_err = first_err or f"rc={r.returncode} {r.stdout.strip()} {r.stderr.strip()}"
@@ -458,7 +490,7 @@ def run_mode(name: str, cluster: XceCluster, api: Api, n: int, args, mode_deadli
     elif name == "api":
         ids, errs = submit_api(api, n, args.api_clients, mode_deadline)
     else:
-        ids, errs = submit_cli(cluster, n, mode_deadline)
+        ids, errs = submit_cli(cluster, n, mode_deadline, name)
     tsub = time.monotonic()
     # a submission phase cut short by the deadline still gets a few seconds to drain what it submitted
     tend, timed_out = wait_drained(api, max(mode_deadline, time.monotonic() + 10), args.poll)
@@ -534,15 +566,16 @@ def xce_side(args, tmp: str, xce_deadline: float, cleanup: list) -> tuple[list[d
     api = Api(cluster.url, cluster.token)
     cleanup.append(api.close)
     results = []
-    modes = [m for m in ("array", "api", "cli") if m in args.modes.split(",")]
+    modes = [m for m in ("array", "api", *CLI_FORMS) if m in args.modes.split(",")] * args.repeat
     for i, mode in enumerate(modes):
         # share what is left of the XCE budget among the remaining modes, at most --mode-timeout each
         remaining = xce_deadline - time.monotonic()
         if remaining < 10:
             notes.append(f"xce {mode}: skipped, out of time budget")
             continue
-        budget = min(args.mode_timeout, remaining / (len(modes) - i) if mode != "cli" else remaining)
-        results.append(run_mode(mode, cluster, api, args.n, args, time.monotonic() + budget))
+        budget = min(args.mode_timeout, remaining / (len(modes) - i) if i < len(modes) - 1 else remaining)
+        results.append({**run_mode(mode, cluster, api, args.n, args, time.monotonic() + budget),
+                        "rep": i // (len(modes) // args.repeat) + 1})
     cluster.stop()
     count, hits = cluster.log_problems()
     notes.append(f"xce logs: {count} lines matching error/exception/traceback in {state}/logs")
@@ -645,14 +678,18 @@ def fmt(x, spec: str = ".1f") -> str:
 
 
 def report(args, xce: list[dict], slurm: list[dict], notes: list[str], elapsed: float) -> None:
-    by = {(r["system"], r["mode"]): r for r in xce + slurm}
-    pairs = {"array": "array", "api": "sbatch-loop", "cli": "sbatch-loop"}
-    labels = {("xce", "array"): "array (one xce submit -J t[1-N])",
-              ("xce", "api"): f"api separate ({args.api_clients} keep-alive conns, 1 process)",
-              ("xce", "cli"): "cli loop (N xce submit processes)",
-              ("slurm", "array"): "array (one sbatch --array=1-N)",
-              ("slurm", "sbatch-loop"): "sbatch loop (N sbatch processes)"}
-    order = [("xce", "array"), ("slurm", "array"), ("xce", "api"), ("xce", "cli"), ("slurm", "sbatch-loop")]
+    import statistics
+
+    by = {(r["system"], r["mode"]): r for r in slurm}
+    pairs = {"array": "array", "api": "sbatch-loop", "cli": "sbatch-loop", "cli-R": "sbatch-loop",
+             "cli-json": "sbatch-loop"}
+    labels = {"array": "array (one xce submit -J t[1-N])",
+              "api": f"api separate ({args.api_clients} keep-alive conns, 1 process)",
+              "cli": "cli loop (N xce submit processes)",
+              "cli-R": "cli loop, -R span[hosts=1]",
+              "cli-json": "cli loop, --json",
+              "slurm array": "array (one sbatch --array=1-N)",
+              "slurm sbatch-loop": "sbatch loop (N sbatch processes)"}
     print()
     print(f"throughput N={args.n}  (makespan = first submission -> no job pending/running, polled every "
           f"{args.poll:g}s; completed/s = jobs / makespan)")
@@ -660,31 +697,31 @@ def report(args, xce: list[dict], slurm: list[dict], notes: list[str], elapsed: 
            f"{'DONE':>5} {'EXIT':>5} {'CTL_CPU_S':>9} {'EXEC_CPU_S':>10}  XCE/SLURM")
     print(hdr)
     print("-" * len(hdr))
-    for key in order:
-        r = by.get(key)
-        if r is None:
-            continue
+    rows = [(labels[r["mode"]] + (f" #{r['rep']}" if args.repeat > 1 else ""), r) for r in xce]
+    rows += [(labels[f"slurm {r['mode']}"], r) for r in slurm]
+    for label, r in rows:
         ratio = ""
-        if key[0] == "xce":
-            peer = by.get(("slurm", pairs[key[1]]))
+        if r["system"] == "xce":
+            peer = by.get(("slurm", pairs[r["mode"]]))
             if peer and peer["jobs_per_s"] and peer["jobs_per_s"] == peer["jobs_per_s"]:
-                ratio = f"{r['jobs_per_s'] / peer['jobs_per_s']:.2f}x vs slurm {pairs[key[1]]}"
+                ratio = f"{r['jobs_per_s'] / peer['jobs_per_s']:.2f}x vs slurm {pairs[r['mode']]}"
             else:
                 ratio = "- (no slurm run)"
         flag = " TIMEOUT" if r.get("timeout") else ""
         if r["submitted"] < r["n"]:
             flag += f" PARTIAL ({r['submitted']}/{r['n']} submitted)"
-        print(f"{labels[key]:48} {key[0]:6} {fmt(r['submit_rate']):>11} {fmt(r['jobs_per_s']):>11} "
+        print(f"{label:48} {r['system']:6} {fmt(r['submit_rate']):>11} {fmt(r['jobs_per_s']):>11} "
               f"{fmt(r['makespan_s'], '.2f'):>10} {r['done']!s:>5} {r['exit']!s:>5} "
               f"{fmt(r.get('ctl_cpu_s'), '.1f'):>9} {fmt(r.get('workers_cpu_s'), '.1f'):>10}  {ratio}{flag}")
     print()
-    print("ratios (XCE completed/s / Slurm completed/s):")
-    for xm, label in (("array", "array vs slurm array"), ("api", "api separate vs slurm sbatch loop"),
-                      ("cli", "cli loop vs slurm sbatch loop")):
-        x, s = by.get(("xce", xm)), by.get(("slurm", pairs[xm]))
-        val = (f"{x['jobs_per_s'] / s['jobs_per_s']:.2f}" if x and s and s["jobs_per_s"] == s["jobs_per_s"]
+    print("ratios (XCE completed/s / Slurm completed/s" + (", each XCE mode's median of its runs):" if args.repeat > 1
+                                                          else "):"))
+    for xm in pairs:
+        runs = [r["jobs_per_s"] for r in xce if r["mode"] == xm]
+        s = by.get(("slurm", pairs[xm]))
+        val = (f"{statistics.median(runs) / s['jobs_per_s']:.2f}" if runs and s and s["jobs_per_s"] == s["jobs_per_s"]
                and s["jobs_per_s"] else "-")
-        print(f"  {label:36} {val}")
+        print(f"  {xm + ' vs slurm ' + pairs[xm]:36} {val}")
     print()
     print("CTL_CPU_S: controller (xce) / slurmctld CPU seconds during the mode; EXEC_CPU_S: the 4 xce workers /"
           " slurmd (slurmstepd not counted). Slurm DONE/EXIT = sdiag jobs completed/failed.")
@@ -706,7 +743,9 @@ def main() -> int:
                     help="XCE slots per host (default 32: 4 x 32 = 128, Slurm's FORCE:64 x 2 CPUs)")
     ap.add_argument("--api-clients", type=int, default=4, help="concurrent keep-alive connections (default 4)")
     ap.add_argument("--poll", type=float, default=0.2, help="completion poll interval, s (Slurm's: 0.2)")
-    ap.add_argument("--modes", default="array,api,cli", help="XCE modes to run (default array,api,cli)")
+    ap.add_argument("--modes", default="array,api,cli,cli-R,cli-json",
+                    help="XCE modes to run (default array,api,cli,cli-R,cli-json)")
+    ap.add_argument("--repeat", type=int, default=1, help="run the XCE modes this many times, interleaved")
     ap.add_argument("--mode-timeout", type=float, default=300.0, help="cap per XCE mode, s")
     ap.add_argument("--no-slurm", action="store_true", help="skip the Slurm side")
     ap.add_argument("--slurm-profile", default="tuned", choices=("tuned", "htc", "default"))

@@ -5,8 +5,7 @@ from __future__ import annotations
 import re
 
 from xce.errors import InvalidRequest
-
-NAME_PATTERN = r"^[a-z0-9][a-z0-9\-_.]{0,62}$"
+from xce.wire import NAME_PATTERN  # the API checks names with it too
 _NAME = re.compile(NAME_PATTERN)
 
 

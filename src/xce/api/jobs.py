@@ -29,8 +29,8 @@ from xce.model import Model
 from xce.model.history import visible_archived_job
 from xce.model.identity import User
 from xce.model import job_claims
-from xce.model.job_claims import JobClaimsSpec
-from xce.model.jobs import JobSpec, JobState, visible_job
+from xce.model.jobs import JobState, visible_job
+from xce.wire import Submission
 
 
 class SubmitRoute(APIRoute):
@@ -58,13 +58,7 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
         return ctl.observed.progress(ctl.model, claim_id)  # a transfer in flight: a reading, not a fact
 
     async def submit_job(body: S.JobSubmitRequest, request: Request, actor: User = Depends(authenticated)):
-        spec = JobSpec(command=body.command, name=body.name, queue=body.queue, project=body.project,
-                       slots=body.slots, resreq=body.resreq, cwd=body.cwd, stdout=body.stdout,
-                       stderr=body.stderr, rerunnable=body.rerunnable, held=body.hold, request_id=body.request_id,
-                       mem_limit=J.parse_mem_limit(body.mem_limit))
-        claims = JobClaimsSpec(claims=tuple(body.claims), scratch=body.scratch, stage_in=tuple(body.stage_in),
-                               stage_out=tuple(body.stage_out), stage_size=body.stage_size, app=body.app,
-                               stage_class=body.stage_class)
+        spec, claims = job_claims.request_specs(Submission.from_body(body.model_dump()))
         job_id = await mutate(request, actor, "job",
                               lambda model: job_claims.submit(model, actor, spec, claims, time.time(), ctl.config),
                               target_of=lambda new_id: f"job/{new_id}")

@@ -6,11 +6,14 @@ refused before anything reaches the model.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import keyword
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints, is_typeddict
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from xce.names import NAME_PATTERN
+from xce.wire import ClaimDoc, HistoryRow, JobDoc, JobRow, Limit, SnapshotDoc, Submission
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]
 Path = Annotated[str, Field(min_length=1, max_length=4096)]
@@ -25,41 +28,52 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class JobSubmitRequest(Strict):
-    command: Annotated[list[Arg], Field(min_length=1, max_length=4096)]
-    name: Annotated[str, Field(min_length=1, max_length=200,
-                               description="a job name, or NAME[1-100] / NAME[1,3,5-9:2] for a job array")] | None = None
-    queue: Name | None = None
-    project: Name | None = None
-    slots: Annotated[int, Field(ge=1, le=1_000_000)] = 1
-    resreq: Annotated[str, Field(max_length=4096)] = ""
-    cwd: Path | None = None
-    stdout: Path | None = None
-    stderr: Path | None = None
-    rerunnable: bool = False
-    hold: bool = False
-    claims: Annotated[list[Annotated[str, Field(min_length=1, max_length=80)]], Field(max_length=32)] = Field(
-        default_factory=list, description="standalone claims: NAME, NAME:rw or NAME:ro")
-    scratch: Annotated[str, Field(min_length=1, max_length=100)] | None = Field(
-        None, description="SIZE or SIZE:CLASS: a per-run scratch claim")
-    stage_in: Annotated[list[Path], Field(max_length=64)] = Field(
-        default_factory=list, description="SRC (absolute) or SRC:DEST (DEST relative to $XCE_STAGE)")
-    stage_out: Annotated[list[Path], Field(max_length=64)] = Field(
-        default_factory=list, description="SRC:DEST (SRC relative to $XCE_STAGE, DEST absolute)")
-    stage_size: Annotated[str, Field(min_length=1, max_length=40)] | None = Field(
-        None, description="SIZE: room for the staging area on the job's first host (stage-in data and what the "
-                          "job leaves there for stage-out); default [claims] stage_size. xce submit sends the "
-                          "size of the stage-in sources")
-    app: Name | None = Field(None, description="an application profile that declares template claims")
-    request_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{8,64}$")] | None = Field(
-        None, description="a client-chosen id for this submission: sent again (a retry after a failover or a "
-                          "lost answer), it returns the job the first one created instead of a second job")
-    stage_class: Name | None = Field(
-        None, description="the staging claim's class (default [claims] stage_class); a shared-scope class stages "
-                          "in from URLs and remotes while the job waits, before its hosts are allocated")
-    mem_limit: Annotated[str, Field(min_length=1, max_length=40)] | None = Field(
-        None, description="SIZE (100Mi, 2G): the memory each host's part of the job may use (LSF's -M), enforced by "
-                          "the run's cgroup; without it a job's rusage[mem=] reservation is its limit")
+def _field_type(tp: Any) -> Any:
+    """A ``xce.wire`` field type as pydantic takes it: each ``Limit`` mark as a ``Field`` with the same
+    constraints, tuples as lists (JSON's arrays), unions and optionals member by member."""
+    origin = get_origin(tp)
+    if origin is Annotated:
+        base, *marks = get_args(tp)
+        limits = [{k: v for k, v in m.constraints().items() if k != "description"} for m in marks
+                  if isinstance(m, Limit)]  # (a description is the field's: _description)
+        return Annotated[_field_type(base), Field(**limits[0])] if limits and limits[0] else _field_type(base)
+    if origin is tuple:
+        return list[_field_type(get_args(tp)[0])]  # type: ignore[misc]
+    if origin in (Union, UnionType):
+        return Union[tuple(_field_type(a) for a in get_args(tp))]
+    return tp
+
+
+def _description(tp: Any) -> str | None:
+    """The description a field's ``Limit`` marks give, wherever in its type they sit."""
+    if get_origin(tp) is Annotated:
+        base, *marks = get_args(tp)
+        said = [m.description for m in marks if isinstance(m, Limit) and m.description]
+        return said[0] if said else _description(base)
+    if get_origin(tp) in (Union, UnionType):
+        return next((d for d in map(_description, get_args(tp)) if d), None)
+    return None
+
+
+def request_model(wire_type: type, name: str) -> type[Strict]:
+    """The strict request model of a ``xce.wire`` request type: the same fields (its annotations, in
+    order), defaults (on the class) and limits, so the API accepts exactly what the wire type says
+    (and the OpenAPI document says so)."""
+    spec: dict[str, Any] = {}
+    for field, tp in get_type_hints(wire_type, include_extras=True).items():
+        described = {"description": d} if (d := _description(tp)) else {}
+        if not hasattr(wire_type, field):
+            default = Field(..., **described)
+        elif getattr(wire_type, field) == ():
+            default = Field(default_factory=list, **described)
+        else:
+            default = Field(getattr(wire_type, field), **described)
+        spec[field] = (_field_type(tp), default)
+    return create_model(name, __base__=Strict, __module__=__name__, **spec)
+
+
+# POST /v1/jobs: xce.wire.Submission, field for field
+JobSubmitRequest = request_model(Submission, "JobSubmitRequest")
 
 
 class SignalRequest(Strict):
@@ -90,58 +104,38 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
-class JobOut(BaseModel):
-    id: int
-    name: str
-    user: str
-    project: str
-    queue: str
-    state: str
-    command: list[str]
-    submit_time: float
-    pending_reason: str | None
-    exit_code: int | None
-    hosts: list[str]
-    claims: list[dict[str, Any]]
-    slots: int
-    resreq: str
-    cwd: str | None
-    stdout: str | None
-    stderr: str | None
-    rerunnable: bool
-    mem_limit: int | None = None
-    usage: dict[str, Any] | None = Field(None, description="what the last run used: max_rss_bytes, cpu_user_s, "
-                                                           "cpu_sys_s (null before a run has ended)")
+def response_model(document: type, name: str) -> type[BaseModel]:
+    """The response model of a ``xce.wire`` document (a ``TypedDict``), for the OpenAPI document: the
+    same keys, required or not, with the same types (nested documents in turn), so what the API says
+    it answers is what the typed client reads."""
+    hints = get_type_hints(document, include_extras=True)
+    spec: dict[str, Any] = {}
+    for key, tp in hints.items():
+        described = {"description": d} if (d := _description(tp)) else {}
+        aliased = {"alias": key} if keyword.iskeyword(key) else {}
+        field = Field(... if key in document.__required_keys__ else None, **described, **aliased)
+        spec[f"{key}_" if aliased else key] = (_document_type(tp), field)
+    return create_model(name, __module__=__name__, __doc__=document.__doc__,
+                        __config__=ConfigDict(populate_by_name=True), **spec)
 
 
-class _JobRowOut(BaseModel):
-    """The columns every job listing shows."""
-
-    id: int
-    display_id: str
-    name: str
-    user: str
-    project: str
-    queue: str
-    state: str
-    slots: int
-    submit_time: float
-    start_time: float | None
-    end_time: float | None
+def _document_type(tp: Any) -> Any:
+    if get_origin(tp) is Annotated:  # (its marks describe the field: response_model took them)
+        return _document_type(get_args(tp)[0])
+    if is_typeddict(tp):
+        return response_model(tp, tp.__name__ + "Out")
+    args = get_args(tp)
+    if get_origin(tp) is list:
+        return list[_document_type(args[0])]  # type: ignore[misc]
+    if get_origin(tp) in (Union, UnionType):
+        return Union[tuple(_document_type(a) for a in args)]
+    return tp
 
 
-class JobBriefOut(_JobRowOut):
-    """A job as a listing's row shows it (``GET /v1/jobs?view=brief``, what ``xce jobs`` asks)."""
-
-    hosts: list[str]
-
-
-class HistoryJobOut(_JobRowOut):
-    """A live or archived job as ``xce hist`` lists it (``GET /v1/history/jobs``)."""
-
-    exit_code: int | None
-    run_s: float | None
-    archived: bool
+# the job documents: xce.wire's, key for key (tests/wire checks those against real answers)
+JobOut = response_model(JobDoc, "JobOut")
+JobBriefOut = response_model(JobRow, "JobBriefOut")
+HistoryJobOut = response_model(HistoryRow, "HistoryJobOut")
 
 
 class UsageOut(BaseModel):
@@ -276,18 +270,7 @@ class SnapshotCreateRequest(Strict):
     project: Name | None = Field(None, description="the claim's project, when yours are in several")
 
 
-class SnapshotOut(BaseModel):
-    id: int
-    name: str
-    project: str
-    owner: str
-    claim: str
-    claim_id: int
-    state: str
-    size_bytes: int
-    attempts: int
-    last_error: str | None
-    history: list[dict[str, Any]]
+SnapshotOut = response_model(SnapshotDoc, "SnapshotOut")
 
 
 class ClaimResizeRequest(Strict):
@@ -300,27 +283,7 @@ class AttachmentRequest(Strict):
     job_id: Id | None = None
 
 
-class ClaimOut(BaseModel):
-    id: int
-    name: str
-    form: str
-    claim_class: str = Field(alias="class")
-    size_bytes: int
-    access_mode: str
-    reclaim_policy: str
-    state: str
-    owner: str
-    project: str
-    attempts: int
-    last_error: str | None
-    next_retry: float | None
-    reachable_hosts: list[str] | None
-    attachments: list[dict[str, Any]]
-    history: list[dict[str, Any]]
-    used_bytes: int | None = Field(None, description="what the provider last listed the claim's data taking "
-                                                     "(None: no reading yet)")
-    resize: dict[str, Any] | None = Field(None, description="the latest resize: state (REQUESTED, EXPANDING, DONE, "
-                                                            "FAILED), size_bytes, old_bytes, error, waiting, history")
+ClaimOut = response_model(ClaimDoc, "ClaimOut")
 
 
 # ---------------------------------------------------------------- claim agents

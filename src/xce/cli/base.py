@@ -6,6 +6,7 @@ import argparse
 
 from xce.cli.errors import EXIT_USAGE
 from xce.client import Client
+from xce.jobspec import positive_int  # noqa: F401  (the commands' type for counts, as submit's -n)
 
 # Start-up time matters for a command people (and scripts) run thousands of times.  argparse asks
 # gettext to translate every string it builds (~0.15 ms a lookup, ~15 ms a run) and Python ships
@@ -43,16 +44,14 @@ class Context:
 
             s = resolve(getattr(self.args, "url", None), getattr(self.args, "token", None),
                         getattr(self.args, "config", None))
-            self._client = Client(s.url, s.token)
+            # one client per controller and token for the process's life: a warm server's worker
+            # (xce.cli.server) keeps its connection between calls (a kept-alive one found closed is
+            # retried fresh, xce.client._http)
+            key = (s.url, s.token)
+            if key not in _CLIENTS:
+                _CLIENTS[key] = Client(s.url, s.token)
+            self._client = _CLIENTS[key]
         return self._client
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: a positive integer, or a usage error that says what was given."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+_CLIENTS: dict[tuple[str, str], Client] = {}

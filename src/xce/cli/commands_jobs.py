@@ -14,6 +14,7 @@ import re
 import sys
 from typing import Any, Callable
 
+from xce import jobspec
 from xce.cli.base import Parser, positive_int
 from xce.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
 from xce.client import ApiError, Client
@@ -34,37 +35,7 @@ _JOB_ID = re.compile(r"^(\d+)(?:\[(\d+)\])?$")
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("submit", parents=[common], help="submit a job (like bsub)",
                        usage="xce submit [options] -- CMD [ARGS...]")
-    s.add_argument("-q", "--queue", help="queue (default: the default queue)")
-    s.add_argument("-n", "--slots", type=positive_int, default=1, help="slots (default 1)")
-    s.add_argument("-R", "--resreq", default="",
-                   help="resource requirement: select[...] rusage[...] span[...] order[...]")
-    s.add_argument("-J", "--name", help="job name; NAME[1-100] submits a job array")
-    s.add_argument("-o", "--stdout", help="output file (%%J: job id, %%I: array index)")
-    s.add_argument("-e", "--stderr", help="error file (default: with the output)")
-    s.add_argument("-P", "--project", help="project (default: your first project)")
-    s.add_argument("--cwd", help="working directory (default: the job's workspace)")
-    s.add_argument("-r", "--rerunnable", action="store_true", help="requeue if its host is lost")
-    s.add_argument("-M", "--mem-limit", metavar="SIZE",
-                   help="memory each host's part of the job may use (512Mi, 4G); beyond it the job is killed and "
-                        "ends EXIT (default: its rusage[mem=] reservation, if any)")
-    s.add_argument("-H", "--hold", action="store_true", help="submit held (PSUSP) until released")
-    s.add_argument("--claim", action="append", default=[], metavar="NAME[:rw|ro]",
-                   help="a standalone claim the job uses, at $XCE_CLAIM_<NAME> (repeatable)")
-    s.add_argument("--scratch", metavar="SIZE[:CLASS]", help="per-run scratch space, at $XCE_SCRATCH")
-    s.add_argument("--stage-in", action="append", default=[], metavar="SRC[:DEST]",
-                   help="copy SRC into $XCE_STAGE (as DEST) before the job starts; SRC a path, a URL "
-                        "(https://..., s3://...) or REMOTE:path (xce transfers list) (repeatable)")
-    s.add_argument("--stage-out", action="append", default=[], metavar="SRC[:DEST]",
-                   help="copy $XCE_STAGE/SRC to DEST (default: here) after the job ends; DEST a path, an "
-                        "s3:// URL or REMOTE:path (repeatable)")
-    s.add_argument("--stage-size", metavar="SIZE",
-                   help="room for $XCE_STAGE on the job's host, reserved on its scratch (default: the size of the "
-                        "--stage-in sources, measured here)")
-    s.add_argument("--stage-class", metavar="CLASS",
-                   help="the staging claim's class (default: the site's); a shared-scope class stages in from URLs "
-                        "and remotes while the job waits in the queue, before hosts are allocated")
-    s.add_argument("--app", metavar="PROFILE", help="an application profile (its template claims come along)")
-    s.add_argument("command", nargs="+", metavar="CMD", help="the command and its arguments, after --")
+    jobspec.add_options(s)  # every submission option is the job-spec parser's
     s.set_defaults(func=cmd_submit)
 
     j = sub.add_parser("jobs", parents=[common], help="list jobs (like bjobs)")
@@ -144,109 +115,17 @@ def _history_options(p: argparse.ArgumentParser, with_user: bool) -> None:
 # ---------------------------------------------------------------- submit
 
 
-def _stage_bytes(sources: list[str]) -> int:
-    """What the stage-in sources hold (the room their copy takes), rounded up to a whole MiB; what
-    cannot be read from here counts nothing (the stage-in itself will say why)."""
-    total = 0
-    for src in sources:
-        try:
-            st = os.lstat(src)
-        except OSError:
-            continue
-        total += st.st_size
-        if os.path.isdir(src):
-            for top, dirs, files in os.walk(src):
-                for name in dirs + files:
-                    try:
-                        total += os.lstat(os.path.join(top, name)).st_size
-                    except OSError:
-                        pass
-    mib = 1 << 20
-    return max(1, -(-total // mib)) * mib
-
-
-class _Far:
-    """Is a stage location a URL or one of the site's remotes (``NAME:path``), rather than a local path?
-    A ``NAME:`` prefix is a remote only if the site names one so (asked once, only then); otherwise it
-    is a relative path and its DEST, as before (``./NAME`` is always a path)."""
-
-    def __init__(self, ctx) -> None:
-        self.ctx = ctx
-        self.remotes: set[str] | None = None
-
-    def __call__(self, text: str) -> bool:
-        if re.match(r"^[A-Za-z][A-Za-z0-9+.\-]{0,15}://", text):
-            return True
-        m = re.match(r"^([a-z0-9][a-z0-9\-_.]{0,62}):", text)
-        if m is None:
-            return False
-        if self.remotes is None:
-            try:
-                self.remotes = set(self.ctx.client().get("/v1/transfers").get("remote_names", []))
-            except ApiError:
-                self.remotes = set()  # (a controller without transfers: paths, as before)
-        return m.group(1) in self.remotes
-
-
 def cmd_submit(args, ctx) -> int:
-    body: dict[str, Any] = {"command": args.command, "slots": args.slots, "resreq": args.resreq,
-                            "rerunnable": args.rerunnable, "hold": args.hold}
-    for key in ("name", "queue", "project"):
-        if getattr(args, key) is not None:
-            body[key] = getattr(args, key)
-    # relative paths mean what they mean to bsub: --cwd from where the user stands now, -o/-e from the
-    # job's working directory (--cwd, else here: the workspace is gone after the job)
-    for key in ("cwd", "stdout", "stderr"):
-        value = getattr(args, key)
-        if value is not None:
-            if not value:
-                raise UsageError(f"--{key} needs a path")
-            body[key] = os.path.join(body.get("cwd") or os.getcwd(), value)
-    body["claims"] = args.claim
-    if args.scratch:
-        body["scratch"] = args.scratch
-    if args.app:
-        body["app"] = args.app
-    if args.mem_limit is not None:
-        body["mem_limit"] = args.mem_limit
-    if args.stage_class:
-        body["stage_class"] = args.stage_class
-    here = os.getcwd()
-    far = _Far(ctx)
-    body["stage_in"] = []
-    local_sources = []
-    for text in args.stage_in:  # paths are read on the job's host: make them absolute from here
-        if far(text):  # a URL or a remote: the controller resolves it for the job's project
-            body["stage_in"].append(text)
-            continue
-        src, sep, dest = text.partition(":")
-        local_sources.append(os.path.join(here, src))
-        body["stage_in"].append(os.path.join(here, src) + (f":{dest}" if sep else ""))
-    body["stage_out"] = []
-    for text in args.stage_out:  # destinations default to here
-        src, sep, dest = text.partition(":")
-        if dest and far(dest):
-            body["stage_out"].append(text)
-        else:
-            body["stage_out"].append(f"{src}:{os.path.join(here, dest or os.path.basename(src))}")
-    if args.stage_size:
-        body["stage_size"] = args.stage_size
-    elif local_sources and len(local_sources) == len(body["stage_in"]):
-        # (what URLs and remotes hold is not measured here: give --stage-size, else [claims] stage_size)
-        body["stage_size"] = str(_stage_bytes(local_sources))
-    if args.resreq:
-        from xce.resreq import ResReqError, parse_resreq
-
+    """The job-spec parser makes the submission (xce.jobspec: bad usage raises JobSpecError, exit 2);
+    ``Client.submit`` sends it, with the request id that makes a resend safe after a lost answer."""
+    def remote_names() -> set[str]:
         try:
-            parse_resreq(args.resreq)
-        except ResReqError as e:
-            raise UsageError(f"bad resource requirement (-R): {e.reason} at column {e.position + 1}\n"
-                             f"  {e.text}\n  {' ' * e.position}^") from None
-    # a request id makes the submission safe to send again when its answer is lost (a controller killed
-    # or failing over mid-call): the client follows the leader and retries, and the controller answers
-    # with the job the first attempt made rather than a second job
-    body["request_id"] = os.urandom(16).hex()
-    job = ctx.client().request("POST", "/v1/jobs", body=body, idempotent=True)
+            return set(ctx.client().get("/v1/transfers").get("remote_names", []))
+        except ApiError:
+            return set()  # (a controller without transfers: paths, as before)
+
+    submission = jobspec.submission(args, cwd=os.getcwd(), remote_names=remote_names)
+    job = ctx.client().submit(submission)
     if ctx.json:
         print_json(job)
     else:

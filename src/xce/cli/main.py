@@ -14,8 +14,9 @@ import sys
 
 import xce
 from xce.cli.base import Context, Parser
-from xce.cli.errors import EXIT_USAGE, CliError, from_client
+from xce.cli.errors import EXIT_USAGE, CliError, UsageError, from_client
 from xce.client import ClientError
+from xce.jobspec import JobSpecError
 
 
 def _common() -> argparse.ArgumentParser:
@@ -72,9 +73,11 @@ def _command(argv: list[str]) -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, parser: Parser | None = None) -> int:
+    """Run one ``xce`` command line; ``parser``: one ``build_parser`` made for it already (the warm
+    server, ``xce.cli.server``, builds them once)."""
     words = sys.argv[1:] if argv is None else argv
-    parser = build_parser(COMMANDS.get(_command(words) or ""))
+    parser = parser or build_parser(COMMANDS.get(_command(words) or ""))
     args = parser.parse_args(words)
     func = getattr(args, "func", None)
     if func is None:
@@ -87,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         return _report(from_client(e))
     except CliError as e:
         return _report(e)
+    except JobSpecError as e:  # a submission's arguments that mean nothing: bad usage
+        return _report(UsageError(e.message))
     except (LookupError, TypeError, AttributeError, ValueError) as e:
         if ctx.called is None:
             raise  # no controller was asked: a bug of ours, shown as one

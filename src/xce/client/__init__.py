@@ -14,24 +14,53 @@ provisioner and ``xce up`` all speak to the controller through it::
 General layout: ``_client`` (``Client``: raw ``get``/``post``/``request`` and the typed
 helpers), ``_http`` (the transport: HTTP/1.1 keep-alive on plain sockets), ``_errors`` (the
 exception tree).  It is stdlib-only and imports nothing of XCE but the version, so the CLI starts
-fast and the daemons do not load the server.  Results are the API's JSON documents as dicts.
+fast and the daemons do not load the server.  Requests and results are typed by ``xce.wire``
+(``Submission``; ``JobDoc``, ``ClaimDoc``, ``SnapshotDoc``: the API's JSON documents as ``TypedDict``s),
+re-exported here.
 """
 
-from xce.client._client import Claim, Client, Job, Snapshot
+from typing import TYPE_CHECKING, Any
+
+from xce.client._client import Client
 from xce.client._errors import ApiError, BadResponse, ClientError, InvalidToken, InvalidURL, Unreachable, WaitTimeout
 from xce.client._http import DEFAULT_TIMEOUT
+from xce.wire import Submission
+
+if TYPE_CHECKING:
+    from xce.wire import ClaimDoc, JobDoc, SnapshotDoc
+
+    Job = JobDoc
+    Claim = ClaimDoc
+    Snapshot = SnapshotDoc
+
+# the documents' types, and the names they had before xce.wire typed them (users' code imports them),
+# loaded when first named (as xce.wire's documents are)
+_DOCUMENTS = {"JobDoc": "JobDoc", "ClaimDoc": "ClaimDoc", "SnapshotDoc": "SnapshotDoc", "Job": "JobDoc",
+              "Claim": "ClaimDoc", "Snapshot": "SnapshotDoc"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _DOCUMENTS:
+        import xce.wire
+
+        return getattr(xce.wire, _DOCUMENTS[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "DEFAULT_TIMEOUT",
     "ApiError",
     "BadResponse",
     "Claim",
+    "ClaimDoc",
     "Client",
     "ClientError",
     "InvalidToken",
     "InvalidURL",
     "Job",
+    "JobDoc",
     "Snapshot",
+    "SnapshotDoc",
+    "Submission",
     "Unreachable",
     "WaitTimeout",
 ]

@@ -1,27 +1,28 @@
 """``Client``: the REST API as Python calls, raw (``get``/``post``/``request``) and typed helpers.
 
 The helpers are thin: each is one route of ``/v1/`` (see ``/openapi.json``), takes the request's
-fields as keyword arguments and returns the controller's JSON document as a dict: a job is what
-``GET /v1/jobs/{id}`` answers (the shape ``xce --json job show`` prints), a claim what
-``GET /v1/claims/{name}`` answers.  Those shapes are the API's stable ones, so a dict loses nothing
-and costs no import; the aliases ``Job`` and ``Claim`` name them in signatures.
+fields as keyword arguments and returns the controller's JSON document, typed by ``xce.wire``: a
+job is a ``JobDoc`` (what ``GET /v1/jobs/{id}`` answers, the shape ``xce --json job show`` prints),
+a claim a ``ClaimDoc``.  They are ``TypedDict``s: the decoded JSON itself, so ``job["state"]``
+reads as always, and a type checker knows every key.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, TypeVar, cast
 from urllib.parse import quote
 
 from xce.client._errors import WaitTimeout
 from xce.client._http import DEFAULT_TIMEOUT, FAILOVER_WAIT, Params, Transport
 from xce.client.states import JOB_FINISHED, RESIZE_ENDED, ClaimState, SnapshotState
+from xce.wire import Submission
 
-Job = dict[str, Any]  # GET /v1/jobs/{id}: id, display_id, name, user, project, queue, state, exit_code, ...
-Claim = dict[str, Any]  # GET /v1/claims/{name}: id, name, class, size_bytes, access_mode, state, waiting, ...
+if TYPE_CHECKING:  # (xce.wire loads its documents when first named at run time: the CLI starts faster)
+    from xce.wire import ClaimDoc, HistoryRow, JobDoc, SnapshotDoc
 
-Snapshot = dict[str, Any]  # GET /v1/snapshots/{name}: id, name, project, claim, state, size_bytes, handle, ...
+Doc = TypeVar("Doc", "JobDoc", "ClaimDoc", "SnapshotDoc")
 
 CLAIM_FAILED = ClaimState.FAILED  # a claim stays FAILED until someone deletes it
 SNAPSHOT_FAILED = SnapshotState.FAILED  # as claims: until someone deletes it
@@ -129,57 +130,52 @@ class Client:
 
     def ping(self) -> dict[str, Any]:
         """The controller's version, cluster id, leader epoch and log position (``GET /v1/ping``)."""
-        return self.get("/v1/ping")
+        return cast("dict[str, Any]", self.get("/v1/ping"))
 
-    def submit(self, command: Iterable[str], *, name: str | None = None, queue: str | None = None,
-               project: str | None = None, slots: int = 1, resreq: str = "", cwd: str | None = None,
-               stdout: str | None = None, stderr: str | None = None, rerunnable: bool = False,
-               hold: bool = False, claims: Iterable[str] = (), scratch: str | None = None,
-               stage_in: Iterable[str] = (), stage_out: Iterable[str] = (), stage_size: str | None = None,
-               app: str | None = None, request_id: str | None = None, stage_class: str | None = None,
-               mem_limit: str | int | None = None) -> Job:
+    def submit(self, command: Iterable[str] | Submission = (), **fields: Any) -> JobDoc:
         """Submit a job (``POST /v1/jobs``); returns it as submitted (``state`` PEND or PSUSP).
 
-        The arguments are ``xce submit``'s: ``name="sweep[1-100]"`` submits an array (the parent is
-        returned), ``resreq`` is ``-R``, ``claims`` are ``"NAME"``, ``"NAME:rw"`` or ``"NAME:ro"``,
-        ``scratch`` is ``"SIZE[:CLASS]"``, ``mem_limit`` is ``-M`` (``"512Mi"``, or bytes).  Paths (``cwd``, ``stdout``, ``stderr``, ``stage_in``
-        sources, ``stage_out`` destinations) are taken as given: make them absolute, as ``xce submit``
-        does, since the job runs elsewhere.
+        ``command`` is the job's argument vector and ``fields`` the rest of a ``xce.wire.Submission``
+        (``xce submit``'s options: ``name="sweep[1-100]"`` submits an array, of which the parent is
+        returned; ``resreq`` is ``-R``; ``claims`` are ``"NAME"``, ``"NAME:rw"`` or ``"NAME:ro"``;
+        ``scratch`` is ``"SIZE[:CLASS]"``; ``mem_limit`` is ``-M``, ``"512Mi"`` or bytes), or
+        ``command`` is a whole ``Submission`` (``xce.jobspec`` makes one from a command line) and
+        ``fields`` replace some of it.  Paths (``cwd``, ``stdout``, ``stderr``, ``stage_in`` sources,
+        ``stage_out`` destinations) are taken as given: make them absolute, as ``xce submit`` does,
+        since the job runs elsewhere.
 
-        Every submission carries a ``request_id`` (a fresh one unless given): sent again after a
-        lost answer or a failover, it returns the job the first one made, never a second job.
+        This is the one place a submission becomes a request body.  Every submission carries a
+        ``request_id`` (a fresh one unless given): sent again after a lost answer or a failover, it
+        returns the job the first one made, never a second job.
         """
-        body: dict[str, Any] = {"command": list(command), "slots": slots, "resreq": resreq,
-                                "rerunnable": rerunnable, "hold": hold, "claims": list(claims),
-                                "stage_in": list(stage_in), "stage_out": list(stage_out)}
-        for key, value in (("name", name), ("queue", queue), ("project", project), ("cwd", cwd),
-                           ("stdout", stdout), ("stderr", stderr), ("scratch", scratch),
-                           ("stage_size", stage_size), ("app", app), ("stage_class", stage_class),
-                           ("mem_limit", None if mem_limit is None else str(mem_limit))):
-            if value is not None:
-                body[key] = value
-        body["request_id"] = request_id or os.urandom(16).hex()
-        return self.request("POST", "/v1/jobs", body=body, idempotent=True)
+        if isinstance(command, Submission):
+            submission = command if not fields else Submission.from_body({**command.to_body(), **fields})
+        else:
+            submission = Submission(command=tuple(command), **fields)
+        if submission.request_id is None:
+            submission = submission.with_request_id(os.urandom(16).hex())
+        doc: JobDoc = self.request("POST", "/v1/jobs", body=submission.to_body(), idempotent=True)
+        return doc
 
-    def kill(self, job_id: int, *, signal: str | int | None = None) -> Job:
+    def kill(self, job_id: int, *, signal: str | int | None = None) -> JobDoc:
         """End a job (``xce kill``): a running one gets SIGINT and SIGTERM, then SIGKILL after its queue's
         grace; with ``signal`` (``"USR1"``, ``10``), that one signal to its processes instead, and nothing
         else (``xce kill -s``)."""
         if signal is not None:
-            return self.post(f"/v1/jobs/{job_id}/signal", {"signal": str(signal)})
-        return self.post(f"/v1/jobs/{job_id}/kill", {})
+            return cast("JobDoc", self.post(f"/v1/jobs/{job_id}/signal", {"signal": str(signal)}))
+        return cast("JobDoc", self.post(f"/v1/jobs/{job_id}/kill", {}))
 
-    def stop(self, job_id: int) -> Job:
+    def stop(self, job_id: int) -> JobDoc:
         """Suspend a running job: its processes frozen, state USUSP (``xce stop``)."""
-        return self.post(f"/v1/jobs/{job_id}/stop", {})
+        return cast("JobDoc", self.post(f"/v1/jobs/{job_id}/stop", {}))
 
-    def resume(self, job_id: int) -> Job:
+    def resume(self, job_id: int) -> JobDoc:
         """Resume a stopped job (``xce resume``)."""
-        return self.post(f"/v1/jobs/{job_id}/resume", {})
+        return cast("JobDoc", self.post(f"/v1/jobs/{job_id}/resume", {}))
 
     def jobs(self, *, states: Iterable[str] = (), queue: str | None = None, user: str | None = None,
              all_users: bool = False, array: int | None = None, limit: int | None = None,
-             all_pages: bool = False) -> list[Job]:
+             all_pages: bool = False) -> list[JobDoc]:
         """Jobs (``GET /v1/jobs``), the newest, in id order: yours, or ``user``'s / everyone's
         (``all_users``) for admins.
 
@@ -192,13 +188,13 @@ class Client:
             params.append(("all", True))
         params += [("state", s) for s in states]
         if all_pages:
-            return self.get_all("/v1/jobs", params, limit=limit)
-        return self.get("/v1/jobs", params + [("limit", limit)])
+            return cast("list[JobDoc]", self.get_all("/v1/jobs", params, limit=limit))
+        return cast("list[JobDoc]", self.get("/v1/jobs", params + [("limit", limit)]))
 
     def history(self, *, since: float | None = None, until: float | None = None, user: str | None = None,
                 all_users: bool = False, project: str | None = None, states: Iterable[str] = (),
                 name: str | None = None, array: int | None = None, limit: int | None = None,
-                all_pages: bool = False) -> list[Job]:
+                all_pages: bool = False) -> list[HistoryRow]:
         """Finished jobs, live or archived (``GET /v1/history/jobs``), the newest, in id order: yours, or
         ``user``'s / everyone's (``all_users``) for admins; the columns ``sacct`` shows (``job()`` has
         every field).  ``since``/``until`` bound their end time (seconds since the epoch); ``states``
@@ -210,8 +206,8 @@ class Client:
             params.append(("all", True))
         params += [("state", s) for s in states]
         if all_pages:
-            return self.get_all("/v1/history/jobs", params, limit=limit)
-        return self.get("/v1/history/jobs", params + [("limit", limit)])
+            return cast("list[HistoryRow]", self.get_all("/v1/history/jobs", params, limit=limit))
+        return cast("list[HistoryRow]", self.get("/v1/history/jobs", params + [("limit", limit)]))
 
     def usage(self, *, since: float | None = None, until: float | None = None, user: str | None = None,
               all_users: bool = False, project: str | None = None) -> list[dict[str, Any]]:
@@ -221,15 +217,15 @@ class Client:
         params: list[tuple[str, Any]] = [("since", since), ("until", until), ("user", user), ("project", project)]
         if all_users:
             params.append(("all", True))
-        return self.get("/v1/usage", params)
+        return cast("list[dict[str, Any]]", self.get("/v1/usage", params))
 
-    def job(self, job_id: int) -> Job:
+    def job(self, job_id: int) -> JobDoc:
         """One job by id (``GET /v1/jobs/{id}``), live or archived (a finished job retired after
         ``[controller] keep_finished``); ``ApiError`` 404 if it does not exist for you."""
-        return self.get(f"/v1/jobs/{int(job_id)}")
+        return cast("JobDoc", self.get(f"/v1/jobs/{int(job_id)}"))
 
     def wait_job(self, job_id: int, states: Iterable[str] = JOB_FINISHED, timeout: float = 600.0, *,
-                 interval: float = 0.2, on_change: Callable[[Job], None] | None = None) -> Job:
+                 interval: float = 0.2, on_change: Callable[[JobDoc], None] | None = None) -> JobDoc:
         """Poll the job until its state is one of ``states`` (default: finished) and return it.
 
         A job that finishes (DONE or EXIT) ends the wait too, whatever ``states`` says: check
@@ -247,7 +243,7 @@ class Client:
                      access_mode: str | None = None, reclaim_policy: str | None = None,
                      params: dict[str, str] | None = None, project: str | None = None,
                      from_snapshot: str | None = None, from_claim: str | None = None,
-                     populate_from: str | None = None) -> Claim:
+                     populate_from: str | None = None) -> ClaimDoc:
         """Create a standalone claim (``POST /v1/claims``); returns it PENDING.
 
         ``size``: bytes or ``"10Gi"``; ``access_mode``: RWO, ROX, RWX or RWOP; ``reclaim_policy``:
@@ -264,10 +260,10 @@ class Client:
                            ("populate_from", populate_from)):
             if value is not None:
                 body[key] = value
-        return self.post("/v1/claims", body)
+        return cast("ClaimDoc", self.post("/v1/claims", body))
 
     def claims(self, *, project: str | None = None, states: Iterable[str] = (), all_states: bool = False,
-               retained: bool = False, limit: int | None = None) -> list[Claim]:
+               retained: bool = False, limit: int | None = None) -> list[ClaimDoc]:
         """Your projects' claims (``GET /v1/claims``), in id order; ``all_states`` includes RELEASED
         ones.  Follows the listing's pages: every claim that matches, or the newest ``limit``."""
         params: list[tuple[str, Any]] = [("project", project)]
@@ -276,43 +272,44 @@ class Client:
         if retained:
             params.append(("retained", True))
         params += [("state", s) for s in states]
-        return self.get_all("/v1/claims", params, limit=limit)
+        return cast("list[ClaimDoc]", self.get_all("/v1/claims", params, limit=limit))
 
-    def claim(self, name: str | int, project: str | None = None) -> Claim:
+    def claim(self, name: str | int, project: str | None = None) -> ClaimDoc:
         """One claim by name (``project``: when yours are in several) or by id (an int)."""
         if isinstance(name, int):
-            return self.get(f"/v1/claims/by-id/{name}")
-        return self.get(f"/v1/claims/{quote(name, safe=':')}", {"project": project})
+            return cast("ClaimDoc", self.get(f"/v1/claims/by-id/{name}"))
+        return cast("ClaimDoc", self.get(f"/v1/claims/{quote(name, safe=':')}", {"project": project}))
 
-    def delete_claim(self, name: str, project: str | None = None) -> Claim:
+    def delete_claim(self, name: str, project: str | None = None) -> ClaimDoc:
         """Delete a claim (``DELETE /v1/claims/{name}``): its reclaim policy decides the object's fate.
 
         Returns the claim, on its way to RELEASED; ``wait_claim(claim["id"], ("RELEASED",))`` waits.
         """
-        return self.delete(f"/v1/claims/{quote(name, safe=':')}", {"project": project})
+        return cast("ClaimDoc", self.delete(f"/v1/claims/{quote(name, safe=':')}", {"project": project}))
 
-    def resize_claim(self, name: str, size: str | int, project: str | None = None) -> Claim:
+    def resize_claim(self, name: str, size: str | int, project: str | None = None) -> ClaimDoc:
         """Grow a READY claim (``POST /v1/claims/{name}/resize``); ``size``: bytes or ``"20Gi"``.
 
         Returns the claim with ``resize`` REQUESTED; ``wait_resize(claim["id"])`` waits until it is
         DONE (the claim's ``size_bytes`` is the new size) or FAILED (the claim keeps its old size).
         """
-        return self.request("POST", f"/v1/claims/{quote(name, safe=':')}/resize", body={"size": size},
-                            params={"project": project} if project else None)
+        return cast("ClaimDoc", self.request("POST", f"/v1/claims/{quote(name, safe=':')}/resize",
+                                             body={"size": size}, params={"project": project} if project else None))
 
     def wait_resize(self, claim: str | int, timeout: float = 600.0, *, project: str | None = None,
-                    interval: float = 0.2, on_change: Callable[[Claim], None] | None = None) -> Claim:
+                    interval: float = 0.2, on_change: Callable[[ClaimDoc], None] | None = None) -> ClaimDoc:
         """Poll the claim until its latest resize is DONE or FAILED; return the claim."""
         return self._wait(lambda: self.claim(claim, project),
                           lambda c: (c["resize"] and c["resize"]["state"], c["resize"] and c["resize"]["waiting"],
                                      c["last_error"], c["next_retry"]),
                           lambda c: c["resize"] is None or c["resize"]["state"] in RESIZE_ENDED, timeout,
                           interval, on_change,
-                          lambda c: f"claim {c['name']}: its resize is still {c['resize']['state']} after {timeout:g}s")
+                          lambda c: f"claim {c['name']}: its resize is still {(c['resize'] or {}).get('state')} after "
+                                    f"{timeout:g}s")
 
     def wait_claim(self, claim: str | int, states: Iterable[str] = (ClaimState.READY,), timeout: float = 600.0, *,
                    project: str | None = None, interval: float = 0.2,
-                   on_change: Callable[[Claim], None] | None = None) -> Claim:
+                   on_change: Callable[[ClaimDoc], None] | None = None) -> ClaimDoc:
         """Poll the claim (by id, or name and ``project``) until its state is in ``states``; return it.
 
         FAILED ends the wait too (a claim stays FAILED until deleted): check ``claim["state"]``.
@@ -327,37 +324,37 @@ class Client:
 
     # ------------------------------------------------------------ snapshots
 
-    def create_snapshot(self, claim: str, name: str, project: str | None = None) -> Snapshot:
+    def create_snapshot(self, claim: str, name: str, project: str | None = None) -> SnapshotDoc:
         """Take a snapshot ``name`` of the claim ``claim`` (``POST /v1/snapshots``); returns it PENDING.
         ``wait_snapshot(snapshot["id"])`` waits until it is READY."""
         body: dict[str, Any] = {"name": name, "claim": claim}
         if project is not None:
             body["project"] = project
-        return self.post("/v1/snapshots", body)
+        return cast("SnapshotDoc", self.post("/v1/snapshots", body))
 
     def snapshots(self, *, project: str | None = None, claim: str | None = None, states: Iterable[str] = (),
-                  all_states: bool = False, limit: int | None = None) -> list[Snapshot]:
+                  all_states: bool = False, limit: int | None = None) -> list[SnapshotDoc]:
         """Your projects' snapshots (``GET /v1/snapshots``), in id order; ``all_states`` includes
         RELEASED ones.  Follows the listing's pages: every snapshot that matches, or the newest ``limit``."""
         params: list[tuple[str, Any]] = [("project", project), ("claim", claim)]
         if all_states:
             params.append(("all", True))
         params += [("state", s) for s in states]
-        return self.get_all("/v1/snapshots", params, limit=limit)
+        return cast("list[SnapshotDoc]", self.get_all("/v1/snapshots", params, limit=limit))
 
-    def snapshot(self, name: str | int, project: str | None = None) -> Snapshot:
+    def snapshot(self, name: str | int, project: str | None = None) -> SnapshotDoc:
         """One snapshot by name (``project``: when yours are in several) or by id (an int)."""
         if isinstance(name, int):
-            return self.get(f"/v1/snapshots/by-id/{name}")
-        return self.get(f"/v1/snapshots/{quote(name)}", {"project": project})
+            return cast("SnapshotDoc", self.get(f"/v1/snapshots/by-id/{name}"))
+        return cast("SnapshotDoc", self.get(f"/v1/snapshots/{quote(name)}", {"project": project}))
 
-    def delete_snapshot(self, name: str, project: str | None = None) -> Snapshot:
+    def delete_snapshot(self, name: str, project: str | None = None) -> SnapshotDoc:
         """Delete a snapshot (``DELETE /v1/snapshots/{name}``); returns it on its way to RELEASED."""
-        return self.delete(f"/v1/snapshots/{quote(name)}", {"project": project})
+        return cast("SnapshotDoc", self.delete(f"/v1/snapshots/{quote(name)}", {"project": project}))
 
     def wait_snapshot(self, snapshot: str | int, states: Iterable[str] = (SnapshotState.READY,), timeout: float = 600.0, *,
                       project: str | None = None, interval: float = 0.2,
-                      on_change: Callable[[Snapshot], None] | None = None) -> Snapshot:
+                      on_change: Callable[[SnapshotDoc], None] | None = None) -> SnapshotDoc:
         """Poll the snapshot until its state is in ``states`` (FAILED ends the wait too); return it."""
         wanted = set(states) | {SNAPSHOT_FAILED}
         return self._wait(lambda: self.snapshot(snapshot, project),
@@ -368,12 +365,11 @@ class Client:
     # ------------------------------------------------------------ waiting
 
     @staticmethod
-    def _wait(read: Callable[[], dict[str, Any]], key: Callable[[dict[str, Any]], tuple],
-              done: Callable[[dict[str, Any]], bool], timeout: float, interval: float,
-              on_change: Callable[[dict[str, Any]], None] | None,
-              too_long: Callable[[dict[str, Any]], str]) -> dict[str, Any]:
+    def _wait(read: Callable[[], Doc], key: Callable[[Doc], tuple[Any, ...]], done: Callable[[Doc], bool],
+              timeout: float, interval: float, on_change: Callable[[Doc], None] | None,
+              too_long: Callable[[Doc], str]) -> Doc:
         deadline = time.monotonic() + timeout
-        last: tuple | None = None
+        last: tuple[Any, ...] | None = None
         while True:
             doc = read()
             if on_change is not None and key(doc) != last:

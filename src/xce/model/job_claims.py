@@ -40,6 +40,7 @@ from xce.names import check_name
 from xce.transfers.locations import Location, TransferRefused, split_stage_in, split_stage_out
 from xce.transfers.locations import resolve as resolve_location
 from xce.units import parse_size
+from xce.wire import Submission
 
 if TYPE_CHECKING:
     from xce.config import ClaimsConfig, Config
@@ -242,6 +243,19 @@ def node_counters(templates: list[dict[str, Any]]) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------- jobs meet claims: decisions
+
+
+def request_specs(request: Submission) -> tuple[JobSpec, JobClaimsSpec]:
+    """What a submission (``POST /v1/jobs``, ``xce.wire.Submission``) asks of the job and of its claims,
+    in the model's terms (``-M`` in bytes: ``InvalidRequest`` if it is not a size)."""
+    spec = JobSpec(command=list(request.command), name=request.name, queue=request.queue, project=request.project,
+                   slots=request.slots, resreq=request.resreq, cwd=request.cwd, stdout=request.stdout,
+                   stderr=request.stderr, rerunnable=request.rerunnable, held=request.hold,
+                   request_id=request.request_id, mem_limit=jobs.parse_mem_limit(request.mem_limit))
+    claims = JobClaimsSpec(claims=request.claims, scratch=request.scratch, stage_in=request.stage_in,
+                           stage_out=request.stage_out, stage_size=request.stage_size, app=request.app,
+                           stage_class=request.stage_class)
+    return spec, claims
 
 
 def submit(model: State, actor: User, spec: JobSpec, claims: JobClaimsSpec, now: float,

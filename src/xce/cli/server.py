@@ -1,0 +1,472 @@
+"""The warm CLI server: the ``xce`` command's one definition, kept imported, for the native front.
+
+Python's start-up and the CLI's imports cost 250-450 ms a call on this VM, which was all of a loop
+of one-shot ``xce submit``'s time.  ``native/xce.c`` used to answer the commonest calls itself,
+with an argparse, TOML, HTTP and JSON of its own: a second CLI.  Now it owns no semantics, as
+Mercurial's ``chg`` owns none of ``hg``'s: it sends this server the argument vector, the working
+directory, the environment, the umask and its standard input, output and error (the descriptors
+themselves), and exits as the command did.  Everything a word on the command line means is still
+``xce.cli.main``'s; the choice and its figures are ``docs/decisions/0001-native-front.md``.
+
+One server per user and interpreter: its socket lives in a directory only its user may enter, named
+by a hash of the interpreter's path and of the variables that shape an interpreter at start-up
+(``PYTHON*``, ``LC_*``, ``LANG``), so a call is served only by a process that would have started
+the same.  The front starts it when there is none (``python -m xce.cli.server``, in a session of
+its own); it ends after ``XCE_CLI_IDLE`` seconds without a call (default 600), and at once when a
+module it loaded has changed on disk (it answers ``stale``, and the front starts a new one).
+
+The parent is single-threaded and forks one child per call, so calls never share a process: the
+child takes the caller's descriptors, directory, umask and environment, runs the command with the
+parsers the parent built once, and exits.  (Forking is safe here because this process has no
+thread: DESIGN's rule is never to fork a threaded one.)  The parent tells the front the child's pid
+(it forwards its signals there) and then how the child ended.  Commands that run for long or
+start daemons (``controller``, ``worker``, ``provisioner``, ``up``) are answered ``cold``: the front
+runs the Python CLI itself, as a process of the caller's own.
+
+The protocol, on a Unix stream socket, peer checked to be the same user:
+
+    front -> server   "XCE1 ARGC ENVC UMASK NBYTES\\n" then NBYTES of NUL-ended strings (the
+                      arguments after argv[0], then KEY=VALUE entries), with four descriptors in
+                      the first message (SCM_RIGHTS): stdin, stdout, stderr, the working directory
+    server -> front   "pid N\\n" then "exit N\\n" or "signal N\\n"; or "cold\\n"; or "stale\\n"
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import io
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Callable
+
+MAGIC = b"XCE1"
+MAX_REQUEST = 32 << 20  # more than Linux lets a process's arguments and environment take
+COLD = frozenset({"controller", "worker", "provisioner", "up"})  # long-lived: the caller's own process
+DEFAULT_IDLE = 600.0
+MAX_WORKERS = 32  # calls at once; more wait in the listen queue (each worker forks on demand)
+
+
+class BadRequest(Exception):
+    """A call the server cannot read: it is closed unanswered (the front then runs the CLI cold)."""
+
+
+class Request:
+    """A call: the command's words, the caller's environment and umask, and its descriptors (stdin,
+    stdout, stderr, working directory), owned by the request until the child takes them."""
+
+    def __init__(self, words: list[str], environ: dict[str, str], umask: int, fds: list[int]) -> None:
+        self.words = words
+        self.environ = environ
+        self.umask = umask
+        self.fds = fds
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+
+def read_request(conn: socket.socket) -> Request:
+    """One call from ``conn``, bounded by ``MAX_REQUEST``; raises ``BadRequest``."""
+    data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 4)
+    try:
+        head, sep, rest = data.partition(b"\n")
+        fields = head.split(b" ")
+        if not sep or len(fields) != 5 or fields[0] != MAGIC or len(fds) != 4:
+            raise BadRequest("not a call of this protocol")
+        try:
+            argc, envc, umask, size = int(fields[1]), int(fields[2]), int(fields[3], 8), int(fields[4])
+        except ValueError:
+            raise BadRequest("a malformed header") from None
+        if not (0 <= size <= MAX_REQUEST and 0 <= argc and 0 <= envc and 0 <= umask <= 0o777):
+            raise BadRequest("a header out of range")
+        body = bytearray(rest)
+        while len(body) < size:
+            chunk = conn.recv(min(1 << 20, size - len(body)))
+            if not chunk:
+                raise BadRequest("the call ended early")
+            body += chunk
+        strings = bytes(body).split(b"\0")
+        if len(body) != size or strings[-1] != b"" or len(strings) != argc + envc + 1:
+            raise BadRequest("a body that does not match its header")
+        words = [os.fsdecode(w) for w in strings[:argc]]
+        environ = {}
+        for entry in strings[argc:argc + envc]:
+            key, eq, value = entry.partition(b"=")
+            if eq and key:
+                environ[os.fsdecode(key)] = os.fsdecode(value)
+        return Request(words, environ, umask, fds)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+
+
+def peer_uid(conn: socket.socket) -> int:
+    _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return int(uid)
+
+
+class Warm:
+    """What the parent prepares once for every call: the CLI imported and its parsers built."""
+
+    def __init__(self) -> None:
+        from xce.cli import main as cli_main
+
+        self.cli = cli_main
+        modules = set(cli_main.COMMANDS.values())
+        self.parsers = {None: cli_main.build_parser(None), **{m: cli_main.build_parser(m) for m in modules}}
+        for name in ("xce.cli.config", "xce.resreq", "tomllib"):  # what one-shot calls go on to import
+            importlib.import_module(name)
+
+        self.files = _loaded_files()
+
+    def stale(self) -> bool:
+        """Has a module this server loaded changed on disk since?  (Then it would run old code.)"""
+        return _loaded_files(list(self.files)) != self.files
+
+    def command(self, words: list[str]) -> str | None:
+        return self.cli._command(words)
+
+    def run(self, words: list[str]) -> int:
+        parser = self.parsers[self.cli.COMMANDS.get(self.command(words) or "")]
+        return self.cli.main(words, parser=parser)
+
+
+def _loaded_files(paths: list[str] | None = None) -> dict[str, int]:
+    """mtime of each file of XCE this process has loaded (or of ``paths``)."""
+    if paths is None:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        paths = sorted({f for m in list(sys.modules.values())
+                        if (f := getattr(m, "__file__", None)) and f.startswith(root)})
+    out = {}
+    for path in paths:
+        try:
+            out[path] = os.stat(path).st_mtime_ns
+        except OSError:
+            out[path] = -1
+    return out
+
+
+# ---------------------------------------------------------------- a worker: calls, one at a time
+
+FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)  # they end a process
+
+
+def _stdio() -> None:
+    """sys.stdin/stdout/stderr over descriptors 0-2, as Python would have made them for the caller
+    (line-buffered on a terminal; the encoding is the server's, which its socket's name pins)."""
+    def text(fd: int, old: Any, write: bool, line: bool) -> io.TextIOWrapper:
+        raw = io.open(fd, "wb" if write else "rb", closefd=False)
+        return io.TextIOWrapper(raw, encoding=old.encoding, errors=old.errors, line_buffering=line)
+
+    sys.stdin = text(0, sys.__stdin__, False, False)
+    sys.stdout = text(1, sys.__stdout__, True, os.isatty(1))
+    sys.stderr = text(2, sys.__stderr__, True, True)
+
+
+class Worker:
+    """A process forked from the server that takes calls from the listening socket, one at a time,
+    each in the caller's directory, umask, environment and descriptors, and reports its end.  Between
+    calls it holds nothing of the last caller's (descriptors 0-2 on /dev/null, directory /): a pipe the
+    caller reads to its end must not stay open here.  A forwarded signal that ends a process ends this
+    one too, after telling the front so ("signal N"); SIGINT interrupts the call (exit 130, as the CLI
+    says).  It tells the server when it is busy and idle, so the server keeps one idle worker ready."""
+
+    def __init__(self, warm: Warm, listener: socket.socket, notify: int, retire: Callable[[], None]) -> None:
+        self.warm = warm
+        self.listener = listener
+        self.notify = notify
+        self.retire = retire
+        self.conn: socket.socket | None = None
+        self.null = os.open(os.devnull, os.O_RDWR)
+
+    def tell(self, what: bytes) -> None:
+        os.write(self.notify, what + f" {os.getpid()}\n".encode())
+
+    def loop(self) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        while True:
+            conn, _ = self.listener.accept()
+            self.tell(b"busy")
+            try:
+                stale = self.call(conn)
+            except KeyboardInterrupt:  # a SIGINT passed on as the call ended
+                stale = False
+            finally:
+                self.conn = None
+                conn.close()
+            if stale:
+                self.tell(b"stale")
+                return
+            self.tell(b"idle")
+
+    def call(self, conn: socket.socket) -> bool:
+        """One call on ``conn``; True if it found the server's code changed (the front asks anew)."""
+        conn.settimeout(10)  # a front sends its call at once: one that stalls is dropped
+        try:
+            if peer_uid(conn) != os.getuid():
+                return False
+            request = read_request(conn)
+        except (OSError, BadRequest):
+            return False
+        conn.settimeout(None)
+        if self.warm.stale():
+            request.close()
+            self.retire()  # first: the front asks a new server, which must not find this one's socket
+            conn.sendall(b"stale\n")
+            return True
+        if self.warm.command(request.words) in COLD:
+            request.close()
+            conn.sendall(b"cold\n")
+            return False
+        conn.sendall(f"pid {os.getpid()}\n".encode())
+        self.conn = conn
+        code = self.run(request)
+        conn.sendall(f"exit {code}\n".encode())
+        return False
+
+    def run(self, request: Request) -> int:
+        """The call in this process: the caller's state taken, the command run, the state given back."""
+        stdin, stdout, stderr, cwd = request.fds
+        for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
+            os.dup2(fd, target)
+        os.fchdir(cwd)
+        request.close()
+        os.umask(request.umask)
+        os.environ.clear()
+        os.environ.update(request.environ)
+        time.tzset()  # the caller's TZ
+        sys.argv = ["xce", *request.words]
+        _stdio()
+        for sig in FORWARDED:
+            signal.signal(sig, self._ended_by)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        done = threading.Event()
+        threading.Thread(target=self._watch, args=(done,), daemon=True).start()
+        try:
+            code = self.warm.run(request.words)
+        except SystemExit as e:  # argparse's exits, --help, --version
+            code = _exit_code(e)
+        except KeyboardInterrupt:
+            code = 130
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            for sig in FORWARDED:
+                signal.signal(sig, signal.SIG_DFL)
+            done.set()
+            for stream in (sys.stdout, sys.stderr, sys.stdin):
+                try:
+                    stream.close()  # flushed, and closed even if that failed: nothing left to write later
+                except OSError:
+                    pass  # `xce submit | head -c0`: a closed pipe is not a failure of the command
+            sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__
+            for target in (0, 1, 2):
+                os.dup2(self.null, target)
+            os.chdir("/")
+        return code
+
+    def _ended_by(self, signum: int, frame: object) -> None:
+        """A signal that ends a process, passed on by the front: end as the CLI would, saying so."""
+        if self.conn is not None:
+            try:
+                self.conn.sendall(f"signal {signum}\n".encode())
+            except OSError:
+                pass
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    def _watch(self, done: threading.Event) -> None:
+        """The front sends nothing after its call: its connection ends before the call does only if
+        the front was killed, and then the call ends too, as a process whose terminal hung up."""
+        conn = self.conn
+        if conn is None:
+            return
+        try:
+            ready = select.select([conn], [], [])[0]
+            gone = bool(ready) and not conn.recv(1, socket.MSG_PEEK)
+        except (OSError, ValueError):
+            gone = True
+        if gone and not done.is_set():
+            os.kill(os.getpid(), signal.SIGHUP)
+
+
+def _die_with_parent() -> None:
+    """SIGTERM this worker when the server ends, even killed: an orphan would serve on unsupervised."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() == 1:  # (it ended before the call above)
+        os._exit(0)
+
+
+def _exit_code(e: SystemExit) -> int:
+    if e.code is None:
+        return 0
+    if isinstance(e.code, int):
+        return e.code
+    print(e.code, file=sys.stderr)
+    return 1
+
+
+# ---------------------------------------------------------------- the server: a pool of workers
+
+
+class Server:
+    """The parent: listens, and keeps one idle worker ready (forking another whenever the last idle
+    one takes a call, up to ``MAX_WORKERS``: more calls at once wait in the listen queue).  It runs
+    no call itself and has no thread, so it may fork."""
+
+    def __init__(self, path: str, idle: float) -> None:
+        self.path = path
+        self.idle = idle
+        self.warm = Warm()
+        self.workers: dict[int, str] = {}  # pid -> "idle" | "busy"
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.notify_r, self.notify_w = os.pipe()
+        self.wake_r, self.wake_w = os.pipe()
+        self.running = True
+
+    def listen(self) -> None:
+        """Listen on ``path``: bound under a temporary name and renamed into place, so a front never
+        finds a socket nobody listens on yet (the front that started us holds the start lock)."""
+        tmp = f"{self.path}.{os.getpid()}"
+        self.listener.bind(tmp)
+        self.listener.listen(128)
+        os.rename(tmp, self.path)
+        self.inode = os.stat(self.path).st_ino
+        with open(self.path + ".pid", "w") as fh:
+            fh.write(f"{os.getpid()}\n")
+
+    def serve(self) -> None:
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._stop)
+        self._fork()
+        pending = b""
+        try:
+            while self.workers:
+                quiet = self.running and all(state == "idle" for state in self.workers.values())
+                ready = select.select([self.notify_r, self.wake_r], [], [], self.idle if quiet else None)[0]
+                if not ready:
+                    self._retire()  # idle for long enough
+                if self.wake_r in ready:
+                    os.read(self.wake_r, 4096)
+                    self._reap()
+                if self.notify_r in ready:
+                    pending += os.read(self.notify_r, 4096)
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        self._heard(line.decode())
+                if not self.running:
+                    self._retire()
+        finally:
+            self._retire()
+
+    def _heard(self, line: str) -> None:
+        what, _, pid = line.partition(" ")
+        if not pid.isdigit() or int(pid) not in self.workers:
+            return
+        if what == "stale":
+            self.running = False
+        elif what in ("busy", "idle"):
+            self.workers[int(pid)] = what
+        if self.running and "idle" not in self.workers.values() and len(self.workers) < MAX_WORKERS:
+            self._fork()
+
+    def _fork(self) -> None:
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                _die_with_parent()
+                signal.set_wakeup_fd(-1)
+                for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+                    signal.signal(sig, signal.SIG_DFL)
+                for fd in (self.notify_r, self.wake_r, self.wake_w):
+                    os.close(fd)
+                Worker(self.warm, self.listener, self.notify_w, self._unlink).loop()
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            finally:
+                os._exit(code)
+        self.workers[pid] = "idle"
+
+    def _stop(self, *_: object) -> None:
+        self.running = False
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.workers.pop(pid, None)
+            if self.running and "idle" not in self.workers.values():
+                self._fork()
+
+    def _unlink(self) -> None:
+        """Remove the socket (and its pid file) if they are still this server's."""
+        try:
+            if os.stat(self.path).st_ino == getattr(self, "inode", None):
+                os.unlink(self.path)
+                os.unlink(self.path + ".pid")
+        except OSError:
+            pass
+
+    def _retire(self) -> None:
+        """Take no more calls: stop listening, remove the socket (and its pid file) if they are still
+        this server's, and end the idle workers; busy ones end when their call has (SIGTERM is
+        theirs to pass on to the front, so they are sent it only once idle)."""
+        self.running = False
+        if self.listener.fileno() >= 0:
+            self.listener.close()
+            self._unlink()
+        for pid, state in self.workers.items():
+            if state == "idle":
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m xce.cli.server", description="the xce command's warm server "
+                                "(started by the native front, native/xce.c)")
+    p.add_argument("--socket", required=True, help="the Unix socket to listen on")
+    p.add_argument("--ready-fd", type=int, help="a descriptor to write 'ready' to once listening, then close")
+    args = p.parse_args(argv)
+    if os.fork():  # detached: the front that spawned us waits for this first process only, so the server
+        os._exit(0)  # is nobody's child (not the daemon's the front may go on to exec into)
+    try:
+        idle = float(os.environ.get("XCE_CLI_IDLE", DEFAULT_IDLE))
+    except ValueError:
+        idle = DEFAULT_IDLE
+    server = Server(args.socket, idle)
+    server.listen()
+    if args.ready_fd is not None:
+        os.write(args.ready_fd, b"ready\n")
+        os.close(args.ready_fd)
+    server.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

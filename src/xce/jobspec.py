@@ -1,0 +1,264 @@
+"""The job-spec parser: a submission's arguments, as a front door gathers them, into one ``Submission``.
+
+Every way of submitting a job means the same through this module: ``xce submit`` today, LSF's
+``bsub`` options and ``#BSUB`` script directives next (issue 31).  A front door only gathers the
+argument vector, the directory the user stands in and what the submission needs of the host
+(the files it names; the controller's remote names, asked only when a word could be one); what
+each option means, and how it becomes a field of ``xce.wire.Submission``, is said once, here:
+
+- ``OPTIONS`` is the table: one ``Option`` per submission option, with its spellings, its help and
+  the ``Submission`` field it sets.  ``add_options`` turns the table into an ``argparse`` parser's
+  arguments (the ``xce submit`` command's, in ``xce.cli.commands_jobs``); a ``bsub`` parser is a
+  second spelling column read by the same function (``-J``, ``-cwd``, ``-env``...), and ``#BSUB``
+  lines are split like shell words and parsed by it before the command line, whose options win.
+- ``submission`` reads a parsed namespace into a ``Submission`` in the table's order, each option
+  through its ``resolve`` step: paths made absolute from the submission directory (the job runs
+  elsewhere), stage-in sources measured, a resource requirement checked with a caret under the
+  column at fault.  Anything wrong is a ``JobSpecError``, which the front door reports as bad
+  usage (``xce``: exit 2).
+
+Adding an option: a field in ``Submission``, a row here, its meaning in the model, a test
+(``docs/architecture.md``, "Adding a submit option").
+
+Stdlib only, below the model and the API (``pyproject.toml``), so anything that takes a
+submission's arguments may parse them with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from typing import Any, Callable, Collection, Mapping
+
+from xce.wire import Submission
+
+
+class JobSpecError(ValueError):
+    """A submission's arguments mean nothing a controller would take (an empty path, an -R that does
+    not parse): bad usage, found before anything is sent.  ``message`` is one line for people (the
+    -R one adds the text and a caret)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a positive integer, or a usage error that says what was given."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+class Site:
+    """What resolving an option may need beyond its own value: the submission directory, the values
+    of the options before it, and the controller's remote names (asked once, and only if a word
+    could name one: ``remote_names`` is called lazily)."""
+
+    def __init__(self, cwd: str, remote_names: Callable[[], Collection[str]]) -> None:
+        self.cwd = cwd
+        self.fields: dict[str, Any] = {}
+        self.local_sources: list[str] = []  # the stage-in sources that are paths here (stage_size measures them)
+        self._remote_names = remote_names
+        self._remotes: Collection[str] | None = None
+
+    def far(self, text: str) -> bool:
+        """Is a stage location a URL or one of the site's remotes (``NAME:path``), rather than a local
+        path?  A ``NAME:`` prefix is a remote only if the site names one so; otherwise it is a
+        relative path and its DEST, as before (``./NAME`` is always a path)."""
+        if re.match(r"^[A-Za-z][A-Za-z0-9+.\-]{0,15}://", text):
+            return True
+        m = re.match(r"^([a-z0-9][a-z0-9\-_.]{0,62}):", text)
+        if m is None:
+            return False
+        if self._remotes is None:
+            self._remotes = self._remote_names()
+        return m.group(1) in self._remotes
+
+
+Resolve = Callable[[Any, Site], Any]
+
+
+class Option:
+    """One submission option: the ``Submission`` field it sets, how ``xce submit`` spells it, and how
+    its parsed value becomes the field's (``resolve``; None: as parsed).  ``kind`` is argparse's:
+    ``value`` (one), ``flag`` (present or not), ``append`` (repeatable), ``command`` (the rest).
+    (A plain class: importing ``dataclasses`` costs the CLI's start-up ~18 ms.)"""
+
+    __slots__ = ("field", "flags", "help", "kind", "metavar", "type", "default", "resolve")
+
+    def __init__(self, field: str, flags: tuple[str, ...], help: str, *, kind: str = "value",
+                 metavar: str | None = None, type: Callable[[str], Any] | None = None, default: Any = None,
+                 resolve: Resolve | None = None) -> None:
+        self.field, self.flags, self.help, self.kind = field, flags, help, kind
+        self.metavar, self.type, self.default, self.resolve = metavar, type, default, resolve
+
+
+# ---------------------------------------------------------------- resolve steps
+
+
+def _job_path(field: str) -> Resolve:
+    """--cwd from where the user stands now; -o/-e from the job's working directory (--cwd, else
+    here: the workspace is gone after the job), as bsub takes them."""
+    def resolve(value: str | None, site: Site) -> str | None:
+        if value is None:
+            return None
+        if not value:
+            raise JobSpecError(f"--{field} needs a path")
+        return os.path.join(site.fields.get("cwd") or site.cwd, value)
+    return resolve
+
+
+def _if_given(value: str | None, site: Site) -> str | None:
+    """An empty value means the option was not given (``--scratch ""``)."""
+    return value or None
+
+
+def _stage_in(items: list[str], site: Site) -> tuple[str, ...]:
+    """Paths are read on the job's host: made absolute from here.  A URL or a remote is the
+    controller's to resolve for the job's project."""
+    out = []
+    for text in items:
+        if site.far(text):
+            out.append(text)
+            continue
+        src, sep, dest = text.partition(":")
+        site.local_sources.append(os.path.join(site.cwd, src))
+        out.append(os.path.join(site.cwd, src) + (f":{dest}" if sep else ""))
+    return tuple(out)
+
+
+def _stage_out(items: list[str], site: Site) -> tuple[str, ...]:
+    """Destinations default to here."""
+    out = []
+    for text in items:
+        src, _, dest = text.partition(":")
+        if dest and site.far(dest):
+            out.append(text)
+        else:
+            out.append(f"{src}:{os.path.join(site.cwd, dest or os.path.basename(src))}")
+    return tuple(out)
+
+
+def _stage_size(value: str | None, site: Site) -> str | None:
+    """Given, or what the stage-in sources hold when every one is a path here (what URLs and remotes
+    hold is not measured here: give --stage-size, else [claims] stage_size)."""
+    if value:
+        return value
+    if site.local_sources and len(site.local_sources) == len(site.fields.get("stage_in") or ()):
+        return str(stage_bytes(site.local_sources))
+    return None
+
+
+def stage_bytes(sources: list[str]) -> int:
+    """What the stage-in sources hold (the room their copy takes), rounded up to a whole MiB; what
+    cannot be read from here counts nothing (the stage-in itself will say why)."""
+    total = 0
+    for src in sources:
+        try:
+            st = os.lstat(src)
+        except OSError:
+            continue
+        total += st.st_size
+        if os.path.isdir(src):
+            for top, dirs, files in os.walk(src):
+                for name in dirs + files:
+                    try:
+                        total += os.lstat(os.path.join(top, name)).st_size
+                    except OSError:
+                        pass
+    mib = 1 << 20
+    return max(1, -(-total // mib)) * mib
+
+
+def _resreq(value: str, site: Site) -> str:
+    """Checked here, so a typo is shown with a caret under its column before anything is sent."""
+    if value:
+        from xce.resreq import ResReqError, parse_resreq  # (only when given: a plain submit stays light)
+
+        try:
+            parse_resreq(value)
+        except ResReqError as e:
+            raise JobSpecError(f"bad resource requirement (-R): {e.reason} at column {e.position + 1}\n"
+                               f"  {e.text}\n  {' ' * e.position}^") from None
+    return value
+
+
+# ---------------------------------------------------------------- the table
+
+# In the order ``xce submit --help`` lists them, which is also the order they are resolved in (a
+# path option reads ``cwd``; ``stage_size`` reads ``stage_in``; ``resreq`` is checked last of all,
+# after anything that may have asked the controller for its remotes).
+OPTIONS: tuple[Option, ...] = (
+    Option("queue", ("-q", "--queue"), "queue (default: the default queue)"),
+    Option("slots", ("-n", "--slots"), "slots (default 1)", type=positive_int, default=1),
+    Option("resreq", ("-R", "--resreq"), "resource requirement: select[...] rusage[...] span[...] order[...]",
+           default="", resolve=_resreq),
+    Option("name", ("-J", "--name"), "job name; NAME[1-100] submits a job array"),
+    Option("stdout", ("-o", "--stdout"), "output file (%%J: job id, %%I: array index)", resolve=_job_path("stdout")),
+    Option("stderr", ("-e", "--stderr"), "error file (default: with the output)", resolve=_job_path("stderr")),
+    Option("project", ("-P", "--project"), "project (default: your first project)"),
+    Option("cwd", ("--cwd",), "working directory (default: the job's workspace)", resolve=_job_path("cwd")),
+    Option("rerunnable", ("-r", "--rerunnable"), "requeue if its host is lost", kind="flag"),
+    Option("mem_limit", ("-M", "--mem-limit"), "memory each host's part of the job may use (512Mi, 4G); beyond it "
+           "the job is killed and ends EXIT (default: its rusage[mem=] reservation, if any)", metavar="SIZE"),
+    Option("hold", ("-H", "--hold"), "submit held (PSUSP) until released", kind="flag"),
+    Option("claims", ("--claim",), "a standalone claim the job uses, at $XCE_CLAIM_<NAME> (repeatable)",
+           kind="append", metavar="NAME[:rw|ro]"),
+    Option("scratch", ("--scratch",), "per-run scratch space, at $XCE_SCRATCH", metavar="SIZE[:CLASS]",
+           resolve=_if_given),
+    Option("stage_in", ("--stage-in",), "copy SRC into $XCE_STAGE (as DEST) before the job starts; SRC a path, "
+           "a URL (https://..., s3://...) or REMOTE:path (xce transfers list) (repeatable)", kind="append",
+           metavar="SRC[:DEST]", resolve=_stage_in),
+    Option("stage_out", ("--stage-out",), "copy $XCE_STAGE/SRC to DEST (default: here) after the job ends; DEST a "
+           "path, an s3:// URL or REMOTE:path (repeatable)", kind="append", metavar="SRC[:DEST]",
+           resolve=_stage_out),
+    Option("stage_size", ("--stage-size",), "room for $XCE_STAGE on the job's host, reserved on its scratch "
+           "(default: the size of the --stage-in sources, measured here)", metavar="SIZE", resolve=_stage_size),
+    Option("stage_class", ("--stage-class",), "the staging claim's class (default: the site's); a shared-scope "
+           "class stages in from URLs and remotes while the job waits in the queue, before hosts are allocated",
+           metavar="CLASS", resolve=_if_given),
+    Option("app", ("--app",), "an application profile (its template claims come along)", metavar="PROFILE",
+           resolve=_if_given),
+    Option("command", ("command",), "the command and its arguments, after --", kind="command", metavar="CMD"),
+)
+
+# the order fields are resolved in, where it differs from the table's: the paths before what reads
+# them, the remote-dependent stage options before the -R check
+_ORDER = ("cwd", "stdout", "stderr", "stage_in", "stage_out", "stage_size", "resreq")
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """The submission options, as ``xce submit`` spells them, on ``parser`` (argparse's ``dest`` is
+    the ``Submission`` field)."""
+    for o in OPTIONS:
+        if o.kind == "command":
+            parser.add_argument(o.field, nargs="+", metavar=o.metavar, help=o.help)
+        elif o.kind == "flag":
+            parser.add_argument(*o.flags, dest=o.field, action="store_true", help=o.help)
+        elif o.kind == "append":
+            parser.add_argument(*o.flags, dest=o.field, action="append", default=[], metavar=o.metavar,
+                                help=o.help)
+        else:
+            parser.add_argument(*o.flags, dest=o.field, type=o.type or str, default=o.default, metavar=o.metavar,
+                                help=o.help)
+
+
+def submission(values: argparse.Namespace | Mapping[str, Any], *, cwd: str,
+               remote_names: Callable[[], Collection[str]] = frozenset) -> Submission:
+    """The ``Submission`` that parsed options ``values`` (by field name) ask for, for a user standing
+    in ``cwd``.  Raises ``JobSpecError``."""
+    given = values if isinstance(values, Mapping) else vars(values)
+    site = Site(cwd, remote_names)
+    by_field = {o.field: o for o in OPTIONS}
+    order = [*_ORDER, *(o.field for o in OPTIONS if o.field not in _ORDER)]
+    for field in order:
+        option = by_field[field]
+        value = given.get(field, option.default)
+        site.fields[field] = option.resolve(value, site) if option.resolve is not None else value
+    return Submission(**{k: v for k, v in site.fields.items() if v is not None})

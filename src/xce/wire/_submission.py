@@ -1,0 +1,130 @@
+"""``Submission``: a job as submitted, the one request type of ``POST /v1/jobs``.
+
+Each field is one thing a submission may ask for, named as the request body names it.  Its type
+says what a client may send; its ``Limit`` says what the controller accepts (lengths, patterns,
+ranges), and the REST schema is made from those marks (``xce.api.schemas.request_model``), so the
+two cannot drift.  Meanings are the model's (``xce.model.job_claims.request_specs``); how a command
+line becomes one is ``xce.jobspec``'s.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+NAME_PATTERN = r"^[a-z0-9][a-z0-9\-_.]{0,62}$"  # every entity's name (xce.names checks it)
+
+
+class Limit:
+    """What the controller accepts in a field: a mark in the field's ``Annotated`` type, read by the
+    API to make its request schema.  Lengths are of strings and lists; ``ge``/``le`` bound numbers.
+    (Plain classes here, not dataclasses: importing ``dataclasses`` costs the CLI's start-up ~18 ms.)"""
+
+    __slots__ = ("min_length", "max_length", "pattern", "ge", "le", "description")
+
+    def __init__(self, *, min_length: int | None = None, max_length: int | None = None, pattern: str | None = None,
+                 ge: int | None = None, le: int | None = None, description: str | None = None) -> None:
+        self.min_length, self.max_length, self.pattern = min_length, max_length, pattern
+        self.ge, self.le, self.description = ge, le, description
+
+    def constraints(self) -> dict[str, Any]:
+        """The marks that are set, by name (pydantic's ``Field`` takes the same names)."""
+        return {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None}
+
+
+Name = Annotated[str, Limit(pattern=NAME_PATTERN, max_length=63)]
+Path = Annotated[str, Limit(min_length=1, max_length=4096)]
+Arg = Annotated[str, Limit(max_length=65536)]
+Size = Annotated[str, Limit(min_length=1, max_length=40)]
+
+
+class Submission:
+    """A job as submitted.  Paths are taken as given: the job runs elsewhere, so a client makes them
+    absolute (``xce.jobspec`` does, from the directory the user stands in).  Immutable, keyword-only,
+    compared field by field; its fields are ``FIELDS``, in order, each with its default on the class."""
+
+    command: Annotated[tuple[Arg, ...], Limit(min_length=1, max_length=4096)]
+    name: Annotated[str, Limit(min_length=1, max_length=200, description=(
+        "a job name, or NAME[1-100] / NAME[1,3,5-9:2] for a job array"))] | None = None
+    queue: Name | None = None
+    project: Name | None = None
+    slots: Annotated[int, Limit(ge=1, le=1_000_000)] = 1
+    resreq: Annotated[str, Limit(max_length=4096)] = ""
+    cwd: Path | None = None
+    stdout: Path | None = None
+    stderr: Path | None = None
+    rerunnable: bool = False
+    hold: bool = False
+    claims: Annotated[tuple[Annotated[str, Limit(min_length=1, max_length=80)], ...],
+                      Limit(max_length=32, description="standalone claims: NAME, NAME:rw or NAME:ro")] = ()
+    scratch: Annotated[str, Limit(min_length=1, max_length=100,
+                                  description="SIZE or SIZE:CLASS: a per-run scratch claim")] | None = None
+    stage_in: Annotated[tuple[Path, ...], Limit(max_length=64, description="SRC (absolute) or SRC:DEST (DEST "
+                                                                           "relative to $XCE_STAGE)")] = ()
+    stage_out: Annotated[tuple[Path, ...], Limit(max_length=64, description="SRC:DEST (SRC relative to "
+                                                                            "$XCE_STAGE, DEST absolute)")] = ()
+    stage_size: Annotated[str, Limit(min_length=1, max_length=40, description=(
+        "SIZE: room for the staging area on the job's first host (stage-in data and what the job leaves there "
+        "for stage-out); default [claims] stage_size. xce submit sends the size of the stage-in sources"))] \
+        | None = None
+    app: Annotated[str, Limit(pattern=NAME_PATTERN, max_length=63, description=(
+        "an application profile that declares template claims"))] | None = None
+    request_id: Annotated[str, Limit(pattern=r"^[A-Za-z0-9._:-]{8,64}$", description=(
+        "a client-chosen id for this submission: sent again (a retry after a failover or a lost answer), it "
+        "returns the job the first one created instead of a second job"))] | None = None
+    stage_class: Annotated[str, Limit(pattern=NAME_PATTERN, max_length=63, description=(
+        "the staging claim's class (default [claims] stage_class); a shared-scope class stages in from URLs and "
+        "remotes while the job waits, before its hosts are allocated"))] | None = None
+    mem_limit: Annotated[str, Limit(min_length=1, max_length=40, description=(
+        "SIZE (100Mi, 2G): the memory each host's part of the job may use (LSF's -M), enforced by the run's "
+        "cgroup; without it a job's rusage[mem=] reservation is its limit"))] | None = None
+
+    def __init__(self, **given: Any) -> None:
+        unknown = set(given) - set(FIELDS)
+        if unknown:
+            raise TypeError(f"Submission has no field {sorted(unknown)[0]!r}")
+        if "command" not in given:
+            raise TypeError("Submission needs a command")
+        for name in FIELDS:
+            value = given.get(name, getattr(type(self), name, None))
+            if isinstance(value, list):  # lists are taken for tuples (JSON has only lists)
+                value = tuple(value)
+            object.__setattr__(self, name, value)
+        if isinstance(self.mem_limit, int) and not isinstance(self.mem_limit, bool):  # -M in bytes
+            object.__setattr__(self, "mem_limit", str(self.mem_limit))
+        if isinstance(self.command, str):  # a string would be sent as one argument per character
+            raise TypeError("Submission.command is a sequence of arguments, not a string")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a Submission is immutable: make another (replace)")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Submission) and self.to_body() == other.to_body()
+
+    def __hash__(self) -> int:
+        return hash(tuple(getattr(self, name) for name in FIELDS))
+
+    def __repr__(self) -> str:
+        return "Submission(" + ", ".join(f"{k}={v!r}" for k, v in self.to_body().items()) + ")"
+
+    def to_body(self) -> dict[str, Any]:
+        """The JSON body of ``POST /v1/jobs``: every field, lists for tuples, unset optional ones left out."""
+        body: dict[str, Any] = {}
+        for name in FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                body[name] = list(value) if isinstance(value, tuple) else value
+        return body
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> Submission:
+        """A body as ``to_body`` makes it (or the API has validated it); an unknown key is a ``TypeError``."""
+        return cls(**body)
+
+    def replace(self, **changes: Any) -> Submission:
+        return Submission(**{**{name: getattr(self, name) for name in FIELDS}, **changes})
+
+    def with_request_id(self, request_id: str) -> Submission:
+        return self.replace(request_id=request_id)
+
+
+FIELDS: tuple[str, ...] = tuple(Submission.__annotations__)  # in order
