@@ -260,8 +260,9 @@ class Hierarchy:
         self.host, self.layout = host, layout
         self.tree, self.cpuacct, self.memory, self.cpu, self.cpuset = tree, cpuacct, memory, cpu, cpuset
         self._lock = threading.Lock()
-        # shape (the bases joined) -> idle cgroups: name, and the CPU (user, system) and OOM kills they hold
-        self._idle: dict[tuple[str, ...], list[tuple[str, tuple[float, float], int]]] = {}
+        # shape (the bases joined) -> idle cgroups: as their last run had them, and the CPU (user, system)
+        # and OOM kills they hold so far
+        self._idle: dict[tuple[str, ...], list[tuple[RunCgroup, tuple[float, float], int]]] = {}
         self._held: set[str] = set()  # adopted runs' cgroups: ``recover`` leaves them alone
         self._made = 0  # the highest r<N> this worker, or an earlier life of it, made
         self._shares: dict[str, tuple[tuple[int, ...], float | None]] = {}  # name -> CPU share written last
@@ -299,16 +300,21 @@ class Hierarchy:
         """A cgroup for one run, its limits written: an idle one of its shape, or a new one (always new
         with a memory limit: its OOM count and its charged memory start at nothing)."""
         shape = self._shape(limits)
-        reuse = limits.memory_bytes is None
-        cpu_base: tuple[float, float] = (0.0, 0.0)
-        oom_base = 0
         with self._lock:
-            idle = self._idle.get(shape) if reuse else None
-            if idle:  # what its earlier runs used (read as the last one ended): this run's is what it adds
-                name, cpu_base, oom_base = idle.pop()
-            else:
+            idle = self._idle.get(shape) if limits.memory_bytes is None else None
+            last, cpu_base, oom_base = idle.pop() if idle else (None, (0.0, 0.0), 0)
+            if last is None:
                 self._made += 1
                 name = f"r{self._made}"
+        if last is not None:  # its directories are there: only its CPU share may need writing
+            try:
+                self._limit(last.name, limits)
+            except OSError as e:
+                self._rmdirs(last.dirs)
+                raise CgroupError(f"cannot use cgroup {last.name}: {e.strerror}") from None
+            # what its earlier runs used (read as the last one ended): this run's is what it adds
+            return RunCgroup(**{**vars(last), "cores": limits.cores if self.cpuset is not None else (),
+                                "cpu_base": cpu_base, "oom_base": oom_base})  # (dataclasses.replace: slow)
         dirs = tuple(os.path.join(b, name) for b in shape)
         made: list[str] = []
         try:
@@ -323,7 +329,7 @@ class Hierarchy:
             self._rmdirs(made)
             raise CgroupError(f"cannot make cgroup {name}: {e.strerror}") from None
         return self._run(name, shape, limits.memory_bytes if self.memory is not None else None,
-                         limits.cores if self.cpuset is not None else (), cpu_base, oom_base)
+                         limits.cores if self.cpuset is not None else ())
 
     def _limit(self, name: str, limits: Limits) -> None:
         m, c, s = self.memory, self.cpu, self.cpuset
@@ -353,8 +359,8 @@ class Hierarchy:
                 _write(f"{d}/cpu.cfs_quota_us", str(quota))
         self._shares[name] = share
 
-    def _run(self, name: str, shape: tuple[str, ...], memory_limit: int | None, cores: tuple[int, ...],
-             cpu_base: tuple[float, float] = (0.0, 0.0), oom_base: int = 0) -> RunCgroup:
+    def _run(self, name: str, shape: tuple[str, ...], memory_limit: int | None,
+             cores: tuple[int, ...]) -> RunCgroup:
         tree = os.path.join(self.tree.base, name)
         memory = (os.path.join(self.memory.base, name) if self.memory is not None and memory_limit is not None
                   else None)
@@ -366,8 +372,7 @@ class Hierarchy:
         dirs = [(b in share, os.path.join(b, name)) for b in shape]
         return RunCgroup(version=self.tree.version, join=tuple(d for later, d in dirs if not later), control=tree,
                          cpu_stat=cpu_stat, memory=memory, memory_limit=memory_limit, cores=cores, name=name,
-                         shape=shape, later=tuple(d for later, d in dirs if later), cpu_base=cpu_base,
-                         oom_base=oom_base)
+                         shape=shape, later=tuple(d for later, d in dirs if later))
 
     def _counters(self, rc: RunCgroup) -> tuple[float | None, float | None, int]:
         """The cgroup's user and system CPU seconds and OOM kills so far."""
@@ -404,7 +409,7 @@ class Hierarchy:
             idle = self._idle.setdefault(rc.shape, [])
             keep = rc.memory is None and len(idle) < IDLE_KEPT and _empty(rc.control)
             if keep:
-                idle.append((rc.name, held, rc.oom_base + used.oom_kills))
+                idle.append((rc, held, rc.oom_base + used.oom_kills))
         if not keep:
             self._rmdirs(rc.dirs)
 
@@ -445,7 +450,7 @@ class Hierarchy:
     def remove_all(self) -> None:
         """Every idle cgroup, and this worker's subtree where nothing else is left (tests, a host retired)."""
         with self._lock:
-            idle = [os.path.join(b, n) for shape, entries in self._idle.items() for n, _, _ in entries for b in shape]
+            idle = [d for entries in self._idle.values() for rc, _, _ in entries for d in rc.dirs]
             self._idle.clear()
         self._rmdirs(idle)
         for base in self.bases():
