@@ -168,8 +168,8 @@ def test_a_decision_for_a_job_that_changed_since_the_snapshot_is_rejected(w):
     w.apply(on(requeued, "h2"))
     w.commit(jobs.kill(w.model, ADMIN, requeued.id, w.tick(), requeue=True))  # PEND again, but its run is 1 now
     result = w.apply(*stale)
-    assert result.rejected == {j: "job changed since the snapshot" for j in (killed.id, held.id, allocated.id,
-                                                                              requeued.id, 99)}
+    stale_ids = (killed.id, held.id, allocated.id, requeued.id, 99)
+    assert result.rejected == {j: "job changed since the scheduler's view" for j in stale_ids}
     assert result.accepted == [fine.id]
     assert [f.job_id for f in w.facts] == [fine.id]
     assert (killed.state, held.state, allocated.hosts, requeued.allocated) == (JobState.EXIT, JobState.PSUSP,
@@ -258,12 +258,13 @@ def test_claim_placements_are_rechecked_against_pool_capacity(w):
     result = w.apply(Placement(one.id, "p", one.size_bytes), Placement(two.id, "p", two.size_bytes),
                      Placement(gone.id, "p", gone.size_bytes), Placement(odd.id, "nowhere", odd.size_bytes))
     assert result.claims_placed == [one.id]
-    assert result.claims_rejected == {two.id: "pool p no longer has room", gone.id: "claim changed since the snapshot",
+    assert result.claims_rejected == {two.id: "pool p no longer has room",
+                                      gone.id: "claim changed since the scheduler's view",
                                       odd.id: "pool nowhere is no longer configured"}
     assert [(type(f), f.claim_id, f.pool) for f in w.facts] == [(F.ClaimPlaced, one.id, "p")]
     assert one.placed and one.pool == "p" and one.op.kind is C.OpKind.CREATE and not two.placed
     assert w.apply(Placement(one.id, "p", one.size_bytes)).claims_rejected == {
-        one.id: "claim changed since the snapshot"}, "placed already"
+        one.id: "claim changed since the scheduler's view"}, "placed already"
 
 
 def test_a_placement_sees_the_pool_room_the_same_plans_allocations_took(w):
@@ -302,7 +303,7 @@ def test_a_resize_that_fits_is_reserved_and_opens_its_expand_op_one_that_does_no
     assert big.resize.state is C.ResizeState.REQUESTED and big.op is None
     assert pool_use(w.model) == {"p": 9 * GiB} and small.size_bytes == 2 * GiB, "reserved, not yet grown"
     again = apply_plan(w.model, plan, w.tick(), CONFIG).result
-    assert again.resizes_rejected[small.id] == "resize changed since the snapshot"
+    assert again.resizes_rejected[small.id] == "resize changed since the scheduler's view"
 
 
 def test_the_snapshot_offers_requested_resizes_with_their_growth_and_the_observed_pool_room(w):

@@ -3,7 +3,7 @@
 A job whose staging claim is of a shared class gets that claim at submission
 (``ClaimCreated``, unplaced); the scheduler places it, the provisioner creates
 it and stages in, and only then may the job be allocated (the gate is in the
-scheduler's snapshot and the plan applier's re-check).  A standalone claim
+scheduler's view and the plan applier's re-check).  A standalone claim
 made with ``populate_from`` opens a ``populate`` op after its create and is
 READY only once that succeeds.
 """
@@ -39,7 +39,7 @@ def place(w: World, claim: C.Claim) -> None:
 
 
 def cycle(w: World):
-    """One scheduling cycle through the controller's own snapshot builder and plan applier."""
+    """One scheduling cycle through the controller's own view builder and plan applier."""
     plan = schedule(build_view(w.model, CONFIG))
     outcome = apply_plan(w.model, plan, w.tick(), CONFIG)
     w.commit(outcome.facts)

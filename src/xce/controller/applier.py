@@ -59,7 +59,7 @@ def _apply_resizes(model: Model, plan: Plan, now: float, free: dict[str, int], r
         why = None
         if resize is None or resize.state is not ResizeState.REQUESTED or resize.size_bytes != r.size \
                 or claim.state is not ClaimState.READY or claim.delete_requested or claim.op is not None:
-            why = "resize changed since the snapshot"
+            why = "resize changed since the scheduler's view"
         else:
             grow = resize.size_bytes - claim.reserved_bytes
             if claim.pool is not None and (claim.pool not in free or free[claim.pool] < grow):
@@ -83,7 +83,7 @@ def _apply_placements(model: Model, plan: Plan, now: float, free: dict[str, int]
         claim = model.claims.get(p.claim_id)
         why = None
         if claim is None or claim.state is not ClaimState.PENDING or claim.placed or claim.delete_requested:
-            why = "claim changed since the snapshot"
+            why = "claim changed since the scheduler's view"
         elif p.pool is not None:
             if p.pool not in free:
                 why = f"pool {p.pool} is no longer configured"
@@ -138,7 +138,7 @@ def _apply_allocations(model: Model, plan: Plan, now: float, config: Config | No
         job = model.jobs.get(a.job_id)
         why = None
         if job is None or job.state is not JobState.PEND or job.alloc_slots or job.run != a.run:
-            why = "job changed since the snapshot"
+            why = "job changed since the scheduler's view"
         elif (gone := job_claims.unusable_ref(model, job)) is not None:
             why = gone
         elif (staging := job_claims.early_blocking(model, job)) is not None:

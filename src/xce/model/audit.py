@@ -11,7 +11,7 @@ and never in memory or in a snapshot.  ``record`` appends to the model's
 ``audit_outbox``, a transient list that is neither snapshotted nor compared:
 
 - the controller folds a batch's facts into the model *before* it appends
-  them (``controller/core.py``), so after folding a batch it takes the
+  them (``controller/commit.py``), so after folding a batch it takes the
   outbox and hands those records to ``Store.append`` with the facts: one
   transaction, so an acknowledged request always has its record and a batch
   that did not commit has none (the model that folded it is thrown away);

@@ -133,7 +133,7 @@ def retiring(model: State, f: F.RecordsRetired) -> tuple[list[Job], list[Claim]]
     """The records folding ``f`` drops, as the model holds them before the fold: those it names that
     are here and finished (jobs) or RELEASED (claims).  Folds are total: an unknown or live one is
     left alone, the same on replay.  The leader writes these documents to the archive with the fact
-    (``Controller._add_retiring``)."""
+    (``controller/archive.py`` ``add_retiring``)."""
     jobs = [j for i in dict.fromkeys(f.jobs) if (j := model.jobs.get(i)) is not None and j.finished]
     claims = [c for i in dict.fromkeys(f.claims)
               if (c := model.claims.get(i)) is not None and c.state is ClaimState.RELEASED]
