@@ -312,6 +312,19 @@ def test_an_idle_cgroup_serves_the_next_run_of_its_shape_and_counts_only_that_ru
     second.close()
 
 
+def test_an_idle_cgroup_removed_while_idle_is_made_again_for_its_next_run(tmp_path, hierarchy):
+    first = hierarchy.make(Limits(cpu_quota=1.0))
+    hierarchy.give_back(first)
+    for d in first.dirs:  # a namesake worker's recover (two lives of one host under one parent)
+        os.rmdir(d)
+    (tmp_path / "a").mkdir()
+    run = Run(tmp_path / "a", hierarchy, Limits(cpu_quota=1.0))
+    assert run.cgroup.name == first.name and all(os.path.isdir(d) for d in run.cgroup.dirs)
+    run.start("true")
+    assert run.status() == 0, "the job joined its cgroup"
+    run.close()
+
+
 def test_a_restarted_worker_removes_idle_cgroups_of_earlier_lives_and_leaves_an_adopted_runs_alone(tmp_path,
                                                                                                    hierarchy):
     held, idle = hierarchy.make(Limits()), hierarchy.make(Limits())

@@ -306,8 +306,11 @@ class Hierarchy:
             if last is None:
                 self._made += 1
                 name = f"r{self._made}"
-        if last is not None:  # its directories are there: only its CPU share may need writing
+        if last is not None:  # its paths are known; only its CPU share may need writing
             try:
+                if self._mkdirs(last.dirs):  # OBSERVATION: removed while idle (a namesake's recover)
+                    self._shares.pop(last.name, None)  # made anew: no share written, no CPU counted yet
+                    cpu_base, oom_base = (0.0, 0.0), 0
                 self._limit(last.name, limits)
             except OSError as e:
                 self._rmdirs(last.dirs)
@@ -315,21 +318,27 @@ class Hierarchy:
             # what its earlier runs used (read as the last one ended): this run's is what it adds
             return RunCgroup(**{**vars(last), "cores": limits.cores if self.cpuset is not None else (),
                                 "cpu_base": cpu_base, "oom_base": oom_base})  # (dataclasses.replace: slow)
-        dirs = tuple(os.path.join(b, name) for b in shape)
         made: list[str] = []
         try:
-            for d in dirs:
-                try:
-                    os.mkdir(d)
-                    made.append(d)
-                except FileExistsError:
-                    pass
+            made = self._mkdirs(tuple(os.path.join(b, name) for b in shape))
             self._limit(name, limits)
         except OSError as e:
             self._rmdirs(made)
             raise CgroupError(f"cannot make cgroup {name}: {e.strerror}") from None
         return self._run(name, shape, limits.memory_bytes if self.memory is not None else None,
                          limits.cores if self.cpuset is not None else ())
+
+    @staticmethod
+    def _mkdirs(dirs: tuple[str, ...]) -> list[str]:
+        """Each of ``dirs`` that is not there, made (which were)."""
+        made = []
+        for d in dirs:
+            try:
+                os.mkdir(d)
+                made.append(d)
+            except FileExistsError:
+                pass
+        return made
 
     def _limit(self, name: str, limits: Limits) -> None:
         m, c, s = self.memory, self.cpu, self.cpuset
