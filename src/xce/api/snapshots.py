@@ -22,7 +22,6 @@ from xce.api.responses import JSONResponse
 from xce.api.views import snapshot_json
 from xce.controller.core import Controller
 from xce.controller.observed import pool_free
-from xce.model import Model
 from xce.model import snapshots as SN
 from xce.model.identity import User
 from xce.model.snapshots import SnapshotState

@@ -286,8 +286,8 @@ def transfers_json(site: TransferSite, actor: User) -> dict[str, Any]:
         if projects:
             remotes.append({**r.public(), "projects": projects})
     schemes = [{"scheme": s, "via": "public", "projects": ["*"]} for s in site.public_schemes]
-    for r in remotes:
-        schemes += [{"scheme": s, "via": r["name"], "projects": r["projects"]} for s in r["schemes"]]
+    for remote in remotes:
+        schemes += [{"scheme": s, "via": remote["name"], "projects": remote["projects"]} for s in remote["schemes"]]
     # every remote's name, details aside: xce submit reads NAME:path as a remote (which the controller
     # then refuses with the reason) rather than as a relative path, whoever submits it
     return {"schemes": schemes, "remotes": remotes, "remote_names": [r.name for r in site.remotes]}
