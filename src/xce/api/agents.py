@@ -40,7 +40,8 @@ from xce.api.auth import agent_identity, recheck
 from xce.api.commands import mutate
 from xce.api.deps import AgentWaker, Ctl
 from xce.api.responses import JSONResponse
-from xce.api.views import agent_work_json, lease_json
+from xce.api.views import (agent_reports_json, agent_work_json, capabilities_json, intents_json, inventory_json,
+                           lease_json, no_agent_work_json, progress_json)
 from xce.controller.core import Controller
 from xce.controller.longpoll import Waker
 from xce.model import Model
@@ -142,7 +143,7 @@ async def take_work(agent: AgentName, body: S.TakeWorkRequest, request: Request,
         await wait_for_work(ctl, channel, agent, body.epoch, wait)
         speaks_for_agent(recheck(request), agent)  # its token may have been revoked while it waited
         if not A.has_work(ctl.model, agent, time.time(), _grace(ctl)):
-            return JSONResponse({"ops": [], "orphans": []})
+            return JSONResponse(no_agent_work_json())
     return JSONResponse(await mutate(request, actor, f"agent/{agent}", _take(ctl, agent, body.epoch, limit),
                                      quiet_if_empty=True))
 
@@ -154,7 +155,7 @@ async def intents(agent: AgentName, body: S.IntentsRequest, request: Request, ac
 
     def decide(model: Model):
         facts, accepted, refused = A.intents(model, agent, body.epoch, refs, time.time())
-        return facts, {"accepted": accepted, "refused": refused}
+        return facts, intents_json(accepted, refused)
 
     return JSONResponse(await mutate(request, actor, f"agent/{agent}", decide))
 
@@ -183,8 +184,7 @@ async def reports(agent: AgentName, body: S.ReportsRequest, request: Request, ct
     now = time.time()
     for claim_id, nbytes in reported.used:  # readings (controller/observed.py), kept once facts are durable
         ctl.observed.note_used(ctl.model, claim_id, nbytes, now)
-    out: dict[str, Any] = {"refused": reported.refused}
-    return JSONResponse(dict(out, work=answers[1]) if body.take > 0 else out)
+    return JSONResponse(agent_reports_json(reported.refused, answers[1] if body.take > 0 else None))
 
 
 @router.post("/v1/agents/{agent}/progress", response_model=S.ProgressOut)
@@ -201,7 +201,7 @@ async def report_progress(agent: AgentName, body: S.ProgressRequest, ctl: Ctl, a
             continue  # over already, or not this agent's: a stale reading is dropped
         ctl.observed.report_progress(ctl.model, item.claim_id, item.op_id, item.bytes, item.total_bytes, item.rate, now)
         taken += 1
-    return JSONResponse({"taken": taken})
+    return JSONResponse(progress_json(taken))
 
 
 @router.post("/v1/agents/{agent}/capabilities", response_model=S.CapabilitiesOut)
@@ -213,7 +213,7 @@ async def report_capabilities(agent: AgentName, body: S.CapabilitiesRequest, req
 
     def decide(model: Model):
         facts, refused = A.capabilities(model, ctl.config, agent, body.epoch, reports, time.time())
-        return facts, {"changed": len(facts), "refused": refused}
+        return facts, capabilities_json(len(facts), refused)
 
     return JSONResponse(await mutate(request, actor, f"agent/{agent}", decide))
 
@@ -226,7 +226,7 @@ async def take_inventory(agent: AgentName, body: S.InventoryRequest, request: Re
 
     def decide(model: Model):
         facts = A.inventory(model, agent, body.epoch, body.class_name, body.provider, objects, time.time())
-        return facts, {"new_orphans": sum(isinstance(f, F.OrphanSeen) for f in facts)}
+        return facts, inventory_json(sum(isinstance(f, F.OrphanSeen) for f in facts))
 
     out = await mutate(request, actor, f"agent/{agent}", decide)
     if A.takes_readings(ctl.config, agent, body.class_name, body.provider):

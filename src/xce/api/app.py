@@ -29,6 +29,7 @@ from xce.api.commands import audit_refusal
 from xce.api.metrics import Metrics
 from xce.api.refusals import RefusalLimiter
 from xce.api.responses import JSONResponse
+from xce.api.views import error_json
 from xce.controller.core import Controller, Outcome
 from xce.controller.history import Retirement
 from xce.controller.hosts import HostMonitor
@@ -41,7 +42,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def _error_response(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+    return JSONResponse(error_json(code, message), status_code=status)
 
 
 class BodyLimit:
@@ -174,8 +175,7 @@ async def xce_error(request: Request, exc: Exception) -> JSONResponse:
     if exc.status < 500 and not getattr(exc, "audited", False):
         await audit_refusal(request, exc.code, exc.message)
     if isinstance(exc, NotLeader):  # nothing was done: the client may go to the leader it names
-        return JSONResponse({"error": {"code": exc.code, "message": exc.message, "leader": exc.leader}},
-                            status_code=exc.status)
+        return JSONResponse(error_json(exc.code, exc.message, leader=exc.leader), status_code=exc.status)
     return _error_response(exc.status, exc.code, exc.message)
 
 

@@ -388,9 +388,15 @@ def dispatch_json(model: Model, job: Job, host: str) -> Dispatch:
 
 
 def host_work_json(model: Model, host: str, work: dispatch.HostWork) -> dict[str, Any]:
-    """A worker's work poll's answer: runs to start, and orders of its runs it has not seen."""
+    """A worker's work poll's answer: runs to start, and orders of its runs it has not seen (the
+    route adds ``fence`` when the answer is word from the controller: ``with_fence``)."""
     return {"dispatch": [dispatch_json(model, job, host) for job in work.start],
             "orders": [run_orders(job) for job in work.orders]}
+
+
+def with_fence(answer: dict[str, Any], fence: float | None) -> dict[str, Any]:
+    """``answer`` with the fence time a worker's runs' lease is renewed by (None: not renewed)."""
+    return answer if fence is None else {**answer, "fence": fence}
 
 
 # ---------------------------------------------------------------- claim agents
@@ -458,3 +464,51 @@ def agent_work_json(model: Model, config: Config, agent: str, work: agents.Work,
 
 def lease_json(agent: str, epoch: int, cluster_id: str, scan_interval: float) -> dict[str, Any]:
     return {"agent": agent, "epoch": epoch, "cluster_id": cluster_id, "orphan_scan_interval": scan_interval}
+
+
+def intents_json(accepted: list[str], refused: dict[str, str]) -> dict[str, Any]:
+    """Which intents were recorded, and why the others were refused (op id -> reason)."""
+    return {"accepted": accepted, "refused": refused}
+
+
+def agent_reports_json(refused: dict[str, str], work: dict[str, Any] | None) -> dict[str, Any]:
+    """A report's answer: why any result was not taken, and with ``take`` the work taken with it."""
+    return {"refused": refused} if work is None else {"refused": refused, "work": work}
+
+
+def no_agent_work_json() -> dict[str, Any]:
+    """A long poll that found nothing to take."""
+    return {"ops": [], "orphans": []}
+
+
+def progress_json(taken: int) -> dict[str, Any]:
+    """How many readings were taken (those of ops this agent holds in this epoch)."""
+    return {"taken": taken}
+
+
+def capabilities_json(changed: int, refused: dict[str, str]) -> dict[str, Any]:
+    return {"changed": changed, "refused": refused}
+
+
+def inventory_json(new_orphans: int) -> dict[str, Any]:
+    return {"new_orphans": new_orphans}
+
+
+def registered_json(kill: list[dict[str, Any]], fence: float) -> dict[str, Any]:
+    """A registration's answer: runs the host has that are not its own any more (given up while it was
+    away), to end now; and how long its runs' shepherds keep them past its last answered heartbeat."""
+    return {"kill": kill, "fence": fence}
+
+
+def heartbeat_json(fence: float) -> dict[str, Any]:
+    return {"ok": True, "fence": fence}
+
+
+def kill_json(kill: list[dict[str, Any]]) -> dict[str, Any]:
+    """A run report's answer: runs to end now."""
+    return {"kill": kill}
+
+
+def error_json(code: str, message: str, **more: Any) -> dict[str, Any]:
+    """Every refusal and failure: ``{"error": {"code", "message"}}`` (a standby's adds ``leader``)."""
+    return {"error": {"code": code, "message": message, **more}}

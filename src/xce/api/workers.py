@@ -21,7 +21,8 @@ from xce.api.commands import mutate
 from xce.api.deps import Ctl, Monitor
 from xce.api.responses import JSONResponse
 from xce.api.schemas import Id, Int64, Strict
-from xce.api.views import host_work_json, hosts_json, resources_json, runs_json
+from xce.api.views import (heartbeat_json, host_work_json, hosts_json, kill_json, registered_json, resources_json,
+                           runs_json, with_fence)
 from xce.errors import Conflict, InvalidRequest
 from xce.model import Model
 from xce.model import dispatch
@@ -130,9 +131,7 @@ async def register(host: HostName, body: RegisterRequest, request: Request, moni
 
     kill = await mutate(request, actor, f"host/{host}", decide)
     monitor.registered(host)
-    # kill: runs this host has that are not its own any more (given up while it was away), to end now;
-    # fence: how long its runs' shepherds keep them past the worker's last answered heartbeat
-    return JSONResponse({"kill": kill, "fence": monitor.fence})
+    return JSONResponse(registered_json(kill, monitor.fence))
 
 
 @router.post("/v1/hosts/{host}/heartbeat", response_model=S.HeartbeatOut)
@@ -142,7 +141,7 @@ async def heartbeat(host: HostName, ctl: Ctl, monitor: Monitor, actor: User = De
     if h is None or h.state is not HostState.OK:
         raise Conflict(f"host {host} is not registered or was declared lost: register again", code="reregister")
     monitor.seen(host)
-    return JSONResponse({"ok": True, "fence": monitor.fence})
+    return JSONResponse(heartbeat_json(monitor.fence))
 
 
 @router.get("/v1/hosts/{host}/work", response_model=S.HostWorkOut)
@@ -163,11 +162,9 @@ async def work(host: HostName, request: Request, ctl: Ctl, monitor: Monitor, act
         speaks_for_host(recheck(request), host)  # its token may have been revoked while it waited
         out = host_work(ctl.model, host, had)
     h = ctl.model.hosts.get(host)
-    if h is not None and h.state is HostState.OK:
-        # an answer is word from the controller, as a heartbeat's is (its runs' lease is renewed from
-        # when the poll was sent); not to a host declared lost meanwhile, whose runs are being fenced
-        out["fence"] = monitor.fence
-    return JSONResponse(out)
+    # an answer is word from the controller, as a heartbeat's is (its runs' lease is renewed from when
+    # the poll was sent); not to a host declared lost meanwhile, whose runs are being fenced
+    return JSONResponse(with_fence(out, monitor.fence if h is not None and h.state is HostState.OK else None))
 
 
 @router.post("/v1/hosts/{host}/reports", response_model=S.KillOut)
@@ -182,4 +179,4 @@ async def reports(host: HostName, body: ReportsRequest, request: Request, monito
         facts, kill = dispatch.runs_reported(model, host, started, ended, time.time())
         return facts, runs_json(kill)
 
-    return JSONResponse({"kill": await mutate(request, actor, f"host/{host}", decide)})
+    return JSONResponse(kill_json(await mutate(request, actor, f"host/{host}", decide)))
