@@ -48,6 +48,7 @@ from typing import Any, Callable
 from xce.client import ApiError, Client, ClientError
 from xce.providers.contract import ProviderReply, ProviderRequest
 from xce.providers.runner import run_provider, run_simfs_in_process
+from xce.wire import AgentOp, Dispatch, OpReport
 
 log = logging.getLogger("xce.agent")
 
@@ -80,12 +81,12 @@ class _Refused(Exception):
         self.code, self.message, self.retryable = code, message, retryable
 
 
-def provider_op(item: dict[str, Any]) -> str:
+def provider_op(item: AgentOp) -> str:
     """The contract's operation for a claim op: a node-scope claim is created by ``node_prepare``."""
     return "node_prepare" if item["op"] == "create" and item.get("scope") == "node" else item["op"]
 
 
-def request_for(item: dict[str, Any]) -> ProviderRequest:
+def request_for(item: AgentOp) -> ProviderRequest:
     return ProviderRequest(op_id=item["op_id"], op=provider_op(item), claim_id=item.get("claim_id"),
                            claim_name=item.get("claim_name", ""), class_name=item.get("class_name", ""),
                            size_bytes=item.get("size_bytes") or 0, access_mode=item.get("access_mode", ""),
@@ -94,23 +95,24 @@ def request_for(item: dict[str, Any]) -> ProviderRequest:
                            source_handle=item.get("source_handle") if item["op"] == "create" else None)
 
 
-def result_for(item: dict[str, Any], reply: ProviderReply) -> dict[str, Any]:
-    out: dict[str, Any] = {"op_id": item["op_id"], "claim_id": item["claim_id"], "ok": reply.ok,
-                           "message": reply.message}
+def result_for(item: AgentOp, reply: ProviderReply) -> OpReport:
+    """The op's result as the agent reports it: what the provider made, or why it did not."""
+    out = OpReport(op_id=item["op_id"], claim_id=item["claim_id"], ok=reply.ok, message=reply.message)
     if item.get("snapshot_id") is not None:  # a snapshot's op: the controller files it under the snapshot
         out["snapshot_id"] = item["snapshot_id"]
     if reply.ok:
-        out.update(handle=reply.handle, size_bytes=reply.size_bytes, reachable_hosts=reply.reachable_hosts,
-                   host_labels=dict(reply.host_labels or {}), path=reply.path)
+        out["handle"], out["size_bytes"] = reply.handle, reply.size_bytes
+        out["reachable_hosts"], out["host_labels"] = reply.reachable_hosts, dict(reply.host_labels or {})
+        out["path"] = reply.path
         if reply.used_bytes is not None:  # (a claim's: a reading; a snapshot's: what its pool reserves)
             out["used_bytes"] = reply.used_bytes
     else:
-        out.update(code=reply.error_code or "ERROR", retryable=reply.retryable, stderr_tail=reply.stderr_tail)
+        out["code"], out["retryable"], out["stderr_tail"] = reply.error_code or "ERROR", reply.retryable, reply.stderr_tail
     return out
 
 
-LocalOp = Callable[[dict[str, Any]], ProviderReply]
-OnDispatch = Callable[[list[dict[str, Any]]], None]
+LocalOp = Callable[[AgentOp], ProviderReply]
+OnDispatch = Callable[[list[Dispatch]], None]
 
 PROGRESS_INTERVAL = 1.0  # seconds between two progress calls of one agent (rclone's stats come as often)
 
@@ -132,7 +134,7 @@ class ProgressSender:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def put(self, item: dict[str, Any], copied: int, total: int | None, rate: float | None) -> None:
+    def put(self, item: AgentOp, copied: int, total: int | None, rate: float | None) -> None:
         reading = {"op_id": item["op_id"], "claim_id": item["claim_id"], "bytes": max(0, int(copied)),
                    "total_bytes": total if total is None or total >= 0 else None,
                    "rate": rate if rate is None or rate >= 0 else None}
@@ -168,7 +170,7 @@ class ClaimAgent:
         self.local_ops = local_ops or {}
         self.on_dispatch = on_dispatch
         # results waiting for the reporter, and the op ids this agent holds: taken, not yet reported
-        self._results: queue.Queue[list[dict[str, Any]]] = queue.Queue()
+        self._results: queue.Queue[list[OpReport]] = queue.Queue()
         self._held: set[str] = set()
         self._held_lock = threading.Lock()
         # one report or one recovery of held ops at a time: a recovery never sees an op as open that a
@@ -191,7 +193,7 @@ class ClaimAgent:
         self._inflight = threading.Semaphore(concurrency * 2)  # bounded: polls wait when providers are busy
         # ops with intents waiting for a provider process, per provider, and the processes running
         self.concurrency = concurrency
-        self._queued: dict[str | None, list[dict[str, Any]]] = {}
+        self._queued: dict[str | None, list[AgentOp]] = {}
         self._running: dict[str | None, int] = {}
         self._slots = threading.Condition()
         self.progress = ProgressSender(self._send_progress, self._stop)
@@ -238,7 +240,7 @@ class ClaimAgent:
             self._stop.wait(delay)
             delay = min(delay * 2, 30.0)
 
-    def report_progress(self, item: dict[str, Any], copied: int, total: int | None, rate: float | None) -> None:
+    def report_progress(self, item: AgentOp, copied: int, total: int | None, rate: float | None) -> None:
         """How far a transfer of ``item``'s op has copied: a reading for the leader's memory, handed to the
         progress sender (its own thread; the newest reading per op, at most one call a second)."""
         self.progress.put(item, copied, total, rate)
@@ -250,7 +252,7 @@ class ClaimAgent:
         except (ClientError, Fenced) as e:
             log.debug("progress of %s not reported: %s", ",".join(r["op_id"] for r in readings), e)
 
-    def _report(self, results: list[dict[str, Any]], orphans_released: list[str] | None = None,
+    def _report(self, results: list[OpReport], orphans_released: list[str] | None = None,
                 take: int = 0) -> dict[str, Any]:
         """Until the controller has it (or we are fenced): a result is never dropped.  ``take``: the
         first attempt also takes up to that many ops now due; it is not sent again as it was (its
@@ -327,7 +329,7 @@ class ClaimAgent:
 
     # ------------------------------------------------------------ running ops
 
-    def _queue(self, name: str | None, items: list[dict[str, Any]], wait: bool) -> None:
+    def _queue(self, name: str | None, items: list[AgentOp], wait: bool) -> None:
         """Ops for provider ``name``, to run as soon as it has a free slot.  ``wait``: the poll loop
         waits here while a full round of batches is queued already (it takes no more ops while the
         providers are busy); the reporter never waits (results waiting behind it would hold the room)."""
@@ -354,7 +356,7 @@ class ClaimAgent:
                     return
                 self._running[name] = self._running.get(name, 0) + 1
 
-    def _run_queued(self, name: str | None, items: list[dict[str, Any]]) -> None:
+    def _run_queued(self, name: str | None, items: list[AgentOp]) -> None:
         try:
             self._run_batch(self.providers.get(name or ""), items)
         finally:
@@ -363,7 +365,7 @@ class ClaimAgent:
                 self._slots.notify_all()
             self._start_batches(name)
 
-    def _run_batch(self, provider: Provider | None, items: list[dict[str, Any]]) -> None:
+    def _run_batch(self, provider: Provider | None, items: list[AgentOp]) -> None:
         try:
             if provider is None:
                 raise _Refused("NO_PROVIDER", f"this agent has no provider {items[0].get('provider')!r} "
@@ -381,7 +383,7 @@ class ClaimAgent:
                                      message=f"{self.agent}: {type(e).__name__}: {e}") for i in items]
         self._results.put([result_for(i, r) for i, r in zip(items, replies)])
 
-    def _run_local(self, handler: LocalOp, item: dict[str, Any], permit: bool = True) -> None:
+    def _run_local(self, handler: LocalOp, item: AgentOp, permit: bool = True) -> None:
         try:
             try:
                 reply = handler(item)
@@ -415,7 +417,7 @@ class ClaimAgent:
         finally:
             self._inflight.release()
 
-    def _dispatch(self, ops: list[dict[str, Any]], orphans: list[dict[str, Any]], wait: bool = True) -> None:
+    def _dispatch(self, ops: list[AgentOp], orphans: list[dict[str, Any]], wait: bool = True) -> None:
         """Run ``ops``, whose intents this epoch holds (taken with them), unless we run them already.
         ``wait``: for room among the ops in flight (the poll: it takes no more while providers are busy);
         the reporter never waits (results waiting behind it would hold that room), and what a report
@@ -423,7 +425,7 @@ class ClaimAgent:
         with self._held_lock:
             ops = [o for o in ops if o["op_id"] not in self._held]
             self._held.update(o["op_id"] for o in ops)
-        by_provider: dict[str | None, list[dict[str, Any]]] = {}
+        by_provider: dict[str | None, list[AgentOp]] = {}
         for o in ops:
             if o["op"] in self.local_ops:
                 self._pool.submit(self._run_local, self.local_ops[o["op"]], o, self._inflight.acquire(wait))
@@ -432,11 +434,11 @@ class ClaimAgent:
         for name, items in by_provider.items():
             self._queue(name, items, wait)
         orphans_by: dict[str, list[dict[str, Any]]] = {}
-        for o in orphans:
-            orphans_by.setdefault(o["provider"], []).append(o)
-        for name, items in orphans_by.items():
+        for orphan in orphans:
+            orphans_by.setdefault(orphan["provider"], []).append(orphan)
+        for provider_name, releases in orphans_by.items():
             self._inflight.acquire()
-            self._pool.submit(self._release_orphans, self.providers.get(name), items)
+            self._pool.submit(self._release_orphans, self.providers.get(provider_name), releases)
 
     # ------------------------------------------------------------ capabilities
 

@@ -48,11 +48,12 @@ from xce.transfers import plan as plan_transfer
 from xce.transfers import run as run_transfer
 from xce.transfers import beneath
 from xce.transfers.rclone import describe, plan_size
+from xce.wire import AgentOp
 
 log = logging.getLogger("xce.agent")
 
 # (item, bytes copied, total bytes or None, rate in bytes/s or None)
-ProgressReport = Callable[[dict[str, Any], int, int | None, float | None], None]
+ProgressReport = Callable[[AgentOp, int, int | None, float | None], None]
 
 
 class SharedTransfers:
@@ -69,7 +70,7 @@ class SharedTransfers:
         real = os.path.realpath(path)
         return real if any(real != r and real.startswith(r.rstrip("/") + "/") for r in self.roots) else None
 
-    def __call__(self, item: dict[str, Any]) -> ProviderReply:
+    def __call__(self, item: AgentOp) -> ProviderReply:
         op_id, op = item["op_id"], item["op"]
         what = op.replace("_", "-")
 
@@ -93,7 +94,7 @@ class SharedTransfers:
         finally:
             os.close(base_fd)
 
-    def _transfer(self, item: dict[str, Any], op: str, what: str, base: str, base_fd: int,
+    def _transfer(self, item: AgentOp, op: str, what: str, base: str, base_fd: int,
                   fail: Callable[..., ProviderReply]) -> ProviderReply:
         """The op's copies, each through a descriptor beneath the claim's directory ``base_fd``, run as
         whoever owns that directory (its provider gave it to the claim's owner with ``set_owner``)."""
@@ -120,7 +121,7 @@ class SharedTransfers:
             for fd in sources:
                 os.close(fd)
 
-    def _copy(self, item: dict[str, Any], op: str, what: str, base: str, base_fd: int,
+    def _copy(self, item: AgentOp, op: str, what: str, base: str, base_fd: int,
               pairs: list[tuple[Location, str]], sources: list[int], owner: tuple[int, int] | None,
               fail: Callable[..., ProviderReply]) -> ProviderReply:
         op_id = item["op_id"]
@@ -191,7 +192,7 @@ class SharedTransfers:
         return f" as uid {owner[0]}" if owner is not None else ""
 
     @staticmethod
-    def _pairs(op: str, item: dict[str, Any], base: str) -> list[tuple[Location, str]]:
+    def _pairs(op: str, item: AgentOp, base: str) -> list[tuple[Location, str]]:
         """(the far side, the local side's path relative to the claim) of each item; the far side a URL
         or remote, never a path.  The names are checked here for a clear message; what holds is the
         descriptor each is opened by (``beneath``)."""

@@ -1,8 +1,10 @@
 """The REST API under ``/v1/`` and the controller process that serves it.
 
-- ``app``      the FastAPI app: middleware, error shapes, users, tokens, audit, ping, metrics
-- ``jobs``, ``claims``, ``workers``, ``agents``   routes for users, worker hosts and claim agents
-- ``auth``, ``commands``, ``refusals``, ``views``, ``schemas``   identities, the mutate path,
-  refusal audit, JSON shapes, request bodies
-- ``server``   ``xce controller``: the store, the config and the ``Controller`` wired to the app on uvicorn
+- ``app``       the FastAPI app: state, routers, middleware, error shapes, the OpenAPI document
+- ``deps``      what routes depend on: the controller and the helpers beside it, from ``app.state``
+- ``jobs``, ``claims``, ``snapshots``, ``workers``, ``agents``, ``history``, ``audit``, ``transfers``,
+  ``service``, ``identity``   one ``APIRouter`` each: routes that translate HTTP, nothing more
+- ``views``     every answer's JSON shape; ``schemas`` the request bodies and response models
+- ``auth``, ``commands``, ``refusals``, ``paging``   identities, the mutate path, refusal audit, cursors
+- ``server``    ``xce controller``: the store, the config and the ``Controller`` wired to the app on uvicorn
 """

@@ -7,9 +7,9 @@ submission is the request the controller answers most often.
 from __future__ import annotations
 
 import time
-from typing import Literal
+from typing import Any, Callable, Literal
 
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import ValidationError
@@ -18,14 +18,17 @@ from starlette.responses import Response
 from xce.api import schemas as S
 from xce.api.auth import authenticated
 from xce.api.commands import mutate
+from xce.api.deps import Ctl
 from xce.api.paging import NEXT_CURSOR_DOC, cursor_query, limit_query, newest_first
 from xce.api.responses import JSONResponse
 from xce.api.views import job_brief_json, job_json
 from xce.controller import history as CH
+from xce.config import Config
 from xce.controller.core import Controller
 from xce.errors import InvalidRequest
 from xce.model import jobs as J
 from xce.model import Model
+from xce.model.facts import Fact
 from xce.model.history import visible_archived_job
 from xce.model.identity import User
 from xce.model import job_claims
@@ -48,93 +51,116 @@ class SubmitRoute(APIRoute):
                 body = S.JobSubmitRequest.model_validate_json(await request.body())
             except ValidationError as e:
                 raise RequestValidationError(e.errors(include_url=False)) from None
-            return await endpoint(body=body, request=request, actor=actor)
+            return await endpoint(body=body, request=request, actor=actor, ctl=request.app.state.controller)
 
         return handle
 
 
-def add_job_routes(app: FastAPI, ctl: Controller) -> None:
-    def progress(claim_id: int):
-        return ctl.observed.progress(ctl.model, claim_id)  # a transfer in flight: a reading, not a fact
+router = APIRouter(tags=["jobs"])
 
-    async def submit_job(body: S.JobSubmitRequest, request: Request, actor: User = Depends(authenticated)):
-        spec, claims = job_claims.request_specs(Submission.from_body(body.model_dump()))
-        job_id = await mutate(request, actor, "job",
-                              lambda model: job_claims.submit(model, actor, spec, claims, time.time(), ctl.config),
-                              target_of=lambda new_id: f"job/{new_id}")
-        return JSONResponse(job_json(ctl.model, ctl.model.jobs[job_id],
-                                     ctl.scheduling.pending_reason(job_id), progress), status_code=201)
 
-    app.router.add_api_route("/v1/jobs", submit_job, methods=["POST"], response_model=S.JobOut, status_code=201,
-                             tags=["jobs"], route_class_override=SubmitRoute)
+def _job_json(ctl: Controller, job: J.Job) -> dict[str, Any]:
+    """A live job's document, with the scheduler's word on it and its staging's progress (readings)."""
+    return job_json(ctl.model, job, ctl.scheduling.pending_reason(job.id),
+                    lambda claim_id: ctl.observed.progress(ctl.model, claim_id))
 
-    @app.get("/v1/jobs", response_model=list[S.JobOut] | list[S.JobBriefOut], tags=["jobs"],
-             responses={200: {"headers": NEXT_CURSOR_DOC}})
-    async def list_jobs(actor: User = Depends(authenticated),
-                        user: str | None = Query(None, max_length=63, description="only this user's jobs"),
-                        all_users: bool = Query(False, alias="all", description="admins: every user's jobs"),
-                        queue: str | None = Query(None, max_length=63),
-                        state: list[JobState] | None = Query(None),
-                        array: int | None = Query(None, description="only the elements of this job array"),
-                        limit: int = limit_query("jobs"), cursor: str | None = cursor_query(),
-                        view: Literal["full", "brief"] = Query("full", description="brief: a listing's row "
-                                                               "per job (what xce jobs shows)")):
-        """The newest matching jobs (one page), in id order within the page; ``X-Next-Cursor`` leads to
-        older ones."""
-        await ctl.read_barrier()
-        if not actor.is_admin:
-            if user not in (None, actor.name):
-                raise InvalidRequest("users may list only their own jobs")
-            user = actor.name
-        elif user is None and not all_users and array is None:
-            user = actor.name
-        states = set(state) if state else None
 
-        def match(j: J.Job) -> bool:
-            return (user is None or j.user == user) and (queue is None or j.queue == queue) \
-                and (states is None or j.state in states) and (array is None or j.array_parent == array)
+async def submit_job(body: S.JobSubmitRequest, request: Request, ctl: Ctl, actor: User = Depends(authenticated)):
+    spec, claims = job_claims.request_specs(Submission.from_body(body.model_dump()))
+    job_id = await mutate(request, actor, "job",
+                          lambda model: job_claims.submit(model, actor, spec, claims, time.time(), ctl.config),
+                          target_of=lambda new_id: f"job/{new_id}")
+    return JSONResponse(_job_json(ctl, ctl.model.jobs[job_id]), status_code=201)
 
-        # ids ascend in the model: newest first, then in id order.  A listing is bounded and paged:
-        # GET /v1/jobs?all=true on a big cluster was tens of megabytes in one answer
-        page, headers = newest_first(ctl.model.jobs.values(), lambda j: j.id, match, limit, cursor, "jobs")
-        if view == "brief":
-            return JSONResponse([job_brief_json(j) for j in page], headers=headers)
-        reason = ctl.scheduling.pending_reason
-        return JSONResponse([job_json(ctl.model, j, reason(j.id), progress) for j in page], headers=headers)
 
-    @app.get("/v1/jobs/{job_id}", response_model=S.JobOut, tags=["jobs"])
-    async def show_job(job_id: int, actor: User = Depends(authenticated)):
-        """A job, live or retired into the archive (the same document: every field, its claims, its history)."""
-        await ctl.read_barrier()
-        if job_id in ctl.model.jobs:
-            return JSONResponse(job_json(ctl.model, visible_job(ctl.model, actor, job_id),
-                                         ctl.scheduling.pending_reason(job_id), progress))
-        job = visible_archived_job(actor, await CH.archived_job(ctl, job_id) if 0 < job_id < 2**63 else None, job_id)
-        # its claims as they ended: retired with it (template claims), or live or archived (standalone)
-        ids = [*job.run_claims, *([job.early_claim] if job.early_claim is not None else []),
-               *(r["claim_id"] for r in job.claim_refs)]
-        return JSONResponse(job_json(Model(claims=await CH.claims_by_id(ctl, ids)), job))
+router.add_api_route("/v1/jobs", submit_job, methods=["POST"], response_model=S.JobOut, status_code=201,
+                     route_class_override=SubmitRoute)
 
-    def job_action(path: str, decide_one):
-        @app.post(f"/v1/jobs/{{job_id}}/{path}", response_model=S.JobOut, tags=["jobs"], name=f"job_{path}")
-        async def action(job_id: int, request: Request, actor: User = Depends(authenticated)):
-            # the job itself, not its id: a job that ended may be retired before this answer is rendered
-            job = await mutate(request, actor, f"job/{job_id}",
-                               lambda model: (decide_one(model, actor, job_id, time.time()), model.jobs.get(job_id)))
-            return JSONResponse(job_json(ctl.model, job, ctl.scheduling.pending_reason(job_id), progress))
 
-    job_action("kill", lambda m, a, i, now: J.kill(m, a, i, now, config=ctl.config))
-    job_action("requeue", lambda m, a, i, now: J.kill(m, a, i, now, requeue=True, config=ctl.config))
-    job_action("hold", J.hold)
-    job_action("release", J.release)
-    job_action("stop", J.suspend)
-    job_action("resume", J.resume)
+@router.get("/v1/jobs", response_model=list[S.JobOut] | list[S.JobBriefOut],
+            responses={200: {"headers": NEXT_CURSOR_DOC}})
+async def list_jobs(ctl: Ctl, actor: User = Depends(authenticated),
+                    user: str | None = Query(None, max_length=63, description="only this user's jobs"),
+                    all_users: bool = Query(False, alias="all", description="admins: every user's jobs"),
+                    queue: str | None = Query(None, max_length=63),
+                    state: list[JobState] | None = Query(None),
+                    array: int | None = Query(None, description="only the elements of this job array"),
+                    limit: int = limit_query("jobs"), cursor: str | None = cursor_query(),
+                    view: Literal["full", "brief"] = Query("full", description="brief: a listing's row "
+                                                           "per job (what xce jobs shows)")):
+    """The newest matching jobs (one page), in id order within the page; ``X-Next-Cursor`` leads to
+    older ones."""
+    await ctl.read_barrier()
+    if not actor.is_admin:
+        if user not in (None, actor.name):
+            raise InvalidRequest("users may list only their own jobs")
+        user = actor.name
+    elif user is None and not all_users and array is None:
+        user = actor.name
+    states = set(state) if state else None
 
-    @app.post("/v1/jobs/{job_id}/signal", response_model=S.JobOut, tags=["jobs"])
-    async def signal_job(job_id: int, body: S.SignalRequest, request: Request, actor: User = Depends(authenticated)):
-        """One signal to a running job's processes, once (``xce kill -s``, LSF's ``bkill -s``)."""
-        signum = J.parse_signal(body.signal)
-        job = await mutate(request, actor, f"job/{job_id}",
-                           lambda model: (J.send_signal(model, actor, job_id, time.time(), signum),
-                                          model.jobs.get(job_id)))
-        return JSONResponse(job_json(ctl.model, job, ctl.scheduling.pending_reason(job_id), progress))
+    def match(j: J.Job) -> bool:
+        return (user is None or j.user == user) and (queue is None or j.queue == queue) \
+            and (states is None or j.state in states) and (array is None or j.array_parent == array)
+
+    # ids ascend in the model: newest first, then in id order.  A listing is bounded and paged:
+    # GET /v1/jobs?all=true on a big cluster was tens of megabytes in one answer
+    page, headers = newest_first(ctl.model.jobs.values(), lambda j: j.id, match, limit, cursor, "jobs")
+    if view == "brief":
+        return JSONResponse([job_brief_json(j) for j in page], headers=headers)
+    return JSONResponse([_job_json(ctl, j) for j in page], headers=headers)
+
+
+@router.get("/v1/jobs/{job_id}", response_model=S.JobOut)
+async def show_job(job_id: int, ctl: Ctl, actor: User = Depends(authenticated)):
+    """A job, live or retired into the archive (the same document: every field, its claims, its history)."""
+    await ctl.read_barrier()
+    if job_id in ctl.model.jobs:
+        return JSONResponse(_job_json(ctl, visible_job(ctl.model, actor, job_id)))
+    job = visible_archived_job(actor, await CH.archived_job(ctl, job_id) if 0 < job_id < 2**63 else None, job_id)
+    # its claims as they ended: retired with it (template claims), or live or archived (standalone)
+    ids = [*job.run_claims, *([job.early_claim] if job.early_claim is not None else []),
+           *(r["claim_id"] for r in job.claim_refs)]
+    return JSONResponse(job_json(Model(claims=await CH.claims_by_id(ctl, ids)), job))
+
+
+Decide = Callable[[Model, Config, User, int, float], list[Fact]]
+
+#: the actions on one job (``POST /v1/jobs/{id}/ACTION``), each a decision of ``model.jobs``
+ACTIONS: dict[str, Decide] = {
+    "kill": lambda m, config, a, i, now: J.kill(m, a, i, now, config=config),
+    "requeue": lambda m, config, a, i, now: J.kill(m, a, i, now, requeue=True, config=config),
+    "hold": lambda m, config, a, i, now: J.hold(m, a, i, now),
+    "release": lambda m, config, a, i, now: J.release(m, a, i, now),
+    "stop": lambda m, config, a, i, now: J.suspend(m, a, i, now),
+    "resume": lambda m, config, a, i, now: J.resume(m, a, i, now),
+}
+
+
+async def act(request: Request, ctl: Controller, actor: User, job_id: int, decide: Callable[[Model], list[Fact]]):
+    """Commit one action on a job; its document as the action left it.  The job itself, not its id,
+    comes back from the decision: a job that ended may be retired before this answer is rendered."""
+    job = await mutate(request, actor, f"job/{job_id}", lambda model: (decide(model), model.jobs.get(job_id)))
+    return JSONResponse(_job_json(ctl, job))
+
+
+def _action_route(decide: Decide):
+    async def action(job_id: int, request: Request, ctl: Ctl, actor: User = Depends(authenticated)):
+        return await act(request, ctl, actor, job_id,
+                         lambda model: decide(model, ctl.config, actor, job_id, time.time()))
+
+    return action
+
+
+for _name, _decide in ACTIONS.items():
+    router.add_api_route(f"/v1/jobs/{{job_id}}/{_name}", _action_route(_decide), methods=["POST"],
+                         response_model=S.JobOut, name=f"job_{_name}")
+
+
+@router.post("/v1/jobs/{job_id}/signal", response_model=S.JobOut)
+async def signal_job(job_id: int, body: S.SignalRequest, request: Request, ctl: Ctl,
+                     actor: User = Depends(authenticated)):
+    """One signal to a running job's processes, once (``xce kill -s``, LSF's ``bkill -s``)."""
+    signum = J.parse_signal(body.signal)
+    return await act(request, ctl, actor, job_id,
+                     lambda model: J.send_signal(model, actor, job_id, time.time(), signum))

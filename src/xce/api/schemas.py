@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_typ
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from xce.names import NAME_PATTERN
-from xce.wire import ClaimDoc, HistoryRow, JobDoc, JobRow, Limit, SnapshotDoc, Submission
+from xce.wire import AgentOp, ClaimDoc, Dispatch, HistoryRow, JobDoc, JobRow, Limit, SnapshotDoc, Submission
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]
 Path = Annotated[str, Field(min_length=1, max_length=4096)]
@@ -136,6 +136,11 @@ def _document_type(tp: Any) -> Any:
 JobOut = response_model(JobDoc, "JobOut")
 JobBriefOut = response_model(JobRow, "JobBriefOut")
 HistoryJobOut = response_model(HistoryRow, "HistoryJobOut")
+
+
+class HealthOut(BaseModel):
+    ok: bool
+    leader: bool = Field(description="whether this controller serves (leads); a standby answers false")
 
 
 class UsageOut(BaseModel):
@@ -286,6 +291,156 @@ class AttachmentRequest(Strict):
 ClaimOut = response_model(ClaimDoc, "ClaimOut")
 
 
+class AttachmentOut(BaseModel):
+    id: int
+    host: str
+    mode: str
+    job_id: int | None
+    run: int | None
+    state: str
+    path: str | None
+    created: float
+    by: str
+
+
+class ClaimClassOut(BaseModel):
+    name: str
+    provider: str
+    scope: str
+    pools: list[str]
+    access_modes: list[str]
+    reclaim_policy: str
+    parameters: dict[str, str]
+    allowed_parameters: list[str]
+    description: str
+    capabilities: dict[str, Any] | None = Field(description="what the class's provider can do (null: no agent "
+                                                            "has asked it yet)")
+
+
+class PoolOut(BaseModel):
+    name: str
+    capacity_bytes: int
+    configured_bytes: int
+    used_bytes: int
+    snapshot_bytes: int
+    free_bytes: int
+    available_bytes: int | None
+    data_bytes: int | None
+    description: str
+
+
+class OrphanOut(BaseModel):
+    """A provider object no claim owns (``kind`` provider_object), or a claim left without a reason to
+    live (``kind`` claim): the keys after ``claim_id`` are one kind's."""
+
+    kind: Literal["provider_object", "claim"]
+    claim_id: int | None
+    handle: str | None = None
+    class_: str = Field(alias="class")
+    provider: str | None = None
+    tags: dict[str, str] | None = None
+    size_bytes: int | None = None
+    first_seen: float | None = None
+    age: float
+    retain: bool | None = None
+    object_kind: str | None = None
+    releases_in: float | None = None
+    name: str | None = None
+    state: str | None = None
+    project: str | None = None
+    reason: str | None = None
+
+
+class SchemeOut(BaseModel):
+    scheme: str
+    via: str = Field(description="public, or the remote that serves it")
+    projects: list[str]
+
+
+class RemoteOut(BaseModel):
+    name: str
+    type: str
+    schemes: list[str]
+    projects: list[str]
+    description: str
+
+
+class TransfersOut(BaseModel):
+    schemes: list[SchemeOut]
+    remotes: list[RemoteOut]
+    remote_names: list[str]
+
+
+# ---------------------------------------------------------------- hosts and their workers
+
+class HostOut(BaseModel):
+    name: str
+    state: str
+    reason: str
+    slots: int
+    slots_used: int
+    attrs: dict[str, str]
+    counters: dict[str, float]
+    counters_used: dict[str, float]
+    registered: float
+    last_heartbeat_age: float | None
+
+
+class ResourceOut(BaseModel):
+    """A resource type: an L1 attribute (its ``values``) or an L2 counter (its ``total`` and ``used``)."""
+
+    name: str
+    layer: Literal["L1", "L2"]
+    scope: str
+    unit: str
+    description: str
+    values: list[str] | None = None
+    total: float | None = None
+    used: float | None = None
+
+
+class RunRefOut(BaseModel):
+    job_id: int
+    run: int
+
+
+class KillOut(BaseModel):
+    kill: list[RunRefOut] = Field(description="runs the host has that are not its own any more: to end now")
+
+
+class RegisteredOut(KillOut):
+    fence: float = Field(description="how long a run's shepherd keeps it past the worker's last answered heartbeat")
+
+
+class HeartbeatOut(BaseModel):
+    ok: bool
+    fence: float
+
+
+class KillOrderOut(BaseModel):
+    grace: float
+
+
+class OrdersOut(BaseModel):
+    """What a run's processes have been ordered, as the worker passes it to the run's shepherd."""
+
+    job_id: int
+    run: int
+    seq: int
+    kill: KillOrderOut | None
+    signals: list[list[Any]]
+    suspend: bool
+
+
+DispatchOut = response_model(Dispatch, "DispatchOut")
+
+
+class HostWorkOut(BaseModel):
+    dispatch: list[DispatchOut]  # type: ignore[valid-type]
+    orders: list[OrdersOut]
+    fence: float | None = Field(None, description="absent for a host declared lost meanwhile")
+
+
 # ---------------------------------------------------------------- claim agents
 
 OpId = Annotated[str, Field(min_length=1, max_length=200)]
@@ -387,3 +542,54 @@ class ClassCapabilitiesIn(Strict):
 class CapabilitiesRequest(Strict):
     epoch: Id
     classes: Annotated[list[ClassCapabilitiesIn], Field(max_length=1000)]
+
+
+AgentOpOut = response_model(AgentOp, "AgentOpOut")
+
+
+class LeaseOut(BaseModel):
+    agent: str
+    epoch: int
+    cluster_id: str
+    orphan_scan_interval: float
+
+
+class AgentOrphanOut(BaseModel):
+    """An orphan due for release, as the provisioner releases it."""
+
+    handle: str
+    class_name: str
+    provider: str
+    claim_id: int | None
+    op_id: str
+    tags: dict[str, str]
+
+
+class AgentWorkOut(BaseModel):
+    ops: list[AgentOpOut]  # type: ignore[valid-type]
+    orphans: list[AgentOrphanOut]
+    dispatch: list[DispatchOut] | None = Field(  # type: ignore[valid-type]
+        None, description="a node agent's: its host's runs whose readiness gate a report opened")
+
+
+class IntentsOut(BaseModel):
+    accepted: list[str]
+    refused: dict[str, str]
+
+
+class AgentReportsOut(BaseModel):
+    refused: dict[str, str] = Field(description="op id -> why its result was not taken")
+    work: AgentWorkOut | None = Field(None, description="with take > 0: the ops taken")
+
+
+class ProgressOut(BaseModel):
+    taken: int
+
+
+class CapabilitiesOut(BaseModel):
+    changed: int
+    refused: dict[str, str]
+
+
+class InventoryOut(BaseModel):
+    new_orphans: int

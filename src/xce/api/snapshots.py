@@ -11,17 +11,17 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
-from fastapi import Depends, FastAPI, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 
 from xce.api import schemas as S
 from xce.api.auth import authenticated
 from xce.api.commands import mutate
+from xce.api.deps import Ctl
 from xce.api.paging import NEXT_CURSOR_DOC, cursor_query, limit_query, newest_first
 from xce.api.responses import JSONResponse
 from xce.api.views import snapshot_json
 from xce.controller.core import Controller
 from xce.controller.observed import pool_free
-from xce.model import Model
 from xce.model import snapshots as SN
 from xce.model.identity import User
 from xce.model.snapshots import SnapshotState
@@ -31,57 +31,63 @@ SnapshotName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=63)]
 InProject = Annotated[str | None, Query(max_length=63, description="the snapshot's project (names are per project)")]
 
 
-def add_snapshot_routes(app: FastAPI, ctl: Controller) -> None:
-    def show(snapshot_id: int, status: int = 200) -> JSONResponse:
-        return JSONResponse(snapshot_json(ctl.model.snapshots[snapshot_id]), status_code=status)
+router = APIRouter(tags=["snapshots"])
 
-    @app.post("/v1/snapshots", status_code=201, response_model=S.SnapshotOut, tags=["snapshots"])
-    async def create_snapshot(body: S.SnapshotCreateRequest, request: Request,
-                              actor: User = Depends(authenticated)):
-        snapshot_id = await mutate(request, actor, f"snapshot/{body.name}", lambda model: SN.create(
-            model, ctl.config, actor, body.claim, body.name, time.time(), body.project,
-            free=pool_free(model, ctl.config, ctl.observed)))
-        return show(snapshot_id, 201)
 
-    @app.get("/v1/snapshots", response_model=list[S.SnapshotOut], tags=["snapshots"],
-             responses={200: {"headers": NEXT_CURSOR_DOC}})
-    async def list_snapshots(actor: User = Depends(authenticated), project: str | None = Query(None, max_length=63),
-                             claim: str | None = Query(None, max_length=63, description="of this claim only"),
-                             state: list[SnapshotState] | None = Query(None),
-                             all_states: bool = Query(False, alias="all", description="include RELEASED ones"),
-                             limit: int = limit_query("snapshots"), cursor: str | None = cursor_query()):
-        """The newest matching snapshots (one page), in id order within the page; ``X-Next-Cursor``
-        leads to older ones."""
-        await ctl.read_barrier()
-        states = set(state) if state else None
+def _show(ctl: Controller, snapshot_id: int, status: int = 200) -> JSONResponse:
+    return JSONResponse(snapshot_json(ctl.model.snapshots[snapshot_id]), status_code=status)
 
-        def match(s: SN.Snapshot) -> bool:
-            if not (actor.is_admin or s.project in actor.projects):
-                return False
-            if project is not None and s.project != project or claim is not None and s.claim_name != claim:
-                return False
-            if states is not None:
-                return s.state in states
-            return s.state is not SnapshotState.RELEASED or all_states
 
-        page, headers = newest_first(ctl.model.snapshots.values(), lambda s: s.id, match, limit, cursor,
-                                     "snapshots")
-        return JSONResponse([snapshot_json(s) for s in page], headers=headers)
+@router.post("/v1/snapshots", status_code=201, response_model=S.SnapshotOut)
+async def create_snapshot(body: S.SnapshotCreateRequest, request: Request, ctl: Ctl,
+                          actor: User = Depends(authenticated)):
+    snapshot_id = await mutate(request, actor, f"snapshot/{body.name}", lambda model: SN.create(
+        model, ctl.config, actor, body.claim, body.name, time.time(), body.project,
+        free=pool_free(model, ctl.config, ctl.observed)))
+    return _show(ctl, snapshot_id, 201)
 
-    @app.get("/v1/snapshots/{name}", response_model=S.SnapshotOut, tags=["snapshots"])
-    async def show_snapshot(name: SnapshotName, project: InProject = None, actor: User = Depends(authenticated)):
-        await ctl.read_barrier()
-        return show(SN.visible(ctl.model, actor, name, project).id)
 
-    @app.get("/v1/snapshots/by-id/{snapshot_id}", response_model=S.SnapshotOut, tags=["snapshots"])
-    async def show_snapshot_by_id(snapshot_id: int, actor: User = Depends(authenticated)):
-        await ctl.read_barrier()
-        return show(SN.visible_by_id(ctl.model, actor, snapshot_id).id)
+@router.get("/v1/snapshots", response_model=list[S.SnapshotOut], responses={200: {"headers": NEXT_CURSOR_DOC}})
+async def list_snapshots(ctl: Ctl, actor: User = Depends(authenticated),
+                         project: str | None = Query(None, max_length=63),
+                         claim: str | None = Query(None, max_length=63, description="of this claim only"),
+                         state: list[SnapshotState] | None = Query(None),
+                         all_states: bool = Query(False, alias="all", description="include RELEASED ones"),
+                         limit: int = limit_query("snapshots"), cursor: str | None = cursor_query()):
+    """The newest matching snapshots (one page), in id order within the page; ``X-Next-Cursor``
+    leads to older ones."""
+    await ctl.read_barrier()
+    states = set(state) if state else None
 
-    @app.delete("/v1/snapshots/{name}", status_code=202, response_model=S.SnapshotOut, tags=["snapshots"])
-    async def delete_snapshot(name: SnapshotName, request: Request, project: InProject = None,
-                              actor: User = Depends(authenticated)):
-        def decide(model: Model):
-            return SN.delete(model, actor, name, time.time(), project)
+    def match(s: SN.Snapshot) -> bool:
+        if not (actor.is_admin or s.project in actor.projects):
+            return False
+        if project is not None and s.project != project or claim is not None and s.claim_name != claim:
+            return False
+        if states is not None:
+            return s.state in states
+        return s.state is not SnapshotState.RELEASED or all_states
 
-        return show(await mutate(request, actor, f"snapshot/{name}", decide), 202)
+    page, headers = newest_first(ctl.model.snapshots.values(), lambda s: s.id, match, limit, cursor, "snapshots")
+    return JSONResponse([snapshot_json(s) for s in page], headers=headers)
+
+
+@router.get("/v1/snapshots/{name}", response_model=S.SnapshotOut)
+async def show_snapshot(name: SnapshotName, ctl: Ctl, project: InProject = None,
+                        actor: User = Depends(authenticated)):
+    await ctl.read_barrier()
+    return _show(ctl, SN.visible(ctl.model, actor, name, project).id)
+
+
+@router.get("/v1/snapshots/by-id/{snapshot_id}", response_model=S.SnapshotOut)
+async def show_snapshot_by_id(snapshot_id: int, ctl: Ctl, actor: User = Depends(authenticated)):
+    await ctl.read_barrier()
+    return _show(ctl, SN.visible_by_id(ctl.model, actor, snapshot_id).id)
+
+
+@router.delete("/v1/snapshots/{name}", status_code=202, response_model=S.SnapshotOut)
+async def delete_snapshot(name: SnapshotName, request: Request, ctl: Ctl, project: InProject = None,
+                          actor: User = Depends(authenticated)):
+    snapshot_id = await mutate(request, actor, f"snapshot/{name}",
+                               lambda model: SN.delete(model, actor, name, time.time(), project))
+    return _show(ctl, snapshot_id, 202)

@@ -5,15 +5,26 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+import xce
+from xce.agentnames import node_host
+from xce.config import Config
+from xce.controller.core import Controller
+from xce.controller.leadership import Peer
+from xce.model import agents, dispatch
 from xce.model.audit import AuditRecord
-from xce.model.claims import Attachment, Claim, ClaimState, ResizeState
+from xce.model.claims import Attachment, Claim, ClaimState, Op, OpKind, ResizeState
+from xce.model.hosts import HostState
 from xce.model.identity import Token, User
 from xce.model import job_claims, status
 from xce.model.jobs import Job, JobState
+from xce.model.jobs import orders as run_orders
 from xce.model import Model
-from xce.model.orphans import Orphan
+from xce.model.orphans import Orphan, claim_orphans
+from xce.model.pools import pool_use
 from xce.model.snapshots import Snapshot
 from xce.records import Usage
+from xce.transfers import TransferSite
+from xce.wire import AgentOp, Dispatch
 
 
 def job_json(model: Model, job: Job, pending_reason: str | None = None,
@@ -197,3 +208,307 @@ def orphan_json(o: Orphan, now: float) -> dict[str, Any]:
     return {"kind": "provider_object", "handle": o.handle, "class": o.class_name, "provider": o.provider,
             "claim_id": o.claim_id, "tags": o.tags, "size_bytes": o.size_bytes, "first_seen": o.first_seen,
             "age": round(now - o.first_seen, 1), "retain": o.retain, "object_kind": o.kind}
+
+
+# ---------------------------------------------------------------- service, catalog, identities
+
+def health_json(serving: bool) -> dict[str, Any]:
+    return {"ok": True, "leader": serving}
+
+
+def ping_json(ctl: Controller, actor: User) -> dict[str, Any]:
+    """Who answers and as whom: the controller's version, cluster, leadership and log position."""
+    return {"version": xce.__version__, "cluster_id": ctl.model.cluster_id, "leader": ctl.is_leader,
+            "leader_epoch": ctl.epoch, "log_position": ctl.committed, "store": ctl.store.backend,
+            "user": actor.name, "role": actor.role.value, "url": ctl.url,
+            "standbys": sorted(p.url for p in ctl.peers if p.role == "standby")}
+
+
+def controllers_json(ctl: Controller) -> list[dict[str, Any]]:
+    """The controllers sharing the store, the leader first; this one as of now rather than as it
+    last announced itself."""
+    head = ctl.committed
+    peers = {p.url: p for p in ctl.peers}
+    if ctl.url:
+        peers[ctl.url] = Peer(url=ctl.url, role="leader", position=head, age=0.0, holder=ctl.holder)
+    out = [{"url": p.url, "role": p.role, "log_position": p.position, "behind": max(0, head - p.position),
+            "seen": round(p.age, 3)} for p in peers.values()]
+    out.sort(key=lambda c: (c["role"] != "leader", c["url"]))
+    return out
+
+
+def queues_json(model: Model, config: Config) -> list[dict[str, Any]]:
+    """Each queue, highest priority first, with its pending and running jobs counted."""
+    counts: dict[str, list[int]] = {q: [0, 0] for q in model.queues}
+    # from the model's indexes: the live jobs are mostly finished ones waiting to retire
+    for job_id in model.waiting_jobs:
+        if (c := counts.get(model.jobs[job_id].queue)) is not None:
+            c[0] += 1
+    for job_id in model.jobs.keys() - model.waiting_jobs - model.finished_jobs.keys():
+        job = model.jobs[job_id]
+        if job.started and (c := counts.get(job.queue)) is not None:
+            c[1] += 1
+    configured = {q.name: q for q in config.queues}  # (defaults a submission reads)
+    return [{"name": q.name, "priority": q.priority, "description": q.description,
+             "pending": counts[q.name][0], "running": counts[q.name][1],
+             "stage_class": getattr(configured.get(q.name), "stage_class", None)}
+            for q in sorted(model.queues.values(), key=lambda q: (-q.priority, q.name))]
+
+
+def apps_json(config: Config) -> list[dict[str, Any]]:
+    return [{"name": a.name, "description": a.description, "stage_class": a.stage_class,
+             "claims": [{"name": c.name, "claim_class": c.claim_class, "size": c.size} for c in a.claims]}
+            for a in config.apps]
+
+
+def projects_json(model: Model, actor: User) -> list[dict[str, Any]]:
+    """The projects the actor belongs to (admins: all of them), by name."""
+    projects = [p for p in model.projects.values() if actor.is_admin or p.name in actor.projects]
+    return [{"name": p.name, "description": p.description} for p in sorted(projects, key=lambda p: p.name)]
+
+
+def users_json(model: Model) -> list[dict[str, Any]]:
+    return [user_json(u) for u in sorted(model.users.values(), key=lambda u: u.name)]
+
+
+def token_created_json(token_id: str, user: str, secret: str, expires: float | None) -> dict[str, Any]:
+    """The one answer that carries a token's secret: the one that creates it."""
+    return {"token_id": token_id, "user": user, "token": secret, "expires": expires}
+
+
+def transfers_json(site: TransferSite, actor: User) -> dict[str, Any]:
+    """The schemes and remotes the actor may stage from and to (``xce transfers list``): a user sees the
+    public schemes and the remotes their projects may use, with those of their projects that may; an
+    admin every remote and every project it lists.  Never a credential."""
+    remotes = []
+    for r in site.remotes:
+        projects = list(r.projects) if actor.is_admin else [p for p in actor.projects if r.allows(p)]
+        if projects:
+            remotes.append({**r.public(), "projects": projects})
+    schemes = [{"scheme": s, "via": "public", "projects": ["*"]} for s in site.public_schemes]
+    for remote in remotes:
+        schemes += [{"scheme": s, "via": remote["name"], "projects": remote["projects"]} for s in remote["schemes"]]
+    # every remote's name, details aside: xce submit reads NAME:path as a remote (which the controller
+    # then refuses with the reason) rather than as a relative path, whoever submits it
+    return {"schemes": schemes, "remotes": remotes, "remote_names": [r.name for r in site.remotes]}
+
+
+# ---------------------------------------------------------------- claims' catalog
+
+def claim_classes_json(config: Config, known: dict[str, Any]) -> list[dict[str, Any]]:
+    """The claim classes; ``capabilities`` is what the class's provider said it can do (``known``),
+    None while no agent has asked it (it can do none of them until then)."""
+    return [{"name": c.name, "provider": c.provider, "scope": c.scope, "pools": c.pools,
+             "access_modes": c.access_modes, "reclaim_policy": c.reclaim_policy, "parameters": c.parameters,
+             "allowed_parameters": c.allowed_parameters, "description": c.description,
+             "capabilities": dict(known[c.name].flags) if c.name in known else None}
+            for c in config.claim_classes]
+
+
+def pools_json(config: Config, rooms: dict[str, Any], snapshots: dict[str, int]) -> list[dict[str, Any]]:
+    """Each pool's room (``controller.observed.rooms``) and what its snapshots reserve."""
+    return [{"name": p.name, "capacity_bytes": rooms[p.name].capacity, "configured_bytes": rooms[p.name].configured,
+             "used_bytes": rooms[p.name].reserved, "snapshot_bytes": snapshots.get(p.name, 0),
+             "free_bytes": rooms[p.name].free, "available_bytes": rooms[p.name].available,
+             "data_bytes": rooms[p.name].used, "description": p.description} for p in config.pools]
+
+
+def orphans_json(model: Model, grace: float, now: float) -> list[dict[str, Any]]:
+    """Provider objects no claim owns (released after ``grace`` unless retained), then claims left
+    without a reason to live (``model.orphans.claim_orphans``)."""
+    out = [orphan_json(o, now) for o in model.orphans.values()]
+    for o in out:
+        o["releases_in"] = None if o["retain"] else max(0.0, round(grace - o["age"], 1))
+    out += [{"kind": "claim", "claim_id": claim.id, "name": claim.name, "class": claim.class_name,
+             "state": claim.state.value, "project": claim.project, "reason": why,
+             "age": round(now - claim.created, 1)} for claim, why in claim_orphans(model)]
+    return out
+
+
+# ---------------------------------------------------------------- hosts
+
+def hosts_json(model: Model, last_seen: dict[str, float], now: float) -> list[dict[str, Any]]:
+    """The hosts by name; ``last_heartbeat_age`` from ``last_seen`` (monotonic times, ``now`` on that clock)."""
+    out = []
+    for h in sorted(model.hosts.values(), key=lambda h: h.name):
+        last = last_seen.get(h.name)
+        out.append({"name": h.name, "state": h.state.value, "reason": h.reason, "slots": h.slots,
+                    "slots_used": h.slots_used, "attrs": h.attrs, "counters": h.counters,
+                    "counters_used": h.counters_used(), "registered": h.registered,
+                    "last_heartbeat_age": None if last is None else round(now - last, 1)})
+    return out
+
+
+def resources_json(model: Model, config: Config) -> list[dict[str, Any]]:
+    """Resource type descriptors with what the cluster's hosts in service have of each and what is in
+    use: each one the config describes, each counter hosts offer that it does not, then each pool."""
+    hosts = [h for h in model.hosts.values() if h.state is HostState.OK]
+    cluster_used = model.cluster_used()
+    out: list[dict[str, Any]] = []
+    for r in config.resources:
+        if r.layer == "L1":
+            values = sorted({h.attrs[r.name] for h in hosts if r.name in h.attrs})
+            out.append({"name": r.name, "layer": "L1", "scope": "host", "unit": r.unit, "values": values,
+                        "description": r.description})
+            continue
+        if r.scope == "cluster":
+            total, used = r.amount_value, cluster_used.get(r.name, 0.0)
+        elif r.name == "slots":
+            total, used = float(sum(h.slots for h in hosts)), float(sum(h.slots_used for h in hosts))
+        else:
+            total = sum(h.counters.get(r.name, 0.0) for h in hosts)
+            used = sum(h.counters_used().get(r.name, 0.0) for h in hosts)
+        out.append({"name": r.name, "layer": "L2", "scope": r.scope, "unit": r.unit, "total": total,
+                    "used": used, "description": r.description})
+    declared = {r.name for r in config.resources}
+    for name in sorted({n for h in hosts for n in h.counters} - declared):  # counters the config does not describe
+        out.append({"name": name, "layer": "L2", "scope": "host", "unit": "",
+                    "total": sum(h.counters.get(name, 0.0) for h in hosts),
+                    "used": sum(h.counters_used().get(name, 0.0) for h in hosts),
+                    "description": "reported by hosts; not described in the config"})
+    pools_used = pool_use(model)
+    out += [{"name": p.name, "layer": "L2", "scope": "pool", "unit": "bytes", "total": p.capacity_bytes,
+             "used": pools_used.get(p.name, 0), "description": p.description} for p in config.pools]
+    return out
+
+
+def runs_json(runs: list[tuple[int, int]]) -> list[dict[str, Any]]:
+    """Runs a worker is to end (``kill``)."""
+    return [{"job_id": job_id, "run": run} for job_id, run in runs]
+
+
+def dispatch_json(model: Model, job: Job, host: str) -> Dispatch:
+    """A run as the worker on ``host`` starts it: its command, its part of the allocation, its claims."""
+    return Dispatch(job_id=job.id, run=job.run, display_id=job.display_id, user=job.user, name=job.name,
+                    command=job.command, cwd=job.cwd, stdout=job.stdout, stderr=job.stderr, hosts=job.hosts,
+                    slots=job.alloc_slots.get(host, 0), total_slots=sum(job.alloc_slots.values()),
+                    array_index=job.array_index, array_parent=job.array_parent, queue=job.queue,
+                    project=job.project, claims=job_claims.publish_list(model, job, host),
+                    mem_limit=dispatch.mem_limit(job, host))
+
+
+def host_work_json(model: Model, host: str, work: dispatch.HostWork) -> dict[str, Any]:
+    """A worker's work poll's answer: runs to start, and orders of its runs it has not seen (the
+    route adds ``fence`` when the answer is word from the controller: ``with_fence``)."""
+    return {"dispatch": [dispatch_json(model, job, host) for job in work.start],
+            "orders": [run_orders(job) for job in work.orders]}
+
+
+def with_fence(answer: dict[str, Any], fence: float | None) -> dict[str, Any]:
+    """``answer`` with the fence time a worker's runs' lease is renewed by (None: not renewed)."""
+    return answer if fence is None else {**answer, "fence": fence}
+
+
+# ---------------------------------------------------------------- claim agents
+
+def agent_op_json(model: Model, config: Config, claim: Claim, op: Op, attachment: Attachment | None) -> AgentOp:
+    """One op as an agent runs it: what the provider (or the agent itself) needs, owner tags included."""
+    cls = config.claim_class(claim.class_name)
+    out = AgentOp(
+        op_id=op.op_id, op=op.kind.value, attempt=op.attempts + 1, claim_id=claim.id, claim_name=claim.name,
+        class_name=claim.class_name, scope=claim.scope, provider=cls.provider if cls else None,
+        # an expand asks for the resize's size: the claim keeps its old one until the provider grew it
+        size_bytes=claim.resize.size_bytes if op.kind is OpKind.EXPAND and claim.resize else claim.size_bytes,
+        access_mode=claim.access_mode.value, params=claim.params,
+        handle=claim.handle if op.kind is not OpKind.CREATE else None,
+        host=attachment.host if attachment is not None else claim.host, path=claim.path,
+        tags={"xce.cluster": model.cluster_id, "xce.claim": str(claim.id), "xce.op": op.op_id,
+              "xce.reclaim": claim.reclaim_policy.value, "xce.project": claim.project, "xce.owner": claim.owner})
+    if op.kind is OpKind.CREATE and claim.source is not None:  # a clone: the provider copies its source
+        out["source_handle"] = claim.source["handle"]
+    if op.kind in (OpKind.STAGE_IN, OpKind.STAGE_OUT):  # done by the node agent itself, as the job's user
+        job = model.jobs.get(claim.job_id) if claim.job_id is not None else None
+        out["user"] = job.user if job is not None else claim.owner
+        out["items"] = claim.stage_in if op.kind is OpKind.STAGE_IN else claim.stage_out
+    if op.kind is OpKind.POPULATE:  # the provisioner copies the source into the claim's volume
+        out["source"] = claim.populate_from
+    return out
+
+
+def snapshot_op_json(model: Model, config: Config, snap: Snapshot, op: Op) -> AgentOp:
+    """A snapshot's op as the provisioner runs it.  ``claim_id`` is the claim it is (or was) of:
+    providers derive the snapshot's handle from it and the op_id.  ``create_snapshot`` names the
+    claim's volume; ``delete_snapshot`` the snapshot."""
+    cls = config.claim_class(snap.class_name)
+    claim = model.claims.get(snap.claim_id)
+    handle = (claim.handle if claim is not None else None) if op.kind is OpKind.CREATE_SNAPSHOT else snap.handle
+    return AgentOp(
+        op_id=op.op_id, op=op.kind.value, attempt=op.attempts + 1, claim_id=snap.claim_id, snapshot_id=snap.id,
+        claim_name=snap.claim_name, class_name=snap.class_name, scope="shared",
+        provider=cls.provider if cls else None, size_bytes=snap.size_bytes, access_mode=snap.access_mode,
+        params=claim.params if claim is not None else {}, handle=handle, host=None, path=None,
+        tags={"xce.cluster": model.cluster_id, "xce.claim": str(snap.claim_id), "xce.snapshot": str(snap.id),
+              "xce.op": op.op_id, "xce.project": snap.project, "xce.owner": snap.owner})
+
+
+def agent_orphan_json(o: Orphan) -> dict[str, Any]:
+    """An orphan due for release, as the provisioner releases it (by its handle, tagged op id)."""
+    return {"handle": o.handle, "class_name": o.class_name, "provider": o.provider, "claim_id": o.claim_id,
+            "op_id": f"orphan.{o.handle}", "tags": o.tags}
+
+
+def agent_work_json(model: Model, config: Config, agent: str, work: agents.Work, held: bool = False) -> dict[str, Any]:
+    """An agent's work as it runs it.  ``held``: ops under way, each with the attempt its intent
+    counted already (a new intent counts the next)."""
+    ops: list[AgentOp] = [agent_op_json(model, config, o.owner, o.op, o.part) for o in work.claim_ops]
+    ops += [snapshot_op_json(model, config, o.owner, o.op) for o in work.snapshot_ops]
+    if held:
+        for item, under_way in zip(ops, [*work.claim_ops, *work.snapshot_ops]):
+            item["attempt"] = under_way.op.attempts
+    out: dict[str, Any] = {"ops": ops, "orphans": [agent_orphan_json(o) for o in work.orphans]}
+    host = node_host(agent)
+    if work.dispatch is not None and host is not None:
+        out["dispatch"] = [dispatch_json(model, job, host) for job in work.dispatch]
+    return out
+
+
+def lease_json(agent: str, epoch: int, cluster_id: str, scan_interval: float) -> dict[str, Any]:
+    return {"agent": agent, "epoch": epoch, "cluster_id": cluster_id, "orphan_scan_interval": scan_interval}
+
+
+def intents_json(accepted: list[str], refused: dict[str, str]) -> dict[str, Any]:
+    """Which intents were recorded, and why the others were refused (op id -> reason)."""
+    return {"accepted": accepted, "refused": refused}
+
+
+def agent_reports_json(refused: dict[str, str], work: dict[str, Any] | None) -> dict[str, Any]:
+    """A report's answer: why any result was not taken, and with ``take`` the work taken with it."""
+    return {"refused": refused} if work is None else {"refused": refused, "work": work}
+
+
+def no_agent_work_json() -> dict[str, Any]:
+    """A long poll that found nothing to take."""
+    return {"ops": [], "orphans": []}
+
+
+def progress_json(taken: int) -> dict[str, Any]:
+    """How many readings were taken (those of ops this agent holds in this epoch)."""
+    return {"taken": taken}
+
+
+def capabilities_json(changed: int, refused: dict[str, str]) -> dict[str, Any]:
+    return {"changed": changed, "refused": refused}
+
+
+def inventory_json(new_orphans: int) -> dict[str, Any]:
+    return {"new_orphans": new_orphans}
+
+
+def registered_json(kill: list[dict[str, Any]], fence: float) -> dict[str, Any]:
+    """A registration's answer: runs the host has that are not its own any more (given up while it was
+    away), to end now; and how long its runs' shepherds keep them past its last answered heartbeat."""
+    return {"kill": kill, "fence": fence}
+
+
+def heartbeat_json(fence: float) -> dict[str, Any]:
+    return {"ok": True, "fence": fence}
+
+
+def kill_json(kill: list[dict[str, Any]]) -> dict[str, Any]:
+    """A run report's answer: runs to end now."""
+    return {"kill": kill}
+
+
+def error_json(code: str, message: str, **more: Any) -> dict[str, Any]:
+    """Every refusal and failure: ``{"error": {"code", "message"}}`` (a standby's adds ``leader``)."""
+    return {"error": {"code": code, "message": message, **more}}

@@ -41,6 +41,7 @@ from xce.units import format_bytes
 from xce.worker import control, sandbox, staging
 from xce.worker.cgroups import CgroupError, Hierarchy, Limits, RunCgroup, Usage
 from xce.worker.storage import StorageRoots
+from xce.wire import AgentOp, Dispatch
 
 log = logging.getLogger("xce.worker")
 
@@ -110,7 +111,7 @@ class Worker:
         self.bind_cores = cgroups is not None and len(cpus) == self.slots and cgroups.binds_cores
         self.free_cores: set[int] = set(cpus) if self.bind_cores else set()
 
-    def _stage(self, item: dict[str, Any]):
+    def _stage(self, item: AgentOp):
         return staging.run_stage_op(item, self.host, self.run_as_users, self.storage,
                                     allow_system_users=self.allow_system_users, site=self.transfers,
                                     report=self.node_agent.report_progress)
@@ -265,13 +266,13 @@ class Worker:
 
     # ------------------------------------------------------------ runs
 
-    def _dispatched(self, jobs: list[dict[str, Any]]) -> None:
+    def _dispatched(self, jobs: list[Dispatch]) -> None:
         """Runs the controller says may start (a node agent's report opened their readiness gate)."""
         for job in jobs:
             if not self._stop.is_set():
                 self._start(job)
 
-    def _start(self, job: dict[str, Any]) -> None:
+    def _start(self, job: Dispatch) -> None:
         key = (job["job_id"], job["run"])
         run_dir = self._run_dir(*key)
         if self.fence is not None and control.clock() >= self.lease_until:
@@ -316,7 +317,7 @@ class Worker:
         threading.Thread(target=self._watch_child, args=(key, started.pid, run_dir, workspace), daemon=True,
                          name=f"job-{key[0]}.{key[1]}").start()
 
-    def _make_cgroup(self, key: tuple[int, int], job: dict[str, Any]) -> RunCgroup | None:
+    def _make_cgroup(self, key: tuple[int, int], job: Dispatch) -> RunCgroup | None:
         """The run's cgroup, its limits written: ``mem_limit`` (-M, or the mem it reserved here), and its
         slots here as whole cores (when this host's slots are its cores) or as a CPU quota."""
         if self.cgroups is None:

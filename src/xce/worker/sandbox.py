@@ -45,6 +45,7 @@ from typing import Any
 
 from xce.worker.cgroups import RunCgroup
 from xce.worker.storage import OutsideStorage, StorageRoots
+from xce.wire import Dispatch
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -142,12 +143,12 @@ class RunAs:
     groups: tuple[int, ...] = ()  # supplementary groups, as initgroups(3) gives them (the system's name services)
 
 
-def expand(pattern: str, job: dict[str, Any]) -> str:
+def expand(pattern: str, job: Dispatch) -> str:
     return (pattern.replace("%J", str(job["array_parent"] or job["job_id"]))
             .replace("%I", str(job["array_index"] or 0)))
 
 
-def job_env(job: dict[str, Any], host: str, workspace: str, home: str) -> dict[str, str]:
+def job_env(job: Dispatch, host: str, workspace: str, home: str) -> dict[str, str]:
     env = {"PATH": DEFAULT_PATH, "HOME": home, "LANG": "C.UTF-8",
            "USER": job["user"], "LOGNAME": job["user"],
            "XCE_JOBID": str(job["job_id"]), "XCE_JOB_NAME": job["name"], "XCE_QUEUE": job["queue"],
@@ -226,7 +227,7 @@ class Confinement:
         return args
 
 
-def start(job: dict[str, Any], host: str, run_dir: str, workspace: str, output_dir: str,
+def start(job: Dispatch, host: str, run_dir: str, workspace: str, output_dir: str,
           roots: StorageRoots, run_as: RunAs | None = None, confinement: Confinement = Confinement()) -> Started:
     """Create the workspace, check what can be checked here, spawn the shepherd."""
     os.makedirs(workspace, mode=0o700, exist_ok=True)

@@ -58,6 +58,7 @@ from xce.transfers import run as run_transfer
 from xce.transfers.rclone import describe, plan_size
 from xce.worker.sandbox import RunAs, StartFailed, run_as_for
 from xce.worker.storage import OutsideStorage, StorageRoots
+from xce.wire import AgentOp
 
 log = logging.getLogger("xce.worker")
 
@@ -232,7 +233,7 @@ def _unreadable_source(err: str, src: str, dest: str) -> bool:
             and ("No such file" in first or "Permission denied" in first))
 
 
-def _transfer(item: dict[str, Any], src: Location, dest: Location, site: TransferSite, host: str,
+def _transfer(item: AgentOp, src: Location, dest: Location, site: TransferSite, host: str,
               run_as: RunAs | None, room: int | None, moved: dict[str, int] | None = None,
               report: ProgressReport | None = None, fd: int | None = None, shown: str = "") -> ProviderReply | None:
     """One item through rclone (None: copied, and what rclone moved added to ``moved``; its progress to
@@ -304,7 +305,7 @@ def _transfer(item: dict[str, Any], src: Location, dest: Location, site: Transfe
     return None
 
 
-def run_stage_op(item: dict[str, Any], host: str, run_as_users: bool, roots: StorageRoots,
+def run_stage_op(item: AgentOp, host: str, run_as_users: bool, roots: StorageRoots,
                  timeout: float = COPY_TIMEOUT, allow_system_users: bool = False,
                  site: TransferSite | None = None, report: ProgressReport | None = None) -> ProviderReply:
     """One stage_in or stage_out op of the node agent: every item copied, or an error reply (``report``:
@@ -344,7 +345,7 @@ def run_stage_op(item: dict[str, Any], host: str, run_as_users: bool, roots: Sto
         os.close(base_fd)
 
 
-def _copy_items(item: dict[str, Any], host: str, base: str, base_fd: int, run_as: RunAs | None, timeout: float,
+def _copy_items(item: AgentOp, host: str, base: str, base_fd: int, run_as: RunAs | None, timeout: float,
                 site: TransferSite | None, report: ProgressReport | None) -> ProviderReply:
     """Every item of the op, the claim's side of each through a descriptor beneath the staging area
     ``base_fd`` (``beneath``): a stage-out's sources all opened before the first is copied, a
