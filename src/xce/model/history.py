@@ -34,8 +34,9 @@ from typing import Any
 from xce.errors import Conflict, InvalidRequest, NotFound
 from xce.model import facts as F
 from xce.model.claims import Claim, ClaimForm, ClaimState, may_see, name_key
-from xce.model.jobs import Job, request_key
+from xce.model.jobs import request_key
 from xce.model.entities.identity import User
+from xce.model.entities.jobs import Job
 from xce.model.state import State
 from xce.records import HistoryQuery, Usage, UsageQuery
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -31,9 +32,10 @@ from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from xce.model import claims as C
 from xce.model import facts as F
 from xce.model import jobs
-from xce.model.jobs import Job, JobSpec, JobState, finish_after_stage_out
+from xce.model.jobs import JobSpec, finish_after_stage_out
 from xce.model.claims import AccessMode, Attachment, AttachmentState, Claim, ClaimForm, ClaimState, Mode, Scope
 from xce.model.entities.identity import User
+from xce.model.entities.jobs import Job, JobState
 from xce.model.facts import Fact
 from xce.model.state import State
 from xce.names import check_name
@@ -133,7 +135,7 @@ def stage_class_for(config: Config, spec: JobClaimsSpec, queue: str | None) -> t
 
 
 def resolve(model: State, config: Config, actor: User, project: str, spec: JobClaimsSpec,
-            queue: str | None = None) -> tuple[list, list]:
+            queue: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(standalone references, template claim specs) for ``JobSubmitted``; refuses what cannot work.
     ``queue``: the job's (its default staging class)."""
     if len(spec.claims) > MAX_REFS:
@@ -295,7 +297,7 @@ def early_claims(model: State, submitted: Fact, now: float) -> list[F.ClaimCreat
     if not early:
         return []
     ids = [submitted.id + i for i in range(len(submitted.array_indices))] or [submitted.id]
-    out = []
+    out: list[F.ClaimCreated] = []
     for job_id in ids:
         for t in early:
             out.append(early_fact(job_id, submitted.user, submitted.project, 1, t, model.next_claim_id + len(out),
@@ -432,14 +434,14 @@ def on_allocated(model: State, job: Job, f: F.JobAllocated) -> None:
 
 
 def plan_claims(job: Job, run: int, hosts: list[str], next_claim: int, next_attachment: int,
-                pools: dict[str, str], now: float) -> tuple[list[F.ClaimCreated], list[dict]]:
+                pools: dict[str, str], now: float) -> tuple[list[F.ClaimCreated], list[dict[str, Any]]]:
     """What a new run of ``job`` on ``hosts`` gets: its template claims (``ClaimCreated`` facts, to
     follow its ``JobAllocated``) and its attachments (in ``JobAllocated``); ``pools`` places its
     shared template claims (kind -> pool, chosen by the scheduler)."""
     made = [t for t in job.templates if not t.get("early")]  # (early ones exist already: staged in)
     templates = [template_fact(job, run, hosts, dict(t, claim_id=next_claim + i, pool=pools.get(t["kind"])), now)
                  for i, t in enumerate(made)]
-    attachments = []
+    attachments: list[dict[str, Any]] = []
     for ref in job.claim_refs:
         for host in hosts:
             attachments.append({"attachment_id": next_attachment + len(attachments), "claim_id": ref["claim_id"],
@@ -500,12 +502,15 @@ def run_claims(model: State, job: Job) -> list[Claim]:
     return out
 
 
-def _attachment(model: State, job: Job, claim_id: int, attachment_id: int) -> tuple[Claim | None, Attachment | None]:
-    """The run's attachment ``attachment_id`` of claim ``claim_id`` (None, None: not this run's)."""
+def _attachment(model: State, job: Job, claim_id: int, attachment_id: int) -> tuple[Claim, Attachment] | None:
+    """Claim ``claim_id`` and its attachment ``attachment_id`` for the job's run (None: gone, or not
+    this run's)."""
     claim = model.claims.get(claim_id)
-    a = next((a for a in claim.attachments if a.id == attachment_id), None) if claim is not None else None
+    if claim is None:
+        return None
+    a = next((a for a in claim.attachments if a.id == attachment_id), None)
     if a is None or (a.job_id, a.run) != (job.id, job.run):
-        return claim, None
+        return None
     return claim, a
 
 
@@ -534,15 +539,19 @@ def blocker(model: State, job: Job) -> Blocker | None:
         if claim.state is not ClaimState.READY:
             return Blocker("claim", claim=claim)
     for claim_id, attachment_id in job.run_attachments:
-        claim, a = _attachment(model, job, claim_id, attachment_id)
-        if claim is None or a is None:
+        found = _attachment(model, job, claim_id, attachment_id)
+        if found is None:
             return Blocker("detached", claim_id=claim_id)
+        claim, a = found
         if a.state is not AttachmentState.ATTACHED:
             return Blocker("attachment", claim=claim, attachment=a)
     return None
 
 
-def fail_run(model: State, job_id: int | None, run: int | None, what: str, now: float) -> list[Fact]:
+JobEnd = F.JobFinished | F.JobRequeued  # what a failed claim or stage-out decides for its job's run
+
+
+def fail_run(model: State, job_id: int | None, run: int | None, what: str, now: float) -> list[JobEnd]:
     """A claim of an allocated, not yet started run failed for good: the job ends (or is requeued)."""
     job = model.jobs.get(job_id) if job_id is not None else None
     if job is None or job.run != run or job.state is not JobState.PEND or not job.alloc_slots:
@@ -574,11 +583,11 @@ def agent_report(model: State, cfg: ClaimsConfig, agent: str, epoch: int, result
     return facts, refused
 
 
-def consequences(model: State, claim_id: int, op_id: str, result: Fact, now: float) -> list[Fact]:
+def consequences(model: State, claim_id: int, op_id: str, result: Fact, now: float) -> Sequence[JobEnd]:
     """What an op's result means for the job it serves (decided before ``result`` is folded)."""
     claim = model.claims.get(claim_id)
     found = claim.find_op(op_id) if claim is not None else None
-    if found is None:
+    if claim is None or found is None:
         return []
     op, a = found
     if isinstance(result, F.ClaimOpSucceeded):
@@ -628,9 +637,8 @@ def release_for_run(model: State, job: Job, time: float, host_lost: bool = False
             continue
         C.release_template(model, claim, time, f"job {job.display_id} run {job.run} ended")
     for claim_id, attachment_id in job.run_attachments:
-        claim, a = _attachment(model, job, claim_id, attachment_id)
-        if a is not None:
-            C.detach(model, claim, a, time)
+        if (found := _attachment(model, job, claim_id, attachment_id)) is not None:
+            C.detach(model, *found, time)
     # the lists stay (xce job show lists what the run had) until the next run's allocation
 
 
@@ -645,9 +653,10 @@ def publish_list(model: State, job: Job, host: str) -> list[dict[str, Any]]:
         out.append({"name": claim.kind, "claim": claim.name, "env": env, "path": claim.path, "readonly": False,
                     "form": "template"})
     for claim_id, attachment_id in job.run_attachments:
-        claim, a = _attachment(model, job, claim_id, attachment_id)
-        if a is None or a.host != host:
+        found = _attachment(model, job, claim_id, attachment_id)
+        if found is None or found[1].host != host:
             continue
+        claim, a = found
         readonly = a.mode is Mode.RO or claim.access_mode is AccessMode.ROX
         out.append({"name": claim.name, "claim": claim.name, "env": env_name(claim.name), "path": a.path,
                     "readonly": readonly, "form": "standalone"})

@@ -257,7 +257,8 @@ def apply_job_submitted(model: State, f: JobSubmitted) -> None:
     """A job, or every element of an array (one fact: ``array_indices``, ids from ``f.id`` on).  What
     the elements share is computed once: an array of 5,000 is folded on the event loop, which serves
     no read meanwhile."""
-    elements = [(f.id + i, f.id, idx) for i, idx in enumerate(f.array_indices)] or [(f.id, None, None)]
+    elements: list[tuple[int, int | None, int | None]] = (  # (job id, array parent, array index)
+        [(f.id + i, f.id, idx) for i, idx in enumerate(f.array_indices)] or [(f.id, None, None)])
     state = JobState.PSUSP if f.held else JobState.PEND
     pending_reason = "held by user" if f.held else None
     submitted = {"state": state.value, "time": f.time, "run": 0, "reason": f"submitted by {f.user}"}
@@ -645,7 +646,7 @@ def report_lost(model: State, host: str, job_id: int, run: int, now: float, reas
 
 
 def finish_after_stage_out(model: State, job_id: int, run: int | None, failure: str | None,
-                           now: float) -> list[Fact]:
+                           now: float) -> list[F.JobFinished]:
     """The stage-out of a run whose process ended is over: DONE only if both succeeded."""
     job = model.jobs.get(job_id)
     if job is None or job.run != run or job.state is not JobState.STAGE_OUT:

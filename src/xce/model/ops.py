@@ -202,7 +202,7 @@ def record_intent(book: Book[Any, Any], model: State, agent: str, epoch: int, op
 
 
 def retry_delay(cfg: ClaimsConfig, attempt: int, rng: random.Random) -> float:
-    base = min(cfg.retry_cap, cfg.retry_base * 2 ** max(0, attempt - 1))
+    base = min(cfg.retry_cap, cfg.retry_base * 2.0 ** max(0, attempt - 1))  # a float power: int ** int is typed Any
     return base * rng.uniform(1 - cfg.retry_jitter, 1 + cfg.retry_jitter)
 
 

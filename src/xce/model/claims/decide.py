@@ -91,9 +91,12 @@ def create(model: State, config: Config, actor: User, spec: ClaimSpec, now: floa
     cls = class_or_404(config, class_name)
     if source is not None:
         capabilities.require(model, cls, "clone")
-    if spec.size is None and source is None:
+    if spec.size is not None:
+        size = parse_size(spec.size, "size")
+    elif source is not None:
+        size = source.size_bytes
+    else:
         raise InvalidRequest("a claim needs a size")
-    size = parse_size(spec.size, "size") if spec.size is not None else source.size_bytes
     if source is not None and size < source.size_bytes:
         raise InvalidRequest(f"a clone of {source.kind} {source.name!r} needs at least its size, "
                              f"{human(source.size_bytes)}; {human(size)} asked")

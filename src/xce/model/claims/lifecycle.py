@@ -41,7 +41,8 @@ from __future__ import annotations
 from xce.model import audit, ops
 from xce.model import facts as F
 from xce.model.entities.claims import (
-    Attachment, AttachmentState, Claim, ClaimForm, ClaimState, ReclaimPolicy, Resize, ResizeState, Scope, name_key,
+    AccessMode, Attachment, AttachmentState, Claim, ClaimForm, ClaimState, Mode, ReclaimPolicy, Resize, ResizeState,
+    Scope, name_key,
 )
 from xce.model.entities.ops import Op, OpKind
 from xce.model.state import State
@@ -227,8 +228,9 @@ def apply_claim_created(model: State, f: F.ClaimCreated) -> bool:
     # a run's template claim comes placed with its allocation; an early one (a shared staging claim made
     # at submission) waits for the scheduler to place it, as a standalone claim does
     template = f.form == ClaimForm.TEMPLATE and f.run is not None and not f.early
-    claim = Claim(id=f.claim_id, name=f.name, form=f.form, class_name=f.class_name, scope=f.scope,
-                  size_bytes=f.size_bytes, access_mode=f.access_mode, reclaim_policy=f.reclaim_policy,
+    claim = Claim(id=f.claim_id, name=f.name, form=ClaimForm(f.form), class_name=f.class_name, scope=Scope(f.scope),
+                  size_bytes=f.size_bytes, access_mode=AccessMode(f.access_mode),
+                  reclaim_policy=ReclaimPolicy(f.reclaim_policy),
                   owner=f.owner, project=f.project, created=f.time, params=dict(f.params), job_id=f.job_id,
                   run=f.run, kind=f.kind, host=f.host, pool=f.pool, placed=template,
                   stage_in=[list(x) for x in f.stage_in], stage_out=[list(x) for x in f.stage_out],
@@ -266,7 +268,9 @@ def apply_claim_placed(model: State, f: F.ClaimPlaced) -> None:
 def _open_op_of(model: State, claim_id: int, op_id: str) -> tuple[Claim, Op, Attachment | None] | None:
     """The claim and its open op ``op_id`` a fact is about (None: decided already, or unknown)."""
     claim = model.claims.get(claim_id)
-    found = claim.find_op(op_id) if claim is not None else None
+    if claim is None:
+        return None
+    found = claim.find_op(op_id)
     return (claim, *found) if found is not None else None
 
 
@@ -415,7 +419,9 @@ def apply_claim_resize_requested(model: State, f: F.ClaimResizeRequested) -> Non
 
 def apply_claim_resize_reserved(model: State, f: F.ClaimResizeReserved) -> None:
     claim = model.claims.get(f.claim_id)
-    r = claim.resize if claim is not None else None
+    if claim is None:
+        return
+    r = claim.resize
     if r is None or r.state is not ResizeState.REQUESTED or r.size_bytes != f.size_bytes or claim.op is not None:
         return
     reason = f"{format_size(f.size_bytes - r.old_bytes)} more reserved" + (f" in pool {claim.pool}" if claim.pool
@@ -446,7 +452,7 @@ def apply_attachment_added(model: State, f: F.AttachmentAdded) -> None:
     if claim is None:
         return
     state = AttachmentState.ATTACHING if f.run is not None else AttachmentState.ATTACHED
-    a = Attachment(id=f.attachment_id, host=f.host, mode=f.mode, created=f.time, by=f.by, job_id=f.job_id,
+    a = Attachment(id=f.attachment_id, host=f.host, mode=Mode(f.mode), created=f.time, by=f.by, job_id=f.job_id,
                    run=f.run, state=state, history=[{"state": state.value, "time": f.time, "reason": f"added by {f.by}"}])
     claim.attachments.append(a)
     if f.run is not None:  # a job's: the provider makes the claim reachable on the host first
@@ -456,7 +462,9 @@ def apply_attachment_added(model: State, f: F.AttachmentAdded) -> None:
 
 def apply_attachment_removed(model: State, f: F.AttachmentRemoved) -> None:
     claim = model.claims.get(f.claim_id)
-    a = next((x for x in claim.attachments if x.id == f.attachment_id), None) if claim is not None else None
+    if claim is None:
+        return
+    a = next((x for x in claim.attachments if x.id == f.attachment_id), None)
     if a is None:
         return
     claim.history.append({"state": claim.state.value, "time": f.time,
