@@ -24,7 +24,7 @@ from xce.model.state import State
 from xce.names import check_name
 from xce.transfers.locations import TransferRefused
 from xce.transfers.locations import resolve as resolve_location
-from xce.units import format_size as human, parse_size
+from xce.units import format_size, parse_size
 
 if TYPE_CHECKING:
     from xce.config import ClaimClassConfig, Config
@@ -99,7 +99,7 @@ def create(model: State, config: Config, actor: User, spec: ClaimSpec, now: floa
         raise InvalidRequest("a claim needs a size")
     if source is not None and size < source.size_bytes:
         raise InvalidRequest(f"a clone of {source.kind} {source.name!r} needs at least its size, "
-                             f"{human(source.size_bytes)}; {human(size)} asked")
+                             f"{format_size(source.size_bytes)}; {format_size(size)} asked")
     access_text = spec.access_mode or (source.access_mode if source is not None else None)
     if access_text is None:
         raise InvalidRequest(f"a claim needs an access mode: {', '.join(AccessMode)}")
@@ -195,8 +195,8 @@ def check_quota(model: State, config: Config, project: str, class_name: str, siz
                            code="quota_exceeded")
         limit = q.max_bytes_value
         if limit is not None and total + size > limit:
-            raise Conflict(f"quota exceeded for {scope}: at most {human(limit)}, {human(total)} in use, "
-                           f"{human(size)} asked", code="quota_exceeded")
+            raise Conflict(f"quota exceeded for {scope}: at most {format_size(limit)}, {format_size(total)} in use, "
+                           f"{format_size(size)} asked", code="quota_exceeded")
 
 
 def check_fits_a_pool(config: Config, cls: ClaimClassConfig, size: int, what: str) -> None:
@@ -211,8 +211,8 @@ def check_fits_a_pool(config: Config, cls: ClaimClassConfig, size: int, what: st
         return
     largest = max(pools, key=lambda p: p.capacity_bytes)
     if size > largest.capacity_bytes:
-        raise Conflict(f"{what} ({human(size)}) is larger than any pool of class {cls.name} can hold: "
-                       f"the largest, {largest.name}, has a capacity of {human(largest.capacity_bytes)}",
+        raise Conflict(f"{what} ({format_size(size)}) is larger than any pool of class {cls.name} can hold: "
+                       f"the largest, {largest.name}, has a capacity of {format_size(largest.capacity_bytes)}",
                        code="larger_than_pools")
 
 
@@ -230,12 +230,12 @@ def resize(model: State, config: Config, actor: User, name: str, size: str | int
     if claim.delete_requested:
         raise Conflict(f"claim {name!r} is being deleted")
     if claim.resize is not None and claim.resize.open:
-        raise Conflict(f"claim {name!r} is already being resized to {human(claim.resize.size_bytes)} "
+        raise Conflict(f"claim {name!r} is already being resized to {format_size(claim.resize.size_bytes)} "
                        f"({claim.resize.state.value})", code="resize_in_progress")
     current = claim.charged_bytes
     if new <= current:
-        raise InvalidRequest(f"claim {name!r} is {human(current)}: a resize can only grow it "
-                             f"({human(new)} asked; shrinking is not supported)")
+        raise InvalidRequest(f"claim {name!r} is {format_size(current)}: a resize can only grow it "
+                             f"({format_size(new)} asked; shrinking is not supported)")
     if claim.scope is not Scope.SHARED:
         raise Conflict(f"claim {name!r} is node-local (class {claim.class_name}): only shared claims can be resized",
                        code="unsupported")
@@ -253,8 +253,8 @@ def resize(model: State, config: Config, actor: User, name: str, size: str | int
                        f"{hosts}; resize it once its jobs are done", code="attached")
     check_quota(model, config, claim.project, cls.name, new - current, new_claims=0)
     if claim.pool is not None and (pool := config.pool(claim.pool)) is not None and new > pool.capacity_bytes:
-        raise Conflict(f"claim {name!r} cannot grow to {human(new)}: its pool {pool.name} has a capacity of "
-                       f"{human(pool.capacity_bytes)}", code="larger_than_pools")
+        raise Conflict(f"claim {name!r} cannot grow to {format_size(new)}: its pool {pool.name} has a capacity of "
+                       f"{format_size(pool.capacity_bytes)}", code="larger_than_pools")
     return [F.ClaimResizeRequested(time=now, claim_id=claim.id, size_bytes=new, by=actor.name)], claim.id
 
 

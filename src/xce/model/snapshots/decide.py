@@ -22,7 +22,7 @@ from xce.model.entities.snapshots import Snapshot, SnapshotState
 from xce.model.facts import Fact
 from xce.model.state import State
 from xce.names import check_name
-from xce.units import format_size as human
+from xce.units import format_size
 
 if TYPE_CHECKING:
     from xce.config import Config
@@ -57,8 +57,8 @@ def create(model: State, config: Config, actor: User, claim_name: str, name: str
         raise Conflict(f"project {claim.project!r} has {limit} snapshots, as many as it may ([claims] "
                        f"max_snapshots_per_project): delete one first", code="quota_exceeded")
     if claim.pool is not None and free is not None and free.get(claim.pool, 0) < size:
-        raise Conflict(f"no room for a snapshot of claim {claim_name!r} ({human(size)}) in pool {claim.pool}: "
-                       f"{human(max(free.get(claim.pool, 0), 0))} free", code="pool_full")
+        raise Conflict(f"no room for a snapshot of claim {claim_name!r} ({format_size(size)}) in pool {claim.pool}: "
+                       f"{format_size(max(free.get(claim.pool, 0), 0))} free", code="pool_full")
     snapshot_id = model.next_snapshot_id
     return [F.SnapshotCreated(time=now, snapshot_id=snapshot_id, name=name, project=claim.project,
                               owner=actor.name, claim_id=claim.id, claim_name=claim.name,
