@@ -35,19 +35,18 @@ from fastapi import Depends, FastAPI, Path, Query, Request
 from xce.api.responses import JSONResponse
 
 from xce.agentnames import NODE_PREFIX, SHARED_AGENT, node_host
-from xce.api import schemas as S
+from xce.api import schemas
 from xce.api.auth import agent_identity, recheck
 from xce.api.commands import mutate
 from xce.api.workers import dispatch_json
 from xce.controller.longpoll import Waker
 from xce.controller.core import Controller
 from xce.model import Model
-from xce.model import agents as A
-from xce.model import claims as C
-from xce.model import facts as F
+from xce.model import agents
+from xce.model import claims
 from xce.model import ops
 from xce.model.claims import Attachment, Claim, Op, OpKind
-from xce.model.facts import Fact
+from xce.model.facts import Fact, OrphanSeen
 from xce.model.identity import User, speaks_for_agent
 from xce.model.orphans import Orphan
 from xce.model.snapshots import Snapshot
@@ -110,7 +109,7 @@ def snapshot_op_json(ctl: Controller, snap: Snapshot, op: Op) -> dict[str, Any]:
                      "xce.owner": snap.owner}}
 
 
-def work_json(ctl: Controller, model: Model, agent: str, work: A.Work, held: bool = False) -> dict[str, Any]:
+def work_json(ctl: Controller, model: Model, agent: str, work: agents.Work, held: bool = False) -> dict[str, Any]:
     """An agent's work as it runs it.  ``held``: ops under way, each with the attempt its intent
     counted already (a new intent counts the next)."""
     ops_ = [(op_json(ctl, o.owner, o.op, o.part), o.op) for o in work.claim_ops]
@@ -128,7 +127,7 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
         return ctl.config.claims.orphan_grace
 
     @app.post("/v1/agents/{agent}/lease", tags=["agents"])
-    async def take_lease(agent: AgentName, body: S.LeaseRequest, request: Request,
+    async def take_lease(agent: AgentName, body: schemas.LeaseRequest, request: Request,
                          actor: User = Depends(agent_identity)):
         speaks_for(actor, agent)
         epoch = await mutate(request, actor, f"agent/{agent}",
@@ -141,9 +140,9 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
         no work for this agent (another agent's op, the report of an op it still runs): the poll waits
         on rather than answering empty, or every busy agent would poll in a loop of empty answers."""
         deadline = time.monotonic() + wait
-        while not A.has_work(ctl.model, agent, time.time(), grace()) and not channel.closing:
+        while not agents.has_work(ctl.model, agent, time.time(), grace()) and not channel.closing:
             left = deadline - time.monotonic()
-            due_at = A.next_due(ctl.model, agent)
+            due_at = agents.next_due(ctl.model, agent)
             if left <= 0 or (due_at is not None and due_at <= time.time()):
                 return  # the time is up, or a retry fell due yet is not work: answer, the agent polls again
             await channel.wait(left, due_at)
@@ -151,7 +150,7 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
             ops.check_epoch(ctl.model, agent, epoch)
 
     def take(model: Model, agent: str, epoch: int, limit: int, dispatch: bool = False) -> tuple[list[Fact], dict]:
-        facts, work = A.take(model, agent, epoch, limit, time.time(), grace(), dispatch)
+        facts, work = agents.take(model, agent, epoch, limit, time.time(), grace(), dispatch)
         return facts, work_json(ctl, model, agent, work)
 
     @app.get("/v1/agents/{agent}/work", tags=["agents"])
@@ -166,16 +165,16 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
         await ctl.read_barrier()
         ops.check_epoch(ctl.model, agent, epoch)
         if held:
-            return JSONResponse(work_json(ctl, ctl.model, agent, A.held(ctl.model, agent, limit), held=True))
-        out = work_json(ctl, ctl.model, agent, A.work(ctl.model, agent, time.time(), limit, grace()))
+            return JSONResponse(work_json(ctl, ctl.model, agent, agents.held(ctl.model, agent, limit), held=True))
+        out = work_json(ctl, ctl.model, agent, agents.work(ctl.model, agent, time.time(), limit, grace()))
         if not out["ops"] and not out["orphans"] and wait > 0:
             await wait_for_work(agent, epoch, wait)
             speaks_for(recheck(request), agent)  # its token may have been revoked while it waited
-            out = work_json(ctl, ctl.model, agent, A.work(ctl.model, agent, time.time(), limit, grace()))
+            out = work_json(ctl, ctl.model, agent, agents.work(ctl.model, agent, time.time(), limit, grace()))
         return JSONResponse(out)
 
     @app.post("/v1/agents/{agent}/work", tags=["agents"])
-    async def take_work(agent: AgentName, body: S.TakeWorkRequest, request: Request,
+    async def take_work(agent: AgentName, body: schemas.TakeWorkRequest, request: Request,
                         actor: User = Depends(agent_identity), wait: float = Query(0, ge=0, le=60),
                         limit: int = Query(256, ge=1, le=10_000)):
         """``GET .../work`` and ``POST .../intents`` in one call: the ops due now, each with its intent
@@ -184,34 +183,34 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
         speaks_for(actor, agent)
         await ctl.read_barrier()
         ops.check_epoch(ctl.model, agent, body.epoch)
-        if not A.has_work(ctl.model, agent, time.time(), grace()) and wait > 0:
+        if not agents.has_work(ctl.model, agent, time.time(), grace()) and wait > 0:
             await wait_for_work(agent, body.epoch, wait)
             speaks_for(recheck(request), agent)  # its token may have been revoked while it waited
-            if not A.has_work(ctl.model, agent, time.time(), grace()):
+            if not agents.has_work(ctl.model, agent, time.time(), grace()):
                 return JSONResponse({"ops": [], "orphans": []})
         return JSONResponse(await mutate(request, actor, f"agent/{agent}",
                                          lambda m: take(m, agent, body.epoch, limit), quiet_if_empty=True))
 
     @app.post("/v1/agents/{agent}/intents", tags=["agents"])
-    async def intents(agent: AgentName, body: S.IntentsRequest, request: Request,
+    async def intents(agent: AgentName, body: schemas.IntentsRequest, request: Request,
                       actor: User = Depends(agent_identity)):
         speaks_for(actor, agent)
-        refs = [A.IntentRef(r.op_id, r.claim_id, r.snapshot_id) for r in body.ops]
+        refs = [agents.IntentRef(r.op_id, r.claim_id, r.snapshot_id) for r in body.ops]
 
         def decide(model: Model):
-            facts, accepted, refused = A.intents(model, agent, body.epoch, refs, time.time())
+            facts, accepted, refused = agents.intents(model, agent, body.epoch, refs, time.time())
             return facts, {"accepted": accepted, "refused": refused}
 
         return JSONResponse(await mutate(request, actor, f"agent/{agent}", decide))
 
     @app.post("/v1/agents/{agent}/reports", tags=["agents"])
-    async def reports(agent: AgentName, body: S.ReportsRequest, request: Request,
+    async def reports(agent: AgentName, body: schemas.ReportsRequest, request: Request,
                       actor: User = Depends(agent_identity)):
         speaks_for(actor, agent)
-        results = [C.OpResult(**r.model_dump()) for r in body.results]
+        results = [claims.OpResult(**r.model_dump()) for r in body.results]
 
         def decide(model: Model):
-            reported = A.report(model, ctl.config.claims, agent, body.epoch, results, body.orphans_released,
+            reported = agents.report(model, ctl.config.claims, agent, body.epoch, results, body.orphans_released,
                                 time.time(), _rng)
             return reported.facts, reported
 
@@ -224,7 +223,7 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
         for answer in answers:
             if isinstance(answer, BaseException):
                 raise answer
-        reported: A.Reported = answers[0]
+        reported: agents.Reported = answers[0]
         now = time.time()
         for claim_id, nbytes in reported.used:  # readings (controller/observed.py), kept once facts are durable
             ctl.observed.note_used(ctl.model, claim_id, nbytes, now)
@@ -232,7 +231,7 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
         return JSONResponse(dict(out, work=answers[1]) if body.take > 0 else out)
 
     @app.post("/v1/agents/{agent}/progress", tags=["agents"])
-    async def report_progress(agent: AgentName, body: S.ProgressRequest, actor: User = Depends(agent_identity)):
+    async def report_progress(agent: AgentName, body: schemas.ProgressRequest, actor: User = Depends(agent_identity)):
         """How far transfers in flight have copied: readings in the leader's memory (``controller/observed.py``
         says why they are not facts), taken only for ops whose intent this agent holds in this epoch."""
         speaks_for(actor, agent)
@@ -241,7 +240,7 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
         now = time.time()
         taken = 0
         for item in body.items:
-            if not C.holds(ctl.model, agent, body.epoch, item.claim_id, item.op_id):
+            if not claims.holds(ctl.model, agent, body.epoch, item.claim_id, item.op_id):
                 continue  # over already, or not this agent's: a stale reading is dropped
             ctl.observed.report_progress(ctl.model, item.claim_id, item.op_id, item.bytes, item.total_bytes,
                                          item.rate, now)
@@ -249,30 +248,30 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
         return JSONResponse({"taken": taken})
 
     @app.post("/v1/agents/{agent}/capabilities", tags=["agents"])
-    async def report_capabilities(agent: AgentName, body: S.CapabilitiesRequest, request: Request,
+    async def report_capabilities(agent: AgentName, body: schemas.CapabilitiesRequest, request: Request,
                                   actor: User = Depends(agent_identity)):
         """What each class's provider can do (its ``capabilities`` op): a fact per change, not per report."""
         speaks_for(actor, agent)
         reports = [(c.class_name, c.provider, c.capabilities) for c in body.classes]
 
         def decide(model: Model):
-            facts, refused = A.capabilities(model, ctl.config, agent, body.epoch, reports, time.time())
+            facts, refused = agents.capabilities(model, ctl.config, agent, body.epoch, reports, time.time())
             return facts, {"changed": len(facts), "refused": refused}
 
         return JSONResponse(await mutate(request, actor, f"agent/{agent}", decide))
 
     @app.post("/v1/agents/{agent}/inventory", tags=["agents"])
-    async def take_inventory(agent: AgentName, body: S.InventoryRequest, request: Request,
+    async def take_inventory(agent: AgentName, body: schemas.InventoryRequest, request: Request,
                              actor: User = Depends(agent_identity)):
         speaks_for(actor, agent)
         objects = [o.model_dump() for o in body.objects]
 
         def decide(model: Model):
-            facts = A.inventory(model, agent, body.epoch, body.class_name, body.provider, objects, time.time())
-            return facts, {"new_orphans": sum(isinstance(f, F.OrphanSeen) for f in facts)}
+            facts = agents.inventory(model, agent, body.epoch, body.class_name, body.provider, objects, time.time())
+            return facts, {"new_orphans": sum(isinstance(f, OrphanSeen) for f in facts)}
 
         out = await mutate(request, actor, f"agent/{agent}", decide)
-        if A.takes_readings(ctl.config, agent, body.class_name, body.provider):
+        if agents.takes_readings(ctl.config, agent, body.class_name, body.provider):
             # readings, not facts (controller/observed.py says why): kept on the leader once its facts are durable
             now = time.time()
             ctl.observed.report_used(ctl.model, body.class_name, objects, now)

@@ -20,7 +20,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import xce
-from xce.api import schemas as S
+from xce.api import schemas
 from xce.api.responses import JSONResponse
 from xce.api.auth import SECURITY_SCHEME, admin, authenticated, catalog_reader, metrics_reader
 from xce.api.metrics import Metrics
@@ -51,7 +51,7 @@ TokenId = Annotated[str, Path(pattern=r"^[0-9a-f]{1,32}$", max_length=32,
 UserName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=63)]
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": S.ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 422, 503)
+    code: {"model": schemas.ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 422, 503)
 }
 
 
@@ -206,7 +206,7 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
         body, ctype = metrics.render()
         return Response(body, media_type=ctype)
 
-    @app.get("/v1/ping", response_model=S.PingOut, tags=["service"])
+    @app.get("/v1/ping", response_model=schemas.PingOut, tags=["service"])
     async def ping(actor: User = Depends(catalog_reader)):
         await controller.read_barrier()
         return JSONResponse({
@@ -217,7 +217,7 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
             "standbys": sorted(p.url for p in controller.peers if p.role == "standby"),
         })
 
-    @app.get("/v1/controllers", response_model=list[S.ControllerOut], tags=["service"])
+    @app.get("/v1/controllers", response_model=list[schemas.ControllerOut], tags=["service"])
     async def list_controllers(_: User = Depends(catalog_reader)):
         """The controllers sharing this store, as they last announced themselves (every lease period)."""
         await controller.read_barrier()
@@ -233,7 +233,7 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
 
     # ------------------------------------------------------------ catalog
 
-    @app.get("/v1/queues", response_model=list[S.QueueOut], tags=["catalog"])
+    @app.get("/v1/queues", response_model=list[schemas.QueueOut], tags=["catalog"])
     async def list_queues(_: User = Depends(authenticated)):
         await controller.read_barrier()
         model = controller.model
@@ -252,14 +252,14 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
                               "pending": counts[q.name][0], "running": counts[q.name][1],
                               "stage_class": getattr(configured.get(q.name), "stage_class", None)} for q in queues])
 
-    @app.get("/v1/apps", response_model=list[S.AppOut], tags=["catalog"])
+    @app.get("/v1/apps", response_model=list[schemas.AppOut], tags=["catalog"])
     async def list_apps(_: User = Depends(authenticated)):
         """The application profiles (``xce submit --app NAME``): their template claims and staging class."""
         return JSONResponse([{"name": a.name, "description": a.description, "stage_class": a.stage_class,
                               "claims": [{"name": c.name, "claim_class": c.claim_class, "size": c.size}
                                          for c in a.claims]} for a in controller.config.apps])
 
-    @app.get("/v1/projects", response_model=list[S.ProjectOut], tags=["catalog"])
+    @app.get("/v1/projects", response_model=list[schemas.ProjectOut], tags=["catalog"])
     async def list_projects(actor: User = Depends(authenticated)):
         await controller.read_barrier()
         projects = [p for p in controller.model.projects.values()
@@ -269,14 +269,14 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
 
     # ------------------------------------------------------------ identities
 
-    @app.get("/v1/users", response_model=list[S.UserOut], tags=["identity"])
+    @app.get("/v1/users", response_model=list[schemas.UserOut], tags=["identity"])
     async def list_users(_: User = Depends(admin)):
         await controller.read_barrier()
         return JSONResponse([user_json(u) for u in sorted(controller.model.users.values(),
                                                           key=lambda u: u.name)])
 
-    @app.post("/v1/users", response_model=S.UserOut, status_code=201, tags=["identity"])
-    async def create_user(body: S.UserCreateRequest, request: Request, actor: User = Depends(admin)):
+    @app.post("/v1/users", response_model=schemas.UserOut, status_code=201, tags=["identity"])
+    async def create_user(body: schemas.UserCreateRequest, request: Request, actor: User = Depends(admin)):
         def decide(model: Model):
             return define_user(model, body.name, body.role, body.projects, time.time(),
                                host=body.host, create_only=True), body.name
@@ -289,17 +289,17 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
                      lambda model: (set_user_disabled(model, name, disabled, time.time()), None))
         return JSONResponse(user_json(controller.model.users[name]))
 
-    @app.post("/v1/users/{name}/disable", response_model=S.UserOut, tags=["identity"])
+    @app.post("/v1/users/{name}/disable", response_model=schemas.UserOut, tags=["identity"])
     async def disable_user(name: UserName, request: Request, actor: User = Depends(admin)):
         """Every token of the user is refused (401) until the user is enabled again; jobs are untouched."""
         return await set_disabled(request, actor, name, True)
 
-    @app.post("/v1/users/{name}/enable", response_model=S.UserOut, tags=["identity"])
+    @app.post("/v1/users/{name}/enable", response_model=schemas.UserOut, tags=["identity"])
     async def enable_user(name: UserName, request: Request, actor: User = Depends(admin)):
         return await set_disabled(request, actor, name, False)
 
-    @app.post("/v1/tokens", response_model=S.TokenOut, status_code=201, tags=["identity"])
-    async def create_token(body: S.TokenCreateRequest, request: Request, actor: User = Depends(admin)):
+    @app.post("/v1/tokens", response_model=schemas.TokenOut, status_code=201, tags=["identity"])
+    async def create_token(body: schemas.TokenCreateRequest, request: Request, actor: User = Depends(admin)):
         def decide(model: Model):
             facts, secret = issue_token(model, body.user, time.time(), expires=body.expires)
             return facts, (facts[0].token_id, secret)
@@ -308,7 +308,7 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
         return JSONResponse({"token_id": token_id, "user": body.user, "token": secret, "expires": body.expires},
                             status_code=201)
 
-    @app.get("/v1/tokens", response_model=list[S.TokenInfo], tags=["identity"],
+    @app.get("/v1/tokens", response_model=list[schemas.TokenInfo], tags=["identity"],
              responses={200: {"headers": NEXT_CURSOR_DOC}})
     async def list_tokens(actor: User = Depends(authenticated),
                           user: str | None = Query(None, pattern=NAME_PATTERN, max_length=63,
@@ -327,7 +327,7 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
             if len(tokens) > limit else None
         return JSONResponse([token_json(t, now) for t in page], headers=headers)
 
-    @app.delete("/v1/tokens/{token_id}", response_model=S.TokenInfo, tags=["identity"])
+    @app.delete("/v1/tokens/{token_id}", response_model=schemas.TokenInfo, tags=["identity"])
     async def delete_token(token_id: TokenId, request: Request, actor: User = Depends(authenticated)):
         """Revoke a token (admins: any; users: their own).  It is refused from the next request on."""
         await mutate(request, actor, f"token/{token_id}",

@@ -13,7 +13,7 @@ import math
 
 from fastapi import Depends, FastAPI, Query
 
-from xce.api import schemas as S
+from xce.api import schemas
 from xce.api.auth import authenticated
 from xce.api.paging import NEXT_CURSOR, NEXT_CURSOR_DOC, decode_cursor, encode_cursor
 from xce.api.responses import JSONResponse
@@ -31,7 +31,7 @@ PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
 
 
 def add_audit_routes(app: FastAPI, controller: Controller) -> None:
-    @app.get("/v1/audit", response_model=list[S.AuditOut], tags=["audit"],
+    @app.get("/v1/audit", response_model=list[schemas.AuditOut], tags=["audit"],
              responses={200: {"headers": NEXT_CURSOR_DOC}})
     async def list_audit(actor: User = Depends(authenticated),
                          since: float | None = Query(None, description="from this time (seconds since the Unix "

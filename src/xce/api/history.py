@@ -13,15 +13,15 @@ from typing import Literal
 
 from fastapi import Depends, FastAPI, Query
 
-from xce.api import schemas as S
+from xce.api import schemas
 from xce.api.auth import authenticated
 from xce.api.paging import NEXT_CURSOR, NEXT_CURSOR_DOC, cursor_query, decode_cursor, encode_cursor
 from xce.api.responses import JSONResponse
 from xce.api.views import history_json, usage_json
-from xce.controller import history as CH
+from xce.controller import history as controller_history
 from xce.controller.core import Controller
 from xce.errors import InvalidRequest
-from xce.model import history as H
+from xce.model import history
 from xce.model.history import history_scope
 from xce.model.identity import User
 from xce.model.jobs import JobState
@@ -43,7 +43,7 @@ def _window(since: float | None, until: float | None) -> None:
 
 
 def add_history_routes(app: FastAPI, ctl: Controller) -> None:
-    @app.get("/v1/history/jobs", response_model=list[S.HistoryJobOut], tags=["history"],
+    @app.get("/v1/history/jobs", response_model=list[schemas.HistoryJobOut], tags=["history"],
              responses={200: {"headers": NEXT_CURSOR_DOC}})
     async def job_history(actor: User = Depends(authenticated),
                           since: float | None = Query(None, description="ended at or after this time (seconds "
@@ -70,13 +70,13 @@ def add_history_routes(app: FastAPI, ctl: Controller) -> None:
         await ctl.read_barrier()
         query = HistoryQuery(since=since, until=until, user=who, project=project, states=states, name=name,
                              array_parent=array, before_id=before, limit=limit + 1)  # one more: a next page?
-        jobs, archived = await CH.history(ctl, query)
+        jobs, archived = await controller_history.history(ctl, query)
         page = jobs[:limit]
         headers = {NEXT_CURSOR: encode_cursor(CURSOR_KIND, page[-1].id)} if len(jobs) > limit else None
         # newest first across pages, in id order within one, as every paged list
         return JSONResponse([history_json(j, j.id in archived) for j in reversed(page)], headers=headers)
 
-    @app.get("/v1/usage", response_model=list[S.UsageOut], tags=["history"])
+    @app.get("/v1/usage", response_model=list[schemas.UsageOut], tags=["history"])
     async def usage(actor: User = Depends(authenticated),
                     since: float | None = Query(None, description="jobs that ended and claims released at or "
                                                                   "after this time"),
@@ -92,8 +92,8 @@ def add_history_routes(app: FastAPI, ctl: Controller) -> None:
         _window(since, until)
         who = history_scope(actor, user, all_users)
         await ctl.read_barrier()
-        rows = await CH.usage(ctl, UsageQuery(since=since, until=until, user=who, project=project,
+        rows = await controller_history.usage(ctl, UsageQuery(since=since, until=until, user=who, project=project,
                                               by_user=by == "user"))
         if by == "user":
-            rows = H.with_project_totals(rows)
+            rows = history.with_project_totals(rows)
         return JSONResponse([usage_json(u) for u in rows])

@@ -15,16 +15,16 @@ from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from xce.api import schemas as S
+from xce.api import schemas
 from xce.api.auth import authenticated
 from xce.api.commands import mutate
 from xce.api.paging import NEXT_CURSOR_DOC, cursor_query, limit_query, newest_first
 from xce.api.responses import JSONResponse
 from xce.api.views import job_brief_json, job_json
-from xce.controller import history as CH
+from xce.controller import history as controller_history
 from xce.controller.core import Controller
 from xce.errors import InvalidRequest
-from xce.model import jobs as J
+from xce.model import jobs
 from xce.model import Model
 from xce.model.history import visible_archived_job
 from xce.model.identity import User
@@ -45,7 +45,7 @@ class SubmitRoute(APIRoute):
         async def handle(request: Request) -> Response:
             actor = await authenticated(request)
             try:
-                body = S.JobSubmitRequest.model_validate_json(await request.body())
+                body = schemas.JobSubmitRequest.model_validate_json(await request.body())
             except ValidationError as e:
                 raise RequestValidationError(e.errors(include_url=False)) from None
             return await endpoint(body=body, request=request, actor=actor)
@@ -57,7 +57,7 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
     def progress(claim_id: int):
         return ctl.observed.progress(ctl.model, claim_id)  # a transfer in flight: a reading, not a fact
 
-    async def submit_job(body: S.JobSubmitRequest, request: Request, actor: User = Depends(authenticated)):
+    async def submit_job(body: schemas.JobSubmitRequest, request: Request, actor: User = Depends(authenticated)):
         spec, claims = job_claims.request_specs(Submission.from_body(body.model_dump()))
         job_id = await mutate(request, actor, "job",
                               lambda model: job_claims.submit(model, actor, spec, claims, time.time(), ctl.config),
@@ -65,10 +65,10 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
         return JSONResponse(job_json(ctl.model, ctl.model.jobs[job_id],
                                      ctl.scheduling.pending_reason(job_id), progress), status_code=201)
 
-    app.router.add_api_route("/v1/jobs", submit_job, methods=["POST"], response_model=S.JobOut, status_code=201,
+    app.router.add_api_route("/v1/jobs", submit_job, methods=["POST"], response_model=schemas.JobOut, status_code=201,
                              tags=["jobs"], route_class_override=SubmitRoute)
 
-    @app.get("/v1/jobs", response_model=list[S.JobOut] | list[S.JobBriefOut], tags=["jobs"],
+    @app.get("/v1/jobs", response_model=list[schemas.JobOut] | list[schemas.JobBriefOut], tags=["jobs"],
              responses={200: {"headers": NEXT_CURSOR_DOC}})
     async def list_jobs(actor: User = Depends(authenticated),
                         user: str | None = Query(None, max_length=63, description="only this user's jobs"),
@@ -90,7 +90,7 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
             user = actor.name
         states = set(state) if state else None
 
-        def match(j: J.Job) -> bool:
+        def match(j: jobs.Job) -> bool:
             return (user is None or j.user == user) and (queue is None or j.queue == queue) \
                 and (states is None or j.state in states) and (array is None or j.array_parent == array)
 
@@ -102,39 +102,41 @@ def add_job_routes(app: FastAPI, ctl: Controller) -> None:
         reason = ctl.scheduling.pending_reason
         return JSONResponse([job_json(ctl.model, j, reason(j.id), progress) for j in page], headers=headers)
 
-    @app.get("/v1/jobs/{job_id}", response_model=S.JobOut, tags=["jobs"])
+    @app.get("/v1/jobs/{job_id}", response_model=schemas.JobOut, tags=["jobs"])
     async def show_job(job_id: int, actor: User = Depends(authenticated)):
         """A job, live or retired into the archive (the same document: every field, its claims, its history)."""
         await ctl.read_barrier()
         if job_id in ctl.model.jobs:
             return JSONResponse(job_json(ctl.model, visible_job(ctl.model, actor, job_id),
                                          ctl.scheduling.pending_reason(job_id), progress))
-        job = visible_archived_job(actor, await CH.archived_job(ctl, job_id) if 0 < job_id < 2**63 else None, job_id)
+        archived = await controller_history.archived_job(ctl, job_id) if 0 < job_id < 2**63 else None
+        job = visible_archived_job(actor, archived, job_id)
         # its claims as they ended: retired with it (template claims), or live or archived (standalone)
         ids = [*job.run_claims, *([job.early_claim] if job.early_claim is not None else []),
                *(r["claim_id"] for r in job.claim_refs)]
-        return JSONResponse(job_json(Model(claims=await CH.claims_by_id(ctl, ids)), job))
+        return JSONResponse(job_json(Model(claims=await controller_history.claims_by_id(ctl, ids)), job))
 
     def job_action(path: str, decide_one):
-        @app.post(f"/v1/jobs/{{job_id}}/{path}", response_model=S.JobOut, tags=["jobs"], name=f"job_{path}")
+        @app.post(f"/v1/jobs/{{job_id}}/{path}", response_model=schemas.JobOut, tags=["jobs"], name=f"job_{path}")
         async def action(job_id: int, request: Request, actor: User = Depends(authenticated)):
             # the job itself, not its id: a job that ended may be retired before this answer is rendered
             job = await mutate(request, actor, f"job/{job_id}",
                                lambda model: (decide_one(model, actor, job_id, time.time()), model.jobs.get(job_id)))
             return JSONResponse(job_json(ctl.model, job, ctl.scheduling.pending_reason(job_id), progress))
 
-    job_action("kill", lambda m, a, i, now: J.kill(m, a, i, now, config=ctl.config))
-    job_action("requeue", lambda m, a, i, now: J.kill(m, a, i, now, requeue=True, config=ctl.config))
-    job_action("hold", J.hold)
-    job_action("release", J.release)
-    job_action("stop", J.suspend)
-    job_action("resume", J.resume)
+    job_action("kill", lambda m, a, i, now: jobs.kill(m, a, i, now, config=ctl.config))
+    job_action("requeue", lambda m, a, i, now: jobs.kill(m, a, i, now, requeue=True, config=ctl.config))
+    job_action("hold", jobs.hold)
+    job_action("release", jobs.release)
+    job_action("stop", jobs.suspend)
+    job_action("resume", jobs.resume)
 
-    @app.post("/v1/jobs/{job_id}/signal", response_model=S.JobOut, tags=["jobs"])
-    async def signal_job(job_id: int, body: S.SignalRequest, request: Request, actor: User = Depends(authenticated)):
+    @app.post("/v1/jobs/{job_id}/signal", response_model=schemas.JobOut, tags=["jobs"])
+    async def signal_job(job_id: int, body: schemas.SignalRequest, request: Request,
+                         actor: User = Depends(authenticated)):
         """One signal to a running job's processes, once (``xce kill -s``, LSF's ``bkill -s``)."""
-        signum = J.parse_signal(body.signal)
+        signum = jobs.parse_signal(body.signal)
         job = await mutate(request, actor, f"job/{job_id}",
-                           lambda model: (J.send_signal(model, actor, job_id, time.time(), signum),
+                           lambda model: (jobs.send_signal(model, actor, job_id, time.time(), signum),
                                           model.jobs.get(job_id)))
         return JSONResponse(job_json(ctl.model, job, ctl.scheduling.pending_reason(job_id), progress))

@@ -13,7 +13,7 @@ from typing import Annotated
 
 from fastapi import Depends, FastAPI, Path, Query, Request
 
-from xce.api import schemas as S
+from xce.api import schemas
 from xce.api.auth import authenticated
 from xce.api.commands import mutate
 from xce.api.paging import NEXT_CURSOR_DOC, cursor_query, limit_query, newest_first
@@ -22,7 +22,7 @@ from xce.api.views import snapshot_json
 from xce.controller.core import Controller
 from xce.controller.observed import pool_free
 from xce.model import Model
-from xce.model import snapshots as SN
+from xce.model import snapshots
 from xce.model.identity import User
 from xce.model.snapshots import SnapshotState
 from xce.names import NAME_PATTERN
@@ -35,15 +35,15 @@ def add_snapshot_routes(app: FastAPI, ctl: Controller) -> None:
     def show(snapshot_id: int, status: int = 200) -> JSONResponse:
         return JSONResponse(snapshot_json(ctl.model.snapshots[snapshot_id]), status_code=status)
 
-    @app.post("/v1/snapshots", status_code=201, response_model=S.SnapshotOut, tags=["snapshots"])
-    async def create_snapshot(body: S.SnapshotCreateRequest, request: Request,
+    @app.post("/v1/snapshots", status_code=201, response_model=schemas.SnapshotOut, tags=["snapshots"])
+    async def create_snapshot(body: schemas.SnapshotCreateRequest, request: Request,
                               actor: User = Depends(authenticated)):
-        snapshot_id = await mutate(request, actor, f"snapshot/{body.name}", lambda model: SN.create(
+        snapshot_id = await mutate(request, actor, f"snapshot/{body.name}", lambda model: snapshots.create(
             model, ctl.config, actor, body.claim, body.name, time.time(), body.project,
             free=pool_free(model, ctl.config, ctl.observed)))
         return show(snapshot_id, 201)
 
-    @app.get("/v1/snapshots", response_model=list[S.SnapshotOut], tags=["snapshots"],
+    @app.get("/v1/snapshots", response_model=list[schemas.SnapshotOut], tags=["snapshots"],
              responses={200: {"headers": NEXT_CURSOR_DOC}})
     async def list_snapshots(actor: User = Depends(authenticated), project: str | None = Query(None, max_length=63),
                              claim: str | None = Query(None, max_length=63, description="of this claim only"),
@@ -55,7 +55,7 @@ def add_snapshot_routes(app: FastAPI, ctl: Controller) -> None:
         await ctl.read_barrier()
         states = set(state) if state else None
 
-        def match(s: SN.Snapshot) -> bool:
+        def match(s: snapshots.Snapshot) -> bool:
             if not (actor.is_admin or s.project in actor.projects):
                 return False
             if project is not None and s.project != project or claim is not None and s.claim_name != claim:
@@ -68,20 +68,20 @@ def add_snapshot_routes(app: FastAPI, ctl: Controller) -> None:
                                      "snapshots")
         return JSONResponse([snapshot_json(s) for s in page], headers=headers)
 
-    @app.get("/v1/snapshots/{name}", response_model=S.SnapshotOut, tags=["snapshots"])
+    @app.get("/v1/snapshots/{name}", response_model=schemas.SnapshotOut, tags=["snapshots"])
     async def show_snapshot(name: SnapshotName, project: InProject = None, actor: User = Depends(authenticated)):
         await ctl.read_barrier()
-        return show(SN.visible(ctl.model, actor, name, project).id)
+        return show(snapshots.visible(ctl.model, actor, name, project).id)
 
-    @app.get("/v1/snapshots/by-id/{snapshot_id}", response_model=S.SnapshotOut, tags=["snapshots"])
+    @app.get("/v1/snapshots/by-id/{snapshot_id}", response_model=schemas.SnapshotOut, tags=["snapshots"])
     async def show_snapshot_by_id(snapshot_id: int, actor: User = Depends(authenticated)):
         await ctl.read_barrier()
-        return show(SN.visible_by_id(ctl.model, actor, snapshot_id).id)
+        return show(snapshots.visible_by_id(ctl.model, actor, snapshot_id).id)
 
-    @app.delete("/v1/snapshots/{name}", status_code=202, response_model=S.SnapshotOut, tags=["snapshots"])
+    @app.delete("/v1/snapshots/{name}", status_code=202, response_model=schemas.SnapshotOut, tags=["snapshots"])
     async def delete_snapshot(name: SnapshotName, request: Request, project: InProject = None,
                               actor: User = Depends(authenticated)):
         def decide(model: Model):
-            return SN.delete(model, actor, name, time.time(), project)
+            return snapshots.delete(model, actor, name, time.time(), project)
 
         return show(await mutate(request, actor, f"snapshot/{name}", decide), 202)

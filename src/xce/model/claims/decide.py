@@ -13,13 +13,15 @@ from typing import TYPE_CHECKING
 
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from xce.model import capabilities
-from xce.model import facts as F
 from xce.model.entities.claims import (
     RESERVED_NAMES, TEMPLATE_NAME, AccessMode, Claim, ClaimForm, ClaimState, ContentSource, Mode, ReclaimPolicy,
     Scope, name_key,
 )
 from xce.model.entities.identity import User
-from xce.model.facts import Fact
+from xce.model.facts import (
+    AttachmentAdded, AttachmentRemoved, ClaimCreated, ClaimDeleteRequested, ClaimPurgeRequested, ClaimResizeRequested,
+    Fact,
+)
 from xce.model.state import State
 from xce.names import check_name
 from xce.transfers.locations import TransferRefused
@@ -140,7 +142,7 @@ def create(model: State, config: Config, actor: User, spec: ClaimSpec, now: floa
     check_quota(model, config, project, cls.name, size)
     check_fits_a_pool(config, cls, size, f"claim {spec.name!r}")
     claim_id = model.next_claim_id
-    return [F.ClaimCreated(time=now, claim_id=claim_id, name=spec.name, form=ClaimForm.STANDALONE.value,
+    return [ClaimCreated(time=now, claim_id=claim_id, name=spec.name, form=ClaimForm.STANDALONE.value,
                            class_name=cls.name, scope=cls.scope, size_bytes=size, access_mode=mode.value,
                            reclaim_policy=policy.value, owner=actor.name, project=project,
                            params={**cls.parameters, **spec.params},
@@ -255,7 +257,7 @@ def resize(model: State, config: Config, actor: User, name: str, size: str | int
     if claim.pool is not None and (pool := config.pool(claim.pool)) is not None and new > pool.capacity_bytes:
         raise Conflict(f"claim {name!r} cannot grow to {format_size(new)}: its pool {pool.name} has a capacity of "
                        f"{format_size(pool.capacity_bytes)}", code="larger_than_pools")
-    return [F.ClaimResizeRequested(time=now, claim_id=claim.id, size_bytes=new, by=actor.name)], claim.id
+    return [ClaimResizeRequested(time=now, claim_id=claim.id, size_bytes=new, by=actor.name)], claim.id
 
 
 def may_see(actor: User, claim: Claim) -> bool:
@@ -320,7 +322,7 @@ def delete(model: State, actor: User, name: str, now: float, project: str | None
     if cloning := sorted(c.name for c in model.claims.values() if c.cloning_from("claim", claim.id)):
         raise Conflict(f"claim {name!r} cannot be deleted while claim(s) {', '.join(cloning)} are being made "
                        f"from it", code="in_use")
-    return [F.ClaimDeleteRequested(time=now, claim_id=claim.id, by=actor.name)]
+    return [ClaimDeleteRequested(time=now, claim_id=claim.id, by=actor.name)]
 
 
 def purge(model: State, actor: User, claim_id: int, now: float) -> list[Fact]:
@@ -331,7 +333,7 @@ def purge(model: State, actor: User, claim_id: int, now: float) -> list[Fact]:
         raise Conflict(f"claim {claim.name!r} (id {claim.id}) is not a retained object")
     if claim.op is not None:
         return []
-    return [F.ClaimPurgeRequested(time=now, claim_id=claim.id, by=actor.name)]
+    return [ClaimPurgeRequested(time=now, claim_id=claim.id, by=actor.name)]
 
 
 def add_attachment(model: State, actor: User, name: str, host: str, mode: str, now: float,
@@ -350,7 +352,7 @@ def add_attachment(model: State, actor: User, name: str, host: str, mode: str, n
     if mode == Mode.RW and claim.access_mode is AccessMode.ROX:
         raise Conflict(f"claim {name!r} is ROX (read-only): it cannot be attached rw")
     attachment_id = model.next_attachment_id
-    return [F.AttachmentAdded(time=now, claim_id=claim.id, attachment_id=attachment_id, host=host, mode=mode,
+    return [AttachmentAdded(time=now, claim_id=claim.id, attachment_id=attachment_id, host=host, mode=mode,
                               by=actor.name, job_id=job_id)], attachment_id
 
 
@@ -359,6 +361,6 @@ def remove_attachment(model: State, actor: User, name: str, attachment_id: int, 
     claim = visible(model, actor, name, project)
     if not any(a.id == attachment_id for a in claim.attachments):
         raise NotFound(f"claim {name!r} has no attachment {attachment_id}")
-    return [F.AttachmentRemoved(time=now, claim_id=claim.id, attachment_id=attachment_id, by=actor.name)]
+    return [AttachmentRemoved(time=now, claim_id=claim.id, attachment_id=attachment_id, by=actor.name)]
 
 

@@ -39,7 +39,10 @@ check requests and return facts; the ``apply_*`` folds are pure and total.
 from __future__ import annotations
 
 from xce.model import audit, ops
-from xce.model import facts as F
+from xce.model.facts import (
+    AttachmentAdded, AttachmentRemoved, ClaimCreated, ClaimDeleteRequested, ClaimOpFailed, ClaimOpIntent,
+    ClaimOpSucceeded, ClaimPlaced, ClaimPurgeRequested, ClaimResizeRequested, ClaimResizeReserved,
+)
 from xce.model.entities.claims import (
     AccessMode, Attachment, AttachmentState, Claim, ClaimForm, ClaimState, Mode, ReclaimPolicy, Resize, ResizeState,
     Scope, name_key,
@@ -222,7 +225,7 @@ def release_template(model: State, claim: Claim, time: float, reason: str) -> No
     _advance_delete(model, claim, time)
 
 
-def apply_claim_created(model: State, f: F.ClaimCreated) -> bool:
+def apply_claim_created(model: State, f: ClaimCreated) -> bool:
     """A new claim, PENDING (False: its id or name was taken, which no decision makes).  A standalone
     claim waits for the scheduler to place it; a run's template claim comes placed, its create op open."""
     # a run's template claim comes placed with its allocation; an early one (a shared staging claim made
@@ -255,7 +258,7 @@ def apply_claim_created(model: State, f: F.ClaimCreated) -> bool:
     return True
 
 
-def apply_claim_placed(model: State, f: F.ClaimPlaced) -> None:
+def apply_claim_placed(model: State, f: ClaimPlaced) -> None:
     claim = model.claims.get(f.claim_id)
     if claim is None or claim.state is not ClaimState.PENDING or claim.placed:
         return
@@ -274,7 +277,7 @@ def _open_op_of(model: State, claim_id: int, op_id: str) -> tuple[Claim, Op, Att
     return (claim, *found) if found is not None else None
 
 
-def apply_claim_op_intent(model: State, f: F.ClaimOpIntent) -> None:
+def apply_claim_op_intent(model: State, f: ClaimOpIntent) -> None:
     if (found := _open_op_of(model, f.claim_id, f.op_id)) is None:
         return
     claim, op, a = found
@@ -285,7 +288,7 @@ def apply_claim_op_intent(model: State, f: F.ClaimOpIntent) -> None:
             _set_state(model, claim, ClaimState.PREPARING, f.time, f"{f.agent} creating (op {op.op_id})", f.agent)
 
 
-def apply_claim_op_succeeded(model: State, f: F.ClaimOpSucceeded) -> None:
+def apply_claim_op_succeeded(model: State, f: ClaimOpSucceeded) -> None:
     if (found := _open_op_of(model, f.claim_id, f.op_id)) is None:
         return
     claim, op, a = found
@@ -347,7 +350,7 @@ def apply_claim_op_succeeded(model: State, f: F.ClaimOpSucceeded) -> None:
             _set_state(model, claim, ClaimState.RELEASED, f.time, f"released {claim.handle}", agent)
 
 
-def apply_claim_op_failed(model: State, f: F.ClaimOpFailed) -> None:
+def apply_claim_op_failed(model: State, f: ClaimOpFailed) -> None:
     if (found := _open_op_of(model, f.claim_id, f.op_id)) is None:
         return
     claim, op, a = found
@@ -402,7 +405,7 @@ def apply_claim_op_failed(model: State, f: F.ClaimOpFailed) -> None:
         _set_state(model, claim, ClaimState.FAILED, f.time, why + "; the data still exists", agent)
 
 
-def apply_claim_resize_requested(model: State, f: F.ClaimResizeRequested) -> None:
+def apply_claim_resize_requested(model: State, f: ClaimResizeRequested) -> None:
     """A resize asked of a READY shared claim with no resize open (the decide function checks that;
     the fold ignores anything else)."""
     claim = model.claims.get(f.claim_id)
@@ -417,7 +420,7 @@ def apply_claim_resize_requested(model: State, f: F.ClaimResizeRequested) -> Non
     audit.record(model, f.time, f.by, "claim.resize", f"claim/{claim.name}", ResizeState.REQUESTED.value, reason)
 
 
-def apply_claim_resize_reserved(model: State, f: F.ClaimResizeReserved) -> None:
+def apply_claim_resize_reserved(model: State, f: ClaimResizeReserved) -> None:
     claim = model.claims.get(f.claim_id)
     if claim is None:
         return
@@ -430,7 +433,7 @@ def apply_claim_resize_reserved(model: State, f: F.ClaimResizeReserved) -> None:
     _open_op(model, claim, OpKind.EXPAND)
 
 
-def apply_claim_delete_requested(model: State, f: F.ClaimDeleteRequested) -> None:
+def apply_claim_delete_requested(model: State, f: ClaimDeleteRequested) -> None:
     claim = model.claims.get(f.claim_id)
     if claim is None or claim.state is ClaimState.RELEASED:
         return
@@ -439,7 +442,7 @@ def apply_claim_delete_requested(model: State, f: F.ClaimDeleteRequested) -> Non
     _advance_delete(model, claim, f.time)
 
 
-def apply_claim_purge_requested(model: State, f: F.ClaimPurgeRequested) -> None:
+def apply_claim_purge_requested(model: State, f: ClaimPurgeRequested) -> None:
     claim = model.claims.get(f.claim_id)
     if claim is None or not claim.retained or claim.op is not None:
         return
@@ -447,7 +450,7 @@ def apply_claim_purge_requested(model: State, f: F.ClaimPurgeRequested) -> None:
     _open_op(model, claim, OpKind.RELEASE)
 
 
-def apply_attachment_added(model: State, f: F.AttachmentAdded) -> None:
+def apply_attachment_added(model: State, f: AttachmentAdded) -> None:
     claim = model.claims.get(f.claim_id)
     if claim is None:
         return
@@ -460,7 +463,7 @@ def apply_attachment_added(model: State, f: F.AttachmentAdded) -> None:
     model.next_attachment_id = max(model.next_attachment_id, f.attachment_id + 1)
 
 
-def apply_attachment_removed(model: State, f: F.AttachmentRemoved) -> None:
+def apply_attachment_removed(model: State, f: AttachmentRemoved) -> None:
     claim = model.claims.get(f.claim_id)
     if claim is None:
         return
