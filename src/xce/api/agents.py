@@ -211,7 +211,7 @@ def add_agent_routes(app: FastAPI, ctl: Controller, channel: Waker) -> None:
 
         def decide(model: Model):
             reported = agents.report(model, ctl.config.claims, agent, body.epoch, results, body.orphans_released,
-                                time.time(), _rng)
+                                     time.time(), _rng)
             return reported.facts, reported
 
         # with ``take``, the take is queued right behind the report, so it decides on the model the report

@@ -55,7 +55,7 @@ def add_claim_routes(app: FastAPI, ctl: Controller) -> None:
         def decide(model: Model):
             if body.from_snapshot is not None or body.from_claim is not None:
                 return snapshots.clone(model, ctl.config, actor, spec, time.time(), from_snapshot=body.from_snapshot,
-                                from_claim=body.from_claim)
+                                       from_claim=body.from_claim)
             return claims.create(model, ctl.config, actor, spec, time.time())
 
         return show(await mutate(request, actor, f"claim/{body.name}", decide), 201)

@@ -93,7 +93,7 @@ def add_history_routes(app: FastAPI, ctl: Controller) -> None:
         who = history_scope(actor, user, all_users)
         await ctl.read_barrier()
         rows = await controller_history.usage(ctl, UsageQuery(since=since, until=until, user=who, project=project,
-                                              by_user=by == "user"))
+                                                              by_user=by == "user"))
         if by == "user":
             rows = history.with_project_totals(rows)
         return JSONResponse([usage_json(u) for u in rows])

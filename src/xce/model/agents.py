@@ -70,7 +70,8 @@ def work(model: State, agent: str, now: float, limit: int, orphan_grace: float) 
 
 
 def has_work(model: State, agent: str, now: float, orphan_grace: float) -> bool:
-    return bool(ops.due(claims.CLAIM_OPS, model, agent, now, 1) or ops.due(snapshots.SNAPSHOT_OPS, model, agent, now, 1)
+    return bool(ops.due(claims.CLAIM_OPS, model, agent, now, 1)
+                or ops.due(snapshots.SNAPSHOT_OPS, model, agent, now, 1)
                 or agent == SHARED_AGENT and due_for_release(model, orphan_grace, now))
 
 
@@ -169,8 +170,8 @@ def report(model: State, cfg: ClaimsConfig, agent: str, epoch: int, results: lis
         if r.snapshot_id is None:
             continue
         result = snapshots.SnapshotResult(op_id=r.op_id, snapshot_id=r.snapshot_id, ok=r.ok, handle=r.handle,
-                                   size_bytes=r.size_bytes, message=r.message, code=r.code, retryable=r.retryable,
-                                   stderr_tail=r.stderr_tail, used_bytes=r.used_bytes if r.ok else None)
+                                          size_bytes=r.size_bytes, message=r.message, code=r.code, retryable=r.retryable,
+                                          stderr_tail=r.stderr_tail, used_bytes=r.used_bytes if r.ok else None)
         try:
             facts += ops.record_result(snapshots.SNAPSHOT_OPS, model, cfg, agent, epoch, result, now, rng)
         except Conflict as e:

@@ -56,7 +56,7 @@ def report(model: State, config: Config, agent: str, shared_agent: str, class_na
     if known is not None and (known.provider, known.flags, known.access_modes) == (provider, flags, modes):
         return []
     return [ClassCapabilitiesReported(time=now, class_name=class_name, provider=provider, agent=agent,
-                                        capabilities={**flags, "access_modes": modes})]
+                                      capabilities={**flags, "access_modes": modes})]
 
 
 #: one class's report: (class name, provider, what the provider's ``capabilities`` op answered)

@@ -283,11 +283,11 @@ def early_fact(job_id: int, user: str, project: str, run: int, t: dict[str, Any]
     """The ``ClaimCreated`` of a job's shared staging claim for its run ``run``, made before that run is
     allocated: PENDING and unplaced, the scheduler places it in a pool as it places standalone claims."""
     return ClaimCreated(time=now, claim_id=claim_id, name=claims.template_name(job_id, run, t["kind"]),
-                          form=ClaimForm.TEMPLATE.value, class_name=t["class"], scope=Scope.SHARED.value,
-                          size_bytes=t["size_bytes"], access_mode=AccessMode.RWX.value,
-                          reclaim_policy=claims.ReclaimPolicy.DELETE.value, owner=user, project=project, job_id=job_id,
-                          run=run, kind=t["kind"], stage_in=[list(x) for x in t["stage_in"]],
-                          stage_out=[list(x) for x in t["stage_out"]], early=True)
+                        form=ClaimForm.TEMPLATE.value, class_name=t["class"], scope=Scope.SHARED.value,
+                        size_bytes=t["size_bytes"], access_mode=AccessMode.RWX.value,
+                        reclaim_policy=claims.ReclaimPolicy.DELETE.value, owner=user, project=project, job_id=job_id,
+                        run=run, kind=t["kind"], stage_in=[list(x) for x in t["stage_in"]],
+                        stage_out=[list(x) for x in t["stage_out"]], early=True)
 
 
 def early_claims(model: State, submitted: Fact, now: float) -> list[ClaimCreated]:
@@ -338,7 +338,7 @@ def host_lost(model: State, host: str, now: float) -> list[Fact]:
         for a in claim.attachments:
             if a.host == host:
                 out.append(AttachmentRemoved(time=now, claim_id=claim.id, attachment_id=a.id,
-                                               by=f"host {host} lost: fenced"))
+                                             by=f"host {host} lost: fenced"))
     return out
 
 
@@ -395,13 +395,13 @@ def template_fact(job: Job, run: int, hosts: list[str], t: dict[str, Any], now: 
     ``claim_id`` and ``pool`` the plan applier decided)."""
     shared = t.get("scope") == Scope.SHARED
     return ClaimCreated(time=now, claim_id=t["claim_id"], name=claims.template_name(job.id, run, t["kind"]),
-                          form=ClaimForm.TEMPLATE.value, class_name=t["class"],
-                          scope=(Scope.SHARED if shared else Scope.NODE).value, size_bytes=t["size_bytes"],
-                          access_mode=(AccessMode.RWX if shared else AccessMode.RWO).value,
-                          reclaim_policy=claims.ReclaimPolicy.DELETE.value, owner=job.user, project=job.project,
-                          job_id=job.id, run=run, kind=t["kind"], host=None if shared or not hosts else hosts[0],
-                          pool=t.get("pool"), stage_in=[list(x) for x in t["stage_in"]],
-                          stage_out=[list(x) for x in t["stage_out"]])
+                        form=ClaimForm.TEMPLATE.value, class_name=t["class"],
+                        scope=(Scope.SHARED if shared else Scope.NODE).value, size_bytes=t["size_bytes"],
+                        access_mode=(AccessMode.RWX if shared else AccessMode.RWO).value,
+                        reclaim_policy=claims.ReclaimPolicy.DELETE.value, owner=job.user, project=job.project,
+                        job_id=job.id, run=run, kind=t["kind"], host=None if shared or not hosts else hosts[0],
+                        pool=t.get("pool"), stage_in=[list(x) for x in t["stage_in"]],
+                        stage_out=[list(x) for x in t["stage_out"]])
 
 
 def apply_claim_created(model: State, f: ClaimCreated) -> None:
@@ -430,8 +430,8 @@ def on_allocated(model: State, job: Job, f: JobAllocated) -> None:
         apply_claim_created(model, template_fact(job, f.run, list(f.hosts), t, f.time))
     for a in f.attachments:
         claims.apply_attachment_added(model, AttachmentAdded(time=f.time, claim_id=a["claim_id"],
-                                                          attachment_id=a["attachment_id"], host=a["host"],
-                                                          mode=a["mode"], by=job.user, job_id=job.id, run=f.run))
+                                                             attachment_id=a["attachment_id"], host=a["host"],
+                                                             mode=a["mode"], by=job.user, job_id=job.id, run=f.run))
         job.run_attachments.append([a["claim_id"], a["attachment_id"]])
 
 
@@ -612,7 +612,7 @@ def consequences(model: State, claim_id: int, op_id: str, result: Fact, now: flo
         if job is not None and job.early_claim == claim.id and not job.allocated and not job.finished:
             # staged before allocation: the job holds nothing; it ends (a requeue would stage the same again)
             return [JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value,
-                                  reason=f"{what}: {error}")]
+                                reason=f"{what}: {error}")]
         return fail_run(model, claim.job_id, claim.run, f"{what}: {error}", now)
     return []
 

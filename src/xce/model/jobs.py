@@ -463,7 +463,7 @@ def kill(model: State, actor: User, job_id: int, now: float, requeue: bool = Fal
     if requeue:
         return [JobRequeued(time=now, job_id=job.id, run=job.run, reason=f"requeued by {by}")]
     return [JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value,
-                          reason=f"killed by {by}")]
+                        reason=f"killed by {by}")]
 
 
 def parse_mem_limit(text: str | None) -> int | None:
@@ -555,7 +555,7 @@ def report_started(model: State, host: str, job_id: int, run: int, pid: int, now
     if job.started:
         return []  # OBSERVATION: a repeated report
     return [JobStarted(time=now, job_id=job_id, run=run, host=host, pid=pid,
-                         workspace=workspace, stdout=stdout, stderr=stderr, publish=publish)]
+                       workspace=workspace, stdout=stdout, stderr=stderr, publish=publish)]
 
 
 def report_finished(model: State, host: str, job_id: int, run: int, now: float, exit_code: int | None,
@@ -572,10 +572,10 @@ def report_finished(model: State, host: str, job_id: int, run: int, now: float, 
         return [JobRequeued(time=now, job_id=job_id, run=run, reason=f"requeued by {job.kill_by}", usage=usage)]
     if not job.kill_requested and stages_out:
         return [JobProcessEnded(time=now, job_id=job_id, run=run, exit_code=exit_code, signal=signal,
-                                  reason=reason, usage=usage)]
+                                reason=reason, usage=usage)]
     state, why = exit_decision(exit_code, signal, reason, killed_by=job.kill_by if job.kill_requested else None)
     return [JobFinished(time=now, job_id=job_id, run=run, state=state.value, exit_code=exit_code,
-                          signal=signal, reason=why, usage=usage)]
+                        signal=signal, reason=why, usage=usage)]
 
 
 def host_lost(model: State, host: str, now: float) -> list[Fact]:
@@ -587,10 +587,10 @@ def host_lost(model: State, host: str, now: float) -> list[Fact]:
             continue
         if job.rerunnable or not job.started:
             out.append(JobRequeued(time=now, job_id=job.id, run=job.run, reason=f"host {host} lost: requeued",
-                                     host_lost=True))
+                                   host_lost=True))
         else:
             out.append(JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value,
-                                     reason=f"host lost ({host})", host_lost=True))
+                                   reason=f"host lost ({host})", host_lost=True))
     return out
 
 
@@ -626,10 +626,10 @@ def reconcile_host(model: State, host: str, running: set[tuple[int, int]],
         if (job.id, job.run) not in running:
             if job.rerunnable:
                 facts.append(JobRequeued(time=now, job_id=job.id, run=job.run,
-                                           reason=f"worker on {host} restarted without it: requeued"))
+                                         reason=f"worker on {host} restarted without it: requeued"))
             else:
                 facts.append(JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value,
-                                           reason=f"lost: worker on {host} restarted"))
+                                         reason=f"lost: worker on {host} restarted"))
     kill = [(job_id, run) for job_id, run in sorted(running)
             if (job := model.jobs.get(job_id)) is None or job.run != run or job.finished
             or host not in job.alloc_slots]
@@ -657,7 +657,7 @@ def finish_after_stage_out(model: State, job_id: int, run: int | None, failure: 
     exit_code, signal = ended.get("exit_code"), ended.get("signal")
     state, why = exit_decision(exit_code, signal, ended.get("reason", ""), stage_out_failure=failure)
     return [JobFinished(time=now, job_id=job_id, run=job.run, state=state.value, exit_code=exit_code,
-                          signal=signal, reason=why)]
+                        signal=signal, reason=why)]
 
 
 def apply_job_process_ended(model: State, f: JobProcessEnded) -> Job | None:

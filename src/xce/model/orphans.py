@@ -66,8 +66,8 @@ def inventory(model: State, class_name: str, provider: str, objects: list[dict[s
             continue
         size = obj.get("size_bytes")
         facts.append(OrphanSeen(time=now, handle=handle, class_name=class_name, provider=provider,
-                                  claim_id=_tag_id(tags, "xce.claim"), tags=tags,
-                                  size_bytes=size if isinstance(size, int) else None, kind=kind))
+                                claim_id=_tag_id(tags, "xce.claim"), tags=tags,
+                                size_bytes=size if isinstance(size, int) else None, kind=kind))
     for o in model.orphans.values():
         if o.class_name == class_name and o.handle not in listed:
             facts.append(OrphanResolved(time=now, handle=o.handle, how="gone"))

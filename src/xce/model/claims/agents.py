@@ -77,8 +77,8 @@ class ClaimOps:
     def success_fact(self, result: OpResult, message: str, now: float) -> Fact:
         r = result
         return ClaimOpSucceeded(time=now, claim_id=r.claim_id, op_id=r.op_id, handle=r.handle,
-                                  size_bytes=r.size_bytes, reachable_hosts=r.reachable_hosts,
-                                  host_labels=dict(r.host_labels), path=r.path, message=message)
+                                size_bytes=r.size_bytes, reachable_hosts=r.reachable_hosts,
+                                host_labels=dict(r.host_labels), path=r.path, message=message)
 
 
 CLAIM_OPS = ClaimOps()

@@ -143,11 +143,11 @@ def create(model: State, config: Config, actor: User, spec: ClaimSpec, now: floa
     check_fits_a_pool(config, cls, size, f"claim {spec.name!r}")
     claim_id = model.next_claim_id
     return [ClaimCreated(time=now, claim_id=claim_id, name=spec.name, form=ClaimForm.STANDALONE.value,
-                           class_name=cls.name, scope=cls.scope, size_bytes=size, access_mode=mode.value,
-                           reclaim_policy=policy.value, owner=actor.name, project=project,
-                           params={**cls.parameters, **spec.params},
-                           source=source.as_record() if source is not None else None,
-                           populate_from=populate_from)], claim_id
+                         class_name=cls.name, scope=cls.scope, size_bytes=size, access_mode=mode.value,
+                         reclaim_policy=policy.value, owner=actor.name, project=project,
+                         params={**cls.parameters, **spec.params},
+                         source=source.as_record() if source is not None else None,
+                         populate_from=populate_from)], claim_id
 
 
 def _populate_source(config: Config, cls: ClaimClassConfig, project: str, text: str | None,
@@ -353,7 +353,7 @@ def add_attachment(model: State, actor: User, name: str, host: str, mode: str, n
         raise Conflict(f"claim {name!r} is ROX (read-only): it cannot be attached rw")
     attachment_id = model.next_attachment_id
     return [AttachmentAdded(time=now, claim_id=claim.id, attachment_id=attachment_id, host=host, mode=mode,
-                              by=actor.name, job_id=job_id)], attachment_id
+                            by=actor.name, job_id=job_id)], attachment_id
 
 
 def remove_attachment(model: State, actor: User, name: str, attachment_id: int, now: float,

@@ -67,7 +67,7 @@ class SnapshotOps:
     def success_fact(self, result: SnapshotResult, message: str, now: float) -> Fact:
         r = result
         return SnapshotOpSucceeded(time=now, snapshot_id=r.snapshot_id, op_id=r.op_id, handle=r.handle,
-                                     size_bytes=r.size_bytes, message=message, used_bytes=r.used_bytes)
+                                   size_bytes=r.size_bytes, message=message, used_bytes=r.used_bytes)
 
 
 SNAPSHOT_OPS = SnapshotOps()

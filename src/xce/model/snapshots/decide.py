@@ -60,9 +60,9 @@ def create(model: State, config: Config, actor: User, claim_name: str, name: str
                        f"{format_size(max(free.get(claim.pool, 0), 0))} free", code="pool_full")
     snapshot_id = model.next_snapshot_id
     return [SnapshotCreated(time=now, snapshot_id=snapshot_id, name=name, project=claim.project,
-                              owner=actor.name, claim_id=claim.id, claim_name=claim.name,
-                              class_name=claim.class_name, size_bytes=size,
-                              access_mode=claim.access_mode.value, pool=claim.pool)], snapshot_id
+                            owner=actor.name, claim_id=claim.id, claim_name=claim.name,
+                            class_name=claim.class_name, size_bytes=size,
+                            access_mode=claim.access_mode.value, pool=claim.pool)], snapshot_id
 
 
 def live_by_name(model: State, project: str, name: str) -> Snapshot | None:
