@@ -170,8 +170,9 @@ def report(model: State, cfg: ClaimsConfig, agent: str, epoch: int, results: lis
         if r.snapshot_id is None:
             continue
         result = snapshots.SnapshotResult(op_id=r.op_id, snapshot_id=r.snapshot_id, ok=r.ok, handle=r.handle,
-                                          size_bytes=r.size_bytes, message=r.message, code=r.code, retryable=r.retryable,
-                                          stderr_tail=r.stderr_tail, used_bytes=r.used_bytes if r.ok else None)
+                                          size_bytes=r.size_bytes, message=r.message, code=r.code,
+                                          retryable=r.retryable, stderr_tail=r.stderr_tail,
+                                          used_bytes=r.used_bytes if r.ok else None)
         try:
             facts += ops.record_result(snapshots.SNAPSHOT_OPS, model, cfg, agent, epoch, result, now, rng)
         except Conflict as e:
