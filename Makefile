@@ -44,13 +44,17 @@ dev: $(STAMP) $(NATIVE)
 # it); its tests mostly wait on real daemons, so more processes than cores pays.  TEST_JOBS=0: one process.
 TEST_JOBS ?= 4
 
-# import-linter first: a broken layer contract ([tool.importlinter] in pyproject.toml) fails the run
+# import-linter and mypy first: a broken layer contract or a type error ([tool.importlinter], [tool.mypy]
+# in pyproject.toml) fails the run. mypy's cache lives in the venv, beside the build stamp (a few seconds warm).
+MYPY := $(BIN)/python -m mypy --cache-dir $(VENV)/.mypy_cache
 test: $(STAMP) $(NATIVE)
 	$(BIN)/lint-imports
+	$(MYPY)
 	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/lint-imports
+	$(MYPY)
 
 demo: $(STAMP) $(NATIVE)
 	$(BIN)/python -m xce.demo

@@ -10,12 +10,15 @@ import ipaddress
 import re
 import tomllib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from xce.errors import InvalidRequest
 from xce.names import check_name
 from xce.transfers.site import TransferConfigError, TransferSite, parse_site
 from xce.units import parse_duration, parse_size
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 DEFAULT_CONFIG = """
 [controller]
@@ -358,10 +361,13 @@ def _proxies(source: str, raw: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _build(cls: type, raw: Any, where: str):
+Table = TypeVar("Table", bound="DataclassInstance")
+
+
+def _build(cls: type[Table], raw: Any, where: str) -> Table:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a table")
-    known = set(cls.__dataclass_fields__)
+    known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}")
@@ -373,7 +379,7 @@ def _build(cls: type, raw: Any, where: str):
         raise ConfigError(f"{where}: {e}") from None
 
 
-def _typed(cls: type, raw: dict[str, Any], where: str):
+def _typed(cls: type[Table], raw: dict[str, Any], where: str) -> Table:
     """A table whose values pydantic checks against the dataclass's annotations (``stage_class = 5`` is
     refused, not kept as a number that breaks a submission later).  Imported here, when a file is read,
     so that clients reading no config never load pydantic."""
@@ -422,13 +428,13 @@ def parse_config(text: str, source: str = "<string>") -> Config:
         apps.append(_build(AppConfig, a, where))
     for kind, items in (("user", users), ("queue", queues), ("project", projects), ("pool", pools),
                         ("claim class", classes), ("application profile", apps), ("resource", declared)):
-        names = [it.name for it in items]
-        for n in names:
+        item_names = [it.name for it in items]
+        for n in item_names:
             try:
                 check_name(kind, n)
             except InvalidRequest as e:
                 raise ConfigError(f"{source}: {e.message}") from None
-        if len(set(names)) != len(names):
+        if len(set(item_names)) != len(item_names):
             raise ConfigError(f"{source}: duplicate {kind} names")
     if not any(u.role == "admin" for u in users):
         raise ConfigError(f"{source}: at least one user with role = \"admin\" is required")

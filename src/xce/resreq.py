@@ -82,7 +82,8 @@ class ResReq:
 
 class _Tokens:
     def __init__(self, text: str, start: int, end: int) -> None:
-        self.text, self.items, pos = text, [], start
+        self.text, pos = text, start
+        self.items: list[tuple[str, str, int]] = []  # (kind: _TOKEN's group, text, position)
         while pos < end:
             if text[pos].isspace():
                 pos += 1
@@ -91,6 +92,7 @@ class _Tokens:
             if m is None or m.end() == pos:
                 raise ResReqError(text, pos, f"unexpected character {text[pos]!r}")
             kind = m.lastgroup
+            assert kind is not None  # every alternative of _TOKEN is a named group
             self.items.append((kind, m.group(kind), m.start(kind)))
             pos = m.end()
         self.i, self.end = 0, end
@@ -195,7 +197,7 @@ class _ExprParser:
 
     def neg(self) -> Pred:
         tok = self.t.peek()
-        if self.t.accept("!", "not"):
+        if tok is not None and self.t.accept("!", "not"):
             self._deeper(tok[2])
             inner = self.neg()
             self.depth -= 1
@@ -211,7 +213,7 @@ class _ExprParser:
             _, name, _ = self.t.next("a name inside defined(")
             self._close(")", pos)
             self.names.add(name)
-            return lambda attrs, counters, n=name: n in counters or n in attrs
+            return lambda attrs, counters: name in counters or name in attrs
         if kind != "name":
             raise ResReqError(self.t.text, pos, f"expected a term, found {value!r}")
         self.names.add(value)
@@ -258,7 +260,8 @@ def _parse_rusage(text: str, start: int, end: int) -> dict[str, float]:
         if name in out:
             raise ResReqError(text, pos, f"counter {name!r} appears twice in rusage[]")
         if not toks.accept("="):
-            raise ResReqError(text, toks.peek()[2] if toks.peek() else end, f"expected '=' after {name!r}")
+            found = toks.peek()
+            raise ResReqError(text, found[2] if found else end, f"expected '=' after {name!r}")
         vkind, vtext, vpos = toks.next(f"an amount for {name!r}")
         amount = parse_amount(vtext) if vkind == "num" else None
         if amount is None:

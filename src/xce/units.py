@@ -1,4 +1,5 @@
-"""Sizes and amounts: parsing what people type (``500Mi``, ``10Gi``, ``2T``) and printing it back.
+"""Sizes and amounts: parsing what people type (``500Mi``, ``10Gi``, ``2T``) and printing it back
+(``format_size``, the one way XCE writes a byte count).
 
 A module of its own with no XCE imports but the error type, so the CLI, the worker and the
 resource requirement parser can use it without loading the model or the scheduler.
@@ -7,6 +8,7 @@ resource requirement parser can use it without loading the model or the schedule
 from __future__ import annotations
 
 import re
+from typing import overload
 
 from xce.errors import InvalidRequest
 
@@ -52,22 +54,31 @@ def parse_amount(text: str) -> float | None:
     return float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").lower()]
 
 
-def format_size(n: float | None) -> str | None:
-    """Bytes in binary units: ``10Gi``, ``512Mi``, ``1.5Ti``."""
+_BINARY_UNITS = (("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+
+
+@overload
+def format_size(n: float, *, iec: bool = False, decimals: int | None = None) -> str: ...
+@overload
+def format_size(n: None, *, iec: bool = False, decimals: int | None = None) -> None: ...
+
+
+def format_size(n: float | None, *, iec: bool = False, decimals: int | None = None) -> str | None:
+    """Bytes in binary units, four significant digits: ``10Gi``, ``512Mi``, ``1.5Ti``, ``512``, as
+    people type a size (``parse_size`` reads it back).  None stays None (a table's empty cell).
+
+    ``iec``: with the IEC symbols, for a message: ``64 MiB``, ``1.5 GiB``, ``512 B``.  ``decimals``:
+    that many digits after the point instead, for a reading watched as it changes (``1.2 GiB of 4.0
+    GiB, 310 MiB/s``: the width stays); bytes are whole."""
     if n is None:
         return None
-    for unit, scale in (("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+    for unit, scale in _BINARY_UNITS:
         if n >= scale:
-            return f"{n / scale:.4g}{unit}"
-    return f"{n:g}"
-
-
-def format_bytes(n: float) -> str:
-    """Bytes as people read them in a message: ``64 MiB``, ``1.5 GiB``, ``512 B``."""
-    for unit, scale in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n:g} B"
+            number = f"{n / scale:.4g}" if decimals is None else f"{n / scale:.{decimals}f}"
+            return f"{number} {unit}B" if iec else number + unit
+    if decimals is not None:
+        return f"{int(n)} B" if iec else str(int(n))
+    return f"{n:g} B" if iec else f"{n:g}"
 
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)?$")

@@ -12,8 +12,11 @@ import pytest
 from xce.controller.applier import ApplyResult, apply_plan
 from xce.config import parse_config
 from xce.model import Model
-from xce.model import claims as C
-from xce.model import facts as F
+from xce.model import claims
+from xce.model.facts import (
+    ClaimCreated, ClaimDeleteRequested, ClaimPlaced, ClaimResizeReserved, HostRegistered, HostStateChanged,
+    JobAllocated, ProjectDefined, QueueDefined,
+)
 from xce.model import job_claims, jobs
 from xce.model.claims import ClaimState
 from xce.model.identity import Role, User
@@ -62,9 +65,9 @@ class World:
     def __init__(self) -> None:
         self.model = Model(cluster_id="k")
         self.now = 100.0
-        self.commit([F.ProjectDefined(time=0, name="default"), F.QueueDefined(time=0, name="default", priority=30),
-                     F.HostRegistered(time=0, name="h1", slots=4, counters={"mem": 8.0 * GiB, "scratch": 50.0 * GiB}),
-                     F.HostRegistered(time=0, name="h2", slots=4, counters={"mem": 8.0 * GiB, "scratch": 50.0 * GiB})])
+        self.commit([ProjectDefined(time=0, name="default"), QueueDefined(time=0, name="default", priority=30),
+                     HostRegistered(time=0, name="h1", slots=4, counters={"mem": 8.0 * GiB, "scratch": 50.0 * GiB}),
+                     HostRegistered(time=0, name="h2", slots=4, counters={"mem": 8.0 * GiB, "scratch": 50.0 * GiB})])
 
     def tick(self) -> float:
         self.now += 1.0
@@ -81,17 +84,19 @@ class World:
         self.commit(facts)
         return self.model.jobs[job_id]
 
-    def standalone(self, name: str, size: str = "1Gi", ready: bool = True) -> C.Claim:
-        facts, claim_id = C.create(self.model, CONFIG, ADMIN, C.ClaimSpec(name=name, class_name="vol", size=size,
-                                                                          access_mode="RWX"), self.tick())
+    def standalone(self, name: str, size: str = "1Gi", ready: bool = True) -> claims.Claim:
+        facts, claim_id = claims.create(self.model, CONFIG, ADMIN,
+                                        claims.ClaimSpec(name=name, class_name="vol", size=size, access_mode="RWX"),
+                                        self.tick())
         self.commit(facts)
         if ready:
-            epoch = self.commit(C.lease(self.model, C.SHARED_AGENT, "t", self.tick())[0])[0].epoch
-            self.commit([F.ClaimPlaced(time=self.tick(), claim_id=claim_id, pool="p")])
+            epoch = self.commit(claims.lease(self.model, claims.SHARED_AGENT, "t", self.tick())[0])[0].epoch
+            self.commit([ClaimPlaced(time=self.tick(), claim_id=claim_id, pool="p")])
             op_id = self.model.claims[claim_id].op.op_id
-            self.commit(C.record_intent(self.model, C.SHARED_AGENT, epoch, op_id, claim_id, self.tick()))
-            self.commit(C.record_result(self.model, CONFIG.claims, C.SHARED_AGENT, epoch,
-                                        C.OpResult(op_id=op_id, claim_id=claim_id, ok=True, handle="h"), self.tick()))
+            self.commit(claims.record_intent(self.model, claims.SHARED_AGENT, epoch, op_id, claim_id, self.tick()))
+            self.commit(claims.record_result(self.model, CONFIG.claims, claims.SHARED_AGENT, epoch,
+                                             claims.OpResult(op_id=op_id, claim_id=claim_id, ok=True,
+                                                             handle="h"), self.tick()))
             assert self.model.claims[claim_id].state is ClaimState.READY
         return self.model.claims[claim_id]
 
@@ -130,7 +135,7 @@ def test_accepted_decisions_allocate_the_next_run_and_make_template_claims_with_
     assert kinds == [("JobAllocated", a.id, None), ("ClaimCreated", a.id, first_claim),
                      ("JobAllocated", b.id, None), ("ClaimCreated", b.id, first_claim + 1),
                      ("ClaimCreated", b.id, first_claim + 2)], "each run's template claims follow its JobAllocated"
-    allocated = {f.job_id: f for f in w.facts if isinstance(f, F.JobAllocated)}
+    allocated = {f.job_id: f for f in w.facts if isinstance(f, JobAllocated)}
     assert allocated[a.id].run == allocated[b.id].run == 1
     assert allocated[a.id].attachments == [{"attachment_id": first_attachment, "claim_id": data.id, "host": "h1",
                                             "mode": "rw"}]
@@ -145,7 +150,7 @@ def test_accepted_decisions_allocate_the_next_run_and_make_template_claims_with_
     # the next plan's claims never reuse an id
     c = w.submit(app="small")
     w.apply(on(c, pools={"kv-cache": "p"}))
-    assert [f.claim_id for f in w.facts if isinstance(f, F.ClaimCreated)] == [first_claim + 3]
+    assert [f.claim_id for f in w.facts if isinstance(f, ClaimCreated)] == [first_claim + 3]
 
 
 def test_a_requeued_job_is_allocated_its_next_run(w):
@@ -196,7 +201,7 @@ def test_a_host_that_lost_its_counters_meanwhile_rejects_that_decision_only(w):
 
 def test_a_host_that_went_away_rejects_the_decisions_on_it(w):
     a, b = w.submit(), w.submit()
-    w.commit([F.HostStateChanged(time=w.tick(), name="h1", state="UNAVAIL", reason="no heartbeat")])
+    w.commit([HostStateChanged(time=w.tick(), name="h1", state="UNAVAIL", reason="no heartbeat")])
     result = w.apply(on(a, "h1"), on(b, "nowhere"))
     assert result.rejected == {a.id: "host h1 is not available", b.id: "host nowhere is not available"}
     assert w.facts == []
@@ -238,13 +243,13 @@ def test_a_standalone_claim_reference_that_became_unusable_rejects_the_decision(
     data, ckpt = w.standalone("data"), w.standalone("ckpt")
     a, b, fine = w.submit(claims=("data",)), w.submit(claims=("ckpt",)), w.submit()
     plan = [on(a), on(b), on(fine)]
-    w.commit(C.delete(w.model, ADMIN, "data", w.tick()))  # RELEASING, being deleted
-    w.commit([F.ClaimDeleteRequested(time=w.tick(), claim_id=ckpt.id, by="admin")])
-    epoch = w.commit(C.lease(w.model, C.SHARED_AGENT, "t", w.tick())[0])[0].epoch
+    w.commit(claims.delete(w.model, ADMIN, "data", w.tick()))  # RELEASING, being deleted
+    w.commit([ClaimDeleteRequested(time=w.tick(), claim_id=ckpt.id, by="admin")])
+    epoch = w.commit(claims.lease(w.model, claims.SHARED_AGENT, "t", w.tick())[0])[0].epoch
     op_id = ckpt.op.op_id  # the provisioner releases ckpt
-    w.commit(C.record_intent(w.model, C.SHARED_AGENT, epoch, op_id, ckpt.id, w.tick()))
-    w.commit(C.record_result(w.model, CONFIG.claims, C.SHARED_AGENT, epoch,
-                             C.OpResult(op_id=op_id, claim_id=ckpt.id, ok=True), w.tick()))
+    w.commit(claims.record_intent(w.model, claims.SHARED_AGENT, epoch, op_id, ckpt.id, w.tick()))
+    w.commit(claims.record_result(w.model, CONFIG.claims, claims.SHARED_AGENT, epoch,
+                                  claims.OpResult(op_id=op_id, claim_id=ckpt.id, ok=True), w.tick()))
     assert (data.state, ckpt.state) == (ClaimState.RELEASING, ClaimState.RELEASED)
     result = w.apply(*plan)
     assert result.rejected == {a.id: "claim data is being deleted", b.id: "claim ckpt is being deleted"}
@@ -254,15 +259,15 @@ def test_a_standalone_claim_reference_that_became_unusable_rejects_the_decision(
 
 def test_claim_placements_are_rechecked_against_pool_capacity(w):
     one, two, gone, odd = (w.standalone(n, size="6Gi", ready=False) for n in ("one", "two", "gone", "odd"))
-    w.commit(C.delete(w.model, ADMIN, "gone", w.tick()))  # deleted before it was placed: RELEASED
+    w.commit(claims.delete(w.model, ADMIN, "gone", w.tick()))  # deleted before it was placed: RELEASED
     result = w.apply(Placement(one.id, "p", one.size_bytes), Placement(two.id, "p", two.size_bytes),
                      Placement(gone.id, "p", gone.size_bytes), Placement(odd.id, "nowhere", odd.size_bytes))
     assert result.claims_placed == [one.id]
     assert result.claims_rejected == {two.id: "pool p no longer has room",
                                       gone.id: "claim changed since the scheduler's view",
                                       odd.id: "pool nowhere is no longer configured"}
-    assert [(type(f), f.claim_id, f.pool) for f in w.facts] == [(F.ClaimPlaced, one.id, "p")]
-    assert one.placed and one.pool == "p" and one.op.kind is C.OpKind.CREATE and not two.placed
+    assert [(type(f), f.claim_id, f.pool) for f in w.facts] == [(ClaimPlaced, one.id, "p")]
+    assert one.placed and one.pool == "p" and one.op.kind is claims.OpKind.CREATE and not two.placed
     assert w.apply(Placement(one.id, "p", one.size_bytes)).claims_rejected == {
         one.id: "claim changed since the scheduler's view"}, "placed already"
 
@@ -279,7 +284,7 @@ def test_a_placement_sees_the_pool_room_the_same_plans_allocations_took(w):
 def grant_expand(w: World, online: bool = True) -> None:
     from xce.model import capabilities
 
-    w.commit(capabilities.report(w.model, CONFIG, C.SHARED_AGENT, C.SHARED_AGENT, "vol", "simfs",
+    w.commit(capabilities.report(w.model, CONFIG, claims.SHARED_AGENT, claims.SHARED_AGENT, "vol", "simfs",
                                  {"expand": True, "online_expand": online}, w.tick()))
 
 
@@ -289,8 +294,8 @@ def test_a_resize_that_fits_is_reserved_and_opens_its_expand_op_one_that_does_no
 
     grant_expand(w)
     small, big = w.standalone("small", size="2Gi"), w.standalone("big", size="4Gi")
-    w.commit(C.resize(w.model, CONFIG, ADMIN, "small", "5Gi", w.tick())[0])
-    w.commit(C.resize(w.model, CONFIG, ADMIN, "big", "8Gi", w.tick())[0])
+    w.commit(claims.resize(w.model, CONFIG, ADMIN, "small", "5Gi", w.tick())[0])
+    w.commit(claims.resize(w.model, CONFIG, ADMIN, "big", "8Gi", w.tick())[0])
     assert pool_use(w.model) == {"p": 6 * GiB}, "asked is not reserved"
     plan = Plan(position=w.model.position, resizes=(Reservation(small.id, "p", 5 * GiB, 3 * GiB),
                                                     Reservation(big.id, "p", 8 * GiB, 4 * GiB)))
@@ -298,9 +303,9 @@ def test_a_resize_that_fits_is_reserved_and_opens_its_expand_op_one_that_does_no
     w.commit(outcome.facts)
     assert outcome.result.resizes_reserved == [small.id]
     assert outcome.result.resizes_rejected == {big.id: "pool p no longer has room"}, "9Gi + 4Gi > 10Gi"
-    assert [type(f) for f in outcome.facts] == [F.ClaimResizeReserved]
-    assert small.resize.state is C.ResizeState.EXPANDING and small.op.kind is C.OpKind.EXPAND
-    assert big.resize.state is C.ResizeState.REQUESTED and big.op is None
+    assert [type(f) for f in outcome.facts] == [ClaimResizeReserved]
+    assert small.resize.state is claims.ResizeState.EXPANDING and small.op.kind is claims.OpKind.EXPAND
+    assert big.resize.state is claims.ResizeState.REQUESTED and big.op is None
     assert pool_use(w.model) == {"p": 9 * GiB} and small.size_bytes == 2 * GiB, "reserved, not yet grown"
     again = apply_plan(w.model, plan, w.tick(), CONFIG).result
     assert again.resizes_rejected[small.id] == "resize changed since the scheduler's view"
@@ -312,7 +317,7 @@ def test_the_snapshot_offers_requested_resizes_with_their_growth_and_the_observe
 
     grant_expand(w)
     claim = w.standalone("vol", size="2Gi")
-    w.commit(C.resize(w.model, CONFIG, ADMIN, "vol", "3Gi", w.tick())[0])
+    w.commit(claims.resize(w.model, CONFIG, ADMIN, "vol", "3Gi", w.tick())[0])
     snap = build_view(w.model, CONFIG)
     assert [(r.claim_id, r.pool, r.size, r.grow) for r in snap.pending_resizes] == [(claim.id, "p", 3 * GiB, GiB)]
     assert [(p.name, p.capacity, p.free) for p in snap.pools] == [("p", 10 * GiB, 8 * GiB)]

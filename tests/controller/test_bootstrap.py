@@ -6,14 +6,14 @@ from __future__ import annotations
 from tests.controller.test_applier import CONFIG, World
 from xce.config import parse_config
 from xce.controller.bootstrap import bootstrap_facts
-from xce.model import facts as F
+from xce.model.facts import TokenIssued
 
 
 def test_only_what_changed_in_the_config_becomes_facts_and_the_live_model_is_untouched():
     w = World()
     first, secret = bootstrap_facts(w.model, CONFIG, w.tick(), need_admin_token=True)
     w.commit(first)
-    assert secret and any(isinstance(f, F.TokenIssued) for f in first)
+    assert secret and any(isinstance(f, TokenIssued) for f in first)
     jobs = [w.submit() for _ in range(3)]
     again, secret = bootstrap_facts(w.model, CONFIG, w.tick(), need_admin_token=False)
     assert again == [] and secret is None, "the same config adds nothing"

@@ -7,11 +7,14 @@ opens its ``expand`` op (``ClaimResizeReserved``) woke nobody."""
 from __future__ import annotations
 
 from xce.controller.longpoll import AGENT_WAKE
-from xce.model import facts as F
+from xce.model.facts import (
+    AttachmentAdded, AttachmentRemoved, ClaimDeleteRequested, ClaimPlaced, ClaimPurgeRequested, ClaimResizeReserved,
+    SnapshotCreated, SnapshotDeleteRequested,
+)
 
 # every fact that opens an op a claim agent runs
-OPENS_AN_AGENT_OP = (F.ClaimPlaced, F.ClaimResizeReserved, F.ClaimDeleteRequested, F.ClaimPurgeRequested,
-                     F.SnapshotCreated, F.SnapshotDeleteRequested, F.AttachmentAdded, F.AttachmentRemoved)
+OPENS_AN_AGENT_OP = (ClaimPlaced, ClaimResizeReserved, ClaimDeleteRequested, ClaimPurgeRequested,
+                     SnapshotCreated, SnapshotDeleteRequested, AttachmentAdded, AttachmentRemoved)
 
 
 def test_every_fact_that_opens_an_agent_op_wakes_the_agents():

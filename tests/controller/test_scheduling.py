@@ -15,7 +15,7 @@ from xce.config import load_config
 from xce.controller.applier import ApplyResult, apply_plan
 from xce.controller.core import Controller, Outcome
 from xce.controller.retry import Backoff
-from xce.model import facts as F
+from xce.model.facts import HostRegistered
 from xce.model import jobs
 from xce.model.jobs import JobSpec
 from xce.store import open_store
@@ -64,7 +64,7 @@ def test_a_persistent_rejection_backs_off_is_counted_and_keeps_its_reason(tmp_pa
         try:
             first = await ctl.execute(lambda m: Outcome(*jobs.submit(m, ADMIN, JobSpec(command=["x"]), time.time(),
                                                                      ctl.config)))
-            await ctl.execute(lambda m: Outcome([F.HostRegistered(time=time.time(), name="h1", slots=4)]))
+            await ctl.execute(lambda m: Outcome([HostRegistered(time=time.time(), name="h1", slots=4)]))
             await until(lambda: loop.rejections.total >= 12, "a dozen rejected plans")
             seen = applies[:12]
             # every retry waited for the backoff, doubling from the normal pace up to the cap

@@ -7,8 +7,8 @@ import pytest
 
 from tests.controller.test_applier import ADMIN, CONFIG, World, on
 from xce.controller.view import JobViews, build_view
-from xce.model import claims as C
-from xce.model import facts as F
+from xce.model import claims
+from xce.model.facts import QueueDefined
 from xce.model import job_claims, jobs
 from xce.model.job_claims import JobClaimsSpec
 from xce.model.jobs import JobSpec
@@ -28,7 +28,7 @@ def test_kept_views_are_the_fresh_ones_and_only_unchanged_plain_jobs_keep_theirs
 
     w.apply(on(again))  # allocated: no longer pending
     w.commit(jobs.kill(w.model, ADMIN, again.id, w.tick(), requeue=True))  # pending again, its run moved on
-    w.commit(C.delete(w.model, ADMIN, "data", w.tick()))  # the claim `uses` references is being deleted
+    w.commit(claims.delete(w.model, ADMIN, "data", w.tick()))  # the claim `uses` references is being deleted
     second = build_view(w.model, CONFIG, views=views)
     assert second.pending == build_view(w.model, CONFIG).pending, "a kept view went stale"
     by_id = {v.id: v for v in second.pending}
@@ -53,7 +53,7 @@ def test_a_depth_keeps_the_first_pending_jobs_in_the_schedulers_order(w):
     old = [w.submit() for _ in range(3)]
     snap = build_view(w.model, CONFIG, depth=2)
     assert [v.id for v in snap.pending] == [old[0].id, old[1].id] and snap.pending_beyond == 1
-    w.commit([F.QueueDefined(time=w.tick(), name="urgent", priority=90)])
+    w.commit([QueueDefined(time=w.tick(), name="urgent", priority=90)])
     facts, urgent = job_claims.submit(w.model, ADMIN, JobSpec(command=["run"], queue="urgent"), JobClaimsSpec(),
                                       w.tick(), CONFIG)
     w.commit(facts)

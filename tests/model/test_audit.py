@@ -7,12 +7,12 @@ import json
 import pytest
 
 from xce.model import Model
-from xce.model import facts as F
+from xce.model.facts import AuditRecorded
 from xce.model.audit import AuditOutbox, AuditRecord
 
 
-def audited(t: float, target: str = "job/1") -> F.AuditRecorded:
-    return F.AuditRecorded(time=t, user="alice", action="POST /v1/jobs", target=target, result="ok")
+def audited(t: float, target: str = "job/1") -> AuditRecorded:
+    return AuditRecorded(time=t, user="alice", action="POST /v1/jobs", target=target, result="ok")
 
 
 def test_without_an_outbox_a_fold_records_nothing_and_the_snapshot_has_no_audit():
@@ -36,7 +36,7 @@ def test_records_carry_the_position_of_their_fact_and_are_taken_once():
 
 def test_details_are_bounded():
     m = Model(audit_outbox=AuditOutbox())
-    m.apply(1, F.AuditRecorded(time=1.0, user="u", action="a", target="t", result="r", detail="x" * 5000))
+    m.apply(1, AuditRecorded(time=1.0, user="u", action="a", target="t", result="r", detail="x" * 5000))
     (rec,) = m.take_audit()
     assert len(rec.detail) == 512
 

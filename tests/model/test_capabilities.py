@@ -7,7 +7,7 @@ import pytest
 from xce.config import parse_config
 from xce.errors import Conflict, InvalidRequest
 from xce.model import Model
-from xce.model import capabilities as K
+from xce.model import capabilities
 
 CONFIG = """
 [[users]]
@@ -50,39 +50,40 @@ def fold(model: Model, facts) -> Model:
 
 def test_a_report_is_a_fact_once_and_again_only_when_it_changes(config):
     m = Model()
-    assert K.can(m, "fast", "expand") is None
-    fold(m, K.report(m, config, "provisioner", "provisioner", "fast", "btrfs", EXPAND, 1.0))
-    assert K.can(m, "fast", "expand") is True and K.can(m, "fast", "online_expand") is True
+    assert capabilities.can(m, "fast", "expand") is None
+    fold(m, capabilities.report(m, config, "provisioner", "provisioner", "fast", "btrfs", EXPAND, 1.0))
+    assert capabilities.can(m, "fast", "expand") is True and capabilities.can(m, "fast", "online_expand") is True
     assert m.class_capabilities["fast"].access_modes == ["RWO", "RWX"]
-    assert K.report(m, config, "provisioner", "provisioner", "fast", "btrfs", dict(EXPAND), 2.0) == []
-    changed = K.report(m, config, "provisioner", "provisioner", "fast", "btrfs", {**EXPAND, "expand": False}, 3.0)
+    assert capabilities.report(m, config, "provisioner", "provisioner", "fast", "btrfs", dict(EXPAND), 2.0) == []
+    changed = capabilities.report(m, config, "provisioner", "provisioner", "fast", "btrfs", {**EXPAND, "expand": False},
+                                  3.0)
     assert len(changed) == 1
     fold(m, changed)
-    assert K.can(m, "fast", "expand") is False
+    assert capabilities.can(m, "fast", "expand") is False
 
 
 def test_a_provider_without_the_op_can_do_nothing_and_unknown_flags_are_ignored(config):
-    m = fold(Model(), K.report(Model(), config, "provisioner", "provisioner", "fast", "btrfs", None, 1.0))
-    assert m.class_capabilities["fast"].flags == dict.fromkeys(K.FLAGS, False)
-    m = fold(Model(), K.report(Model(), config, "provisioner", "provisioner", "fast", "btrfs",
-                               {"expand": "yes", "teleport": True}, 1.0))
+    m = fold(Model(), capabilities.report(Model(), config, "provisioner", "provisioner", "fast", "btrfs", None, 1.0))
+    assert m.class_capabilities["fast"].flags == dict.fromkeys(capabilities.FLAGS, False)
+    m = fold(Model(), capabilities.report(Model(), config, "provisioner", "provisioner", "fast", "btrfs",
+                                          {"expand": "yes", "teleport": True}, 1.0))
     assert m.class_capabilities["fast"].flags["expand"] is False and "teleport" not in m.class_capabilities["fast"].flags
 
 
 def test_only_the_agent_of_the_class_may_report_it_for_its_own_provider(config):
     m = Model()
     with pytest.raises(InvalidRequest):
-        K.report(m, config, "provisioner", "provisioner", "nope", "btrfs", EXPAND, 1.0)
+        capabilities.report(m, config, "provisioner", "provisioner", "nope", "btrfs", EXPAND, 1.0)
     with pytest.raises(Conflict, match="provided by btrfs, not simfs"):
-        K.report(m, config, "provisioner", "provisioner", "fast", "simfs", EXPAND, 1.0)
+        capabilities.report(m, config, "provisioner", "provisioner", "fast", "simfs", EXPAND, 1.0)
     with pytest.raises(Conflict, match="not node:h1's"):
-        K.report(m, config, "node:h1", "provisioner", "fast", "btrfs", EXPAND, 1.0)
+        capabilities.report(m, config, "node:h1", "provisioner", "fast", "btrfs", EXPAND, 1.0)
     with pytest.raises(Conflict, match="not provisioner's"):
-        K.report(m, config, "provisioner", "provisioner", "local", "simfs", EXPAND, 1.0)
+        capabilities.report(m, config, "provisioner", "provisioner", "local", "simfs", EXPAND, 1.0)
 
 
 def test_capabilities_survive_a_snapshot(config):
-    m = fold(Model(), K.report(Model(), config, "provisioner", "provisioner", "fast", "btrfs", EXPAND, 1.0))
+    m = fold(Model(), capabilities.report(Model(), config, "provisioner", "provisioner", "fast", "btrfs", EXPAND, 1.0))
     restored = Model.from_snapshot(m.to_snapshot())
     assert restored.class_capabilities == m.class_capabilities
     old = m.to_snapshot()

@@ -10,8 +10,8 @@ from xce.config import parse_config
 from xce.errors import Conflict, InvalidRequest, NotFound
 from xce.model import Model
 from xce.model import capabilities
-from xce.model import claims as C
-from xce.model import facts as F
+from xce.model import claims
+from xce.model.facts import ClaimPlaced, ClaimResizeReserved, ProjectDefined
 from xce.model.claims import ClaimState, ResizeState
 from xce.model.identity import Role, User
 from xce.model.pools import pool_use
@@ -63,11 +63,11 @@ class World:
         self.model = Model(cluster_id="k")
         self.now = 10.0
         self.rng = random.Random(1)
-        self.commit([F.ProjectDefined(time=0, name="default"), F.ProjectDefined(time=0, name="team-b")])
-        self.epoch = self.commit(C.lease(self.model, C.SHARED_AGENT, "t", self.tick())[0])[0].epoch
+        self.commit([ProjectDefined(time=0, name="default"), ProjectDefined(time=0, name="team-b")])
+        self.epoch = self.commit(claims.lease(self.model, claims.SHARED_AGENT, "t", self.tick())[0])[0].epoch
         for cls, caps in (("vol", {"expand": True, "online_expand": True}), ("offline", {"expand": True}),
                           ("plain", None)):
-            self.commit(capabilities.report(self.model, CONFIG, C.SHARED_AGENT, C.SHARED_AGENT, cls,
+            self.commit(capabilities.report(self.model, CONFIG, claims.SHARED_AGENT, claims.SHARED_AGENT, cls,
                                             CONFIG.claim_class(cls).provider, caps, self.tick()))
 
     def tick(self) -> float:
@@ -79,32 +79,34 @@ class World:
             self.model.apply(self.model.position + 1, f)
         return facts
 
-    def ready(self, name: str, size: str = "2Gi", cls: str = "vol") -> C.Claim:
-        facts, claim_id = C.create(self.model, CONFIG, ADMIN, C.ClaimSpec(name=name, class_name=cls, size=size,
-                                                                          access_mode="RWX"), self.tick())
+    def ready(self, name: str, size: str = "2Gi", cls: str = "vol") -> claims.Claim:
+        facts, claim_id = claims.create(self.model, CONFIG, ADMIN,
+                                        claims.ClaimSpec(name=name, class_name=cls, size=size, access_mode="RWX"),
+                                        self.tick())
         self.commit(facts)
-        self.commit([F.ClaimPlaced(time=self.tick(), claim_id=claim_id, pool="p")])
+        self.commit([ClaimPlaced(time=self.tick(), claim_id=claim_id, pool="p")])
         self.run_op(claim_id, ok=True, handle=f"h{claim_id}")
         claim = self.model.claims[claim_id]
         assert claim.state is ClaimState.READY
         return claim
 
-    def run_op(self, claim_id: int, **result) -> C.Claim:
+    def run_op(self, claim_id: int, **result) -> claims.Claim:
         """The agent's intent for the claim's open op, then its report."""
         claim = self.model.claims[claim_id]
         op_id = claim.op.op_id
-        self.commit(C.record_intent(self.model, C.SHARED_AGENT, self.epoch, op_id, claim_id, self.tick()))
-        self.commit(C.record_result(self.model, CONFIG.claims, C.SHARED_AGENT, self.epoch,
-                                    C.OpResult(op_id=op_id, claim_id=claim_id, **result), self.tick(), self.rng))
+        self.commit(claims.record_intent(self.model, claims.SHARED_AGENT, self.epoch, op_id, claim_id, self.tick()))
+        self.commit(claims.record_result(self.model, CONFIG.claims, claims.SHARED_AGENT, self.epoch,
+                                         claims.OpResult(op_id=op_id, claim_id=claim_id,
+                                                         **result), self.tick(), self.rng))
         return claim
 
-    def resize(self, name: str, size: str, actor: User = ADMIN) -> C.Claim:
-        facts, claim_id = C.resize(self.model, CONFIG, actor, name, size, self.tick())
+    def resize(self, name: str, size: str, actor: User = ADMIN) -> claims.Claim:
+        facts, claim_id = claims.resize(self.model, CONFIG, actor, name, size, self.tick())
         self.commit(facts)
         return self.model.claims[claim_id]
 
-    def reserve(self, claim: C.Claim) -> None:
-        self.commit([F.ClaimResizeReserved(time=self.tick(), claim_id=claim.id, size_bytes=claim.resize.size_bytes)])
+    def reserve(self, claim: claims.Claim) -> None:
+        self.commit([ClaimResizeReserved(time=self.tick(), claim_id=claim.id, size_bytes=claim.resize.size_bytes)])
 
 
 @pytest.fixture
@@ -118,13 +120,13 @@ def test_a_resize_is_asked_reserved_expanded_and_only_then_the_claim_is_bigger(w
     assert (claim.resize.state, claim.resize.old_bytes, claim.resize.size_bytes) == (ResizeState.REQUESTED, 2 * GiB,
                                                                                      5 * GiB)
     assert claim.state is ClaimState.READY and claim.size_bytes == 2 * GiB and claim.op is None
-    assert C.quota_use(w.model, "default", "vol") == (1, 5 * GiB), "the quota is charged when asked"
+    assert claims.quota_use(w.model, "default", "vol") == (1, 5 * GiB), "the quota is charged when asked"
     assert pool_use(w.model) == {"p": 2 * GiB}, "the pool only once the scheduler reserved it"
     w.reserve(claim)
     assert claim.resize.state is ResizeState.EXPANDING and claim.op.op_id == f"c{claim.id}.expand.1"
     assert pool_use(w.model) == {"p": 5 * GiB}
-    [(_, op, _)] = C.due_ops(w.model, C.SHARED_AGENT, w.now)
-    assert op.kind is C.OpKind.EXPAND
+    [(_, op, _)] = claims.due_ops(w.model, claims.SHARED_AGENT, w.now)
+    assert op.kind is claims.OpKind.EXPAND
     w.run_op(claim.id, ok=False, code="UNAVAILABLE", message="busy", retryable=True)
     assert claim.resize.state is ResizeState.EXPANDING and claim.op.next_retry is not None
     assert claim.last_error == "UNAVAILABLE: busy" and claim.state is ClaimState.READY
@@ -151,7 +153,7 @@ def test_a_permanent_failure_leaves_the_claim_ready_at_its_old_size_with_the_err
     assert (claim.state, claim.size_bytes, claim.resize.state) == (ClaimState.READY, 2 * GiB, ResizeState.FAILED)
     assert claim.resize.error == "INVALID_ARGUMENT: no" and claim.last_error == "INVALID_ARGUMENT: no"
     assert "expand failed after 1 attempt: INVALID_ARGUMENT: no; still 2Gi" in claim.history[-1]["reason"]
-    assert pool_use(w.model) == {"p": 2 * GiB} and C.quota_use(w.model, "default", "vol") == (1, 2 * GiB)
+    assert pool_use(w.model) == {"p": 2 * GiB} and claims.quota_use(w.model, "default", "vol") == (1, 2 * GiB)
     assert claim.op is None
     w.resize("ckpt", "3Gi")  # may be asked again
     assert claim.resize.state is ResizeState.REQUESTED
@@ -175,7 +177,7 @@ def test_retries_run_out_after_max_attempts_and_the_claim_keeps_its_size(w):
 def test_shrinking_the_same_size_and_over_quota_are_refused(w, size, error, fragment):
     w.ready("ckpt")
     with pytest.raises(error, match=fragment.replace("(", r"\(").replace(")", r"\)")):
-        C.resize(w.model, CONFIG, ADMIN, "ckpt", size, w.tick())
+        claims.resize(w.model, CONFIG, ADMIN, "ckpt", size, w.tick())
 
 
 def test_the_quota_counts_a_resize_asked_but_not_done(w):
@@ -183,31 +185,31 @@ def test_the_quota_counts_a_resize_asked_but_not_done(w):
     w.ready("b", "3Gi")
     w.resize("a", "6Gi")
     with pytest.raises(Conflict, match="at most 10Gi, 9Gi in use, 2Gi asked"):
-        C.resize(w.model, CONFIG, ADMIN, "b", "5Gi", w.tick())
+        claims.resize(w.model, CONFIG, ADMIN, "b", "5Gi", w.tick())
     w.resize("b", "4Gi")  # exactly 10Gi, and no new claim is counted
 
 
 def test_a_class_that_cannot_expand_is_refused_naming_the_class(w):
     w.ready("p1", cls="plain")
     with pytest.raises(Conflict, match="claim class plain cannot resize claims: its provider plainfs does not expand"):
-        C.resize(w.model, CONFIG, ADMIN, "p1", "3Gi", w.tick())
+        claims.resize(w.model, CONFIG, ADMIN, "p1", "3Gi", w.tick())
     w.ready("s1", cls="silent")
     with pytest.raises(Conflict, match="claim class silent cannot resize claims yet: its provider quietfs has not"):
-        C.resize(w.model, CONFIG, ADMIN, "s1", "3Gi", w.tick())
+        claims.resize(w.model, CONFIG, ADMIN, "s1", "3Gi", w.tick())
 
 
 def test_an_offline_only_class_refuses_while_attached_and_attaching_while_resizing(w):
     claim = w.ready("cold", cls="offline")
-    w.commit(C.add_attachment(w.model, ADMIN, "cold", "h1", "rw", w.tick())[0])
+    w.commit(claims.add_attachment(w.model, ADMIN, "cold", "h1", "rw", w.tick())[0])
     with pytest.raises(Conflict, match="claim class offline can expand claims only offline: claim 'cold' is "
                                        "attached on h1"):
-        C.resize(w.model, CONFIG, ADMIN, "cold", "3Gi", w.tick())
-    w.commit(C.remove_attachment(w.model, ADMIN, "cold", claim.attachments[0].id, w.tick()))
+        claims.resize(w.model, CONFIG, ADMIN, "cold", "3Gi", w.tick())
+    w.commit(claims.remove_attachment(w.model, ADMIN, "cold", claim.attachments[0].id, w.tick()))
     w.resize("cold", "3Gi")
     with pytest.raises(Conflict, match="is being resized and its class offline expands only offline"):
-        C.add_attachment(w.model, ADMIN, "cold", "h1", "rw", w.tick())
+        claims.add_attachment(w.model, ADMIN, "cold", "h1", "rw", w.tick())
     online = w.ready("hot")
-    w.commit(C.add_attachment(w.model, ADMIN, "hot", "h1", "rw", w.tick())[0])
+    w.commit(claims.add_attachment(w.model, ADMIN, "hot", "h1", "rw", w.tick())[0])
     w.resize("hot", "3Gi")  # online: attached is fine
     assert online.resize.state is ResizeState.REQUESTED
 
@@ -215,39 +217,41 @@ def test_an_offline_only_class_refuses_while_attached_and_attaching_while_resizi
 def test_other_refusals_change_nothing(w):
     claim = w.ready("ckpt")
     with pytest.raises(NotFound):
-        C.resize(w.model, CONFIG, BOB, "ckpt", "3Gi", w.tick())  # another project's claim: not even seen
+        claims.resize(w.model, CONFIG, BOB, "ckpt", "3Gi", w.tick())  # another project's claim: not even seen
     w.resize("ckpt", "3Gi")
     with pytest.raises(Conflict, match="already being resized to 3Gi"):
-        C.resize(w.model, CONFIG, ADMIN, "ckpt", "4Gi", w.tick())
-    facts, other = C.create(w.model, CONFIG, ADMIN, C.ClaimSpec(name="other", class_name="vol", size="1Gi",
-                                                                access_mode="RWO", project="team-b"), w.tick())
-    w.commit(facts + [F.ClaimPlaced(time=w.tick(), claim_id=other, pool="p")])
+        claims.resize(w.model, CONFIG, ADMIN, "ckpt", "4Gi", w.tick())
+    facts, other = claims.create(w.model, CONFIG, ADMIN,
+                                 claims.ClaimSpec(name="other", class_name="vol", size="1Gi", access_mode="RWO",
+                                                  project="team-b"), w.tick())
+    w.commit(facts + [ClaimPlaced(time=w.tick(), claim_id=other, pool="p")])
     w.run_op(other, ok=True, handle="ho")
     with pytest.raises(Conflict, match="claim 'other' cannot grow to 30Gi: its pool p has a capacity of 20Gi"):
-        C.resize(w.model, CONFIG, ADMIN, "other", "30Gi", w.tick(), project="team-b")
-    facts, _ = C.create(w.model, CONFIG, ADMIN, C.ClaimSpec(name="new", class_name="vol", size="1Gi",
-                                                            access_mode="RWO"), w.tick())
+        claims.resize(w.model, CONFIG, ADMIN, "other", "30Gi", w.tick(), project="team-b")
+    facts, _ = claims.create(w.model, CONFIG, ADMIN, claims.ClaimSpec(name="new", class_name="vol", size="1Gi",
+                                                                      access_mode="RWO"), w.tick())
     w.commit(facts)
     with pytest.raises(Conflict, match="claim 'new' is PENDING: only READY claims can be resized"):
-        C.resize(w.model, CONFIG, ADMIN, "new", "3Gi", w.tick())
+        claims.resize(w.model, CONFIG, ADMIN, "new", "3Gi", w.tick())
     assert claim.resize.size_bytes == 3 * GiB
 
 
 def test_deleting_a_claim_cancels_a_resize_not_in_flight_and_waits_for_one_in_flight(w):
     waiting = w.ready("waiting")
     w.resize("waiting", "3Gi")
-    w.commit(C.delete(w.model, ADMIN, "waiting", w.tick()))
+    w.commit(claims.delete(w.model, ADMIN, "waiting", w.tick()))
     assert waiting.resize.state is ResizeState.FAILED and "cancelled" in waiting.resize.error
-    assert waiting.state is ClaimState.RELEASING and waiting.op.kind is C.OpKind.RELEASE
+    assert waiting.state is ClaimState.RELEASING and waiting.op.kind is claims.OpKind.RELEASE
     flying = w.ready("flying")
     w.resize("flying", "3Gi")
     w.reserve(flying)
     op_id = flying.op.op_id
-    w.commit(C.record_intent(w.model, C.SHARED_AGENT, w.epoch, op_id, flying.id, w.tick()))
-    w.commit(C.delete(w.model, ADMIN, "flying", w.tick()))
-    assert flying.state is ClaimState.READY and flying.op.kind is C.OpKind.EXPAND, "the expand answers first"
-    w.commit(C.record_result(w.model, CONFIG.claims, C.SHARED_AGENT, w.epoch,
-                             C.OpResult(op_id=op_id, claim_id=flying.id, ok=True, size_bytes=3 * GiB), w.tick()))
+    w.commit(claims.record_intent(w.model, claims.SHARED_AGENT, w.epoch, op_id, flying.id, w.tick()))
+    w.commit(claims.delete(w.model, ADMIN, "flying", w.tick()))
+    assert flying.state is ClaimState.READY and flying.op.kind is claims.OpKind.EXPAND, "the expand answers first"
+    w.commit(claims.record_result(w.model, CONFIG.claims, claims.SHARED_AGENT, w.epoch,
+                                  claims.OpResult(op_id=op_id, claim_id=flying.id, ok=True,
+                                                  size_bytes=3 * GiB), w.tick()))
     assert flying.resize.state is ResizeState.DONE and flying.state is ClaimState.RELEASING
 
 
@@ -257,13 +261,13 @@ def test_a_deletion_that_waited_for_an_expand_goes_ahead_when_the_attempt_fails_
     w.resize("ckpt", "3Gi")
     w.reserve(claim)
     op_id = claim.op.op_id
-    w.commit(C.record_intent(w.model, C.SHARED_AGENT, w.epoch, op_id, claim.id, w.tick()))
-    w.commit(C.delete(w.model, ADMIN, "ckpt", w.tick()))
-    w.commit(C.record_result(w.model, CONFIG.claims, C.SHARED_AGENT, w.epoch,
-                             C.OpResult(op_id=op_id, claim_id=claim.id, ok=False, code="UNAVAILABLE",
-                                        message="busy", retryable=True), w.tick(), w.rng))
+    w.commit(claims.record_intent(w.model, claims.SHARED_AGENT, w.epoch, op_id, claim.id, w.tick()))
+    w.commit(claims.delete(w.model, ADMIN, "ckpt", w.tick()))
+    w.commit(claims.record_result(w.model, CONFIG.claims, claims.SHARED_AGENT, w.epoch,
+                                  claims.OpResult(op_id=op_id, claim_id=claim.id, ok=False, code="UNAVAILABLE",
+                                                  message="busy", retryable=True), w.tick(), w.rng))
     assert claim.resize.state is ResizeState.FAILED and "cancelled" in claim.resize.error
-    assert claim.state is ClaimState.RELEASING and claim.op.kind is C.OpKind.RELEASE
+    assert claim.state is ClaimState.RELEASING and claim.op.kind is claims.OpKind.RELEASE
 
 
 def test_a_stale_epoch_cannot_report_an_expand(w):
@@ -271,12 +275,12 @@ def test_a_stale_epoch_cannot_report_an_expand(w):
     w.resize("ckpt", "3Gi")
     w.reserve(claim)
     op_id = claim.op.op_id
-    w.commit(C.record_intent(w.model, C.SHARED_AGENT, w.epoch, op_id, claim.id, w.tick()))
+    w.commit(claims.record_intent(w.model, claims.SHARED_AGENT, w.epoch, op_id, claim.id, w.tick()))
     old = w.epoch
-    w.epoch = w.commit(C.lease(w.model, C.SHARED_AGENT, "t2", w.tick())[0])[0].epoch
+    w.epoch = w.commit(claims.lease(w.model, claims.SHARED_AGENT, "t2", w.tick())[0])[0].epoch
     with pytest.raises(Conflict):
-        C.check_epoch(w.model, C.SHARED_AGENT, old)
-    [(_, op, _)] = C.due_ops(w.model, C.SHARED_AGENT, w.now)  # the new epoch re-drives it, same op id
+        claims.check_epoch(w.model, claims.SHARED_AGENT, old)
+    [(_, op, _)] = claims.due_ops(w.model, claims.SHARED_AGENT, w.now)  # the new epoch re-drives it, same op id
     assert op.op_id == op_id
     w.run_op(claim.id, ok=True, size_bytes=3 * GiB)
     assert claim.resize.state is ResizeState.DONE and claim.size_bytes == 3 * GiB

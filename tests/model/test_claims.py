@@ -24,10 +24,12 @@ from xce.config import ClaimsConfig, parse_config
 from xce.errors import XceError
 from xce.model import Model
 from xce.model import capabilities
-from xce.model import claims as C
-from xce.model import facts as F
+from xce.model import claims
+from xce.model.facts import (
+    AttachmentAdded, ClaimPlaced, ClaimResizeReserved, JobAllocated, ProjectDefined, QueueDefined,
+)
 from xce.model import job_claims, jobs, status
-from xce.model import snapshots as SN
+from xce.model import snapshots
 from xce.model.claims import ATTACHMENT_TRANSITIONS, LIVE, TRANSITIONS, AttachmentState, ClaimForm, ClaimSpec, ClaimState
 from xce.model.identity import Role, User
 from xce.model.job_claims import JobClaimsSpec
@@ -72,13 +74,13 @@ class ClaimMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.model = Model(cluster_id="k")
-        self.model.apply(1, F.ProjectDefined(time=0, name="default"))
-        self.model.apply(2, F.QueueDefined(time=0, name="default", priority=30))
+        self.model.apply(1, ProjectDefined(time=0, name="default"))
+        self.model.apply(2, QueueDefined(time=0, name="default", priority=30))
         self.now = 1.0
         self.rng = random.Random(7)
         self.epoch = 0
         self.restart_agent()
-        self.commit(capabilities.report(self.model, CONFIG, C.SHARED_AGENT, C.SHARED_AGENT, "simfs", "simfs",
+        self.commit(capabilities.report(self.model, CONFIG, claims.SHARED_AGENT, claims.SHARED_AGENT, "simfs", "simfs",
                                         CAN, self.tick()))
 
     def commit(self, facts) -> None:
@@ -99,7 +101,7 @@ class ClaimMachine(RuleBasedStateMachine):
         return out
 
     def claim(self, name: str):
-        return C.live_by_name(self.model, "default", name)
+        return claims.live_by_name(self.model, "default", name)
 
     @initialize()
     def two_ready_claims(self):
@@ -114,31 +116,32 @@ class ClaimMachine(RuleBasedStateMachine):
     @rule(name=NAMES, policy=st.sampled_from(["delete", "retain"]))
     def create(self, name, policy):
         spec = ClaimSpec(name=name, class_name="simfs", size="1Gi", access_mode="RWO", reclaim_policy=policy)
-        self.try_(lambda: C.create(self.model, CONFIG, ADMIN, spec, self.tick()))
+        self.try_(lambda: claims.create(self.model, CONFIG, ADMIN, spec, self.tick()))
 
     @rule()
     def schedule(self):
         """The scheduler places every pending claim and reserves every resize (the pool never runs out here)."""
         for c in list(self.model.claims.values()):
             if c.state is ClaimState.PENDING and not c.placed and not c.delete_requested:
-                self.commit([F.ClaimPlaced(time=self.tick(), claim_id=c.id, pool="p")])
-            elif c.resize is not None and c.resize.state is C.ResizeState.REQUESTED and c.op is None \
+                self.commit([ClaimPlaced(time=self.tick(), claim_id=c.id, pool="p")])
+            elif c.resize is not None and c.resize.state is claims.ResizeState.REQUESTED and c.op is None \
                     and c.state is ClaimState.READY and not c.delete_requested:
-                self.commit([F.ClaimResizeReserved(time=self.tick(), claim_id=c.id, size_bytes=c.resize.size_bytes)])
+                self.commit([ClaimResizeReserved(time=self.tick(), claim_id=c.id, size_bytes=c.resize.size_bytes)])
 
     @rule(name=NAMES, size=st.sampled_from(["512Mi", "2Gi", "3Gi"]))
     def resize(self, name, size):
-        self.try_(lambda: C.resize(self.model, CONFIG, ADMIN, name, size, self.tick()))
+        self.try_(lambda: claims.resize(self.model, CONFIG, ADMIN, name, size, self.tick()))
 
     @rule()
     def restart_agent(self):
-        _, self.epoch = self.try_(lambda: C.lease(self.model, C.SHARED_AGENT, "h", self.tick()))
+        _, self.epoch = self.try_(lambda: claims.lease(self.model, claims.SHARED_AGENT, "h", self.tick()))
 
     @rule()
     def intents_for_due_ops(self):
         now = self.tick()
-        for c, op, _ in C.due_ops(self.model, C.SHARED_AGENT, now + 10):
-            self.try_(lambda c=c, op=op: C.record_intent(self.model, C.SHARED_AGENT, self.epoch, op.op_id, c.id, now))
+        for c, op, _ in claims.due_ops(self.model, claims.SHARED_AGENT, now + 10):
+            self.try_(lambda c=c, op=op: claims.record_intent(self.model, claims.SHARED_AGENT, self.epoch, op.op_id,
+                                                              c.id, now))
 
     @rule(outcome=st.sampled_from(["ok", "ok", "ok", "retry", "permanent"]), stale=st.sampled_from([False] * 4 + [True]),
           impostor=st.sampled_from([False] * 4 + [True]))
@@ -146,22 +149,22 @@ class ClaimMachine(RuleBasedStateMachine):
         """The agent reports every op it has an intent for (or, stale, an older epoch tries to; or an
         impostor: another agent whose epoch happens to be the same)."""
         epoch = self.epoch - 1 if stale else self.epoch
-        agent = C.node_agent("h1") if impostor else C.SHARED_AGENT
+        agent = claims.node_agent("h1") if impostor else claims.SHARED_AGENT
         for c in list(self.model.claims.values()):
             for op, a in c.open_ops():  # the claim's own op, and its attachments'
                 if op.epoch is None:
                     continue
                 intent_epoch = op.epoch
-                result = C.OpResult(op_id=op.op_id, claim_id=c.id, ok=outcome == "ok", handle=f"h-{c.id}",
-                                    size_bytes=2**30, path=f"/data/{c.id}", code="E", retryable=outcome == "retry")
+                result = claims.OpResult(op_id=op.op_id, claim_id=c.id, ok=outcome == "ok", handle=f"h-{c.id}",
+                                         size_bytes=2**30, path=f"/data/{c.id}", code="E", retryable=outcome == "retry")
                 facts = self.try_(lambda r=result: job_claims.agent_report(
                     self.model, RETRIES, agent, epoch, [r], self.tick(), self.rng)[0] or self._refused(r, agent, epoch))
                 assert (facts is None) == (intent_epoch != epoch or impostor), \
                     "only the agent holding the intent, in the intent's epoch, may report"
 
-    def _refused(self, r: C.OpResult, agent: str, epoch: int):
+    def _refused(self, r: claims.OpResult, agent: str, epoch: int):
         """``agent_report`` says a refusal in its answer, not by raising: ask ``record_result`` why."""
-        C.record_result(self.model, RETRIES, agent, epoch, r, self.now, self.rng)  # raises for a refusal
+        claims.record_result(self.model, RETRIES, agent, epoch, r, self.now, self.rng)  # raises for a refusal
         return []  # a duplicate: nothing to do
 
     # ------------------------------------------------------------ jobs (what the controller does with them)
@@ -180,8 +183,8 @@ class ClaimMachine(RuleBasedStateMachine):
             now = self.tick()
             templates, attachments = job_claims.plan_claims(job, job.run + 1, ["h1"], self.model.next_claim_id,
                                                             self.model.next_attachment_id, {"scratch": "p"}, now)
-            self.commit([F.JobAllocated(time=now, job_id=job.id, run=job.run + 1, hosts=["h1"], slots={"h1": 1},
-                                        attachments=attachments), *templates])
+            self.commit([JobAllocated(time=now, job_id=job.id, run=job.run + 1, hosts=["h1"], slots={"h1": 1},
+                                      attachments=attachments), *templates])
 
     @rule()
     def start(self):
@@ -221,35 +224,36 @@ class ClaimMachine(RuleBasedStateMachine):
 
     @rule(name=NAMES)
     def delete(self, name):
-        self.try_(lambda: C.delete(self.model, ADMIN, name, self.tick()))
+        self.try_(lambda: claims.delete(self.model, ADMIN, name, self.tick()))
 
     @rule(name=NAMES, host=st.sampled_from(["h1", "h2"]))
     def attach(self, name, host):
-        self.try_(lambda: C.add_attachment(self.model, ADMIN, name, host, "rw", self.tick()))
+        self.try_(lambda: claims.add_attachment(self.model, ADMIN, name, host, "rw", self.tick()))
 
     @rule(name=NAMES)
     def detach(self, name):
         c = self.claim(name)
         if c is not None and c.attachments:
-            self.try_(lambda: C.remove_attachment(self.model, ADMIN, name, c.attachments[0].id, self.tick()))
+            self.try_(lambda: claims.remove_attachment(self.model, ADMIN, name, c.attachments[0].id, self.tick()))
 
     @rule()
     def purge(self):
         for c in list(self.model.claims.values()):
             if c.retained:
-                self.try_(lambda c=c: C.purge(self.model, ADMIN, c.id, self.tick()))
+                self.try_(lambda c=c: claims.purge(self.model, ADMIN, c.id, self.tick()))
 
     # ------------------------------------------------------------ snapshots and clones
 
     @rule(claim=NAMES, name=SNAPSHOT_NAMES)
     def take_snapshot(self, claim, name):
-        self.try_(lambda: SN.create(self.model, CONFIG, ADMIN, claim, name, self.tick()))
+        self.try_(lambda: snapshots.create(self.model, CONFIG, ADMIN, claim, name, self.tick()))
 
     @rule()
     def snapshot_intents(self):
         now = self.tick()
-        for s, op in SN.due_ops(self.model, C.SHARED_AGENT, now + 10):
-            self.try_(lambda s=s, op=op: SN.record_intent(self.model, C.SHARED_AGENT, self.epoch, op.op_id, s.id, now))
+        for s, op in snapshots.due_ops(self.model, claims.SHARED_AGENT, now + 10):
+            self.try_(lambda s=s, op=op: snapshots.record_intent(self.model, claims.SHARED_AGENT, self.epoch, op.op_id,
+                                                                 s.id, now))
 
     @rule(outcome=st.sampled_from(["ok", "ok", "retry", "permanent"]), stale=st.sampled_from([False] * 4 + [True]))
     def snapshot_round(self, outcome, stale):
@@ -258,21 +262,21 @@ class ClaimMachine(RuleBasedStateMachine):
             if s.op is None or s.op.epoch is None:
                 continue
             intent_epoch = s.op.epoch
-            r = SN.SnapshotResult(op_id=s.op.op_id, snapshot_id=s.id, ok=outcome == "ok", handle=f"s-{s.id}",
-                                  size_bytes=2**30, code="E", retryable=outcome == "retry")
-            facts = self.try_(lambda r=r: SN.record_result(self.model, RETRIES, C.SHARED_AGENT, epoch, r,
-                                                           self.tick(), self.rng))
+            r = snapshots.SnapshotResult(op_id=s.op.op_id, snapshot_id=s.id, ok=outcome == "ok", handle=f"s-{s.id}",
+                                         size_bytes=2**30, code="E", retryable=outcome == "retry")
+            facts = self.try_(lambda r=r: snapshots.record_result(self.model, RETRIES, claims.SHARED_AGENT, epoch, r,
+                                                                  self.tick(), self.rng))
             assert (facts is None) == (intent_epoch != epoch), "only the intent's epoch may report"
 
     @rule(name=SNAPSHOT_NAMES)
     def delete_snapshot(self, name):
-        self.try_(lambda: SN.delete(self.model, ADMIN, name, self.tick()))
+        self.try_(lambda: snapshots.delete(self.model, ADMIN, name, self.tick()))
 
     @rule(name=NAMES, snapshot=st.one_of(st.none(), SNAPSHOT_NAMES), claim=NAMES)
     def clone(self, name, snapshot, claim):
         spec = ClaimSpec(name=name, class_name=None, size=None, access_mode=None)
-        self.try_(lambda: SN.clone(self.model, CONFIG, ADMIN, spec, self.tick(), from_snapshot=snapshot,
-                                   from_claim=None if snapshot else claim))
+        self.try_(lambda: snapshots.clone(self.model, CONFIG, ADMIN, spec, self.tick(), from_snapshot=snapshot,
+                                          from_claim=None if snapshot else claim))
 
     # ------------------------------------------------------------ invariants
 
@@ -280,15 +284,15 @@ class ClaimMachine(RuleBasedStateMachine):
     def snapshots_follow_their_table_and_indexes(self):
         for s in self.model.snapshots.values():
             event(f"snapshot reached {s.state.value}")
-            states = [SN.SnapshotState(h["state"]) for h in s.history]
-            assert states[0] is SN.SnapshotState.PENDING and states[-1] is s.state
+            states = [snapshots.SnapshotState(h["state"]) for h in s.history]
+            assert states[0] is snapshots.SnapshotState.PENDING and states[-1] is s.state
             for x, y in zip(states, states[1:]):
-                assert y in SN.TRANSITIONS[x], f"snapshot {s.id}: {x} -> {y}"
+                assert y in snapshots.TRANSITIONS[x], f"snapshot {s.id}: {x} -> {y}"
             if s.being_made:  # its claim stays until the provider has made it
                 assert self.model.claims[s.claim_id].state not in (ClaimState.RELEASING, ClaimState.RELEASED)
-            if s.state is SN.SnapshotState.RELEASED:
+            if s.state is snapshots.SnapshotState.RELEASED:
                 assert s.op is None and not s.data_exists
-        live = {C.name_key(s.project, s.name): s.id for s in self.model.snapshots.values() if s.live}
+        live = {claims.name_key(s.project, s.name): s.id for s in self.model.snapshots.values() if s.live}
         assert self.model.snapshot_names == live
         assert self.model.open_snapshot_ops == {s.id for s in self.model.snapshots.values() if s.op is not None}
 
@@ -300,7 +304,7 @@ class ClaimMachine(RuleBasedStateMachine):
             event(f"clone from a {c.source['kind']} {c.state.value}")
             if c.source["kind"] == "snapshot":
                 src = self.model.snapshots[c.source["id"]]
-                assert src.state is not SN.SnapshotState.RELEASED and not src.delete_requested
+                assert src.state is not snapshots.SnapshotState.RELEASED and not src.delete_requested
             else:
                 assert self.model.claims[c.source["id"]].state not in (ClaimState.RELEASING, ClaimState.RELEASED)
 
@@ -316,7 +320,7 @@ class ClaimMachine(RuleBasedStateMachine):
 
     @invariant()
     def indexes_agree_with_claims(self):
-        live = {C.name_key(c.project, c.name): c.id for c in self.model.claims.values()
+        live = {claims.name_key(c.project, c.name): c.id for c in self.model.claims.values()
                 if c.state in LIVE and c.form is ClaimForm.STANDALONE}
         assert self.model.claim_names == live, "template claims are in no name space"
         assert self.model.open_ops == {c.id for c in self.model.claims.values() if c.open_ops()}
@@ -347,7 +351,7 @@ class ClaimMachine(RuleBasedStateMachine):
         for c in self.model.claims.values():
             if c.form is ClaimForm.TEMPLATE:
                 event(f"template claim reached {c.state.value}")
-                assert c.job_id in self.model.jobs and c.name == C.template_name(c.job_id, c.run, c.kind)
+                assert c.job_id in self.model.jobs and c.name == claims.template_name(c.job_id, c.run, c.kind)
 
     @invariant()
     def resizes_follow_their_table_and_leave_the_claim_ready(self):
@@ -356,18 +360,18 @@ class ClaimMachine(RuleBasedStateMachine):
             if r is None:
                 continue
             event(f"resize reached {r.state.value}")
-            states = [C.ResizeState(h["state"]) for h in r.history]
-            assert states[0] is C.ResizeState.REQUESTED and states[-1] is r.state
+            states = [claims.ResizeState(h["state"]) for h in r.history]
+            assert states[0] is claims.ResizeState.REQUESTED and states[-1] is r.state
             for x, y in zip(states, states[1:]):
-                assert y in C.RESIZE_TRANSITIONS[x], f"resize of {c.name}: {x} -> {y}"
+                assert y in claims.RESIZE_TRANSITIONS[x], f"resize of {c.name}: {x} -> {y}"
             if r.open:
                 assert c.state is ClaimState.READY, "a claim is READY and usable while it is resized"
                 assert c.charged_bytes == r.size_bytes >= c.reserved_bytes, "charged when asked, reserved after"
-            if r.state is C.ResizeState.EXPANDING and c.op is not None:
-                assert c.op.kind is C.OpKind.EXPAND
-            if r.state is C.ResizeState.DONE:
+            if r.state is claims.ResizeState.EXPANDING and c.op is not None:
+                assert c.op.kind is claims.OpKind.EXPAND
+            if r.state is claims.ResizeState.DONE:
                 assert c.size_bytes == r.size_bytes
-            if r.state is C.ResizeState.FAILED:
+            if r.state is claims.ResizeState.FAILED:
                 assert max(c.size_bytes, c.actual_bytes or 0) == r.old_bytes, "a failed resize changes no size"
 
     @invariant()
@@ -383,7 +387,7 @@ class ClaimMachine(RuleBasedStateMachine):
     def the_reclaim_policy_decides_the_objects_fate(self):
         for c in self.model.claims.values():
             states = [h["state"] for h in c.history]
-            if c.reclaim_policy is C.ReclaimPolicy.RETAIN:
+            if c.reclaim_policy is claims.ReclaimPolicy.RETAIN:
                 assert "RELEASING" not in states, "retain never releases the object on delete"
             else:
                 assert not c.retained
@@ -399,7 +403,7 @@ class ClaimMachine(RuleBasedStateMachine):
 
     @invariant()
     def quota_counts_live_claims_only(self):
-        count, _ = C.quota_use(self.model, "default", None)
+        count, _ = claims.quota_use(self.model, "default", None)
         assert count == sum(1 for c in self.model.claims.values() if c.live)
         assert sum(1 for c in self.model.claims.values() if c.live and c.form is ClaimForm.STANDALONE) <= 4
 
@@ -416,12 +420,12 @@ TestClaimMachine.settings = settings(max_examples=200, stateful_step_count=50, d
 def test_a_model_loaded_from_a_snapshot_still_offers_open_attachment_ops():
     m = ClaimMachine()
     m.two_ready_claims()
-    claim = C.live_by_name(m.model, "default", "a")
-    m.commit([F.AttachmentAdded(time=m.tick(), claim_id=claim.id, attachment_id=9, host="h1", mode="rw",
-                                by="admin", job_id=1, run=1)])
-    assert [op.op_id for _, op, _ in C.due_ops(m.model, C.SHARED_AGENT, m.now)] == ["a9.attach"]
+    claim = claims.live_by_name(m.model, "default", "a")
+    m.commit([AttachmentAdded(time=m.tick(), claim_id=claim.id, attachment_id=9, host="h1", mode="rw",
+                              by="admin", job_id=1, run=1)])
+    assert [op.op_id for _, op, _ in claims.due_ops(m.model, claims.SHARED_AGENT, m.now)] == ["a9.attach"]
     restored = Model.from_snapshot(json.loads(json.dumps(m.model.to_snapshot())))
-    assert [op.op_id for _, op, _ in C.due_ops(restored, C.SHARED_AGENT, m.now)] == ["a9.attach"]
+    assert [op.op_id for _, op, _ in claims.due_ops(restored, claims.SHARED_AGENT, m.now)] == ["a9.attach"]
 
 
 def test_every_list_of_access_modes_is_the_enums():
@@ -433,7 +437,7 @@ def test_every_list_of_access_modes_is_the_enums():
     from xce.config import ACCESS_MODES
     from xce.providers.contract import ACCESS_MODES as CONTRACT_MODES
 
-    modes = tuple(m.value for m in C.AccessMode)
+    modes = tuple(m.value for m in claims.AccessMode)
     assert ACCESS_MODES == CONTRACT_MODES == modes
     assert typing.get_args(AccessModeName) == modes
     assert AccessModeName in typing.get_args(ClaimCreateRequest.model_fields["access_mode"].annotation)

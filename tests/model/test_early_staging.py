@@ -16,8 +16,8 @@ from xce.config import parse_config
 from xce.controller.applier import apply_plan
 from xce.controller.view import build_view
 from xce.errors import Forbidden, InvalidRequest
-from xce.model import claims as C
-from xce.model import facts as F
+from xce.model import claims
+from xce.model.facts import ClaimCreated, ClaimPlaced, QueueDefined
 from xce.model import job_claims, jobs, status
 from xce.model.claims import ClaimState, OpKind, Scope
 from xce.model.jobs import JobState
@@ -34,8 +34,8 @@ def w() -> World:
     return World()
 
 
-def place(w: World, claim: C.Claim) -> None:
-    w.commit([F.ClaimPlaced(time=w.tick(), claim_id=claim.id, pool="p")])
+def place(w: World, claim: claims.Claim) -> None:
+    w.commit([ClaimPlaced(time=w.tick(), claim_id=claim.id, pool="p")])
 
 
 def cycle(w: World):
@@ -79,7 +79,7 @@ def test_the_job_is_not_allocated_until_its_staging_claim_is_ready(w):
     assert job.alloc_time > ready_at
     assert job_claims.run_claims(w.model, job) == [claim] and job.early_claim is None
     assert status.blocking(w.model, job) is None, "ready already: dispatch at once"
-    assert not any(isinstance(f, F.ClaimCreated) for f in outcome.facts), "no second staging claim"
+    assert not any(isinstance(f, ClaimCreated) for f in outcome.facts), "no second staging claim"
     host = job.hosts[0]
     assert [p["env"] for p in job_claims.publish_list(w.model, job, host)] == ["XCE_STAGE"]
 
@@ -137,7 +137,7 @@ def test_an_array_gets_one_staging_claim_per_element(w):
     facts, parent = job_claims.submit(w.model, ALICE, jobs.JobSpec(command=["x"], name="a[1-3]"),
                                       job_claims.JobClaimsSpec(**EARLY), w.tick(), CONFIG)
     w.commit(facts)
-    made = [f for f in facts if isinstance(f, F.ClaimCreated)]
+    made = [f for f in facts if isinstance(f, ClaimCreated)]
     assert [f.job_id for f in made] == [parent, parent + 1, parent + 2]
     assert len({f.claim_id for f in made}) == 3
     assert all(job_claims.early_claim(w.model, w.model.jobs[j]) is not None for j in (parent, parent + 1, parent + 2))
@@ -154,17 +154,18 @@ def test_shared_staging_refuses_local_paths(w):
 
 def test_node_scope_staging_still_waits_for_the_allocation(w):
     job = w.submit(stage_in=(URL,), stage_class="stage")
-    assert job.early_claim is None and not any(isinstance(c, C.Claim) and c.job_id == job.id
+    assert job.early_claim is None and not any(isinstance(c, claims.Claim) and c.job_id == job.id
                                                for c in w.model.claims.values())
 
 
 # ---------------------------------------------------------------- populate
 
 
-def populated(w: World, source: str = "https://models.example/llama/", access: str = "ROX") -> C.Claim:
-    facts, claim_id = C.create(w.model, CONFIG, ALICE, C.ClaimSpec(name="weights", class_name="vol", size="1Gi",
-                                                                   access_mode=access, populate_from=source),
-                               w.tick())
+def populated(w: World, source: str = "https://models.example/llama/", access: str = "ROX") -> claims.Claim:
+    facts, claim_id = claims.create(w.model, CONFIG, ALICE,
+                                    claims.ClaimSpec(name="weights", class_name="vol", size="1Gi", access_mode=access,
+                                                     populate_from=source),
+                                    w.tick())
     w.commit(facts)
     return w.model.claims[claim_id]
 
@@ -190,7 +191,7 @@ def test_a_populate_is_retried_with_backoff_then_fails_visibly(w):
     w.now = claim.op.next_retry
     w.run_agent(PROVISIONER, ok=False, code="ACCESS_DENIED", retryable=False)
     assert claim.state is ClaimState.FAILED and claim.data_exists, "the object is there: deletion releases it"
-    w.commit(C.delete(w.model, ALICE, "weights", w.tick()))
+    w.commit(claims.delete(w.model, ALICE, "weights", w.tick()))
     assert claim.state is ClaimState.RELEASING and claim.op.kind is OpKind.RELEASE
 
 
@@ -202,9 +203,9 @@ def test_populate_sources_are_checked_like_stage_in_sources(w):
     with pytest.raises(InvalidRequest, match="URL or REMOTE:path"):
         populated(w, "/etc/shadow")
     with pytest.raises(InvalidRequest, match="either a clone"):
-        C.create(w.model, CONFIG, ALICE, C.ClaimSpec(name="x", class_name="vol", size="1Gi", access_mode="RWO",
-                                                     populate_from=URL),
-                 w.tick(), source=C.ContentSource("claim", 1, "a", "h", "vol", "default", 1, "RWO"))
+        claims.create(w.model, CONFIG, ALICE, claims.ClaimSpec(name="x", class_name="vol", size="1Gi",
+                                                               access_mode="RWO", populate_from=URL),
+                      w.tick(), source=claims.ContentSource("claim", 1, "a", "h", "vol", "default", 1, "RWO"))
 
 
 def test_a_remote_of_another_project_is_refused_naming_the_project(w):
@@ -233,17 +234,17 @@ schemes = ["s3"]
 projects = ["other"]
 """)
     with pytest.raises(Forbidden, match="project default may not use remote lab"):
-        C.create(w.model, cfg, ALICE, C.ClaimSpec(name="w", class_name="vol", size="1Gi", access_mode="ROX",
-                                                  populate_from="lab:models/x"), w.tick())
+        claims.create(w.model, cfg, ALICE, claims.ClaimSpec(name="w", class_name="vol", size="1Gi", access_mode="ROX",
+                                                            populate_from="lab:models/x"), w.tick())
     with pytest.raises(Forbidden, match="project default may use no remote for s3://"):
-        C.create(w.model, cfg, ALICE, C.ClaimSpec(name="w", class_name="vol", size="1Gi", access_mode="ROX",
-                                                  populate_from="s3://models/x"), w.tick())
+        claims.create(w.model, cfg, ALICE, claims.ClaimSpec(name="w", class_name="vol", size="1Gi", access_mode="ROX",
+                                                            populate_from="s3://models/x"), w.tick())
 
 
 def test_node_scope_claims_are_not_populated(w):
     with pytest.raises(InvalidRequest, match="node-scope"):
-        C.create(w.model, CONFIG, ADMIN, C.ClaimSpec(name="x", class_name="scratch", size="1Gi", access_mode="RWO",
-                                                     populate_from=URL), w.tick())
+        claims.create(w.model, CONFIG, ADMIN, claims.ClaimSpec(name="x", class_name="scratch", size="1Gi",
+                                                               access_mode="RWO", populate_from=URL), w.tick())
 
 
 # A queue's and a profile's default staging class ([[queues]] / [[apps]] stage_class): the most specific word wins
@@ -282,7 +283,7 @@ stage_class = "stage"
 
 
 def submit_to(w: World, queue: str | None, **claims) -> jobs.Job:
-    w.commit([F.QueueDefined(time=0, name="gpu", priority=30)])
+    w.commit([QueueDefined(time=0, name="gpu", priority=30)])
     facts, job_id = job_claims.submit(w.model, ALICE, jobs.JobSpec(command=["x"], queue=queue),
                                       job_claims.JobClaimsSpec(**claims), w.tick(), DEFAULTS)
     w.commit(facts)

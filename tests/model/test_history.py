@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from tests.model.test_job_claims import ADMIN, ALICE, CONFIG, PROVISIONER, World
 from xce.model import Model
-from xce.model import claims as C
-from xce.model import facts as F
-from xce.model import history as H
+from xce.model import claims
+from xce.model.facts import ClaimPlaced, Fact, RecordsRetired
+from xce.model import history
 from xce.model import job_claims, jobs
 from xce.model.claims import ClaimState
 from xce.model.jobs import JobSpec, JobState
@@ -28,8 +28,8 @@ def ended(w: World, held: bool = True, **spec) -> jobs.Job:
     return w.model.jobs[job_id]
 
 
-def retire(w: World, now: float | None = None, limit: int = H.RETIRE_BATCH) -> F.RecordsRetired | None:
-    fact = H.retirable(w.model, w.now + KEEP + 1 if now is None else now, KEEP, limit)
+def retire(w: World, now: float | None = None, limit: int = history.RETIRE_BATCH) -> RecordsRetired | None:
+    fact = history.retirable(w.model, w.now + KEEP + 1 if now is None else now, KEEP, limit)
     if fact is not None:
         w.commit([fact])
     return fact
@@ -38,7 +38,7 @@ def retire(w: World, now: float | None = None, limit: int = H.RETIRE_BATCH) -> F
 def test_a_finished_job_stays_until_keep_finished_has_passed():
     w = World()
     job = ended(w)
-    assert H.retirable(w.model, job.end_time + KEEP - 1, KEEP) is None
+    assert history.retirable(w.model, job.end_time + KEEP - 1, KEEP) is None
     fact = retire(w, job.end_time + KEEP)
     assert fact is not None and fact.jobs == [job.id]
     assert job.id not in w.model.jobs and job.id not in w.model.finished_jobs
@@ -57,13 +57,13 @@ def test_retiring_names_what_the_fold_drops_as_the_model_holds_it_before_the_fol
     w = World()
     job = ended(w)
     kept = w.submit(held=True)
-    fact = H.retirable(w.model, w.now + KEEP + 1, KEEP)
+    fact = history.retirable(w.model, w.now + KEEP + 1, KEEP)
     assert fact is not None
-    fact = F.RecordsRetired(time=fact.time, jobs=[*fact.jobs, kept.id, 999], claims=[998])
-    assert H.retiring(w.model, fact) == ([job], [])  # a live job and unknown ids are left alone
+    fact = RecordsRetired(time=fact.time, jobs=[*fact.jobs, kept.id, 999], claims=[998])
+    assert history.retiring(w.model, fact) == ([job], [])  # a live job and unknown ids are left alone
     w.commit([fact])
     assert job.id not in w.model.jobs and kept.id in w.model.jobs
-    assert H.retiring(w.model, fact) == ([], [])  # folded: nothing is left to drop, the same on replay
+    assert history.retiring(w.model, fact) == ([], [])  # folded: nothing is left to drop, the same on replay
 
 
 def test_retirement_drops_the_request_id_so_a_new_submission_with_it_is_a_new_job():
@@ -82,7 +82,7 @@ def test_a_job_with_a_template_claim_not_yet_released_stays_and_retires_with_its
     assert job.state is JobState.DONE and scratch.state is not ClaimState.RELEASED
     assert retire(w) is None  # the run's scratch is still being released
     for _ in range(3):
-        w.run_agent(C.node_agent("h1"))
+        w.run_agent(claims.node_agent("h1"))
     assert scratch.state is ClaimState.RELEASED
     fact = retire(w, max(job.end_time, scratch.history[-1]["time"]) + KEEP + 1)
     assert fact is not None and fact.jobs == [job.id] and scratch.id in fact.claims
@@ -97,7 +97,7 @@ def test_a_job_attached_to_a_standalone_claim_stays_while_the_attachment_lives()
     assert job.state is JobState.DONE and any(a.job_id == job.id for a in ckpt.attachments)
     assert retire(w) is None  # still attached (detaching)
     for _ in range(3):
-        w.run_agent(C.node_agent("h1"))
+        w.run_agent(claims.node_agent("h1"))
         w.run_agent(PROVISIONER)
     assert not any(a.job_id == job.id for a in ckpt.attachments)
     fact = retire(w)
@@ -109,7 +109,7 @@ def test_a_released_standalone_claim_named_by_a_live_job_stays():
     w = World()
     ckpt = w.standalone("ckpt")
     waiting = w.submit(claims=("ckpt:rw",))
-    w.commit(C.delete(w.model, ADMIN, "ckpt", w.tick()))
+    w.commit(claims.delete(w.model, ADMIN, "ckpt", w.tick()))
     for _ in range(3):
         w.run_agent(PROVISIONER)
     assert ckpt.state is ClaimState.RELEASED
@@ -122,19 +122,20 @@ def test_a_released_standalone_claim_named_by_a_live_job_stays():
 
 def test_a_retained_claim_stays_until_it_is_purged():
     w = World()
-    facts, claim_id = C.create(w.model, CONFIG, ADMIN, C.ClaimSpec(name="keep", class_name="vol", size="1Gi",
-                                                                   access_mode="RWO", reclaim_policy="retain"),
-                               w.tick())
+    facts, claim_id = claims.create(w.model, CONFIG, ADMIN,
+                                    claims.ClaimSpec(name="keep", class_name="vol", size="1Gi", access_mode="RWO",
+                                                     reclaim_policy="retain"),
+                                    w.tick())
     w.commit(facts)
-    w.commit([F.ClaimPlaced(time=w.tick(), claim_id=claim_id, pool="p")])
+    w.commit([ClaimPlaced(time=w.tick(), claim_id=claim_id, pool="p")])
     w.run_agent(PROVISIONER)
-    w.commit(C.delete(w.model, ADMIN, "keep", w.tick()))
+    w.commit(claims.delete(w.model, ADMIN, "keep", w.tick()))
     for _ in range(3):
         w.run_agent(PROVISIONER)
     claim = w.model.claims[claim_id]
     assert claim.state is ClaimState.RELEASED and claim.retained
     assert retire(w) is None
-    w.commit(C.purge(w.model, ADMIN, claim_id, w.tick()))
+    w.commit(claims.purge(w.model, ADMIN, claim_id, w.tick()))
     for _ in range(3):
         w.run_agent(PROVISIONER)
     assert not claim.retained and not claim.data_exists
@@ -183,12 +184,12 @@ def test_a_retired_claims_name_falls_back_to_an_older_released_one_as_a_rebuild_
     ids = []
     for _ in range(2):
         c = w.standalone("ckpt")
-        w.commit(C.delete(w.model, ADMIN, "ckpt", w.tick()))
+        w.commit(claims.delete(w.model, ADMIN, "ckpt", w.tick()))
         for _ in range(3):
             w.run_agent(PROVISIONER)
         ids.append(c.id)
     assert w.model.released_names == {"default/ckpt": ids[1]}
-    w.commit([F.RecordsRetired(time=w.tick(), claims=[ids[1]])])
+    w.commit([RecordsRetired(time=w.tick(), claims=[ids[1]])])
     assert w.model.released_names == {"default/ckpt": ids[0]}
     rebuilt = Model.from_snapshot(json.loads(json.dumps(w.model.to_snapshot())))
     assert rebuilt == w.model
@@ -197,12 +198,12 @@ def test_a_retired_claims_name_falls_back_to_an_older_released_one_as_a_rebuild_
 def test_history_and_usage_of_live_records():
     w = World()
     a, b = ended(w), ended(w)
-    q = H.live_history(w.model, H.HistoryQuery(limit=10))
+    q = history.live_history(w.model, history.HistoryQuery(limit=10))
     assert [j.id for j in q] == [b.id, a.id]
-    assert [j.id for j in H.live_history(w.model, H.HistoryQuery(before_id=b.id, limit=10))] == [a.id]
-    assert H.live_history(w.model, H.HistoryQuery(since=b.end_time + 1, limit=10)) == []
-    assert [j.id for j in H.live_history(w.model, H.HistoryQuery(limit=1))] == [b.id]
-    assert H.live_usage(w.model, H.UsageQuery()) == [H.Usage(project="default", jobs=2)]
+    assert [j.id for j in history.live_history(w.model, history.HistoryQuery(before_id=b.id, limit=10))] == [a.id]
+    assert history.live_history(w.model, history.HistoryQuery(since=b.end_time + 1, limit=10)) == []
+    assert [j.id for j in history.live_history(w.model, history.HistoryQuery(limit=1))] == [b.id]
+    assert history.live_usage(w.model, history.UsageQuery()) == [history.Usage(project="default", jobs=2)]
 
 
 def test_a_history_page_stops_at_its_limit_and_skips_what_is_not_finished_or_not_asked_for():
@@ -211,10 +212,11 @@ def test_a_history_page_stops_at_its_limit_and_skips_what_is_not_finished_or_not
     f, pending = jobs.submit(w.model, ALICE, JobSpec(command=["x"]), w.tick(), CONFIG)
     w.commit(f)
     second, third = ended(w, name="b"), ended(w)
-    assert [j.id for j in H.live_history(w.model, H.HistoryQuery(limit=2))] == [third.id, second.id]
-    assert [j.id for j in H.live_history(w.model, H.HistoryQuery(name="b", limit=5))] == [second.id]
-    assert [j.id for j in H.live_history(w.model, H.HistoryQuery(before_id=second.id, limit=5))] == [first.id]
-    assert pending not in {j.id for j in H.live_history(w.model, H.HistoryQuery(limit=10))}
+    assert [j.id for j in history.live_history(w.model, history.HistoryQuery(limit=2))] == [third.id, second.id]
+    assert [j.id for j in history.live_history(w.model, history.HistoryQuery(name="b", limit=5))] == [second.id]
+    assert [j.id for j in history.live_history(w.model, history.HistoryQuery(before_id=second.id,
+                                                                             limit=5))] == [first.id]
+    assert pending not in {j.id for j in history.live_history(w.model, history.HistoryQuery(limit=10))}
 
 
 # ---------------------------------------------------------------- replay: retirement is a fact like any other
@@ -230,7 +232,7 @@ def test_snapshot_plus_tail_equals_the_live_model_with_retirements(ops, data):
     anywhere plus the facts after it gives the live model, and no retired record is lost (each is in
     exactly one retirement fact and nowhere in the live model)."""
     w = World()
-    facts: list[F.Fact] = []
+    facts: list[Fact] = []
     start = w.model.position
 
     def commit(fs):
@@ -252,8 +254,8 @@ def test_snapshot_plus_tail_equals_the_live_model_with_retirements(ops, data):
         elif op == "requeue" and w.model.finished_jobs:
             commit(jobs.kill(w.model, ADMIN, next(iter(w.model.finished_jobs)), w.tick(), requeue=True))
         elif op == "retire":
-            fact = H.retirable(w.model, w.now + data.draw(st.sampled_from([0.0, KEEP + 1])), KEEP,
-                               data.draw(st.integers(1, 4)))
+            fact = history.retirable(w.model, w.now + data.draw(st.sampled_from([0.0, KEEP + 1])), KEEP,
+                                     data.draw(st.integers(1, 4)))
             if fact is not None:
                 commit([fact])
     base = World().model
@@ -269,6 +271,6 @@ def test_snapshot_plus_tail_equals_the_live_model_with_retirements(ops, data):
     assert list(restored.jobs) == sorted(restored.jobs), "the live model's jobs are not in id order"
     limit = data.draw(st.integers(1, 5))
     newest_first = sorted((w.model.jobs[i] for i in w.model.finished_jobs), key=lambda j: j.id, reverse=True)
-    assert H.live_history(restored, H.HistoryQuery(limit=limit)) == newest_first[:limit]
-    retired = [j for f in facts if isinstance(f, F.RecordsRetired) for j in f.jobs]
+    assert history.live_history(restored, history.HistoryQuery(limit=limit)) == newest_first[:limit]
+    retired = [j for f in facts if isinstance(f, RecordsRetired) for j in f.jobs]
     assert len(retired) == len(set(retired)) and not set(retired) & set(w.model.jobs)

@@ -15,8 +15,11 @@ import pytest
 from xce.config import ClaimsConfig, parse_config
 from xce.errors import Conflict, InvalidRequest, NotFound
 from xce.model import Model
-from xce.model import claims as C
-from xce.model import facts as F
+from xce.model import claims
+from xce.model.facts import (
+    AttachmentRemoved, ClaimCreated, ClaimOpFailed, ClaimOpSucceeded, ClaimPlaced, Fact, HostRegistered, JobAllocated,
+    JobFinished, JobProcessEnded, JobRequeued, JobSubmitted, ProjectDefined, QueueDefined,
+)
 from xce.model import job_claims, jobs, status
 from xce.model.claims import AttachmentState, ClaimState, OpKind
 from xce.model.identity import Role, User
@@ -66,8 +69,8 @@ claims = [{ name = "kv-cache", claim_class = "fast", size = "1Gi" }]
 RETRIES = ClaimsConfig(max_attempts=3, retry_base=10.0, retry_cap=20.0, retry_jitter=0.0)
 ALICE = User(name="alice", role=Role.USER, projects=["default"])
 ADMIN = User(name="admin", role=Role.ADMIN, projects=["default", "other"])
-PROVISIONER = C.SHARED_AGENT
-NODE1, NODE2 = C.node_agent("h1"), C.node_agent("h2")
+PROVISIONER = claims.SHARED_AGENT
+NODE1, NODE2 = claims.node_agent("h1"), claims.node_agent("h2")
 
 
 class World:
@@ -78,9 +81,9 @@ class World:
         self.now = 100.0
         self.rng = random.Random(3)
         self.epochs: dict[str, int] = {}
-        self.commit([F.ProjectDefined(time=0, name="default"), F.ProjectDefined(time=0, name="other"),
-                     F.QueueDefined(time=0, name="default", priority=30)]
-                    + [F.HostRegistered(time=0, name=h, slots=8, counters={"scratch": 100.0 * GiB})
+        self.commit([ProjectDefined(time=0, name="default"), ProjectDefined(time=0, name="other"),
+                     QueueDefined(time=0, name="default", priority=30)]
+                    + [HostRegistered(time=0, name=h, slots=8, counters={"scratch": 100.0 * GiB})
                        for h in ("h1", "h2")])
 
     def tick(self) -> float:
@@ -94,13 +97,14 @@ class World:
 
     # ------------------------------------------------------------ claims and agents
 
-    def standalone(self, name: str, access: str = "RWO", project: str = "default") -> C.Claim:
+    def standalone(self, name: str, access: str = "RWO", project: str = "default") -> claims.Claim:
         """A READY standalone claim, the way the scheduler and the provisioner make one."""
-        facts, claim_id = C.create(self.model, CONFIG, ADMIN, C.ClaimSpec(name=name, class_name="vol", size="1Gi",
-                                                                          access_mode=access, project=project),
-                                   self.tick())
+        facts, claim_id = claims.create(self.model, CONFIG, ADMIN,
+                                        claims.ClaimSpec(name=name, class_name="vol", size="1Gi", access_mode=access,
+                                                         project=project),
+                                        self.tick())
         self.commit(facts)
-        self.commit([F.ClaimPlaced(time=self.tick(), claim_id=claim_id, pool="p")])
+        self.commit([ClaimPlaced(time=self.tick(), claim_id=claim_id, pool="p")])
         self.run_agent(PROVISIONER)
         claim = self.model.claims[claim_id]
         assert claim.state is ClaimState.READY
@@ -108,26 +112,27 @@ class World:
 
     def epoch(self, agent: str) -> int:
         if agent not in self.epochs:
-            facts, self.epochs[agent] = C.lease(self.model, agent, "test", self.tick())
+            facts, self.epochs[agent] = claims.lease(self.model, agent, "test", self.tick())
             self.commit(facts)
         return self.epochs[agent]
 
-    def intents(self, agent: str) -> list[tuple[C.Claim, C.Op, C.Attachment | None]]:
+    def intents(self, agent: str) -> list[tuple[claims.Claim, claims.Op, claims.Attachment | None]]:
         """The agent commits an intent for each op due to it."""
         epoch, now = self.epoch(agent), self.tick()
-        due = C.due_ops(self.model, agent, now)
+        due = claims.due_ops(self.model, agent, now)
         for claim, op, _ in due:
-            self.commit(C.record_intent(self.model, agent, epoch, op.op_id, claim.id, now))
+            self.commit(claims.record_intent(self.model, agent, epoch, op.op_id, claim.id, now))
         return due
 
-    def report(self, agent: str, claim: C.Claim, op_id: str, ok: bool = True, code: str = "",
-               retryable: bool = True, epoch: int | None = None) -> tuple[list[F.Fact], dict[str, str]]:
+    def report(self, agent: str, claim: claims.Claim, op_id: str, ok: bool = True, code: str = "",
+               retryable: bool = True, epoch: int | None = None) -> tuple[list[Fact], dict[str, str]]:
         """The agent reports one op's result; the facts are committed."""
         found = claim.find_op(op_id)
         host = found[1].host if found is not None and found[1] is not None else claim.host
         path = f"/data/{host or 'shared'}/{claim.id}"
-        result = C.OpResult(op_id=op_id, claim_id=claim.id, ok=ok, handle=f"obj-{claim.id}", size_bytes=claim.size_bytes,
-                            path=path, code=code, message="" if ok else "it went wrong", retryable=retryable)
+        result = claims.OpResult(op_id=op_id, claim_id=claim.id, ok=ok, handle=f"obj-{claim.id}",
+                                 size_bytes=claim.size_bytes,
+                                 path=path, code=code, message="" if ok else "it went wrong", retryable=retryable)
         facts, refused = job_claims.agent_report(self.model, RETRIES, agent,
                                                  self.epoch(agent) if epoch is None else epoch, [result], self.tick(),
                                                  self.rng)
@@ -145,7 +150,7 @@ class World:
     def make_ready(self, job: Job) -> None:
         """Agents work until the job's readiness gate opens (a few rounds: create, stage-in, attach)."""
         for _ in range(4):
-            for agent in (PROVISIONER, *(C.node_agent(h) for h in job.hosts)):
+            for agent in (PROVISIONER, *(claims.node_agent(h) for h in job.hosts)):
                 self.run_agent(agent)
         assert status.blocking(self.model, job) is None
 
@@ -159,14 +164,14 @@ class World:
         return self.model.jobs[job_id]
 
     def allocate(self, job: Job, hosts: tuple[str, ...] = ("h1",), pools: dict[str, str] | None = None,
-                 with_templates: bool = True) -> list[F.ClaimCreated]:
+                 with_templates: bool = True) -> list[ClaimCreated]:
         """What the plan applier commits for the job's next run: ``JobAllocated``, then its template claims."""
         now, run = self.tick(), job.run + 1
         templates, attachments = job_claims.plan_claims(job, run, list(hosts), self.model.next_claim_id,
                                                         self.model.next_attachment_id,
                                                         pools if pools is not None else {"kv-cache": "p"}, now)
-        self.commit([F.JobAllocated(time=now, job_id=job.id, run=run, hosts=list(hosts),
-                                    slots={h: 1 for h in hosts}, attachments=attachments)])
+        self.commit([JobAllocated(time=now, job_id=job.id, run=run, hosts=list(hosts),
+                                  slots={h: 1 for h in hosts}, attachments=attachments)])
         if with_templates:
             self.commit(templates)
         return templates
@@ -182,7 +187,7 @@ class World:
         self.start(job)
         return job
 
-    def claim_of(self, job: Job, kind: str) -> C.Claim:
+    def claim_of(self, job: Job, kind: str) -> claims.Claim:
         return next(c for c in job_claims.run_claims(self.model, job) if c.kind == kind)
 
 
@@ -239,10 +244,10 @@ def test_submit_refuses_names_that_would_be_published_alike(w):
 
 def test_submit_refuses_a_claim_with_a_name_the_job_publishes_its_own_data_under(w):
     # claim names are reserved at creation; a claim from before that (a replayed log) may hold one
-    w.commit([F.ClaimCreated(time=w.tick(), claim_id=50, name="scratch", form="standalone", class_name="vol",
-                             scope="shared", size_bytes=GiB, access_mode="RWO", reclaim_policy="delete",
-                             owner="alice", project="default")])
-    w.commit([F.ClaimPlaced(time=w.tick(), claim_id=50, pool="p")])
+    w.commit([ClaimCreated(time=w.tick(), claim_id=50, name="scratch", form="standalone", class_name="vol",
+                           scope="shared", size_bytes=GiB, access_mode="RWO", reclaim_policy="delete",
+                           owner="alice", project="default")])
+    w.commit([ClaimPlaced(time=w.tick(), claim_id=50, pool="p")])
     w.run_agent(PROVISIONER)
     with pytest.raises(InvalidRequest, match="claim scratch has a reserved name"):
         w.submit(claims=("scratch",))
@@ -259,14 +264,15 @@ def test_an_allocation_makes_the_runs_template_claims_placed_with_create_ops_for
     scratch, kv = w.model.claims[first_id], w.model.claims[first_id + 1]
     assert job.run_claims == [scratch.id, kv.id]
     assert (scratch.name, kv.name) == ("j1.1:scratch", "j1.1:kv-cache")
-    assert (scratch.scope, scratch.host, scratch.pool) == (C.Scope.NODE, "h2", None), "node scope: the first host"
-    assert (kv.scope, kv.host, kv.pool) == (C.Scope.SHARED, None, "p"), "shared: the pool the scheduler chose"
+    assert (scratch.scope, scratch.host, scratch.pool) == (claims.Scope.NODE, "h2", None), "node scope: the first host"
+    assert (kv.scope, kv.host, kv.pool) == (claims.Scope.SHARED, None, "p"), "shared: the pool the scheduler chose"
     for claim in (scratch, kv):
-        assert claim.placed and claim.state is ClaimState.PENDING and claim.form is C.ClaimForm.TEMPLATE
+        assert claim.placed and claim.state is ClaimState.PENDING and claim.form is claims.ClaimForm.TEMPLATE
         assert (claim.op.kind, claim.op.op_id) == (OpKind.CREATE, f"c{claim.id}.create.1")
         assert claim.owner == "alice" and claim.project == "default" and (claim.job_id, claim.run) == (job.id, 1)
-    assert scratch.agent == C.node_agent("h2") and kv.agent == PROVISIONER
-    due = {agent: [op.op_id for _, op, _ in C.due_ops(w.model, agent, w.now)] for agent in (PROVISIONER, NODE1, NODE2)}
+    assert scratch.agent == claims.node_agent("h2") and kv.agent == PROVISIONER
+    due = {agent: [op.op_id for _, op, _ in claims.due_ops(w.model, agent, w.now)]
+           for agent in (PROVISIONER, NODE1, NODE2)}
     assert due == {PROVISIONER: [kv.op.op_id], NODE1: [], NODE2: [scratch.op.op_id]}
     assert "j1.1:scratch" not in {k.partition("/")[2] for k in w.model.claim_names}, "template claims have no name"
 
@@ -279,11 +285,11 @@ def test_an_allocation_attaches_each_referenced_claim_on_every_host_of_the_run(w
     w.allocate(job, hosts=("h1", "h2"))
     assert job.run_attachments == [[data.id, first], [data.id, first + 1], [weights.id, first + 2],
                                    [weights.id, first + 3]]
-    for claim, mode in ((data, C.Mode.RW), (weights, C.Mode.RO)):
+    for claim, mode in ((data, claims.Mode.RW), (weights, claims.Mode.RO)):
         assert [(a.host, a.mode, a.state, a.op.kind, (a.job_id, a.run)) for a in claim.attachments] == [
             ("h1", mode, AttachmentState.ATTACHING, OpKind.ATTACH, (job.id, 1)),
             ("h2", mode, AttachmentState.ATTACHING, OpKind.ATTACH, (job.id, 1))]
-    assert [op.op_id for _, op, _ in C.due_ops(w.model, PROVISIONER, w.now)] == [
+    assert [op.op_id for _, op, _ in claims.due_ops(w.model, PROVISIONER, w.now)] == [
         f"a{first}.attach", f"a{first + 1}.attach", f"a{first + 2}.attach", f"a{first + 3}.attach"], \
         "shared claims are attached by the provisioner"
     assert job.state is JobState.PEND and job.allocated
@@ -341,11 +347,11 @@ def test_a_permanent_create_failure_ends_the_job_or_requeues_it(w):
     w.allocate(rerun)
     ops = {c.job_id: (c, op.op_id) for c, op, _ in w.intents(NODE1)}
     facts, _ = w.report(NODE1, *ops[plain.id], ok=False, code="INVALID_ARGUMENT", retryable=False)
-    assert [type(f) for f in facts] == [F.ClaimOpFailed, F.JobFinished]
+    assert [type(f) for f in facts] == [ClaimOpFailed, JobFinished]
     assert plain.state is JobState.EXIT and not plain.allocated
     assert plain.exit_reason == "claim j1.1:scratch failed: INVALID_ARGUMENT: it went wrong"
     facts, _ = w.report(NODE1, *ops[rerun.id], ok=False, code="INVALID_ARGUMENT", retryable=False)
-    assert [type(f) for f in facts] == [F.ClaimOpFailed, F.JobRequeued]
+    assert [type(f) for f in facts] == [ClaimOpFailed, JobRequeued]
     assert rerun.state is JobState.PEND and not rerun.allocated and rerun.id in w.model.pending_jobs
     assert rerun.pending_reason == "claim j2.1:scratch failed: INVALID_ARGUMENT: it went wrong: requeued"
     for job in (plain, rerun):
@@ -392,12 +398,12 @@ def test_a_report_from_the_wrong_agent_or_epoch_is_refused(w):
     new = w.epoch(NODE1)  # the node agent restarted
     assert new == old + 1
     with pytest.raises(Conflict) as stale:
-        C.check_epoch(w.model, NODE1, old)  # what the agents' routes ask before anything else
+        claims.check_epoch(w.model, NODE1, old)  # what the agents' routes ask before anything else
     assert stale.value.code == "stale_epoch"
     facts, refused = w.report(NODE1, scratch, op_id, epoch=new)
     assert facts == [] and refused[op_id] == f"op {op_id} was not started by epoch {new}", \
         "the new epoch has not taken the op over yet"
-    assert [op.op_id for _, op, _ in C.due_ops(w.model, NODE1, w.now)] == [op_id], \
+    assert [op.op_id for _, op, _ in claims.due_ops(w.model, NODE1, w.now)] == [op_id], \
         "the new epoch re-drives the op the old one started, with the same op_id"
     w.intents(NODE1)
     assert (scratch.op.op_id, scratch.op.epoch, scratch.op.attempts) == (op_id, new, 2)
@@ -416,7 +422,7 @@ def test_a_run_that_stages_out_ends_its_process_then_its_stage_out_finishes_it_d
     stage = w.claim_of(job, "stage")
     assert stage.ops[-1]["op"] == "stage_in" and stage.state is ClaimState.READY
     facts = job_claims.report_finished(w.model, "h1", job.id, job.run, w.tick(), 0, None)
-    assert [type(f) for f in facts] == [F.JobProcessEnded], "the stage-out decides, not the process alone"
+    assert [type(f) for f in facts] == [JobProcessEnded], "the stage-out decides, not the process alone"
     w.commit(facts)
     assert job.state is JobState.STAGE_OUT and job.process_exit == {"exit_code": 0, "signal": None, "reason": ""}
     assert stage.state is ClaimState.RELEASING and stage.op.kind is OpKind.STAGE_OUT and stage.agent == NODE1
@@ -424,7 +430,7 @@ def test_a_run_that_stages_out_ends_its_process_then_its_stage_out_finishes_it_d
         "a repeated end report changes nothing"
     (_, op, _), = w.intents(NODE1)
     facts, _ = w.report(NODE1, stage, op.op_id)
-    assert [type(f) for f in facts] == [F.ClaimOpSucceeded, F.JobFinished]
+    assert [type(f) for f in facts] == [ClaimOpSucceeded, JobFinished]
     assert job.state is JobState.DONE and job.exit_code == 0
     assert stage.op.kind is OpKind.RELEASE, "staged out: now the data goes"
     w.run_agent(NODE1)
@@ -447,14 +453,14 @@ def test_a_stage_out_failure_ends_the_job_exit_and_keeps_the_data(w):
     assert job.exit_reason == "stage-out failed: NO_SPACE: it went wrong"
     assert stage.state is ClaimState.FAILED and stage.keep and not stage.delete_requested and stage.op is None
     assert stage.data_exists and "the data is kept" in stage.history[-1]["reason"]
-    assert C.due_ops(w.model, NODE1, w.now + 1000) == [], "nobody releases the kept data"
+    assert claims.due_ops(w.model, NODE1, w.now + 1000) == [], "nobody releases the kept data"
 
 
 def test_a_killed_run_does_not_stage_out(w):
     job = w.running(stage_out=("out.txt:/home/alice/out.txt",))
     w.commit(jobs.kill(w.model, ALICE, job.id, w.tick()))
     facts = job_claims.report_finished(w.model, "h1", job.id, job.run, w.tick(), None, 15)
-    assert [type(f) for f in facts] == [F.JobFinished]
+    assert [type(f) for f in facts] == [JobFinished]
     w.commit(facts)
     assert job.state is JobState.EXIT and job.exit_reason == "killed by alice"
     assert w.claim_of(job, "stage").op.kind is OpKind.RELEASE
@@ -463,7 +469,7 @@ def test_a_killed_run_does_not_stage_out(w):
 def test_a_run_without_stage_out_finishes_at_once_and_releases_its_claims(w):
     job = w.running(scratch="1Gi")
     facts = job_claims.report_finished(w.model, "h1", job.id, job.run, w.tick(), 0, None)
-    assert [type(f) for f in facts] == [F.JobFinished]
+    assert [type(f) for f in facts] == [JobFinished]
     w.commit(facts)
     scratch = w.claim_of(job, "scratch")
     assert job.state is JobState.DONE
@@ -485,7 +491,7 @@ def test_host_loss_requeues_rerunnable_jobs_and_ends_the_others(w):
     assert rerun.state is JobState.PEND and rerun.pending_reason == "host h1 lost: requeued"
     assert waiting.state is JobState.PEND and not waiting.allocated
     assert elsewhere.state is JobState.RUN
-    assert all(f.host_lost for f in facts if isinstance(f, (F.JobFinished, F.JobRequeued)))
+    assert all(f.host_lost for f in facts if isinstance(f, (JobFinished, JobRequeued)))
 
 
 def test_host_loss_fences_the_attachments_on_that_host_only(w):
@@ -493,7 +499,7 @@ def test_host_loss_fences_the_attachments_on_that_host_only(w):
     job = w.running(claims=("data",), hosts=("h1", "h2"))
     other = w.running(claims=("data",), hosts=("h2",))
     facts = job_claims.host_lost(w.model, "h1", w.tick())
-    fenced = [f for f in facts if isinstance(f, F.AttachmentRemoved)]
+    fenced = [f for f in facts if isinstance(f, AttachmentRemoved)]
     assert [(f.claim_id, f.by) for f in fenced] == [(data.id, "host h1 lost: fenced")]
     w.commit(facts)
     assert job.state is JobState.EXIT
@@ -520,7 +526,7 @@ def test_the_end_of_a_run_lets_go_only_of_that_runs_claims(w):
     data = w.standalone("data", access="RWX")
     mine = w.running(claims=("data",), scratch="1Gi")
     theirs = w.running(claims=("data",), scratch="1Gi")
-    w.commit(C.add_attachment(w.model, ADMIN, "data", "h1", "rw", w.tick())[0])  # an admin's, by hand
+    w.commit(claims.add_attachment(w.model, ADMIN, "data", "h1", "rw", w.tick())[0])  # an admin's, by hand
     w.commit(job_claims.report_finished(w.model, "h1", mine.id, mine.run, w.tick(), 0, None))
     assert w.claim_of(mine, "scratch").state is ClaimState.RELEASING
     assert w.claim_of(theirs, "scratch").state is ClaimState.READY
@@ -590,7 +596,7 @@ def test_publish_list_gives_each_host_the_claims_it_can_reach(w):
         ":ro and ROX claims are published read-only"
     for host in ("h1", "h2"):
         for name in ("data", "weights", "ckpt"):
-            claim = C.live_by_name(w.model, "default", name)
+            claim = claims.live_by_name(w.model, "default", name)
             assert by_host[host][name]["path"] == f"/data/{host}/{claim.id}", "each host's own attachment path"
             assert by_host[host][name]["env"] == f"XCE_CLAIM_{name.upper()}"
 
@@ -598,8 +604,8 @@ def test_publish_list_gives_each_host_the_claims_it_can_reach(w):
 def test_a_rox_claim_is_published_read_only_even_to_a_reference_that_says_rw(w):
     weights = w.standalone("weights", access="ROX")
     # submission refuses weights:rw; a job from a log written before it did may still say so
-    w.commit([F.JobSubmitted(time=w.tick(), id=1, name="old", user="alice", project="default", queue="default",
-                             command=["serve"], claim_refs=[{"claim_id": weights.id, "name": "weights", "mode": "rw"}])])
+    w.commit([JobSubmitted(time=w.tick(), id=1, name="old", user="alice", project="default", queue="default",
+                           command=["serve"], claim_refs=[{"claim_id": weights.id, "name": "weights", "mode": "rw"}])])
     job = w.model.jobs[1]
     w.allocate(job)
     w.make_ready(job)

@@ -8,7 +8,7 @@ import pytest
 from tests.model.test_job_claims import ADMIN, ALICE, World
 from xce.config import parse_config
 from xce.errors import Conflict, InvalidRequest
-from xce.model import facts as F
+from xce.model.facts import JobKillRequested, JobSignalRequested, QueueDefined
 from xce.model import jobs
 from xce.model.jobs import JobSpec, JobState
 
@@ -31,14 +31,14 @@ name = "default"
 @pytest.fixture
 def w() -> World:
     w = World()
-    w.commit([F.QueueDefined(time=0, name="slow", priority=30)])
+    w.commit([QueueDefined(time=0, name="slow", priority=30)])
     return w
 
 
 def test_a_kill_orders_the_run_ended_with_its_queues_grace_and_a_second_kill_orders_nothing(w):
     job = w.running()
     facts = w.commit(jobs.kill(w.model, ALICE, job.id, w.tick(), config=GRACEFUL))
-    assert [(type(f), f.grace) for f in facts] == [(F.JobKillRequested, 7.0)]
+    assert [(type(f), f.grace) for f in facts] == [(JobKillRequested, 7.0)]
     assert jobs.orders(job) == {"job_id": job.id, "run": 1, "seq": 1, "kill": {"grace": 7.0}, "signals": [],
                                 "suspend": False}
     assert jobs.kill(w.model, ADMIN, job.id, w.tick(), config=GRACEFUL) == [], "SIGTERM is sent once"
@@ -80,7 +80,7 @@ def test_a_new_run_starts_its_orders_afresh(w):
     w.allocate(job)
     assert (job.run, job.order_seq, job.signal_orders, job.kill_requested, job.kill_grace) == (2, 0, [], False, None)
     # an order of the old run that comes late changes nothing
-    w.commit([F.JobSignalRequested(time=w.tick(), job_id=job.id, run=1, by="alice", signal=9)])
+    w.commit([JobSignalRequested(time=w.tick(), job_id=job.id, run=1, by="alice", signal=9)])
     assert job.order_seq == 0
 
 

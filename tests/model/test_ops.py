@@ -13,10 +13,10 @@ import pytest
 
 from tests.model.test_snapshots import ALICE, CONFIG, RETRIES, World
 from xce.errors import Conflict
-from xce.model import claims as C
-from xce.model import facts as F
+from xce.model import claims
+from xce.model.facts import ClaimPlaced
 from xce.model import ops
-from xce.model import snapshots as SN
+from xce.model import snapshots
 from xce.model.claims import ClaimSpec, OpResult
 from xce.model.snapshots import SnapshotResult
 
@@ -31,20 +31,21 @@ class Kind:
 
 
 def claim_op(w: World) -> Kind:
-    facts, claim_id = C.create(w.model, CONFIG, ALICE, ClaimSpec("data", "snap", "1Gi", "RWO"), w.tick())
+    facts, claim_id = claims.create(w.model, CONFIG, ALICE, ClaimSpec("data", "snap", "1Gi", "RWO"), w.tick())
     w.commit(facts)
-    w.commit([F.ClaimPlaced(time=w.tick(), claim_id=claim_id, pool="p")])  # opens its create
-    return Kind(C.CLAIM_OPS, claim_id, lambda op_id, ok, **kw: OpResult(op_id, claim_id, ok, **kw))
+    w.commit([ClaimPlaced(time=w.tick(), claim_id=claim_id, pool="p")])  # opens its create
+    return Kind(claims.CLAIM_OPS, claim_id, lambda op_id, ok, **kw: OpResult(op_id, claim_id, ok, **kw))
 
 
 def snapshot_op(w: World) -> Kind:
     w.claim("data")
     snapshot_id = w.snapshot("data", "s1")  # opens its create_snapshot
-    return Kind(SN.SNAPSHOT_OPS, snapshot_id, lambda op_id, ok, **kw: SnapshotResult(op_id, snapshot_id, ok, **kw))
+    return Kind(snapshots.SNAPSHOT_OPS, snapshot_id,
+                lambda op_id, ok, **kw: SnapshotResult(op_id, snapshot_id, ok, **kw))
 
 
 KINDS = {"claim": claim_op, "snapshot": snapshot_op}
-AGENT = C.SHARED_AGENT
+AGENT = claims.SHARED_AGENT
 
 
 @pytest.fixture(params=sorted(KINDS))

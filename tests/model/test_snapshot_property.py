@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 
 from xce.model import Model, decode, encode
 from xce.model.transitions import ImpossibleTransition
-from xce.model import facts as F
+from xce.model.facts import (
+    AttachmentAdded, AttachmentRemoved, ClaimCreated, ClaimDeleteRequested, ClaimOpFailed, ClaimOpIntent,
+    ClaimOpSucceeded, ClaimPlaced, ClaimPurgeRequested, ClaimResizeRequested, ClaimResizeReserved,
+    ClassCapabilitiesReported, Fact, HostStateChanged, JobAllocated, JobFinished, JobProcessEnded, JobRequeued,
+    JobSubmitted, OrphanSeen, REGISTRY, RecordsRetired, SnapshotCreated, SnapshotDeleteRequested, SnapshotOpFailed,
+    SnapshotOpIntent, SnapshotOpSucceeded, UserDefined,
+)
 from xce.model.hosts import HostState
 from xce.model.identity import Role
 from xce.model.fold import FOLDS
@@ -44,85 +50,85 @@ def strategy_for(tp) -> st.SearchStrategy:
 
 # fields whose values come from a closed set in every fact the controller writes
 DOMAIN: dict[tuple[type, str], st.SearchStrategy] = {
-    (F.UserDefined, "role"): st.sampled_from([r.value for r in Role]),
-    (F.HostStateChanged, "state"): st.sampled_from([s.value for s in HostState]),
-    (F.JobFinished, "state"): st.sampled_from(["DONE", "EXIT"]),
-    (F.JobSubmitted, "array_indices"): st.lists(st.integers(1, 5), max_size=3, unique=True),
-    (F.ClaimCreated, "form"): st.sampled_from(["standalone", "template"]),
-    (F.ClaimCreated, "scope"): st.sampled_from(["shared", "node"]),
-    (F.ClaimCreated, "access_mode"): st.sampled_from(["RWO", "ROX", "RWX", "RWOP"]),
-    (F.ClaimCreated, "reclaim_policy"): st.sampled_from(["delete", "retain"]),
+    (UserDefined, "role"): st.sampled_from([r.value for r in Role]),
+    (HostStateChanged, "state"): st.sampled_from([s.value for s in HostState]),
+    (JobFinished, "state"): st.sampled_from(["DONE", "EXIT"]),
+    (JobSubmitted, "array_indices"): st.lists(st.integers(1, 5), max_size=3, unique=True),
+    (ClaimCreated, "form"): st.sampled_from(["standalone", "template"]),
+    (ClaimCreated, "scope"): st.sampled_from(["shared", "node"]),
+    (ClaimCreated, "access_mode"): st.sampled_from(["RWO", "ROX", "RWX", "RWOP"]),
+    (ClaimCreated, "reclaim_policy"): st.sampled_from(["delete", "retain"]),
 }
 # claim facts refer to a few claims and their real op ids, so that sequences exercise the lifecycle
 CLAIM_IDS = st.integers(1, 3)
 OP_IDS = st.sampled_from([f"c{c}.{op}.{n}" for c in (1, 2, 3) for op in ("create", "release", "expand")
                           for n in (1, 2)])
-for cls in (F.ClaimCreated, F.ClaimPlaced, F.ClaimOpIntent, F.ClaimOpSucceeded, F.ClaimOpFailed,
-            F.ClaimDeleteRequested, F.ClaimPurgeRequested, F.AttachmentAdded, F.AttachmentRemoved,
-            F.ClaimResizeRequested, F.ClaimResizeReserved):
+for cls in (ClaimCreated, ClaimPlaced, ClaimOpIntent, ClaimOpSucceeded, ClaimOpFailed,
+            ClaimDeleteRequested, ClaimPurgeRequested, AttachmentAdded, AttachmentRemoved,
+            ClaimResizeRequested, ClaimResizeReserved):
     DOMAIN[(cls, "claim_id")] = CLAIM_IDS
-for cls in (F.ClaimOpIntent, F.ClaimOpSucceeded, F.ClaimOpFailed):
+for cls in (ClaimOpIntent, ClaimOpSucceeded, ClaimOpFailed):
     DOMAIN[(cls, "op_id")] = OP_IDS
-DOMAIN[(F.AttachmentRemoved, "attachment_id")] = st.integers(1, 3)
-for cls in (F.ClaimResizeRequested, F.ClaimResizeReserved):  # the sizes a request and its reservation share
+DOMAIN[(AttachmentRemoved, "attachment_id")] = st.integers(1, 3)
+for cls in (ClaimResizeRequested, ClaimResizeReserved):  # the sizes a request and its reservation share
     DOMAIN[(cls, "size_bytes")] = st.sampled_from([5, 30, 2**31])
-DOMAIN[(F.AttachmentAdded, "mode")] = st.sampled_from(["rw", "ro"])
+DOMAIN[(AttachmentAdded, "mode")] = st.sampled_from(["rw", "ro"])
 # claims in jobs: references, template specs, and what an allocation makes
 _PATHS = st.lists(st.tuples(st.sampled_from(["/in/a", "b"]), st.sampled_from(["a", "/out/b"])).map(list), max_size=2)
 _TEMPLATE = st.fixed_dictionaries({"kind": st.sampled_from(["scratch", "stage", "kv"]), "class": st.just("scratch"),
                                    "size_bytes": st.integers(0, 2**20), "counter": st.sampled_from([None, "scratch"]),
                                    "stage_in": _PATHS, "stage_out": _PATHS})
-DOMAIN[(F.JobSubmitted, "claim_refs")] = st.lists(st.fixed_dictionaries(
+DOMAIN[(JobSubmitted, "claim_refs")] = st.lists(st.fixed_dictionaries(
     {"claim_id": CLAIM_IDS, "name": NAMES, "mode": st.sampled_from(["rw", "ro"])}), max_size=2)
-DOMAIN[(F.JobSubmitted, "templates")] = st.lists(_TEMPLATE, max_size=2)
-DOMAIN[(F.JobAllocated, "templates")] = st.lists(
+DOMAIN[(JobSubmitted, "templates")] = st.lists(_TEMPLATE, max_size=2)
+DOMAIN[(JobAllocated, "templates")] = st.lists(
     st.builds(lambda t, i: dict(t, claim_id=i), _TEMPLATE, st.integers(4, 6)), max_size=2)
-DOMAIN[(F.JobAllocated, "attachments")] = st.lists(st.fixed_dictionaries(
+DOMAIN[(JobAllocated, "attachments")] = st.lists(st.fixed_dictionaries(
     {"attachment_id": st.integers(1, 4), "claim_id": CLAIM_IDS, "host": NAMES, "mode": st.sampled_from(["rw", "ro"])}),
     max_size=2)
-DOMAIN[(F.ClaimOpIntent, "agent")] = st.sampled_from(["provisioner", "node:a"])
-DOMAIN[(F.ClassCapabilitiesReported, "class_name")] = NAMES
-DOMAIN[(F.ClassCapabilitiesReported, "capabilities")] = st.fixed_dictionaries(
+DOMAIN[(ClaimOpIntent, "agent")] = st.sampled_from(["provisioner", "node:a"])
+DOMAIN[(ClassCapabilitiesReported, "class_name")] = NAMES
+DOMAIN[(ClassCapabilitiesReported, "capabilities")] = st.fixed_dictionaries(
     {}, optional={"expand": st.booleans(), "online_expand": st.booleans(), "clone": st.booleans(),
                   "access_modes": st.lists(st.sampled_from(["RWO", "ROX"]), max_size=2), "other": st.integers(-2**63, 2**63 - 1)})
 # clones, capabilities and snapshots
-DOMAIN[(F.ClaimCreated, "source")] = st.one_of(st.none(), st.fixed_dictionaries(
+DOMAIN[(ClaimCreated, "source")] = st.one_of(st.none(), st.fixed_dictionaries(
     {"kind": st.sampled_from(["snapshot", "claim"]), "id": st.integers(1, 3), "name": NAMES,
      "handle": st.sampled_from(["s1-abc", "v2-def"])}))
 SNAPSHOT_IDS = st.integers(1, 3)
 SNAPSHOT_OP_IDS = st.sampled_from([f"s{s}.{op}.{n}" for s in (1, 2, 3)
                                    for op in ("create_snapshot", "delete_snapshot") for n in (1, 2)])
-for cls in (F.SnapshotCreated, F.SnapshotOpIntent, F.SnapshotOpSucceeded, F.SnapshotOpFailed,
-            F.SnapshotDeleteRequested):
+for cls in (SnapshotCreated, SnapshotOpIntent, SnapshotOpSucceeded, SnapshotOpFailed,
+            SnapshotDeleteRequested):
     DOMAIN[(cls, "snapshot_id")] = SNAPSHOT_IDS
-for cls in (F.SnapshotOpIntent, F.SnapshotOpSucceeded, F.SnapshotOpFailed):
+for cls in (SnapshotOpIntent, SnapshotOpSucceeded, SnapshotOpFailed):
     DOMAIN[(cls, "op_id")] = SNAPSHOT_OP_IDS
-DOMAIN[(F.SnapshotCreated, "claim_id")] = CLAIM_IDS
-DOMAIN[(F.SnapshotCreated, "access_mode")] = st.sampled_from(["RWO", "ROX", "RWX", "RWOP"])
-DOMAIN[(F.SnapshotOpIntent, "agent")] = st.just("provisioner")
-DOMAIN[(F.OrphanSeen, "kind")] = st.sampled_from(["volume", "snapshot"])
+DOMAIN[(SnapshotCreated, "claim_id")] = CLAIM_IDS
+DOMAIN[(SnapshotCreated, "access_mode")] = st.sampled_from(["RWO", "ROX", "RWX", "RWOP"])
+DOMAIN[(SnapshotOpIntent, "agent")] = st.just("provisioner")
+DOMAIN[(OrphanSeen, "kind")] = st.sampled_from(["volume", "snapshot"])
 # what a run used, as workers report it with its end
-for cls in (F.JobFinished, F.JobRequeued, F.JobProcessEnded):
+for cls in (JobFinished, JobRequeued, JobProcessEnded):
     DOMAIN[(cls, "usage")] = st.one_of(st.none(), st.fixed_dictionaries(
         {"max_rss_bytes": st.one_of(st.none(), st.integers(0, 2**40)), "cpu_user_s": st.floats(0, 1e6),
          "cpu_sys_s": st.floats(0, 1e6)}))
 # retirement names jobs (arrays' elements among them) and claims, standalone and template, that exist
-DOMAIN[(F.RecordsRetired, "jobs")] = st.lists(st.integers(1, 8), max_size=4)
-DOMAIN[(F.RecordsRetired, "claims")] = st.lists(st.integers(1, 6), max_size=4)
+DOMAIN[(RecordsRetired, "jobs")] = st.lists(st.integers(1, 8), max_size=4)
+DOMAIN[(RecordsRetired, "claims")] = st.lists(st.integers(1, 6), max_size=4)
 
 
-def fact_strategy(cls: type[F.Fact]) -> st.SearchStrategy:
+def fact_strategy(cls: type[Fact]) -> st.SearchStrategy:
     hints = typing.get_type_hints(cls)
     fields = {f.name: DOMAIN[(cls, f.name)] if (cls, f.name) in DOMAIN else strategy_for(hints[f.name])
               for f in dataclasses.fields(cls)}
     return st.builds(cls, **fields)
 
 
-ALL_FACTS = st.one_of(*(fact_strategy(cls) for cls in F.REGISTRY.values()))
+ALL_FACTS = st.one_of(*(fact_strategy(cls) for cls in REGISTRY.values()))
 
 
 def test_every_fact_type_has_a_fold():
-    assert set(F.REGISTRY.values()) == set(FOLDS)
+    assert set(REGISTRY.values()) == set(FOLDS)
 
 
 def fold(facts, model=None, start=0):

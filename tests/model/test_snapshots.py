@@ -12,13 +12,13 @@ import pytest
 from xce.config import ClaimsConfig, parse_config
 from xce.errors import Conflict, InvalidRequest, NotFound
 from xce.model import Model
-from xce.model import claims as C
-from xce.model import facts as F
-from xce.model import snapshots as SN
+from xce.model import claims
+from xce.model.facts import ClaimPlaced, ProjectDefined
+from xce.model import snapshots
 from xce.model.claims import ClaimSpec, ClaimState, OpResult
 from xce.model.identity import Role, User
 from xce.model.orphans import due_for_release, inventory
-from xce.model import capabilities as K
+from xce.model import capabilities
 from xce.model.snapshots import TRANSITIONS, SnapshotResult, SnapshotState
 from xce.model.transitions import ImpossibleTransition
 
@@ -65,16 +65,16 @@ GiB = 2**30
 
 
 class World:
-    def __init__(self, capabilities: dict | None = None) -> None:
+    def __init__(self, class_capabilities: dict | None = None) -> None:
         self.model = Model(cluster_id="k")
         self.now = 1.0
-        self.commit([F.ProjectDefined(time=0, name="a"), F.ProjectDefined(time=0, name="b")])
-        facts, self.epoch = C.lease(self.model, C.SHARED_AGENT, "h", self.now)
+        self.commit([ProjectDefined(time=0, name="a"), ProjectDefined(time=0, name="b")])
+        facts, self.epoch = claims.lease(self.model, claims.SHARED_AGENT, "h", self.now)
         self.commit(facts)
-        caps = {"snap": CAN, "plain": CANNOT} if capabilities is None else capabilities
+        caps = {"snap": CAN, "plain": CANNOT} if class_capabilities is None else class_capabilities
         for cls, can in caps.items():
-            self.commit(K.report(self.model, CONFIG, C.SHARED_AGENT, C.SHARED_AGENT, cls,
-                                 CONFIG.claim_class(cls).provider, can, self.now))
+            self.commit(capabilities.report(self.model, CONFIG, claims.SHARED_AGENT, claims.SHARED_AGENT, cls,
+                                            CONFIG.claim_class(cls).provider, can, self.now))
 
     def commit(self, facts) -> None:
         for f in facts:
@@ -85,36 +85,38 @@ class World:
         return self.now
 
     def claim(self, name: str, cls: str = "snap", size: str = "1Gi", actor: User = ALICE) -> int:
-        facts, claim_id = C.create(self.model, CONFIG, actor, ClaimSpec(name, cls, size, "RWO"), self.tick())
+        facts, claim_id = claims.create(self.model, CONFIG, actor, ClaimSpec(name, cls, size, "RWO"), self.tick())
         self.commit(facts)
-        self.commit([F.ClaimPlaced(time=self.tick(), claim_id=claim_id, pool="p")])
+        self.commit([ClaimPlaced(time=self.tick(), claim_id=claim_id, pool="p")])
         self.run_claim_op(claim_id, handle=f"v{claim_id}")
         return claim_id
 
     def run_claim_op(self, claim_id: int, handle: str | None = None) -> None:
         op = self.model.claims[claim_id].op
-        self.commit(C.record_intent(self.model, C.SHARED_AGENT, self.epoch, op.op_id, claim_id, self.tick()))
-        self.commit(C.record_result(self.model, RETRIES, C.SHARED_AGENT, self.epoch,
-                                    OpResult(op.op_id, claim_id, ok=True, handle=handle, size_bytes=None),
-                                    self.tick()))
+        self.commit(claims.record_intent(self.model, claims.SHARED_AGENT, self.epoch, op.op_id, claim_id, self.tick()))
+        self.commit(claims.record_result(self.model, RETRIES, claims.SHARED_AGENT, self.epoch,
+                                         OpResult(op.op_id, claim_id, ok=True, handle=handle, size_bytes=None),
+                                         self.tick()))
 
     def snapshot(self, claim: str, name: str, actor: User = ALICE) -> int:
-        facts, snapshot_id = SN.create(self.model, CONFIG, actor, claim, name, self.tick())
+        facts, snapshot_id = snapshots.create(self.model, CONFIG, actor, claim, name, self.tick())
         self.commit(facts)
         return snapshot_id
 
     def due(self) -> list[str]:
-        return [op.op_id for _, op in SN.due_ops(self.model, C.SHARED_AGENT, self.now)]
+        return [op.op_id for _, op in snapshots.due_ops(self.model, claims.SHARED_AGENT, self.now)]
 
     def intend(self, snapshot_id: int) -> str:
         op = self.model.snapshots[snapshot_id].op
-        self.commit(SN.record_intent(self.model, C.SHARED_AGENT, self.epoch, op.op_id, snapshot_id, self.tick()))
+        self.commit(snapshots.record_intent(self.model, claims.SHARED_AGENT, self.epoch, op.op_id, snapshot_id,
+                                            self.tick()))
         return op.op_id
 
     def report(self, snapshot_id: int, ok: bool = True, **kw) -> None:
         op_id = self.model.snapshots[snapshot_id].op.op_id
-        self.commit(SN.record_result(self.model, RETRIES, C.SHARED_AGENT, self.epoch,
-                                     SnapshotResult(op_id, snapshot_id, ok, **kw), self.tick(), random.Random(1)))
+        self.commit(snapshots.record_result(self.model, RETRIES, claims.SHARED_AGENT, self.epoch,
+                                            SnapshotResult(op_id, snapshot_id, ok,
+                                                           **kw), self.tick(), random.Random(1)))
 
     def take(self, claim: str, name: str, actor: User = ALICE) -> int:
         sid = self.snapshot(claim, name, actor)
@@ -141,9 +143,10 @@ def test_a_snapshot_is_taken_through_an_intent_and_a_fenced_result():
     op_id = w.intend(sid)
     assert w.due() == [] and snap.data_exists
     with pytest.raises(Conflict, match="stale_epoch|not started by epoch"):
-        SN.record_result(w.model, RETRIES, C.SHARED_AGENT, w.epoch + 1, SnapshotResult(op_id, sid, True), w.now)
+        snapshots.record_result(w.model, RETRIES, claims.SHARED_AGENT, w.epoch + 1, SnapshotResult(op_id, sid, True),
+                                w.now)
     with pytest.raises(Conflict, match="not node:h1's"):
-        SN.record_result(w.model, RETRIES, "node:h1", w.epoch, SnapshotResult(op_id, sid, True), w.now)
+        snapshots.record_result(w.model, RETRIES, "node:h1", w.epoch, SnapshotResult(op_id, sid, True), w.now)
     w.report(sid, handle="s1-abc", size_bytes=GiB)
     assert (snap.state, snap.handle, snap.op) == (SnapshotState.READY, "s1-abc", None)
     assert states(snap) == ["PENDING", "READY"]
@@ -165,7 +168,7 @@ def test_retryable_failures_retry_with_the_same_op_id_then_fail_for_good():
     w.report(sid, ok=False, code="UNAVAILABLE", message="busy", retryable=True)  # max_attempts = 2
     assert snap.state is SnapshotState.FAILED and not snap.data_exists
     assert "create_snapshot failed after 2 attempts" in snap.history[-1]["reason"]
-    facts, _ = SN.delete(w.model, ALICE, "s1", w.tick())
+    facts, _ = snapshots.delete(w.model, ALICE, "s1", w.tick())
     w.commit(facts)
     assert snap.state is SnapshotState.RELEASED and "s1" not in [s.name for s in w.model.snapshots.values()
                                                                    if s.live]
@@ -175,17 +178,17 @@ def test_delete_releases_through_delete_snapshot_and_frees_the_name():
     w = World()
     w.claim("data")
     sid = w.take("data", "s1")
-    facts, _ = SN.delete(w.model, ALICE, "s1", w.tick())
+    facts, _ = snapshots.delete(w.model, ALICE, "s1", w.tick())
     w.commit(facts)
     snap = w.model.snapshots[sid]
     assert snap.state is SnapshotState.RELEASING and w.due() == [f"s{sid}.delete_snapshot.1"]
-    assert SN.delete(w.model, ALICE, "s1", w.tick())[0] == [], "deleting again while on its way changes nothing"
+    assert snapshots.delete(w.model, ALICE, "s1", w.tick())[0] == [], "deleting again while on its way changes nothing"
     w.intend(sid)
     w.report(sid)
     assert snap.state is SnapshotState.RELEASED and not snap.data_exists
-    assert SN.visible(w.model, ALICE, "s1").id == sid, "a released snapshot is still shown by name"
+    assert snapshots.visible(w.model, ALICE, "s1").id == sid, "a released snapshot is still shown by name"
     sid2 = w.take("data", "s1")
-    assert sid2 != sid and SN.visible(w.model, ALICE, "s1").id == sid2
+    assert sid2 != sid and snapshots.visible(w.model, ALICE, "s1").id == sid2
     assert w.restored() == w.model
 
 
@@ -193,12 +196,12 @@ def test_deleting_a_snapshot_not_yet_taken_needs_no_provider():
     w = World()
     w.claim("data")
     sid = w.snapshot("data", "s1")
-    w.commit(SN.delete(w.model, ALICE, "s1", w.tick())[0])
+    w.commit(snapshots.delete(w.model, ALICE, "s1", w.tick())[0])
     assert w.model.snapshots[sid].state is SnapshotState.RELEASED and w.due() == []
     # in flight: the deletion waits for the provider's answer, then deletes what it made
     sid = w.snapshot("data", "s2")
     w.intend(sid)
-    w.commit(SN.delete(w.model, ALICE, "s2", w.tick())[0])
+    w.commit(snapshots.delete(w.model, ALICE, "s2", w.tick())[0])
     assert w.model.snapshots[sid].state is SnapshotState.PENDING
     w.report(sid, handle="s2-x", size_bytes=GiB)
     assert w.model.snapshots[sid].state is SnapshotState.RELEASING and w.due() == [f"s{sid}.delete_snapshot.1"]
@@ -213,9 +216,10 @@ def test_deleting_a_snapshot_between_attempts_waits_for_the_next_attempt_then_de
     w.intend(sid)
     w.report(sid, ok=False, code="UNAVAILABLE", message="busy", retryable=True)
     assert w.model.snapshots[sid].data_exists, "a failed attempt may have left an object"
-    w.commit(SN.delete(w.model, ALICE, "s1", w.tick())[0])
+    w.commit(snapshots.delete(w.model, ALICE, "s1", w.tick())[0])
     snap = w.model.snapshots[sid]
-    assert (snap.state, snap.delete_requested, snap.op.kind) == (SnapshotState.PENDING, True, C.OpKind.CREATE_SNAPSHOT)
+    assert (snap.state, snap.delete_requested, snap.op.kind) == (SnapshotState.PENDING, True,
+                                                                 claims.OpKind.CREATE_SNAPSHOT)
     w.intend(sid)
     w.report(sid, handle="s1-x", size_bytes=GiB)
     assert snap.state is SnapshotState.RELEASING and w.due() == [f"s{sid}.delete_snapshot.1"]
@@ -226,15 +230,15 @@ def test_snapshots_outlive_their_claim_but_a_claim_waits_for_one_being_taken():
     w.claim("data")
     sid = w.snapshot("data", "s1")
     with pytest.raises(Conflict, match="being taken"):
-        C.delete(w.model, ALICE, "data", w.tick())
+        claims.delete(w.model, ALICE, "data", w.tick())
     w.intend(sid)
     w.report(sid, handle="s1-x", size_bytes=GiB)
-    w.commit(C.delete(w.model, ALICE, "data", w.tick()))
+    w.commit(claims.delete(w.model, ALICE, "data", w.tick()))
     w.run_claim_op(w.model.claims[1].id)
     assert w.model.claims[1].state is ClaimState.RELEASED
     assert w.model.snapshots[sid].state is SnapshotState.READY
-    facts, clone_id = SN.clone(w.model, CONFIG, ALICE, ClaimSpec("copy", None, None, None), w.tick(),
-                               from_snapshot="s1")
+    facts, clone_id = snapshots.clone(w.model, CONFIG, ALICE, ClaimSpec("copy", None, None, None), w.tick(),
+                                      from_snapshot="s1")
     w.commit(facts)
     clone = w.model.claims[clone_id]
     assert clone.source == {"kind": "snapshot", "id": sid, "name": "s1", "handle": "s1-x"}
@@ -247,25 +251,25 @@ def test_clones_refuse_what_cannot_be_made():
     sid = w.snapshot("data", "s1")
     spec = ClaimSpec("copy", None, None, None)
     with pytest.raises(Conflict, match="only READY snapshots can be cloned"):
-        SN.clone(w.model, CONFIG, ALICE, spec, w.tick(), from_snapshot="s1")
+        snapshots.clone(w.model, CONFIG, ALICE, spec, w.tick(), from_snapshot="s1")
     w.intend(sid)
     w.report(sid, handle="s1-x", size_bytes=GiB)
     with pytest.raises(InvalidRequest, match="needs at least its size"):
-        SN.clone(w.model, CONFIG, ALICE, ClaimSpec("copy", None, "512Mi", None), w.tick(), from_snapshot="s1")
+        snapshots.clone(w.model, CONFIG, ALICE, ClaimSpec("copy", None, "512Mi", None), w.tick(), from_snapshot="s1")
     with pytest.raises(InvalidRequest, match="is of class 'snap', not 'plain'"):
-        SN.clone(w.model, CONFIG, ALICE, ClaimSpec("copy", "plain", None, None), w.tick(), from_snapshot="s1")
-    facts, clone_id = SN.clone(w.model, CONFIG, ALICE, spec, w.tick(), from_claim="data")
+        snapshots.clone(w.model, CONFIG, ALICE, ClaimSpec("copy", "plain", None, None), w.tick(), from_snapshot="s1")
+    facts, clone_id = snapshots.clone(w.model, CONFIG, ALICE, spec, w.tick(), from_claim="data")
     w.commit(facts)
     assert w.model.claims[clone_id].source["kind"] == "claim"
     with pytest.raises(Conflict, match="being made from it"):
-        C.delete(w.model, ALICE, "data", w.tick())
+        claims.delete(w.model, ALICE, "data", w.tick())
     with pytest.raises(Conflict, match="only READY claims can be cloned"):
-        SN.clone(w.model, CONFIG, ALICE, ClaimSpec("copy2", None, None, None), w.tick(), from_claim="copy")
-    facts, clone2 = SN.clone(w.model, CONFIG, ALICE, ClaimSpec("copy2", None, None, None), w.tick(),
-                             from_snapshot="s1")
+        snapshots.clone(w.model, CONFIG, ALICE, ClaimSpec("copy2", None, None, None), w.tick(), from_claim="copy")
+    facts, clone2 = snapshots.clone(w.model, CONFIG, ALICE, ClaimSpec("copy2", None, None, None), w.tick(),
+                                    from_snapshot="s1")
     w.commit(facts)
     with pytest.raises(Conflict, match="being made from it"):
-        SN.delete(w.model, ALICE, "s1", w.tick())
+        snapshots.delete(w.model, ALICE, "s1", w.tick())
 
 
 def test_classes_that_cannot_snapshot_or_clone_are_refused_naming_the_class():
@@ -275,28 +279,28 @@ def test_classes_that_cannot_snapshot_or_clone_are_refused_naming_the_class():
                                        "create_snapshot: false"):
         w.snapshot("old", "s1")
     with pytest.raises(Conflict, match="claim class 'plain' cannot make claims from a snapshot or a claim"):
-        SN.clone(w.model, CONFIG, ALICE, ClaimSpec("copy", None, None, None), w.tick(), from_claim="old")
-    unknown = World(capabilities={})
+        snapshots.clone(w.model, CONFIG, ALICE, ClaimSpec("copy", None, None, None), w.tick(), from_claim="old")
+    unknown = World(class_capabilities={})
     unknown.claim("data")
     with pytest.raises(Conflict, match="has not reported what it can do"):
         unknown.snapshot("data", "s1")
-    local = C.class_or_404(CONFIG, "local")
+    local = claims.class_or_404(CONFIG, "local")
     with pytest.raises(Conflict, match="node-local"):
-        K.require(w.model, local, "create_snapshot")
+        capabilities.require(w.model, local, "create_snapshot")
 
 
 def test_snapshot_bytes_count_in_the_project_quota_but_not_as_claims():
     w = World()
     w.claim("data", size="2Gi")
     w.take("data", "s1")  # charged the claim's size: 2Gi, 4Gi in all
-    assert C.quota_use(w.model, "a", "snap") == (1, 4 * GiB)
+    assert claims.quota_use(w.model, "a", "snap") == (1, 4 * GiB)
     with pytest.raises(Conflict, match="quota exceeded for project a, class snap: at most 5Gi, 4Gi in use, 2Gi asked"):
         w.snapshot("data", "s2")
     w.claim("small", size="512Mi")  # a claim still fits: the snapshot is not counted as one
-    w.commit(SN.delete(w.model, ALICE, "s1", w.tick())[0])
+    w.commit(snapshots.delete(w.model, ALICE, "s1", w.tick())[0])
     w.intend(1)
     w.report(1)
-    assert C.quota_use(w.model, "a", "snap") == (2, 2 * GiB + GiB // 2)
+    assert claims.quota_use(w.model, "a", "snap") == (2, 2 * GiB + GiB // 2)
     w.snapshot("data", "s2")
 
 
@@ -304,17 +308,19 @@ def test_names_are_per_project_and_nobody_sees_another_projects_snapshots():
     w = World()
     w.claim("data")
     w.take("data", "s1")
-    for attempt in (lambda: SN.create(w.model, CONFIG, BOB, "data", "mine", w.now),
-                    lambda: SN.visible(w.model, BOB, "s1"),
-                    lambda: SN.visible(w.model, BOB, "s1", project="a"),
-                    lambda: SN.delete(w.model, BOB, "s1", w.now),
-                    lambda: SN.clone(w.model, CONFIG, BOB, ClaimSpec("x", None, None, None), w.now, from_snapshot="s1"),
-                    lambda: SN.clone(w.model, CONFIG, BOB, ClaimSpec("x", None, None, None), w.now, from_claim="data")):
+    for attempt in (lambda: snapshots.create(w.model, CONFIG, BOB, "data", "mine", w.now),
+                    lambda: snapshots.visible(w.model, BOB, "s1"),
+                    lambda: snapshots.visible(w.model, BOB, "s1", project="a"),
+                    lambda: snapshots.delete(w.model, BOB, "s1", w.now),
+                    lambda: snapshots.clone(w.model, CONFIG, BOB, ClaimSpec("x", None, None, None), w.now,
+                                            from_snapshot="s1"),
+                    lambda: snapshots.clone(w.model, CONFIG, BOB, ClaimSpec("x", None, None, None), w.now,
+                                            from_claim="data")):
         with pytest.raises(NotFound):
             attempt()
     with pytest.raises(Conflict, match="already exists in project 'a'"):
         w.snapshot("data", "s1")
-    assert SN.visible(w.model, ADMIN, "s1").project == "a"
+    assert snapshots.visible(w.model, ADMIN, "s1").project == "a"
 
 
 def test_a_snapshot_object_with_no_snapshot_record_is_an_orphan():
@@ -360,8 +366,8 @@ def test_a_snapshot_is_reserved_in_its_claims_pool_less_if_its_provider_reports_
     assert pool_use(w.model) == {"p": 2 * GiB + 300}
     assert w.restored() == w.model
     with pytest.raises(Conflict, match="no room for a snapshot of claim 'data'"):
-        SN.create(w.model, CONFIG, ALICE, "data", "more", w.tick(), free={"p": GiB - 1})
-    facts, _ = SN.create(w.model, CONFIG, ALICE, "data", "more", w.tick(), free={"p": GiB})
+        snapshots.create(w.model, CONFIG, ALICE, "data", "more", w.tick(), free={"p": GiB - 1})
+    facts, _ = snapshots.create(w.model, CONFIG, ALICE, "data", "more", w.tick(), free={"p": GiB})
     assert facts[0].pool == "p"
 
 
@@ -372,11 +378,11 @@ def test_a_project_has_at_most_max_snapshots_per_project():
     s1 = w.take("data", "s1")
     w.take("data", "s2")
     with pytest.raises(Conflict, match="max_snapshots_per_project"):
-        SN.create(w.model, limited, ALICE, "data", "s3", w.tick())
-    w.commit(SN.delete(w.model, ALICE, "s1", w.tick())[0])
+        snapshots.create(w.model, limited, ALICE, "data", "s3", w.tick())
+    w.commit(snapshots.delete(w.model, ALICE, "s1", w.tick())[0])
     with pytest.raises(Conflict, match="max_snapshots_per_project"):  # being deleted: it holds its room yet
-        SN.create(w.model, limited, ALICE, "data", "s3", w.tick())
+        snapshots.create(w.model, limited, ALICE, "data", "s3", w.tick())
     w.intend(s1)
     w.report(s1)
     assert w.model.snapshots[s1].state is SnapshotState.RELEASED
-    assert SN.create(w.model, limited, ALICE, "data", "s3", w.tick())[0]
+    assert snapshots.create(w.model, limited, ALICE, "data", "s3", w.tick())[0]

@@ -16,7 +16,7 @@ import pytest
 from tests.helpers import cli, wait_for
 from tests.integration.test_job_claims import make_job_cluster
 from xce.model import Model
-from xce.model import facts as F
+from xce.model.facts import ClaimCreated, JobAllocated, JobFinished, JobSubmitted
 from xce.model import job_claims, status
 
 
@@ -131,19 +131,19 @@ def test_a_run_never_uses_or_releases_a_claim_it_was_not_allocated():
     """Folds are total: a ``JobAllocated`` whose template claim id is already taken (which the plan
     applier never decides) leaves the other claim alone, and the run is never dispatched."""
     m = Model()
-    m.apply(1, F.ClaimCreated(time=1.0, claim_id=1, name="theirs", form="standalone", class_name="simfs",
-                              scope="shared", size_bytes=1, access_mode="RWX", reclaim_policy="delete",
-                              owner="bob", project="team-b"))
-    m.apply(2, F.JobSubmitted(time=2.0, id=1, name="j", user="alice", project="team-a", queue="default",
-                              command=["true"], templates=[{"kind": "stage", "class": "stage", "size_bytes": 0,
-                                                            "scope": "node", "counter": None, "pools": [],
-                                                            "stage_in": [], "stage_out": [["o", "/tmp/o"]]}]))
-    m.apply(3, F.JobAllocated(time=3.0, job_id=1, run=1, hosts=["h1"], slots={"h1": 1},
-                              templates=[dict(m.jobs[1].templates[0], claim_id=1, pool=None)]))
+    m.apply(1, ClaimCreated(time=1.0, claim_id=1, name="theirs", form="standalone", class_name="simfs",
+                            scope="shared", size_bytes=1, access_mode="RWX", reclaim_policy="delete",
+                            owner="bob", project="team-b"))
+    m.apply(2, JobSubmitted(time=2.0, id=1, name="j", user="alice", project="team-a", queue="default",
+                            command=["true"], templates=[{"kind": "stage", "class": "stage", "size_bytes": 0,
+                                                          "scope": "node", "counter": None, "pools": [],
+                                                          "stage_in": [], "stage_out": [["o", "/tmp/o"]]}]))
+    m.apply(3, JobAllocated(time=3.0, job_id=1, run=1, hosts=["h1"], slots={"h1": 1},
+                            templates=[dict(m.jobs[1].templates[0], claim_id=1, pool=None)]))
     job, theirs = m.jobs[1], m.claims[1]
     assert job_claims.run_claims(m, job) == []
     assert status.blocking(m, job) == "run 1 lacks template claims it declared: it cannot start"
     assert job_claims.publish_list(m, job, "h1") == []
     assert m.next_claim_id == 2, "the id is not handed out again"
-    m.apply(4, F.JobFinished(time=4.0, job_id=1, run=1, state="EXIT", reason="killed"))
+    m.apply(4, JobFinished(time=4.0, job_id=1, run=1, state="EXIT", reason="killed"))
     assert (theirs.state.value, theirs.delete_requested) == ("PENDING", False)

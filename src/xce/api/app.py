@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import xce
 from xce.api import agents, audit, claims, history, identity, jobs, service, snapshots, transfers, workers
-from xce.api import schemas as S
+from xce.api import schemas
 from xce.api.auth import SECURITY_SCHEME
 from xce.api.commands import audit_refusal
 from xce.api.metrics import Metrics
@@ -37,7 +37,7 @@ from xce.controller.longpoll import AGENT_WAKE, Waker
 from xce.errors import NotLeader, XceError
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": S.ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 422, 503)
+    code: {"model": schemas.ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 422, 503)
 }
 
 
@@ -108,7 +108,8 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
     """The app: the controller and the helpers routes depend on (``xce.api.deps``) on ``app.state``,
     each module's router, the middleware, the error shapes and the OpenAPI document."""
     refusals = RefusalLimiter.from_config(controller.config.controller)
-    app = FastAPI(title="XCE", version=xce.__version__, responses=ERRORS, lifespan=_lifespan(controller, refusals, on_leader),
+    app = FastAPI(title="XCE", version=xce.__version__, responses=ERRORS, lifespan=_lifespan(controller, refusals,
+                                                                                             on_leader),
                   description="XCE workload manager API. Every route but /healthz needs a bearer token.")
     app.state.controller = controller
     app.state.refusals = refusals

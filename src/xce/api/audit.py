@@ -13,7 +13,7 @@ import math
 
 from fastapi import APIRouter, Depends, Query
 
-from xce.api import schemas as S
+from xce.api import schemas
 from xce.api.auth import authenticated
 from xce.api.deps import Ctl
 from xce.api.paging import NEXT_CURSOR, NEXT_CURSOR_DOC, decode_cursor, encode_cursor
@@ -33,7 +33,7 @@ PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
 router = APIRouter(tags=["audit"])
 
 
-@router.get("/v1/audit", response_model=list[S.AuditOut],
+@router.get("/v1/audit", response_model=list[schemas.AuditOut],
             responses={200: {"headers": NEXT_CURSOR_DOC}})
 async def list_audit(ctl: Ctl, actor: User = Depends(authenticated),
                      since: float | None = Query(None, description="from this time (seconds since the Unix "

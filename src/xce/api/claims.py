@@ -13,20 +13,20 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query, Request
 from xce.api.responses import JSONResponse
 
-from xce.api import schemas as S
+from xce.api import schemas
 from xce.api.auth import admin, authenticated, catalog_reader
 from xce.api.commands import mutate
 from xce.api.deps import Ctl
 from xce.api.paging import NEXT_CURSOR_DOC, cursor_query, limit_query, newest_first
 from xce.api.views import attachment_json, claim_classes_json, claim_json, orphans_json, pools_json
-from xce.controller import history as CH
+from xce.controller import history as controller_history
 from xce.controller.core import Controller
 from xce.errors import Forbidden, NotFound
 from xce.model import Model
-from xce.model import claims as C
-from xce.model import snapshots as SN
+from xce.model import claims
+from xce.model import snapshots
 from xce.model.claims import TEMPLATE_NAME, ClaimSpec, ClaimState
-from xce.model import history as H
+from xce.model import history
 from xce.model.identity import User
 from xce.names import NAME_PATTERN
 from xce.model.pools import snapshot_use
@@ -39,10 +39,11 @@ InProject = Annotated[str | None, Query(max_length=63, description="the claim's 
 router = APIRouter(tags=["claims"])
 
 
-def _claim_json(ctl: Controller, claim: C.Claim) -> dict[str, Any]:
+def _claim_json(ctl: Controller, claim: claims.Claim) -> dict[str, Any]:
     """A live claim's document, with the scheduler's word on it and the provider's readings."""
     reading = ctl.observed.progress(ctl.model, claim.id)
-    return claim_json(claim, ctl.scheduling.claim_reason(claim.id), resize_reason=ctl.scheduling.resize_reason(claim.id),
+    return claim_json(claim, ctl.scheduling.claim_reason(claim.id),
+                      resize_reason=ctl.scheduling.resize_reason(claim.id),
                       used_bytes=ctl.observed.used_bytes(claim.id),
                       transfer=reading.as_json() if reading is not None else None)
 
@@ -51,22 +52,23 @@ def _show(ctl: Controller, claim_id: int, status: int = 200) -> JSONResponse:
     return JSONResponse(_claim_json(ctl, ctl.model.claims[claim_id]), status_code=status)
 
 
-@router.post("/v1/claims", status_code=201, response_model=S.ClaimOut)
-async def create_claim(body: S.ClaimCreateRequest, request: Request, ctl: Ctl, actor: User = Depends(authenticated)):
+@router.post("/v1/claims", status_code=201, response_model=schemas.ClaimOut)
+async def create_claim(body: schemas.ClaimCreateRequest, request: Request, ctl: Ctl,
+                       actor: User = Depends(authenticated)):
     spec = ClaimSpec(name=body.name, class_name=body.claim_class, size=body.size, access_mode=body.access_mode,
                      reclaim_policy=body.reclaim_policy, params=dict(body.params), project=body.project,
                      populate_from=body.populate_from)
 
     def decide(model: Model):
         if body.from_snapshot is not None or body.from_claim is not None:
-            return SN.clone(model, ctl.config, actor, spec, time.time(), from_snapshot=body.from_snapshot,
-                            from_claim=body.from_claim)
-        return C.create(model, ctl.config, actor, spec, time.time())
+            return snapshots.clone(model, ctl.config, actor, spec, time.time(), from_snapshot=body.from_snapshot,
+                                   from_claim=body.from_claim)
+        return claims.create(model, ctl.config, actor, spec, time.time())
 
     return _show(ctl, await mutate(request, actor, f"claim/{body.name}", decide), 201)
 
 
-@router.get("/v1/claims", response_model=list[S.ClaimOut], responses={200: {"headers": NEXT_CURSOR_DOC}})
+@router.get("/v1/claims", response_model=list[schemas.ClaimOut], responses={200: {"headers": NEXT_CURSOR_DOC}})
 async def list_claims(ctl: Ctl, actor: User = Depends(authenticated),
                       project: str | None = Query(None, max_length=63),
                       state: list[ClaimState] | None = Query(None),
@@ -80,8 +82,8 @@ async def list_claims(ctl: Ctl, actor: User = Depends(authenticated),
         raise Forbidden("only admins list retained objects")
     states = set(state) if state else None
 
-    def match(c: C.Claim) -> bool:
-        if not C.may_see(actor, c):
+    def match(c: claims.Claim) -> bool:
+        if not claims.may_see(actor, c):
             return False
         if project is not None and c.project != project:
             return False
@@ -95,81 +97,83 @@ async def list_claims(ctl: Ctl, actor: User = Depends(authenticated),
     return JSONResponse([_claim_json(ctl, c) for c in page], headers=headers)
 
 
-@router.get("/v1/claims/{name}", response_model=S.ClaimOut)
+@router.get("/v1/claims/{name}", response_model=schemas.ClaimOut)
 async def show_claim(name: ClaimName, ctl: Ctl, project: InProject = None, actor: User = Depends(authenticated)):
     """A claim, live or retired into the archive (the same document; a live one first)."""
     await ctl.read_barrier()
     try:
-        return _show(ctl, C.visible(ctl.model, actor, name, project).id)
+        return _show(ctl, claims.visible(ctl.model, actor, name, project).id)
     except NotFound as missing:
-        found = await CH.archived_claims_named(ctl, name, H.archive_projects(actor, project))
-        archived = H.visible_archived_claim(actor, name, found)
+        found = await controller_history.archived_claims_named(ctl, name, history.archive_projects(actor, project))
+        archived = history.visible_archived_claim(actor, name, found)
         if archived is None:
             raise missing from None
         return JSONResponse(claim_json(archived))
 
 
-@router.get("/v1/claims/by-id/{claim_id}", response_model=S.ClaimOut)
+@router.get("/v1/claims/by-id/{claim_id}", response_model=schemas.ClaimOut)
 async def show_claim_by_id(claim_id: int, ctl: Ctl, actor: User = Depends(authenticated)):
     await ctl.read_barrier()
     if claim_id in ctl.model.claims:
-        return _show(ctl, C.visible_by_id(ctl.model, actor, claim_id).id)
-    archived = (await CH.claims_by_id(ctl, [claim_id])).get(claim_id) if 0 < claim_id < 2**63 else None
-    return JSONResponse(claim_json(H.visible_archived_claim_by_id(actor, archived, claim_id)))
+        return _show(ctl, claims.visible_by_id(ctl.model, actor, claim_id).id)
+    archived = (await controller_history.claims_by_id(ctl, [claim_id])).get(claim_id) if 0 < claim_id < 2**63 else None
+    return JSONResponse(claim_json(history.visible_archived_claim_by_id(actor, archived, claim_id)))
 
 
-@router.delete("/v1/claims/{name}", status_code=202, response_model=S.ClaimOut)
+@router.delete("/v1/claims/{name}", status_code=202, response_model=schemas.ClaimOut)
 async def delete_claim(name: ClaimName, request: Request, ctl: Ctl, project: InProject = None,
                        actor: User = Depends(authenticated)):
     def decide(model: Model):
-        claim = C.visible(model, actor, name, project)
-        return C.delete(model, actor, name, time.time(), project), claim.id
+        claim = claims.visible(model, actor, name, project)
+        return claims.delete(model, actor, name, time.time(), project), claim.id
 
     return _show(ctl, await mutate(request, actor, f"claim/{name}", decide), 202)
 
 
-@router.post("/v1/claims/{name}/resize", status_code=202, response_model=S.ClaimOut)
-async def resize_claim(name: ClaimName, body: S.ClaimResizeRequest, request: Request, ctl: Ctl,
+@router.post("/v1/claims/{name}/resize", status_code=202, response_model=schemas.ClaimOut)
+async def resize_claim(name: ClaimName, body: schemas.ClaimResizeRequest, request: Request, ctl: Ctl,
                        project: InProject = None, actor: User = Depends(authenticated)):
     """Grow a READY claim (online when its class can).  The scheduler reserves the growth in the
     claim's pool, then the provisioner expands it; ``resize`` in the answer follows it."""
-    claim_id = await mutate(request, actor, f"claim/{name}", lambda model: C.resize(
+    claim_id = await mutate(request, actor, f"claim/{name}", lambda model: claims.resize(
         model, ctl.config, actor, name, body.size, time.time(), project))
     return _show(ctl, claim_id, 202)
 
 
-@router.post("/v1/claims/by-id/{claim_id}/purge", status_code=202, response_model=S.ClaimOut)
+@router.post("/v1/claims/by-id/{claim_id}/purge", status_code=202, response_model=schemas.ClaimOut)
 async def purge_claim(claim_id: int, request: Request, ctl: Ctl, actor: User = Depends(admin)):
-    await mutate(request, actor, f"claim/{claim_id}", lambda model: (C.purge(model, actor, claim_id, time.time()), None))
+    await mutate(request, actor, f"claim/{claim_id}", lambda model: (claims.purge(model, actor, claim_id, time.time()),
+                                                                     None))
     return _show(ctl, claim_id, 202)
 
 
-@router.post("/v1/claims/{name}/attachments", status_code=201, response_model=S.AttachmentOut)
-async def attach(name: ClaimName, body: S.AttachmentRequest, request: Request, ctl: Ctl, project: InProject = None,
+@router.post("/v1/claims/{name}/attachments", status_code=201, response_model=schemas.AttachmentOut)
+async def attach(name: ClaimName, body: schemas.AttachmentRequest, request: Request, ctl: Ctl,
+                 project: InProject = None,
                  actor: User = Depends(admin)):
-    attachment_id = await mutate(request, actor, f"claim/{name}", lambda model: C.add_attachment(
+    attachment_id = await mutate(request, actor, f"claim/{name}", lambda model: claims.add_attachment(
         model, actor, name, body.host, body.mode, time.time(), job_id=body.job_id, project=project))
-    claim = C.visible(ctl.model, actor, name, project)
+    claim = claims.visible(ctl.model, actor, name, project)
     return JSONResponse(attachment_json(next(a for a in claim.attachments if a.id == attachment_id)),
                         status_code=201)
 
 
-@router.delete("/v1/claims/{name}/attachments/{attachment_id}", response_model=S.ClaimOut)
+@router.delete("/v1/claims/{name}/attachments/{attachment_id}", response_model=schemas.ClaimOut)
 async def detach(name: ClaimName, attachment_id: int, request: Request, ctl: Ctl, project: InProject = None,
                  actor: User = Depends(admin)):
     def decide(model: Model):
-        claim = C.visible(model, actor, name, project)
-        return C.remove_attachment(model, actor, name, attachment_id, time.time(), project), claim.id
+        claim = claims.visible(model, actor, name, project)
+        return claims.remove_attachment(model, actor, name, attachment_id, time.time(), project), claim.id
 
     return _show(ctl, await mutate(request, actor, f"claim/{name}", decide))
 
 
-@router.get("/v1/claimclasses", response_model=list[S.ClaimClassOut])
+@router.get("/v1/claimclasses", response_model=list[schemas.ClaimClassOut])
 async def list_classes(ctl: Ctl, _: User = Depends(catalog_reader)):  # the claim agents read it too
     return JSONResponse(claim_classes_json(ctl.config, ctl.model.class_capabilities))
 
 
-@router.get("/v1/pools", response_model=list[S.PoolOut])
+@router.get("/v1/pools", response_model=list[schemas.PoolOut])
 async def list_pools(ctl: Ctl, _: User = Depends(authenticated)):
     """``capacity_bytes``: the configured capacity, or less if the provider reports less;
     ``used_bytes``: what placed claims and live snapshots reserve (``snapshot_bytes`` of it the
@@ -179,7 +183,7 @@ async def list_pools(ctl: Ctl, _: User = Depends(authenticated)):
     return JSONResponse(pools_json(ctl.config, ctl.observed.rooms(ctl.model, ctl.config), snapshot_use(ctl.model)))
 
 
-@router.get("/v1/orphans", response_model=list[S.OrphanOut])
+@router.get("/v1/orphans", response_model=list[schemas.OrphanOut])
 async def list_orphans(ctl: Ctl, _: User = Depends(admin)):
     await ctl.read_barrier()
     return JSONResponse(orphans_json(ctl.model, ctl.config.claims.orphan_grace, time.time()))

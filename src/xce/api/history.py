@@ -13,15 +13,15 @@ from typing import Literal
 
 from fastapi import APIRouter, Depends, Query
 
-from xce.api import schemas as S
+from xce.api import schemas
 from xce.api.auth import authenticated
 from xce.api.deps import Ctl
 from xce.api.paging import NEXT_CURSOR, NEXT_CURSOR_DOC, cursor_query, decode_cursor, encode_cursor
 from xce.api.responses import JSONResponse
 from xce.api.views import history_json, usage_json
-from xce.controller import history as CH
+from xce.controller import history as controller_history
 from xce.errors import InvalidRequest
-from xce.model import history as H
+from xce.model import history
 from xce.model.history import history_scope
 from xce.model.identity import User
 from xce.model.jobs import JobState
@@ -45,7 +45,7 @@ def _window(since: float | None, until: float | None) -> None:
 router = APIRouter(tags=["history"])
 
 
-@router.get("/v1/history/jobs", response_model=list[S.HistoryJobOut],
+@router.get("/v1/history/jobs", response_model=list[schemas.HistoryJobOut],
             responses={200: {"headers": NEXT_CURSOR_DOC}})
 async def job_history(ctl: Ctl, actor: User = Depends(authenticated),
                       since: float | None = Query(None, description="ended at or after this time (seconds "
@@ -72,14 +72,14 @@ async def job_history(ctl: Ctl, actor: User = Depends(authenticated),
     await ctl.read_barrier()
     query = HistoryQuery(since=since, until=until, user=who, project=project, states=states, name=name,
                          array_parent=array, before_id=before, limit=limit + 1)  # one more: a next page?
-    jobs, archived = await CH.history(ctl, query)
+    jobs, archived = await controller_history.history(ctl, query)
     page = jobs[:limit]
     headers = {NEXT_CURSOR: encode_cursor(CURSOR_KIND, page[-1].id)} if len(jobs) > limit else None
     # newest first across pages, in id order within one, as every paged list
     return JSONResponse([history_json(j, j.id in archived) for j in reversed(page)], headers=headers)
 
 
-@router.get("/v1/usage", response_model=list[S.UsageOut])
+@router.get("/v1/usage", response_model=list[schemas.UsageOut])
 async def usage(ctl: Ctl, actor: User = Depends(authenticated),
                 since: float | None = Query(None, description="jobs that ended and claims released at or "
                                                               "after this time"),
@@ -95,8 +95,8 @@ async def usage(ctl: Ctl, actor: User = Depends(authenticated),
     _window(since, until)
     who = history_scope(actor, user, all_users)
     await ctl.read_barrier()
-    rows = await CH.usage(ctl, UsageQuery(since=since, until=until, user=who, project=project,
-                                          by_user=by == "user"))
+    rows = await controller_history.usage(ctl, UsageQuery(since=since, until=until, user=who, project=project,
+                                                          by_user=by == "user"))
     if by == "user":
-        rows = H.with_project_totals(rows)
+        rows = history.with_project_totals(rows)
     return JSONResponse([usage_json(u) for u in rows])

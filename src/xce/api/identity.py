@@ -11,7 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 
-from xce.api import schemas as S
+from xce.api import schemas
 from xce.api.auth import admin, authenticated
 from xce.api.commands import mutate
 from xce.api.deps import Ctl
@@ -31,14 +31,14 @@ UserName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=63)]
 router = APIRouter(tags=["identity"])
 
 
-@router.get("/v1/users", response_model=list[S.UserOut])
+@router.get("/v1/users", response_model=list[schemas.UserOut])
 async def list_users(ctl: Ctl, _: User = Depends(admin)):
     await ctl.read_barrier()
     return JSONResponse(users_json(ctl.model))
 
 
-@router.post("/v1/users", response_model=S.UserOut, status_code=201)
-async def create_user(body: S.UserCreateRequest, request: Request, ctl: Ctl, actor: User = Depends(admin)):
+@router.post("/v1/users", response_model=schemas.UserOut, status_code=201)
+async def create_user(body: schemas.UserCreateRequest, request: Request, ctl: Ctl, actor: User = Depends(admin)):
     def decide(model: Model):
         return define_user(model, body.name, body.role, body.projects, time.time(),
                            host=body.host, create_only=True), body.name
@@ -53,19 +53,19 @@ async def _set_disabled(request: Request, ctl: Controller, actor: User, name: st
     return JSONResponse(user_json(ctl.model.users[name]))
 
 
-@router.post("/v1/users/{name}/disable", response_model=S.UserOut)
+@router.post("/v1/users/{name}/disable", response_model=schemas.UserOut)
 async def disable_user(name: UserName, request: Request, ctl: Ctl, actor: User = Depends(admin)):
     """Every token of the user is refused (401) until the user is enabled again; jobs are untouched."""
     return await _set_disabled(request, ctl, actor, name, True)
 
 
-@router.post("/v1/users/{name}/enable", response_model=S.UserOut)
+@router.post("/v1/users/{name}/enable", response_model=schemas.UserOut)
 async def enable_user(name: UserName, request: Request, ctl: Ctl, actor: User = Depends(admin)):
     return await _set_disabled(request, ctl, actor, name, False)
 
 
-@router.post("/v1/tokens", response_model=S.TokenOut, status_code=201)
-async def create_token(body: S.TokenCreateRequest, request: Request, actor: User = Depends(admin)):
+@router.post("/v1/tokens", response_model=schemas.TokenOut, status_code=201)
+async def create_token(body: schemas.TokenCreateRequest, request: Request, actor: User = Depends(admin)):
     def decide(model: Model):
         facts, secret = issue_token(model, body.user, time.time(), expires=body.expires)
         return facts, (facts[0].token_id, secret)
@@ -74,7 +74,7 @@ async def create_token(body: S.TokenCreateRequest, request: Request, actor: User
     return JSONResponse(token_created_json(token_id, body.user, secret, body.expires), status_code=201)
 
 
-@router.get("/v1/tokens", response_model=list[S.TokenInfo], responses={200: {"headers": NEXT_CURSOR_DOC}})
+@router.get("/v1/tokens", response_model=list[schemas.TokenInfo], responses={200: {"headers": NEXT_CURSOR_DOC}})
 async def list_tokens(ctl: Ctl, actor: User = Depends(authenticated),
                       user: str | None = Query(None, pattern=NAME_PATTERN, max_length=63,
                                                description="admins: only this user's tokens"),
@@ -93,7 +93,7 @@ async def list_tokens(ctl: Ctl, actor: User = Depends(authenticated),
     return JSONResponse([token_json(t, now) for t in page], headers=headers)
 
 
-@router.delete("/v1/tokens/{token_id}", response_model=S.TokenInfo)
+@router.delete("/v1/tokens/{token_id}", response_model=schemas.TokenInfo)
 async def delete_token(token_id: TokenId, request: Request, ctl: Ctl, actor: User = Depends(authenticated)):
     """Revoke a token (admins: any; users: their own).  It is refused from the next request on."""
     await mutate(request, actor, f"token/{token_id}",

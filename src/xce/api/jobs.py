@@ -15,18 +15,18 @@ from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from xce.api import schemas as S
+from xce.api import schemas
 from xce.api.auth import authenticated
 from xce.api.commands import mutate
 from xce.api.deps import Ctl
 from xce.api.paging import NEXT_CURSOR_DOC, cursor_query, limit_query, newest_first
 from xce.api.responses import JSONResponse
 from xce.api.views import job_brief_json, job_json
-from xce.controller import history as CH
+from xce.controller import history as controller_history
 from xce.config import Config
 from xce.controller.core import Controller
 from xce.errors import InvalidRequest
-from xce.model import jobs as J
+from xce.model import jobs
 from xce.model import Model
 from xce.model.facts import Fact
 from xce.model.history import visible_archived_job
@@ -48,7 +48,7 @@ class SubmitRoute(APIRoute):
         async def handle(request: Request) -> Response:
             actor = await authenticated(request)
             try:
-                body = S.JobSubmitRequest.model_validate_json(await request.body())
+                body = schemas.JobSubmitRequest.model_validate_json(await request.body())
             except ValidationError as e:
                 raise RequestValidationError(e.errors(include_url=False)) from None
             return await endpoint(body=body, request=request, actor=actor, ctl=request.app.state.controller)
@@ -59,13 +59,13 @@ class SubmitRoute(APIRoute):
 router = APIRouter(tags=["jobs"])
 
 
-def _job_json(ctl: Controller, job: J.Job) -> dict[str, Any]:
+def _job_json(ctl: Controller, job: jobs.Job) -> dict[str, Any]:
     """A live job's document, with the scheduler's word on it and its staging's progress (readings)."""
     return job_json(ctl.model, job, ctl.scheduling.pending_reason(job.id),
                     lambda claim_id: ctl.observed.progress(ctl.model, claim_id))
 
 
-async def submit_job(body: S.JobSubmitRequest, request: Request, ctl: Ctl, actor: User = Depends(authenticated)):
+async def submit_job(body: schemas.JobSubmitRequest, request: Request, ctl: Ctl, actor: User = Depends(authenticated)):
     spec, claims = job_claims.request_specs(Submission.from_body(body.model_dump()))
     job_id = await mutate(request, actor, "job",
                           lambda model: job_claims.submit(model, actor, spec, claims, time.time(), ctl.config),
@@ -73,11 +73,11 @@ async def submit_job(body: S.JobSubmitRequest, request: Request, ctl: Ctl, actor
     return JSONResponse(_job_json(ctl, ctl.model.jobs[job_id]), status_code=201)
 
 
-router.add_api_route("/v1/jobs", submit_job, methods=["POST"], response_model=S.JobOut, status_code=201,
+router.add_api_route("/v1/jobs", submit_job, methods=["POST"], response_model=schemas.JobOut, status_code=201,
                      route_class_override=SubmitRoute)
 
 
-@router.get("/v1/jobs", response_model=list[S.JobOut] | list[S.JobBriefOut],
+@router.get("/v1/jobs", response_model=list[schemas.JobOut] | list[schemas.JobBriefOut],
             responses={200: {"headers": NEXT_CURSOR_DOC}})
 async def list_jobs(ctl: Ctl, actor: User = Depends(authenticated),
                     user: str | None = Query(None, max_length=63, description="only this user's jobs"),
@@ -99,7 +99,7 @@ async def list_jobs(ctl: Ctl, actor: User = Depends(authenticated),
         user = actor.name
     states = set(state) if state else None
 
-    def match(j: J.Job) -> bool:
+    def match(j: jobs.Job) -> bool:
         return (user is None or j.user == user) and (queue is None or j.queue == queue) \
             and (states is None or j.state in states) and (array is None or j.array_parent == array)
 
@@ -111,29 +111,30 @@ async def list_jobs(ctl: Ctl, actor: User = Depends(authenticated),
     return JSONResponse([_job_json(ctl, j) for j in page], headers=headers)
 
 
-@router.get("/v1/jobs/{job_id}", response_model=S.JobOut)
+@router.get("/v1/jobs/{job_id}", response_model=schemas.JobOut)
 async def show_job(job_id: int, ctl: Ctl, actor: User = Depends(authenticated)):
     """A job, live or retired into the archive (the same document: every field, its claims, its history)."""
     await ctl.read_barrier()
     if job_id in ctl.model.jobs:
         return JSONResponse(_job_json(ctl, visible_job(ctl.model, actor, job_id)))
-    job = visible_archived_job(actor, await CH.archived_job(ctl, job_id) if 0 < job_id < 2**63 else None, job_id)
+    archived = await controller_history.archived_job(ctl, job_id) if 0 < job_id < 2**63 else None
+    job = visible_archived_job(actor, archived, job_id)
     # its claims as they ended: retired with it (template claims), or live or archived (standalone)
     ids = [*job.run_claims, *([job.early_claim] if job.early_claim is not None else []),
            *(r["claim_id"] for r in job.claim_refs)]
-    return JSONResponse(job_json(Model(claims=await CH.claims_by_id(ctl, ids)), job))
+    return JSONResponse(job_json(Model(claims=await controller_history.claims_by_id(ctl, ids)), job))
 
 
 Decide = Callable[[Model, Config, User, int, float], list[Fact]]
 
 #: the actions on one job (``POST /v1/jobs/{id}/ACTION``), each a decision of ``model.jobs``
 ACTIONS: dict[str, Decide] = {
-    "kill": lambda m, config, a, i, now: J.kill(m, a, i, now, config=config),
-    "requeue": lambda m, config, a, i, now: J.kill(m, a, i, now, requeue=True, config=config),
-    "hold": lambda m, config, a, i, now: J.hold(m, a, i, now),
-    "release": lambda m, config, a, i, now: J.release(m, a, i, now),
-    "stop": lambda m, config, a, i, now: J.suspend(m, a, i, now),
-    "resume": lambda m, config, a, i, now: J.resume(m, a, i, now),
+    "kill": lambda m, config, a, i, now: jobs.kill(m, a, i, now, config=config),
+    "requeue": lambda m, config, a, i, now: jobs.kill(m, a, i, now, requeue=True, config=config),
+    "hold": lambda m, config, a, i, now: jobs.hold(m, a, i, now),
+    "release": lambda m, config, a, i, now: jobs.release(m, a, i, now),
+    "stop": lambda m, config, a, i, now: jobs.suspend(m, a, i, now),
+    "resume": lambda m, config, a, i, now: jobs.resume(m, a, i, now),
 }
 
 
@@ -154,13 +155,13 @@ def _action_route(decide: Decide):
 
 for _name, _decide in ACTIONS.items():
     router.add_api_route(f"/v1/jobs/{{job_id}}/{_name}", _action_route(_decide), methods=["POST"],
-                         response_model=S.JobOut, name=f"job_{_name}")
+                         response_model=schemas.JobOut, name=f"job_{_name}")
 
 
-@router.post("/v1/jobs/{job_id}/signal", response_model=S.JobOut)
-async def signal_job(job_id: int, body: S.SignalRequest, request: Request, ctl: Ctl,
+@router.post("/v1/jobs/{job_id}/signal", response_model=schemas.JobOut)
+async def signal_job(job_id: int, body: schemas.SignalRequest, request: Request, ctl: Ctl,
                      actor: User = Depends(authenticated)):
     """One signal to a running job's processes, once (``xce kill -s``, LSF's ``bkill -s``)."""
-    signum = J.parse_signal(body.signal)
+    signum = jobs.parse_signal(body.signal)
     return await act(request, ctl, actor, job_id,
-                     lambda model: J.send_signal(model, actor, job_id, time.time(), signum))
+                     lambda model: jobs.send_signal(model, actor, job_id, time.time(), signum))

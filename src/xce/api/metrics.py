@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from xce.model import facts as F
+from xce.model.facts import ClaimOpFailed, ClaimOpSucceeded, Fact, JobFinished, JobProcessEnded, JobRequeued
 
 if TYPE_CHECKING:
     from xce.controller.core import Controller
@@ -62,14 +62,14 @@ class Metrics:
         self._ctl = ctl
         ctl.listeners.commit.append(self._on_commit)
 
-    def _on_commit(self, facts: list[F.Fact]) -> None:
+    def _on_commit(self, facts: list[Fact]) -> None:
         for f in facts:
-            if isinstance(f, (F.JobFinished, F.JobRequeued, F.JobProcessEnded)) and f.usage:
+            if isinstance(f, (JobFinished, JobRequeued, JobProcessEnded)) and f.usage:
                 self._count_usage(f.job_id, f.usage)
                 continue
-            if isinstance(f, F.ClaimOpSucceeded):
+            if isinstance(f, ClaimOpSucceeded):
                 outcome = "ok"
-            elif isinstance(f, F.ClaimOpFailed):
+            elif isinstance(f, ClaimOpFailed):
                 outcome = "retry" if f.next_retry is not None else "failed"
             else:
                 continue

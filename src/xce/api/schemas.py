@@ -260,7 +260,8 @@ class ClaimCreateRequest(Strict):
     access_mode: AccessModeName | None = Field(
         None, description="required unless the claim is a clone (which takes its source's)")
     reclaim_policy: Literal["retain", "delete"] | None = None
-    params: Annotated[dict[ParamName, Annotated[str, Field(max_length=1024)]], Field(max_length=64)] = Field(default_factory=dict)
+    params: Annotated[dict[ParamName, Annotated[str, Field(max_length=1024)]],
+                      Field(max_length=64)] = Field(default_factory=dict)
     project: Name | None = None
     from_snapshot: Name | None = Field(None, description="a clone: its content is this READY snapshot's")
     from_claim: Name | None = Field(None, description="a clone: its content is this READY claim's")
@@ -444,6 +445,7 @@ class HostWorkOut(BaseModel):
 # ---------------------------------------------------------------- claim agents
 
 OpId = Annotated[str, Field(min_length=1, max_length=200)]
+Label = Annotated[str, Field(max_length=256)]  # a provider's host label: key or value
 
 
 class LeaseRequest(Strict):
@@ -469,7 +471,7 @@ class OpResult(Strict):
     handle: Annotated[str, Field(max_length=1024)] | None = None
     size_bytes: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
     reachable_hosts: Annotated[list[Name], Field(max_length=100_000)] | None = None
-    host_labels: dict[Annotated[str, Field(max_length=256)], Annotated[str, Field(max_length=256)]] = Field(default_factory=dict)
+    host_labels: dict[Label, Label] = Field(default_factory=dict)
     path: Annotated[str, Field(max_length=4096)] | None = None
     message: Annotated[str, Field(max_length=8192)] = ""
     code: Annotated[str, Field(max_length=64)] = ""
@@ -497,7 +499,8 @@ class ProgressRequest(Strict):
 class ReportsRequest(Strict):
     epoch: Id
     results: Annotated[list[OpResult], Field(max_length=10_000)] = Field(default_factory=list)
-    orphans_released: Annotated[list[Annotated[str, Field(max_length=1024)]], Field(max_length=10_000)] = Field(default_factory=list)
+    orphans_released: Annotated[list[Annotated[str, Field(max_length=1024)]],
+                                Field(max_length=10_000)] = Field(default_factory=list)
     # > 0: also take up to this many ops now due to the agent, their intents committed with the report
     # (what the report opened, e.g. a staging claim's stage_in after its create), as POST .../work does
     take: Annotated[int, Field(ge=0, le=10_000)] = 0
@@ -511,7 +514,8 @@ class InventoryObject(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     handle: Annotated[str, Field(min_length=1, max_length=1024)]
-    tags: dict[Annotated[str, Field(max_length=256)], Annotated[str, Field(max_length=1024)]] = Field(default_factory=dict)
+    tags: dict[Annotated[str, Field(max_length=256)], Annotated[str,
+                                                                Field(max_length=1024)]] = Field(default_factory=dict)
     size_bytes: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
     created: Annotated[float, Field(allow_inf_nan=False)] | None = None
     used_bytes: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None

@@ -13,7 +13,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 
-from xce.api import schemas as S
+from xce.api import schemas
 from xce.api.auth import authenticated
 from xce.api.commands import mutate
 from xce.api.deps import Ctl
@@ -22,7 +22,7 @@ from xce.api.responses import JSONResponse
 from xce.api.views import snapshot_json
 from xce.controller.core import Controller
 from xce.controller.observed import pool_free
-from xce.model import snapshots as SN
+from xce.model import snapshots
 from xce.model.identity import User
 from xce.model.snapshots import SnapshotState
 from xce.names import NAME_PATTERN
@@ -38,16 +38,16 @@ def _show(ctl: Controller, snapshot_id: int, status: int = 200) -> JSONResponse:
     return JSONResponse(snapshot_json(ctl.model.snapshots[snapshot_id]), status_code=status)
 
 
-@router.post("/v1/snapshots", status_code=201, response_model=S.SnapshotOut)
-async def create_snapshot(body: S.SnapshotCreateRequest, request: Request, ctl: Ctl,
+@router.post("/v1/snapshots", status_code=201, response_model=schemas.SnapshotOut)
+async def create_snapshot(body: schemas.SnapshotCreateRequest, request: Request, ctl: Ctl,
                           actor: User = Depends(authenticated)):
-    snapshot_id = await mutate(request, actor, f"snapshot/{body.name}", lambda model: SN.create(
+    snapshot_id = await mutate(request, actor, f"snapshot/{body.name}", lambda model: snapshots.create(
         model, ctl.config, actor, body.claim, body.name, time.time(), body.project,
         free=pool_free(model, ctl.config, ctl.observed)))
     return _show(ctl, snapshot_id, 201)
 
 
-@router.get("/v1/snapshots", response_model=list[S.SnapshotOut], responses={200: {"headers": NEXT_CURSOR_DOC}})
+@router.get("/v1/snapshots", response_model=list[schemas.SnapshotOut], responses={200: {"headers": NEXT_CURSOR_DOC}})
 async def list_snapshots(ctl: Ctl, actor: User = Depends(authenticated),
                          project: str | None = Query(None, max_length=63),
                          claim: str | None = Query(None, max_length=63, description="of this claim only"),
@@ -59,7 +59,7 @@ async def list_snapshots(ctl: Ctl, actor: User = Depends(authenticated),
     await ctl.read_barrier()
     states = set(state) if state else None
 
-    def match(s: SN.Snapshot) -> bool:
+    def match(s: snapshots.Snapshot) -> bool:
         if not (actor.is_admin or s.project in actor.projects):
             return False
         if project is not None and s.project != project or claim is not None and s.claim_name != claim:
@@ -72,22 +72,22 @@ async def list_snapshots(ctl: Ctl, actor: User = Depends(authenticated),
     return JSONResponse([snapshot_json(s) for s in page], headers=headers)
 
 
-@router.get("/v1/snapshots/{name}", response_model=S.SnapshotOut)
+@router.get("/v1/snapshots/{name}", response_model=schemas.SnapshotOut)
 async def show_snapshot(name: SnapshotName, ctl: Ctl, project: InProject = None,
                         actor: User = Depends(authenticated)):
     await ctl.read_barrier()
-    return _show(ctl, SN.visible(ctl.model, actor, name, project).id)
+    return _show(ctl, snapshots.visible(ctl.model, actor, name, project).id)
 
 
-@router.get("/v1/snapshots/by-id/{snapshot_id}", response_model=S.SnapshotOut)
+@router.get("/v1/snapshots/by-id/{snapshot_id}", response_model=schemas.SnapshotOut)
 async def show_snapshot_by_id(snapshot_id: int, ctl: Ctl, actor: User = Depends(authenticated)):
     await ctl.read_barrier()
-    return _show(ctl, SN.visible_by_id(ctl.model, actor, snapshot_id).id)
+    return _show(ctl, snapshots.visible_by_id(ctl.model, actor, snapshot_id).id)
 
 
-@router.delete("/v1/snapshots/{name}", status_code=202, response_model=S.SnapshotOut)
+@router.delete("/v1/snapshots/{name}", status_code=202, response_model=schemas.SnapshotOut)
 async def delete_snapshot(name: SnapshotName, request: Request, ctl: Ctl, project: InProject = None,
                           actor: User = Depends(authenticated)):
     snapshot_id = await mutate(request, actor, f"snapshot/{name}",
-                               lambda model: SN.delete(model, actor, name, time.time(), project))
+                               lambda model: snapshots.delete(model, actor, name, time.time(), project))
     return _show(ctl, snapshot_id, 202)

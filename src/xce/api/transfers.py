@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
-from xce.api import schemas as S
+from xce.api import schemas
 from xce.api.auth import authenticated
 from xce.api.deps import Ctl
 from xce.api.responses import JSONResponse
@@ -20,6 +20,6 @@ from xce.model.identity import User
 router = APIRouter(tags=["transfers"])
 
 
-@router.get("/v1/transfers", response_model=S.TransfersOut)
+@router.get("/v1/transfers", response_model=schemas.TransfersOut)
 async def list_transfers(ctl: Ctl, actor: User = Depends(authenticated)):
     return JSONResponse(transfers_json(ctl.config.transfers, actor))

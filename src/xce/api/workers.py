@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import Field
 
-from xce.api import schemas as S
+from xce.api import schemas
 from xce.api.auth import agent_identity, authenticated, recheck
 from xce.api.commands import mutate
 from xce.api.deps import Ctl, Monitor
@@ -40,9 +40,13 @@ class RunRef(Strict):
     run: Int64
 
 
+AttrName = Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]
+AttrValue = Annotated[str, Field(max_length=256)]
+
+
 class RegisterRequest(Strict):
     slots: Annotated[int, Field(ge=0, le=100_000)]
-    attrs: dict[Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)], Annotated[str, Field(max_length=256)]] = Field(default_factory=dict)
+    attrs: dict[AttrName, AttrValue] = Field(default_factory=dict)
     counters: Counters = Field(default_factory=dict)
     boot_id: Annotated[str, Field(max_length=64)] = ""
     running: Annotated[list[RunRef], Field(max_length=100_000)] = Field(default_factory=list)
@@ -105,20 +109,20 @@ def parse_seen(items: list[str]) -> dict[tuple[int, int], int]:
 router = APIRouter(tags=["hosts"])
 
 
-@router.get("/v1/hosts", response_model=list[S.HostOut])
+@router.get("/v1/hosts", response_model=list[schemas.HostOut])
 async def list_hosts(ctl: Ctl, monitor: Monitor, _: User = Depends(authenticated)):
     await ctl.read_barrier()
     return JSONResponse(hosts_json(ctl.model, monitor.last_seen, time.monotonic()))
 
 
-@router.get("/v1/resources", response_model=list[S.ResourceOut])
+@router.get("/v1/resources", response_model=list[schemas.ResourceOut])
 async def list_resources(ctl: Ctl, _: User = Depends(authenticated)):
     """Resource type descriptors with what the cluster has of each and what is in use."""
     await ctl.read_barrier()
     return JSONResponse(resources_json(ctl.model, ctl.config))
 
 
-@router.post("/v1/hosts/{host}/register", response_model=S.RegisteredOut)
+@router.post("/v1/hosts/{host}/register", response_model=schemas.RegisteredOut)
 async def register(host: HostName, body: RegisterRequest, request: Request, monitor: Monitor,
                    actor: User = Depends(agent_identity)):
     speaks_for_host(actor, host)
@@ -134,7 +138,7 @@ async def register(host: HostName, body: RegisterRequest, request: Request, moni
     return JSONResponse(registered_json(kill, monitor.fence))
 
 
-@router.post("/v1/hosts/{host}/heartbeat", response_model=S.HeartbeatOut)
+@router.post("/v1/hosts/{host}/heartbeat", response_model=schemas.HeartbeatOut)
 async def heartbeat(host: HostName, ctl: Ctl, monitor: Monitor, actor: User = Depends(agent_identity)):
     speaks_for_host(actor, host)
     h = ctl.model.hosts.get(host)
@@ -144,7 +148,7 @@ async def heartbeat(host: HostName, ctl: Ctl, monitor: Monitor, actor: User = De
     return JSONResponse(heartbeat_json(monitor.fence))
 
 
-@router.get("/v1/hosts/{host}/work", response_model=S.HostWorkOut)
+@router.get("/v1/hosts/{host}/work", response_model=schemas.HostWorkOut)
 async def work(host: HostName, request: Request, ctl: Ctl, monitor: Monitor, actor: User = Depends(agent_identity),
                wait: float = Query(0, ge=0, le=60),
                seen: list[str] = Query([], description="JOB.RUN.SEQ: the newest order of each run the "
@@ -167,7 +171,7 @@ async def work(host: HostName, request: Request, ctl: Ctl, monitor: Monitor, act
     return JSONResponse(with_fence(out, monitor.fence if h is not None and h.state is HostState.OK else None))
 
 
-@router.post("/v1/hosts/{host}/reports", response_model=S.KillOut)
+@router.post("/v1/hosts/{host}/reports", response_model=schemas.KillOut)
 async def reports(host: HostName, body: ReportsRequest, request: Request, monitor: Monitor,
                   actor: User = Depends(agent_identity)):
     speaks_for_host(actor, host)

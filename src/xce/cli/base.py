@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gettext
 
 from xce.cli.errors import EXIT_USAGE
 from xce.client import Client
@@ -11,8 +12,10 @@ from xce.jobspec import positive_int  # noqa: F401  (the commands' type for coun
 # Start-up time matters for a command people (and scripts) run thousands of times.  argparse asks
 # gettext to translate every string it builds (~0.15 ms a lookup, ~15 ms a run) and Python ships
 # no translations for it, so those lookups are skipped.  For the same reason the CLI's own classes
-# are plain classes, not dataclasses (whose generated methods are compiled at import).
-argparse._ = lambda message: message  # type: ignore[attr-defined]
+# are plain classes, not dataclasses (whose generated methods are compiled at import).  ``_`` is
+# argparse's private name for gettext: replaced only while it is that (a later argparse may differ).
+if getattr(argparse, "_", None) is gettext.gettext:
+    argparse._ = lambda message: message  # type: ignore[attr-defined]
 
 
 class Parser(argparse.ArgumentParser):

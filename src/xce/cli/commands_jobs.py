@@ -20,7 +20,7 @@ from xce.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
 from xce.client import ApiError, Client
 from xce.client.states import JOB_PENDING, JobState
 from xce.cli.output import fields, parse_since, print_json, print_table, table, when
-from xce.units import format_bytes
+from xce.units import format_size
 
 # GET /v1/jobs's default and largest limit (xce.api.jobs; not imported: the CLI starts fast)
 LIST_LIMIT = 1000
@@ -206,7 +206,8 @@ def cmd_hist(args, ctx) -> int:
                       lambda j: (j["display_id"], j["user"], j["project"], j["state"], j["name"], j["slots"],
                                  j["exit_code"] if j["signal"] is None else f"sig {j['signal']}",
                                  when(j["submit_time"]), when(j["end_time"]), _duration(j["run_s"]),
-                                 _size((j.get("usage") or {}).get("max_rss_bytes")), _cpu(j.get("usage"))))
+                                 format_size((j.get("usage") or {}).get("max_rss_bytes"), iec=True),
+                                 _cpu(j.get("usage"))))
 
 
 def _cpu(u: dict[str, Any] | None) -> str | None:
@@ -282,7 +283,7 @@ def _show_one(job: dict[str, Any]) -> str:
         ("Started", when(job["start_time"])),
         ("Hosts held", f"{job['held_s']:.1f}s before it started" if job.get("held_s") is not None else "omit"),
         ("Ended", when(job["end_time"])), ("Exit code", job["exit_code"]), ("Signal", job["signal"]),
-        ("Exit reason", job["exit_reason"]), ("Memory limit", _size(job.get("mem_limit"))),
+        ("Exit reason", job["exit_reason"]), ("Memory limit", format_size(job.get("mem_limit"), iec=True)),
         ("Usage", _usage(job.get("usage")) or "omit"),
         ("Cwd", job["cwd"]), ("Stdout", job["stdout"]), ("Stderr", job["stderr"]),
     ] if v != "omit"])
@@ -301,17 +302,13 @@ def _show_one(job: dict[str, Any]) -> str:
     return out
 
 
-def _size(n: float | None) -> str | None:
-    return None if n is None else format_bytes(n)
-
-
 def _usage(u: dict[str, Any] | None) -> str | None:
     """``max RSS 212.4 MiB, CPU 1.02s user + 0.03s system`` (the last run's, as its worker measured it)."""
     if not u:
         return None
     parts = []
     if u.get("max_rss_bytes") is not None:
-        parts.append(f"max RSS {_size(u['max_rss_bytes'])}")
+        parts.append(f"max RSS {format_size(u['max_rss_bytes'], iec=True)}")
     if u.get("cpu_user_s") is not None:
         parts.append(f"CPU {u['cpu_user_s']:.2f}s user + {u.get('cpu_sys_s') or 0:.2f}s system")
     return ", ".join(parts) or None

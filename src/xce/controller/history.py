@@ -30,7 +30,7 @@ from xce.controller.core import Controller
 from xce.controller.memory import release_free_memory
 from xce.errors import XceError
 from xce.model import Model
-from xce.model import history as H
+from xce.model.history import add_usage, live_history, live_usage, retirable
 from xce.model.claims import Claim
 from xce.model.jobs import Job
 from xce.records import HistoryQuery, Usage, UsageQuery
@@ -47,7 +47,7 @@ class Retirement:
 
     def _decide(self, model: Model) -> Outcome:
         cfg = self.ctl.config.controller
-        fact = H.retirable(model, time.time(), cfg.keep_finished_seconds, cfg.retire_batch)
+        fact = retirable(model, time.time(), cfg.keep_finished_seconds, cfg.retire_batch)
         if fact is None:
             return Outcome(result=0)
         return Outcome([fact], result=len(fact.jobs) + len(fact.claims))
@@ -110,7 +110,7 @@ async def archived_claims_named(ctl: Controller, name: str, projects: list[str] 
 async def history(ctl: Controller, query: HistoryQuery) -> tuple[list[Job], set[int]]:
     """One page of finished jobs, live and archived, newest id first; and which of them are archived.
     The caller has passed ``read_barrier``: the live model is committed."""
-    live = H.live_history(ctl.model, query)  # first, at the committed position ...
+    live = live_history(ctl.model, query)  # first, at the committed position ...
     position = ctl.model.position
     rows = await ctl.read_store(ctl.store.query_history, _at(query, position))  # ... then the archive up to it
     archived = {r.id: job_of(r.doc) for r in rows}
@@ -121,10 +121,10 @@ async def history(ctl: Controller, query: HistoryQuery) -> tuple[list[Job], set[
 
 
 async def usage(ctl: Controller, query: UsageQuery) -> list[Usage]:
-    live = H.live_usage(ctl.model, query)
+    live = live_usage(ctl.model, query)
     position = ctl.model.position
     stored = await ctl.read_store(ctl.store.usage, dataclasses.replace(query, max_position=position))
-    return H.add_usage(live, stored)
+    return add_usage(live, stored)
 
 
 def _at(query: HistoryQuery, position: int) -> HistoryQuery:

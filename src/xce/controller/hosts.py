@@ -28,8 +28,7 @@ from xce.controller.core import Controller
 from xce.controller.longpoll import HOST_WORK_WAKE, Waker
 from xce.errors import XceError
 from xce.model import Model
-from xce.model import facts as F
-from xce.model.facts import HostStateChanged
+from xce.model.facts import Fact, HostStateChanged
 from xce.model.hosts import HostState
 from xce.model.job_claims import host_lost
 
@@ -109,7 +108,7 @@ class HostMonitor:
         host = model.hosts.get(name)
         if host is None or host.state is not HostState.UNAVAIL:
             return Outcome()  # OBSERVATION: it registered again in time
-        facts: list[F.Fact] = host_lost(model, name, time.time())
+        facts: list[Fact] = host_lost(model, name, time.time())
         if facts:
             log.warning("host %s: fence over, giving its runs up (%d facts)", name, len(facts))
         return Outcome(facts)

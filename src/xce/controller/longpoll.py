@@ -11,28 +11,33 @@ import asyncio
 import time
 
 from xce.controller.core import Controller
-from xce.model import facts as F
+from xce.model.facts import (
+    AgentLeased, AttachmentAdded, AttachmentRemoved, ClaimDeleteRequested, ClaimOpFailed, ClaimOpSucceeded, ClaimPlaced,
+    ClaimPurgeRequested, ClaimResizeReserved, Fact, JobAllocated, JobFinished, JobKillRequested, JobProcessEnded,
+    JobRequeued, JobResumed, JobSignalRequested, JobSuspended, OrphanSeen, SnapshotCreated, SnapshotDeleteRequested,
+    SnapshotOpFailed, SnapshotOpSucceeded,
+)
 
 # workers' polls for dispatches and runs' orders (the readiness gate opens when claims become READY/ATTACHED)
-HOST_WORK_WAKE = (F.JobAllocated, F.JobKillRequested, F.JobSignalRequested, F.JobSuspended, F.JobResumed,
-                  F.JobFinished, F.JobRequeued, F.ClaimOpSucceeded)
+HOST_WORK_WAKE = (JobAllocated, JobKillRequested, JobSignalRequested, JobSuspended, JobResumed,
+                  JobFinished, JobRequeued, ClaimOpSucceeded)
 # claim agents' polls: ops opened (a placed claim's create, a reserved resize's expand, a snapshot's create),
 # retried, or released
-AGENT_WAKE = (F.ClaimPlaced, F.ClaimResizeReserved, F.ClaimOpSucceeded, F.ClaimOpFailed, F.ClaimDeleteRequested, F.ClaimPurgeRequested,
-              F.AttachmentAdded, F.AttachmentRemoved, F.OrphanSeen, F.AgentLeased, F.JobAllocated,
-              F.JobProcessEnded, F.JobFinished, F.JobRequeued,
-              F.SnapshotCreated, F.SnapshotOpSucceeded, F.SnapshotOpFailed, F.SnapshotDeleteRequested)
+AGENT_WAKE = (ClaimPlaced, ClaimResizeReserved, ClaimOpSucceeded, ClaimOpFailed, ClaimDeleteRequested,
+              ClaimPurgeRequested, AttachmentAdded, AttachmentRemoved, OrphanSeen, AgentLeased, JobAllocated,
+              JobProcessEnded, JobFinished, JobRequeued,
+              SnapshotCreated, SnapshotOpSucceeded, SnapshotOpFailed, SnapshotDeleteRequested)
 
 
 class Waker:
-    def __init__(self, ctl: Controller, wake_on: tuple[type[F.Fact], ...]) -> None:
+    def __init__(self, ctl: Controller, wake_on: tuple[type[Fact], ...]) -> None:
         self.wake_on = wake_on
         self._changed = asyncio.Condition()
         self._closing = False
         ctl.listeners.commit.append(self._on_commit)
         ctl.listeners.shutdown.append(self._close)
 
-    def _on_commit(self, facts: list[F.Fact]) -> None:
+    def _on_commit(self, facts: list[Fact]) -> None:
         if any(isinstance(f, self.wake_on) for f in facts):
             asyncio.get_running_loop().create_task(self._notify())
 

@@ -38,7 +38,10 @@ from xce.controller.retry import MAX_RETRY_DELAY, Backoff, Rejections
 from xce.controller.term import Term
 from xce.errors import XceError
 from xce.model import Model
-from xce.model import facts as F
+from xce.model.facts import (
+    ClaimCreated, ClaimOpFailed, ClaimOpSucceeded, ClaimResizeRequested, Fact, HostRegistered, HostStateChanged,
+    JobFinished, JobReleased, JobRequeued, JobSubmitted,
+)
 from xce.model.claims import ClaimState, ResizeState
 from xce.model.hosts import HostState
 from xce.scheduler.core import schedule
@@ -47,8 +50,8 @@ from xce.controller.view import JobViews, build_view
 log = logging.getLogger("xce.scheduler")
 
 # facts after which a new plan may place more jobs
-_POKE = (F.JobSubmitted, F.JobFinished, F.JobRequeued, F.JobReleased, F.HostRegistered, F.HostStateChanged,
-         F.ClaimCreated, F.ClaimOpSucceeded, F.ClaimOpFailed, F.ClaimResizeRequested)
+_POKE = (JobSubmitted, JobFinished, JobRequeued, JobReleased, HostRegistered, HostStateChanged,
+         ClaimCreated, ClaimOpSucceeded, ClaimOpFailed, ClaimResizeRequested)
 
 
 class SchedulerLoop:
@@ -103,7 +106,7 @@ class SchedulerLoop:
         """Why a claim's resize still waits for room in its pool, if it does."""
         return self.resize_reasons.get(claim_id)
 
-    def _on_commit(self, facts: list[F.Fact]) -> None:
+    def _on_commit(self, facts: list[Fact]) -> None:
         if any(isinstance(f, _POKE) for f in facts):
             self.rejections.backoff.reset()  # it may change what the applier says: plan at once
             self._wake.set()

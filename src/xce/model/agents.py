@@ -28,16 +28,15 @@ from typing import TYPE_CHECKING, Any
 
 from xce.agentnames import SHARED_AGENT, node_host
 from xce.errors import Conflict
-from xce.model import claims as C
-from xce.model import capabilities as K
+from xce.model import claims
+from xce.model.capabilities import ClassReport, report_classes
 from xce.model import dispatch, job_claims, ops
-from xce.model import facts as F
-from xce.model import snapshots as SN
+from xce.model import snapshots
 from xce.model.entities.claims import Claim
 from xce.model.entities.jobs import Job
 from xce.model.entities.orphans import Orphan
 from xce.model.entities.snapshots import Snapshot
-from xce.model.facts import Fact
+from xce.model.facts import Fact, OrphanResolved
 from xce.model.ops import OpenOp
 from xce.model.orphans import due_for_release
 from xce.model.orphans import inventory as orphan_inventory
@@ -63,29 +62,30 @@ class Work:
 
 def work(model: State, agent: str, now: float, limit: int, orphan_grace: float) -> Work:
     """The ops due to ``agent`` now, at most ``limit`` of them, and the provisioner's orphans due."""
-    out = Work(claim_ops=ops.due(C.CLAIM_OPS, model, agent, now, limit))
-    out.snapshot_ops = ops.due(SN.SNAPSHOT_OPS, model, agent, now, limit - len(out.claim_ops))
+    out = Work(claim_ops=ops.due(claims.CLAIM_OPS, model, agent, now, limit))
+    out.snapshot_ops = ops.due(snapshots.SNAPSHOT_OPS, model, agent, now, limit - len(out.claim_ops))
     if agent == SHARED_AGENT:
         out.orphans = due_for_release(model, orphan_grace, now)[:limit]
     return out
 
 
 def has_work(model: State, agent: str, now: float, orphan_grace: float) -> bool:
-    return bool(ops.due(C.CLAIM_OPS, model, agent, now, 1) or ops.due(SN.SNAPSHOT_OPS, model, agent, now, 1)
+    return bool(ops.due(claims.CLAIM_OPS, model, agent, now, 1)
+                or ops.due(snapshots.SNAPSHOT_OPS, model, agent, now, 1)
                 or agent == SHARED_AGENT and due_for_release(model, orphan_grace, now))
 
 
 def next_due(model: State, agent: str) -> float | None:
     """When the agent's earliest waiting retry falls due, of any kind (None: none waits)."""
-    due = [t for t in (ops.next_due(C.CLAIM_OPS, model, agent), ops.next_due(SN.SNAPSHOT_OPS, model, agent))
+    due = [t for t in (ops.next_due(claims.CLAIM_OPS, model, agent), ops.next_due(snapshots.SNAPSHOT_OPS, model, agent))
            if t is not None]
     return min(due) if due else None
 
 
 def held(model: State, agent: str, limit: int) -> Work:
     """The open ops whose intents the agent's current epoch holds, of every kind (``ops.held``)."""
-    out = Work(claim_ops=ops.held(C.CLAIM_OPS, model, agent, limit))
-    out.snapshot_ops = ops.held(SN.SNAPSHOT_OPS, model, agent, limit - len(out.claim_ops))
+    out = Work(claim_ops=ops.held(claims.CLAIM_OPS, model, agent, limit))
+    out.snapshot_ops = ops.held(snapshots.SNAPSHOT_OPS, model, agent, limit - len(out.claim_ops))
     return out
 
 
@@ -108,9 +108,9 @@ def record_intents(model: State, agent: str, epoch: int, refs: list[IntentRef],
     for ref in refs:
         try:
             if ref.snapshot_id is not None:
-                facts += ops.record_intent(SN.SNAPSHOT_OPS, model, agent, epoch, ref.op_id, ref.snapshot_id, now)
+                facts += ops.record_intent(snapshots.SNAPSHOT_OPS, model, agent, epoch, ref.op_id, ref.snapshot_id, now)
             else:
-                facts += ops.record_intent(C.CLAIM_OPS, model, agent, epoch, ref.op_id, ref.claim_id, now)
+                facts += ops.record_intent(claims.CLAIM_OPS, model, agent, epoch, ref.op_id, ref.claim_id, now)
             accepted.append(ref.op_id)
         except Conflict as e:
             refused[ref.op_id] = e.message
@@ -155,7 +155,7 @@ class Reported:
     used: list[tuple[int, int]]
 
 
-def report(model: State, cfg: ClaimsConfig, agent: str, epoch: int, results: list[C.OpResult],
+def report(model: State, cfg: ClaimsConfig, agent: str, epoch: int, results: list[claims.OpResult],
            orphans_released: list[str], now: float, rng: random.Random) -> Reported:
     """An agent's report: its results of every kind (a result with ``snapshot_id`` is a snapshot's op),
     and, from the provisioner, the orphans it released."""
@@ -164,20 +164,21 @@ def report(model: State, cfg: ClaimsConfig, agent: str, epoch: int, results: lis
     # a claim's used bytes as its op's reply gave them, only for an op this agent holds in this epoch
     # (looked at before the report closes it)
     used = [(r.claim_id, r.used_bytes) for r in claim_results
-            if r.ok and r.used_bytes is not None and C.holds(model, agent, epoch, r.claim_id, r.op_id)]
+            if r.ok and r.used_bytes is not None and claims.holds(model, agent, epoch, r.claim_id, r.op_id)]
     facts, refused = job_claims.agent_report(model, cfg, agent, epoch, claim_results, now, rng)
     for r in results:
         if r.snapshot_id is None:
             continue
-        result = SN.SnapshotResult(op_id=r.op_id, snapshot_id=r.snapshot_id, ok=r.ok, handle=r.handle,
-                                   size_bytes=r.size_bytes, message=r.message, code=r.code, retryable=r.retryable,
-                                   stderr_tail=r.stderr_tail, used_bytes=r.used_bytes if r.ok else None)
+        result = snapshots.SnapshotResult(op_id=r.op_id, snapshot_id=r.snapshot_id, ok=r.ok, handle=r.handle,
+                                          size_bytes=r.size_bytes, message=r.message, code=r.code,
+                                          retryable=r.retryable, stderr_tail=r.stderr_tail,
+                                          used_bytes=r.used_bytes if r.ok else None)
         try:
-            facts += ops.record_result(SN.SNAPSHOT_OPS, model, cfg, agent, epoch, result, now, rng)
+            facts += ops.record_result(snapshots.SNAPSHOT_OPS, model, cfg, agent, epoch, result, now, rng)
         except Conflict as e:
             refused[r.op_id] = e.message
     if agent == SHARED_AGENT:
-        facts += [F.OrphanResolved(time=now, handle=h, how="released") for h in orphans_released if h in model.orphans]
+        facts += [OrphanResolved(time=now, handle=h, how="released") for h in orphans_released if h in model.orphans]
     return Reported(facts, refused, used)
 
 
@@ -195,8 +196,8 @@ def inventory(model: State, agent: str, epoch: int, class_name: str, provider: s
     return orphan_inventory(model, class_name, provider, objects, now)
 
 
-def capabilities(model: State, config: Config, agent: str, epoch: int, reports: list[K.ClassReport],
+def capabilities(model: State, config: Config, agent: str, epoch: int, reports: list[ClassReport],
                  now: float) -> tuple[list[Fact], dict[str, str]]:
     """What each class's provider can do (``capabilities.report_classes``: a fact per change)."""
     ops.check_epoch(model, agent, epoch)
-    return K.report_classes(model, config, agent, reports, now)
+    return report_classes(model, config, agent, reports, now)

@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from xce.agentnames import SHARED_AGENT
 from xce.errors import Conflict, InvalidRequest, XceError
-from xce.model import facts as F
 from xce.model.entities.capabilities import ClassCapabilities
-from xce.model.facts import Fact
+from xce.model.facts import ClassCapabilitiesReported, Fact
 from xce.model.state import State
 
 if TYPE_CHECKING:
@@ -56,8 +55,8 @@ def report(model: State, config: Config, agent: str, shared_agent: str, class_na
     known = model.class_capabilities.get(class_name)
     if known is not None and (known.provider, known.flags, known.access_modes) == (provider, flags, modes):
         return []
-    return [F.ClassCapabilitiesReported(time=now, class_name=class_name, provider=provider, agent=agent,
-                                        capabilities={**flags, "access_modes": modes})]
+    return [ClassCapabilitiesReported(time=now, class_name=class_name, provider=provider, agent=agent,
+                                      capabilities={**flags, "access_modes": modes})]
 
 
 #: one class's report: (class name, provider, what the provider's ``capabilities`` op answered)
@@ -104,7 +103,7 @@ def require(model: State, cls: ClaimClassConfig, flag: str) -> None:
                        f"{flag}: false", code="unsupported")
 
 
-def apply_class_capabilities(model: State, f: F.ClassCapabilitiesReported) -> None:
+def apply_class_capabilities(model: State, f: ClassCapabilitiesReported) -> None:
     flags, modes = normalized(f.capabilities)
     model.class_capabilities[f.class_name] = ClassCapabilities(class_name=f.class_name, provider=f.provider,
                                                               agent=f.agent, time=f.time, flags=flags,

@@ -51,15 +51,24 @@ def fact(type_name: str, version: int = 1) -> Callable[[F], F]:
     return register
 
 
-_FIELDS: dict[type, tuple[tuple[str, ...], Callable[[Fact], Any]]] = {}
+_FIELDS: dict[type[Fact], tuple[tuple[str, ...], Callable[[Fact], tuple[Any, ...]]]] = {}
+
+
+def _values_getter(names: tuple[str, ...]) -> Callable[[Fact], tuple[Any, ...]]:
+    """``attrgetter`` of several names returns a tuple, of one name the bare value: a tuple either way
+    here (every fact has at least its ``time``)."""
+    if len(names) > 1:
+        several: Callable[[Fact], tuple[Any, ...]] = operator.attrgetter(*names)
+        return several
+    one = operator.attrgetter(names[0])
+    return lambda f: (one(f),)
 
 
 def payload_of(f: Fact) -> dict[str, Any]:
     spec = _FIELDS.get(type(f))
     if spec is None:  # once per fact type: dataclasses.fields() is slow on the commit path
         names = tuple(fl.name for fl in dataclasses.fields(f))
-        getter = operator.attrgetter(*names)
-        spec = _FIELDS[type(f)] = (names, getter if len(names) > 1 else (lambda x, g=getter: (g(x),)))
+        spec = _FIELDS[type(f)] = (names, _values_getter(names))
     names, getter = spec
     return dict(zip(names, getter(f)))
 

@@ -14,62 +14,70 @@ from xce.errors import Unauthenticated
 from xce.model import (
     audit, capabilities, catalog, claims, history, hosts, identity, job_claims, jobs, ops, orphans, snapshots,
 )
-from xce.model import facts as F
+from xce.model.facts import (
+    AgentLeased, AttachmentAdded, AttachmentRemoved, AuditRecorded, ClaimCreated, ClaimDeleteRequested, ClaimOpFailed,
+    ClaimOpIntent, ClaimOpSucceeded, ClaimPlaced, ClaimPurgeRequested, ClaimResizeRequested, ClaimResizeReserved,
+    ClassCapabilitiesReported, ClusterInitialized, Fact, HostRegistered, HostStateChanged, JobAllocated, JobFinished,
+    JobHeld, JobKillRequested, JobProcessEnded, JobReleased, JobRequeued, JobResumed, JobSignalRequested, JobStarted,
+    JobSubmitted, JobSuspended, OrphanResolved, OrphanSeen, ProjectDefined, ProjectRemoved, QueueDefined,
+    RecordsRetired, SnapshotCreated, SnapshotDeleteRequested, SnapshotOpFailed, SnapshotOpIntent, SnapshotOpSucceeded,
+    TokenIssued, TokenRevoked, UserDefined, UserDisabled,
+)
 from xce.model.entities.identity import User
 from xce.model.state import State
 
-FOLDS: dict[type[F.Fact], Callable[[State, Any], None]] = {
-    F.ClusterInitialized: lambda m, f: setattr(m, "cluster_id", f.cluster_id),
-    F.UserDefined: identity.apply_user_defined,
-    F.TokenIssued: identity.apply_token_issued,
-    F.TokenRevoked: identity.apply_token_revoked,
-    F.UserDisabled: identity.apply_user_disabled,
-    F.QueueDefined: catalog.apply_queue_defined,
-    F.ProjectDefined: catalog.apply_project_defined,
-    F.ProjectRemoved: catalog.apply_project_removed,
-    F.JobSubmitted: jobs.apply_job_submitted,
-    F.AuditRecorded: audit.apply_audit_recorded,
-    F.HostRegistered: hosts.apply_host_registered,
-    F.HostStateChanged: hosts.apply_host_state_changed,
-    F.JobAllocated: job_claims.apply_job_allocated,  # facts about a run: its claims too
-    F.JobStarted: jobs.apply_job_started,
-    F.JobFinished: job_claims.apply_job_finished,
-    F.JobRequeued: job_claims.apply_job_requeued,
-    F.JobKillRequested: jobs.apply_job_kill_requested,
-    F.JobSignalRequested: jobs.apply_job_signal_requested,
-    F.JobSuspended: jobs.apply_job_suspended,
-    F.JobResumed: jobs.apply_job_resumed,
-    F.JobHeld: jobs.apply_job_held,
-    F.JobReleased: jobs.apply_job_released,
-    F.JobProcessEnded: job_claims.apply_job_process_ended,
-    F.ClaimCreated: job_claims.apply_claim_created,  # a run's template claims join their run
-    F.ClaimPlaced: claims.apply_claim_placed,
-    F.ClaimOpIntent: claims.apply_claim_op_intent,
-    F.ClaimOpSucceeded: claims.apply_claim_op_succeeded,
-    F.ClaimOpFailed: claims.apply_claim_op_failed,
-    F.ClaimDeleteRequested: claims.apply_claim_delete_requested,
-    F.ClaimPurgeRequested: claims.apply_claim_purge_requested,
-    F.ClaimResizeRequested: claims.apply_claim_resize_requested,
-    F.ClaimResizeReserved: claims.apply_claim_resize_reserved,
-    F.AttachmentAdded: claims.apply_attachment_added,
-    F.AttachmentRemoved: claims.apply_attachment_removed,
-    F.AgentLeased: ops.apply_agent_leased,
-    F.ClassCapabilitiesReported: capabilities.apply_class_capabilities,
-    F.SnapshotCreated: snapshots.apply_snapshot_created,
-    F.SnapshotOpIntent: snapshots.apply_snapshot_op_intent,
-    F.SnapshotOpSucceeded: snapshots.apply_snapshot_op_succeeded,
-    F.SnapshotOpFailed: snapshots.apply_snapshot_op_failed,
-    F.SnapshotDeleteRequested: snapshots.apply_snapshot_delete_requested,
-    F.OrphanSeen: orphans.apply_orphan_seen,
-    F.OrphanResolved: orphans.apply_orphan_resolved,
-    F.RecordsRetired: history.apply_records_retired,
+FOLDS: dict[type[Fact], Callable[[State, Any], None]] = {
+    ClusterInitialized: lambda m, f: setattr(m, "cluster_id", f.cluster_id),
+    UserDefined: identity.apply_user_defined,
+    TokenIssued: identity.apply_token_issued,
+    TokenRevoked: identity.apply_token_revoked,
+    UserDisabled: identity.apply_user_disabled,
+    QueueDefined: catalog.apply_queue_defined,
+    ProjectDefined: catalog.apply_project_defined,
+    ProjectRemoved: catalog.apply_project_removed,
+    JobSubmitted: jobs.apply_job_submitted,
+    AuditRecorded: audit.apply_audit_recorded,
+    HostRegistered: hosts.apply_host_registered,
+    HostStateChanged: hosts.apply_host_state_changed,
+    JobAllocated: job_claims.apply_job_allocated,  # facts about a run: its claims too
+    JobStarted: jobs.apply_job_started,
+    JobFinished: job_claims.apply_job_finished,
+    JobRequeued: job_claims.apply_job_requeued,
+    JobKillRequested: jobs.apply_job_kill_requested,
+    JobSignalRequested: jobs.apply_job_signal_requested,
+    JobSuspended: jobs.apply_job_suspended,
+    JobResumed: jobs.apply_job_resumed,
+    JobHeld: jobs.apply_job_held,
+    JobReleased: jobs.apply_job_released,
+    JobProcessEnded: job_claims.apply_job_process_ended,
+    ClaimCreated: job_claims.apply_claim_created,  # a run's template claims join their run
+    ClaimPlaced: claims.apply_claim_placed,
+    ClaimOpIntent: claims.apply_claim_op_intent,
+    ClaimOpSucceeded: claims.apply_claim_op_succeeded,
+    ClaimOpFailed: claims.apply_claim_op_failed,
+    ClaimDeleteRequested: claims.apply_claim_delete_requested,
+    ClaimPurgeRequested: claims.apply_claim_purge_requested,
+    ClaimResizeRequested: claims.apply_claim_resize_requested,
+    ClaimResizeReserved: claims.apply_claim_resize_reserved,
+    AttachmentAdded: claims.apply_attachment_added,
+    AttachmentRemoved: claims.apply_attachment_removed,
+    AgentLeased: ops.apply_agent_leased,
+    ClassCapabilitiesReported: capabilities.apply_class_capabilities,
+    SnapshotCreated: snapshots.apply_snapshot_created,
+    SnapshotOpIntent: snapshots.apply_snapshot_op_intent,
+    SnapshotOpSucceeded: snapshots.apply_snapshot_op_succeeded,
+    SnapshotOpFailed: snapshots.apply_snapshot_op_failed,
+    SnapshotDeleteRequested: snapshots.apply_snapshot_delete_requested,
+    OrphanSeen: orphans.apply_orphan_seen,
+    OrphanResolved: orphans.apply_orphan_resolved,
+    RecordsRetired: history.apply_records_retired,
 }
 
 
 class Model(State):
     """The controller's whole state, and the one way it changes: ``apply``."""
 
-    def apply(self, position: int, fact: F.Fact) -> None:
+    def apply(self, position: int, fact: Fact) -> None:
         fold = FOLDS.get(type(fact))
         if fold is None:  # a registered fact with no fold is a programming error
             raise TypeError(f"no fold for fact {fact.TYPE}")

@@ -32,10 +32,11 @@ from __future__ import annotations
 from typing import Any
 
 from xce.errors import Conflict, InvalidRequest, NotFound
-from xce.model import facts as F
+from xce.model.facts import RecordsRetired
 from xce.model.claims import Claim, ClaimForm, ClaimState, may_see, name_key
-from xce.model.jobs import Job, request_key
+from xce.model.jobs import request_key
 from xce.model.entities.identity import User
+from xce.model.entities.jobs import Job
 from xce.model.state import State
 from xce.records import HistoryQuery, Usage, UsageQuery
 
@@ -49,7 +50,7 @@ def released_time(claim: Claim) -> float:
     return max(times) if times else claim.created
 
 
-def retirable(model: State, now: float, keep: float, limit: int = RETIRE_BATCH) -> F.RecordsRetired | None:
+def retirable(model: State, now: float, keep: float, limit: int = RETIRE_BATCH) -> RecordsRetired | None:
     """The records old and unreferenced enough to leave the live model now, at most about ``limit``
     of them (None: nothing to retire).  Pure: the leader commits what it returns.
 
@@ -116,7 +117,7 @@ def retirable(model: State, now: float, keep: float, limit: int = RETIRE_BATCH) 
             claims.append(c.id)
     if not jobs and not claims:
         return None
-    return F.RecordsRetired(time=now, jobs=jobs, claims=sorted(set(claims)))
+    return RecordsRetired(time=now, jobs=jobs, claims=sorted(set(claims)))
 
 
 def array_elements(model: State, parent: int) -> list[Job]:
@@ -129,7 +130,7 @@ def array_elements(model: State, parent: int) -> list[Job]:
     return out
 
 
-def retiring(model: State, f: F.RecordsRetired) -> tuple[list[Job], list[Claim]]:
+def retiring(model: State, f: RecordsRetired) -> tuple[list[Job], list[Claim]]:
     """The records folding ``f`` drops, as the model holds them before the fold: those it names that
     are here and finished (jobs) or RELEASED (claims).  Folds are total: an unknown or live one is
     left alone, the same on replay.  The leader writes these documents to the archive with the fact
@@ -140,7 +141,7 @@ def retiring(model: State, f: F.RecordsRetired) -> tuple[list[Job], list[Claim]]
     return jobs, claims
 
 
-def apply_records_retired(model: State, f: F.RecordsRetired) -> None:
+def apply_records_retired(model: State, f: RecordsRetired) -> None:
     """Drop the records ``retiring`` names and every index entry naming them."""
     jobs, claims = retiring(model, f)
     for job in jobs:

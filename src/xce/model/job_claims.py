@@ -24,17 +24,21 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
-from xce.model import claims as C
-from xce.model import facts as F
+from xce.model import claims
 from xce.model import jobs
-from xce.model.jobs import Job, JobSpec, JobState, finish_after_stage_out
+from xce.model.jobs import JobSpec, finish_after_stage_out
 from xce.model.claims import AccessMode, Attachment, AttachmentState, Claim, ClaimForm, ClaimState, Mode, Scope
 from xce.model.entities.identity import User
-from xce.model.facts import Fact
+from xce.model.entities.jobs import Job, JobState
+from xce.model.facts import (
+    AttachmentAdded, AttachmentRemoved, ClaimCreated, ClaimOpFailed, ClaimOpSucceeded, Fact, JobAllocated, JobFinished,
+    JobProcessEnded, JobRequeued, JobSubmitted,
+)
 from xce.model.state import State
 from xce.names import check_name
 from xce.transfers.locations import Location, TransferRefused, split_stage_in, split_stage_out
@@ -82,7 +86,7 @@ def check_published(refs: list[dict[str, Any]], templates: list[dict[str, Any]])
     refuse a submission where two would meet, or a standalone claim would hide the job's own
     workspace, scratch or staging area."""
     for r in refs:
-        if r["name"] in C.RESERVED_NAMES:
+        if r["name"] in claims.RESERVED_NAMES:
             raise InvalidRequest(f"claim {r['name']} has a reserved name: it would hide the job's own {r['name']}")
     seen: dict[str, str] = {"workspace": "the workspace", "XCE_WORKSPACE": "the workspace"}
     published = [(t["kind"], template_env(t["kind"]), f"template claim {t['kind']}") for t in templates]
@@ -133,7 +137,7 @@ def stage_class_for(config: Config, spec: JobClaimsSpec, queue: str | None) -> t
 
 
 def resolve(model: State, config: Config, actor: User, project: str, spec: JobClaimsSpec,
-            queue: str | None = None) -> tuple[list, list]:
+            queue: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(standalone references, template claim specs) for ``JobSubmitted``; refuses what cannot work.
     ``queue``: the job's (its default staging class)."""
     if len(spec.claims) > MAX_REFS:
@@ -142,7 +146,7 @@ def resolve(model: State, config: Config, actor: User, project: str, spec: JobCl
     for text in spec.claims:
         name, mode = _split_last(text)
         check_name("claim", name)
-        claim = C.live_by_name(model, project, name)  # a job uses its own project's claims
+        claim = claims.live_by_name(model, project, name)  # a job uses its own project's claims
         if claim is None:
             raise NotFound(f"claim {name!r} not found in project {project!r} (--claim {text})")
         if mode is None:
@@ -160,9 +164,9 @@ def resolve(model: State, config: Config, actor: User, project: str, spec: JobCl
     templates: list[dict[str, Any]] = []
 
     def add_template(kind: str, class_name: str, size: int, **extra: Any) -> None:
-        cls = C.class_or_404(config, class_name)
-        C.check_quota(model, config, project, class_name, size)
-        C.check_fits_a_pool(config, cls, size, f"template claim {kind!r}")
+        cls = claims.class_or_404(config, class_name)
+        claims.check_quota(model, config, project, class_name, size)
+        claims.check_fits_a_pool(config, cls, size, f"template claim {kind!r}")
         # node scope: on the run's first host, its host counter; shared: the provisioner makes it in a pool
         templates.append({"kind": kind, "class": class_name, "size_bytes": size, "scope": cls.scope,
                           "counter": cls.counter if cls.scope == Scope.NODE else None,
@@ -191,10 +195,10 @@ def resolve(model: State, config: Config, actor: User, project: str, spec: JobCl
                                      "here: stage out to a path or a remote (xce transfers list)")
             outs.append([_relative(src, "--stage-out source"), where.text])
         class_name, origin = stage_class_for(config, spec, queue)
-        cls = C.class_or_404(config, class_name)
+        cls = claims.class_or_404(config, class_name)
         size = parse_size(spec.stage_size if spec.stage_size is not None else config.claims.stage_size,
                           "--stage-size")
-        C.check_quota(model, config, project, cls.name, size)
+        claims.check_quota(model, config, project, cls.name, size)
         if cls.scope == Scope.SHARED:
             # staged while the job waits in the queue, by the provisioner: it reads and writes where the
             # project's remotes allow, never a path on a host (it would read them as itself, not the user)
@@ -203,7 +207,7 @@ def resolve(model: State, config: Config, actor: User, project: str, spec: JobCl
                 raise InvalidRequest(f"staging class {cls.name!r} ({origin}) is shared: it stages from and to URLs "
                                      f"and remotes only, before hosts are allocated ({local[0]} is a path: use a "
                                      "node-scope staging class for paths, --stage-class CLASS)")
-            C.check_fits_a_pool(config, cls, size, "the staging claim")
+            claims.check_fits_a_pool(config, cls, size, "the staging claim")
             templates.append({"kind": "stage", "class": cls.name, "size_bytes": size, "scope": Scope.SHARED.value,
                               "counter": None, "pools": list(cls.pools), "stage_in": ins, "stage_out": outs,
                               "early": True})
@@ -275,27 +279,27 @@ def submit(model: State, actor: User, spec: JobSpec, claims: JobClaimsSpec, now:
 
 
 def early_fact(job_id: int, user: str, project: str, run: int, t: dict[str, Any], claim_id: int,
-               now: float) -> F.ClaimCreated:
+               now: float) -> ClaimCreated:
     """The ``ClaimCreated`` of a job's shared staging claim for its run ``run``, made before that run is
     allocated: PENDING and unplaced, the scheduler places it in a pool as it places standalone claims."""
-    return F.ClaimCreated(time=now, claim_id=claim_id, name=C.template_name(job_id, run, t["kind"]),
-                          form=ClaimForm.TEMPLATE.value, class_name=t["class"], scope=Scope.SHARED.value,
-                          size_bytes=t["size_bytes"], access_mode=AccessMode.RWX.value,
-                          reclaim_policy=C.ReclaimPolicy.DELETE.value, owner=user, project=project, job_id=job_id,
-                          run=run, kind=t["kind"], stage_in=[list(x) for x in t["stage_in"]],
-                          stage_out=[list(x) for x in t["stage_out"]], early=True)
+    return ClaimCreated(time=now, claim_id=claim_id, name=claims.template_name(job_id, run, t["kind"]),
+                        form=ClaimForm.TEMPLATE.value, class_name=t["class"], scope=Scope.SHARED.value,
+                        size_bytes=t["size_bytes"], access_mode=AccessMode.RWX.value,
+                        reclaim_policy=claims.ReclaimPolicy.DELETE.value, owner=user, project=project, job_id=job_id,
+                        run=run, kind=t["kind"], stage_in=[list(x) for x in t["stage_in"]],
+                        stage_out=[list(x) for x in t["stage_out"]], early=True)
 
 
-def early_claims(model: State, submitted: Fact, now: float) -> list[F.ClaimCreated]:
+def early_claims(model: State, submitted: Fact, now: float) -> list[ClaimCreated]:
     """A submission's shared staging claims (one per job of an array), made with it: staged in while the
     jobs wait in the queue (the same ``ClaimCreated`` fact and fold as every claim)."""
-    if not isinstance(submitted, F.JobSubmitted):
+    if not isinstance(submitted, JobSubmitted):
         return []
     early = [t for t in submitted.templates if t.get("early")]
     if not early:
         return []
     ids = [submitted.id + i for i in range(len(submitted.array_indices))] or [submitted.id]
-    out = []
+    out: list[ClaimCreated] = []
     for job_id in ids:
         for t in early:
             out.append(early_fact(job_id, submitted.user, submitted.project, 1, t, model.next_claim_id + len(out),
@@ -333,26 +337,26 @@ def host_lost(model: State, host: str, now: float) -> list[Fact]:
     for claim in model.claims.values():
         for a in claim.attachments:
             if a.host == host:
-                out.append(F.AttachmentRemoved(time=now, claim_id=claim.id, attachment_id=a.id,
-                                               by=f"host {host} lost: fenced"))
+                out.append(AttachmentRemoved(time=now, claim_id=claim.id, attachment_id=a.id,
+                                             by=f"host {host} lost: fenced"))
     return out
 
 
 # ---------------------------------------------------------------- jobs meet claims: folds
 
 
-def apply_job_allocated(model: State, f: F.JobAllocated) -> None:
+def apply_job_allocated(model: State, f: JobAllocated) -> None:
     if (job := jobs.apply_job_allocated(model, f)) is not None:
         on_allocated(model, job, f)
 
 
-def apply_job_finished(model: State, f: F.JobFinished) -> None:
+def apply_job_finished(model: State, f: JobFinished) -> None:
     if (job := jobs.apply_job_finished(model, f)) is not None:
         release_for_run(model, job, f.time, host_lost=f.host_lost)
         release_early(model, job, f.time)
 
 
-def apply_job_requeued(model: State, f: F.JobRequeued) -> None:
+def apply_job_requeued(model: State, f: JobRequeued) -> None:
     if (job := jobs.apply_job_requeued(model, f)) is not None:
         release_for_run(model, job, f.time, host_lost=f.host_lost)
         restage_early(model, job, f.time)
@@ -363,7 +367,7 @@ def release_early(model: State, job: Job, time: float) -> None:
     claim = model.claims.get(job.early_claim) if job.early_claim is not None else None
     job.early_claim = None
     if claim is not None and claim.job_id == job.id and claim.state is not ClaimState.RELEASED:
-        C.release_template(model, claim, time, f"job {job.display_id} ended before run {claim.run} was allocated")
+        claims.release_template(model, claim, time, f"job {job.display_id} ended before run {claim.run} was allocated")
 
 
 def restage_early(model: State, job: Job, time: float) -> None:
@@ -378,7 +382,7 @@ def restage_early(model: State, job: Job, time: float) -> None:
                                                   time))
 
 
-def apply_job_process_ended(model: State, f: F.JobProcessEnded) -> None:
+def apply_job_process_ended(model: State, f: JobProcessEnded) -> None:
     if (job := jobs.apply_job_process_ended(model, f)) is not None and start_stage_out(model, job, f.time):
         jobs.begin_stage_out(model, job, f.time)
 
@@ -386,23 +390,23 @@ def apply_job_process_ended(model: State, f: F.JobProcessEnded) -> None:
 # ---------------------------------------------------------------- allocation (folded from JobAllocated)
 
 
-def template_fact(job: Job, run: int, hosts: list[str], t: dict[str, Any], now: float) -> F.ClaimCreated:
+def template_fact(job: Job, run: int, hosts: list[str], t: dict[str, Any], now: float) -> ClaimCreated:
     """The ``ClaimCreated`` of one of a run's template claims (``t``: the job's template spec, with the
     ``claim_id`` and ``pool`` the plan applier decided)."""
     shared = t.get("scope") == Scope.SHARED
-    return F.ClaimCreated(time=now, claim_id=t["claim_id"], name=C.template_name(job.id, run, t["kind"]),
-                          form=ClaimForm.TEMPLATE.value, class_name=t["class"],
-                          scope=(Scope.SHARED if shared else Scope.NODE).value, size_bytes=t["size_bytes"],
-                          access_mode=(AccessMode.RWX if shared else AccessMode.RWO).value,
-                          reclaim_policy=C.ReclaimPolicy.DELETE.value, owner=job.user, project=job.project,
-                          job_id=job.id, run=run, kind=t["kind"], host=None if shared or not hosts else hosts[0],
-                          pool=t.get("pool"), stage_in=[list(x) for x in t["stage_in"]],
-                          stage_out=[list(x) for x in t["stage_out"]])
+    return ClaimCreated(time=now, claim_id=t["claim_id"], name=claims.template_name(job.id, run, t["kind"]),
+                        form=ClaimForm.TEMPLATE.value, class_name=t["class"],
+                        scope=(Scope.SHARED if shared else Scope.NODE).value, size_bytes=t["size_bytes"],
+                        access_mode=(AccessMode.RWX if shared else AccessMode.RWO).value,
+                        reclaim_policy=claims.ReclaimPolicy.DELETE.value, owner=job.user, project=job.project,
+                        job_id=job.id, run=run, kind=t["kind"], host=None if shared or not hosts else hosts[0],
+                        pool=t.get("pool"), stage_in=[list(x) for x in t["stage_in"]],
+                        stage_out=[list(x) for x in t["stage_out"]])
 
 
-def apply_claim_created(model: State, f: F.ClaimCreated) -> None:
+def apply_claim_created(model: State, f: ClaimCreated) -> None:
     """A claim is made (``claims``' fold); a run's template claim joins its run."""
-    if not C.apply_claim_created(model, f) or f.job_id is None or f.run is None:
+    if not claims.apply_claim_created(model, f) or f.job_id is None or f.run is None:
         return  # (a template claim whose id was taken never joins: ``blocker`` then holds the run back)
     job = model.jobs.get(f.job_id)
     if f.early:  # made ahead for the job's next run: it joins that run when its hosts are allocated
@@ -413,7 +417,7 @@ def apply_claim_created(model: State, f: F.ClaimCreated) -> None:
         job.run_claims.append(f.claim_id)
 
 
-def on_allocated(model: State, job: Job, f: F.JobAllocated) -> None:
+def on_allocated(model: State, job: Job, f: JobAllocated) -> None:
     """A new run: its attachments (ids decided by the plan applier).  Its template claims follow as
     ``ClaimCreated`` facts; logs written before they did carry them in ``f.templates``."""
     job.run_claims = []
@@ -425,21 +429,21 @@ def on_allocated(model: State, job: Job, f: F.JobAllocated) -> None:
     for t in f.templates:
         apply_claim_created(model, template_fact(job, f.run, list(f.hosts), t, f.time))
     for a in f.attachments:
-        C.apply_attachment_added(model, F.AttachmentAdded(time=f.time, claim_id=a["claim_id"],
-                                                          attachment_id=a["attachment_id"], host=a["host"],
-                                                          mode=a["mode"], by=job.user, job_id=job.id, run=f.run))
+        claims.apply_attachment_added(model, AttachmentAdded(time=f.time, claim_id=a["claim_id"],
+                                                             attachment_id=a["attachment_id"], host=a["host"],
+                                                             mode=a["mode"], by=job.user, job_id=job.id, run=f.run))
         job.run_attachments.append([a["claim_id"], a["attachment_id"]])
 
 
 def plan_claims(job: Job, run: int, hosts: list[str], next_claim: int, next_attachment: int,
-                pools: dict[str, str], now: float) -> tuple[list[F.ClaimCreated], list[dict]]:
+                pools: dict[str, str], now: float) -> tuple[list[ClaimCreated], list[dict[str, Any]]]:
     """What a new run of ``job`` on ``hosts`` gets: its template claims (``ClaimCreated`` facts, to
     follow its ``JobAllocated``) and its attachments (in ``JobAllocated``); ``pools`` places its
     shared template claims (kind -> pool, chosen by the scheduler)."""
     made = [t for t in job.templates if not t.get("early")]  # (early ones exist already: staged in)
     templates = [template_fact(job, run, hosts, dict(t, claim_id=next_claim + i, pool=pools.get(t["kind"])), now)
                  for i, t in enumerate(made)]
-    attachments = []
+    attachments: list[dict[str, Any]] = []
     for ref in job.claim_refs:
         for host in hosts:
             attachments.append({"attachment_id": next_attachment + len(attachments), "claim_id": ref["claim_id"],
@@ -460,7 +464,7 @@ def staging_claim(model: State, job: Job) -> Claim | None:
     if early is not None:
         return early
     return next((c for c in run_claims(model, job) if c.kind == "stage" and c.op is not None
-                 and c.op.kind in (C.OpKind.STAGE_IN, C.OpKind.STAGE_OUT)), None)
+                 and c.op.kind in (claims.OpKind.STAGE_IN, claims.OpKind.STAGE_OUT)), None)
 
 
 def early_blocking(model: State, job: Job) -> str | None:
@@ -500,12 +504,15 @@ def run_claims(model: State, job: Job) -> list[Claim]:
     return out
 
 
-def _attachment(model: State, job: Job, claim_id: int, attachment_id: int) -> tuple[Claim | None, Attachment | None]:
-    """The run's attachment ``attachment_id`` of claim ``claim_id`` (None, None: not this run's)."""
+def _attachment(model: State, job: Job, claim_id: int, attachment_id: int) -> tuple[Claim, Attachment] | None:
+    """Claim ``claim_id`` and its attachment ``attachment_id`` for the job's run (None: gone, or not
+    this run's)."""
     claim = model.claims.get(claim_id)
-    a = next((a for a in claim.attachments if a.id == attachment_id), None) if claim is not None else None
+    if claim is None:
+        return None
+    a = next((a for a in claim.attachments if a.id == attachment_id), None)
     if a is None or (a.job_id, a.run) != (job.id, job.run):
-        return claim, None
+        return None
     return claim, a
 
 
@@ -534,25 +541,29 @@ def blocker(model: State, job: Job) -> Blocker | None:
         if claim.state is not ClaimState.READY:
             return Blocker("claim", claim=claim)
     for claim_id, attachment_id in job.run_attachments:
-        claim, a = _attachment(model, job, claim_id, attachment_id)
-        if claim is None or a is None:
+        found = _attachment(model, job, claim_id, attachment_id)
+        if found is None:
             return Blocker("detached", claim_id=claim_id)
+        claim, a = found
         if a.state is not AttachmentState.ATTACHED:
             return Blocker("attachment", claim=claim, attachment=a)
     return None
 
 
-def fail_run(model: State, job_id: int | None, run: int | None, what: str, now: float) -> list[Fact]:
+JobEnd = JobFinished | JobRequeued  # what a failed claim or stage-out decides for its job's run
+
+
+def fail_run(model: State, job_id: int | None, run: int | None, what: str, now: float) -> list[JobEnd]:
     """A claim of an allocated, not yet started run failed for good: the job ends (or is requeued)."""
     job = model.jobs.get(job_id) if job_id is not None else None
     if job is None or job.run != run or job.state is not JobState.PEND or not job.alloc_slots:
         return []
     if job.rerunnable:
-        return [F.JobRequeued(time=now, job_id=job.id, run=job.run, reason=f"{what}: requeued")]
-    return [F.JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value, reason=what)]
+        return [JobRequeued(time=now, job_id=job.id, run=job.run, reason=f"{what}: requeued")]
+    return [JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value, reason=what)]
 
 
-def agent_report(model: State, cfg: ClaimsConfig, agent: str, epoch: int, results: list[C.OpResult], now: float,
+def agent_report(model: State, cfg: ClaimsConfig, agent: str, epoch: int, results: list[claims.OpResult], now: float,
                  rng: random.Random) -> tuple[list[Fact], dict[str, str]]:
     """An agent's report on its ops: the facts of each result, and what each means for the job its
     claim serves (one decision a job); ``refused`` says why an op's result was not taken."""
@@ -561,7 +572,7 @@ def agent_report(model: State, cfg: ClaimsConfig, agent: str, epoch: int, result
     jobs_decided: set[int] = set()
     for r in results:
         try:
-            outcome = C.record_result(model, cfg, agent, epoch, r, now, rng)
+            outcome = claims.record_result(model, cfg, agent, epoch, r, now, rng)
         except Conflict as e:
             refused[r.op_id] = e.message
             continue
@@ -574,34 +585,34 @@ def agent_report(model: State, cfg: ClaimsConfig, agent: str, epoch: int, result
     return facts, refused
 
 
-def consequences(model: State, claim_id: int, op_id: str, result: Fact, now: float) -> list[Fact]:
+def consequences(model: State, claim_id: int, op_id: str, result: Fact, now: float) -> Sequence[JobEnd]:
     """What an op's result means for the job it serves (decided before ``result`` is folded)."""
     claim = model.claims.get(claim_id)
     found = claim.find_op(op_id) if claim is not None else None
-    if found is None:
+    if claim is None or found is None:
         return []
     op, a = found
-    if isinstance(result, F.ClaimOpSucceeded):
-        if a is None and op.kind is C.OpKind.STAGE_OUT and claim.job_id is not None:
+    if isinstance(result, ClaimOpSucceeded):
+        if a is None and op.kind is claims.OpKind.STAGE_OUT and claim.job_id is not None:
             return finish_after_stage_out(model, claim.job_id, claim.run, None, now)
         return []
-    if not isinstance(result, F.ClaimOpFailed) or result.next_retry is not None:
+    if not isinstance(result, ClaimOpFailed) or result.next_retry is not None:
         return []
     error = f"{result.code}: {result.message}"
     if a is not None:
-        if op.kind is C.OpKind.ATTACH:
+        if op.kind is claims.OpKind.ATTACH:
             return fail_run(model, a.job_id, a.run, f"claim {claim.name} could not be attached on {a.host}: {error}",
                             now)
         return []
-    if op.kind is C.OpKind.STAGE_OUT and claim.job_id is not None:
+    if op.kind is claims.OpKind.STAGE_OUT and claim.job_id is not None:
         return finish_after_stage_out(model, claim.job_id, claim.run, f"stage-out failed: {error}", now)
-    if op.kind in (C.OpKind.CREATE, C.OpKind.STAGE_IN) and claim.form is ClaimForm.TEMPLATE:
-        what = "stage-in failed" if op.kind is C.OpKind.STAGE_IN else f"claim {claim.name} failed"
+    if op.kind in (claims.OpKind.CREATE, claims.OpKind.STAGE_IN) and claim.form is ClaimForm.TEMPLATE:
+        what = "stage-in failed" if op.kind is claims.OpKind.STAGE_IN else f"claim {claim.name} failed"
         job = model.jobs.get(claim.job_id) if claim.job_id is not None else None
         if job is not None and job.early_claim == claim.id and not job.allocated and not job.finished:
             # staged before allocation: the job holds nothing; it ends (a requeue would stage the same again)
-            return [F.JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value,
-                                  reason=f"{what}: {error}")]
+            return [JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value,
+                                reason=f"{what}: {error}")]
         return fail_run(model, claim.job_id, claim.run, f"{what}: {error}", now)
     return []
 
@@ -613,7 +624,7 @@ def start_stage_out(model: State, job: Job, time: float) -> bool:
     """The process ended: stage-out begins (True) if the run has a staging claim with items to copy."""
     for claim in run_claims(model, job):
         if claim.stage_out and claim.state is ClaimState.READY:
-            C.begin_stage_out(model, claim, time)
+            claims.begin_stage_out(model, claim, time)
             return True
     return False
 
@@ -624,13 +635,12 @@ def release_for_run(model: State, job: Job, time: float, host_lost: bool = False
         if claim.keep or claim.state is ClaimState.RELEASED:
             continue
         if host_lost and claim.stage_out and claim.data_exists:
-            C.keep_data(model, claim, time, f"host {claim.host} lost before stage-out: the data is kept there")
+            claims.keep_data(model, claim, time, f"host {claim.host} lost before stage-out: the data is kept there")
             continue
-        C.release_template(model, claim, time, f"job {job.display_id} run {job.run} ended")
+        claims.release_template(model, claim, time, f"job {job.display_id} run {job.run} ended")
     for claim_id, attachment_id in job.run_attachments:
-        claim, a = _attachment(model, job, claim_id, attachment_id)
-        if a is not None:
-            C.detach(model, claim, a, time)
+        if (found := _attachment(model, job, claim_id, attachment_id)) is not None:
+            claims.detach(model, *found, time)
     # the lists stay (xce job show lists what the run had) until the next run's allocation
 
 
@@ -645,9 +655,10 @@ def publish_list(model: State, job: Job, host: str) -> list[dict[str, Any]]:
         out.append({"name": claim.kind, "claim": claim.name, "env": env, "path": claim.path, "readonly": False,
                     "form": "template"})
     for claim_id, attachment_id in job.run_attachments:
-        claim, a = _attachment(model, job, claim_id, attachment_id)
-        if a is None or a.host != host:
+        found = _attachment(model, job, claim_id, attachment_id)
+        if found is None or found[1].host != host:
             continue
+        claim, a = found
         readonly = a.mode is Mode.RO or claim.access_mode is AccessMode.ROX
         out.append({"name": claim.name, "claim": claim.name, "env": env_name(claim.name), "path": a.path,
                     "readonly": readonly, "form": "standalone"})

@@ -32,10 +32,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
-from xce.model import facts as F
 from xce.model.entities.identity import User
 from xce.model.entities.jobs import RUNNING, Job, JobState
-from xce.model.facts import Fact, JobSubmitted
+from xce.model.facts import (
+    Fact, JobAllocated, JobFinished, JobHeld, JobKillRequested, JobProcessEnded, JobReleased, JobRequeued, JobResumed,
+    JobSignalRequested, JobStarted, JobSubmitted, JobSuspended,
+)
 from xce.model.state import State
 from xce.model.transitions import check
 from xce.names import check_name
@@ -257,7 +259,8 @@ def apply_job_submitted(model: State, f: JobSubmitted) -> None:
     """A job, or every element of an array (one fact: ``array_indices``, ids from ``f.id`` on).  What
     the elements share is computed once: an array of 5,000 is folded on the event loop, which serves
     no read meanwhile."""
-    elements = [(f.id + i, f.id, idx) for i, idx in enumerate(f.array_indices)] or [(f.id, None, None)]
+    elements: list[tuple[int, int | None, int | None]] = (  # (job id, array parent, array index)
+        [(f.id + i, f.id, idx) for i, idx in enumerate(f.array_indices)] or [(f.id, None, None)])
     state = JobState.PSUSP if f.held else JobState.PEND
     pending_reason = "held by user" if f.held else None
     submitted = {"state": state.value, "time": f.time, "run": 0, "reason": f"submitted by {f.user}"}
@@ -294,7 +297,7 @@ def _release(model: State, job: Job) -> None:
     job.alloc_cluster = {}
 
 
-def apply_job_allocated(model: State, f: F.JobAllocated) -> Job | None:
+def apply_job_allocated(model: State, f: JobAllocated) -> Job | None:
     """The job holds its new run's hosts (None: an unknown job; ``job_claims`` makes the run's claims)."""
     job = model.jobs.get(f.job_id)
     if job is None:  # folds are total: a fact about an unknown job changes nothing
@@ -324,7 +327,7 @@ def apply_job_allocated(model: State, f: F.JobAllocated) -> Job | None:
     return job
 
 
-def apply_job_started(model: State, f: F.JobStarted) -> None:
+def apply_job_started(model: State, f: JobStarted) -> None:
     job = model.jobs.get(f.job_id)
     if job is None:  # folds are total: a fact about an unknown job changes nothing
         return
@@ -340,7 +343,7 @@ def apply_job_started(model: State, f: F.JobStarted) -> None:
     job.pending_reason = None
 
 
-def apply_job_finished(model: State, f: F.JobFinished) -> Job | None:
+def apply_job_finished(model: State, f: JobFinished) -> Job | None:
     """The run ended for good (None: the fact changed nothing; ``job_claims`` lets its claims go)."""
     job = model.jobs.get(f.job_id)
     if job is None:  # folds are total: a fact about an unknown job changes nothing
@@ -360,7 +363,7 @@ def apply_job_finished(model: State, f: F.JobFinished) -> Job | None:
     return job
 
 
-def apply_job_requeued(model: State, f: F.JobRequeued) -> Job | None:
+def apply_job_requeued(model: State, f: JobRequeued) -> Job | None:
     """The run is over and the job waits again (None: the fact changed nothing)."""
     job = model.jobs.get(f.job_id)
     if job is None:  # folds are total: a fact about an unknown job changes nothing
@@ -391,7 +394,7 @@ def _ordered(model: State, job_id: int, run: int) -> Job | None:
     return job
 
 
-def apply_job_kill_requested(model: State, f: F.JobKillRequested) -> None:
+def apply_job_kill_requested(model: State, f: JobKillRequested) -> None:
     job = _ordered(model, f.job_id, f.run)
     if job is None:
         return
@@ -402,26 +405,26 @@ def apply_job_kill_requested(model: State, f: F.JobKillRequested) -> None:
     job.kill_by = f.by
 
 
-def apply_job_signal_requested(model: State, f: F.JobSignalRequested) -> None:
+def apply_job_signal_requested(model: State, f: JobSignalRequested) -> None:
     job = _ordered(model, f.job_id, f.run)
     if job is None:
         return
     job.signal_orders = [*job.signal_orders, [job.order_seq, f.signal]][-MAX_SIGNAL_ORDERS:]
 
 
-def apply_job_suspended(model: State, f: F.JobSuspended) -> None:
+def apply_job_suspended(model: State, f: JobSuspended) -> None:
     job = _ordered(model, f.job_id, f.run)
     if job is not None and job.state is JobState.RUN:
         _set_state(model, job, JobState.USUSP, f.time, f"suspended by {f.by}")
 
 
-def apply_job_resumed(model: State, f: F.JobResumed) -> None:
+def apply_job_resumed(model: State, f: JobResumed) -> None:
     job = _ordered(model, f.job_id, f.run)
     if job is not None and job.state is JobState.USUSP:
         _set_state(model, job, JobState.RUN, f.time, f"resumed by {f.by}")
 
 
-def apply_job_held(model: State, f: F.JobHeld) -> None:
+def apply_job_held(model: State, f: JobHeld) -> None:
     job = model.jobs.get(f.job_id)
     if job is None:  # folds are total: a fact about an unknown job changes nothing
         return
@@ -429,7 +432,7 @@ def apply_job_held(model: State, f: F.JobHeld) -> None:
     job.pending_reason = f"held by {f.by}"
 
 
-def apply_job_released(model: State, f: F.JobReleased) -> None:
+def apply_job_released(model: State, f: JobReleased) -> None:
     job = model.jobs.get(f.job_id)
     if job is None:  # folds are total: a fact about an unknown job changes nothing
         return
@@ -449,18 +452,18 @@ def kill(model: State, actor: User, job_id: int, now: float, requeue: bool = Fal
     by = actor.name
     if job.finished:
         if requeue:
-            return [F.JobRequeued(time=now, job_id=job.id, run=job.run, reason=f"requeued by {by}")]
+            return [JobRequeued(time=now, job_id=job.id, run=job.run, reason=f"requeued by {by}")]
         raise Conflict(f"job {job.display_id} already finished ({job.state.value})")
     if job.started:  # (in STAGE_OUT the process has ended: its stage-out still decides)
         if job.kill_requested and job.kill_requeue == requeue:
             return []
         grace = config.terminate_grace(job.queue) if config is not None else None
-        return [F.JobKillRequested(time=now, job_id=job.id, run=job.run, by=by, requeue=requeue, grace=grace)]
+        return [JobKillRequested(time=now, job_id=job.id, run=job.run, by=by, requeue=requeue, grace=grace)]
     # PEND or PSUSP, possibly allocated but not yet started: no process to signal
     if requeue:
-        return [F.JobRequeued(time=now, job_id=job.id, run=job.run, reason=f"requeued by {by}")]
-    return [F.JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value,
-                          reason=f"killed by {by}")]
+        return [JobRequeued(time=now, job_id=job.id, run=job.run, reason=f"requeued by {by}")]
+    return [JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value,
+                        reason=f"killed by {by}")]
 
 
 def parse_mem_limit(text: str | None) -> int | None:
@@ -494,7 +497,7 @@ def send_signal(model: State, actor: User, job_id: int, now: float, signal: int)
     if job.state not in RUNNING:
         raise Conflict(f"job {job.display_id} is {job.state.value}: only a running job's processes can be "
                        "signalled (xce kill without -s ends a pending job)")
-    return [F.JobSignalRequested(time=now, job_id=job.id, run=job.run, by=actor.name, signal=signal)]
+    return [JobSignalRequested(time=now, job_id=job.id, run=job.run, by=actor.name, signal=signal)]
 
 
 def suspend(model: State, actor: User, job_id: int, now: float) -> list[Fact]:
@@ -505,7 +508,7 @@ def suspend(model: State, actor: User, job_id: int, now: float) -> list[Fact]:
     if job.state is not JobState.RUN or job.kill_requested:
         raise Conflict(f"job {job.display_id} is {job.state.value}"
                        f"{' and being terminated' if job.kill_requested else ''}: only a running job can be stopped")
-    return [F.JobSuspended(time=now, job_id=job.id, run=job.run, by=actor.name)]
+    return [JobSuspended(time=now, job_id=job.id, run=job.run, by=actor.name)]
 
 
 def resume(model: State, actor: User, job_id: int, now: float) -> list[Fact]:
@@ -515,7 +518,7 @@ def resume(model: State, actor: User, job_id: int, now: float) -> list[Fact]:
         return []
     if job.state is not JobState.USUSP:
         raise Conflict(f"job {job.display_id} is {job.state.value}: only a stopped (USUSP) job can be resumed")
-    return [F.JobResumed(time=now, job_id=job.id, run=job.run, by=actor.name)]
+    return [JobResumed(time=now, job_id=job.id, run=job.run, by=actor.name)]
 
 
 def orders(job: Job) -> dict[str, Any]:
@@ -532,7 +535,7 @@ def hold(model: State, actor: User, job_id: int, now: float) -> list[Fact]:
         return []
     if job.state is not JobState.PEND or job.allocated:
         raise Conflict(f"job {job.display_id} is {job.state.value}: only pending jobs can be held")
-    return [F.JobHeld(time=now, job_id=job.id, by=actor.name)]
+    return [JobHeld(time=now, job_id=job.id, by=actor.name)]
 
 
 def release(model: State, actor: User, job_id: int, now: float) -> list[Fact]:
@@ -541,7 +544,7 @@ def release(model: State, actor: User, job_id: int, now: float) -> list[Fact]:
         return []
     if job.state is not JobState.PSUSP:
         raise Conflict(f"job {job.display_id} is {job.state.value}: only held jobs can be released")
-    return [F.JobReleased(time=now, job_id=job.id, by=actor.name)]
+    return [JobReleased(time=now, job_id=job.id, by=actor.name)]
 
 
 def report_started(model: State, host: str, job_id: int, run: int, pid: int, now: float,
@@ -551,8 +554,8 @@ def report_started(model: State, host: str, job_id: int, run: int, pid: int, now
         raise Conflict(f"job {job_id} run {run} is not dispatched to {host}")
     if job.started:
         return []  # OBSERVATION: a repeated report
-    return [F.JobStarted(time=now, job_id=job_id, run=run, host=host, pid=pid,
-                         workspace=workspace, stdout=stdout, stderr=stderr, publish=publish)]
+    return [JobStarted(time=now, job_id=job_id, run=run, host=host, pid=pid,
+                       workspace=workspace, stdout=stdout, stderr=stderr, publish=publish)]
 
 
 def report_finished(model: State, host: str, job_id: int, run: int, now: float, exit_code: int | None,
@@ -566,13 +569,13 @@ def report_finished(model: State, host: str, job_id: int, run: int, now: float, 
     if job.finished or job.state is JobState.STAGE_OUT:
         return []  # OBSERVATION: decided already, or the process ended before and the stage-out decides
     if job.kill_requested and job.kill_requeue:
-        return [F.JobRequeued(time=now, job_id=job_id, run=run, reason=f"requeued by {job.kill_by}", usage=usage)]
+        return [JobRequeued(time=now, job_id=job_id, run=run, reason=f"requeued by {job.kill_by}", usage=usage)]
     if not job.kill_requested and stages_out:
-        return [F.JobProcessEnded(time=now, job_id=job_id, run=run, exit_code=exit_code, signal=signal,
-                                  reason=reason, usage=usage)]
+        return [JobProcessEnded(time=now, job_id=job_id, run=run, exit_code=exit_code, signal=signal,
+                                reason=reason, usage=usage)]
     state, why = exit_decision(exit_code, signal, reason, killed_by=job.kill_by if job.kill_requested else None)
-    return [F.JobFinished(time=now, job_id=job_id, run=run, state=state.value, exit_code=exit_code,
-                          signal=signal, reason=why, usage=usage)]
+    return [JobFinished(time=now, job_id=job_id, run=run, state=state.value, exit_code=exit_code,
+                        signal=signal, reason=why, usage=usage)]
 
 
 def host_lost(model: State, host: str, now: float) -> list[Fact]:
@@ -583,11 +586,11 @@ def host_lost(model: State, host: str, now: float) -> list[Fact]:
         if host not in job.alloc_slots or job.finished:
             continue
         if job.rerunnable or not job.started:
-            out.append(F.JobRequeued(time=now, job_id=job.id, run=job.run, reason=f"host {host} lost: requeued",
-                                     host_lost=True))
+            out.append(JobRequeued(time=now, job_id=job.id, run=job.run, reason=f"host {host} lost: requeued",
+                                   host_lost=True))
         else:
-            out.append(F.JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value,
-                                     reason=f"host lost ({host})", host_lost=True))
+            out.append(JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value,
+                                   reason=f"host lost ({host})", host_lost=True))
     return out
 
 
@@ -622,11 +625,11 @@ def reconcile_host(model: State, host: str, running: set[tuple[int, int]],
             continue  # OBSERVATION: not running here (in STAGE_OUT the node agent finishes the job)
         if (job.id, job.run) not in running:
             if job.rerunnable:
-                facts.append(F.JobRequeued(time=now, job_id=job.id, run=job.run,
-                                           reason=f"worker on {host} restarted without it: requeued"))
+                facts.append(JobRequeued(time=now, job_id=job.id, run=job.run,
+                                         reason=f"worker on {host} restarted without it: requeued"))
             else:
-                facts.append(F.JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value,
-                                           reason=f"lost: worker on {host} restarted"))
+                facts.append(JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value,
+                                         reason=f"lost: worker on {host} restarted"))
     kill = [(job_id, run) for job_id, run in sorted(running)
             if (job := model.jobs.get(job_id)) is None or job.run != run or job.finished
             or host not in job.alloc_slots]
@@ -640,12 +643,12 @@ def report_lost(model: State, host: str, job_id: int, run: int, now: float, reas
     worker says (``reason``)."""
     job = model.jobs.get(job_id)
     if job is not None and job.rerunnable and job.run == run and not job.finished and not job.kill_requested:
-        return [F.JobRequeued(time=now, job_id=job_id, run=run, reason=f"{reason}: requeued", usage=usage)]
+        return [JobRequeued(time=now, job_id=job_id, run=run, reason=f"{reason}: requeued", usage=usage)]
     return report_finished(model, host, job_id, run, now, None, None, reason, stages_out, usage)
 
 
 def finish_after_stage_out(model: State, job_id: int, run: int | None, failure: str | None,
-                           now: float) -> list[Fact]:
+                           now: float) -> list[JobFinished]:
     """The stage-out of a run whose process ended is over: DONE only if both succeeded."""
     job = model.jobs.get(job_id)
     if job is None or job.run != run or job.state is not JobState.STAGE_OUT:
@@ -653,11 +656,11 @@ def finish_after_stage_out(model: State, job_id: int, run: int | None, failure: 
     ended = job.process_exit or {}
     exit_code, signal = ended.get("exit_code"), ended.get("signal")
     state, why = exit_decision(exit_code, signal, ended.get("reason", ""), stage_out_failure=failure)
-    return [F.JobFinished(time=now, job_id=job_id, run=job.run, state=state.value, exit_code=exit_code,
-                          signal=signal, reason=why)]
+    return [JobFinished(time=now, job_id=job_id, run=job.run, state=state.value, exit_code=exit_code,
+                        signal=signal, reason=why)]
 
 
-def apply_job_process_ended(model: State, f: F.JobProcessEnded) -> Job | None:
+def apply_job_process_ended(model: State, f: JobProcessEnded) -> Job | None:
     """The process of a run that stages out ended (None: the fact changed nothing): how it ended is
     kept for the decision after the stage-out, which ``job_claims`` starts (``begin_stage_out``)."""
     job = model.jobs.get(f.job_id)

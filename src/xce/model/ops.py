@@ -31,10 +31,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generic, Protocol, TypeVar
 
 from xce.errors import Conflict
-from xce.model import facts as F
 from xce.model.entities.claims import Attachment
 from xce.model.entities.ops import Op, OpKind
-from xce.model.facts import Fact
+from xce.model.facts import AgentLeased, Fact
 from xce.model.state import State
 
 if TYPE_CHECKING:
@@ -126,7 +125,7 @@ class Book(Protocol[Owner_co, Result]):
 def lease(model: State, agent: str, holder: str, now: float) -> tuple[list[Fact], int]:
     """A (re)started agent takes a new epoch; reports from older epochs are refused from now on."""
     epoch = model.agent_epochs.get(agent, 0) + 1
-    return [F.AgentLeased(time=now, agent=agent, epoch=epoch, holder=holder)], epoch
+    return [AgentLeased(time=now, agent=agent, epoch=epoch, holder=holder)], epoch
 
 
 def check_epoch(model: State, agent: str, epoch: int) -> None:
@@ -136,7 +135,7 @@ def check_epoch(model: State, agent: str, epoch: int) -> None:
                        code="stale_epoch")
 
 
-def apply_agent_leased(model: State, f: F.AgentLeased) -> None:
+def apply_agent_leased(model: State, f: AgentLeased) -> None:
     model.agent_epochs[f.agent] = f.epoch
 
 
@@ -202,7 +201,7 @@ def record_intent(book: Book[Any, Any], model: State, agent: str, epoch: int, op
 
 
 def retry_delay(cfg: ClaimsConfig, attempt: int, rng: random.Random) -> float:
-    base = min(cfg.retry_cap, cfg.retry_base * 2 ** max(0, attempt - 1))
+    base = min(cfg.retry_cap, cfg.retry_base * 2.0 ** max(0, attempt - 1))  # a float power: int ** int is typed Any
     return base * rng.uniform(1 - cfg.retry_jitter, 1 + cfg.retry_jitter)
 
 

@@ -19,11 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 from xce.model import audit
-from xce.model import facts as F
 from xce.model.entities.claims import Claim
 from xce.model.entities.orphans import Orphan
 from xce.model.entities.snapshots import Snapshot
-from xce.model.facts import Fact
+from xce.model.facts import Fact, OrphanResolved, OrphanSeen
 from xce.model.state import State
 
 
@@ -66,12 +65,12 @@ def inventory(model: State, class_name: str, provider: str, objects: list[dict[s
         if _owns(_owner(model, kind, tags), handle, tags.get("xce.op")) or handle in model.orphans:
             continue
         size = obj.get("size_bytes")
-        facts.append(F.OrphanSeen(time=now, handle=handle, class_name=class_name, provider=provider,
-                                  claim_id=_tag_id(tags, "xce.claim"), tags=tags,
-                                  size_bytes=size if isinstance(size, int) else None, kind=kind))
+        facts.append(OrphanSeen(time=now, handle=handle, class_name=class_name, provider=provider,
+                                claim_id=_tag_id(tags, "xce.claim"), tags=tags,
+                                size_bytes=size if isinstance(size, int) else None, kind=kind))
     for o in model.orphans.values():
         if o.class_name == class_name and o.handle not in listed:
-            facts.append(F.OrphanResolved(time=now, handle=o.handle, how="gone"))
+            facts.append(OrphanResolved(time=now, handle=o.handle, how="gone"))
     return facts
 
 
@@ -101,7 +100,7 @@ def _audit(model: State, time: float, result: str, handle: str, detail: str) -> 
     audit.record(model, time, "-", "orphan", f"object/{handle}", result, detail)
 
 
-def apply_orphan_seen(model: State, f: F.OrphanSeen) -> None:
+def apply_orphan_seen(model: State, f: OrphanSeen) -> None:
     if f.handle in model.orphans:
         return
     model.orphans[f.handle] = Orphan(handle=f.handle, class_name=f.class_name, provider=f.provider,
@@ -112,7 +111,7 @@ def apply_orphan_seen(model: State, f: F.OrphanSeen) -> None:
     _audit(model, f.time, "seen", f.handle, f"{f.class_name} {what} has no owner")
 
 
-def apply_orphan_resolved(model: State, f: F.OrphanResolved) -> None:
+def apply_orphan_resolved(model: State, f: OrphanResolved) -> None:
     if model.orphans.pop(f.handle, None) is not None:
         _audit(model, f.time, f.how, f.handle, "released after the grace period" if f.how == "released"
                else "no longer listed by its provider")

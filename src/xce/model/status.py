@@ -17,19 +17,9 @@ from xce.model.entities.claims import Claim, ClaimForm, ClaimState
 from xce.model.entities.jobs import Job, JobState
 from xce.model.entities.ops import Op, OpKind
 from xce.model.state import State
+from xce.units import format_size
 
 __all__ = ["blocking", "blocking_stage_out", "describe", "staging_text", "status_reason"]
-
-
-def _amount(n: float, decimals: int = 1) -> str:
-    """``1.2 GiB`` (``decimals`` after the point; bytes are whole)."""
-    unit = "B"
-    for u in ("KiB", "MiB", "GiB", "TiB", "PiB"):
-        if n < 1024:
-            break
-        n /= 1024
-        unit = u
-    return f"{int(n)} B" if unit == "B" else f"{n:.{decimals}f} {unit}"
 
 
 def describe(claim: Claim, op: Op | None, last_error: str | None, state: str, where: str = "",
@@ -52,11 +42,11 @@ def staging_text(claim: Claim, progress: dict[str, Any] | None, now: float | Non
     verb = "populating" if claim.populate_from is not None and claim.form is ClaimForm.STANDALONE else \
         "staging out" if claim.op is not None and claim.op.kind is OpKind.STAGE_OUT else "staging in"
     if progress is not None and claim.op is not None and progress.get("op_id") == claim.op.op_id:
-        text = f"{verb}: {_amount(int(progress.get('bytes') or 0))}"
+        text = f"{verb}: {format_size(int(progress.get('bytes') or 0), iec=True, decimals=1)}"
         if progress.get("total_bytes"):
-            text += f" of {_amount(int(progress['total_bytes']))}"
+            text += f" of {format_size(int(progress['total_bytes']), iec=True, decimals=1)}"
         if progress.get("rate"):
-            text += f", {_amount(float(progress['rate']), 0)}/s"
+            text += f", {format_size(float(progress['rate']), iec=True, decimals=0)}/s"
         return text + (f" (attempt {claim.op.attempts})" if claim.op.attempts > 1 else "")
     if claim.state is ClaimState.FAILED:
         return f"{verb} failed: {claim.last_error}"

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
+from typing import TypeVar
+
+State = TypeVar("State", bound=enum.Enum)
 
 
 class ImpossibleTransition(Exception):
@@ -15,6 +18,6 @@ class ImpossibleTransition(Exception):
     the log and the model disagree: raised, as Nomad's FSM does, rather than folded into nonsense."""
 
 
-def check(table: Mapping[enum.Enum, frozenset], old: enum.Enum, new: enum.Enum, what: str, reason: str) -> None:
+def check(table: Mapping[State, frozenset[State]], old: State, new: State, what: str, reason: str) -> None:
     if new not in table[old]:
         raise ImpossibleTransition(f"{what}: {old.value} -> {new.value}: {reason}")

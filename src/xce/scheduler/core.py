@@ -82,6 +82,9 @@ class _Skip:
         return root
 
 
+_Order = tuple[tuple[str, bool], ...]  # a resreq's order[] section: (name, descending) each
+
+
 class _Cycle:
     def __init__(self, view: ClusterView, least_rusage: dict[str, float]) -> None:
         self.hosts = view.hosts
@@ -89,16 +92,16 @@ class _Cycle:
         self.free_ctr = [dict(h.counters_free) for h in view.hosts]
         self.offered = {k for h in view.hosts for k in h.counters_total}
         self.least_rusage = least_rusage  # counter -> smallest per-slot amount a pending job asks for
-        self._candidates: dict[tuple[str, tuple], list[int]] = {}
-        self._skips: dict[tuple[str, tuple, tuple[str, ...]], _Skip] = {}
+        self._candidates: dict[tuple[str, _Order], list[int]] = {}
+        self._skips: dict[tuple[str, _Order, tuple[str, ...]], _Skip] = {}
 
     def candidates(self, rr: ResReq) -> list[int]:
         key = (rr.select.source, rr.order)
         cands = self._candidates.get(key)
         if cands is None:
             cands = [i for i, h in enumerate(self.hosts) if rr.select.matches(h.attrs, h.counters_free)]
-            for name, descending in reversed(rr.order):
-                cands.sort(key=lambda i, n=name: _order_value(self.hosts[i], n), reverse=descending)
+            for name, descending in reversed(rr.order):  # sorted at once: the key's name is this one
+                cands.sort(key=lambda i: _order_value(self.hosts[i], name), reverse=descending)
             self._candidates[key] = cands
         return cands
 
@@ -147,16 +150,16 @@ def schedule(view: ClusterView) -> Plan:
     for job in view.pending:
         if job.resreq not in parsed:
             try:
-                rr = parse_resreq(job.resreq)
+                host_rr = parse_resreq(job.resreq)
             except ResReqError as e:
                 parsed[job.resreq] = e
                 continue
-            if any(name in view.cluster_free for name in rr.rusage):  # hosts see only their own counters
-                cluster_rusage[job.resreq] = {n: v for n, v in rr.rusage.items() if n in view.cluster_free}
-                rr = dataclasses.replace(rr, rusage=MappingProxyType(
-                    {n: v for n, v in rr.rusage.items() if n not in view.cluster_free}))
-            parsed[job.resreq] = rr
-            for name, per_slot in rr.rusage.items():
+            if any(name in view.cluster_free for name in host_rr.rusage):  # hosts see only their own counters
+                cluster_rusage[job.resreq] = {n: v for n, v in host_rr.rusage.items() if n in view.cluster_free}
+                host_rr = dataclasses.replace(host_rr, rusage=MappingProxyType(
+                    {n: v for n, v in host_rr.rusage.items() if n not in view.cluster_free}))
+            parsed[job.resreq] = host_rr
+            for name, per_slot in host_rr.rusage.items():
                 least_rusage[name] = min(per_slot, least_rusage.get(name, per_slot))
     cycle = _Cycle(view, least_rusage)
     cluster_free = dict(view.cluster_free)
@@ -197,10 +200,10 @@ def schedule(view: ClusterView) -> Plan:
         hosts = tuple(cycle.hosts[i].name for i, _ in placed)
         rusage = dict(rr.rusage)
         counters: dict[str, dict[str, float]] = {}
-        slots = {}
-        for i, n in placed:
-            held = cycle.take(i, rusage, n)
-            slots[cycle.hosts[i].name] = n
+        slots: dict[str, int] = {}
+        for i, taken in placed:
+            held = cycle.take(i, rusage, taken)
+            slots[cycle.hosts[i].name] = taken
             if held:
                 counters[cycle.hosts[i].name] = held
         if job.node_counters:  # template claims live on the first host

@@ -1,7 +1,7 @@
 """Data from where it lives: stage-in and stage-out from URLs and object stores, through rclone.
 
-General layout (stdlib only, below the model: the controller checks locations
-at submission, workers run the transfers):
+General layout (stdlib, and ``xce.units`` to write sizes; below the model: the
+controller checks locations at submission, workers run the transfers):
 
 - ``site``: the ``[transfers]`` configuration: public URL schemes, named remotes,
   the projects that may use each, and (daemons only) their credentials;

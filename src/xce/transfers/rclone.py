@@ -60,6 +60,7 @@ from typing import Any, Callable
 from xce.transfers import beneath
 from xce.transfers.locations import Location
 from xce.transfers.site import Remote, TransferSite
+from xce.units import format_size
 
 STATS_INTERVAL = 1.0  # seconds between rclone's stats lines (what progress readings are made of)
 REMOTE_NAME = "xceremote"  # what the transfer's one remote is called inside its rclone child
@@ -338,14 +339,7 @@ def run(t: Transfer, *, run_as: tuple[int, int] | None = None, timeout: float = 
 
 def describe(stats: dict[str, Any]) -> str:
     """``12.0 MiB in 3 file(s) in 0.4s`` from rclone's stats."""
-    size = float(stats.get("bytes") or 0)
-    unit = "B"
-    for u in ("KiB", "MiB", "GiB", "TiB"):
-        if size < 1024:
-            break
-        size /= 1024
-        unit = u
-    amount = f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
+    amount = format_size(float(stats.get("bytes") or 0), iec=True, decimals=1)
     took = stats.get("elapsedTime")
     return f"{amount} in {int(stats.get('transfers') or 0)} file(s)" + \
         (f" in {float(took):.1f}s" if isinstance(took, (int, float)) else "")

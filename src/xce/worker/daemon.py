@@ -37,7 +37,7 @@ from xce.agents.agent import ClaimAgent, Provider
 from xce.agents.provisioner import SIMFS_COMMAND
 from xce.client import ApiError, Client, ClientError
 from xce.transfers import TransferSite
-from xce.units import format_bytes
+from xce.units import format_size
 from xce.worker import control, sandbox, staging
 from xce.worker.cgroups import CgroupError, Hierarchy, Limits, RunCgroup, Usage
 from xce.worker.storage import StorageRoots
@@ -393,7 +393,7 @@ class Worker:
             exit_code, sig = sandbox.exit_status(status)
             report = {"job_id": key[0], "run": key[1], "exit_code": exit_code, "signal": sig, "usage": usage}
             if cg is not None and cg.oom_kills and exit_code != 0 and cg.memory_limit is not None:
-                report["reason"] = f"memory limit {format_bytes(cg.memory_limit)} exceeded"
+                report["reason"] = f"memory limit {format_size(cg.memory_limit, iec=True)} exceeded"
         self._ended(key)
         self._reports.put(("finished", report))
 

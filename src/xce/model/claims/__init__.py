@@ -27,9 +27,10 @@ from xce.model.claims.lifecycle import (
     apply_claim_op_intent, apply_claim_op_succeeded, apply_claim_placed, apply_claim_purge_requested,
     apply_claim_resize_requested, apply_claim_resize_reserved, begin_stage_out, detach, keep_data, release_template,
 )
+from xce.agentnames import SHARED_AGENT, node_agent
 from xce.model.entities.claims import (
-    LIVE, RESERVED_NAMES, SHARED_AGENT, TEMPLATE_NAME, AccessMode, Attachment, AttachmentState, Claim, ClaimForm,
-    ClaimState, ContentSource, Mode, ReclaimPolicy, Resize, ResizeState, Scope, name_key, node_agent, template_name,
+    LIVE, RESERVED_NAMES, TEMPLATE_NAME, AccessMode, Attachment, AttachmentState, Claim, ClaimForm, ClaimState,
+    ContentSource, Mode, ReclaimPolicy, Resize, ResizeState, Scope, name_key, template_name,
 )
 from xce.model.entities.ops import Op, OpKind
 

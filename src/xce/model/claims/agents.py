@@ -14,11 +14,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from xce.model import facts as F
 from xce.model import ops
 from xce.model.entities.claims import Attachment, Claim
 from xce.model.entities.ops import Op
-from xce.model.facts import Fact
+from xce.model.facts import ClaimOpFailed, ClaimOpIntent, ClaimOpSucceeded, Fact
 from xce.model.ops import OpenOp, check_epoch, lease, retry_delay
 from xce.model.state import State
 
@@ -58,8 +57,8 @@ class ClaimOps:
 
     noun = "claim"
     owner_field = "claim_id"
-    intent_fact = F.ClaimOpIntent
-    failure_fact = F.ClaimOpFailed
+    intent_fact = ClaimOpIntent
+    failure_fact = ClaimOpFailed
 
     def open(self, model: State) -> Iterator[OpenOp[Claim]]:
         for claim_id in sorted(model.open_ops):
@@ -77,9 +76,9 @@ class ClaimOps:
 
     def success_fact(self, result: OpResult, message: str, now: float) -> Fact:
         r = result
-        return F.ClaimOpSucceeded(time=now, claim_id=r.claim_id, op_id=r.op_id, handle=r.handle,
-                                  size_bytes=r.size_bytes, reachable_hosts=r.reachable_hosts,
-                                  host_labels=dict(r.host_labels), path=r.path, message=message)
+        return ClaimOpSucceeded(time=now, claim_id=r.claim_id, op_id=r.op_id, handle=r.handle,
+                                size_bytes=r.size_bytes, reachable_hosts=r.reachable_hosts,
+                                host_labels=dict(r.host_labels), path=r.path, message=message)
 
 
 CLAIM_OPS = ClaimOps()

@@ -13,18 +13,20 @@ from typing import TYPE_CHECKING
 
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from xce.model import capabilities
-from xce.model import facts as F
 from xce.model.entities.claims import (
     RESERVED_NAMES, TEMPLATE_NAME, AccessMode, Claim, ClaimForm, ClaimState, ContentSource, Mode, ReclaimPolicy,
     Scope, name_key,
 )
 from xce.model.entities.identity import User
-from xce.model.facts import Fact
+from xce.model.facts import (
+    AttachmentAdded, AttachmentRemoved, ClaimCreated, ClaimDeleteRequested, ClaimPurgeRequested, ClaimResizeRequested,
+    Fact,
+)
 from xce.model.state import State
 from xce.names import check_name
 from xce.transfers.locations import TransferRefused
 from xce.transfers.locations import resolve as resolve_location
-from xce.units import format_size as human, parse_size
+from xce.units import format_size, parse_size
 
 if TYPE_CHECKING:
     from xce.config import ClaimClassConfig, Config
@@ -91,12 +93,15 @@ def create(model: State, config: Config, actor: User, spec: ClaimSpec, now: floa
     cls = class_or_404(config, class_name)
     if source is not None:
         capabilities.require(model, cls, "clone")
-    if spec.size is None and source is None:
+    if spec.size is not None:
+        size = parse_size(spec.size, "size")
+    elif source is not None:
+        size = source.size_bytes
+    else:
         raise InvalidRequest("a claim needs a size")
-    size = parse_size(spec.size, "size") if spec.size is not None else source.size_bytes
     if source is not None and size < source.size_bytes:
         raise InvalidRequest(f"a clone of {source.kind} {source.name!r} needs at least its size, "
-                             f"{human(source.size_bytes)}; {human(size)} asked")
+                             f"{format_size(source.size_bytes)}; {format_size(size)} asked")
     access_text = spec.access_mode or (source.access_mode if source is not None else None)
     if access_text is None:
         raise InvalidRequest(f"a claim needs an access mode: {', '.join(AccessMode)}")
@@ -137,12 +142,12 @@ def create(model: State, config: Config, actor: User, spec: ClaimSpec, now: floa
     check_quota(model, config, project, cls.name, size)
     check_fits_a_pool(config, cls, size, f"claim {spec.name!r}")
     claim_id = model.next_claim_id
-    return [F.ClaimCreated(time=now, claim_id=claim_id, name=spec.name, form=ClaimForm.STANDALONE.value,
-                           class_name=cls.name, scope=cls.scope, size_bytes=size, access_mode=mode.value,
-                           reclaim_policy=policy.value, owner=actor.name, project=project,
-                           params={**cls.parameters, **spec.params},
-                           source=source.as_record() if source is not None else None,
-                           populate_from=populate_from)], claim_id
+    return [ClaimCreated(time=now, claim_id=claim_id, name=spec.name, form=ClaimForm.STANDALONE.value,
+                         class_name=cls.name, scope=cls.scope, size_bytes=size, access_mode=mode.value,
+                         reclaim_policy=policy.value, owner=actor.name, project=project,
+                         params={**cls.parameters, **spec.params},
+                         source=source.as_record() if source is not None else None,
+                         populate_from=populate_from)], claim_id
 
 
 def _populate_source(config: Config, cls: ClaimClassConfig, project: str, text: str | None,
@@ -192,8 +197,8 @@ def check_quota(model: State, config: Config, project: str, class_name: str, siz
                            code="quota_exceeded")
         limit = q.max_bytes_value
         if limit is not None and total + size > limit:
-            raise Conflict(f"quota exceeded for {scope}: at most {human(limit)}, {human(total)} in use, "
-                           f"{human(size)} asked", code="quota_exceeded")
+            raise Conflict(f"quota exceeded for {scope}: at most {format_size(limit)}, {format_size(total)} in use, "
+                           f"{format_size(size)} asked", code="quota_exceeded")
 
 
 def check_fits_a_pool(config: Config, cls: ClaimClassConfig, size: int, what: str) -> None:
@@ -208,8 +213,8 @@ def check_fits_a_pool(config: Config, cls: ClaimClassConfig, size: int, what: st
         return
     largest = max(pools, key=lambda p: p.capacity_bytes)
     if size > largest.capacity_bytes:
-        raise Conflict(f"{what} ({human(size)}) is larger than any pool of class {cls.name} can hold: "
-                       f"the largest, {largest.name}, has a capacity of {human(largest.capacity_bytes)}",
+        raise Conflict(f"{what} ({format_size(size)}) is larger than any pool of class {cls.name} can hold: "
+                       f"the largest, {largest.name}, has a capacity of {format_size(largest.capacity_bytes)}",
                        code="larger_than_pools")
 
 
@@ -227,12 +232,12 @@ def resize(model: State, config: Config, actor: User, name: str, size: str | int
     if claim.delete_requested:
         raise Conflict(f"claim {name!r} is being deleted")
     if claim.resize is not None and claim.resize.open:
-        raise Conflict(f"claim {name!r} is already being resized to {human(claim.resize.size_bytes)} "
+        raise Conflict(f"claim {name!r} is already being resized to {format_size(claim.resize.size_bytes)} "
                        f"({claim.resize.state.value})", code="resize_in_progress")
     current = claim.charged_bytes
     if new <= current:
-        raise InvalidRequest(f"claim {name!r} is {human(current)}: a resize can only grow it "
-                             f"({human(new)} asked; shrinking is not supported)")
+        raise InvalidRequest(f"claim {name!r} is {format_size(current)}: a resize can only grow it "
+                             f"({format_size(new)} asked; shrinking is not supported)")
     if claim.scope is not Scope.SHARED:
         raise Conflict(f"claim {name!r} is node-local (class {claim.class_name}): only shared claims can be resized",
                        code="unsupported")
@@ -250,9 +255,9 @@ def resize(model: State, config: Config, actor: User, name: str, size: str | int
                        f"{hosts}; resize it once its jobs are done", code="attached")
     check_quota(model, config, claim.project, cls.name, new - current, new_claims=0)
     if claim.pool is not None and (pool := config.pool(claim.pool)) is not None and new > pool.capacity_bytes:
-        raise Conflict(f"claim {name!r} cannot grow to {human(new)}: its pool {pool.name} has a capacity of "
-                       f"{human(pool.capacity_bytes)}", code="larger_than_pools")
-    return [F.ClaimResizeRequested(time=now, claim_id=claim.id, size_bytes=new, by=actor.name)], claim.id
+        raise Conflict(f"claim {name!r} cannot grow to {format_size(new)}: its pool {pool.name} has a capacity of "
+                       f"{format_size(pool.capacity_bytes)}", code="larger_than_pools")
+    return [ClaimResizeRequested(time=now, claim_id=claim.id, size_bytes=new, by=actor.name)], claim.id
 
 
 def may_see(actor: User, claim: Claim) -> bool:
@@ -317,7 +322,7 @@ def delete(model: State, actor: User, name: str, now: float, project: str | None
     if cloning := sorted(c.name for c in model.claims.values() if c.cloning_from("claim", claim.id)):
         raise Conflict(f"claim {name!r} cannot be deleted while claim(s) {', '.join(cloning)} are being made "
                        f"from it", code="in_use")
-    return [F.ClaimDeleteRequested(time=now, claim_id=claim.id, by=actor.name)]
+    return [ClaimDeleteRequested(time=now, claim_id=claim.id, by=actor.name)]
 
 
 def purge(model: State, actor: User, claim_id: int, now: float) -> list[Fact]:
@@ -328,7 +333,7 @@ def purge(model: State, actor: User, claim_id: int, now: float) -> list[Fact]:
         raise Conflict(f"claim {claim.name!r} (id {claim.id}) is not a retained object")
     if claim.op is not None:
         return []
-    return [F.ClaimPurgeRequested(time=now, claim_id=claim.id, by=actor.name)]
+    return [ClaimPurgeRequested(time=now, claim_id=claim.id, by=actor.name)]
 
 
 def add_attachment(model: State, actor: User, name: str, host: str, mode: str, now: float,
@@ -347,8 +352,8 @@ def add_attachment(model: State, actor: User, name: str, host: str, mode: str, n
     if mode == Mode.RW and claim.access_mode is AccessMode.ROX:
         raise Conflict(f"claim {name!r} is ROX (read-only): it cannot be attached rw")
     attachment_id = model.next_attachment_id
-    return [F.AttachmentAdded(time=now, claim_id=claim.id, attachment_id=attachment_id, host=host, mode=mode,
-                              by=actor.name, job_id=job_id)], attachment_id
+    return [AttachmentAdded(time=now, claim_id=claim.id, attachment_id=attachment_id, host=host, mode=mode,
+                            by=actor.name, job_id=job_id)], attachment_id
 
 
 def remove_attachment(model: State, actor: User, name: str, attachment_id: int, now: float,
@@ -356,6 +361,6 @@ def remove_attachment(model: State, actor: User, name: str, attachment_id: int, 
     claim = visible(model, actor, name, project)
     if not any(a.id == attachment_id for a in claim.attachments):
         raise NotFound(f"claim {name!r} has no attachment {attachment_id}")
-    return [F.AttachmentRemoved(time=now, claim_id=claim.id, attachment_id=attachment_id, by=actor.name)]
+    return [AttachmentRemoved(time=now, claim_id=claim.id, attachment_id=attachment_id, by=actor.name)]
 
 

@@ -39,9 +39,13 @@ check requests and return facts; the ``apply_*`` folds are pure and total.
 from __future__ import annotations
 
 from xce.model import audit, ops
-from xce.model import facts as F
+from xce.model.facts import (
+    AttachmentAdded, AttachmentRemoved, ClaimCreated, ClaimDeleteRequested, ClaimOpFailed, ClaimOpIntent,
+    ClaimOpSucceeded, ClaimPlaced, ClaimPurgeRequested, ClaimResizeRequested, ClaimResizeReserved,
+)
 from xce.model.entities.claims import (
-    Attachment, AttachmentState, Claim, ClaimForm, ClaimState, ReclaimPolicy, Resize, ResizeState, Scope, name_key,
+    AccessMode, Attachment, AttachmentState, Claim, ClaimForm, ClaimState, Mode, ReclaimPolicy, Resize, ResizeState,
+    Scope, name_key,
 )
 from xce.model.entities.ops import Op, OpKind
 from xce.model.state import State
@@ -221,14 +225,15 @@ def release_template(model: State, claim: Claim, time: float, reason: str) -> No
     _advance_delete(model, claim, time)
 
 
-def apply_claim_created(model: State, f: F.ClaimCreated) -> bool:
+def apply_claim_created(model: State, f: ClaimCreated) -> bool:
     """A new claim, PENDING (False: its id or name was taken, which no decision makes).  A standalone
     claim waits for the scheduler to place it; a run's template claim comes placed, its create op open."""
     # a run's template claim comes placed with its allocation; an early one (a shared staging claim made
     # at submission) waits for the scheduler to place it, as a standalone claim does
     template = f.form == ClaimForm.TEMPLATE and f.run is not None and not f.early
-    claim = Claim(id=f.claim_id, name=f.name, form=f.form, class_name=f.class_name, scope=f.scope,
-                  size_bytes=f.size_bytes, access_mode=f.access_mode, reclaim_policy=f.reclaim_policy,
+    claim = Claim(id=f.claim_id, name=f.name, form=ClaimForm(f.form), class_name=f.class_name, scope=Scope(f.scope),
+                  size_bytes=f.size_bytes, access_mode=AccessMode(f.access_mode),
+                  reclaim_policy=ReclaimPolicy(f.reclaim_policy),
                   owner=f.owner, project=f.project, created=f.time, params=dict(f.params), job_id=f.job_id,
                   run=f.run, kind=f.kind, host=f.host, pool=f.pool, placed=template,
                   stage_in=[list(x) for x in f.stage_in], stage_out=[list(x) for x in f.stage_out],
@@ -253,7 +258,7 @@ def apply_claim_created(model: State, f: F.ClaimCreated) -> bool:
     return True
 
 
-def apply_claim_placed(model: State, f: F.ClaimPlaced) -> None:
+def apply_claim_placed(model: State, f: ClaimPlaced) -> None:
     claim = model.claims.get(f.claim_id)
     if claim is None or claim.state is not ClaimState.PENDING or claim.placed:
         return
@@ -266,11 +271,13 @@ def apply_claim_placed(model: State, f: F.ClaimPlaced) -> None:
 def _open_op_of(model: State, claim_id: int, op_id: str) -> tuple[Claim, Op, Attachment | None] | None:
     """The claim and its open op ``op_id`` a fact is about (None: decided already, or unknown)."""
     claim = model.claims.get(claim_id)
-    found = claim.find_op(op_id) if claim is not None else None
+    if claim is None:
+        return None
+    found = claim.find_op(op_id)
     return (claim, *found) if found is not None else None
 
 
-def apply_claim_op_intent(model: State, f: F.ClaimOpIntent) -> None:
+def apply_claim_op_intent(model: State, f: ClaimOpIntent) -> None:
     if (found := _open_op_of(model, f.claim_id, f.op_id)) is None:
         return
     claim, op, a = found
@@ -281,7 +288,7 @@ def apply_claim_op_intent(model: State, f: F.ClaimOpIntent) -> None:
             _set_state(model, claim, ClaimState.PREPARING, f.time, f"{f.agent} creating (op {op.op_id})", f.agent)
 
 
-def apply_claim_op_succeeded(model: State, f: F.ClaimOpSucceeded) -> None:
+def apply_claim_op_succeeded(model: State, f: ClaimOpSucceeded) -> None:
     if (found := _open_op_of(model, f.claim_id, f.op_id)) is None:
         return
     claim, op, a = found
@@ -343,7 +350,7 @@ def apply_claim_op_succeeded(model: State, f: F.ClaimOpSucceeded) -> None:
             _set_state(model, claim, ClaimState.RELEASED, f.time, f"released {claim.handle}", agent)
 
 
-def apply_claim_op_failed(model: State, f: F.ClaimOpFailed) -> None:
+def apply_claim_op_failed(model: State, f: ClaimOpFailed) -> None:
     if (found := _open_op_of(model, f.claim_id, f.op_id)) is None:
         return
     claim, op, a = found
@@ -398,7 +405,7 @@ def apply_claim_op_failed(model: State, f: F.ClaimOpFailed) -> None:
         _set_state(model, claim, ClaimState.FAILED, f.time, why + "; the data still exists", agent)
 
 
-def apply_claim_resize_requested(model: State, f: F.ClaimResizeRequested) -> None:
+def apply_claim_resize_requested(model: State, f: ClaimResizeRequested) -> None:
     """A resize asked of a READY shared claim with no resize open (the decide function checks that;
     the fold ignores anything else)."""
     claim = model.claims.get(f.claim_id)
@@ -413,9 +420,11 @@ def apply_claim_resize_requested(model: State, f: F.ClaimResizeRequested) -> Non
     audit.record(model, f.time, f.by, "claim.resize", f"claim/{claim.name}", ResizeState.REQUESTED.value, reason)
 
 
-def apply_claim_resize_reserved(model: State, f: F.ClaimResizeReserved) -> None:
+def apply_claim_resize_reserved(model: State, f: ClaimResizeReserved) -> None:
     claim = model.claims.get(f.claim_id)
-    r = claim.resize if claim is not None else None
+    if claim is None:
+        return
+    r = claim.resize
     if r is None or r.state is not ResizeState.REQUESTED or r.size_bytes != f.size_bytes or claim.op is not None:
         return
     reason = f"{format_size(f.size_bytes - r.old_bytes)} more reserved" + (f" in pool {claim.pool}" if claim.pool
@@ -424,7 +433,7 @@ def apply_claim_resize_reserved(model: State, f: F.ClaimResizeReserved) -> None:
     _open_op(model, claim, OpKind.EXPAND)
 
 
-def apply_claim_delete_requested(model: State, f: F.ClaimDeleteRequested) -> None:
+def apply_claim_delete_requested(model: State, f: ClaimDeleteRequested) -> None:
     claim = model.claims.get(f.claim_id)
     if claim is None or claim.state is ClaimState.RELEASED:
         return
@@ -433,7 +442,7 @@ def apply_claim_delete_requested(model: State, f: F.ClaimDeleteRequested) -> Non
     _advance_delete(model, claim, f.time)
 
 
-def apply_claim_purge_requested(model: State, f: F.ClaimPurgeRequested) -> None:
+def apply_claim_purge_requested(model: State, f: ClaimPurgeRequested) -> None:
     claim = model.claims.get(f.claim_id)
     if claim is None or not claim.retained or claim.op is not None:
         return
@@ -441,12 +450,12 @@ def apply_claim_purge_requested(model: State, f: F.ClaimPurgeRequested) -> None:
     _open_op(model, claim, OpKind.RELEASE)
 
 
-def apply_attachment_added(model: State, f: F.AttachmentAdded) -> None:
+def apply_attachment_added(model: State, f: AttachmentAdded) -> None:
     claim = model.claims.get(f.claim_id)
     if claim is None:
         return
     state = AttachmentState.ATTACHING if f.run is not None else AttachmentState.ATTACHED
-    a = Attachment(id=f.attachment_id, host=f.host, mode=f.mode, created=f.time, by=f.by, job_id=f.job_id,
+    a = Attachment(id=f.attachment_id, host=f.host, mode=Mode(f.mode), created=f.time, by=f.by, job_id=f.job_id,
                    run=f.run, state=state, history=[{"state": state.value, "time": f.time, "reason": f"added by {f.by}"}])
     claim.attachments.append(a)
     if f.run is not None:  # a job's: the provider makes the claim reachable on the host first
@@ -454,9 +463,11 @@ def apply_attachment_added(model: State, f: F.AttachmentAdded) -> None:
     model.next_attachment_id = max(model.next_attachment_id, f.attachment_id + 1)
 
 
-def apply_attachment_removed(model: State, f: F.AttachmentRemoved) -> None:
+def apply_attachment_removed(model: State, f: AttachmentRemoved) -> None:
     claim = model.claims.get(f.claim_id)
-    a = next((x for x in claim.attachments if x.id == f.attachment_id), None) if claim is not None else None
+    if claim is None:
+        return
+    a = next((x for x in claim.attachments if x.id == f.attachment_id), None)
     if a is None:
         return
     claim.history.append({"state": claim.state.value, "time": f.time,

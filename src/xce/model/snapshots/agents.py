@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from xce.agentnames import SHARED_AGENT
-from xce.model import facts as F
 from xce.model import ops
 from xce.model.entities.ops import Op
 from xce.model.entities.snapshots import Snapshot
-from xce.model.facts import Fact
+from xce.model.facts import Fact, SnapshotOpFailed, SnapshotOpIntent, SnapshotOpSucceeded
 from xce.model.ops import OpenOp
 from xce.model.state import State
 
@@ -50,8 +49,8 @@ class SnapshotOps:
 
     noun = "snapshot"
     owner_field = "snapshot_id"
-    intent_fact = F.SnapshotOpIntent
-    failure_fact = F.SnapshotOpFailed
+    intent_fact = SnapshotOpIntent
+    failure_fact = SnapshotOpFailed
 
     def open(self, model: State) -> Iterator[OpenOp[Snapshot]]:
         for snapshot_id in sorted(model.open_snapshot_ops):
@@ -67,8 +66,8 @@ class SnapshotOps:
 
     def success_fact(self, result: SnapshotResult, message: str, now: float) -> Fact:
         r = result
-        return F.SnapshotOpSucceeded(time=now, snapshot_id=r.snapshot_id, op_id=r.op_id, handle=r.handle,
-                                     size_bytes=r.size_bytes, message=message, used_bytes=r.used_bytes)
+        return SnapshotOpSucceeded(time=now, snapshot_id=r.snapshot_id, op_id=r.op_id, handle=r.handle,
+                                   size_bytes=r.size_bytes, message=message, used_bytes=r.used_bytes)
 
 
 SNAPSHOT_OPS = SnapshotOps()

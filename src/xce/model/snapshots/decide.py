@@ -14,15 +14,14 @@ from typing import TYPE_CHECKING, Mapping
 
 from xce.errors import Conflict, NotFound
 from xce.model import capabilities
-from xce.model import facts as F
 from xce.model.claims import decide as claims
 from xce.model.entities.claims import ClaimForm, ClaimState, ContentSource, name_key
 from xce.model.entities.identity import User
 from xce.model.entities.snapshots import Snapshot, SnapshotState
-from xce.model.facts import Fact
+from xce.model.facts import Fact, SnapshotCreated, SnapshotDeleteRequested
 from xce.model.state import State
 from xce.names import check_name
-from xce.units import format_size as human
+from xce.units import format_size
 
 if TYPE_CHECKING:
     from xce.config import Config
@@ -57,13 +56,13 @@ def create(model: State, config: Config, actor: User, claim_name: str, name: str
         raise Conflict(f"project {claim.project!r} has {limit} snapshots, as many as it may ([claims] "
                        f"max_snapshots_per_project): delete one first", code="quota_exceeded")
     if claim.pool is not None and free is not None and free.get(claim.pool, 0) < size:
-        raise Conflict(f"no room for a snapshot of claim {claim_name!r} ({human(size)}) in pool {claim.pool}: "
-                       f"{human(max(free.get(claim.pool, 0), 0))} free", code="pool_full")
+        raise Conflict(f"no room for a snapshot of claim {claim_name!r} ({format_size(size)}) in pool {claim.pool}: "
+                       f"{format_size(max(free.get(claim.pool, 0), 0))} free", code="pool_full")
     snapshot_id = model.next_snapshot_id
-    return [F.SnapshotCreated(time=now, snapshot_id=snapshot_id, name=name, project=claim.project,
-                              owner=actor.name, claim_id=claim.id, claim_name=claim.name,
-                              class_name=claim.class_name, size_bytes=size,
-                              access_mode=claim.access_mode.value, pool=claim.pool)], snapshot_id
+    return [SnapshotCreated(time=now, snapshot_id=snapshot_id, name=name, project=claim.project,
+                            owner=actor.name, claim_id=claim.id, claim_name=claim.name,
+                            class_name=claim.class_name, size_bytes=size,
+                            access_mode=claim.access_mode.value, pool=claim.pool)], snapshot_id
 
 
 def live_by_name(model: State, project: str, name: str) -> Snapshot | None:
@@ -114,7 +113,7 @@ def delete(model: State, actor: User, name: str, now: float, project: str | None
     if cloning := sorted(c.name for c in model.claims.values() if c.cloning_from("snapshot", snap.id)):
         raise Conflict(f"snapshot {name!r} cannot be deleted while claim(s) {', '.join(cloning)} are being made "
                        f"from it", code="in_use")
-    return [F.SnapshotDeleteRequested(time=now, snapshot_id=snap.id, by=actor.name)], snap.id
+    return [SnapshotDeleteRequested(time=now, snapshot_id=snap.id, by=actor.name)], snap.id
 
 
 def clone(model: State, config: Config, actor: User, spec: claims.ClaimSpec, now: float, *,

@@ -21,7 +21,9 @@ table, appends the history entry and the audit record.
 from __future__ import annotations
 
 from xce.model import audit, ops
-from xce.model import facts as F
+from xce.model.facts import (
+    SnapshotCreated, SnapshotDeleteRequested, SnapshotOpFailed, SnapshotOpIntent, SnapshotOpSucceeded,
+)
 from xce.model.entities.claims import name_key
 from xce.model.entities.ops import Op, OpKind
 from xce.model.entities.snapshots import Snapshot, SnapshotState
@@ -81,7 +83,7 @@ def _advance_delete(model: State, snap: Snapshot, time: float) -> None:
             _open_op(model, snap, OpKind.DELETE_SNAPSHOT)
 
 
-def apply_snapshot_created(model: State, f: F.SnapshotCreated) -> None:
+def apply_snapshot_created(model: State, f: SnapshotCreated) -> None:
     model.next_snapshot_id = max(model.next_snapshot_id, f.snapshot_id + 1)
     key = name_key(f.project, f.name)
     if f.snapshot_id in model.snapshots or key in model.snapshot_names:
@@ -105,7 +107,7 @@ def _open_op_of(model: State, snapshot_id: int, op_id: str) -> tuple[Snapshot, O
     return snap, snap.op
 
 
-def apply_snapshot_op_intent(model: State, f: F.SnapshotOpIntent) -> None:
+def apply_snapshot_op_intent(model: State, f: SnapshotOpIntent) -> None:
     if (found := _open_op_of(model, f.snapshot_id, f.op_id)) is None:
         return
     snap, op = found
@@ -114,7 +116,7 @@ def apply_snapshot_op_intent(model: State, f: F.SnapshotOpIntent) -> None:
         snap.data_exists = True  # from here on a provider object may exist: never assume it does not
 
 
-def apply_snapshot_op_succeeded(model: State, f: F.SnapshotOpSucceeded) -> None:
+def apply_snapshot_op_succeeded(model: State, f: SnapshotOpSucceeded) -> None:
     if (found := _open_op_of(model, f.snapshot_id, f.op_id)) is None:
         return
     snap, op = found
@@ -131,7 +133,7 @@ def apply_snapshot_op_succeeded(model: State, f: F.SnapshotOpSucceeded) -> None:
         _set_state(model, snap, SnapshotState.RELEASED, f.time, f"deleted {snap.handle}", agent)
 
 
-def apply_snapshot_op_failed(model: State, f: F.SnapshotOpFailed) -> None:
+def apply_snapshot_op_failed(model: State, f: SnapshotOpFailed) -> None:
     if (found := _open_op_of(model, f.snapshot_id, f.op_id)) is None:
         return
     snap, op = found
@@ -153,7 +155,7 @@ def apply_snapshot_op_failed(model: State, f: F.SnapshotOpFailed) -> None:
         _set_state(model, snap, SnapshotState.FAILED, f.time, why + "; the snapshot still exists", agent)
 
 
-def apply_snapshot_delete_requested(model: State, f: F.SnapshotDeleteRequested) -> None:
+def apply_snapshot_delete_requested(model: State, f: SnapshotDeleteRequested) -> None:
     snap = model.snapshots.get(f.snapshot_id)
     if snap is None or snap.state is SnapshotState.RELEASED:
         return
