@@ -34,6 +34,8 @@ The protocol, on a Unix stream socket, peer checked to be the same user:
 from __future__ import annotations
 
 import argparse
+import fcntl
+import gc
 import importlib
 import io
 import os
@@ -42,7 +44,6 @@ import signal
 import socket
 import struct
 import sys
-import threading
 import time
 import traceback
 from typing import Any, Callable
@@ -59,10 +60,11 @@ class BadRequest(Exception):
 
 
 class Request:
-    """A call: the command's words, the caller's environment and umask, and its descriptors (stdin,
-    stdout, stderr, working directory), owned by the request until the child takes them."""
+    """A call: the command's words, the caller's environment (as the kernel holds it: bytes, applied
+    through ``os.environb`` without decoding it) and umask, and its descriptors (stdin, stdout, stderr,
+    working directory), owned by the request until the worker takes them."""
 
-    def __init__(self, words: list[str], environ: dict[str, str], umask: int, fds: list[int]) -> None:
+    def __init__(self, words: list[str], environ: dict[bytes, bytes], umask: int, fds: list[int]) -> None:
         self.words = words
         self.environ = environ
         self.umask = umask
@@ -97,12 +99,13 @@ def read_request(conn: socket.socket) -> Request:
         strings = bytes(body).split(b"\0")
         if len(body) != size or strings[-1] != b"" or len(strings) != argc + envc + 1:
             raise BadRequest("a body that does not match its header")
-        words = [os.fsdecode(w) for w in strings[:argc]]
+        # one decode for every word (a NUL never ends a character of the file system's encoding)
+        words = os.fsdecode(b"\0".join(strings[:argc])).split("\0") if argc else []
         environ = {}
         for entry in strings[argc:argc + envc]:
             key, eq, value = entry.partition(b"=")
             if eq and key:
-                environ[os.fsdecode(key)] = os.fsdecode(value)
+                environ[key] = value
         return Request(words, environ, umask, fds)
     except BaseException:
         for fd in fds:
@@ -179,21 +182,34 @@ class Worker:
     calls it holds nothing of the last caller's (descriptors 0-2 on /dev/null, directory /): a pipe the
     caller reads to its end must not stay open here.  A forwarded signal that ends a process ends this
     one too, after telling the front so ("signal N"); SIGINT interrupts the call (exit 130, as the CLI
-    says).  It tells the server when it is busy and idle, so the server keeps one idle worker ready."""
+    says); a front that is gone before its call ended (killed: it sends nothing after its call) ends
+    the call as a hang-up would.  It tells the server when it is busy and idle, so the server keeps
+    one idle worker ready.
+
+    A loop of one-shot calls (``bench/throughput.py``'s ``cli`` modes) pays for whatever a call does
+    besides its command, so what need not change between calls is done once: the signal handlers are
+    installed once and ask whether a command runs (``running``); the front's going away is noticed by
+    SIGIO on the call's connection (``O_ASYNC``), not by a thread started per call; the environment
+    is changed where the caller's differs from the last one's; and the front is answered as soon as
+    the caller's descriptors are given back."""
 
     def __init__(self, warm: Warm, listener: socket.socket, notify: int, retire: Callable[[], None]) -> None:
         self.warm = warm
         self.listener = listener
         self.notify = notify
         self.retire = retire
-        self.conn: socket.socket | None = None
+        self.conn: socket.socket | None = None  # the call's connection, once the front knows our pid
+        self.running = False  # a command runs: SIGINT interrupts it, a front gone away hangs it up
         self.null = os.open(os.devnull, os.O_RDWR)
 
     def tell(self, what: bytes) -> None:
         os.write(self.notify, what + f" {os.getpid()}\n".encode())
 
     def loop(self) -> None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for sig in FORWARDED:
+            signal.signal(sig, self._ended_by)
+        signal.signal(signal.SIGINT, self._interrupted)
+        signal.signal(signal.SIGIO, self._front_gone)
         while True:
             conn, _ = self.listener.accept()
             self.tell(b"busy")
@@ -232,26 +248,23 @@ class Worker:
         self.conn = conn
         code = self.run(request)
         conn.sendall(f"exit {code}\n".encode())
+        os.chdir("/")
         return False
 
     def run(self, request: Request) -> int:
-        """The call in this process: the caller's state taken, the command run, the state given back."""
+        """The call in this process: the caller's state taken, the command run, and the caller's
+        descriptors given back (the rest of its state stays until the next call replaces it)."""
         stdin, stdout, stderr, cwd = request.fds
         for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
             os.dup2(fd, target)
         os.fchdir(cwd)
         request.close()
         os.umask(request.umask)
-        os.environ.clear()
-        os.environ.update(request.environ)
+        _take_environ(request.environ)
         time.tzset()  # the caller's TZ
         sys.argv = ["xce", *request.words]
         _stdio()
-        for sig in FORWARDED:
-            signal.signal(sig, self._ended_by)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        done = threading.Event()
-        threading.Thread(target=self._watch, args=(done,), daemon=True).start()
+        self._watch_front()
         try:
             code = self.warm.run(request.words)
         except SystemExit as e:  # argparse's exits, --help, --version
@@ -262,10 +275,7 @@ class Worker:
             traceback.print_exc()
             code = 1
         finally:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            for sig in FORWARDED:
-                signal.signal(sig, signal.SIG_DFL)
-            done.set()
+            self.running = False
             for stream in (sys.stdout, sys.stderr, sys.stdin):
                 try:
                     stream.close()  # flushed, and closed even if that failed: nothing left to write later
@@ -274,11 +284,43 @@ class Worker:
             sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__
             for target in (0, 1, 2):
                 os.dup2(self.null, target)
-            os.chdir("/")
         return code
 
+    def _watch_front(self) -> None:
+        """From now until the command ends, SIGIO comes when the front's end of the connection closes
+        (``_front_gone``); one that closed before is found here."""
+        assert self.conn is not None
+        fd = self.conn.fileno()
+        fcntl.fcntl(fd, fcntl.F_SETOWN, os.getpid())
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
+        self.running = True
+        self._front_gone(signal.SIGIO, None)
+
+    def _front_gone(self, signum: int, frame: object) -> None:
+        """SIGIO (or a first look): the front sends nothing after its call, so its connection ends
+        before the command does only if the front was killed; then the command ends too, as a process
+        whose terminal hung up."""
+        conn = self.conn
+        if conn is None or not self.running:
+            return
+        try:
+            gone = not conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            gone = False
+        except OSError:
+            gone = True
+        if gone:
+            self._ended_by(signal.SIGHUP, frame)
+
+    def _interrupted(self, signum: int, frame: object) -> None:
+        """SIGINT passed on by the front: interrupts the command (the CLI answers 130); between calls,
+        nothing to interrupt."""
+        if self.running:
+            raise KeyboardInterrupt
+
     def _ended_by(self, signum: int, frame: object) -> None:
-        """A signal that ends a process, passed on by the front: end as the CLI would, saying so."""
+        """A signal that ends a process, passed on by the front (or sent by the server to an idle
+        worker): end as the CLI would, saying so to the front if there is one."""
         if self.conn is not None:
             try:
                 self.conn.sendall(f"signal {signum}\n".encode())
@@ -287,19 +329,16 @@ class Worker:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
-    def _watch(self, done: threading.Event) -> None:
-        """The front sends nothing after its call: its connection ends before the call does only if
-        the front was killed, and then the call ends too, as a process whose terminal hung up."""
-        conn = self.conn
-        if conn is None:
-            return
-        try:
-            ready = select.select([conn], [], [])[0]
-            gone = bool(ready) and not conn.recv(1, socket.MSG_PEEK)
-        except (OSError, ValueError):
-            gone = True
-        if gone and not done.is_set():
-            os.kill(os.getpid(), signal.SIGHUP)
+
+def _take_environ(environ: dict[bytes, bytes]) -> None:
+    """Make this process's environment the caller's, changing only what differs from what it is (the
+    last caller's, mostly the same): clearing and refilling it cost a plain submit's call ~10% more."""
+    current = os.environb
+    for key in [key for key in current if key not in environ]:
+        del current[key]
+    for key, value in environ.items():
+        if current.get(key) != value:
+            current[key] = value
 
 
 def _die_with_parent() -> None:
@@ -356,6 +395,10 @@ class Server:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._stop)
+        # what was built once (the CLI's modules and parsers) is never garbage: out of every collection
+        # a worker makes during its calls, and its pages left shared with this process
+        gc.collect()
+        gc.freeze()
         self._fork()
         pending = b""
         try:
