@@ -6,22 +6,25 @@ with an argparse, TOML, HTTP and JSON of its own: a second CLI.  Now it owns no 
 Mercurial's ``chg`` owns none of ``hg``'s: it sends this server the argument vector, the working
 directory, the environment, the umask and its standard input, output and error (the descriptors
 themselves), and exits as the command did.  Everything a word on the command line means is still
-``xce.cli.main``'s; the choice and its figures are ``docs/decisions/0001-native-front.md``.
+``xce.cli.main``'s; the choice and its figures are ``docs/decisions/native-front.md``.
 
 One server per user and interpreter: its socket lives in a directory only its user may enter, named
 by a hash of the interpreter's path and of the variables that shape an interpreter at start-up
 (``PYTHON*``, ``LC_*``, ``LANG``), so a call is served only by a process that would have started
 the same.  The front starts it when there is none (``python -m xce.cli.server``, in a session of
-its own); it ends after ``XCE_CLI_IDLE`` seconds without a call (default 600), and at once when a
-module it loaded has changed on disk (it answers ``stale``, and the front starts a new one).
+its own); it ends after ``XCE_CLI_IDLE`` seconds without a call (default 600; it looks once a
+second), and at once when a module it loaded has changed on disk (it answers ``stale``, and the
+front starts a new one).
 
-The parent is single-threaded and forks one child per call, so calls never share a process: the
-child takes the caller's descriptors, directory, umask and environment, runs the command with the
-parsers the parent built once, and exits.  (Forking is safe here because this process has no
-thread: DESIGN's rule is never to fork a threaded one.)  The parent tells the front the child's pid
-(it forwards its signals there) and then how the child ended.  Commands that run for long or
-start daemons (``controller``, ``worker``, ``provisioner``, ``up``) are answered ``cold``: the front
-runs the Python CLI itself, as a process of the caller's own.
+The parent is single-threaded and keeps a pool of forked workers, one idle at least; a worker takes
+calls one at a time, each in the caller's descriptors, directory, umask and environment, with the
+parsers the parent built once.  (Forking is safe here because this process has no thread: DESIGN's
+rule is never to fork a threaded one; nor does a worker start one.)  The worker tells the front its
+pid (the front forwards its signals there) and then how the command ended.  A loop of one-shot calls
+pays for whatever a call does besides its command, so that is kept small (``Worker``, ``Board``; the
+figures in the decision record).  Commands that run for long or start daemons (``controller``,
+``worker``, ``provisioner``, ``up``) are answered ``cold``: the front runs the Python CLI itself, as
+a process of the caller's own.
 
 The protocol, on a Unix stream socket, peer checked to be the same user:
 
