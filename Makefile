@@ -14,14 +14,14 @@ $(STAMP): pyproject.toml
 
 # The xce command's native front (native/xce.c) replaces the entry-point script pip writes: it forwards
 # each call to a warm CLI server (xce/cli/server.py) instead of starting Python, and owns no option.
+# native/xce-launch.c is every job run's shepherd and sandbox (xce/worker/sandbox.py).  Both are started
+# once a call or a run, so both are static with musl when musl-gcc is there (`make deps` installs it):
+# its start-up costs a fraction of glibc's (the front: 0.55 against 1.15 ms of CPU a call).
 NATIVE := $(VENV)/.native
-#
-# native/xce-launch.c is every job run's shepherd and sandbox (xce/worker/sandbox.py): static with musl
-# when musl-gcc is there (`make deps` installs it), whose start-up costs a fraction of glibc's.
-LAUNCH_CC := $(shell command -v musl-gcc >/dev/null 2>&1 && echo musl-gcc -static || echo $(CC))
+NATIVE_CC := $(shell command -v musl-gcc >/dev/null 2>&1 && echo musl-gcc -static || echo $(CC))
 $(NATIVE): native/xce.c native/xce-launch.c $(STAMP)
-	$(CC) -O2 -Wall -Wextra -o $(BIN)/xce native/xce.c
-	$(LAUNCH_CC) -O2 -Wall -Wextra -o $(BIN)/xce-launch native/xce-launch.c
+	$(NATIVE_CC) -O2 -Wall -Wextra -o $(BIN)/xce native/xce.c
+	$(NATIVE_CC) -O2 -Wall -Wextra -o $(BIN)/xce-launch native/xce-launch.c
 	touch $(NATIVE)
 
 # System packages the tests need (root, Debian): PostgreSQL server binaries, btrfs-progs (the btrfs

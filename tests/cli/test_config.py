@@ -1,9 +1,12 @@
 """Where the CLI finds its controller: flags, then environment, then config files."""
 
 import os
+import time
+import types
 
 import pytest
 
+from xce.cli import config
 from xce.cli.config import resolve
 from xce.cli.errors import UsageError
 
@@ -57,3 +60,26 @@ def test_several_controllers_from_a_list_in_the_config_file(tmp_path):
                         ('url = "http://a:1"\nurls = ["http://b:1"]\n', "url or urls, not both")):
         with pytest.raises(UsageError, match=match):
             resolve(None, None, write(tmp_path / "bad.toml", text + 'token = "t"\n'), {})
+
+
+def test_a_config_file_is_parsed_again_only_when_it_changed(tmp_path, monkeypatch):
+    """A warm CLI server's worker runs many commands: it parses a settled file once, and again whenever
+    its stat says it changed; a file changed just now is parsed every time (a second write in the same
+    tick of the file system's clock may leave the same stat)."""
+    parsed = []
+    real = config._parse_config
+    monkeypatch.setattr(config, "_parse_config", lambda path, raw: parsed.append(raw) or real(path, raw))
+    cfg = write(tmp_path / "c.toml", 'url = "http://a:1"\ntoken = "aaaa"\n')
+    for _ in range(2):
+        assert resolve(None, None, cfg, {}).token == "aaaa"
+    assert len(parsed) == 2  # just written: not known yet
+    later = time.time_ns() + 2 * config.SETTLE_NS
+    monkeypatch.setattr(config, "time", types.SimpleNamespace(time_ns=lambda: later))
+    for _ in range(3):
+        assert resolve(None, None, cfg, {}).token == "aaaa"
+    assert len(parsed) == 3  # settled: parsed once more, then known
+    write(cfg, 'url = "http://a:1"\ntoken = "bb"\n')
+    assert resolve(None, None, cfg, {}).token == "bb"
+    os.remove(cfg)
+    with pytest.raises(UsageError, match="does not exist"):
+        resolve(None, None, cfg, {})

@@ -19,7 +19,7 @@ import threading
 import pytest
 
 from tests.cli.test_native import build
-from tests.helpers import XCE, ControllerProcess, wait_for
+from tests.helpers import XCE, ControllerProcess, process_alive, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +67,32 @@ def test_a_terminated_call_ends_the_front_by_the_same_signal(alone, env):
     assert p.wait(30) == -15  # as the Python CLI ends on SIGTERM: the shell sees the signal
     r = subprocess.run([alone, "ping"], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_call_whose_front_was_killed_ends_as_if_hung_up(alone, env):
+    """The front sends nothing after its call, so its end of the connection closes early only if it was
+    killed (SIGKILL: nothing passed on); the worker notices (SIGIO, not a thread of its own) and the call
+    ends as on a hang-up, instead of waiting on for nobody.  The server serves on."""
+    p = _waiting(alone, env, "orphaned")
+    pipe = f"pipe:[{os.fstat(p.stdout.fileno()).st_ino}]"
+    worker = next(pid for pid in _holding(pipe) if pid != p.pid)  # the call's stdout is the front's, passed on
+    p.kill()
+    assert p.wait(30) == -9
+    wait_for(lambda: not process_alive(worker), what="the killed front's call ended")
+    r = subprocess.run([alone, "ping"], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
+def _holding(target: str) -> list[int]:
+    """The processes whose standard output is ``target`` (as /proc shows a descriptor: pipe:[INODE])."""
+    out = []
+    for name in os.listdir("/proc"):
+        try:
+            if name.isdigit() and os.readlink(f"/proc/{name}/fd/1") == target:
+                out.append(int(name))
+        except OSError:
+            continue
+    return out
 
 
 def test_a_pipe_is_not_held_open_after_the_call(alone, env, tmp_path):

@@ -15,6 +15,7 @@ controller URLs, instead of ``url``.  A URL setting may name several controllers
 from __future__ import annotations
 
 import os
+import time
 from typing import Mapping, NamedTuple
 
 from xce.cli.errors import UsageError
@@ -35,8 +36,18 @@ def default_config_path(environ: Mapping[str, str]) -> str:
 
 
 def load_config(path: str, required: bool) -> dict[str, str]:
-    """The file's ``url``/``token``; a missing optional file is empty, anything malformed is a UsageError."""
+    """The file's ``url``/``token``; a missing optional file is empty, anything malformed is a UsageError.
+
+    A process that runs many commands (a warm CLI server's worker, ``xce.cli.server``) parses a file
+    once for as long as it stays as it was: known by its stat (device, inode, size, modification and
+    change times), unless it changed within ``SETTLE_NS`` of being read (two writes that close may
+    leave the same times: such a file is read again every time, until it has settled)."""
     try:
+        st = os.stat(path)
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        known = _PARSED.get(path)
+        if known is not None and known[0] == key:
+            return dict(known[1])
         with open(path, "rb") as fh:
             raw = fh.read()
     except FileNotFoundError:
@@ -45,6 +56,17 @@ def load_config(path: str, required: bool) -> dict[str, str]:
         return {}
     except OSError as e:
         raise UsageError(f"cannot read config file {path}: {e.strerror or e}") from None
+    out = _parse_config(path, raw)
+    if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > SETTLE_NS:
+        _PARSED[path] = (key, dict(out))
+    return out
+
+
+SETTLE_NS = 2_000_000_000
+_PARSED: dict[str, tuple[tuple[int, ...], dict[str, str]]] = {}  # path -> (its stat when read, what it said)
+
+
+def _parse_config(path: str, raw: bytes) -> dict[str, str]:
     import tomllib
 
     try:

@@ -6,22 +6,25 @@ with an argparse, TOML, HTTP and JSON of its own: a second CLI.  Now it owns no 
 Mercurial's ``chg`` owns none of ``hg``'s: it sends this server the argument vector, the working
 directory, the environment, the umask and its standard input, output and error (the descriptors
 themselves), and exits as the command did.  Everything a word on the command line means is still
-``xce.cli.main``'s; the choice and its figures are ``docs/decisions/0001-native-front.md``.
+``xce.cli.main``'s; the choice and its figures are ``docs/decisions/native-front.md``.
 
 One server per user and interpreter: its socket lives in a directory only its user may enter, named
 by a hash of the interpreter's path and of the variables that shape an interpreter at start-up
 (``PYTHON*``, ``LC_*``, ``LANG``), so a call is served only by a process that would have started
 the same.  The front starts it when there is none (``python -m xce.cli.server``, in a session of
-its own); it ends after ``XCE_CLI_IDLE`` seconds without a call (default 600), and at once when a
-module it loaded has changed on disk (it answers ``stale``, and the front starts a new one).
+its own); it ends after ``XCE_CLI_IDLE`` seconds without a call (default 600; it looks once a
+second), and at once when a module it loaded has changed on disk (it answers ``stale``, and the
+front starts a new one).
 
-The parent is single-threaded and forks one child per call, so calls never share a process: the
-child takes the caller's descriptors, directory, umask and environment, runs the command with the
-parsers the parent built once, and exits.  (Forking is safe here because this process has no
-thread: DESIGN's rule is never to fork a threaded one.)  The parent tells the front the child's pid
-(it forwards its signals there) and then how the child ended.  Commands that run for long or
-start daemons (``controller``, ``worker``, ``provisioner``, ``up``) are answered ``cold``: the front
-runs the Python CLI itself, as a process of the caller's own.
+The parent is single-threaded and keeps a pool of forked workers, one idle at least; a worker takes
+calls one at a time, each in the caller's descriptors, directory, umask and environment, with the
+parsers the parent built once.  (Forking is safe here because this process has no thread: DESIGN's
+rule is never to fork a threaded one; nor does a worker start one.)  The worker tells the front its
+pid (the front forwards its signals there) and then how the command ended.  A loop of one-shot calls
+pays for whatever a call does besides its command, so that is kept small (``Worker``, ``Board``; the
+figures in the decision record).  Commands that run for long or start daemons (``controller``,
+``worker``, ``provisioner``, ``up``) are answered ``cold``: the front runs the Python CLI itself, as
+a process of the caller's own.
 
 The protocol, on a Unix stream socket, peer checked to be the same user:
 
@@ -34,15 +37,17 @@ The protocol, on a Unix stream socket, peer checked to be the same user:
 from __future__ import annotations
 
 import argparse
+import fcntl
+import gc
 import importlib
 import io
+import mmap
 import os
 import select
 import signal
 import socket
 import struct
 import sys
-import threading
 import time
 import traceback
 from typing import Any, Callable
@@ -52,6 +57,7 @@ MAX_REQUEST = 32 << 20  # more than Linux lets a process's arguments and environ
 COLD = frozenset({"controller", "worker", "provisioner", "up"})  # long-lived: the caller's own process
 DEFAULT_IDLE = 600.0
 MAX_WORKERS = 32  # calls at once; more wait in the listen queue (each worker forks on demand)
+LOOK = 1.0  # seconds: how often the server looks at its workers' board (``Server``)
 
 
 class BadRequest(Exception):
@@ -59,10 +65,11 @@ class BadRequest(Exception):
 
 
 class Request:
-    """A call: the command's words, the caller's environment and umask, and its descriptors (stdin,
-    stdout, stderr, working directory), owned by the request until the child takes them."""
+    """A call: the command's words, the caller's environment (as the kernel holds it: bytes, applied
+    through ``os.environb`` without decoding it) and umask, and its descriptors (stdin, stdout, stderr,
+    working directory), owned by the request until the worker takes them."""
 
-    def __init__(self, words: list[str], environ: dict[str, str], umask: int, fds: list[int]) -> None:
+    def __init__(self, words: list[str], environ: dict[bytes, bytes], umask: int, fds: list[int]) -> None:
         self.words = words
         self.environ = environ
         self.umask = umask
@@ -97,12 +104,13 @@ def read_request(conn: socket.socket) -> Request:
         strings = bytes(body).split(b"\0")
         if len(body) != size or strings[-1] != b"" or len(strings) != argc + envc + 1:
             raise BadRequest("a body that does not match its header")
-        words = [os.fsdecode(w) for w in strings[:argc]]
+        # one decode for every word (a NUL never ends a character of the file system's encoding)
+        words = os.fsdecode(b"\0".join(strings[:argc])).split("\0") if argc else []
         environ = {}
         for entry in strings[argc:argc + envc]:
             key, eq, value = entry.partition(b"=")
             if eq and key:
-                environ[os.fsdecode(key)] = os.fsdecode(value)
+                environ[key] = value
         return Request(words, environ, umask, fds)
     except BaseException:
         for fd in fds:
@@ -156,6 +164,48 @@ def _loaded_files(paths: list[str] | None = None) -> dict[str, int]:
     return out
 
 
+# ---------------------------------------------------------------- what workers say of themselves
+
+IDLE, BUSY, FREE = 0, 1, 2  # a slot of the board: its worker waits for a call, runs one; no worker
+
+
+class Board:
+    """Where each worker shows the server whether it is idle, in memory they share (an anonymous shared
+    mapping, made before the workers are forked): a state byte a slot, and a byte a worker sets at each
+    call (``touched``), which the server clears when it looks.  Telling the server through its pipe
+    woke it twice a call (~5% of a plain submit's time on this VM); it is now woken only when the last
+    idle worker takes a call (it forks another) or one finds the code changed."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self.memory = mmap.mmap(-1, 2 * slots)
+        self.memory[:slots] = bytes([FREE]) * slots
+
+    def take(self) -> int:
+        """A free slot, marked idle (a worker about to be forked), or -1 if none is free."""
+        slot = self.memory.find(bytes([FREE]), 0, self.slots)
+        if slot >= 0:
+            self.memory[slot] = IDLE
+        return slot
+
+    def set(self, slot: int, state: int) -> None:
+        self.memory[slot] = state
+        if state == BUSY:
+            self.memory[self.slots + slot] = 1
+
+    def state(self, slot: int) -> int:
+        return self.memory[slot]
+
+    def any_idle(self) -> bool:
+        return self.memory.find(bytes([IDLE]), 0, self.slots) >= 0
+
+    def active(self) -> bool:
+        """Has a call run since the last look, or does one run now?  (Clears the touched bytes.)"""
+        touched = self.memory.find(b"\1", self.slots) >= 0
+        self.memory[self.slots:] = bytes(self.slots)
+        return touched or self.memory.find(bytes([BUSY]), 0, self.slots) >= 0
+
+
 # ---------------------------------------------------------------- a worker: calls, one at a time
 
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)  # they end a process
@@ -179,24 +229,42 @@ class Worker:
     calls it holds nothing of the last caller's (descriptors 0-2 on /dev/null, directory /): a pipe the
     caller reads to its end must not stay open here.  A forwarded signal that ends a process ends this
     one too, after telling the front so ("signal N"); SIGINT interrupts the call (exit 130, as the CLI
-    says).  It tells the server when it is busy and idle, so the server keeps one idle worker ready."""
+    says); a front that is gone before its call ended (killed: it sends nothing after its call) ends
+    the call as a hang-up would.  It shows the server when it is busy and idle (``Board``), and tells
+    it when it took a call as the last idle worker, so the server keeps one idle worker ready.
 
-    def __init__(self, warm: Warm, listener: socket.socket, notify: int, retire: Callable[[], None]) -> None:
+    A loop of one-shot calls (``bench/throughput.py``'s ``cli`` modes) pays for whatever a call does
+    besides its command, so what need not change between calls is done once: the signal handlers are
+    installed once and ask whether a command runs (``running``); the front's going away is noticed by
+    SIGIO on the call's connection (``O_ASYNC``), not by a thread started per call; the environment
+    is changed where the caller's differs from the last one's; and the front is answered as soon as
+    the caller's descriptors are given back."""
+
+    def __init__(self, warm: Warm, listener: socket.socket, board: Board, slot: int, notify: int,
+                 retire: Callable[[], None]) -> None:
         self.warm = warm
         self.listener = listener
+        self.board = board
+        self.slot = slot
         self.notify = notify
         self.retire = retire
-        self.conn: socket.socket | None = None
+        self.conn: socket.socket | None = None  # the call's connection, once the front knows our pid
+        self.running = False  # a command runs: SIGINT interrupts it, a front gone away hangs it up
         self.null = os.open(os.devnull, os.O_RDWR)
 
     def tell(self, what: bytes) -> None:
         os.write(self.notify, what + f" {os.getpid()}\n".encode())
 
     def loop(self) -> None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for sig in FORWARDED:
+            signal.signal(sig, self._ended_by)
+        signal.signal(signal.SIGINT, self._interrupted)
+        signal.signal(signal.SIGIO, self._front_gone)
         while True:
             conn, _ = self.listener.accept()
-            self.tell(b"busy")
+            self.board.set(self.slot, BUSY)
+            if not self.board.any_idle():
+                self.tell(b"busy")  # the server forks another, for the next call that comes meanwhile
             try:
                 stale = self.call(conn)
             except KeyboardInterrupt:  # a SIGINT passed on as the call ended
@@ -207,7 +275,7 @@ class Worker:
             if stale:
                 self.tell(b"stale")
                 return
-            self.tell(b"idle")
+            self.board.set(self.slot, IDLE)
 
     def call(self, conn: socket.socket) -> bool:
         """One call on ``conn``; True if it found the server's code changed (the front asks anew)."""
@@ -232,26 +300,23 @@ class Worker:
         self.conn = conn
         code = self.run(request)
         conn.sendall(f"exit {code}\n".encode())
+        os.chdir("/")
         return False
 
     def run(self, request: Request) -> int:
-        """The call in this process: the caller's state taken, the command run, the state given back."""
+        """The call in this process: the caller's state taken, the command run, and the caller's
+        descriptors given back (the rest of its state stays until the next call replaces it)."""
         stdin, stdout, stderr, cwd = request.fds
         for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
             os.dup2(fd, target)
         os.fchdir(cwd)
         request.close()
         os.umask(request.umask)
-        os.environ.clear()
-        os.environ.update(request.environ)
+        _take_environ(request.environ)
         time.tzset()  # the caller's TZ
         sys.argv = ["xce", *request.words]
         _stdio()
-        for sig in FORWARDED:
-            signal.signal(sig, self._ended_by)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        done = threading.Event()
-        threading.Thread(target=self._watch, args=(done,), daemon=True).start()
+        self._watch_front()
         try:
             code = self.warm.run(request.words)
         except SystemExit as e:  # argparse's exits, --help, --version
@@ -262,10 +327,7 @@ class Worker:
             traceback.print_exc()
             code = 1
         finally:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            for sig in FORWARDED:
-                signal.signal(sig, signal.SIG_DFL)
-            done.set()
+            self.running = False
             for stream in (sys.stdout, sys.stderr, sys.stdin):
                 try:
                     stream.close()  # flushed, and closed even if that failed: nothing left to write later
@@ -274,11 +336,43 @@ class Worker:
             sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__
             for target in (0, 1, 2):
                 os.dup2(self.null, target)
-            os.chdir("/")
         return code
 
+    def _watch_front(self) -> None:
+        """From now until the command ends, SIGIO comes when the front's end of the connection closes
+        (``_front_gone``); one that closed before is found here."""
+        assert self.conn is not None
+        fd = self.conn.fileno()
+        fcntl.fcntl(fd, fcntl.F_SETOWN, os.getpid())
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
+        self.running = True
+        self._front_gone(signal.SIGIO, None)
+
+    def _front_gone(self, signum: int, frame: object) -> None:
+        """SIGIO (or a first look): the front sends nothing after its call, so its connection ends
+        before the command does only if the front was killed; then the command ends too, as a process
+        whose terminal hung up."""
+        conn = self.conn
+        if conn is None or not self.running:
+            return
+        try:
+            gone = not conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            gone = False
+        except OSError:
+            gone = True
+        if gone:
+            self._ended_by(signal.SIGHUP, frame)
+
+    def _interrupted(self, signum: int, frame: object) -> None:
+        """SIGINT passed on by the front: interrupts the command (the CLI answers 130); between calls,
+        nothing to interrupt."""
+        if self.running:
+            raise KeyboardInterrupt
+
     def _ended_by(self, signum: int, frame: object) -> None:
-        """A signal that ends a process, passed on by the front: end as the CLI would, saying so."""
+        """A signal that ends a process, passed on by the front (or sent by the server to an idle
+        worker): end as the CLI would, saying so to the front if there is one."""
         if self.conn is not None:
             try:
                 self.conn.sendall(f"signal {signum}\n".encode())
@@ -287,19 +381,16 @@ class Worker:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
-    def _watch(self, done: threading.Event) -> None:
-        """The front sends nothing after its call: its connection ends before the call does only if
-        the front was killed, and then the call ends too, as a process whose terminal hung up."""
-        conn = self.conn
-        if conn is None:
-            return
-        try:
-            ready = select.select([conn], [], [])[0]
-            gone = bool(ready) and not conn.recv(1, socket.MSG_PEEK)
-        except (OSError, ValueError):
-            gone = True
-        if gone and not done.is_set():
-            os.kill(os.getpid(), signal.SIGHUP)
+
+def _take_environ(environ: dict[bytes, bytes]) -> None:
+    """Make this process's environment the caller's, changing only what differs from what it is (the
+    last caller's, mostly the same): clearing and refilling it cost a plain submit's call ~10% more."""
+    current = os.environb
+    for key in [key for key in current if key not in environ]:
+        del current[key]
+    for key, value in environ.items():
+        if current.get(key) != value:
+            current[key] = value
 
 
 def _die_with_parent() -> None:
@@ -327,13 +418,16 @@ def _exit_code(e: SystemExit) -> int:
 class Server:
     """The parent: listens, and keeps one idle worker ready (forking another whenever the last idle
     one takes a call, up to ``MAX_WORKERS``: more calls at once wait in the listen queue).  It runs
-    no call itself and has no thread, so it may fork."""
+    no call itself and has no thread, so it may fork.  It looks at the board every ``LOOK`` seconds
+    (at most): to end after ``idle`` seconds without a call, and, once retiring, to end the workers
+    that have become idle."""
 
     def __init__(self, path: str, idle: float) -> None:
         self.path = path
         self.idle = idle
         self.warm = Warm()
-        self.workers: dict[int, str] = {}  # pid -> "idle" | "busy"
+        self.board = Board(MAX_WORKERS)
+        self.workers: dict[int, int] = {}  # pid -> its slot of the board
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.notify_r, self.notify_w = os.pipe()
         self.wake_r, self.wake_w = os.pipe()
@@ -356,13 +450,19 @@ class Server:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._stop)
+        # what was built once (the CLI's modules and parsers) is never garbage: out of every collection
+        # a worker makes during its calls, and its pages left shared with this process
+        gc.collect()
+        gc.freeze()
         self._fork()
         pending = b""
+        quiet_since = time.monotonic()
         try:
             while self.workers:
-                quiet = self.running and all(state == "idle" for state in self.workers.values())
-                ready = select.select([self.notify_r, self.wake_r], [], [], self.idle if quiet else None)[0]
-                if not ready:
+                ready = select.select([self.notify_r, self.wake_r], [], [], LOOK)[0]
+                if self.board.active():
+                    quiet_since = time.monotonic()
+                elif time.monotonic() - quiet_since >= self.idle:
                     self._retire()  # idle for long enough
                 if self.wake_r in ready:
                     os.read(self.wake_r, 4096)
@@ -383,12 +483,13 @@ class Server:
             return
         if what == "stale":
             self.running = False
-        elif what in ("busy", "idle"):
-            self.workers[int(pid)] = what
-        if self.running and "idle" not in self.workers.values() and len(self.workers) < MAX_WORKERS:
+        if self.running and not self.board.any_idle():
             self._fork()
 
     def _fork(self) -> None:
+        slot = self.board.take()
+        if slot < 0:
+            return  # MAX_WORKERS busy: calls wait in the listen queue
         pid = os.fork()
         if pid == 0:
             code = 0
@@ -399,13 +500,13 @@ class Server:
                     signal.signal(sig, signal.SIG_DFL)
                 for fd in (self.notify_r, self.wake_r, self.wake_w):
                     os.close(fd)
-                Worker(self.warm, self.listener, self.notify_w, self._unlink).loop()
+                Worker(self.warm, self.listener, self.board, slot, self.notify_w, self._unlink).loop()
             except BaseException:
                 traceback.print_exc()
                 code = 1
             finally:
                 os._exit(code)
-        self.workers[pid] = "idle"
+        self.workers[pid] = slot
 
     def _stop(self, *_: object) -> None:
         self.running = False
@@ -418,8 +519,10 @@ class Server:
                 return
             if pid == 0:
                 return
-            self.workers.pop(pid, None)
-            if self.running and "idle" not in self.workers.values():
+            slot = self.workers.pop(pid, None)
+            if slot is not None:
+                self.board.set(slot, FREE)
+            if self.running and not self.board.any_idle():
                 self._fork()
 
     def _unlink(self) -> None:
@@ -439,8 +542,8 @@ class Server:
         if self.listener.fileno() >= 0:
             self.listener.close()
             self._unlink()
-        for pid, state in self.workers.items():
-            if state == "idle":
+        for pid, slot in self.workers.items():
+            if self.board.state(slot) == IDLE:
                 try:
                     os.kill(pid, signal.SIGTERM)
                 except ProcessLookupError:

@@ -152,9 +152,10 @@ class Client:
             submission = command if not fields else Submission.from_body({**command.to_body(), **fields})
         else:
             submission = Submission(command=tuple(command), **fields)
-        if submission.request_id is None:
-            submission = submission.with_request_id(os.urandom(16).hex())
-        doc: JobDoc = self.request("POST", "/v1/jobs", body=submission.to_body(), idempotent=True)
+        body = submission.to_body()
+        if submission.request_id is None:  # (into the body: a Submission made again costs a one-shot CLI ~5%)
+            body["request_id"] = os.urandom(16).hex()
+        doc: JobDoc = self.request("POST", "/v1/jobs", body=body, idempotent=True)
         return doc
 
     def kill(self, job_id: int, *, signal: str | int | None = None) -> JobDoc:
