@@ -142,3 +142,18 @@ def test_a_success_that_is_not_json_is_a_bad_response():
         with pytest.raises(BadResponse, match=r"not JSON \(HTTP 200\)"):
             Client(f"127.0.0.1:{srv.getsockname()[1]}", "x", timeout=5).ping()
         t.join(5)
+
+
+def test_a_connection_the_server_closed_with_its_answer_is_not_used_again():
+    """``Connection: close`` ends a kept-alive connection: the next call from the same client (a warm
+    CLI worker's, kept for its life) connects afresh instead of writing to the closed socket."""
+    from tests.raw_server import RawServer, response
+
+    server = RawServer(response(b'{"pong": true}'))
+    try:
+        client = Client(server.url, "x", timeout=5)
+        for _ in range(3):
+            assert client.get("/v1/ping") == {"pong": True}
+        assert len(server.received) == 3
+    finally:
+        server.close()

@@ -308,7 +308,7 @@ class Transport:
         if conns is None:
             conns = self._local.conns = {}
         conn = conns.get(url)
-        if conn is None:
+        if conn is None or conn.sock.fileno() < 0:  # none yet, or its last answer said Connection: close
             scheme, host, port, _ = self._targets[url]
             conn = conns[url] = _Connection(scheme, host, port, self.timeout)
         return conn
