@@ -107,6 +107,7 @@ def create(model: State, config: Config, actor: User, spec: ClaimSpec, now: floa
     if mode.value not in cls.access_modes:
         raise InvalidRequest(f"claim class {cls.name!r} does not allow access mode {mode.value} "
                              f"(allowed: {', '.join(cls.access_modes)})")
+    check_holds_standalone(cls)
     policy_text = spec.reclaim_policy or cls.reclaim_policy
     try:
         policy = ReclaimPolicy(policy_text)
@@ -143,6 +144,20 @@ def create(model: State, config: Config, actor: User, spec: ClaimSpec, now: floa
                            params={**cls.parameters, **spec.params},
                            source=source.as_record() if source is not None else None,
                            populate_from=populate_from)], claim_id
+
+
+def check_holds_standalone(cls: ClaimClassConfig) -> None:
+    """A node-scope class's claims live on hosts, made by their workers: a standalone claim of one is
+    a set of replicas, one per host, each reserved on the class's host counter.  Refused, never left
+    PENDING with no reason, when the class cannot hold one."""
+    if cls.scope == Scope.SHARED:
+        return
+    if cls.counter is None:
+        raise InvalidRequest(f"claim class {cls.name!r} is node-scope and draws on no host counter: it cannot "
+                             "hold standalone claims (its claims are a job's own: xce submit --scratch)")
+    raise InvalidRequest(f"claim class {cls.name!r} is node-scope: its claims live on hosts, and a standalone "
+                         "claim of it needs one replica per host, which this version cannot make yet; use a "
+                         "shared class (xce claimclass list)")
 
 
 def _populate_source(config: Config, cls: ClaimClassConfig, project: str, text: str | None,
