@@ -15,13 +15,14 @@ from xce.model import facts as F
 
 # workers' polls for dispatches and runs' orders (the readiness gate opens when claims become READY/ATTACHED)
 HOST_WORK_WAKE = (F.JobAllocated, F.JobKillRequested, F.JobSignalRequested, F.JobSuspended, F.JobResumed,
-                  F.JobFinished, F.JobRequeued, F.ClaimOpSucceeded)
+                  F.JobFinished, F.JobRequeued, F.ClaimOpSucceeded, F.ReplicaOpSucceeded)
 # claim agents' polls: ops opened (a placed claim's create, a reserved resize's expand, a snapshot's create),
 # retried, or released
 AGENT_WAKE = (F.ClaimPlaced, F.ClaimResizeReserved, F.ClaimOpSucceeded, F.ClaimOpFailed, F.ClaimDeleteRequested, F.ClaimPurgeRequested,
               F.AttachmentAdded, F.AttachmentRemoved, F.OrphanSeen, F.AgentLeased, F.JobAllocated,
               F.JobProcessEnded, F.JobFinished, F.JobRequeued,
-              F.SnapshotCreated, F.SnapshotOpSucceeded, F.SnapshotOpFailed, F.SnapshotDeleteRequested)
+              F.SnapshotCreated, F.SnapshotOpSucceeded, F.SnapshotOpFailed, F.SnapshotDeleteRequested,
+              F.ReplicaPlaced, F.ReplicaOpSucceeded, F.ReplicaOpFailed)
 
 
 class Waker:

@@ -150,7 +150,7 @@ def detach(model: State, claim: Claim, a: Attachment, time: float) -> None:
             return
         _drop_attachment(model, claim, a, time)  # never reached the provider
     elif a.state is AttachmentState.ATTACHED:
-        if a.run is None:  # added by hand (no provider attach was made): nothing to undo
+        if a.run is None or claim.replicated:  # added by hand, or a replica's host: no provider attach to undo
             _drop_attachment(model, claim, a, time)
         else:
             _set_attachment_state(a, AttachmentState.DETACHING, time, "its user is done with it")
@@ -590,11 +590,15 @@ def apply_attachment_added(model: State, f: F.AttachmentAdded) -> None:
     claim = model.claims.get(f.claim_id)
     if claim is None:
         return
-    state = AttachmentState.ATTACHING if f.run is not None else AttachmentState.ATTACHED
+    # a node-local claim's data is on the host already, in its READY replica there (the plan applier places
+    # its jobs nowhere else): nothing for a provider to attach
+    replica = next((r for r in claim.replicas if r.host == f.host and r.state is ReplicaState.READY), None)
+    state = AttachmentState.ATTACHING if f.run is not None and not claim.replicated else AttachmentState.ATTACHED
     a = Attachment(id=f.attachment_id, host=f.host, mode=f.mode, created=f.time, by=f.by, job_id=f.job_id,
-                   run=f.run, state=state, history=[{"state": state.value, "time": f.time, "reason": f"added by {f.by}"}])
+                   run=f.run, state=state, history=[{"state": state.value, "time": f.time, "reason": f"added by {f.by}"}],
+                   path=replica.path if replica is not None else None)
     claim.attachments.append(a)
-    if f.run is not None:  # a job's: the provider makes the claim reachable on the host first
+    if state is AttachmentState.ATTACHING:  # a job's: the provider makes the claim reachable on the host first
         _open_attachment_op(model, claim, a, OpKind.ATTACH)
     model.next_attachment_id = max(model.next_attachment_id, f.attachment_id + 1)
 

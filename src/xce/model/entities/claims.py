@@ -248,6 +248,16 @@ class Claim:
         """The replicas it has or will have (each holds its size on its host)."""
         return len(self.replicas) + self.replicas_to_place
 
+    def unplaced_hosts(self) -> list[str]:
+        """The named hosts whose replicas wait for their size to be reserved there."""
+        return [r.host for r in self.replicas if not r.placed and r.state is ReplicaState.PENDING]
+
+    @property
+    def replicas_waiting(self) -> bool:
+        """Replicas wait for the scheduler: on named hosts, or on hosts it is to choose."""
+        return self.replicated and self.live and not self.delete_requested and \
+            bool(self.replicas_to_place or self.unplaced_hosts())
+
     def ready_hosts(self) -> list[str]:
         """Where a job can use it: the hosts of its READY replicas."""
         return sorted(r.host for r in self.replicas if r.state is ReplicaState.READY)
