@@ -46,7 +46,7 @@ from xce.model import agents as A
 from xce.model import claims as C
 from xce.model import facts as F
 from xce.model import ops
-from xce.model.claims import Attachment, Claim, Op, OpKind
+from xce.model.claims import Attachment, Claim, Op, OpKind, Replica
 from xce.model.facts import Fact
 from xce.model.identity import User, speaks_for_agent
 from xce.model.orphans import Orphan
@@ -62,17 +62,20 @@ def speaks_for(actor: User, agent: str) -> None:
     speaks_for_agent(actor, agent)
 
 
-def op_json(ctl: Controller, claim: Claim, op: Op, attachment: Attachment | None) -> dict[str, Any]:
-    """One op as an agent runs it: what the provider (or the agent itself) needs, owner tags included."""
+def op_json(ctl: Controller, claim: Claim, op: Op, attachment: Attachment | Replica | None) -> dict[str, Any]:
+    """One op as an agent runs it: what the provider (or the agent itself) needs, owner tags included.
+    A replica's op is its host's: its handle and path are the replica's (its op id says which)."""
     cls = ctl.config.claim_class(claim.class_name)
+    handle, path = (attachment.handle, attachment.path) if isinstance(attachment, Replica) else (claim.handle,
+                                                                                                  claim.path)
     out = {"op_id": op.op_id, "op": op.kind.value, "attempt": op.attempts + 1, "claim_id": claim.id,
            "claim_name": claim.name, "class_name": claim.class_name, "scope": claim.scope,
            "provider": cls.provider if cls else None,
            # an expand asks for the resize's size: the claim keeps its old one until the provider grew it
            "size_bytes": claim.resize.size_bytes if op.kind is OpKind.EXPAND and claim.resize else claim.size_bytes,
            "access_mode": claim.access_mode.value, "params": claim.params,
-           "handle": claim.handle if op.kind is not OpKind.CREATE else None,
-           "host": attachment.host if attachment is not None else claim.host, "path": claim.path,
+           "handle": handle if op.kind is not OpKind.CREATE else None,
+           "host": attachment.host if attachment is not None else claim.host, "path": path,
            "tags": {"xce.cluster": ctl.model.cluster_id, "xce.claim": str(claim.id), "xce.op": op.op_id,
                     "xce.reclaim": claim.reclaim_policy.value, "xce.project": claim.project,
                     "xce.owner": claim.owner}}
@@ -113,7 +116,7 @@ def snapshot_op_json(ctl: Controller, snap: Snapshot, op: Op) -> dict[str, Any]:
 def work_json(ctl: Controller, model: Model, agent: str, work: A.Work, held: bool = False) -> dict[str, Any]:
     """An agent's work as it runs it.  ``held``: ops under way, each with the attempt its intent
     counted already (a new intent counts the next)."""
-    ops_ = [(op_json(ctl, o.owner, o.op, o.part), o.op) for o in work.claim_ops]
+    ops_ = [(op_json(ctl, o.owner, o.op, o.part), o.op) for o in work.claim_ops + work.replica_ops]
     ops_ += [(snapshot_op_json(ctl, o.owner, o.op), o.op) for o in work.snapshot_ops]
     out: dict[str, Any] = {"ops": [dict(j, attempt=op.attempts) if held else j for j, op in ops_],
                            "orphans": [orphan_json(o) for o in work.orphans]}

@@ -6,7 +6,7 @@ import time
 from typing import Any, Callable
 
 from xce.model.audit import AuditRecord
-from xce.model.claims import Attachment, Claim, ClaimState, ResizeState
+from xce.model.claims import Attachment, Claim, ClaimState, Op, Replica, ResizeState
 from xce.model.identity import Token, User
 from xce.model import job_claims, status
 from xce.model.jobs import Job, JobState
@@ -143,7 +143,7 @@ def claim_json(claim: Claim, reason: str | None = None, *, resize_reason: str | 
     ``resize_reason`` on a resize waiting for room); ``used_bytes`` what its provider last listed."""
     op = claim.op
     waiting = claim.waiting()
-    if reason and claim.state is ClaimState.PENDING and not claim.placed:
+    if reason and (claim.state is ClaimState.PENDING and not claim.placed or claim.replicas_waiting and waiting is None):
         waiting = reason
     elif transfer is not None:  # a stage-in or populate in flight: how far it is
         waiting = status.staging_text(claim, transfer)
@@ -160,8 +160,7 @@ def claim_json(claim: Claim, reason: str | None = None, *, resize_reason: str | 
         "attempts": op.attempts if op else (claim.ops[-1]["attempt"] if claim.ops else 0),
         "last_error": claim.last_error, "stderr_tail": claim.stderr_tail or None,
         "next_retry": op.next_retry if op else None,
-        "op": None if op is None else {"op_id": op.op_id, "op": op.kind.value, "attempts": op.attempts,
-                                        "agent": op.agent, "epoch": op.epoch, "next_retry": op.next_retry},
+        "op": op_summary(op),
         "op_ids": sorted({o["op_id"] for o in claim.ops} | ({op.op_id} if op else set())),
         "reachable_hosts": claim.reachable_hosts, "host_labels": claim.host_labels,
         "attachments": [attachment_json(a) for a in claim.attachments],
@@ -171,7 +170,21 @@ def claim_json(claim: Claim, reason: str | None = None, *, resize_reason: str | 
         "history": claim.history, "ops": claim.ops,
         # a staging claim's items, as resolved at submission: paths, URLs, REMOTE:path (never credentials)
         "stage_in": claim.stage_in, "stage_out": claim.stage_out,
+        "replicas": [replica_json(r) for r in claim.replicas], "replicas_ready": len(claim.ready_hosts()),
+        "replicas_to_place": claim.replicas_to_place,
     }
+
+
+def replica_json(r: Replica) -> dict[str, Any]:
+    """One host's copy of a node-local claim (``wire.ReplicaDoc``)."""
+    return {"host": r.host, "state": r.state.value, "placed": r.placed, "handle": r.handle, "path": r.path,
+            "attempts": r.attempts, "last_error": r.last_error, "op": op_summary(r.op), "history": r.history}
+
+
+def op_summary(op: Op | None) -> dict[str, Any] | None:
+    """An open op as a document shows it (``wire.OpSummary``)."""
+    return None if op is None else {"op_id": op.op_id, "op": op.kind.value, "attempts": op.attempts,
+                                    "agent": op.agent, "epoch": op.epoch, "next_retry": op.next_retry}
 
 
 def snapshot_json(snap: Snapshot) -> dict[str, Any]:
@@ -185,8 +198,7 @@ def snapshot_json(snap: Snapshot) -> dict[str, Any]:
         "attempts": op.attempts if op else (snap.ops[-1]["attempt"] if snap.ops else 0),
         "last_error": snap.last_error, "stderr_tail": snap.stderr_tail or None,
         "next_retry": op.next_retry if op else None,
-        "op": None if op is None else {"op_id": op.op_id, "op": op.kind.value, "attempts": op.attempts,
-                                        "agent": op.agent, "epoch": op.epoch, "next_retry": op.next_retry},
+        "op": op_summary(op),
         "op_ids": sorted({o["op_id"] for o in snap.ops} | ({op.op_id} if op else set())),
         "delete_requested": snap.delete_requested, "data_exists": snap.data_exists, "waiting": snap.waiting(),
         "history": snap.history, "ops": snap.ops,
