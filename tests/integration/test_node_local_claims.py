@@ -75,6 +75,17 @@ def test_replicas_on_the_named_hosts_serve_jobs_there_only_and_go_with_their_cla
     for i, j in enumerate(jobs):
         host = j["hosts"][0]
         assert read(tmp_path / f"r{i}").strip() == f"weights@{host} on {host}"
+    gate = tmp_path / "gate"
+    busy = [cl.submit("--claim", "weights", "-n", "4", "-R", "span[hosts=1]", "--", "sh", "-c",
+                      f"while [ ! -e {gate} ]; do sleep 0.1; done") for _ in range(2)]
+    for j in busy:
+        cl.wait_state(j, "RUN")
+    waits = cl.submit("--claim", "weights", "--", "true")
+    why = wait_for(lambda: "full" in (r := cl.xce("job", "why", str(waits)).stdout) and r, what="why it waits")
+    assert why.strip() == f"Job <{waits}> PEND: claim weights: replicas READY on host1, host3; both full", \
+        "host2 has free slots, and no replica"
+    gate.write_text("")
+    assert cl.wait_state(waits, "DONE")["hosts"][0] in ("host1", "host3")
     wait_for(lambda: cl.claim("weights")["attachments"] == [], what="attachments gone")
     cl.xce("claim", "delete", "weights")
     gone = cl.wait_claim("weights", "RELEASED")

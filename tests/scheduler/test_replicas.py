@@ -22,8 +22,10 @@ def test_jobs_using_a_node_local_claim_go_only_where_a_replica_is_ready():
 def test_a_job_whose_replica_hosts_are_full_waits_and_says_where_they_are():
     p = plan([host("h1"), host("h2", slots=0), host("h3", slots=0)], [job(1, claims=[weights({"h2", "h3"})])])
     assert not p.allocations
-    assert p.pending_reasons[1].startswith("claim weights: replicas READY on h2, h3: ")
-    assert "free slot" in p.pending_reasons[1]
+    assert p.pending_reasons[1] == "claim weights: replicas READY on h2, h3; both full"
+    p = plan([host("h1"), host("h2", slots=1)], [job(2, slots=2, claims=[weights({"h2"})])])
+    assert p.pending_reasons[2] == ("claim weights: replicas READY on h2: matching hosts do not have 2 free slots; "
+                                    "1 host(s) match"), "not full: too small"
 
 
 def test_named_hosts_get_their_replicas_when_they_have_room_on_the_counter():

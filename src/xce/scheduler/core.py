@@ -353,6 +353,9 @@ def _place_with_claims(cycle: _Cycle, rr: ResReq, job: JobView, claimed: _Claime
     if job.node_counters and not any(node_room(i) for i in cands):
         room = ", ".join(f"{format_size(v)} {n}" for n, v in job.node_counters.items())
         return f"no matching host has {room} free for its template claims; {len(cands)} host(s) match"
+    if restricted and all(cycle.free_slots[i] <= 0 for i in cands):  # where its claims are, every slot is taken
+        return f"{restricted}; " + ("full" if len(cands) == 1 else "both full" if len(cands) == 2 else
+                                    f"all {len(cands)} full")
     where = f"{restricted}: " if restricted else ""
     one = " on one host (its claims need one)" if single and rr.span_hosts != 1 else ""
     plural = "s" if want != 1 else ""
