@@ -16,12 +16,12 @@ from xce.model import job_claims
 from xce.model.claims import ClaimState
 from xce.controller.observed import Observed, pool_free
 from xce.model.claims import ResizeState
-from xce.model.claims import ReplicaState
+from xce.model.claims import Claim, ReplicaState
 from xce.model.facts import ClaimCreated, ClaimPlaced, ClaimResizeReserved, Fact, JobAllocated, ReplicaPlaced
 from xce.model.hosts import HostState
 from xce.model.identity import hosts_locked_out
 from xce.model.jobs import JobState
-from xce.scheduler.plan import Plan
+from xce.scheduler.plan import Plan, ReplicaPlacement
 
 if TYPE_CHECKING:
     from xce.config import Config
@@ -67,27 +67,12 @@ def _apply_replicas(model: Model, plan: Plan, now: float, accepted: list[Fact], 
     facts: list[Fact] = []
     for p in plan.replicas:
         claim = model.claims.get(p.claim_id)
-        host = model.hosts.get(p.host)
-        why = None
-        if claim is None or claim.delete_requested or not claim.live:
-            why = "claim changed since the scheduler's view"
-        else:
-            named = p.host in claim.unplaced_hosts()
-            has_one = any(r.host == p.host and r.state is not ReplicaState.RELEASED for r in claim.replicas)
-            if not named and (has_one or more.get(claim.id, 0) >= claim.replicas_to_place):
-                why = "claim changed since the scheduler's view"
-            elif host is None or host.state is not HostState.OK or p.host in locked:
-                why = f"host {p.host} is not available"
-            else:
-                free = host.counters.get(p.counter, 0.0) - host.counters_used().get(p.counter, 0.0) - \
-                    taken.get(p.host, {}).get(p.counter, 0.0)
-                if free < claim.size_bytes:
-                    why = f"host {p.host} has no longer {claim.size_bytes} bytes of {p.counter} free"
-            if why is None and not named:
-                more[claim.id] = more.get(claim.id, 0) + 1
-        if why:
-            result.claims_rejected[p.claim_id] = why
+        why = _replica_short(model, claim, p, more, taken, locked)
+        if why is not None or claim is None:
+            result.claims_rejected[p.claim_id] = why or "claim changed since the scheduler's view"
             continue
+        if p.host not in claim.unplaced_hosts():
+            more[claim.id] = more.get(claim.id, 0) + 1
         taken.setdefault(p.host, {})[p.counter] = taken.get(p.host, {}).get(p.counter, 0.0) + claim.size_bytes
         facts.append(ReplicaPlaced(time=now, claim_id=p.claim_id, host=p.host, counter=p.counter,
                                    size_bytes=claim.size_bytes))
@@ -142,6 +127,25 @@ def _apply_placements(model: Model, plan: Plan, now: float, free: dict[str, int]
         facts.append(ClaimPlaced(time=now, claim_id=p.claim_id, pool=p.pool))
         result.claims_placed.append(p.claim_id)
     return facts
+
+
+def _replica_short(model: Model, claim: Claim | None, p: ReplicaPlacement, more: dict[int, int],
+                   taken: dict[str, dict[str, float]], locked: frozenset[str]) -> str | None:
+    """Why a replica placement no longer holds (None: it does)."""
+    if claim is None or claim.delete_requested or not claim.live:
+        return "claim changed since the scheduler's view"
+    named = p.host in claim.unplaced_hosts()
+    has_one = any(r.host == p.host and r.state is not ReplicaState.RELEASED for r in claim.replicas)
+    if not named and (has_one or more.get(claim.id, 0) >= claim.replicas_to_place):
+        return "claim changed since the scheduler's view"
+    host = model.hosts.get(p.host)
+    if host is None or host.state is not HostState.OK or p.host in locked:
+        return f"host {p.host} is not available"
+    free = host.counters.get(p.counter, 0.0) - host.counters_used().get(p.counter, 0.0) - \
+        taken.get(p.host, {}).get(p.counter, 0.0)
+    if free < claim.size_bytes:
+        return f"host {p.host} has no longer {claim.size_bytes} bytes of {p.counter} free"
+    return None
 
 
 def _cluster_short(model: Model, config: Config | None, need: dict[str, float] | Any,

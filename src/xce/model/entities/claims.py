@@ -306,10 +306,10 @@ class Claim:
 
     def waiting(self) -> str | None:
         """What the claim waits for, in words (None when it waits for nothing)."""
-        if self.replicated and (busy := [r for r in self.replicas if r.op is not None]):
-            r = busy[0]
-            return f"{r.op.kind.value} on {r.host} (op {r.op.op_id}" + (f", attempt {r.op.attempts})"
-                                                                        if r.op.attempts else ")")
+        busy = next(((r.host, r.op) for r in self.replicas if r.op is not None), None)
+        if busy is not None:
+            host, op = busy
+            return f"{op.kind.value} on {host} (op {op.op_id}" + (f", attempt {op.attempts})" if op.attempts else ")")
         if self.delete_requested and self.attachments and self.state is not ClaimState.RELEASED:
             n = len(self.attachments)
             return f"deletion waits for {n} attachment{'s' if n > 1 else ''} to go"
