@@ -65,6 +65,8 @@ def test_replicas_on_the_named_hosts_serve_jobs_there_only_and_go_with_their_cla
     assert [(r["host"], r["state"]) for r in shown["replicas"]] == [("host1", "READY"), ("host3", "READY")]
     text = cl.xce("claim", "show", "weights").stdout
     assert "READY (2 of 2 replicas READY)" in text and "Replicas:" in text
+    [row] = [line for line in cl.xce("claim", "list").stdout.splitlines() if " weights " in line]
+    assert "READY (2/2 replicas)" in row
     for host, r in ready.items():  # each host's copy, written from outside: the job reads its own host's
         with open(os.path.join(r["path"], "model.bin"), "w") as fh:
             fh.write(f"weights@{host}")

@@ -360,7 +360,8 @@ def cmd_list(args, ctx) -> int:
         return EXIT_OK
     print_table(("ID", "NAME", "STATE", "CLASS", "SIZE", "USED", "ACCESS", "RECLAIM", "PROJECT", "ATTACHED",
                  "WAITING"),
-                ((c["id"], c["name"], c["state"] + (" (retained)" if c["retained"] else ""), c["class"],
+                ((c["id"], c["name"], c["state"] + (" (retained)" if c["retained"] else "")
+                  + (f" ({c['replicas_ready']}/{len(c['replicas'])} replicas)" if c.get("replicas") else ""), c["class"],
                   size(c["size_bytes"]) + (f" -> {size(c['resize']['size_bytes'])}" if c.get("resize") and
                                            c["resize"]["state"] not in RESIZE_ENDED else ""),
                   size(c["used_bytes"]) if c.get("used_bytes") is not None else None,
