@@ -277,3 +277,27 @@ def test_a_replica_transition_its_table_forbids_stops_the_fold(w):
     claim = w.model.claims[claim_id]
     with pytest.raises(ImpossibleTransition):
         C.replicas.set_state(w.model, claim, claim.replicas[0], ReplicaState.READY, w.tick(), "skipping", "-")
+
+
+def test_a_replicas_node_object_is_owned_while_it_exists_and_an_orphan_once_released(w):
+    from xce.model.orphans import inventory
+    claim_id = w.create(hosts=("h1", "h2"))
+    w.place(claim_id, "h1")
+    w.place(claim_id, "h2")
+    w.run(claim_id, "h1")
+    [in_flight] = w.take("h2")
+
+    def listed(handle: str, op_id: str) -> list:
+        return inventory(w.model, "scratch", "simfs", [{"handle": handle, "tags": {
+            "xce.cluster": "k", "xce.claim": str(claim_id), "xce.op": op_id}}], w.tick())
+
+    made = f"n{claim_id}-h1"
+    assert listed(made, f"c{claim_id}.r1.create.1") == [], "READY on h1: owned"
+    assert listed("half-made", in_flight.op.op_id) == [], "its create in flight on h2: owned"
+    [seen] = listed("stray", f"c{claim_id}.r9.create.1")
+    assert seen.handle == "stray" and seen.claim_id == claim_id
+    w.commit(C.delete(w.model, ALICE, "cache", w.tick()))
+    [release] = w.take("h1")
+    w.report("h1", claim_id, release.op.op_id)
+    [gone] = listed(made, f"c{claim_id}.r1.create.1")
+    assert gone.handle == made, "released: an object still listed is an orphan"
