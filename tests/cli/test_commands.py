@@ -160,6 +160,8 @@ def test_bad_usage_is_exit_2_with_one_clear_line(env, args, fragment):
     (["submit", "-q", "nosuchqueue", "--", "true"], "xce: queue 'nosuchqueue' does not exist"),
     (["submit", "-J", "Bad Name", "--", "true"], "invalid job name"),
     (["token", "create", "--user", "ghost"], "xce: user 'ghost' does not exist"),
+    (["claim", "create", "cache", "--class", "scratch", "--size", "1Gi", "--access", "RWO"],
+     "xce: claim class 'scratch' is node-scope: its claims live on hosts"),
 ])
 def test_refusals_are_exit_1_with_the_servers_message(env, args, fragment):
     r = xce(env, *args)

@@ -7,6 +7,8 @@ apply, and checks that exactly the decisions that still hold are committed.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from xce.controller.applier import ApplyResult, apply_plan
@@ -17,12 +19,12 @@ from xce.model.facts import (
     ClaimCreated, ClaimDeleteRequested, ClaimPlaced, ClaimResizeReserved, HostRegistered, HostStateChanged,
     JobAllocated, ProjectDefined, QueueDefined,
 )
-from xce.model import job_claims, jobs
+from xce.model import agents, job_claims, jobs
 from xce.model.claims import ClaimState
 from xce.model.identity import Role, User
 from xce.model.job_claims import JobClaimsSpec
 from xce.model.jobs import Job, JobSpec, JobState
-from xce.scheduler.plan import Allocation, Placement, Plan
+from xce.scheduler.plan import Allocation, Placement, Plan, ReplicaPlacement
 
 GiB = 2**30
 CONFIG = parse_config("""
@@ -328,3 +330,72 @@ def test_the_snapshot_offers_requested_resizes_with_their_growth_and_the_observe
     assert [(p.capacity, p.free) for p in build_view(w.model, CONFIG, seen).pools] == [(10 * GiB, 8 * GiB)]
     seen.report_capacity("vol", 20 * GiB, None, w.now)  # the config is the cap
     assert [(p.capacity, p.free) for p in build_view(w.model, CONFIG, seen).pools] == [(10 * GiB, 8 * GiB)]
+
+
+# ---------------------------------------------------------------- node-local claims' replicas
+
+
+def replicated(w: World, name: str = "cache", hosts: tuple[str, ...] = (), replicas: int | None = None) -> claims.Claim:
+    spec = claims.ClaimSpec(name=name, class_name="scratch", size="10Gi", access_mode="RWO", hosts=hosts,
+                            replicas=replicas)
+    facts, claim_id = claims.create(w.model, CONFIG, ADMIN, spec, w.tick())
+    w.commit(facts)
+    return w.model.claims[claim_id]
+
+
+def apply_replicas(w: World, *placements: ReplicaPlacement, allocations: tuple[Allocation, ...] = ()) -> ApplyResult:
+    outcome = apply_plan(w.model, Plan(position=w.model.position, allocations=allocations, replicas=placements),
+                         w.tick(), CONFIG)
+    w.facts = outcome.facts
+    w.commit(outcome.facts)
+    return outcome.result
+
+
+def make_ready(w: World, claim: claims.Claim, host: str) -> None:
+    epoch = w.commit(claims.lease(w.model, claims.node_agent(host), host, w.tick())[0])[0].epoch
+    facts, work = agents.take(w.model, claims.node_agent(host), epoch, 10, w.now, 300.0)
+    w.commit(facts)
+    [op] = [o for o in work.replica_ops if o.owner.id == claim.id]
+    w.commit(agents.report(w.model, CONFIG.claims, claims.node_agent(host), epoch,
+                           [claims.OpResult(op.op.op_id, claim.id, True, handle=f"n-{host}", path=f"/n/{host}")], [],
+                           w.tick(), random.Random(1)).facts)
+
+
+def test_replica_placements_are_rechecked_against_the_hosts_counters_and_the_plans_allocations(w):
+    cache = replicated(w, hosts=("h1", "h2"))
+    job = w.submit(scratch="45Gi")
+    result = apply_replicas(w, ReplicaPlacement(cache.id, "h1", "scratch", 10 * GiB),
+                            ReplicaPlacement(cache.id, "h2", "scratch", 10 * GiB),
+                            allocations=(Allocation(job_id=job.id, run=job.run, hosts=("h2",), slots={"h2": 1},
+                                                    counters={"h2": {"scratch": 45.0 * GiB}}),))
+    assert result.accepted == [job.id]
+    assert result.claims_placed == [cache.id]
+    assert result.claims_rejected == {cache.id: f"host h2 has no longer {10 * GiB} bytes of scratch free"}
+    assert [(r.host, r.placed) for r in cache.replicas] == [("h1", True), ("h2", False)]
+    assert w.model.hosts["h1"].counters_used() == {"scratch": 10.0 * GiB}
+
+
+def test_chosen_hosts_are_rechecked_no_more_than_asked_and_none_twice(w):
+    cache = replicated(w, replicas=1)
+    result = apply_replicas(w, ReplicaPlacement(cache.id, "h1", "scratch", 10 * GiB),
+                            ReplicaPlacement(cache.id, "h2", "scratch", 10 * GiB))
+    assert result.claims_placed == [cache.id] and cache.id in result.claims_rejected
+    assert [r.host for r in cache.replicas] == ["h1"] and cache.replicas_to_place == 0
+    w.commit(claims.delete(w.model, ADMIN, "cache", w.tick()))
+    result = apply_replicas(w, ReplicaPlacement(cache.id, "h2", "scratch", 10 * GiB))
+    assert result.claims_rejected == {cache.id: "claim changed since the scheduler's view"}
+
+
+def test_a_job_using_a_node_local_claim_is_allocated_only_where_a_replica_is_ready(w):
+    cache = replicated(w, hosts=("h1", "h2"))
+    apply_replicas(w, ReplicaPlacement(cache.id, "h1", "scratch", 10 * GiB),
+                   ReplicaPlacement(cache.id, "h2", "scratch", 10 * GiB))
+    make_ready(w, cache, "h1")
+    a, b = w.submit(claims=("cache",)), w.submit(claims=("cache",))
+    result = w.apply(on(a, "h2"), on(b, "h1"))
+    assert result.rejected == {a.id: "claim cache has no READY replica on h2 (READY on h1)"}
+    assert result.accepted == [b.id]
+    [attachment] = cache.attachments
+    assert (attachment.host, attachment.state.value, attachment.path, attachment.op) == ("h1", "ATTACHED", "/n/h1",
+                                                                                        None), \
+        "its data is on the host already: nothing for a provider to attach"

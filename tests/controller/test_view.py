@@ -62,3 +62,19 @@ def test_a_depth_keeps_the_first_pending_jobs_in_the_schedulers_order(w):
     assert [v.id for v in snap.pending] == [old[0].id, urgent] and snap.pending_beyond == 2
     assert [v.id for v in build_view(w.model, CONFIG, views=views).pending] == [j.id for j in old] + [urgent]
     assert build_view(w.model, CONFIG, depth=10).pending_beyond == 0
+
+
+def test_the_view_offers_waiting_replicas_and_a_node_local_claims_ready_hosts_as_its_reach(w):
+    from tests.controller.test_applier import GiB, ReplicaPlacement, apply_replicas, make_ready, replicated
+    named, chosen = replicated(w, "named", hosts=("h1", "h2")), replicated(w, "chosen", replicas=2)
+    [a, b] = build_view(w.model, CONFIG).pending_replicas
+    assert (a.claim_id, a.hosts, a.more, a.counter, a.size) == (named.id, ("h1", "h2"), 0, "scratch", 10 * GiB)
+    assert (b.claim_id, b.hosts, b.more) == (chosen.id, (), 2)
+    apply_replicas(w, ReplicaPlacement(named.id, "h1", "scratch", 10 * GiB),
+                   ReplicaPlacement(chosen.id, "h2", "scratch", 10 * GiB))
+    [a, b] = build_view(w.model, CONFIG).pending_replicas
+    assert (a.hosts, b.more, b.taken) == (("h2",), 1, frozenset({"h2"}))
+    make_ready(w, named, "h1")
+    job = w.submit(claims=("named",))
+    [use] = next(j for j in build_view(w.model, CONFIG).pending if j.id == job.id).claims
+    assert (use.state, use.reachable, use.replicated) == ("READY", frozenset({"h1"}), True)

@@ -48,6 +48,7 @@ pools = ["p"]
 name = "local"
 provider = "simfs"
 scope = "node"
+counter = "scratch"
 [[quotas]]
 project = "a"
 claim_class = "snap"

@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers import ControllerProcess, wait_for
 from xce.api import schemas as S
-from xce.wire import AgentOp, ClaimDoc, Dispatch, HistoryRow, JobDoc, JobRow, OpReport, Submission
+from xce.wire import AgentOp, ClaimDoc, Dispatch, HistoryRow, JobDoc, JobRow, OpReport, ReplicaDoc, Submission
 
 
 def same_keys(doc: dict, kind: type) -> None:
@@ -63,6 +63,29 @@ def test_a_dispatch_and_an_agent_op(ctl):
                     if o["claim_id"] == claim["id"]]
 
         same_keys(wait_for(ops, what="the claim's create op")[0], AgentOp)
+
+
+
+def test_a_node_local_claim_and_its_replicas_op(ctl):
+    """A replica of a node-local claim, in its claim's document, and its create as its host's agent runs it."""
+    with ctl.client() as http:
+        assert http.post("/v1/hosts/h7/register", json={"slots": 1, "counters": {"scratch": 2**30}}).status_code == 200
+        r = http.post("/v1/claims", json={"name": "local", "class": "scratch", "size": "1Mi", "access_mode": "RWO",
+                                          "hosts": ["h7"]})
+        assert r.status_code == 201, r.text
+        same_keys(r.json(), ClaimDoc)
+        [replica] = r.json()["replicas"]
+        same_keys(replica, ReplicaDoc)
+        epoch = http.post("/v1/agents/node:h7/lease", json={"holder": "test"}).json()["epoch"]
+
+        def ops():
+            return [o for o in http.get("/v1/agents/node:h7/work", params={"epoch": epoch}).json()["ops"]
+                    if o["claim_id"] == r.json()["id"]]
+
+        [op] = wait_for(ops, what="the replica's create op, placed by the scheduler")
+        same_keys(op, AgentOp)
+        assert (op["op"], op["scope"], op["host"]) == ("create", "node", "h7")
+        same_keys(http.get("/v1/claims/local").json()["replicas"][0], ReplicaDoc)
 
 
 def test_request_types_are_the_api_request_schemas():

@@ -268,6 +268,11 @@ class ClaimCreateRequest(Strict):
     populate_from: Annotated[str, Field(min_length=1, max_length=4096)] | None = Field(
         None, description="a URL or REMOTE:path (xce transfers list) the claim is filled from by the provisioner; "
                           "READY once the data is complete")
+    hosts: Annotated[list[Name], Field(max_length=64)] = Field(
+        default_factory=list, description="a node-scope class's claim: a replica on each of these hosts")
+    replicas: Annotated[int, Field(ge=1, le=64)] | None = Field(
+        None, description="a node-scope class's claim: replicas on this many hosts the scheduler chooses by free "
+                          "capacity (instead of hosts)")
 
 
 class SnapshotCreateRequest(Strict):

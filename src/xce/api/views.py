@@ -12,7 +12,7 @@ from xce.controller.core import Controller
 from xce.controller.leadership import Peer
 from xce.model import agents, dispatch
 from xce.model.audit import AuditRecord
-from xce.model.claims import Attachment, Claim, ClaimState, Op, OpKind, ResizeState
+from xce.model.claims import Attachment, Claim, ClaimState, Op, OpKind, Replica, ResizeState
 from xce.model.hosts import HostState
 from xce.model.identity import Token, User
 from xce.model import job_claims, status
@@ -154,7 +154,8 @@ def claim_json(claim: Claim, reason: str | None = None, *, resize_reason: str | 
     ``resize_reason`` on a resize waiting for room); ``used_bytes`` what its provider last listed."""
     op = claim.op
     waiting = claim.waiting()
-    if reason and claim.state is ClaimState.PENDING and not claim.placed:
+    if reason and (claim.state is ClaimState.PENDING and not claim.placed
+                   or claim.replicas_waiting and waiting is None):
         waiting = reason
     elif transfer is not None:  # a stage-in or populate in flight: how far it is
         waiting = status.staging_text(claim, transfer)
@@ -171,8 +172,7 @@ def claim_json(claim: Claim, reason: str | None = None, *, resize_reason: str | 
         "attempts": op.attempts if op else (claim.ops[-1]["attempt"] if claim.ops else 0),
         "last_error": claim.last_error, "stderr_tail": claim.stderr_tail or None,
         "next_retry": op.next_retry if op else None,
-        "op": None if op is None else {"op_id": op.op_id, "op": op.kind.value, "attempts": op.attempts,
-                                        "agent": op.agent, "epoch": op.epoch, "next_retry": op.next_retry},
+        "op": op_summary(op),
         "op_ids": sorted({o["op_id"] for o in claim.ops} | ({op.op_id} if op else set())),
         "reachable_hosts": claim.reachable_hosts, "host_labels": claim.host_labels,
         "attachments": [attachment_json(a) for a in claim.attachments],
@@ -182,7 +182,21 @@ def claim_json(claim: Claim, reason: str | None = None, *, resize_reason: str | 
         "history": claim.history, "ops": claim.ops,
         # a staging claim's items, as resolved at submission: paths, URLs, REMOTE:path (never credentials)
         "stage_in": claim.stage_in, "stage_out": claim.stage_out,
+        "replicas": [replica_json(r) for r in claim.replicas], "replicas_ready": len(claim.ready_hosts()),
+        "replicas_to_place": claim.replicas_to_place,
     }
+
+
+def replica_json(r: Replica) -> dict[str, Any]:
+    """One host's copy of a node-local claim (``wire.ReplicaDoc``)."""
+    return {"host": r.host, "state": r.state.value, "placed": r.placed, "handle": r.handle, "path": r.path,
+            "attempts": r.attempts, "last_error": r.last_error, "op": op_summary(r.op), "history": r.history}
+
+
+def op_summary(op: Op | None) -> dict[str, Any] | None:
+    """An open op as a document shows it (``wire.OpSummary``)."""
+    return None if op is None else {"op_id": op.op_id, "op": op.kind.value, "attempts": op.attempts,
+                                    "agent": op.agent, "epoch": op.epoch, "next_retry": op.next_retry}
 
 
 def snapshot_json(snap: Snapshot) -> dict[str, Any]:
@@ -196,8 +210,7 @@ def snapshot_json(snap: Snapshot) -> dict[str, Any]:
         "attempts": op.attempts if op else (snap.ops[-1]["attempt"] if snap.ops else 0),
         "last_error": snap.last_error, "stderr_tail": snap.stderr_tail or None,
         "next_retry": op.next_retry if op else None,
-        "op": None if op is None else {"op_id": op.op_id, "op": op.kind.value, "attempts": op.attempts,
-                                        "agent": op.agent, "epoch": op.epoch, "next_retry": op.next_retry},
+        "op": op_summary(op),
         "op_ids": sorted({o["op_id"] for o in snap.ops} | ({op.op_id} if op else set())),
         "delete_requested": snap.delete_requested, "data_exists": snap.data_exists, "waiting": snap.waiting(),
         "history": snap.history, "ops": snap.ops,
@@ -401,17 +414,21 @@ def with_fence(answer: dict[str, Any], fence: float | None) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- claim agents
 
-def agent_op_json(model: Model, config: Config, claim: Claim, op: Op, attachment: Attachment | None) -> AgentOp:
-    """One op as an agent runs it: what the provider (or the agent itself) needs, owner tags included."""
+def agent_op_json(model: Model, config: Config, claim: Claim, op: Op,
+                  attachment: Attachment | Replica | None) -> AgentOp:
+    """One op as an agent runs it: what the provider (or the agent itself) needs, owner tags included.
+    A replica's op is its host's: its handle and path are the replica's (its op id says which)."""
     cls = config.claim_class(claim.class_name)
+    handle, path = (attachment.handle, attachment.path) if isinstance(attachment, Replica) else (claim.handle,
+                                                                                                  claim.path)
     out = AgentOp(
         op_id=op.op_id, op=op.kind.value, attempt=op.attempts + 1, claim_id=claim.id, claim_name=claim.name,
         class_name=claim.class_name, scope=claim.scope, provider=cls.provider if cls else None,
         # an expand asks for the resize's size: the claim keeps its old one until the provider grew it
         size_bytes=claim.resize.size_bytes if op.kind is OpKind.EXPAND and claim.resize else claim.size_bytes,
         access_mode=claim.access_mode.value, params=claim.params,
-        handle=claim.handle if op.kind is not OpKind.CREATE else None,
-        host=attachment.host if attachment is not None else claim.host, path=claim.path,
+        handle=handle if op.kind is not OpKind.CREATE else None,
+        host=attachment.host if attachment is not None else claim.host, path=path,
         tags={"xce.cluster": model.cluster_id, "xce.claim": str(claim.id), "xce.op": op.op_id,
               "xce.reclaim": claim.reclaim_policy.value, "xce.project": claim.project, "xce.owner": claim.owner})
     if op.kind is OpKind.CREATE and claim.source is not None:  # a clone: the provider copies its source
@@ -450,10 +467,11 @@ def agent_orphan_json(o: Orphan) -> dict[str, Any]:
 def agent_work_json(model: Model, config: Config, agent: str, work: agents.Work, held: bool = False) -> dict[str, Any]:
     """An agent's work as it runs it.  ``held``: ops under way, each with the attempt its intent
     counted already (a new intent counts the next)."""
-    ops: list[AgentOp] = [agent_op_json(model, config, o.owner, o.op, o.part) for o in work.claim_ops]
+    ops: list[AgentOp] = [agent_op_json(model, config, o.owner, o.op, o.part)
+                          for o in work.claim_ops + work.replica_ops]
     ops += [snapshot_op_json(model, config, o.owner, o.op) for o in work.snapshot_ops]
     if held:
-        for item, under_way in zip(ops, [*work.claim_ops, *work.snapshot_ops]):
+        for item, under_way in zip(ops, [*work.claim_ops, *work.replica_ops, *work.snapshot_ops]):
             item["attempt"] = under_way.op.attempts
     out: dict[str, Any] = {"ops": ops, "orphans": [agent_orphan_json(o) for o in work.orphans]}
     host = node_host(agent)

@@ -12,7 +12,7 @@ from xce.cli.base import Parser, positive_int
 from xce.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
 from xce.client import ApiError, Client
 from xce.client.states import RESIZE_ENDED, ClaimState, ResizeState, SnapshotState
-from xce.cli.output import ago, fields, print_json, print_table, size, when
+from xce.cli.output import ago, fields, print_json, print_table, size, table, when
 
 CLAIM_STATES = tuple(ClaimState)
 SNAPSHOT_STATES = tuple(SnapshotState)
@@ -32,6 +32,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     source.add_argument("--from-claim", metavar="CLAIM", help="a clone: start with this READY claim's content")
     source.add_argument("--source", metavar="URL", help="populate the claim from a URL or REMOTE:path (s3://bucket/"
                         "prefix/, https://..., REMOTE:path; xce transfers list): READY once the data is complete")
+    where = c.add_mutually_exclusive_group()
+    where.add_argument("--hosts", type=_host_list, metavar="H1,H2",
+                       help="a node-scope class's claim: a replica on each of these hosts")
+    where.add_argument("--replicas", type=positive_int, metavar="N",
+                       help="a node-scope class's claim: replicas on N hosts the scheduler chooses by free room")
     c.add_argument("--reclaim", choices=("retain", "delete"), help="default: the class's")
     c.add_argument("--param", action="append", metavar="K=V", help="a class parameter (repeatable)")
     c.add_argument("--project", help="default: your first project")
@@ -150,6 +155,14 @@ def _in_project(args) -> dict[str, str] | None:
     return {"project": args.project} if args.project else None
 
 
+def _host_list(text: str) -> tuple[str, ...]:
+    """``--hosts h1,h2``: the hosts, in order (the controller checks their names)."""
+    hosts = tuple(h.strip() for h in text.split(",") if h.strip())
+    if not hosts:
+        raise argparse.ArgumentTypeError("expected host names separated by commas")
+    return hosts
+
+
 def cmd_create(args, ctx) -> int:
     clone = args.from_snapshot is not None or args.from_claim is not None
     if not clone:
@@ -162,7 +175,7 @@ def cmd_create(args, ctx) -> int:
     claim = client.create_claim(args.name, claim_class=args.claim_class, size=args.size, access_mode=args.access,
                                 reclaim_policy=args.reclaim, params=params, project=args.project,
                                 from_snapshot=args.from_snapshot, from_claim=args.from_claim,
-                                populate_from=args.source)
+                                populate_from=args.source, hosts=args.hosts or (), replicas=args.replicas)
     if not args.wait:
         if ctx.json:
             print_json(claim)
@@ -347,7 +360,9 @@ def cmd_list(args, ctx) -> int:
         return EXIT_OK
     print_table(("ID", "NAME", "STATE", "CLASS", "SIZE", "USED", "ACCESS", "RECLAIM", "PROJECT", "ATTACHED",
                  "WAITING"),
-                ((c["id"], c["name"], c["state"] + (" (retained)" if c["retained"] else ""), c["class"],
+                ((c["id"], c["name"], c["state"] + (" (retained)" if c["retained"] else "")
+                  + (f" ({c['replicas_ready']}/{len(c['replicas'])} replicas)" if c.get("replicas") else ""),
+                  c["class"],
                   size(c["size_bytes"]) + (f" -> {size(c['resize']['size_bytes'])}" if c.get("resize") and
                                            c["resize"]["state"] not in RESIZE_ENDED else ""),
                   size(c["used_bytes"]) if c.get("used_bytes") is not None else None,
@@ -367,7 +382,8 @@ def _transfer_text(t: dict[str, Any] | None) -> str | None:
 def show_text(c: dict[str, Any], snapshots: list[dict[str, Any]] = ()) -> str:
     out = fields([
         ("Claim", f"{c['name']} (id {c['id']})"), ("Form", c["form"]), ("Class", c["class"]),
-        ("State", c["state"] + (" (object retained)" if c["retained"] else "")),
+        ("State", c["state"] + (" (object retained)" if c["retained"] else "")
+         + (f" ({c['replicas_ready']} of {len(c['replicas'])} replicas READY)" if c.get("replicas") else "")),
         ("Waiting", c["waiting"]), ("Size", f"{size(c['size_bytes'])} asked"
                                     + (f", {size(c['actual_bytes'])} provisioned" if c["actual_bytes"] else "")
                                     + (f", {size(c['used_bytes'])} used" if c.get("used_bytes") is not None
@@ -381,7 +397,8 @@ def show_text(c: dict[str, Any], snapshots: list[dict[str, Any]] = ()) -> str:
         ("Snapshots", ", ".join(f"{x['name']} ({x['state']})" for x in snapshots if x["claim_id"] == c["id"])),
         ("Populated from", c.get("populate_from")),
         ("Transfer", _transfer_text(c.get("transfer"))),
-        ("Reachable hosts", "all" if c["reachable_hosts"] is None and c["state"] == ClaimState.READY
+        ("Reachable hosts", ",".join(r["host"] for r in c["replicas"] if r["state"] == ClaimState.READY)
+         if c.get("replicas") else "all" if c["reachable_hosts"] is None and c["state"] == ClaimState.READY
          else ",".join(c["reachable_hosts"] or [])),
         ("Data exists", "yes" if c["data_exists"] else "no"),
         ("Attempts", c["attempts"]), ("Last error", c["last_error"]),
@@ -390,6 +407,12 @@ def show_text(c: dict[str, Any], snapshots: list[dict[str, Any]] = ()) -> str:
     ])
     if c.get("stderr_tail"):
         out += "\nProvider stderr (tail):\n" + "\n".join(f"  {line}" for line in c["stderr_tail"].splitlines()[-10:])
+    if c.get("replicas") or c.get("replicas_to_place"):
+        rows = table(("HOST", "STATE", "PATH", "ATTEMPTS", "LAST ERROR"),
+                     [(r["host"], r["state"], r["path"], r["attempts"], r["last_error"]) for r in c["replicas"]])
+        out += "\nReplicas:\n" + "\n".join(f"  {line}" for line in rows.splitlines())
+        if c.get("replicas_to_place"):
+            out += f"\n  ({c['replicas_to_place']} more on hosts the scheduler chooses)"
     if c["attachments"]:
         out += "\nAttachments:\n" + "\n".join(
             f"  #{a['id']} {a['host']} {a['mode']}" + (f" job {a['job_id']}" if a["job_id"] else "")

@@ -244,7 +244,8 @@ class Client:
                      access_mode: str | None = None, reclaim_policy: str | None = None,
                      params: dict[str, str] | None = None, project: str | None = None,
                      from_snapshot: str | None = None, from_claim: str | None = None,
-                     populate_from: str | None = None) -> ClaimDoc:
+                     populate_from: str | None = None, hosts: Iterable[str] = (),
+                     replicas: int | None = None) -> ClaimDoc:
         """Create a standalone claim (``POST /v1/claims``); returns it PENDING.
 
         ``size``: bytes or ``"10Gi"``; ``access_mode``: RWO, ROX, RWX or RWOP; ``reclaim_policy``:
@@ -252,13 +253,17 @@ class Client:
         ``from_snapshot`` / ``from_claim``: a clone, whose content is that READY snapshot's or claim's
         (class, size and access mode default to the source's).  ``populate_from``: a URL or
         ``REMOTE:path`` the provisioner fills the claim from (READY once the data is complete).
+        ``hosts`` / ``replicas``: a node-scope class's claim, a replica on each of these hosts, or on this
+        many hosts the scheduler chooses (its ``replicas`` list each one; READY while one is).
         Follow it with ``wait_claim(claim["id"])`` to wait until it is READY.
         """
         body: dict[str, Any] = {"name": name, "params": dict(params or {})}
+        if hosts:
+            body["hosts"] = list(hosts)
         for key, value in (("class", claim_class), ("size", size), ("access_mode", access_mode),
                            ("reclaim_policy", reclaim_policy), ("project", project),
                            ("from_snapshot", from_snapshot), ("from_claim", from_claim),
-                           ("populate_from", populate_from)):
+                           ("populate_from", populate_from), ("replicas", replicas)):
             if value is not None:
                 body[key] = value
         return cast("ClaimDoc", self.post("/v1/claims", body))

@@ -16,11 +16,12 @@ from xce.model import job_claims
 from xce.model.claims import ClaimState
 from xce.controller.observed import Observed, pool_free
 from xce.model.claims import ResizeState
-from xce.model.facts import ClaimCreated, ClaimPlaced, ClaimResizeReserved, Fact, JobAllocated
+from xce.model.claims import Claim, ReplicaState
+from xce.model.facts import ClaimCreated, ClaimPlaced, ClaimResizeReserved, Fact, JobAllocated, ReplicaPlaced
 from xce.model.hosts import HostState
 from xce.model.identity import hosts_locked_out
 from xce.model.jobs import JobState
-from xce.scheduler.plan import Plan
+from xce.scheduler.plan import Plan, ReplicaPlacement
 
 if TYPE_CHECKING:
     from xce.config import Config
@@ -47,7 +48,36 @@ def apply_plan(model: Model, plan: Plan, now: float, config: Config | None = Non
                 free[f.pool] -= f.size_bytes
         outcome.facts.extend(_apply_resizes(model, plan, now, free, outcome.result))
         outcome.facts.extend(_apply_placements(model, plan, now, free, outcome.result))
+    if plan.replicas:
+        outcome.facts.extend(_apply_replicas(model, plan, now, outcome.facts, outcome.result))
     return outcome
+
+
+def _apply_replicas(model: Model, plan: Plan, now: float, accepted: list[Fact], result: ApplyResult) -> list[Fact]:
+    """Re-check each replica placement: the claim still wants a replica on that host, and the host is
+    available with room on the counter (less what this plan's accepted allocations took)."""
+    taken: dict[str, dict[str, float]] = {}
+    for f in accepted:
+        if isinstance(f, JobAllocated):
+            for host_name, held in f.counters.items():
+                for name, amount in held.items():
+                    taken.setdefault(host_name, {})[name] = taken.get(host_name, {}).get(name, 0.0) + amount
+    more: dict[int, int] = {}  # claim -> hosts chosen for it in this plan so far
+    locked = hosts_locked_out(model, now)
+    facts: list[Fact] = []
+    for p in plan.replicas:
+        claim = model.claims.get(p.claim_id)
+        why = _replica_short(model, claim, p, more, taken, locked)
+        if why is not None or claim is None:
+            result.claims_rejected[p.claim_id] = why or "claim changed since the scheduler's view"
+            continue
+        if p.host not in claim.unplaced_hosts():
+            more[claim.id] = more.get(claim.id, 0) + 1
+        taken.setdefault(p.host, {})[p.counter] = taken.get(p.host, {}).get(p.counter, 0.0) + claim.size_bytes
+        facts.append(ReplicaPlaced(time=now, claim_id=p.claim_id, host=p.host, counter=p.counter,
+                                   size_bytes=claim.size_bytes))
+        result.claims_placed.append(p.claim_id)
+    return facts
 
 
 def _apply_resizes(model: Model, plan: Plan, now: float, free: dict[str, int], result: ApplyResult) -> list[Fact]:
@@ -99,6 +129,25 @@ def _apply_placements(model: Model, plan: Plan, now: float, free: dict[str, int]
     return facts
 
 
+def _replica_short(model: Model, claim: Claim | None, p: ReplicaPlacement, more: dict[int, int],
+                   taken: dict[str, dict[str, float]], locked: frozenset[str]) -> str | None:
+    """Why a replica placement no longer holds (None: it does)."""
+    if claim is None or claim.delete_requested or not claim.live:
+        return "claim changed since the scheduler's view"
+    named = p.host in claim.unplaced_hosts()
+    has_one = any(r.host == p.host and r.state is not ReplicaState.RELEASED for r in claim.replicas)
+    if not named and (has_one or more.get(claim.id, 0) >= claim.replicas_to_place):
+        return "claim changed since the scheduler's view"
+    host = model.hosts.get(p.host)
+    if host is None or host.state is not HostState.OK or p.host in locked:
+        return f"host {p.host} is not available"
+    free = host.counters.get(p.counter, 0.0) - host.counters_used().get(p.counter, 0.0) - \
+        taken.get(p.host, {}).get(p.counter, 0.0)
+    if free < claim.size_bytes:
+        return f"host {p.host} has no longer {claim.size_bytes} bytes of {p.counter} free"
+    return None
+
+
 def _cluster_short(model: Model, config: Config | None, need: dict[str, float] | Any,
                    taken: dict[str, float]) -> str | None:
     if not need:
@@ -141,6 +190,8 @@ def _apply_allocations(model: Model, plan: Plan, now: float, config: Config | No
             why = "job changed since the scheduler's view"
         elif (gone := job_claims.unusable_ref(model, job)) is not None:
             why = gone
+        elif (far := job_claims.unreachable(model, job, a.hosts)) is not None:
+            why = far
         elif (staging := job_claims.early_blocking(model, job)) is not None:
             why = staging
         elif (short := _cluster_short(model, config, a.cluster, taken_cluster)) is not None:

@@ -14,19 +14,20 @@ from xce.controller.core import Controller
 from xce.model.facts import (
     AgentLeased, AttachmentAdded, AttachmentRemoved, ClaimDeleteRequested, ClaimOpFailed, ClaimOpSucceeded, ClaimPlaced,
     ClaimPurgeRequested, ClaimResizeReserved, Fact, JobAllocated, JobFinished, JobKillRequested, JobProcessEnded,
-    JobRequeued, JobResumed, JobSignalRequested, JobSuspended, OrphanSeen, SnapshotCreated, SnapshotDeleteRequested,
-    SnapshotOpFailed, SnapshotOpSucceeded,
+    JobRequeued, JobResumed, JobSignalRequested, JobSuspended, OrphanSeen, ReplicaOpFailed, ReplicaOpSucceeded,
+    ReplicaPlaced, SnapshotCreated, SnapshotDeleteRequested, SnapshotOpFailed, SnapshotOpSucceeded,
 )
 
 # workers' polls for dispatches and runs' orders (the readiness gate opens when claims become READY/ATTACHED)
 HOST_WORK_WAKE = (JobAllocated, JobKillRequested, JobSignalRequested, JobSuspended, JobResumed,
-                  JobFinished, JobRequeued, ClaimOpSucceeded)
+                  JobFinished, JobRequeued, ClaimOpSucceeded, ReplicaOpSucceeded)
 # claim agents' polls: ops opened (a placed claim's create, a reserved resize's expand, a snapshot's create),
 # retried, or released
 AGENT_WAKE = (ClaimPlaced, ClaimResizeReserved, ClaimOpSucceeded, ClaimOpFailed, ClaimDeleteRequested,
               ClaimPurgeRequested, AttachmentAdded, AttachmentRemoved, OrphanSeen, AgentLeased, JobAllocated,
               JobProcessEnded, JobFinished, JobRequeued,
-              SnapshotCreated, SnapshotOpSucceeded, SnapshotOpFailed, SnapshotDeleteRequested)
+              SnapshotCreated, SnapshotOpSucceeded, SnapshotOpFailed, SnapshotDeleteRequested,
+              ReplicaPlaced, ReplicaOpSucceeded, ReplicaOpFailed)
 
 
 class Waker:

@@ -160,7 +160,7 @@ class SchedulerLoop:
         depth = config.controller.queue_depth
         view = build_view(model, config, self.observed, self._views, depth=None if full else depth,
                           now=time.time())
-        if not view.pending and not view.pending_claims and not view.pending_resizes:
+        if not view.pending and not view.pending_claims and not view.pending_resizes and not view.pending_replicas:
             self.pending_reasons = {}
             self.claim_reasons = {}
             self.resize_reasons = {}
@@ -172,7 +172,7 @@ class SchedulerLoop:
         self._after_depth(view.pending_beyond, plan.room_left, full, depth)
         self.claim_reasons = dict(plan.claim_reasons)
         self.resize_reasons = dict(plan.resize_reasons)
-        if not (plan.allocations or plan.placements or plan.resizes):
+        if not (plan.allocations or plan.placements or plan.resizes or plan.replicas):
             return None
         observed, apply = self.observed, self.apply
         result: ApplyResult = await self.commit.execute(lambda m: apply(m, plan, time.time(), config, observed))
@@ -210,4 +210,4 @@ def _no_room(model: Model) -> str | None:
 
 def _claims_waiting(model: Model) -> bool:
     return any(c.state is ClaimState.PENDING and not c.placed or c.resize is not None and c.resize.state
-               is ResizeState.REQUESTED for c in model.claims.values())
+               is ResizeState.REQUESTED or c.replicas_waiting for c in model.claims.values())

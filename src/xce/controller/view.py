@@ -14,12 +14,14 @@ from xce.config import Config
 from xce.controller.observed import Observed
 from xce.model import Model
 from xce.model import capabilities
-from xce.model.claims import AccessMode, ClaimState, Mode, ResizeState, Scope
+from xce.model.claims import AccessMode, ClaimState, Mode, ReplicaState, ResizeState, Scope
 from xce.model.hosts import HostState
 from xce.model.identity import hosts_locked_out
 from xce.model.job_claims import early_claim, node_counters, pool_needs
 from xce.model.jobs import Job
-from xce.scheduler.view import ClaimUse, ClaimView, ClusterView, HostView, JobView, PoolView, ResizeView
+from xce.scheduler.view import (
+    ClaimUse, ClaimView, ClusterView, HostView, JobView, PoolView, ReplicaView, ResizeView,
+)
 
 
 class JobViews:
@@ -104,13 +106,16 @@ def build_view(model: Model, config: Config | None = None, observed: Observed | 
     pools: tuple[PoolView, ...] = ()
     claims: tuple[ClaimView, ...] = ()
     resizes: tuple[ResizeView, ...] = ()
+    replicas: tuple[ReplicaView, ...] = ()
     cluster: dict[str, float] = {}
     if config is not None:
         pools, claims, resizes = _claim_views(model, config, observed)
+        replicas = _replica_views(model, config)
         used = model.cluster_used()
         cluster = {name: total - used.get(name, 0.0) for name, total in config.cluster_counters().items()}
     return ClusterView(position=model.position, hosts=tuple(hosts), pending=pending, pools=pools,
-                       pending_claims=claims, pending_resizes=resizes, cluster_free=MappingProxyType(cluster),
+                       pending_claims=claims, pending_resizes=resizes, pending_replicas=replicas,
+                       cluster_free=MappingProxyType(cluster),
                        pending_beyond=len(model.pending_jobs) - len(pending))
 
 
@@ -140,9 +145,10 @@ def _claim_uses(model: Model, job) -> tuple[ClaimUse, ...]:
             state = "BEING_DELETED"
         elif c.resize is not None and c.resize.open and not capabilities.can(model, c.class_name, "online_expand"):
             state = "RESIZING"  # its class expands only offline: no job attaches it until that is done
+        reachable = frozenset(c.ready_hosts()) if c.replicated else \
+            frozenset(c.reachable_hosts) if c.reachable_hosts is not None else None
         out.append(ClaimUse(claim_id=c.id, name=c.name, mode=ref["mode"], access_mode=c.access_mode.value,
-                            state=state,
-                            reachable=frozenset(c.reachable_hosts) if c.reachable_hosts is not None else None,
+                            state=state, reachable=reachable, replicated=c.replicated,
                             attached_hosts=frozenset(a.host for a in others if a.mode is Mode.RW or
                                                      c.access_mode is AccessMode.RWO),
                             holder_jobs=tuple(sorted({a.job_id for a in others if a.job_id is not None})),
@@ -166,3 +172,17 @@ def _claim_views(model: Model, config: Config, observed: Observed | None,
             resizes.append(ResizeView(claim_id=c.id, name=c.name, pool=c.pool, size=c.resize.size_bytes,
                                       grow=c.resize.size_bytes - c.reserved_bytes))
     return pools, tuple(claims), tuple(resizes)
+
+
+def _replica_views(model: Model, config: Config) -> tuple[ReplicaView, ...]:
+    """Node-local claims' replicas waiting for their hosts' counters: on the hosts they name, and the
+    number still to be placed on hosts the scheduler chooses."""
+    out = []
+    for c in model.claims.values():
+        cls = config.claim_class(c.class_name) if c.replicas_waiting else None
+        if cls is not None and cls.counter is not None:
+            out.append(ReplicaView(claim_id=c.id, name=c.name, size=c.size_bytes, counter=cls.counter,
+                                   hosts=tuple(c.unplaced_hosts()),
+                                   more=c.replicas_to_place,
+                                   taken=frozenset(r.host for r in c.replicas if r.state is not ReplicaState.RELEASED)))
+    return tuple(out)

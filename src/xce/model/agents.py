@@ -55,37 +55,48 @@ class Work:
     release, and (``take`` with ``dispatch``) the runs its host may start now."""
 
     claim_ops: list[OpenOp[Claim]] = field(default_factory=list)
+    replica_ops: list[OpenOp[Claim]] = field(default_factory=list)  # a node-local claim's, on this agent's host
     snapshot_ops: list[OpenOp[Snapshot]] = field(default_factory=list)
     orphans: list[Orphan] = field(default_factory=list)
     dispatch: list[Job] | None = None
 
 
+BOOKS: tuple[ops.Book[Any, Any], ...] = (claims.CLAIM_OPS, claims.REPLICA_OPS, snapshots.SNAPSHOT_OPS)
+
+
+def claims_book(model: State, claim_id: int, op_id: str) -> ops.Book[Claim, Any]:
+    """Whose op a claim's op id is: one of its replicas' (a node-local claim), or the claim's own or an
+    attachment's.  Agents name both by claim and op id."""
+    return claims.REPLICA_OPS if claims.REPLICA_OPS.find(model, claim_id, op_id) is not None else claims.CLAIM_OPS
+
+
 def work(model: State, agent: str, now: float, limit: int, orphan_grace: float) -> Work:
     """The ops due to ``agent`` now, at most ``limit`` of them, and the provisioner's orphans due."""
     out = Work(claim_ops=ops.due(claims.CLAIM_OPS, model, agent, now, limit))
-    out.snapshot_ops = ops.due(snapshots.SNAPSHOT_OPS, model, agent, now, limit - len(out.claim_ops))
+    out.replica_ops = ops.due(claims.REPLICA_OPS, model, agent, now, limit - len(out.claim_ops))
+    out.snapshot_ops = ops.due(snapshots.SNAPSHOT_OPS, model, agent, now,
+                               limit - len(out.claim_ops) - len(out.replica_ops))
     if agent == SHARED_AGENT:
         out.orphans = due_for_release(model, orphan_grace, now)[:limit]
     return out
 
 
 def has_work(model: State, agent: str, now: float, orphan_grace: float) -> bool:
-    return bool(ops.due(claims.CLAIM_OPS, model, agent, now, 1)
-                or ops.due(snapshots.SNAPSHOT_OPS, model, agent, now, 1)
+    return bool(any(ops.due(book, model, agent, now, 1) for book in BOOKS)
                 or agent == SHARED_AGENT and due_for_release(model, orphan_grace, now))
 
 
 def next_due(model: State, agent: str) -> float | None:
     """When the agent's earliest waiting retry falls due, of any kind (None: none waits)."""
-    due = [t for t in (ops.next_due(claims.CLAIM_OPS, model, agent), ops.next_due(snapshots.SNAPSHOT_OPS, model, agent))
-           if t is not None]
+    due = [t for t in (ops.next_due(book, model, agent) for book in BOOKS) if t is not None]
     return min(due) if due else None
 
 
 def held(model: State, agent: str, limit: int) -> Work:
     """The open ops whose intents the agent's current epoch holds, of every kind (``ops.held``)."""
     out = Work(claim_ops=ops.held(claims.CLAIM_OPS, model, agent, limit))
-    out.snapshot_ops = ops.held(snapshots.SNAPSHOT_OPS, model, agent, limit - len(out.claim_ops))
+    out.replica_ops = ops.held(claims.REPLICA_OPS, model, agent, limit - len(out.claim_ops))
+    out.snapshot_ops = ops.held(snapshots.SNAPSHOT_OPS, model, agent, limit - len(out.claim_ops) - len(out.replica_ops))
     return out
 
 
@@ -110,7 +121,8 @@ def record_intents(model: State, agent: str, epoch: int, refs: list[IntentRef],
             if ref.snapshot_id is not None:
                 facts += ops.record_intent(snapshots.SNAPSHOT_OPS, model, agent, epoch, ref.op_id, ref.snapshot_id, now)
             else:
-                facts += ops.record_intent(claims.CLAIM_OPS, model, agent, epoch, ref.op_id, ref.claim_id, now)
+                facts += ops.record_intent(claims_book(model, ref.claim_id, ref.op_id), model, agent, epoch,
+                                           ref.op_id, ref.claim_id, now)
             accepted.append(ref.op_id)
         except Conflict as e:
             refused[ref.op_id] = e.message
@@ -132,11 +144,12 @@ def take(model: State, agent: str, epoch: int, limit: int, now: float, orphan_gr
     may start (the readiness gate is open), as the worker's own poll would be told."""
     ops.check_epoch(model, agent, epoch)
     out = work(model, agent, now, limit, orphan_grace)
-    refs = [IntentRef(o.op.op_id, o.owner.id) for o in out.claim_ops]
+    refs = [IntentRef(o.op.op_id, o.owner.id) for o in out.claim_ops + out.replica_ops]
     refs += [IntentRef(o.op.op_id, o.owner.claim_id, o.owner.id) for o in out.snapshot_ops]
     facts, accepted, _ = record_intents(model, agent, epoch, refs, now)
     taken = set(accepted)
     out.claim_ops = [o for o in out.claim_ops if o.op.op_id in taken]
+    out.replica_ops = [o for o in out.replica_ops if o.op.op_id in taken]
     out.snapshot_ops = [o for o in out.snapshot_ops if o.op.op_id in taken]
     host = node_host(agent)
     if dispatch_runs and host is not None:
@@ -160,12 +173,22 @@ def report(model: State, cfg: ClaimsConfig, agent: str, epoch: int, results: lis
     """An agent's report: its results of every kind (a result with ``snapshot_id`` is a snapshot's op),
     and, from the provisioner, the orphans it released."""
     ops.check_epoch(model, agent, epoch)
-    claim_results = [r for r in results if r.snapshot_id is None]
+    claim_results: list[claims.OpResult] = []
+    replica_results: list[claims.OpResult] = []
+    for r in results:
+        if r.snapshot_id is None:
+            mine = replica_results if claims_book(model, r.claim_id, r.op_id) is claims.REPLICA_OPS else claim_results
+            mine.append(r)
     # a claim's used bytes as its op's reply gave them, only for an op this agent holds in this epoch
     # (looked at before the report closes it)
     used = [(r.claim_id, r.used_bytes) for r in claim_results
             if r.ok and r.used_bytes is not None and claims.holds(model, agent, epoch, r.claim_id, r.op_id)]
     facts, refused = job_claims.agent_report(model, cfg, agent, epoch, claim_results, now, rng)
+    for r in replica_results:
+        try:
+            facts += ops.record_result(claims.REPLICA_OPS, model, cfg, agent, epoch, r, now, rng)
+        except Conflict as e:
+            refused[r.op_id] = e.message
     for r in results:
         if r.snapshot_id is None:
             continue

@@ -401,6 +401,10 @@ class ClaimCreated(Fact):
     # a job's shared staging claim made at submission for its next run (``run``): placed by the scheduler
     # like a standalone claim and staged in before the run's hosts are allocated
     early: bool = False
+    # added later: a node-local standalone claim's replicas, one per named host, and how many more the
+    # scheduler chooses hosts for
+    replica_hosts: list[str] = field(default_factory=list)
+    replicas_to_place: int = 0
 
 
 @fact("claim.placed")
@@ -441,6 +445,54 @@ class ClaimOpSucceeded(Fact):
 @dataclass(frozen=True, slots=True)
 class ClaimOpFailed(Fact):
     """One attempt failed.  ``next_retry`` None means no more attempts: the claim is FAILED."""
+
+    claim_id: int
+    op_id: str
+    code: str
+    message: str
+    retryable: bool
+    next_retry: float | None = None
+    stderr_tail: str = ""
+
+
+@fact("claim.replica_placed")
+@dataclass(frozen=True, slots=True)
+class ReplicaPlaced(Fact):
+    """The plan applier accepted a replica's placement: its size is reserved on ``host``'s ``counter``
+    (a named host's replica, or a new one on a host the scheduler chose)."""
+
+    claim_id: int
+    host: str
+    counter: str
+    size_bytes: int
+
+
+@fact("claim.replica_op_intent")
+@dataclass(frozen=True, slots=True)
+class ReplicaOpIntent(Fact):
+    """A node agent is about to call its provider for a replica's op (committed before it does)."""
+
+    claim_id: int
+    op_id: str
+    agent: str
+    epoch: int
+
+
+@fact("claim.replica_op_succeeded")
+@dataclass(frozen=True, slots=True)
+class ReplicaOpSucceeded(Fact):
+    claim_id: int
+    op_id: str
+    handle: str | None = None
+    size_bytes: int | None = None
+    path: str | None = None
+    message: str = ""
+
+
+@fact("claim.replica_op_failed")
+@dataclass(frozen=True, slots=True)
+class ReplicaOpFailed(Fact):
+    """One attempt of a replica's op failed.  ``next_retry`` None: no more attempts."""
 
     claim_id: int
     op_id: str

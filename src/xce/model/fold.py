@@ -20,8 +20,9 @@ from xce.model.facts import (
     ClassCapabilitiesReported, ClusterInitialized, Fact, HostRegistered, HostStateChanged, JobAllocated, JobFinished,
     JobHeld, JobKillRequested, JobProcessEnded, JobReleased, JobRequeued, JobResumed, JobSignalRequested, JobStarted,
     JobSubmitted, JobSuspended, OrphanResolved, OrphanSeen, ProjectDefined, ProjectRemoved, QueueDefined,
-    RecordsRetired, SnapshotCreated, SnapshotDeleteRequested, SnapshotOpFailed, SnapshotOpIntent, SnapshotOpSucceeded,
-    TokenIssued, TokenRevoked, UserDefined, UserDisabled,
+    RecordsRetired, ReplicaOpFailed, ReplicaOpIntent, ReplicaOpSucceeded, ReplicaPlaced, SnapshotCreated,
+    SnapshotDeleteRequested, SnapshotOpFailed, SnapshotOpIntent, SnapshotOpSucceeded, TokenIssued, TokenRevoked,
+    UserDefined, UserDisabled,
 )
 from xce.model.entities.identity import User
 from xce.model.state import State
@@ -55,6 +56,10 @@ FOLDS: dict[type[Fact], Callable[[State, Any], None]] = {
     ClaimOpIntent: claims.apply_claim_op_intent,
     ClaimOpSucceeded: claims.apply_claim_op_succeeded,
     ClaimOpFailed: claims.apply_claim_op_failed,
+    ReplicaPlaced: claims.apply_replica_placed,
+    ReplicaOpIntent: claims.apply_replica_op_intent,
+    ReplicaOpSucceeded: claims.apply_replica_op_succeeded,
+    ReplicaOpFailed: claims.apply_replica_op_failed,
     ClaimDeleteRequested: claims.apply_claim_delete_requested,
     ClaimPurgeRequested: claims.apply_claim_purge_requested,
     ClaimResizeRequested: claims.apply_claim_resize_requested,

@@ -490,6 +490,20 @@ def unusable_ref(model: State, job: Job) -> str | None:
     return None
 
 
+def unreachable(model: State, job: Job, hosts: list[str] | tuple[str, ...]) -> str | None:
+    """Why a referenced node-local claim cannot be used on ``hosts``: its jobs go only where it has a READY
+    replica (the plan applier's re-check of the scheduler's view)."""
+    for ref in job.claim_refs:
+        claim = model.claims.get(ref["claim_id"])
+        if claim is None or not claim.replicated:
+            continue
+        ready = claim.ready_hosts()
+        if far := [h for h in hosts if h not in ready]:
+            return (f"claim {ref['name']} has no READY replica on {', '.join(far)} (READY on "
+                    f"{', '.join(ready) or 'no host'})")
+    return None
+
+
 # ---------------------------------------------------------------- the readiness gate
 
 

@@ -1,5 +1,5 @@
-"""One discipline for every provider op: a claim's, an attachment's, a snapshot's (and next, each
-replica's of a node-local claim).  A fencing or retry fix is made here, once.
+"""One discipline for every provider op: a claim's, an attachment's, a snapshot's, and each replica's
+of a node-local claim.  A fencing or retry fix is made here, once.
 
 An *op* is provider work with a stable id (``Op``, ``xce.model.entities.ops``).  An *agent* (the
 provisioner, or ``node:HOST`` in a worker: ``xce.agentnames``) runs the ops that are its own::
@@ -20,7 +20,8 @@ provisioner, or ``node:HOST`` in a worker: ``xce.agentnames``) runs the ops that
 Providers are idempotent by op id (DESIGN §6): an op re-driven after a restart, or retried, keeps
 its id.  What differs between kinds of op owners is only where their open ops are, who runs them,
 and which facts record them: each kind gives a ``Book`` (``xce.model.claims.agents``,
-``xce.model.snapshots.agents``); the decisions and fold steps here are the same for all.
+``xce.model.claims.replicas``, ``xce.model.snapshots.agents``); the decisions and fold steps here are
+the same for all.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generic, Protocol, TypeVar
 
 from xce.errors import Conflict
-from xce.model.entities.claims import Attachment
+from xce.model.entities.claims import Attachment, Replica
 from xce.model.entities.ops import Op, OpKind
 from xce.model.facts import AgentLeased, Fact
 from xce.model.state import State
@@ -56,11 +57,11 @@ ERROR_MAX = 2048  # a failure's message, and the tail of the provider's stderr
 @dataclass(frozen=True)
 class OpenOp(Generic[Owner_co]):
     """An open op where it lives: its owner (a claim, a snapshot), the part of the owner whose op it
-    is (an attachment; None: the owner's own), and the agent that runs it."""
+    is (an attachment, a replica; None: the owner's own), and the agent that runs it."""
 
     owner: Owner_co
     op: Op
-    part: Attachment | None
+    part: Attachment | Replica | None
     runner: str
 
 

@@ -31,6 +31,9 @@ def _owns(claim: Claim | Snapshot | None, handle: str, op_id: str | None) -> boo
         return False
     if claim.handle == handle and claim.data_exists:
         return True
+    if isinstance(claim, Claim) and any(r.handle == handle and r.data_exists or r.op is not None and
+                                        r.op.op_id == op_id for r in claim.replicas):
+        return True  # a node-local claim's replica on some host (made, or its create in flight)
     return claim.op is not None and op_id is not None and claim.op.op_id == op_id
 
 

@@ -79,6 +79,8 @@ def plain(entity: Any) -> dict[str, Any]:
         out["attachments"] = [dict(vars(a), op=dict(vars(a.op)) if a.op is not None else None)
                               for a in entity.attachments]
         out["resize"] = dict(vars(entity.resize)) if entity.resize is not None else None
+        out["replicas"] = [dict(vars(r), op=dict(vars(r.op)) if r.op is not None else None)
+                           for r in entity.replicas]
     elif isinstance(entity, Snapshot):
         out["op"] = dict(vars(entity.op)) if entity.op is not None else None
     return out
@@ -111,6 +113,7 @@ class State:
     claim_names: dict[str, int] = field(default_factory=dict)  # "project/name" of a live standalone claim -> id
     released_names: dict[str, int] = field(default_factory=dict)  # "project/name" released -> newest id
     open_ops: set[int] = field(default_factory=set)  # claims with an open provider op
+    open_replica_ops: set[int] = field(default_factory=set)  # claims with a replica whose op is open
     snapshot_names: dict[str, int] = field(default_factory=dict)  # "project/name" of a live snapshot -> id
     open_snapshot_ops: set[int] = field(default_factory=set)  # snapshots with an open provider op
     pending_jobs: set[int] = field(default_factory=set)  # PEND with nothing allocated: what the scheduler plans
@@ -233,6 +236,8 @@ class State:
                     self.claim_names[key] = c.id
             if c.open_ops():  # its own op, or an attachment's
                 self.open_ops.add(c.id)
+            if any(r.op is not None for r in c.replicas):
+                self.open_replica_ops.add(c.id)
         for s in self.snapshots.values():
             if s.state is not SnapshotState.RELEASED:
                 self.snapshot_names[name_key(s.project, s.name)] = s.id

@@ -7,11 +7,17 @@ Each pending claim goes to the candidate pool (from its class) with the most
 room that fits its size; the pool's free capacity is reserved within the
 cycle so two claims never share the last bytes.  A claim that fits nowhere
 stays PENDING with a reason naming each pool's free room.
+
+A node-local claim's replicas are reserved on hosts' counters instead: each on the host it names,
+when that host has room; the rest on the hosts with the most of the counter free that hold none of
+its replicas yet.  What cannot be placed waits, with a reason naming the hosts and their room.
 """
 
 from __future__ import annotations
 
-from xce.scheduler.plan import Placement, Reservation
+from collections.abc import Mapping
+
+from xce.scheduler.plan import Placement, ReplicaPlacement, Reservation
 from xce.scheduler.view import ClusterView
 from xce.units import format_size
 
@@ -57,4 +63,45 @@ def reserve_resizes(view: ClusterView, free: dict[str, int]) -> tuple[tuple[Rese
                 continue
             free[r.pool] -= r.grow
         out.append(Reservation(claim_id=r.claim_id, pool=r.pool, size=r.size, grow=r.grow))
+    return tuple(out), reasons
+
+
+def place_replicas(view: ClusterView, host_free: Mapping[str, dict[str, float]],
+                   ) -> tuple[tuple[ReplicaPlacement, ...], dict[int, str]]:
+    """Each waiting replica on a host with room on its claim's counter, oldest claim first;
+    ``host_free``: each available host's counters free once this cycle's allocations took theirs
+    (taken from here too, so two replicas never share the last bytes)."""
+    out: list[ReplicaPlacement] = []
+    reasons: dict[int, str] = {}
+    for r in sorted(view.pending_replicas, key=lambda r: r.claim_id):
+        short: list[str] = []
+
+        def room(host: str) -> float:
+            return host_free[host].get(r.counter, 0.0)
+
+        def take(host: str) -> None:
+            host_free[host][r.counter] = room(host) - r.size
+            out.append(ReplicaPlacement(claim_id=r.claim_id, host=host, counter=r.counter, size=r.size))
+
+        for host in r.hosts:
+            if host not in host_free:
+                short.append(f"host {host} is not available")
+            elif r.counter not in host_free[host]:
+                short.append(f"host {host} offers no {r.counter} counter")
+            elif room(host) < r.size:
+                short.append(f"host {host} has {format_size(max(room(host), 0))} {r.counter} free")
+            else:
+                take(host)
+        if r.more:
+            chosen = set(r.taken) | set(r.hosts)
+            fits = sorted((h for h in host_free if h not in chosen and room(h) >= r.size),
+                          key=lambda h: (-room(h), h))[:r.more]
+            for host in fits:
+                take(host)
+            if len(fits) < r.more:
+                left = r.more - len(fits)
+                short.append(f"{left} more host{'s' if left != 1 else ''} with {format_size(r.size)} {r.counter} "
+                             f"free wanted, none left")
+        if short:
+            reasons[r.claim_id] = f"replicas of {format_size(r.size)} wait: " + "; ".join(short)
     return tuple(out), reasons

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from xce.model.claims import AccessMode, ClaimState
-from xce.scheduler.claims import place_claims, reserve_resizes
+from xce.scheduler.claims import place_claims, place_replicas, reserve_resizes
 from xce.scheduler.plan import Allocation, Plan
 from xce.resreq import ResReq, ResReqError, parse_resreq
 from xce.scheduler.view import ClusterView, HostView, JobView
@@ -221,8 +221,10 @@ def schedule(view: ClusterView) -> Plan:
                                       cluster=cluster_need, pools=pools))
     resizes, resize_reasons = reserve_resizes(view, pool_free)  # what this cycle's allocations left
     placements, claim_reasons = place_claims(view, pool_free)  # ... and the resizes
+    replicas, replica_reasons = place_replicas(view, {h.name: cycle.free_ctr[i] for i, h in enumerate(cycle.hosts)})
     return Plan(position=view.position, allocations=tuple(allocations), pending_reasons=reasons,
-                placements=placements, claim_reasons=claim_reasons, resizes=resizes, resize_reasons=resize_reasons,
+                placements=placements, claim_reasons={**claim_reasons, **replica_reasons}, resizes=resizes,
+                resize_reasons=resize_reasons, replicas=replicas,
                 room_left=any(n > 0 for n in cycle.free_slots))
 
 
@@ -320,7 +322,9 @@ def _place_with_claims(cycle: _Cycle, rr: ResReq, job: JobView, claimed: _Claime
                 why_restricted.append(f"claim {use.name} (RWO) is in use on {', '.join(sorted(on))}")
         if use.reachable is not None:
             allowed = set(use.reachable) if allowed is None else allowed & use.reachable
-            why_restricted.append(f"claim {use.name} is reachable only from {', '.join(sorted(use.reachable)) or 'no host'}")
+            hosts = ', '.join(sorted(use.reachable)) or 'no host'
+            why_restricted.append(f"claim {use.name}: replicas READY on {hosts}" if use.replicated else
+                                  f"claim {use.name} is reachable only from {hosts}")
     missing = [n for n in list(rr.rusage) + list(job.node_counters) if n not in cycle.offered]
     if missing:
         return f"no host offers counter {', '.join(sorted(set(missing)))}"
@@ -352,6 +356,9 @@ def _place_with_claims(cycle: _Cycle, rr: ResReq, job: JobView, claimed: _Claime
     if job.node_counters and not any(node_room(i) for i in cands):
         room = ", ".join(f"{format_size(v)} {n}" for n, v in job.node_counters.items())
         return f"no matching host has {room} free for its template claims; {len(cands)} host(s) match"
+    if restricted and all(cycle.free_slots[i] <= 0 for i in cands):  # where its claims are, every slot is taken
+        return f"{restricted}; " + ("full" if len(cands) == 1 else "both full" if len(cands) == 2 else
+                                    f"all {len(cands)} full")
     where = f"{restricted}: " if restricted else ""
     one = " on one host (its claims need one)" if single and rr.span_hosts != 1 else ""
     plural = "s" if want != 1 else ""

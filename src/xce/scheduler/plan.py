@@ -29,6 +29,16 @@ class Placement:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicaPlacement:
+    """Reserve ``size`` bytes of ``host``'s ``counter`` for a replica of node-local claim ``claim_id``."""
+
+    claim_id: int
+    host: str
+    counter: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
 class Reservation:
     """Reserve claim ``claim_id``'s resize to ``size`` bytes in its ``pool`` (None: no pool)."""
 
@@ -47,4 +57,5 @@ class Plan:
     claim_reasons: Mapping[int, str] = field(default_factory=dict)  # claim id -> why it waits
     resizes: tuple[Reservation, ...] = ()
     resize_reasons: Mapping[int, str] = field(default_factory=dict)  # claim id -> why its resize waits
+    replicas: tuple[ReplicaPlacement, ...] = ()  # node-local claims' replicas, their hosts' counters reserved
     room_left: bool = False  # some host still has a free slot once the allocations are made

@@ -35,6 +35,7 @@ class ClaimUse:
     attached_hosts: frozenset[str] = frozenset()  # where other runs have it attached (RWO: all on one host)
     holder_jobs: tuple[int, ...] = ()  # jobs holding an attachment (RWOP: one job at a time)
     waiting: str = ""  # the claim's own word on what it waits for
+    replicated: bool = False  # a node-local claim: ``reachable`` are the hosts of its READY replicas
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,21 @@ class ClaimView:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicaView:
+    """A node-local claim's replicas waiting for their size to be reserved on a host's ``counter``: one
+    on each host it names (``hosts``), and one on each of ``more`` hosts the scheduler chooses among
+    those holding none of its replicas (``taken``)."""
+
+    claim_id: int
+    name: str
+    size: int
+    counter: str
+    hosts: tuple[str, ...] = ()
+    more: int = 0
+    taken: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class ResizeView:
     """A READY claim's resize waiting for its growth to be reserved in the claim's pool."""
 
@@ -89,5 +105,6 @@ class ClusterView:
     pools: tuple[PoolView, ...] = ()
     pending_claims: tuple[ClaimView, ...] = ()
     pending_resizes: tuple[ResizeView, ...] = ()
+    pending_replicas: tuple[ReplicaView, ...] = ()
     cluster_free: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # cluster counters
     pending_beyond: int = 0  # pending jobs left out of ``pending``: behind the first queue_depth

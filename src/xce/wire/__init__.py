@@ -9,7 +9,8 @@ so that a field is added in one place:
   from them) and ``to_body``/``from_body`` are its JSON.  ``xce.jobspec`` builds it from a command
   line; ``xce.client.Client.submit`` is the one place it becomes a request body.
 - documents (``_documents``): what the controller answers, as ``TypedDict``s: ``JobDoc`` (a job,
-  ``GET /v1/jobs/{id}``), ``JobRow`` (a listing's row), ``HistoryRow``, ``ClaimDoc``, ``SnapshotDoc``,
+  ``GET /v1/jobs/{id}``), ``JobRow`` (a listing's row), ``HistoryRow``, ``ClaimDoc`` (and its ``ReplicaDoc``s),
+  ``SnapshotDoc``,
   and the daemons' ``AgentOp`` (an op a claim agent runs), ``OpReport`` (its result), ``Dispatch``
   (a run a worker starts).  A ``TypedDict`` is the decoded JSON itself: no copy, no import cost,
   ``doc["key"]`` as before, and a type checker knows each key.
@@ -24,10 +25,10 @@ from xce.wire._submission import NAME_PATTERN, Limit, Submission
 
 if TYPE_CHECKING:
     from xce.wire._documents import (AgentOp, ClaimDoc, Dispatch, HistoryRow, JobClaimDoc, JobDoc, JobRow, OpReport,
-                                     RunUsage, SnapshotDoc)
+                                     ReplicaDoc, RunUsage, SnapshotDoc)
 
 _DOCUMENTS = ("AgentOp", "ClaimDoc", "Dispatch", "HistoryRow", "JobClaimDoc", "JobDoc", "JobRow", "OpReport",
-              "RunUsage", "SnapshotDoc")
+              "ReplicaDoc", "RunUsage", "SnapshotDoc")
 
 
 def __getattr__(name: str) -> Any:
@@ -50,6 +51,7 @@ __all__ = [
     "JobRow",
     "Limit",
     "OpReport",
+    "ReplicaDoc",
     "RunUsage",
     "SnapshotDoc",
     "Submission",

@@ -150,6 +150,20 @@ class _Operated(_Class):
     ops: list[dict[str, Any]]
 
 
+class ReplicaDoc(TypedDict):
+    """One host's copy of a node-local claim, as its claim's document lists it."""
+
+    host: str
+    state: str  # PENDING, PREPARING, READY, RELEASING, RELEASED, FAILED
+    placed: bool  # its size is reserved on the host's counter
+    handle: str | None
+    path: str | None
+    attempts: int  # of its latest op
+    last_error: str | None
+    op: OpSummary | None
+    history: list[dict[str, Any]]
+
+
 class ClaimDoc(_Operated):
     """A claim: ``GET /v1/claims/{name}``, ``xce --json claim show``."""
 
@@ -181,6 +195,10 @@ class ClaimDoc(_Operated):
     source: dict[str, Any] | None
     populate_from: str | None
     transfer: dict[str, Any] | None
+    replicas: Annotated[list[ReplicaDoc], Limit(description="a node-local claim's replicas, one per host (empty: "
+                                                            "a claim of one object)")]
+    replicas_ready: int  # how many replicas are READY: the claim is READY while one is
+    replicas_to_place: int  # replicas still to be placed on hosts the scheduler chooses (--replicas N)
     stage_in: list[Any]
     stage_out: list[Any]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from xce.model import ops
-from xce.model.entities.claims import Attachment, Claim
+from xce.model.entities.claims import Attachment, Claim, Replica
 from xce.model.entities.ops import Op
 from xce.model.facts import ClaimOpFailed, ClaimOpIntent, ClaimOpSucceeded, Fact
 from xce.model.ops import OpenOp, check_epoch, lease, retry_delay
@@ -87,12 +87,14 @@ CLAIM_OPS = ClaimOps()
 def due_ops(model: State, agent: str, now: float,
             limit: int = 1000) -> list[tuple[Claim, Op, Attachment | None]]:
     """Claim and attachment ops this agent should run now (``ops.due``)."""
-    return [(o.owner, o.op, o.part) for o in ops.due(CLAIM_OPS, model, agent, now, limit)]
+    return [(o.owner, o.op, o.part) for o in ops.due(CLAIM_OPS, model, agent, now, limit)
+            if not isinstance(o.part, Replica)]  # (none is: replicas' ops are their own book's)
 
 
 def held_ops(model: State, agent: str, limit: int = 1000) -> list[tuple[Claim, Op, Attachment | None]]:
     """Open claim and attachment ops whose intent this agent's current epoch holds (``ops.held``)."""
-    return [(o.owner, o.op, o.part) for o in ops.held(CLAIM_OPS, model, agent, limit)]
+    return [(o.owner, o.op, o.part) for o in ops.held(CLAIM_OPS, model, agent, limit)
+            if not isinstance(o.part, Replica)]
 
 
 def next_due(model: State, agent: str) -> float | None:

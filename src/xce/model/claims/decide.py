@@ -53,6 +53,10 @@ class ClaimSpec:
     params: dict[str, str] = field(default_factory=dict)
     project: str | None = None
     populate_from: str | None = None  # a URL or REMOTE:path the claim is filled from (``--source``)
+    # a node-scope class's claim: a replica on each of these hosts (``--hosts``), or on this many hosts
+    # the scheduler chooses by free capacity (``--replicas``)
+    hosts: tuple[str, ...] = ()
+    replicas: int | None = None
 
 
 def live_by_name(model: State, project: str, name: str) -> Claim | None:
@@ -112,6 +116,7 @@ def create(model: State, config: Config, actor: User, spec: ClaimSpec, now: floa
     if mode.value not in cls.access_modes:
         raise InvalidRequest(f"claim class {cls.name!r} does not allow access mode {mode.value} "
                              f"(allowed: {', '.join(cls.access_modes)})")
+    check_holds_standalone(cls, spec)
     policy_text = spec.reclaim_policy or cls.reclaim_policy
     try:
         policy = ReclaimPolicy(policy_text)
@@ -139,7 +144,10 @@ def create(model: State, config: Config, actor: User, spec: ClaimSpec, now: floa
     if live_by_name(model, project, spec.name) is not None:  # names are per project: this reveals no other's
         raise Conflict(f"a claim named {spec.name!r} already exists in project {project!r}")
     populate_from = _populate_source(config, cls, project, spec.populate_from, source)
-    check_quota(model, config, project, cls.name, size)
+    if source is not None and cls.scope != Scope.SHARED:
+        raise InvalidRequest(f"claim class {cls.name!r} is node-scope: its replicas are not cloned")
+    copies = len(spec.hosts) or spec.replicas or 1
+    check_quota(model, config, project, cls.name, size * copies)
     check_fits_a_pool(config, cls, size, f"claim {spec.name!r}")
     claim_id = model.next_claim_id
     return [ClaimCreated(time=now, claim_id=claim_id, name=spec.name, form=ClaimForm.STANDALONE.value,
@@ -147,7 +155,46 @@ def create(model: State, config: Config, actor: User, spec: ClaimSpec, now: floa
                          reclaim_policy=policy.value, owner=actor.name, project=project,
                          params={**cls.parameters, **spec.params},
                          source=source.as_record() if source is not None else None,
-                         populate_from=populate_from)], claim_id
+                         populate_from=populate_from, replica_hosts=list(spec.hosts),
+                         replicas_to_place=spec.replicas or 0)], claim_id
+
+
+MAX_REPLICAS = 64  # replicas of one node-local claim
+
+
+def check_holds_standalone(cls: ClaimClassConfig, spec: ClaimSpec) -> None:
+    """A node-scope class's claims live on hosts, made by their workers: a standalone claim of one is
+    a set of replicas, one per host (``spec.hosts``, or ``spec.replicas`` the scheduler chooses), each
+    reserved on the class's host counter.  Refused, never left PENDING with no reason, when the class
+    cannot hold one or the request does not say where."""
+    where = bool(spec.hosts) or spec.replicas is not None
+    if cls.scope == Scope.SHARED:
+        if where:
+            raise InvalidRequest(f"claim class {cls.name!r} is shared: its claims are reachable from every host; "
+                                 "--hosts and --replicas are for node-scope classes")
+        return
+    if cls.counter is None:
+        raise InvalidRequest(f"claim class {cls.name!r} is node-scope and draws on no host counter: it cannot "
+                             "hold standalone claims (its claims are a job's own: xce submit --scratch)")
+    if not where:
+        raise InvalidRequest(f"claim class {cls.name!r} is node-scope: its claims live on hosts, one replica on "
+                             "each; say which hosts (--hosts h1,h2) or how many (--replicas N)")
+    if spec.hosts and spec.replicas is not None:
+        raise InvalidRequest("--hosts names a replica's hosts, --replicas lets the scheduler choose them: not both")
+    for host in spec.hosts:
+        check_name("host", host)
+    if len(set(spec.hosts)) != len(spec.hosts):
+        raise InvalidRequest("--hosts names a host twice: a host holds one replica of a claim")
+    n = len(spec.hosts) or spec.replicas or 0
+    if not 1 <= n <= MAX_REPLICAS:
+        raise InvalidRequest(f"a claim has 1 to {MAX_REPLICAS} replicas, not {n}")
+    if spec.populate_from is not None:
+        raise InvalidRequest(f"claim class {cls.name!r} is node-scope: its replicas are not populated yet "
+                             "(--source is for shared classes)")
+    if spec.reclaim_policy == ReclaimPolicy.RETAIN.value or spec.reclaim_policy is None and \
+            cls.reclaim_policy == ReclaimPolicy.RETAIN.value:
+        raise InvalidRequest(f"claim class {cls.name!r} is node-scope: its replicas are released with their "
+                             "claim (reclaim policy delete)")
 
 
 def _populate_source(config: Config, cls: ClaimClassConfig, project: str, text: str | None,

@@ -41,11 +41,13 @@ from __future__ import annotations
 from xce.model import audit, ops
 from xce.model.facts import (
     AttachmentAdded, AttachmentRemoved, ClaimCreated, ClaimDeleteRequested, ClaimOpFailed, ClaimOpIntent,
-    ClaimOpSucceeded, ClaimPlaced, ClaimPurgeRequested, ClaimResizeRequested, ClaimResizeReserved,
+    ClaimOpSucceeded, ClaimPlaced, ClaimPurgeRequested, ClaimResizeRequested, ClaimResizeReserved, ReplicaOpFailed,
+    ReplicaOpIntent, ReplicaOpSucceeded, ReplicaPlaced,
 )
+from xce.model.claims import replicas
 from xce.model.entities.claims import (
-    AccessMode, Attachment, AttachmentState, Claim, ClaimForm, ClaimState, Mode, ReclaimPolicy, Resize, ResizeState,
-    Scope, name_key,
+    AccessMode, Attachment, AttachmentState, Claim, ClaimForm, ClaimState, Mode, ReclaimPolicy, Replica, ReplicaState,
+    Resize, ResizeState, Scope, name_key,
 )
 from xce.model.entities.ops import Op, OpKind
 from xce.model.state import State
@@ -56,7 +58,7 @@ from xce.units import format_size
 S = ClaimState
 TRANSITIONS: dict[ClaimState, frozenset[ClaimState]] = {
     S.PENDING: frozenset({S.PREPARING, S.FAILED, S.RELEASED}),
-    S.PREPARING: frozenset({S.READY, S.FAILED}),
+    S.PREPARING: frozenset({S.READY, S.FAILED, S.RELEASING}),  # RELEASING: replicas deleted while being made
     S.READY: frozenset({S.RELEASING, S.RELEASED, S.FAILED}),  # FAILED: its host was lost, data kept there
     S.RELEASING: frozenset({S.RELEASED, S.FAILED}),
     S.FAILED: frozenset({S.RELEASING, S.RELEASED}),
@@ -152,7 +154,7 @@ def detach(model: State, claim: Claim, a: Attachment, time: float) -> None:
             return
         _drop_attachment(model, claim, a, time)  # never reached the provider
     elif a.state is AttachmentState.ATTACHED:
-        if a.run is None:  # added by hand (no provider attach was made): nothing to undo
+        if a.run is None or claim.replicated:  # added by hand, or a replica's host: no provider attach to undo
             _drop_attachment(model, claim, a, time)
         else:
             _set_attachment_state(a, AttachmentState.DETACHING, time, "its user is done with it")
@@ -161,6 +163,9 @@ def detach(model: State, claim: Claim, a: Attachment, time: float) -> None:
 
 def _advance_delete(model: State, claim: Claim, time: float) -> None:
     """Carry out a requested deletion once nothing holds the claim (no attachment, no op in flight)."""
+    if claim.replicated:
+        _advance_replicas_delete(model, claim, time)
+        return
     if not claim.delete_requested or claim.attachments or claim.op is not None and claim.op.epoch is not None:
         return
     by = claim.deleted_by or "-"
@@ -182,6 +187,138 @@ def _advance_delete(model: State, claim: Claim, time: float) -> None:
         else:
             _set_state(model, claim, ClaimState.RELEASING, time, "deleted; releasing the provider object", by)
             _open_op(model, claim, OpKind.RELEASE)
+
+
+# ---------------------------------------------------------------- replicas of a node-local claim
+
+
+def _settle(model: State, claim: Claim, time: float, reason: str, by: str) -> None:
+    """A node-local claim's state follows its replicas' (``replicas``): READY while one is READY (until
+    it is deleted), RELEASED once all are, FAILED once none can be used or made, RELEASING while a
+    deletion releases them, and PENDING or PREPARING while they are being made."""
+    states = {r.state for r in claim.replicas}
+    making = claim.replicas_to_place > 0 or bool(states & {ReplicaState.PENDING, ReplicaState.PREPARING})
+    if states <= {ReplicaState.RELEASED} and claim.replicas_to_place == 0:
+        want = ClaimState.RELEASED
+    elif ReplicaState.READY in states and not claim.delete_requested:
+        want = ClaimState.READY
+    elif claim.delete_requested:
+        want = ClaimState.RELEASING if states - {ReplicaState.RELEASED, ReplicaState.FAILED} else ClaimState.FAILED
+    elif making:
+        want = ClaimState.PENDING if claim.state is ClaimState.PENDING and ReplicaState.PREPARING not in states \
+            else ClaimState.PREPARING
+    else:
+        want = ClaimState.FAILED
+    if want is not claim.state:
+        ready = len(claim.ready_hosts())
+        if want is ClaimState.READY:
+            reason += f" ({ready} of {len(claim.replicas)} replicas READY)"
+        _set_state(model, claim, want, time, reason, by)
+
+
+def _advance_replicas_delete(model: State, claim: Claim, time: float) -> None:
+    """A node-local claim's deletion: each replica whose op is not in flight goes (released by its host's
+    agent if an object may exist); one in flight goes once its agent has answered."""
+    if not claim.delete_requested or claim.attachments:
+        return
+    by = claim.deleted_by or "-"
+    claim.replicas_to_place = 0
+    for r in claim.replicas:
+        if r.state in (ReplicaState.RELEASED, ReplicaState.RELEASING) or r.op is not None and r.op.epoch is not None:
+            continue
+        if r.op is not None:  # a create not attempted yet, or waiting for its retry
+            replicas.close_op(model, claim, r)
+        if not r.data_exists:
+            replicas.set_state(model, claim, r, ReplicaState.RELEASED, time, "deleted; no object exists", by)
+        else:
+            replicas.set_state(model, claim, r, ReplicaState.RELEASING, time, "deleted; releasing it", by)
+            replicas.open_op(model, claim, r, OpKind.RELEASE)
+    _settle(model, claim, time, "deleted", by)
+
+
+def _replica_of(model: State, claim_id: int, op_id: str) -> tuple[Claim, Replica, Op] | None:
+    """The claim and its replica whose open op is ``op_id`` (None: decided already, or unknown)."""
+    claim = model.claims.get(claim_id)
+    r = claim.replica_by_op(op_id) if claim is not None else None
+    return (claim, r, r.op) if claim is not None and r is not None and r.op is not None else None
+
+
+def apply_replica_placed(model: State, f: ReplicaPlaced) -> None:
+    """A replica's size reserved on its host: a named host's replica, or a new one on a chosen host."""
+    claim = model.claims.get(f.claim_id)
+    if claim is None or claim.delete_requested or not claim.live:
+        return
+    r = next((x for x in claim.replicas if x.host == f.host and not x.placed and x.state is ReplicaState.PENDING),
+             None)
+    if r is None:
+        if claim.replicas_to_place <= 0 or any(x.host == f.host and x.state is not ReplicaState.RELEASED
+                                               for x in claim.replicas):
+            return  # OBSERVATION: the applier re-checks this; nothing to place
+        claim.replicas_to_place -= 1
+        r = Replica(no=len(claim.replicas) + 1, host=f.host, created=f.time,
+                    history=[{"state": ReplicaState.PENDING.value, "time": f.time, "reason": "host chosen"}])
+        claim.replicas.append(r)
+    r.counter = f.counter
+    if (host := model.hosts.get(f.host)) is not None:
+        host.held_counters[replicas.held_key(claim)] = {f.counter: float(f.size_bytes)}
+    r.history.append({"state": r.state.value, "time": f.time,
+                      "reason": f"{format_size(f.size_bytes)} reserved on {f.host}'s {f.counter}"})
+    replicas.open_op(model, claim, r, OpKind.CREATE)
+
+
+def apply_replica_op_intent(model: State, f: ReplicaOpIntent) -> None:
+    if (found := _replica_of(model, f.claim_id, f.op_id)) is None:
+        return
+    claim, r, op = found
+    claim.ops.append(dict(ops.fold_intent(op, f.agent, f.epoch, f.time), host=r.host))
+    r.attempts = op.attempts
+    if op.kind is OpKind.CREATE:
+        r.data_exists = True  # from here on an object may exist on the host: never assume it does not
+        if r.state is ReplicaState.PENDING:
+            replicas.set_state(model, claim, r, ReplicaState.PREPARING, f.time, f"{f.agent} creating (op {op.op_id})",
+                               f.agent)
+            _settle(model, claim, f.time, f"{f.agent} creating its replica", f.agent)
+
+
+def apply_replica_op_succeeded(model: State, f: ReplicaOpSucceeded) -> None:
+    if (found := _replica_of(model, f.claim_id, f.op_id)) is None:
+        return
+    claim, r, op = found
+    agent = op.agent or "-"
+    claim.ops.append(dict(ops.fold_success(op, f.time, f.message), host=r.host))
+    r.last_error = None
+    replicas.close_op(model, claim, r)
+    if op.kind is OpKind.CREATE:
+        r.handle, r.path = f.handle, f.path
+        replicas.set_state(model, claim, r, ReplicaState.READY, f.time, f"created {f.handle} on attempt "
+                           f"{op.attempts}", agent)
+        _settle(model, claim, f.time, f"replica on {r.host} READY", agent)
+        _advance_delete(model, claim, f.time)
+    else:
+        r.data_exists = False
+        replicas.set_state(model, claim, r, ReplicaState.RELEASED, f.time, f"released {r.handle}", agent)
+        _settle(model, claim, f.time, f"replica on {r.host} released", agent)
+
+
+def apply_replica_op_failed(model: State, f: ReplicaOpFailed) -> None:
+    if (found := _replica_of(model, f.claim_id, f.op_id)) is None:
+        return
+    claim, r, op = found
+    agent = op.agent or "-"
+    r.last_error = f"{f.code}: {f.message}"
+    claim.ops.append(dict(ops.fold_failure(op, f.time, f.code, f.message, f.retryable, f.next_retry), host=r.host))
+    if f.next_retry is not None:  # it waits for its retry; a deletion need not wait for that
+        _advance_delete(model, claim, f.time)
+        return
+    replicas.close_op(model, claim, r)
+    why = f"{op.kind.value} failed after {op.attempts} attempt{'s' if op.attempts != 1 else ''}: {r.last_error}"
+    if op.kind is OpKind.CREATE:  # a permanent error made nothing (a crash's leftover: the orphan scan's)
+        r.data_exists = False
+        replicas.set_state(model, claim, r, ReplicaState.FAILED, f.time, why, agent)
+    else:
+        replicas.set_state(model, claim, r, ReplicaState.FAILED, f.time, why + "; the data still exists", agent)
+    _settle(model, claim, f.time, f"replica on {r.host}: {why}", agent)
+    _advance_delete(model, claim, f.time)
 
 
 def _add(model: State, claim: Claim, time: float, reason: str, detail: str) -> bool:
@@ -238,7 +375,11 @@ def apply_claim_created(model: State, f: ClaimCreated) -> bool:
                   run=f.run, kind=f.kind, host=f.host, pool=f.pool, placed=template,
                   stage_in=[list(x) for x in f.stage_in], stage_out=[list(x) for x in f.stage_out],
                   source=dict(f.source) if f.source is not None else None, populate_from=f.populate_from,
-                  early=f.early)
+                  early=f.early, replicas_to_place=f.replicas_to_place,
+                  replicas=[Replica(no=i, host=h, created=f.time,
+                                    history=[{"state": ReplicaState.PENDING.value, "time": f.time,
+                                              "reason": "created"}])
+                            for i, h in enumerate(f.replica_hosts, 1)])
     if f.form == ClaimForm.TEMPLATE and f.run is not None:
         reason = f"created for job {f.job_id} run {f.run}" + (f" on {f.host}" if f.host else "") + \
             (" at submission, to stage in before its hosts are allocated" if f.early else "")
@@ -251,6 +392,10 @@ def apply_claim_created(model: State, f: ClaimCreated) -> bool:
         if f.populate_from is not None:
             reason = f"created, to be populated from {f.populate_from}"
             detail += f" populated from {f.populate_from}"
+        if f.replica_hosts or f.replicas_to_place:
+            where = ", ".join(f.replica_hosts) or f"{f.replicas_to_place} hosts the scheduler chooses"
+            reason = f"created, a replica on each of {where}"
+            detail += f" replicas on {where}"
     if not _add(model, claim, f.time, reason, detail):
         return False
     if template:
@@ -454,11 +599,15 @@ def apply_attachment_added(model: State, f: AttachmentAdded) -> None:
     claim = model.claims.get(f.claim_id)
     if claim is None:
         return
-    state = AttachmentState.ATTACHING if f.run is not None else AttachmentState.ATTACHED
+    # a node-local claim's data is on the host already, in its READY replica there (the plan applier places
+    # its jobs nowhere else): nothing for a provider to attach
+    replica = next((r for r in claim.replicas if r.host == f.host and r.state is ReplicaState.READY), None)
+    state = AttachmentState.ATTACHING if f.run is not None and not claim.replicated else AttachmentState.ATTACHED
     a = Attachment(id=f.attachment_id, host=f.host, mode=Mode(f.mode), created=f.time, by=f.by, job_id=f.job_id,
-                   run=f.run, state=state, history=[{"state": state.value, "time": f.time, "reason": f"added by {f.by}"}])
+                   run=f.run, state=state, path=replica.path if replica is not None else None,
+                   history=[{"state": state.value, "time": f.time, "reason": f"added by {f.by}"}])
     claim.attachments.append(a)
-    if f.run is not None:  # a job's: the provider makes the claim reachable on the host first
+    if state is AttachmentState.ATTACHING:  # a job's: the provider makes the claim reachable on the host first
         _open_attachment_op(model, claim, a, OpKind.ATTACH)
     model.next_attachment_id = max(model.next_attachment_id, f.attachment_id + 1)
 

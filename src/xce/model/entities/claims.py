@@ -57,6 +57,17 @@ class ResizeState(enum.StrEnum):
     FAILED = "FAILED"  # refused for good, out of attempts, or cancelled: the claim keeps its old size
 
 
+class ReplicaState(enum.StrEnum):
+    """One host's copy of a node-local standalone claim (``Replica``)."""
+
+    PENDING = "PENDING"  # its host named (or to be chosen); waiting for its size to be reserved there
+    PREPARING = "PREPARING"  # its host's agent is creating it
+    READY = "READY"
+    RELEASING = "RELEASING"
+    RELEASED = "RELEASED"
+    FAILED = "FAILED"
+
+
 class Scope(enum.StrEnum):
     """Who prepares a claim: the provisioner (shared storage) or the worker of its host (node-local)."""
 
@@ -124,6 +135,36 @@ class Attachment:
             self.op = Op(**self.op)
 
 
+@dataclass
+class Replica:
+    """One host's copy of a node-local standalone claim: made, and released, by that host's node agent
+    (``node:HOST``) under the one op discipline (``xce.model.claims.replicas``), its size reserved on
+    the host's counter of the claim's class once the scheduler placed it."""
+
+    no: int  # its number in the claim: its op ids are ``c<claim>.r<no>.<op>.<n>``
+    host: str
+    created: float
+    state: ReplicaState = ReplicaState.PENDING
+    counter: str | None = None  # the host counter its size is reserved on (None: not placed yet)
+    op: Op | None = None
+    op_counts: dict[str, int] = field(default_factory=dict)
+    attempts: int = 0  # of its latest op
+    handle: str | None = None
+    path: str | None = None
+    data_exists: bool = False  # a create was attempted: an object may exist on the host
+    last_error: str | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)  # {state, time, reason}
+
+    def __post_init__(self) -> None:
+        self.state = ReplicaState(self.state)
+        if isinstance(self.op, dict):
+            self.op = Op(**self.op)
+
+    @property
+    def placed(self) -> bool:
+        return self.counter is not None
+
+
 @dataclass(slots=True)  # more fields than CPython shares one key table for: see Job
 class Claim:
     id: int
@@ -172,6 +213,10 @@ class Claim:
     # is copied from after its create; READY only once the copy is complete
     populate_from: str | None = None
     early: bool = False  # a job's shared staging claim, made at submission and staged before hosts are held
+    # a node-local standalone claim: a replica per host (``--hosts``), and how many more the scheduler
+    # chooses hosts for by free capacity (``--replicas N``)
+    replicas: list[Replica] = field(default_factory=list)
+    replicas_to_place: int = 0
 
     def __post_init__(self) -> None:
         self.form = ClaimForm(self.form)
@@ -184,13 +229,41 @@ class Claim:
         self.attachments = [a if isinstance(a, Attachment) else Attachment(**a) for a in self.attachments]
         if isinstance(self.resize, dict):
             self.resize = Resize(**self.resize)
+        self.replicas = [r if isinstance(r, Replica) else Replica(**r) for r in self.replicas]
 
     @property
     def charged_bytes(self) -> int:
         """Quota use: the larger of what was asked and what the provider made, and an open resize's
         size from the moment it is asked (as a new claim is charged before it is placed)."""
         open_resize = self.resize.size_bytes if self.resize is not None and self.resize.open else 0
-        return max(self.size_bytes, self.actual_bytes or 0, open_resize)
+        return max(self.size_bytes, self.actual_bytes or 0, open_resize) * max(1, self.replica_count)
+
+    @property
+    def replicated(self) -> bool:
+        """A node-local standalone claim: its data is in its replicas, one per host."""
+        return bool(self.replicas) or self.replicas_to_place > 0
+
+    @property
+    def replica_count(self) -> int:
+        """The replicas it has or will have (each holds its size on its host)."""
+        return len(self.replicas) + self.replicas_to_place
+
+    def unplaced_hosts(self) -> list[str]:
+        """The named hosts whose replicas wait for their size to be reserved there."""
+        return [r.host for r in self.replicas if not r.placed and r.state is ReplicaState.PENDING]
+
+    @property
+    def replicas_waiting(self) -> bool:
+        """Replicas wait for the scheduler: on named hosts, or on hosts it is to choose."""
+        return self.replicated and self.live and not self.delete_requested and \
+            bool(self.replicas_to_place or self.unplaced_hosts())
+
+    def ready_hosts(self) -> list[str]:
+        """Where a job can use it: the hosts of its READY replicas."""
+        return sorted(r.host for r in self.replicas if r.state is ReplicaState.READY)
+
+    def replica_by_op(self, op_id: str) -> Replica | None:
+        return next((r for r in self.replicas if r.op is not None and r.op.op_id == op_id), None)
 
     @property
     def reserved_bytes(self) -> int:
@@ -233,6 +306,10 @@ class Claim:
 
     def waiting(self) -> str | None:
         """What the claim waits for, in words (None when it waits for nothing)."""
+        busy = next(((r.host, r.op) for r in self.replicas if r.op is not None), None)
+        if busy is not None:
+            host, op = busy
+            return f"{op.kind.value} on {host} (op {op.op_id}" + (f", attempt {op.attempts})" if op.attempts else ")")
         if self.delete_requested and self.attachments and self.state is not ClaimState.RELEASED:
             n = len(self.attachments)
             return f"deletion waits for {n} attachment{'s' if n > 1 else ''} to go"

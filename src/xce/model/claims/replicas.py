@@ -1,0 +1,108 @@
+"""A node-local standalone claim's replicas: their transition table, the one setter of their state,
+their ops' ``Book``, and the steps the claim's folds take with them.
+
+States (``ReplicaState``), one machine per replica, on its host::
+
+    PENDING ──▶ PREPARING ──▶ READY ──▶ RELEASING ──▶ RELEASED
+       │            │                       │
+       │            ├──────────▶ RELEASING  │        (deleted between create attempts: an object may exist)
+       ├──────────▶ FAILED ◀────────────────┘
+       └──────────▶ RELEASED                          (deleted before its create was attempted)
+                      FAILED ──(deleted)──▶ RELEASING / RELEASED
+
+A replica is PENDING until the scheduler reserves its size on its host's counter of the claim's
+class (``ReplicaPlaced``), which opens its ``create`` op; its host's node agent (``node:HOST``)
+runs its ops (``create``: the provider's ``node_prepare``, ``release``) under the one discipline of
+every op (``xce.model.ops``): intent before action, op ids ``c<claim>.r<no>.<op>.<n>`` stable across
+retries and restarts, results fenced by agent and epoch, failures retried with backoff.  The claim's
+own state follows from its replicas' (``xce.model.claims.lifecycle``): READY while one is READY.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from xce.agentnames import node_agent
+from xce.model import audit, ops
+from xce.model.entities.claims import Claim, Replica, ReplicaState
+from xce.model.entities.ops import OpKind
+from xce.model.facts import Fact, ReplicaOpFailed, ReplicaOpIntent, ReplicaOpSucceeded
+from xce.model.ops import OpenOp
+from xce.model.state import State
+from xce.model.transitions import check
+
+__all__ = ["REPLICA_OPS", "REPLICA_TRANSITIONS", "ReplicaOps", "close_op", "open_op", "set_state"]
+
+R = ReplicaState
+REPLICA_TRANSITIONS: dict[ReplicaState, frozenset[ReplicaState]] = {
+    R.PENDING: frozenset({R.PREPARING, R.FAILED, R.RELEASED}),
+    R.PREPARING: frozenset({R.READY, R.FAILED, R.RELEASING}),
+    R.READY: frozenset({R.RELEASING}),
+    R.RELEASING: frozenset({R.RELEASED, R.FAILED}),
+    R.FAILED: frozenset({R.RELEASING, R.RELEASED}),
+    R.RELEASED: frozenset(),
+}
+
+
+def set_state(model: State, claim: Claim, replica: Replica, new: ReplicaState, time: float, reason: str,
+              by: str) -> None:
+    """The one place a replica changes state: checked, recorded in its history and the audit trail.
+    A RELEASED replica gives its host's counter back."""
+    check(REPLICA_TRANSITIONS, replica.state, new, f"replica of claim {claim.id} ({claim.name}) on {replica.host}",
+          reason)
+    old = replica.state
+    replica.state = new
+    replica.history.append({"state": new.value, "time": time, "reason": reason})
+    audit.record(model, time, by, "claim.replica", f"claim/{claim.name}@{replica.host}", new.value,
+                 f"{old.value} -> {new.value}: {reason}")
+    if new is ReplicaState.RELEASED and (host := model.hosts.get(replica.host)) is not None:
+        host.held_counters.pop(held_key(claim), None)
+
+
+def held_key(claim: Claim) -> str:
+    """A replica's entry in its host's ``held_counters`` (beside the jobs', keyed by job id)."""
+    return f"claim:{claim.id}"
+
+
+def open_op(model: State, claim: Claim, replica: Replica, kind: OpKind) -> None:
+    replica.op = ops.new_op(f"c{claim.id}.r", replica.no, replica.op_counts, kind)
+    model.open_replica_ops.add(claim.id)
+
+
+def close_op(model: State, claim: Claim, replica: Replica) -> None:
+    replica.op = None
+    if not any(r.op is not None for r in claim.replicas):
+        model.open_replica_ops.discard(claim.id)
+
+
+class ReplicaOps:
+    """The replicas' ``ops.Book``: ``model.open_replica_ops`` indexes the claims with a replica whose op
+    is open.  A replica's op is named by its claim and op id (the op id says which replica)."""
+
+    noun = "claim"
+    owner_field = "claim_id"
+    intent_fact = ReplicaOpIntent
+    failure_fact = ReplicaOpFailed
+
+    def open(self, model: State) -> Iterator[OpenOp[Claim]]:
+        for claim_id in sorted(model.open_replica_ops):
+            claim = model.claims[claim_id]
+            for r in claim.replicas:
+                if r.op is not None:
+                    yield OpenOp(claim, r.op, r, node_agent(r.host))
+
+    def find(self, model: State, owner_id: int, op_id: str) -> OpenOp[Claim] | None:
+        claim = model.claims.get(owner_id)
+        r = claim.replica_by_op(op_id) if claim is not None else None
+        if claim is None or r is None or r.op is None:
+            return None
+        return OpenOp(claim, r.op, r, node_agent(r.host))
+
+    def success_fact(self, result: ops.Outcome, message: str, now: float) -> Fact:
+        return ReplicaOpSucceeded(time=now, claim_id=getattr(result, "claim_id"), op_id=result.op_id,
+                                  handle=getattr(result, "handle", None),
+                                  size_bytes=getattr(result, "size_bytes", None),
+                                  path=getattr(result, "path", None), message=message)
+
+
+REPLICA_OPS = ReplicaOps()

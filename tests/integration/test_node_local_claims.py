@@ -1,0 +1,135 @@
+"""Node-local standalone claims on a real cluster (controller, provisioner, three workers, simfs node
+objects): a replica on each named host made by that host's worker, jobs placed only where a replica is
+READY, deletion releasing every replica, and a worker SIGKILLed mid-create leaving one object per replica.
+
+host1..host3 have 4 slots and 4Gi of ``scratch``; class ``local`` is node-scope on that counter.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+
+import pytest
+
+from tests.helpers import children_of, wait_for
+from tests.integration.test_job_claim_crashes import inject_root
+from tests.integration.test_job_claims import make_job_cluster, read
+
+LOCAL = """
+[[claim_classes]]
+name = "local"
+provider = "simfs"
+scope = "node"
+counter = "scratch"
+"""
+
+
+@pytest.fixture(scope="module")
+def cl(tmp_path_factory):
+    root = tmp_path_factory.mktemp("nodelocal")
+    # host_timeout 30: the crash test restarts a worker and expects nothing given up meanwhile
+    c = make_job_cluster(root, host_timeout=30.0, extra_config=LOCAL)
+    yield c
+    c.stop()
+
+
+def objects_of(cl, claim_id: int) -> dict[str, list[str]]:
+    """Each host's node objects of claim ``claim_id`` (simfs names them ``v<claim>-<op hash>``)."""
+    return {h: sorted(os.path.basename(p) for p in glob.glob(os.path.join(w.work_dir, "simfs", "nodes", h,
+                                                                           f"v{claim_id}-*")))
+            for h, w in cl.workers.items()}
+
+
+def replicas(cl, name: str) -> dict[str, dict]:
+    return {r["host"]: r for r in cl.claim(name)["replicas"]}
+
+
+def all_ready(cl, name: str) -> dict[str, dict] | None:
+    """The claim's replicas by host once every one is READY (None before)."""
+    rs = replicas(cl, name)
+    return rs if rs and all(r["state"] == "READY" for r in rs.values()) else None
+
+
+def test_replicas_on_the_named_hosts_serve_jobs_there_only_and_go_with_their_claim(cl, tmp_path):
+    cl.xce("claim", "create", "weights", "--class", "local", "--size", "256Mi", "--access", "ROX",
+           "--hosts", "host1,host3")
+    ready = wait_for(lambda: all_ready(cl, "weights"), what="both replicas READY")
+    assert sorted(ready) == ["host1", "host3"]
+    claim = cl.claim("weights")
+    assert claim["state"] == "READY" and claim["replicas_ready"] == 2
+    assert {h: len(o) for h, o in objects_of(cl, claim["id"]).items()} == {"host1": 1, "host2": 0, "host3": 1}
+    shown = json.loads(cl.xce("--json", "claim", "show", "weights").stdout)
+    assert [(r["host"], r["state"]) for r in shown["replicas"]] == [("host1", "READY"), ("host3", "READY")]
+    text = cl.xce("claim", "show", "weights").stdout
+    assert "READY (2 of 2 replicas READY)" in text and "Replicas:" in text
+    [row] = [line for line in cl.xce("claim", "list").stdout.splitlines() if " weights " in line]
+    assert "READY (2/2 replicas)" in row
+    for host, r in ready.items():  # each host's copy, written from outside: the job reads its own host's
+        with open(os.path.join(r["path"], "model.bin"), "w") as fh:
+            fh.write(f"weights@{host}")
+    ids = [cl.submit("--claim", "weights", "-o", str(tmp_path / f"r{i}"), "--", "sh", "-c",
+                     'cat "$XCE_CLAIM_WEIGHTS/model.bin"; echo " on $XCE_HOST"') for i in range(6)]
+    jobs = [cl.wait_state(j, "DONE") for j in ids]
+    assert {j["hosts"][0] for j in jobs} <= {"host1", "host3"}, "never where no replica is"
+    for i, j in enumerate(jobs):
+        host = j["hosts"][0]
+        assert read(tmp_path / f"r{i}").strip() == f"weights@{host} on {host}"
+    gate = tmp_path / "gate"
+    busy = [cl.submit("--claim", "weights", "-n", "4", "-R", "span[hosts=1]", "--", "sh", "-c",
+                      f"while [ ! -e {gate} ]; do sleep 0.1; done") for _ in range(2)]
+    for j in busy:
+        cl.wait_state(j, "RUN")
+    waits = cl.submit("--claim", "weights", "--", "true")
+    why = wait_for(lambda: "full" in (r := cl.xce("job", "why", str(waits)).stdout) and r, what="why it waits")
+    assert why.strip() == f"Job <{waits}> PEND: claim weights: replicas READY on host1, host3; both full", \
+        "host2 has free slots, and no replica"
+    gate.write_text("")
+    assert cl.wait_state(waits, "DONE")["hosts"][0] in ("host1", "host3")
+    wait_for(lambda: cl.claim("weights")["attachments"] == [], what="attachments gone")
+    cl.xce("claim", "delete", "weights")
+    gone = cl.wait_claim("weights", "RELEASED")
+    assert [r["state"] for r in gone["replicas"]] == ["RELEASED", "RELEASED"]
+    assert objects_of(cl, claim["id"]) == {"host1": [], "host2": [], "host3": []}, "released by each host's agent"
+    ops = {(o["host"], o["op"], o["result"]) for o in gone["ops"]}
+    assert {("host1", "release", "ok"), ("host3", "release", "ok")} <= ops
+
+
+def test_the_scheduler_chooses_hosts_for_replicas_by_free_room(cl):
+    cl.xce("claim", "create", "data", "--class", "local", "--size", "3Gi", "--access", "RWX", "--replicas", "2")
+    rs = wait_for(lambda: len(all_ready(cl, "data") or {}) == 2 and all_ready(cl, "data"), what="two replicas READY")
+    assert len(rs) == 2
+    # a third host has room for 3Gi too, but nobody asked for three
+    cl.xce("claim", "create", "more", "--class", "local", "--size", "3Gi", "--access", "RWX", "--replicas", "2")
+    waiting = wait_for(lambda: (c := cl.claim("more"))["waiting"] and "wait" in c["waiting"] and c,
+                       what="the second claim told why its replica waits")
+    assert len(waiting["replicas"]) == 1 and waiting["replicas_to_place"] == 1
+    assert "1 more host with 3Gi scratch free wanted, none left" in waiting["waiting"]
+    for name in ("data", "more"):
+        cl.xce("claim", "delete", name)
+        cl.wait_claim(name, "RELEASED")
+
+
+def test_a_worker_sigkilled_mid_create_leaves_exactly_one_object_per_replica(cl):
+    w = cl.workers["host2"]
+    inject_root(os.path.join(w.work_dir, "simfs"), "--hang-next", "1", "--hang-seconds", "60",
+                "--ops", "node_prepare")
+    cl.xce("claim", "create", "cache", "--class", "local", "--size", "128Mi", "--access", "RWO",
+           "--hosts", "host1,host2")
+    wait_for(lambda: replicas(cl, "cache")["host2"]["state"] == "PREPARING", what="host2's create in flight")
+    providers = children_of(w.proc.pid)
+    w.kill()
+    for pid in providers:  # the hung provider goes with its worker, as on a machine crash
+        os.killpg(pid, signal.SIGKILL)
+    w.start()
+    ready = wait_for(lambda: all_ready(cl, "cache"), timeout=60, what="both replicas READY after the restart")
+    claim = cl.claim("cache")
+    assert {h: len(o) for h, o in objects_of(cl, claim["id"]).items()} == {"host1": 1, "host2": 1, "host3": 0}
+    assert objects_of(cl, claim["id"])["host2"] == [ready["host2"]["handle"]], "the same op id named one object"
+    creates = [o["result"] for o in claim["ops"] if o["op"] == "create" and o["host"] == "host2"]
+    assert creates[0] == "started" and creates[-1] == "ok" and creates.count("ok") == 1
+    cl.xce("claim", "delete", "cache")
+    cl.wait_claim("cache", "RELEASED")
+    assert objects_of(cl, claim["id"]) == {"host1": [], "host2": [], "host3": []}

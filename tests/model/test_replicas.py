@@ -1,0 +1,303 @@
+"""Node-local standalone claims: a replica per host, each with its own state machine and its ops run by
+its host's node agent under the one op discipline; refused where a class cannot hold one."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from xce.config import ClaimsConfig, parse_config
+from xce.errors import InvalidRequest
+from xce.model import Model
+from xce.model import agents
+from xce.model import claims
+from xce.model.facts import HostRegistered, ProjectDefined, ReplicaPlaced
+from xce.model import ops
+from xce.model.claims import ClaimSpec, ClaimState, OpResult, ReplicaState, create
+from xce.model.identity import Role, User
+from xce.model.state import State
+from xce.model.transitions import ImpossibleTransition
+
+CONFIG = parse_config("""
+[[users]]
+name = "admin"
+role = "admin"
+projects = ["a"]
+[[queues]]
+name = "default"
+[[projects]]
+name = "a"
+[[pools]]
+name = "p"
+capacity = "1Ti"
+[[claim_classes]]
+name = "vol"
+provider = "simfs"
+pools = ["p"]
+[[claim_classes]]
+name = "scratch"
+provider = "simfs"
+scope = "node"
+counter = "scratch"
+[[claim_classes]]
+name = "bare"
+provider = "simfs"
+scope = "node"
+""")
+ALICE = User(name="alice", role=Role.USER, projects=["a"])
+
+
+@pytest.fixture
+def model() -> Model:
+    m = Model(cluster_id="k")
+    m.apply(1, ProjectDefined(time=0, name="a"))
+    return m
+
+
+def test_a_node_scope_class_without_a_host_counter_refuses_standalone_claims(model):
+    with pytest.raises(InvalidRequest, match="'bare' is node-scope and draws on no host counter"):
+        create(model, CONFIG, ALICE, ClaimSpec("cache", "bare", "1Gi", "RWO"), 1.0)
+    assert not model.claims
+
+
+def test_a_shared_class_is_not_refused(model):
+    facts, claim_id = create(model, CONFIG, ALICE, ClaimSpec("cache", "vol", "1Gi", "RWO"), 1.0)
+    assert [f.claim_id for f in facts] == [claim_id]
+
+
+def test_a_node_scope_standalone_claim_needs_its_hosts_or_how_many(model):
+    with pytest.raises(InvalidRequest, match="'scratch' is node-scope: its claims live on hosts, one replica on "
+                                             "each; say which hosts"):
+        create(model, CONFIG, ALICE, ClaimSpec("cache", "scratch", "1Gi", "RWO"), 1.0)
+    assert not model.claims
+
+
+@pytest.mark.parametrize("spec,fragment", [
+    (dict(hosts=("h1", "h1")), "names a host twice"),
+    (dict(hosts=("h1",), replicas=2), "not both"),
+    (dict(replicas=0), "1 to 64 replicas, not 0"),
+    (dict(hosts=("Bad Host",)), "host"),
+    (dict(hosts=("h1",), reclaim_policy="retain"), "released with their claim"),
+    (dict(hosts=("h1",), populate_from="https://example.invalid/x"), "not populated yet"),
+])
+def test_replica_requests_that_cannot_be_met_are_refused(model, spec, fragment):
+    with pytest.raises(InvalidRequest, match=fragment):
+        create(model, CONFIG, ALICE, ClaimSpec("cache", "scratch", "1Gi", "RWO", **spec), 1.0)
+
+
+def test_a_shared_class_takes_no_hosts(model):
+    with pytest.raises(InvalidRequest, match="'vol' is shared"):
+        create(model, CONFIG, ALICE, ClaimSpec("cache", "vol", "1Gi", "RWO", hosts=("h1",)), 1.0)
+
+
+RETRIES = ClaimsConfig(max_attempts=2, retry_base=0.1, retry_cap=0.2)
+GiB = 2**30
+
+
+class World:
+    """A model with hosts h1..h3 (10 GiB scratch each) and their node agents' leases."""
+
+    def __init__(self) -> None:
+        self.model = Model(cluster_id="k")
+        self.now = 1.0
+        self.commit([ProjectDefined(time=0, name="a")])
+        self.epochs: dict[str, int] = {}
+        for h in ("h1", "h2", "h3"):
+            self.commit([HostRegistered(time=0, name=h, slots=4, counters={"scratch": 10.0 * GiB})])
+            facts, self.epochs[h] = ops.lease(self.model, claims.node_agent(h), h, self.now)
+            self.commit(facts)
+
+    def commit(self, facts) -> list:
+        for f in facts:
+            self.model.apply(self.model.position + 1, f)
+        return facts
+
+    def tick(self) -> float:
+        self.now += 1.0
+        return self.now
+
+    def create(self, name: str = "cache", **kw) -> int:
+        facts, claim_id = create(self.model, CONFIG, ALICE, ClaimSpec(name, "scratch", "1Gi", "RWO", **kw),
+                                 self.tick())
+        self.commit(facts)
+        return claim_id
+
+    def place(self, claim_id: int, host: str) -> None:
+        self.commit([ReplicaPlaced(time=self.tick(), claim_id=claim_id, host=host, counter="scratch",
+                                   size_bytes=GiB)])
+
+    def replica(self, claim_id: int, host: str):
+        return next(r for r in self.model.claims[claim_id].replicas if r.host == host)
+
+    def take(self, host: str) -> list:
+        """What the node agent of ``host`` is handed (each op with its intent, as ``POST .../work``)."""
+        facts, work = agents.take(self.model, claims.node_agent(host), self.epochs[host], 100, self.now, 300.0)
+        self.commit(facts)
+        return work.replica_ops
+
+    def report(self, host: str, claim_id: int, op_id: str, ok: bool = True, **kw) -> list:
+        r = OpResult(op_id, claim_id, ok, **kw)
+        done = agents.report(self.model, RETRIES, claims.node_agent(host), self.epochs[host], [r], [], self.tick(),
+                             random.Random(1))
+        assert not done.refused, done.refused
+        return self.commit(done.facts)
+
+    def run(self, claim_id: int, host: str, **kw) -> None:
+        [o] = [o for o in self.take(host) if o.owner.id == claim_id]
+        self.report(host, claim_id, o.op.op_id, handle=f"n{claim_id}-{host}", path=f"/x/{host}", **kw)
+
+
+@pytest.fixture
+def w() -> World:
+    return World()
+
+
+def test_a_claim_on_named_hosts_has_a_pending_replica_on_each_until_placed(w):
+    claim_id = w.create(hosts=("h1", "h2"))
+    claim = w.model.claims[claim_id]
+    assert [(r.host, r.state) for r in claim.replicas] == [("h1", ReplicaState.PENDING), ("h2", ReplicaState.PENDING)]
+    assert claim.state is ClaimState.PENDING and not agents.work(w.model, "node:h1", w.now, 10, 300).replica_ops, \
+        "nothing to make before its size is reserved"
+    assert claim.charged_bytes == 2 * GiB, "each replica holds its size"
+
+
+def test_replicas_are_made_by_their_own_hosts_agents_and_the_claim_is_ready_with_the_first(w):
+    claim_id = w.create(hosts=("h1", "h2"))
+    w.place(claim_id, "h1")
+    w.place(claim_id, "h2")
+    assert w.model.hosts["h1"].counters_used() == {"scratch": GiB}, "its size is reserved on its host"
+    assert w.take("h3") == [], "no replica of h3's"
+    [op1] = w.take("h1")
+    assert op1.op.op_id == f"c{claim_id}.r1.create.1" and op1.runner == "node:h1"
+    assert w.replica(claim_id, "h1").state is ReplicaState.PREPARING
+    assert w.model.claims[claim_id].state is ClaimState.PREPARING
+    stray = agents.report(w.model, RETRIES, "node:h2", w.epochs["h2"], [OpResult(op1.op.op_id, claim_id, True)], [],
+                          w.now, random.Random(1))
+    assert not stray.facts and "is not node:h2's" in stray.refused[op1.op.op_id], "another host's agent is refused"
+    w.report("h1", claim_id, op1.op.op_id, handle="n1", path="/x/h1")
+    claim = w.model.claims[claim_id]
+    assert claim.state is ClaimState.READY and claim.ready_hosts() == ["h1"]
+    assert "1 of 2 replicas READY" in claim.history[-1]["reason"]
+    assert w.replica(claim_id, "h1").path == "/x/h1"
+    assert w.replica(claim_id, "h2").state is ReplicaState.PENDING, "each replica its own machine"
+    w.run(claim_id, "h2")
+    assert claim.ready_hosts() == ["h1", "h2"] and claim.state is ClaimState.READY
+
+
+def test_a_failed_replica_leaves_the_others_serving_and_its_error_visible(w):
+    claim_id = w.create(hosts=("h1", "h2"))
+    w.place(claim_id, "h1")
+    w.place(claim_id, "h2")
+    w.run(claim_id, "h1")
+    [o] = w.take("h2")
+    w.report("h2", claim_id, o.op.op_id, ok=False, code="NO_SPACE", message="disk full", retryable=False)
+    r2 = w.replica(claim_id, "h2")
+    assert r2.state is ReplicaState.FAILED and r2.last_error == "NO_SPACE: disk full" and r2.attempts == 1
+    assert w.model.claims[claim_id].state is ClaimState.READY and w.model.claims[claim_id].ready_hosts() == ["h1"]
+
+
+def test_a_claim_whose_every_replica_failed_is_failed(w):
+    claim_id = w.create(hosts=("h1",))
+    w.place(claim_id, "h1")
+    for attempt in (1, 2):
+        [o] = w.take("h1")
+        [failed] = w.report("h1", claim_id, o.op.op_id, ok=False, code="IO", message="broken", retryable=True)
+        w.now = failed.next_retry or w.now
+    assert w.replica(claim_id, "h1").state is ReplicaState.FAILED
+    assert w.model.claims[claim_id].state is ClaimState.FAILED
+
+
+def test_deleting_releases_every_replica_through_its_hosts_agent_and_gives_the_counters_back(w):
+    claim_id = w.create(hosts=("h1", "h2", "h3"))
+    for h in ("h1", "h2", "h3"):
+        w.place(claim_id, h)
+    w.run(claim_id, "h1")
+    [in_flight] = w.take("h2")  # h2's create is in flight; h3's was never attempted
+    w.commit(claims.delete(w.model, ALICE, "cache", w.tick()))
+    claim = w.model.claims[claim_id]
+    assert claim.state is ClaimState.RELEASING
+    assert w.replica(claim_id, "h3").state is ReplicaState.RELEASED, "no object was ever made there"
+    assert w.model.hosts["h3"].counters_used() == {}
+    assert w.replica(claim_id, "h1").state is ReplicaState.RELEASING
+    [release] = w.take("h1")
+    assert release.op.op_id == f"c{claim_id}.r1.release.1"
+    w.report("h2", claim_id, in_flight.op.op_id, handle="n2", path="/x/h2")  # answers: then released too
+    assert w.replica(claim_id, "h2").state is ReplicaState.RELEASING
+    w.report("h1", claim_id, release.op.op_id)
+    assert claim.state is ClaimState.RELEASING, "h2's release is still to run"
+    w.run(claim_id, "h2")
+    assert claim.state is ClaimState.RELEASED
+    assert all(r.state is ReplicaState.RELEASED for r in claim.replicas)
+    assert all(not h.counters_used() for h in w.model.hosts.values())
+    assert "cache" not in [c.name for c in w.model.claims.values() if c.live]
+
+
+def test_the_scheduler_s_hosts_get_new_replicas_and_only_as_many_as_asked(w):
+    claim_id = w.create(replicas=2)
+    claim = w.model.claims[claim_id]
+    assert claim.replicas == [] and claim.replicas_to_place == 2 and claim.charged_bytes == 2 * GiB
+    w.place(claim_id, "h2")
+    w.place(claim_id, "h2")  # a second replica on one host: nothing
+    w.place(claim_id, "h3")
+    w.place(claim_id, "h1")  # a third: nothing
+    assert [r.host for r in claim.replicas] == ["h2", "h3"] and claim.replicas_to_place == 0
+    assert not w.model.hosts["h1"].counters_used()
+    w.run(claim_id, "h3")
+    assert claim.state is ClaimState.READY and claim.ready_hosts() == ["h3"]
+
+
+def test_a_restarted_node_agent_re_drives_a_replica_create_by_the_same_op_id(w):
+    claim_id = w.create(hosts=("h1",))
+    w.place(claim_id, "h1")
+    [o] = w.take("h1")
+    facts, w.epochs["h1"] = ops.lease(w.model, "node:h1", "h1 again", w.tick())
+    w.commit(facts)
+    [again] = w.take("h1")
+    assert again.op.op_id == o.op.op_id and again.op.attempts == 2
+    w.report("h1", claim_id, again.op.op_id, handle="n", path="/p")
+    assert w.model.claims[claim_id].state is ClaimState.READY
+
+
+def test_replicas_survive_a_snapshot_exactly(w):
+    claim_id = w.create(hosts=("h1", "h2"))
+    w.place(claim_id, "h1")
+    w.run(claim_id, "h1")
+    w.place(claim_id, "h2")
+    w.take("h2")
+    restored = State.from_snapshot(json.loads(w.model.snapshot_json()))
+    assert restored.claims[claim_id] == w.model.claims[claim_id]
+    assert restored.open_replica_ops == w.model.open_replica_ops == {claim_id}
+    assert restored.to_snapshot() == w.model.to_snapshot()
+
+
+def test_a_replica_transition_its_table_forbids_stops_the_fold(w):
+    claim_id = w.create(hosts=("h1",))
+    claim = w.model.claims[claim_id]
+    with pytest.raises(ImpossibleTransition):
+        claims.replicas.set_state(w.model, claim, claim.replicas[0], ReplicaState.READY, w.tick(), "skipping", "-")
+
+
+def test_a_replicas_node_object_is_owned_while_it_exists_and_an_orphan_once_released(w):
+    from xce.model.orphans import inventory
+    claim_id = w.create(hosts=("h1", "h2"))
+    w.place(claim_id, "h1")
+    w.place(claim_id, "h2")
+    w.run(claim_id, "h1")
+    [in_flight] = w.take("h2")
+
+    def listed(handle: str, op_id: str) -> list:
+        return inventory(w.model, "scratch", "simfs", [{"handle": handle, "tags": {
+            "xce.cluster": "k", "xce.claim": str(claim_id), "xce.op": op_id}}], w.tick())
+
+    made = f"n{claim_id}-h1"
+    assert listed(made, f"c{claim_id}.r1.create.1") == [], "READY on h1: owned"
+    assert listed("half-made", in_flight.op.op_id) == [], "its create in flight on h2: owned"
+    [seen] = listed("stray", f"c{claim_id}.r9.create.1")
+    assert seen.handle == "stray" and seen.claim_id == claim_id
+    w.commit(claims.delete(w.model, ALICE, "cache", w.tick()))
+    [release] = w.take("h1")
+    w.report("h1", claim_id, release.op.op_id)
+    [gone] = listed(made, f"c{claim_id}.r1.create.1")
+    assert gone.handle == made, "released: an object still listed is an orphan"
