@@ -230,3 +230,14 @@ def test_each_command_is_built_from_the_module_that_registers_it():
     assert _command(["--url", "http://x", "--json", "submit", "--", "ls"]) == "submit"
     assert _command(["--config", "jobs", "ping"]) == "ping"
     assert _command(["--json"]) is None
+
+
+def test_the_worker_takes_every_cgroup_layout_the_worker_knows():
+    """``xce worker --cgroups`` offers exactly ``worker.cgroups.MODES`` (hybrid was missing once)."""
+    from xce.cli.main import build_parser
+    from xce.worker.cgroups import MODES
+
+    parser = build_parser("commands_daemons")
+    action = next(a for a in parser._subparsers._group_actions[0].choices["worker"]._actions
+                  if "--cgroups" in a.option_strings)
+    assert sorted(action.choices) == sorted(MODES)

@@ -85,10 +85,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     w.add_argument("--transfer-config", metavar="PATH",
                    help="remotes and their credentials for stage-in/out of URLs ([transfers] TOML, mode 0600; "
                         "see xce transfers list)")
-    w.add_argument("--cgroups", choices=("auto", "v1", "v2", "none"), default="auto",
+    w.add_argument("--cgroups", choices=("auto", "v2", "hybrid", "v1", "none"), default="auto",
                    help="each run in a cgroup of its own (memory and CPU limits, the whole process tree killed, "
-                        "usage): v2 where /sys/fs/cgroup is the unified hierarchy, else v1 (default auto; "
-                        "needs root; none: the job's process group only)")
+                        "usage): v2 where /sys/fs/cgroup is the unified hierarchy, hybrid where the v1 "
+                        "controllers sit beside a cgroup2 mount, else v1 (default auto; needs root; none: the "
+                        "job's process group only)")
     w.add_argument("--allow-no-openat2", action="store_true",
                    help="on kernels before 5.6 (no openat2) still publish claims, though a symbolic link swapped "
                         "into a claim's path could then be followed; refused by default")
