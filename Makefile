@@ -47,7 +47,7 @@ TEST_JOBS ?= 4
 # import-linter and mypy first: a broken layer contract or a type error ([tool.importlinter], [tool.mypy]
 # in pyproject.toml) fails the run. mypy's cache lives in the venv, beside the build stamp (a few seconds warm).
 MYPY := $(BIN)/python -m mypy --cache-dir $(VENV)/.mypy_cache
-test: $(STAMP) $(NATIVE)
+test: deps $(STAMP) $(NATIVE)
 	$(BIN)/lint-imports
 	$(MYPY)
 	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile
@@ -56,7 +56,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 	$(MYPY)
 
-demo: $(STAMP) $(NATIVE)
+demo: deps $(STAMP) $(NATIVE)
 	$(BIN)/python -m xce.demo
 
 bench: $(STAMP) $(NATIVE)
