@@ -64,7 +64,7 @@ def op_reports(body: schemas.ReportsRequest) -> list[OpReport]:
 
 
 
-router = APIRouter(tags=["agents"])
+router = APIRouter(tags=["agents"], responses=schemas.ERRORS)
 
 
 def _grace(ctl: Controller) -> float:

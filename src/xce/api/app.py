@@ -23,7 +23,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import xce
 from xce.api import agents, audit, claims, history, identity, jobs, service, snapshots, transfers, workers
-from xce.api import schemas
 from xce.api.auth import SECURITY_SCHEME
 from xce.api.commands import audit_refusal
 from xce.api.metrics import Metrics
@@ -35,11 +34,6 @@ from xce.controller.history import Retirement
 from xce.controller.hosts import HostMonitor
 from xce.controller.longpoll import AGENT_WAKE, Waker
 from xce.errors import NotLeader, XceError
-
-ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": schemas.ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 422, 503)
-}
-
 
 def _error_response(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse(error_json(code, message), status_code=status)
@@ -99,7 +93,12 @@ class RequestCounter:
         return await self.app(scope, receive, counting_send)
 
 
-#: every module's router, the busiest first: FastAPI tries the routes in order on every request
+#: every module's router, the busiest first: FastAPI tries the routes in order on every request.
+#: The app serves their routes as one flat list (``FastAPI(routes=...)``) rather than through
+#: ``include_router``: an included router is matched as a unit and then again route by route, which
+#: cost a third of a request's routing and dependency time (``docs/decisions/controller-performance.md``);
+#: the OpenAPI document is the same either way (each router gives its routes their tags and the
+#: error answers, ``schemas.ERRORS``).
 ROUTERS = (jobs.router, workers.router, claims.router, snapshots.router, audit.router, history.router,
            transfers.router, agents.router, service.router, identity.router)
 
@@ -108,17 +107,16 @@ def create_app(controller: Controller, on_leader: Callable[[], None] | None = No
     """The app: the controller and the helpers routes depend on (``xce.api.deps``) on ``app.state``,
     each module's router, the middleware, the error shapes and the OpenAPI document."""
     refusals = RefusalLimiter.from_config(controller.config.controller)
-    app = FastAPI(title="XCE", version=xce.__version__, responses=ERRORS, lifespan=_lifespan(controller, refusals,
+    app = FastAPI(title="XCE", version=xce.__version__, lifespan=_lifespan(controller, refusals,
                                                                                              on_leader),
-                  description="XCE workload manager API. Every route but /healthz needs a bearer token.")
+                  description="XCE workload manager API. Every route but /healthz needs a bearer token.",
+                  routes=[route for router in ROUTERS for route in router.routes])
     app.state.controller = controller
     app.state.refusals = refusals
     app.state.monitor = HostMonitor(controller)
     app.state.agent_waker = Waker(controller, AGENT_WAKE)
     app.state.scheduler = controller.scheduling
     app.state.retirement = Retirement(controller)
-    for router in ROUTERS:
-        app.include_router(router)
     metrics = app.state.metrics = Metrics(controller)
     app.add_middleware(BodyLimit, limit=controller.config.controller.max_body_bytes)
     app.add_middleware(RequestCounter, metrics=metrics)

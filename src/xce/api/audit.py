@@ -30,7 +30,7 @@ CURSOR_KIND = "audit"
 PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
 
 
-router = APIRouter(tags=["audit"])
+router = APIRouter(tags=["audit"], responses=schemas.ERRORS)
 
 
 @router.get("/v1/audit", response_model=list[schemas.AuditOut],

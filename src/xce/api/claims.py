@@ -36,7 +36,7 @@ ClaimName = Annotated[str, Path(pattern=f"({NAME_PATTERN})|({TEMPLATE_NAME.patte
 InProject = Annotated[str | None, Query(max_length=63, description="the claim's project (names are per project)")]
 
 
-router = APIRouter(tags=["claims"])
+router = APIRouter(tags=["claims"], responses=schemas.ERRORS)
 
 
 def _claim_json(ctl: Controller, claim: claims.Claim) -> dict[str, Any]:

@@ -42,7 +42,7 @@ def _window(since: float | None, until: float | None) -> None:
         raise InvalidRequest("since is after until")
 
 
-router = APIRouter(tags=["history"])
+router = APIRouter(tags=["history"], responses=schemas.ERRORS)
 
 
 @router.get("/v1/history/jobs", response_model=list[schemas.HistoryJobOut],

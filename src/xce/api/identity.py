@@ -28,7 +28,7 @@ TokenId = Annotated[str, Path(pattern=r"^[0-9a-f]{1,32}$", max_length=32,
                               description="the id shown by xce token list (the secret's xce_ID_ part)")]
 UserName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=63)]
 
-router = APIRouter(tags=["identity"])
+router = APIRouter(tags=["identity"], responses=schemas.ERRORS)
 
 
 @router.get("/v1/users", response_model=list[schemas.UserOut])

@@ -56,7 +56,7 @@ class SubmitRoute(APIRoute):
         return handle
 
 
-router = APIRouter(tags=["jobs"])
+router = APIRouter(tags=["jobs"], responses=schemas.ERRORS)
 
 
 def _job_json(ctl: Controller, job: jobs.Job) -> dict[str, Any]:

@@ -104,6 +104,12 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
+#: the error answers every route may give, documented on every router (``APIRouter(responses=ERRORS)``)
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 422, 503)
+}
+
+
 def response_model(document: type, name: str) -> type[BaseModel]:
     """The response model of a ``xce.wire`` document (a ``TypedDict``), for the OpenAPI document: the
     same keys, required or not, with the same types (nested documents in turn), so what the API says

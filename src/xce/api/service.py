@@ -13,7 +13,7 @@ from xce.api.responses import JSONResponse
 from xce.api.views import apps_json, controllers_json, health_json, ping_json, projects_json, queues_json
 from xce.model.identity import User
 
-router = APIRouter()
+router = APIRouter(responses=schemas.ERRORS)
 
 
 @router.get("/healthz", tags=["service"], response_model=schemas.HealthOut)

@@ -31,7 +31,7 @@ SnapshotName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=63)]
 InProject = Annotated[str | None, Query(max_length=63, description="the snapshot's project (names are per project)")]
 
 
-router = APIRouter(tags=["snapshots"])
+router = APIRouter(tags=["snapshots"], responses=schemas.ERRORS)
 
 
 def _show(ctl: Controller, snapshot_id: int, status: int = 200) -> JSONResponse:

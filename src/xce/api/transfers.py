@@ -17,7 +17,7 @@ from xce.api.responses import JSONResponse
 from xce.api.views import transfers_json
 from xce.model.identity import User
 
-router = APIRouter(tags=["transfers"])
+router = APIRouter(tags=["transfers"], responses=schemas.ERRORS)
 
 
 @router.get("/v1/transfers", response_model=schemas.TransfersOut)

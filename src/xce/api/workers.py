@@ -106,7 +106,7 @@ def parse_seen(items: list[str]) -> dict[tuple[int, int], int]:
     return out
 
 
-router = APIRouter(tags=["hosts"])
+router = APIRouter(tags=["hosts"], responses=schemas.ERRORS)
 
 
 @router.get("/v1/hosts", response_model=list[schemas.HostOut])
