@@ -54,6 +54,12 @@ refusal_audit_global_rate = 50.0    # all sources together (burst: 10 x refusal_
 # reverse proxies in front of the controller whose X-Forwarded-For / X-Forwarded-Proto are believed
 # (addresses or networks); default none: every request is counted against the address it came from
 # trusted_proxies = ["10.0.0.5", "192.168.7.0/24"]
+# a job's environment: "submitted" (as LSF: the submitter's environment goes with the job, bsub -env and
+# xce submit --env), or "clean" (only variables named one by one: -env "K=V"; the whole environment,
+# -env all, is dropped and the job gets the execution host's clean one)
+job_environment = "submitted"
+# variables that never go with a job (shell patterns: "AWS_SECRET_*"); XCE's tokens (XCE_TOKEN...) never do
+private_env = []
 
 [[users]]
 name = "admin"
@@ -185,6 +191,8 @@ class ControllerConfig:
     # default, so nobody renames their own address (the refusal limiter counts per client address)
     trusted_proxies: tuple[str, ...] = ()
     refusal_audit_global_rate: float = 50.0
+    job_environment: str = "submitted"  # or "clean": the submitter's whole environment stays behind
+    private_env: tuple[str, ...] = ()  # name patterns that never go with a job (besides XCE's tokens)
 
     @property
     def keep_finished_seconds(self) -> float:
@@ -457,6 +465,12 @@ def parse_config(text: str, source: str = "<string>") -> Config:
     for q in queues:
         if q.terminate_grace is not None and not 0 <= q.terminate_grace <= 86400:
             raise ConfigError(f"{source}: queue {q.name!r}: 0 <= terminate_grace <= 86400")
+    if ctl.job_environment not in ("submitted", "clean"):
+        raise ConfigError(f"{source} [controller]: job_environment is \"submitted\" or \"clean\", got "
+                          f"{ctl.job_environment!r}")
+    if not isinstance(ctl.private_env, (list, tuple)) or not all(isinstance(p, str) and p for p in ctl.private_env):
+        raise ConfigError(f"{source} [controller]: private_env is a list of variable name patterns")
+    ctl = dataclasses.replace(ctl, private_env=tuple(ctl.private_env))
     if ctl.queue_depth < 1:
         raise ConfigError(f"{source} [controller]: queue_depth >= 1, got {ctl.queue_depth}")
     if ctl.advertise and not re.fullmatch(r"https?://[^/\s?#,@]+(/[^\s?#,]*)?", ctl.advertise):
