@@ -130,3 +130,45 @@ def test_a_fenced_run_is_requeued_if_rerunnable_and_ends_exit_otherwise(w):
     w.commit(jobs.report_lost(w.model, "h1", plain.id, 1, w.tick(), why))
     assert (rerun.state, rerun.pending_reason) == (JobState.PEND, f"{why}: requeued")
     assert (plain.state, plain.exit_reason) == (JobState.EXIT, why)
+
+
+def _site(controller: str):
+    return parse_config("[controller]\n" + controller + """
+[[users]]
+name = "admin"
+role = "admin"
+[[queues]]
+name = "default"
+[[projects]]
+name = "default"
+""")
+
+
+def test_the_submitters_environment_goes_with_the_job_minus_private_variables_and_tokens(w):
+    token = "xce_0123456789ab_" + "s" * 43
+    env = {"A": "1", "SECRET_KEY": "k", "XCE_TOKEN": "t", "xce_token_file": "/t", "HIDDEN": f"Bearer {token}"}
+    site = _site('private_env = ["SECRET_*"]')
+    facts, job_id = jobs.submit(w.model, ALICE, JobSpec(command=["x"], env=env, env_all=True), w.tick(), site)
+    assert facts[0].env == {"A": "1"}
+    # a site that keeps jobs' environments clean drops a whole environment, not variables named one by one
+    clean = _site('job_environment = "clean"')
+    assert jobs.submit(w.model, ALICE, JobSpec(command=["x"], env=env, env_all=True), w.tick(), clean)[0][0].env is None
+    named = jobs.submit(w.model, ALICE, JobSpec(command=["x"], env={"A": "1"}), w.tick(), clean)[0][0]
+    assert named.env == {"A": "1"}
+    with pytest.raises(Exception, match="job_environment"):
+        _site('job_environment = "some"')
+
+
+def test_commands_scripts_and_their_default_names(w):
+    def submitted(**kw):
+        return jobs.submit(w.model, ALICE, JobSpec(**kw), w.tick(), GRACEFUL)[0][0]
+
+    assert submitted(command=["/usr/bin/python3", "x.py"]).name == "python3"
+    assert submitted(command=["./train.sh --fast; echo done"], shell=True).name == "train.sh"
+    assert submitted(command=[], script="#!/bin/sh\ntrue\n").name == "script"
+    assert submitted(command=["x"], name="Snakemake_rule_all___(8a6f-1c2d)").name == "Snakemake_rule_all___(8a6f-1c2d)"
+    for bad, says in ((dict(command=[]), "needs a command"), (dict(command=["a", "b"], shell=True), "one non-blank"),
+                      (dict(command=["a"], shell=True, script="x"), "not both"),
+                      (dict(command=["x"], name="two words"), "invalid job name")):
+        with pytest.raises(InvalidRequest, match=says):
+            submitted(**bad)
