@@ -13,7 +13,7 @@ from xce.wire import Submission
 
 
 def parse(*argv: str, cwd: str = "/home/u/run", remotes: tuple[str, ...] = (), environ: dict | None = None,
-          stdin: str | None = None) -> Submission:
+          stdin: str | None = None, lsf_unit: str | None = None) -> Submission:
     p = argparse.ArgumentParser(exit_on_error=False)
     jobspec.add_options(p)
     asked = []
@@ -23,7 +23,7 @@ def parse(*argv: str, cwd: str = "/home/u/run", remotes: tuple[str, ...] = (), e
         return set(remotes)
 
     s = jobspec.submission(p.parse_args(list(argv)), cwd=cwd, remote_names=remote_names, environ=environ,
-                           stdin=None if stdin is None else lambda: stdin)
+                           stdin=None if stdin is None else lambda: stdin, lsf_unit=lsf_unit)
     assert len(asked) <= 1  # asked once at most, whatever the number of stage options
     return s
 
@@ -123,3 +123,29 @@ def test_stage_paths_urls_and_remotes(tmp_path):
     s = parse("--stage-in", "bucket:x", "--", "true")  # no such remote: a relative path and its DEST
     assert s.stage_in == ("/home/u/run/bucket:x",)
     assert parse("--stage-in", "/a", "--stage-size", "5G", "--", "true").stage_size == "5G"
+
+
+def test_a_second_r_merges_with_the_first_as_lsf_does():
+    s = parse("-R", "select[zone==a] rusage[mem=1G]", "-R", "rusage[gpu=1] span[hosts=1]", "-R", "ssd", "--", "true")
+    assert s.resreq == "select[(zone==a) && (ssd)] rusage[mem=1G, gpu=1] span[hosts=1]"
+    assert parse("-R", "select[ zone==a ]", "--", "true").resreq == "select[ zone==a ]"  # one: as given
+    assert parse("-R", "span[hosts=1]", "-R", "span[hosts=1]", "--", "true").resreq == "span[hosts=1]"
+    with pytest.raises(JobSpecError, match="counter 'mem' is in the rusage\\[\\] of two -R"):
+        parse("-R", "rusage[mem=1G]", "-R", "rusage[mem=2G]", "--", "true")
+    with pytest.raises(JobSpecError, match="span\\[\\] differs between two -R"):
+        parse("-R", "span[hosts=1]", "-R", "span[ptile=2]", "--", "true")
+
+
+def test_sizes_on_the_bsub_path_are_lsfs_and_xce_submit_keeps_its_own():
+    mib = 1 << 20
+    s = parse("-M", "100", "-R", "rusage[mem=4000, gpu=1]", "--", "true", lsf_unit="MB")
+    assert (s.mem_limit, s.resreq) == (str(100 * mib), f"rusage[mem={4000 * mib}, gpu=1]")
+    s = parse("-M", "100MB", "-R", "rusage[mem=2GB]", "--", "true", lsf_unit="MB")
+    assert (s.mem_limit, s.resreq) == (str(100 * mib), f"rusage[mem={2 << 30}]")
+    assert parse("-M", "2", "--", "true", lsf_unit="GB").mem_limit == str(2 << 30)
+    assert parse("-M", "512k", "--", "true", lsf_unit="MB").mem_limit == str(512 << 10)
+    with pytest.raises(JobSpecError, match="invalid memory limit \\(-M\\) '1 parsec'"):
+        parse("-M", "1 parsec", "--", "true", lsf_unit="MB")
+    # xce submit: XCE's sizes, read by the controller (a bare number is bytes; M is 1000 x 1000)
+    s = parse("-M", "100", "-R", "rusage[mem=4000]", "--", "true")
+    assert (s.mem_limit, s.resreq) == ("100", "rusage[mem=4000]")

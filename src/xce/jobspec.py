@@ -61,8 +61,13 @@ class Site:
     could name one: ``remote_names`` is called lazily)."""
 
     def __init__(self, cwd: str, remote_names: Callable[[], Collection[str]],
-                 environ: Mapping[str, str] | None = None, stdin: Callable[[], str] | None = None) -> None:
+                 environ: Mapping[str, str] | None = None, stdin: Callable[[], str] | None = None,
+                 lsf_unit: str | None = None) -> None:
         self.cwd = cwd
+        # LSF_UNIT_FOR_LIMITS on the bsub path: -M and rusage[mem=] sizes read as LSF reads them (bare
+        # numbers in this unit, KB MB GB TB powers of 1024) and sent as bytes; None (xce submit): XCE's
+        # sizes (bare numbers are bytes; K M G T powers of 1000, Ki Mi Gi Ti of 1024)
+        self.lsf_unit = lsf_unit
         self.environ: Mapping[str, str] = environ if environ is not None else {}  # the submitter's
         self.stdin = stdin  # reads the script from standard input (``--script -``); None: there is none
         self.fields: dict[str, Any] = {}
@@ -179,17 +184,44 @@ def stage_bytes(sources: list[str]) -> int:
     return max(1, -(-total // mib)) * mib
 
 
-def _resreq(value: str, site: Site) -> str:
-    """Checked here, so a typo is shown with a caret under its column before anything is sent."""
-    if value:
-        from xce.resreq import ResReqError, parse_resreq  # (only when given: a plain submit stays light)
+def _resreq(value: str | list[str] | None, site: Site) -> str:
+    """One -R, or several merged as LSF merges them (``resreq.merge_resreqs``); checked here, so a typo is
+    shown with a caret under its column before anything is sent.  On the bsub path, rusage[mem=] is in
+    ``LSF_UNIT_FOR_LIMITS`` and sent in bytes."""
+    given = [value] if isinstance(value, str) else [v for v in value or () if v]
+    if not any(given):
+        return ""
+    from xce.resreq import ResReqError, convert_rusage, merge_resreqs  # (only when given: a plain submit stays light)
 
-        try:
-            parse_resreq(value)
-        except ResReqError as e:
-            raise JobSpecError(f"bad resource requirement (-R): {e.reason} at column {e.position + 1}\n"
-                               f"  {e.text}\n  {' ' * e.position}^") from None
-    return value
+    try:
+        if site.lsf_unit is not None:
+            given = [convert_rusage(t, MEMORY_COUNTERS, lambda amount: str(_lsf_bytes(amount, site, "rusage[mem]")))
+                     for t in given]
+        return merge_resreqs(given)
+    except ResReqError as e:
+        raise JobSpecError(f"bad resource requirement (-R): {e.reason} at column {e.position + 1}\n"
+                           f"  {e.text}\n  {' ' * e.position}^") from None
+
+
+MEMORY_COUNTERS = frozenset({"mem"})  # the rusage[] counters LSF_UNIT_FOR_LIMITS applies to
+
+
+def _lsf_bytes(text: str, site: Site, what: str) -> int:
+    from xce.errors import InvalidRequest
+    from xce.units import parse_lsf_size
+
+    try:
+        return parse_lsf_size(text, site.lsf_unit or "MB", what)
+    except InvalidRequest as e:
+        raise JobSpecError(e.message) from None
+
+
+def _mem_limit(value: str | None, site: Site) -> str | None:
+    """-M: XCE's sizes as given (the controller reads them: bare numbers are bytes), or on the bsub path
+    LSF's, in bytes."""
+    if value is None or site.lsf_unit is None:
+        return value
+    return str(_lsf_bytes(value, site, "memory limit (-M)"))
 
 
 def _script(value: str | None, site: Site) -> str | None:
@@ -307,7 +339,8 @@ def _env(value: str | None, site: Site) -> dict[str, str] | None:
 OPTIONS: tuple[Option, ...] = (
     Option("queue", ("-q", "--queue"), "queue (default: the default queue)"),
     Option("slots", ("-n", "--slots"), "slots (default 1)", type=positive_int, default=1),
-    Option("resreq", ("-R", "--resreq"), "resource requirement: select[...] rusage[...] span[...] order[...]",
+    Option("resreq", ("-R", "--resreq"), "resource requirement: select[...] rusage[...] span[...] order[...] "
+           "(repeatable: select[] sections and'ed, rusage[] joined, as LSF merges them)", kind="append",
            default="", resolve=_resreq),
     Option("name", ("-J", "--name"), "job name; NAME[1-100] submits a job array"),
     Option("stdout", ("-o", "--stdout"), "output file (%%J: job id, %%I: array index)", resolve=_job_path("stdout")),
@@ -317,8 +350,9 @@ OPTIONS: tuple[Option, ...] = (
            "does not exist on the job's host, the job's workspace, and xce job show says so)",
            resolve=_job_path("cwd")),
     Option("rerunnable", ("-r", "--rerunnable"), "requeue if its host is lost", kind="flag"),
-    Option("mem_limit", ("-M", "--mem-limit"), "memory each host's part of the job may use (512Mi, 4G); beyond it "
-           "the job is killed and ends EXIT (default: its rusage[mem=] reservation, if any)", metavar="SIZE"),
+    Option("mem_limit", ("-M", "--mem-limit"), "memory each host's part of the job may use (512Mi, 4G; a bare "
+           "number is bytes); beyond it the job is killed and ends EXIT (default: its rusage[mem=] reservation, if "
+           "any)", metavar="SIZE", resolve=_mem_limit),
     Option("hold", ("-H", "--hold"), "submit held (PSUSP) until released", kind="flag"),
     Option("claims", ("--claim",), "a standalone claim the job uses, at $XCE_CLAIM_<NAME> (repeatable)",
            kind="append", metavar="NAME[:rw|ro]"),
@@ -371,12 +405,13 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 
 def submission(values: argparse.Namespace | Mapping[str, Any], *, cwd: str,
                remote_names: Callable[[], Collection[str]] = frozenset, environ: Mapping[str, str] | None = None,
-               stdin: Callable[[], str] | None = None) -> Submission:
+               stdin: Callable[[], str] | None = None, lsf_unit: str | None = None) -> Submission:
     """The ``Submission`` that parsed options ``values`` (by field name) ask for, for a user standing
     in ``cwd`` with the environment ``environ`` (what ``--env all`` sends; None: none) and a standard
-    input ``stdin`` reads (``--script -``).  Raises ``JobSpecError``."""
+    input ``stdin`` reads (``--script -``); ``lsf_unit``: sizes as the bsub path reads them (``Site``).
+    Raises ``JobSpecError``."""
     given = values if isinstance(values, Mapping) else vars(values)
-    site = Site(cwd, remote_names, environ, stdin)
+    site = Site(cwd, remote_names, environ, stdin, lsf_unit)
     by_field = {o.field: o for o in OPTIONS}
     order = [*_ORDER, *(o.field for o in OPTIONS if o.field not in _ORDER)]
     for field in order:

@@ -160,3 +160,13 @@ def test_lsf_job_variables(cl, tmp_path):
     for i in (2, 3):
         assert wait_for(lambda: (tmp_path / f"arr.{i}").exists() and (tmp_path / f"arr.{i}").read_text(),
                         what="array output") == f"{arr} {i} arr[{i}]\n"
+
+
+def test_a_memory_reservation_runs_on_a_worker_that_was_told_nothing_of_its_memory(cl, tmp_path):
+    """``rusage[mem=]`` draws on the ``mem`` each worker offers unless told: its machine's memory."""
+    with cl.api() as c:
+        hosts = c.get("/v1/hosts").json()
+    assert all(h["counters"].get("mem", 0) > 0 for h in hosts)
+    j = cl.submit("-R", "rusage[mem=64Mi]", "-R", "span[hosts=1]", "--", "true", cwd=str(tmp_path))
+    job = done(cl, j)
+    assert job["resreq"] == "rusage[mem=64Mi] span[hosts=1]" and job["mem_limit"] is None
