@@ -39,8 +39,9 @@ max_array_size = 10000     # elements in one job array submission
 queue_depth = 1000         # pending jobs a scheduling cycle considers, highest priority then oldest first;
                            # deeper ones are reached by a full pass when a cycle leaves room unused
 # bounded history: DONE/EXIT jobs and RELEASED claims leave the live model this long after they
-# ended, into the store's archive (xce hist, xce job show and xce claim show still answer for them)
-keep_finished = "5m"
+# ended, into the store's archive (xce hist, xce job show, xce claim show and a listing by job id still
+# answer for them); an hour, as LSF's CLEAN_PERIOD, so listings show what ended lately
+keep_finished = "1h"
 retire_every = 2.0         # seconds between the leader's retirement passes
 retire_batch = 1000        # records one retirement fact names at most (an array retires whole)
 # refusals are audited, rate-limited per source (client address, or user once authenticated) and
@@ -179,7 +180,7 @@ class ControllerConfig:
     queue_depth: int = 1000
     # bounded history (xce.model.history): finished jobs and RELEASED claims older than this (a
     # duration, "5m", or seconds) leave the live model for the store's archive
-    keep_finished: str | int | float = "5m"
+    keep_finished: str | int | float = "1h"  # LSF's CLEAN_PERIOD
     retire_every: float = 2.0
     retire_batch: int = 1000
     # nobody who can reach the port can grow the log at will (xce.api.refusals)
