@@ -176,15 +176,18 @@ class Client:
 
     def jobs(self, *, states: Iterable[str] = (), queue: str | None = None, user: str | None = None,
              all_users: bool = False, array: int | None = None, limit: int | None = None,
-             all_pages: bool = False) -> list[JobDoc]:
+             all_pages: bool = False, ids: Iterable[int] = ()) -> list[JobDoc]:
         """Jobs (``GET /v1/jobs``), the newest, in id order: yours, or ``user``'s / everyone's
         (``all_users``) for admins.
 
         ``states`` filters (``("PEND", "RUN")``), ``array`` gives the elements of one job array, and
         ``limit`` caps the answer (one page: the controller's default is 1000); ``all_pages`` follows
-        the pages instead, for every job that matches (at most ``limit`` if given).
+        the pages instead, for every job that matches (at most ``limit`` if given).  ``ids`` (at most
+        1,000) asks for those jobs, finished ones too, live or archived (an array's id: its elements),
+        unpaged: what a poller asks, and an id it does not answer for does not exist for you.
         """
         params: list[tuple[str, Any]] = [("user", user), ("queue", queue), ("array", array)]
+        params += [("id", i) for i in ids]
         if all_users:
             params.append(("all", True))
         params += [("state", s) for s in states]
