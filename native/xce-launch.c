@@ -29,8 +29,9 @@
  *   4. as that user: CWD entered, STDOUT and STDERR opened for appending (STDERR the same file when
  *      it is the same path); a failure ends the run with status 126 (LAUNCH_FAILED), and the
  *      shepherd writes why to RUN/launch.err (the user cannot write the run directory).  With
- *      --cwd-fallback, a CWD that does not exist (here, for this user: resolved as the user, so no
- *      link is followed with root's rights) is replaced by DIR, and the job says so in a note;
+ *      --cwd-fallback, a CWD this user cannot enter here (it does not exist, or is not theirs to
+ *      enter: resolved as the user, so no link is followed with root's rights) is replaced by DIR, and
+ *      the job says so in a note;
  *   5. every signal back to its default action and unblocked (the worker is a Python process, which
  *      ignores SIGPIPE), the command exec'd along $PATH with the job's environment: RUN/env when the
  *      worker wrote one (NUL-ended "NAME=VALUE" records; the shepherd itself runs with the worker's
@@ -464,12 +465,12 @@ static void job(const struct launch *l, const char *born_in, char **env) {
     if (l->report >= 0) close(l->report); /* the worker's: only the shepherd writes it */
     if (chdir(l->cwd) != 0) {
         int e = errno;
-        if (!l->cwd_fallback || (e != ENOENT && e != ENOTDIR))
+        if (!l->cwd_fallback || (e != ENOENT && e != ENOTDIR && e != EACCES))
             launch_failed("cannot enter working directory %s: %s", l->cwd, strerror(e));
         if (chdir(l->cwd_fallback) != 0)
             launch_failed("cannot enter working directory %s: %s", l->cwd_fallback, strerror(errno));
-        dprintf(messages, "note: the submission directory %s does not exist on this host: the job started in "
-                          "its workspace %s\n", l->cwd, l->cwd_fallback);
+        dprintf(messages, "note: the submission directory %s cannot be entered on this host (%s): the job "
+                          "started in its workspace %s\n", l->cwd, strerror(e), l->cwd_fallback);
     }
     int out = open_output(l->out);
     if (out < 0) launch_failed("cannot open output file %s: %s", l->out, strerror(errno));

@@ -347,7 +347,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("stderr", ("-e", "--stderr"), "error file (default: with the output)", resolve=_job_path("stderr")),
     Option("project", ("-P", "--project"), "project (default: your first project)"),
     Option("cwd", ("--cwd",), "working directory (default: here, where you submit from; where this directory "
-           "does not exist on the job's host, the job's workspace, and xce job show says so)",
+           "cannot be entered on the job's host, the job's workspace, and xce job show says so)",
            resolve=_job_path("cwd")),
     Option("rerunnable", ("-r", "--rerunnable"), "requeue if its host is lost", kind="flag"),
     Option("mem_limit", ("-M", "--mem-limit"), "memory each host's part of the job may use (512Mi, 4G; a bare "

@@ -83,7 +83,8 @@ def test_a_submission_directory_missing_on_the_host_falls_back_to_the_workspace_
     job = done(cl, j)
     pwd, workspace = (tmp_path / "out").read_text().split()
     assert pwd == workspace and job["submit_dir"] == str(gone)
-    note = f"the submission directory {gone} does not exist on this host: the job started in its workspace {pwd}"
+    note = (f"the submission directory {gone} cannot be entered on this host (No such file or directory): the job "
+            f"started in its workspace {pwd}")
     assert job["note"] == note
     assert "Note:" in (shown := cl.xce("job", "show", str(j)).stdout) and str(gone) in shown
 
@@ -145,7 +146,8 @@ def test_the_launcher_running_as_root_never_gets_the_submitters_environment(cl, 
 
 
 def test_lsf_job_variables(cl, tmp_path):
-    script = 'echo "$LSB_JOBID|$LSB_JOBINDEX|$LSB_JOBNAME|$LSB_QUEUE|$LSB_HOSTS|$LSB_MCPU_HOSTS"; cat "$LSB_DJOB_HOSTFILE"'
+    script = ('echo "$LSB_JOBID|$LSB_JOBINDEX|$LSB_JOBNAME|$LSB_QUEUE|$LSB_HOSTS|$LSB_MCPU_HOSTS"; '
+              'cat "$LSB_DJOB_HOSTFILE"')
     j = cl.submit("-n", "3", "-J", "Snake", "-o", "par", "--", "sh", "-c", script, cwd=str(tmp_path))
     job = done(cl, j)
     first, *hostfile = (tmp_path / "par").read_text().splitlines()

@@ -89,7 +89,7 @@ class JobDoc(TypedDict):
     submit_dir: Annotated[str | None, Limit(description="where the job was submitted from: it starts there "
                                                         "unless cwd says otherwise")]
     note: Annotated[str | None, Limit(description="what its worker noted starting the run (the submission "
-                                                  "directory does not exist on its host: it started in its "
+                                                  "directory cannot be entered on its host: it started in its "
                                                   "workspace)")]
 
 

@@ -115,8 +115,8 @@ class Submission:
         "the job is this script (bsub < job.sh): run with its #! interpreter, else /bin/sh; command holds its "
         "arguments"))] | None = None
     submit_dir: Annotated[str, Limit(min_length=1, max_length=4096, description=(
-        "the directory the job was submitted from: where it starts when cwd is not given (where that does not "
-        "exist on its host, it starts in its workspace, and xce job show says so)"))] | None = None
+        "the directory the job was submitted from: where it starts when cwd is not given (where its user cannot "
+        "enter it on its host, it starts in its workspace, and xce job show says so)"))] | None = None
     env: Annotated[dict[EnvName, EnvValue], Limit(max_length=4096, description=(
         "the job's environment as the submitter gives it (-env): over the execution host's clean one, without "
         "the variables the site keeps private; none: the clean one"))] | None = None

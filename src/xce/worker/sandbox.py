@@ -88,7 +88,7 @@ class Started:
     report: int | None = None  # the read end of the shepherd's --report pipe (``notes`` reads and closes it)
 
     def notes(self) -> str:
-        """What the job noted before its command's exec ("the submission directory ... does not exist
+        """What the job noted before its command's exec ("the submission directory ... cannot be entered
         on this host ..."), one note a line; waits for the exec (or the job's failure to get there)."""
         if self.report is None:
             return ""
@@ -331,7 +331,7 @@ def start(job: Dispatch, host: str, run_dir: str, workspace: str, output_dir: st
     """Create the workspace, write what the launcher reads, spawn the shepherd.  The working directory
     and the command are the launcher's to find, as the job's user: the worker (root) follows no path a
     user chose, and says only what it checked itself.  The job starts in ``cwd`` (``--cwd``: it must
-    exist), else in the submission directory (``submit_dir``) or, where that does not exist, in its
+    exist), else in the submission directory (``submit_dir``) or, where its user cannot enter that, in its
     workspace (the launcher notes it: ``Started.notes``)."""
     os.makedirs(workspace, mode=0o700, exist_ok=True)
     if run_as is not None:
@@ -404,7 +404,7 @@ def launch_argv(program: str, run_dir: str, cwd: str, stdout: str, stderr: str, 
                 cwd_fallback: str | None = None, report: bool = False) -> list[str]:
     """The launcher's arguments for one run (see native/xce-launch.c): ``xce-shepherd RUN`` first, which
     ``shepherd_alive`` knows it by; as root a private mount namespace, with RUN/mounts bound in it;
-    ``cwd_fallback``: where the job starts if ``cwd`` does not exist; ``report``: the shepherd says on
+    ``cwd_fallback``: where the job starts if its user cannot enter ``cwd``; ``report``: the shepherd says on
     ``REPORT_FD`` when the command was exec'd (``spawn_shepherd``'s ``report``)."""
     argv = [program, "xce-shepherd", run_dir]
     if as_root:

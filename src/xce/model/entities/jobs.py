@@ -70,7 +70,7 @@ class Job:
     script: str | None = None  # the job is this script (bsub < job.sh); command its arguments
     submit_dir: str | None = None  # where the job starts when cwd is not given (else its workspace)
     env: dict[str, str] | None = None  # the submitter's variables that go with the job
-    run_note: str = ""  # what the worker noted starting the current run ("the submission directory ... does not exist")
+    run_note: str = ""  # what the worker noted starting the current run (a submission directory it could not enter)
     usage: dict[str, Any] | None = None  # what the last run used: max_rss_bytes, cpu_user_s, cpu_sys_s
     # claims (see xce.model.job_claims)
     claim_refs: list[dict[str, Any]] = field(default_factory=list)  # standalone: {claim_id, name, mode}
