@@ -172,3 +172,19 @@ def test_commands_scripts_and_their_default_names(w):
                       (dict(command=["x"], name="two words"), "invalid job name")):
         with pytest.raises(InvalidRequest, match=says):
             submitted(**bad)
+
+
+def test_a_finished_job_keeps_no_environment_but_a_requeued_one_does(w):
+    """An hour of finished jobs stays live (keep_finished): only a run needs the submitter's variables."""
+    facts, job_id = jobs.submit(w.model, ALICE, JobSpec(command=["x"], env={"A": "1"}, rerunnable=True), w.tick(),
+                                GRACEFUL)
+    w.commit(facts)
+    job = w.model.jobs[job_id]
+    w.allocate(job)
+    w.make_ready(job)
+    w.start(job)
+    w.commit(jobs.kill(w.model, ALICE, job_id, w.tick(), requeue=True, config=GRACEFUL))
+    w.commit(jobs.report_finished(w.model, "h1", job_id, job.run, w.tick(), None, 15))
+    assert (job.state, job.env) == (JobState.PEND, {"A": "1"})
+    w.commit(jobs.kill(w.model, ALICE, job_id, w.tick(), config=GRACEFUL))
+    assert (job.state, job.env) == (JobState.EXIT, None)

@@ -287,6 +287,8 @@ def _set_state(model: State, job: Job, new: JobState, time: float, reason: str) 
     check(TRANSITIONS, job.state, new, f"job {job.id} run {job.run}", reason)
     job.state = new
     job.history.append({"state": new.value, "time": time, "run": job.run, "reason": reason})
+    if job.finished:
+        job.env = None  # only a run needs it: an hour of finished jobs (keep_finished) holds none, nor the archive
     _index(model, job)
 
 

@@ -69,7 +69,7 @@ class Job:
     shell: bool = False  # command is one command line for /bin/sh -c
     script: str | None = None  # the job is this script (bsub < job.sh); command its arguments
     submit_dir: str | None = None  # where the job starts when cwd is not given (else its workspace)
-    env: dict[str, str] | None = None  # the submitter's variables that go with the job
+    env: dict[str, str] | None = None  # the submitter's variables that go with the job (until it finishes)
     run_note: str = ""  # what the worker noted starting the current run (a submission directory it could not enter)
     usage: dict[str, Any] | None = None  # what the last run used: max_rss_bytes, cpu_user_s, cpu_sys_s
     # claims (see xce.model.job_claims)
