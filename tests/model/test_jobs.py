@@ -12,7 +12,7 @@ from xce.model.facts import JobKillRequested, JobSignalRequested, QueueDefined
 from xce.model import jobs
 from xce.model.jobs import JobSpec, JobState
 
-GRACEFUL = parse_config("""
+GRACEFUL_TOML = """
 [controller]
 terminate_grace = 7.0
 [[users]]
@@ -25,7 +25,8 @@ name = "slow"
 terminate_grace = 120.0
 [[projects]]
 name = "default"
-""")
+"""
+GRACEFUL = parse_config(GRACEFUL_TOML)
 
 
 @pytest.fixture
@@ -133,15 +134,7 @@ def test_a_fenced_run_is_requeued_if_rerunnable_and_ends_exit_otherwise(w):
 
 
 def _site(controller: str):
-    return parse_config("[controller]\n" + controller + """
-[[users]]
-name = "admin"
-role = "admin"
-[[queues]]
-name = "default"
-[[projects]]
-name = "default"
-""")
+    return parse_config(GRACEFUL_TOML.replace("[controller]\n", f"[controller]\n{controller}\n", 1))
 
 
 def test_the_submitters_environment_goes_with_the_job_minus_private_variables_and_tokens(w):
