@@ -172,3 +172,17 @@ def test_a_memory_reservation_runs_on_a_worker_that_was_told_nothing_of_its_memo
     j = cl.submit("-R", "rusage[mem=64Mi]", "-R", "span[hosts=1]", "--", "true", cwd=str(tmp_path))
     job = done(cl, j)
     assert job["resreq"] == "rusage[mem=64Mi] span[hosts=1]" and job["mem_limit"] is None
+
+
+def test_the_python_client_submits_command_lines_and_scripts_and_finds_jobs_by_id(cl, tmp_path):
+    from xce.client import Client
+
+    with Client(cl.ctl.url, cl.ctl.token) as c:
+        line = c.submit("echo a; echo b", shell=True, stdout=str(tmp_path / "line"))
+        script = c.submit(["x"], script="#!/bin/sh\necho script $1\n", stdout=str(tmp_path / "script"),
+                          submit_dir=str(tmp_path))
+        for j in (line, script):
+            done(cl, j["id"])
+        assert [j["id"] for j in c.jobs(ids=[script["id"], line["id"], 10**9])] == [line["id"], script["id"]]
+    assert (tmp_path / "line").read_text() == "a\nb\n"
+    assert (tmp_path / "script").read_text() == "script x\n"

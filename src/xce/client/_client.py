@@ -135,7 +135,8 @@ class Client:
     def submit(self, command: Iterable[str] | Submission = (), **fields: Any) -> JobDoc:
         """Submit a job (``POST /v1/jobs``); returns it as submitted (``state`` PEND or PSUSP).
 
-        ``command`` is the job's argument vector and ``fields`` the rest of a ``xce.wire.Submission``
+        ``command`` is the job's argument vector (with ``shell=True``, one command line for ``/bin/sh -c``;
+        with ``script="..."``, the script's arguments) and ``fields`` the rest of a ``xce.wire.Submission``
         (``xce submit``'s options: ``name="sweep[1-100]"`` submits an array, of which the parent is
         returned; ``resreq`` is ``-R``; ``claims`` are ``"NAME"``, ``"NAME:rw"`` or ``"NAME:ro"``;
         ``scratch`` is ``"SIZE[:CLASS]"``; ``mem_limit`` is ``-M``, ``"512Mi"`` or bytes), or
@@ -151,7 +152,7 @@ class Client:
         if isinstance(command, Submission):
             submission = command if not fields else Submission.from_body({**command.to_body(), **fields})
         else:
-            submission = Submission(command=tuple(command), **fields)
+            submission = Submission(command=command if isinstance(command, str) else tuple(command), **fields)
         body = submission.to_body()
         if submission.request_id is None:  # (into the body: a Submission made again costs a one-shot CLI ~5%)
             body["request_id"] = os.urandom(16).hex()

@@ -139,8 +139,10 @@ class Submission:
             object.__setattr__(self, name, value)
         if isinstance(self.mem_limit, int) and not isinstance(self.mem_limit, bool):  # -M in bytes
             object.__setattr__(self, "mem_limit", str(self.mem_limit))
+        if isinstance(self.command, str) and self.shell:  # a command line: one string
+            object.__setattr__(self, "command", (self.command,))
         if isinstance(self.command, str):  # a string would be sent as one argument per character
-            raise TypeError("Submission.command is a sequence of arguments, not a string")
+            raise TypeError("Submission.command is a sequence of arguments, not a string (a command line: shell=True)")
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("a Submission is immutable: make another (replace)")
