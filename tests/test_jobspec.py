@@ -149,3 +149,10 @@ def test_sizes_on_the_bsub_path_are_lsfs_and_xce_submit_keeps_its_own():
     # xce submit: XCE's sizes, read by the controller (a bare number is bytes; M is 1000 x 1000)
     s = parse("-M", "100", "-R", "rusage[mem=4000]", "--", "true")
     assert (s.mem_limit, s.resreq) == ("100", "rusage[mem=4000]")
+
+
+def test_a_submission_with_an_environment_is_hashable_and_equal_by_value():
+    a = parse("--", "true", environ={"A": "1"})
+    b = parse("--", "true", environ={"A": "1"})
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert a != parse("--", "true", environ={"A": "2"})
