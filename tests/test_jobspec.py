@@ -12,7 +12,8 @@ from xce.jobspec import JobSpecError
 from xce.wire import Submission
 
 
-def parse(*argv: str, cwd: str = "/home/u/run", remotes: tuple[str, ...] = ()) -> Submission:
+def parse(*argv: str, cwd: str = "/home/u/run", remotes: tuple[str, ...] = (), environ: dict | None = None,
+          stdin: str | None = None, lsf_unit: str | None = None) -> Submission:
     p = argparse.ArgumentParser(exit_on_error=False)
     jobspec.add_options(p)
     asked = []
@@ -21,7 +22,8 @@ def parse(*argv: str, cwd: str = "/home/u/run", remotes: tuple[str, ...] = ()) -
         asked.append(1)
         return set(remotes)
 
-    s = jobspec.submission(p.parse_args(list(argv)), cwd=cwd, remote_names=remote_names)
+    s = jobspec.submission(p.parse_args(list(argv)), cwd=cwd, remote_names=remote_names, environ=environ,
+                           stdin=None if stdin is None else lambda: stdin, lsf_unit=lsf_unit)
     assert len(asked) <= 1  # asked once at most, whatever the number of stage options
     return s
 
@@ -29,12 +31,55 @@ def parse(*argv: str, cwd: str = "/home/u/run", remotes: tuple[str, ...] = ()) -
 def test_every_option_sets_a_submission_field_and_every_field_but_the_request_id_has_an_option():
     fields = set(typing.get_type_hints(Submission))
     options = [o.field for o in jobspec.OPTIONS]
-    assert len(options) == len(set(options)) and set(options) == fields - {"request_id"}
+    # the request id is the client's; where the user stands and whether the environment is all of it are the
+    # front door's to say (submit_dir, env_all)
+    assert len(options) == len(set(options)) and set(options) == fields - {"request_id", "submit_dir", "env_all"}
 
 
 def test_a_plain_submission():
     s = parse("--", "echo", "hi")
-    assert s == Submission(command=("echo", "hi"))
+    assert s == Submission(command=("echo", "hi"), submit_dir="/home/u/run")  # it starts where it was submitted
+
+
+def test_a_command_line_a_script_and_an_argument_vector():
+    s = parse("--shell", "--", "echo a; echo b")
+    assert (s.command, s.shell, s.script) == (("echo a; echo b",), True, None)
+    with pytest.raises(JobSpecError, match="--shell takes the command line as one argument"):
+        parse("--shell", "--", "echo", "a")
+    s = parse("--script", "-", "--", "x", stdin="#!/bin/bash\necho $1\n")
+    assert (s.command, s.shell, s.script) == (("x",), False, "#!/bin/bash\necho $1\n")
+    with pytest.raises(JobSpecError, match="no standard input"):
+        parse("--script", "-")
+    with pytest.raises(JobSpecError, match="is empty"):
+        parse("--script", "-", stdin="  \n")
+    with pytest.raises(JobSpecError, match="cannot read the script nope.sh: No such file"):
+        parse("--script", "nope.sh", cwd="/")
+    with pytest.raises(JobSpecError, match="give one of them"):
+        parse("--shell", "--script", "-", stdin="true\n")
+    with pytest.raises(JobSpecError, match="the following arguments are required: CMD"):
+        parse()
+
+
+def test_a_script_file_is_read_here(tmp_path):
+    (tmp_path / "job.sh").write_text("echo hi\n")  # not executable: it need not be
+    s = parse("--script", "job.sh", cwd=str(tmp_path))
+    assert (s.script, s.command) == ("echo hi\n", ())
+
+
+def test_env_as_lsf_takes_it_and_never_a_token():
+    environ = {"PATH": "/venv/bin:/usr/bin", "A": "1", "B": "2", "XCE_TOKEN": "secret", "XCE_TOKEN_FILE": "/t"}
+    s = parse("--", "true", environ=environ)  # all, by default
+    assert (s.env, s.env_all) == ({"PATH": "/venv/bin:/usr/bin", "A": "1", "B": "2"}, True)
+    s = parse("--env", "all, ~A, B=3, C='x,y'", "--", "true", environ=environ)
+    assert s.env == {"PATH": "/venv/bin:/usr/bin", "B": "3", "C": "x,y"} and s.env_all
+    s = parse("--env", "A, C=4, XCE_TOKEN=x", "--", "true", environ=environ)
+    assert (s.env, s.env_all) == ({"A": "1", "C": "4"}, False)
+    s = parse("--env", "none", "--", "true", environ=environ)
+    assert (s.env, s.env_all) == (None, False)
+    for bad, says in (("A, all", "all or none comes first"), ("~A", "needs all first"), ("'A", "not closed"),
+                      ("", "needs all, none")):
+        with pytest.raises(JobSpecError, match=says):
+            parse("--env", bad, "--", "true", environ=environ)
 
 
 def test_paths_are_made_absolute_as_bsub_takes_them():
@@ -78,3 +123,36 @@ def test_stage_paths_urls_and_remotes(tmp_path):
     s = parse("--stage-in", "bucket:x", "--", "true")  # no such remote: a relative path and its DEST
     assert s.stage_in == ("/home/u/run/bucket:x",)
     assert parse("--stage-in", "/a", "--stage-size", "5G", "--", "true").stage_size == "5G"
+
+
+def test_a_second_r_merges_with_the_first_as_lsf_does():
+    s = parse("-R", "select[zone==a] rusage[mem=1G]", "-R", "rusage[gpu=1] span[hosts=1]", "-R", "ssd", "--", "true")
+    assert s.resreq == "select[(zone==a) && (ssd)] rusage[mem=1G, gpu=1] span[hosts=1]"
+    assert parse("-R", "select[ zone==a ]", "--", "true").resreq == "select[ zone==a ]"  # one: as given
+    assert parse("-R", "span[hosts=1]", "-R", "span[hosts=1]", "--", "true").resreq == "span[hosts=1]"
+    with pytest.raises(JobSpecError, match="counter 'mem' is in the rusage\\[\\] of two -R"):
+        parse("-R", "rusage[mem=1G]", "-R", "rusage[mem=2G]", "--", "true")
+    with pytest.raises(JobSpecError, match="span\\[\\] differs between two -R"):
+        parse("-R", "span[hosts=1]", "-R", "span[ptile=2]", "--", "true")
+
+
+def test_sizes_on_the_bsub_path_are_lsfs_and_xce_submit_keeps_its_own():
+    mib = 1 << 20
+    s = parse("-M", "100", "-R", "rusage[mem=4000, gpu=1]", "--", "true", lsf_unit="MB")
+    assert (s.mem_limit, s.resreq) == (str(100 * mib), f"rusage[mem={4000 * mib}, gpu=1]")
+    s = parse("-M", "100MB", "-R", "rusage[mem=2GB]", "--", "true", lsf_unit="MB")
+    assert (s.mem_limit, s.resreq) == (str(100 * mib), f"rusage[mem={2 << 30}]")
+    assert parse("-M", "2", "--", "true", lsf_unit="GB").mem_limit == str(2 << 30)
+    assert parse("-M", "512k", "--", "true", lsf_unit="MB").mem_limit == str(512 << 10)
+    with pytest.raises(JobSpecError, match="invalid memory limit \\(-M\\) '1 parsec'"):
+        parse("-M", "1 parsec", "--", "true", lsf_unit="MB")
+    # xce submit: XCE's sizes, read by the controller (a bare number is bytes; M is 1000 x 1000)
+    s = parse("-M", "100", "-R", "rusage[mem=4000]", "--", "true")
+    assert (s.mem_limit, s.resreq) == ("100", "rusage[mem=4000]")
+
+
+def test_a_submission_with_an_environment_is_hashable_and_equal_by_value():
+    a = parse("--", "true", environ={"A": "1"})
+    b = parse("--", "true", environ={"A": "1"})
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert a != parse("--", "true", environ={"A": "2"})

@@ -31,7 +31,7 @@ import os
 import re
 from typing import Any, Callable, Collection, Mapping
 
-from xce.wire import Submission
+from xce.wire import MAX_SCRIPT, Submission, never_sent
 
 
 class JobSpecError(ValueError):
@@ -60,8 +60,16 @@ class Site:
     of the options before it, and the controller's remote names (asked once, and only if a word
     could name one: ``remote_names`` is called lazily)."""
 
-    def __init__(self, cwd: str, remote_names: Callable[[], Collection[str]]) -> None:
+    def __init__(self, cwd: str, remote_names: Callable[[], Collection[str]],
+                 environ: Mapping[str, str] | None = None, stdin: Callable[[], str] | None = None,
+                 lsf_unit: str | None = None) -> None:
         self.cwd = cwd
+        # LSF_UNIT_FOR_LIMITS on the bsub path: -M and rusage[mem=] sizes read as LSF reads them (bare
+        # numbers in this unit, KB MB GB TB powers of 1024) and sent as bytes; None (xce submit): XCE's
+        # sizes (bare numbers are bytes; K M G T powers of 1000, Ki Mi Gi Ti of 1024)
+        self.lsf_unit = lsf_unit
+        self.environ: Mapping[str, str] = environ if environ is not None else {}  # the submitter's
+        self.stdin = stdin  # reads the script from standard input (``--script -``); None: there is none
         self.fields: dict[str, Any] = {}
         self.local_sources: list[str] = []  # the stage-in sources that are paths here (stage_size measures them)
         self._remote_names = remote_names
@@ -176,17 +184,151 @@ def stage_bytes(sources: list[str]) -> int:
     return max(1, -(-total // mib)) * mib
 
 
-def _resreq(value: str, site: Site) -> str:
-    """Checked here, so a typo is shown with a caret under its column before anything is sent."""
-    if value:
-        from xce.resreq import ResReqError, parse_resreq  # (only when given: a plain submit stays light)
+def _resreq(value: str | list[str] | None, site: Site) -> str:
+    """One -R, or several merged as LSF merges them (``resreq.merge_resreqs``); checked here, so a typo is
+    shown with a caret under its column before anything is sent.  On the bsub path, rusage[mem=] is in
+    ``LSF_UNIT_FOR_LIMITS`` and sent in bytes."""
+    given = [value] if isinstance(value, str) else [v for v in value or () if v]
+    if not any(given):
+        return ""
+    from xce.resreq import ResReqError, convert_rusage, merge_resreqs  # (only when given: a plain submit stays light)
 
+    try:
+        if site.lsf_unit is not None:
+            given = [convert_rusage(t, MEMORY_COUNTERS, lambda amount: str(_lsf_bytes(amount, site, "rusage[mem]")))
+                     for t in given]
+        return merge_resreqs(given)
+    except ResReqError as e:
+        raise JobSpecError(f"bad resource requirement (-R): {e.reason} at column {e.position + 1}\n"
+                           f"  {e.text}\n  {' ' * e.position}^") from None
+
+
+MEMORY_COUNTERS = frozenset({"mem"})  # the rusage[] counters LSF_UNIT_FOR_LIMITS applies to
+
+
+def _lsf_bytes(text: str, site: Site, what: str) -> int:
+    from xce.errors import InvalidRequest
+    from xce.units import parse_lsf_size
+
+    try:
+        return parse_lsf_size(text, site.lsf_unit or "MB", what)
+    except InvalidRequest as e:
+        raise JobSpecError(e.message) from None
+
+
+def _mem_limit(value: str | None, site: Site) -> str | None:
+    """-M: XCE's sizes as given (the controller reads them: bare numbers are bytes), or on the bsub path
+    LSF's, in bytes."""
+    if value is None or site.lsf_unit is None:
+        return value
+    return str(_lsf_bytes(value, site, "memory limit (-M)"))
+
+
+def _script(value: str | None, site: Site) -> str | None:
+    """The script's text, read here (the job runs where this file may not be): a path from the
+    submission directory, or ``-``, standard input."""
+    if value is None:
+        return None
+    if value == "-":
+        if site.stdin is None:
+            raise JobSpecError("--script -: there is no standard input to read the script from")
+        text = site.stdin()
+        where = "standard input"
+    else:
+        path = os.path.join(site.cwd, value)
         try:
-            parse_resreq(value)
-        except ResReqError as e:
-            raise JobSpecError(f"bad resource requirement (-R): {e.reason} at column {e.position + 1}\n"
-                               f"  {e.text}\n  {' ' * e.position}^") from None
-    return value
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_SCRIPT + 1)
+        except OSError as e:
+            raise JobSpecError(f"cannot read the script {value}: {e.strerror}") from None
+        try:
+            text = data.decode()
+        except UnicodeDecodeError:
+            raise JobSpecError(f"the script {value} is not UTF-8 text") from None
+        where = value
+    if not text.strip():
+        raise JobSpecError(f"the script from {where} is empty")
+    if len(text) > MAX_SCRIPT or "\0" in text:
+        raise JobSpecError(f"the script from {where} is not a script (over {MAX_SCRIPT >> 20} MiB, or binary)")
+    return text
+
+
+def _command(value: list[str] | None, site: Site) -> tuple[str, ...]:
+    """The command: an argument vector, one command line (``--shell``), or a script's arguments."""
+    command = tuple(value or ())
+    if site.fields.get("script") is not None:
+        if site.fields.get("shell"):
+            raise JobSpecError("--shell runs a command line, --script a script: give one of them")
+        return command
+    if not command:
+        raise JobSpecError("the following arguments are required: CMD (or --script FILE)")
+    if site.fields.get("shell") and len(command) != 1:
+        raise JobSpecError(f"--shell takes the command line as one argument (quote it), got {len(command)}")
+    return command
+
+
+def parse_env(spec: str, environ: Mapping[str, str]) -> tuple[dict[str, str] | None, bool]:
+    """LSF's ``-env``: ``all`` (the whole environment), ``none``, ``all, ~NAME, NAME=VALUE`` (all but
+    NAME, NAME set), or ``NAME, NAME=VALUE, ...`` (only these: a bare NAME from the environment).  The
+    job's variables and whether they are the whole environment; XCE's tokens are never among them.
+    A value with a comma is quoted: ``NAME='a,b'``."""
+    items = _env_items(spec)
+    if not items:
+        raise JobSpecError("--env needs all, none or NAME=VALUE,...")
+    head = items[0].lower()
+    whole = head == "all"
+    if head in ("all", "none"):
+        items = items[1:]
+    elif any(i.lower() in ("all", "none") for i in items):
+        raise JobSpecError(f"--env {spec!r}: all or none comes first")
+    env: dict[str, str] = dict(environ) if whole else {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        name = name.strip()
+        if name.startswith("~"):
+            if not whole:
+                raise JobSpecError(f"--env {spec!r}: ~{name[1:]} leaves a variable out of all; it needs all first")
+            env.pop(name[1:], None)
+            continue
+        if not name or "\0" in name or any(c.isspace() for c in name):
+            raise JobSpecError(f"--env {spec!r}: {item!r} is not NAME or NAME=VALUE")
+        if eq:
+            env[name] = value
+        elif name in environ:
+            env[name] = environ[name]
+    env = {k: v for k, v in env.items() if not never_sent(k, v) and "=" not in k and "\0" not in k + v}
+    if head == "none" and not env:
+        return None, False
+    return env, whole
+
+
+def _env_items(spec: str) -> list[str]:
+    """``spec`` split at commas outside single or double quotes, each item trimmed and unquoted."""
+    items, item, quote = [], "", ""
+    for c in spec:
+        if quote:
+            if c == quote:
+                quote = ""
+            else:
+                item += c
+        elif c in "'\"":
+            quote = c
+        elif c == ",":
+            items.append(item.strip())
+            item = ""
+        else:
+            item += c
+    if quote:
+        raise JobSpecError(f"--env {spec!r}: a quote is not closed")
+    items.append(item.strip())
+    return [i for i in items if i]
+
+
+def _env(value: str | None, site: Site) -> dict[str, str] | None:
+    """``--env`` (``all`` by default: the submitter's environment goes with the job, as LSF's does)."""
+    env, whole = parse_env("all" if value is None else value, site.environ)
+    site.fields["env_all"] = whole and bool(env)
+    return env or None
 
 
 # ---------------------------------------------------------------- the table
@@ -197,16 +339,20 @@ def _resreq(value: str, site: Site) -> str:
 OPTIONS: tuple[Option, ...] = (
     Option("queue", ("-q", "--queue"), "queue (default: the default queue)"),
     Option("slots", ("-n", "--slots"), "slots (default 1)", type=positive_int, default=1),
-    Option("resreq", ("-R", "--resreq"), "resource requirement: select[...] rusage[...] span[...] order[...]",
+    Option("resreq", ("-R", "--resreq"), "resource requirement: select[...] rusage[...] span[...] order[...] "
+           "(repeatable: select[] sections and'ed, rusage[] joined, as LSF merges them)", kind="append",
            default="", resolve=_resreq),
     Option("name", ("-J", "--name"), "job name; NAME[1-100] submits a job array"),
     Option("stdout", ("-o", "--stdout"), "output file (%%J: job id, %%I: array index)", resolve=_job_path("stdout")),
     Option("stderr", ("-e", "--stderr"), "error file (default: with the output)", resolve=_job_path("stderr")),
     Option("project", ("-P", "--project"), "project (default: your first project)"),
-    Option("cwd", ("--cwd",), "working directory (default: the job's workspace)", resolve=_job_path("cwd")),
+    Option("cwd", ("--cwd",), "working directory (default: here, where you submit from; where this directory "
+           "cannot be entered on the job's host, the job's workspace, and xce job show says so)",
+           resolve=_job_path("cwd")),
     Option("rerunnable", ("-r", "--rerunnable"), "requeue if its host is lost", kind="flag"),
-    Option("mem_limit", ("-M", "--mem-limit"), "memory each host's part of the job may use (512Mi, 4G); beyond it "
-           "the job is killed and ends EXIT (default: its rusage[mem=] reservation, if any)", metavar="SIZE"),
+    Option("mem_limit", ("-M", "--mem-limit"), "memory each host's part of the job may use (512Mi, 4G; a bare "
+           "number is bytes); beyond it the job is killed and ends EXIT (default: its rusage[mem=] reservation, if "
+           "any)", metavar="SIZE", resolve=_mem_limit),
     Option("hold", ("-H", "--hold"), "submit held (PSUSP) until released", kind="flag"),
     Option("claims", ("--claim",), "a standalone claim the job uses, at $XCE_CLAIM_<NAME> (repeatable)",
            kind="append", metavar="NAME[:rw|ro]"),
@@ -225,12 +371,20 @@ OPTIONS: tuple[Option, ...] = (
            metavar="CLASS", resolve=_if_given),
     Option("app", ("--app",), "an application profile (its template claims come along)", metavar="PROFILE",
            resolve=_if_given),
-    Option("command", ("command",), "the command and its arguments, after --", kind="command", metavar="CMD"),
+    Option("shell", ("--shell",), "the command is one command line, run by /bin/sh -c (as bsub runs its command)",
+           kind="flag"),
+    Option("script", ("--script",), "the job is this script, read here (- : standard input), run with its #! "
+           "interpreter or /bin/sh; the arguments after -- are its arguments", metavar="FILE", resolve=_script),
+    Option("env", ("--env",), "the job's environment, as LSF's -env: all (default: yours), none, "
+           "\"all, ~NAME, NAME=VALUE\" or \"NAME, NAME=VALUE,...\" (only these); XCE_TOKEN never goes",
+           metavar="SPEC", resolve=_env),
+    Option("command", ("command",), "the command and its arguments, after --", kind="command", metavar="CMD",
+           resolve=_command),
 )
 
 # the order fields are resolved in, where it differs from the table's: the paths before what reads
 # them, the remote-dependent stage options before the -R check
-_ORDER = ("cwd", "stdout", "stderr", "stage_in", "stage_out", "stage_size", "resreq")
+_ORDER = ("cwd", "stdout", "stderr", "stage_in", "stage_out", "stage_size", "resreq", "shell", "script")
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -238,7 +392,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     the ``Submission`` field)."""
     for o in OPTIONS:
         if o.kind == "command":
-            parser.add_argument(o.field, nargs="+", metavar=o.metavar, help=o.help)
+            parser.add_argument(o.field, nargs="*", metavar=o.metavar, help=o.help)
         elif o.kind == "flag":
             parser.add_argument(*o.flags, dest=o.field, action="store_true", help=o.help)
         elif o.kind == "append":
@@ -250,15 +404,19 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 
 
 def submission(values: argparse.Namespace | Mapping[str, Any], *, cwd: str,
-               remote_names: Callable[[], Collection[str]] = frozenset) -> Submission:
+               remote_names: Callable[[], Collection[str]] = frozenset, environ: Mapping[str, str] | None = None,
+               stdin: Callable[[], str] | None = None, lsf_unit: str | None = None) -> Submission:
     """The ``Submission`` that parsed options ``values`` (by field name) ask for, for a user standing
-    in ``cwd``.  Raises ``JobSpecError``."""
+    in ``cwd`` with the environment ``environ`` (what ``--env all`` sends; None: none) and a standard
+    input ``stdin`` reads (``--script -``); ``lsf_unit``: sizes as the bsub path reads them (``Site``).
+    Raises ``JobSpecError``."""
     given = values if isinstance(values, Mapping) else vars(values)
-    site = Site(cwd, remote_names)
+    site = Site(cwd, remote_names, environ, stdin, lsf_unit)
     by_field = {o.field: o for o in OPTIONS}
     order = [*_ORDER, *(o.field for o in OPTIONS if o.field not in _ORDER)]
     for field in order:
         option = by_field[field]
         value = given.get(field, option.default)
         site.fields[field] = option.resolve(value, site) if option.resolve is not None else value
+    site.fields["submit_dir"] = cwd  # the job starts here unless --cwd says otherwise
     return Submission(**{k: v for k, v in site.fields.items() if v is not None})
