@@ -176,6 +176,20 @@ def stage_bytes(sources: list[str]) -> int:
     return max(1, -(-total // mib)) * mib
 
 
+def _dependency(value: str | None, site: Site) -> str | None:
+    """Checked here, as -R is, so a typo is shown with a caret before anything is sent."""
+    if value is None:
+        return None
+    from xce.depend import DependError, parse  # (only when given)
+
+    try:
+        parse(value)
+    except DependError as e:
+        raise JobSpecError(f"bad dependency expression (-w): {e.reason} at column {e.position + 1}\n"
+                           f"  {e.text}\n  {' ' * e.position}^") from None
+    return value
+
+
 def _resreq(value: str, site: Site) -> str:
     """Checked here, so a typo is shown with a caret under its column before anything is sent."""
     if value:
@@ -208,6 +222,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("mem_limit", ("-M", "--mem-limit"), "memory each host's part of the job may use (512Mi, 4G); beyond it "
            "the job is killed and ends EXIT (default: its rusage[mem=] reservation, if any)", metavar="SIZE"),
     Option("hold", ("-H", "--hold"), "submit held (PSUSP) until released", kind="flag"),
+    Option("dependency", ("-w", "--dependency"), "start only once this holds: done(ID|\"NAME\"), ended(), "
+           "exit(ID[, OP CODE]), started(), post_done(), post_err(), numdone(ARRAY, OP N|*), numended(), "
+           "numexit(); && || ! ( ); NAME may hold *; ID[INDEX] is an array element", metavar="EXPR",
+           resolve=_dependency),
+    Option("terminate_orphan", ("-ti", "--terminate-orphan"), "end the job (EXIT) if its -w dependency can "
+           "never hold, instead of leaving it pending", kind="flag"),
     Option("claims", ("--claim",), "a standalone claim the job uses, at $XCE_CLAIM_<NAME> (repeatable)",
            kind="append", metavar="NAME[:rw|ro]"),
     Option("scratch", ("--scratch",), "per-run scratch space, at $XCE_SCRATCH", metavar="SIZE[:CLASS]",

@@ -49,6 +49,7 @@ def job_json(model: Model, job: Job, pending_reason: str | None = None,
         # how long the run's hosts were held before its process started (staging before allocation keeps it short)
         "alloc_time": job.alloc_time, "held_s": held,
         "mem_limit": job.mem_limit, "usage": job.usage,
+        "dependency": job.dependency, "terminate_orphan": job.terminate_orphan,
     }
 
 

@@ -278,6 +278,8 @@ def _show_one(job: dict[str, Any]) -> str:
         ("Staging out", job["pending_reason"] if job["state"] == JobState.STAGE_OUT else "omit"),
         ("App profile", job.get("app")),
         ("Rerunnable", "yes" if job["rerunnable"] else "no"),
+        ("Dependency", (job["dependency"] + (" (-ti)" if job.get("terminate_orphan") else ""))
+         if job.get("dependency") else "omit"),
         ("Submitted", when(job["submit_time"])),
         ("Allocated", when(job.get("alloc_time")) if job.get("alloc_time") else "omit"),
         ("Started", when(job["start_time"])),

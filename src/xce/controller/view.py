@@ -61,8 +61,10 @@ class JobViews:
 
 def first_pending(model: Model, prio: dict[str, int], depth: int | None) -> list[int]:
     """The ids of the first ``depth`` pending jobs in the order the scheduler takes them (highest
-    queue priority, then oldest), or of all of them (None); in id order."""
-    ids = sorted(model.pending_jobs)
+    queue priority, then oldest), or of all of them (None); in id order.  Jobs whose dependency does
+    not hold are not planned (``xce.model.dependencies``)."""
+    ids = sorted(model.pending_jobs.difference(model.dependency_blocked) if model.dependency_blocked
+                 else model.pending_jobs)
     if depth is None or len(ids) <= depth:
         return ids
     if len(set(prio.values())) <= 1:  # one priority for every queue (queues are never removed)
@@ -116,7 +118,7 @@ def build_view(model: Model, config: Config | None = None, observed: Observed | 
     return ClusterView(position=model.position, hosts=tuple(hosts), pending=pending, pools=pools,
                        pending_claims=claims, pending_resizes=resizes, pending_replicas=replicas,
                        cluster_free=MappingProxyType(cluster),
-                       pending_beyond=len(model.pending_jobs) - len(pending))
+                       pending_beyond=max(0, len(model.pending_jobs) - len(model.dependency_blocked) - len(pending)))
 
 
 def _claim_uses(model: Model, job) -> tuple[ClaimUse, ...]:

@@ -191,6 +191,9 @@ class JobSubmitted(Fact):
     app: str | None = None
     request_id: str | None = None  # the client's id for the submission (a retry returns this job)
     mem_limit: int | None = None  # -M: bytes the run may use on each host (its cgroup's memory limit)
+    dependency: str | None = None  # -w as submitted
+    dependency_tree: list[Any] | None = None  # resolved to job ids at submission (xce.model.dependencies)
+    terminate_orphan: bool = False  # -ti
 
 
 # ---------------------------------------------------------------- audit

@@ -31,7 +31,9 @@ import signal as _signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from xce.depend import DependError, parse as parse_dependency
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from xce.model import dependencies
 from xce.model.entities.identity import User
 from xce.model.entities.jobs import RUNNING, Job, JobState
 from xce.model.facts import (
@@ -86,6 +88,8 @@ class JobSpec:
     held: bool = False
     request_id: str | None = None  # the client's id for this submission: a retry returns the first job
     mem_limit: int | None = None  # -M, in bytes
+    dependency: str | None = None  # -w: an expression (xce.depend)
+    terminate_orphan: bool = False  # -ti: end the job if its dependency can never hold
 
 
 MAX_ARRAY = 100_000
@@ -177,6 +181,7 @@ def submit(model: State, actor: User, spec: JobSpec, now: float, config: Config 
                                  f"{', '.join(sorted(known))})")
     if spec.mem_limit is not None and not MIN_MEM_LIMIT <= spec.mem_limit <= MAX_MEM_LIMIT:
         raise InvalidRequest(f"memory limit (-M) must be between 4Mi and 1Pi, got {spec.mem_limit} bytes")
+    tree = _dependency(model, actor, spec)
     refs, templates, app = claims(project, queue) if claims is not None else ([], [], None)
     job_id = model.next_job_id
     return [JobSubmitted(
@@ -184,8 +189,24 @@ def submit(model: State, actor: User, spec: JobSpec, now: float, config: Config 
         command=list(spec.command), slots=spec.slots, resreq=spec.resreq, cwd=spec.cwd,
         stdout=spec.stdout, stderr=spec.stderr, rerunnable=spec.rerunnable, held=spec.held,
         array_indices=indices, claim_refs=refs, templates=templates, app=app, request_id=spec.request_id,
-        mem_limit=spec.mem_limit,
+        mem_limit=spec.mem_limit, dependency=spec.dependency if tree is not None else None, dependency_tree=tree,
+        terminate_orphan=spec.terminate_orphan and tree is not None,
     )], job_id
+
+
+def _dependency(model: State, actor: User, spec: JobSpec) -> list[Any] | None:
+    """``-w``'s expression parsed, checked and its targets resolved (None: no dependency)."""
+    if spec.dependency is None or not spec.dependency.strip():
+        if spec.terminate_orphan:
+            raise InvalidRequest("-ti ends a job whose dependency can never hold: it needs -w")
+        return None
+    try:
+        tree = parse_dependency(spec.dependency)
+    except DependError as e:
+        raise InvalidRequest(f"bad dependency expression (-w): {e.reason} at column {e.position + 1}: "
+                             f"{e.text[:200]!r}") from None
+    dependencies.check_tree(tree)
+    return dependencies.resolve(model, actor, tree)
 
 
 def request_key(user: str, request_id: str) -> str:
@@ -218,8 +239,13 @@ def visible_job(model: State, actor: User, job_id: int) -> Job:
 
 def _index(model: State, job: Job) -> None:
     """Keep ``model.pending_jobs`` (PEND, nothing allocated: what the scheduler plans), the
-    per-user count of waiting (PEND or PSUSP) jobs and ``model.finished_jobs`` (in the order they
-    ended: what retirement scans, ``xce.model.history``) up to date."""
+    per-user count of waiting (PEND or PSUSP) jobs, ``model.finished_jobs`` (in the order they
+    ended: what retirement scans, ``xce.model.history``) and the dependency indexes (the job's own,
+    and the verdicts of the jobs waiting on it: ``xce.model.dependencies``) up to date."""
+    if job.dependency_tree is not None:
+        dependencies.watch(model, job)
+    if job.id in model.dependents:
+        dependencies.changed(model, job)
     if job.state is JobState.PEND and not job.alloc_slots:
         model.pending_jobs.add(job.id)
     else:
@@ -278,6 +304,7 @@ def apply_job_submitted(model: State, f: JobSubmitted) -> None:
             rerunnable=f.rerunnable, array_parent=parent, array_index=index, pending_reason=pending_reason,
             claim_refs=[dict(r) for r in f.claim_refs], templates=[dict(t) for t in f.templates], app=f.app,
             history=[submitted.copy()], request_id=f.request_id if job_id == f.id else None, mem_limit=f.mem_limit,
+            dependency=f.dependency, dependency_tree=f.dependency_tree, terminate_orphan=f.terminate_orphan,
         )
         _index(model, job)
     if f.request_id is not None:
@@ -351,7 +378,6 @@ def apply_job_finished(model: State, f: JobFinished) -> Job | None:
     if job.run != f.run or job.finished:
         return None  # OBSERVATION: another run's end, or decided already
     _release(model, job)
-    _set_state(model, job, JobState(f.state), f.time, f.reason or "exit code 0")
     if f.usage is not None:
         job.usage = dict(f.usage)
     job.exit_code = f.exit_code
@@ -360,6 +386,8 @@ def apply_job_finished(model: State, f: JobFinished) -> Job | None:
     job.end_time = f.time
     job.pending_reason = None
     job.kill_requested = False
+    # last: the jobs waiting on this one are judged as it changes state, on its exit code and reason
+    _set_state(model, job, JobState(f.state), f.time, f.reason or "exit code 0")
     return job
 
 

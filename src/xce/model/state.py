@@ -123,6 +123,12 @@ class State:
     job_requests: dict[str, int] = field(default_factory=dict)  # "user/request id" -> the job it made
     # DONE or EXIT jobs, in the order they ended (an ordered set): what retirement scans (``xce.model.history``)
     finished_jobs: dict[int, None] = field(default_factory=dict)
+    # dependencies of jobs that wait (``xce.model.dependencies``): job -> the waiting jobs that name it,
+    # a waiting job -> the jobs it names, and the waiting jobs whose condition does not hold now
+    # ("waits" or "never"): the scheduler's view leaves those out
+    dependents: dict[int, set[int]] = field(default_factory=dict)
+    watching: dict[int, list[int]] = field(default_factory=dict)
+    dependency_blocked: dict[int, str] = field(default_factory=dict)
     # transient: audit records folded but not yet handed to the store (``xce.model.audit``); None records nothing
     audit_outbox: AuditOutbox | None = field(default=None, compare=False, repr=False)
 

@@ -83,6 +83,8 @@ class JobDoc(TypedDict):
     held_s: float | None
     mem_limit: int | None
     usage: Annotated[RunUsage | None, Limit(description="what the last run used (null before a run has ended)")]
+    dependency: Annotated[str | None, Limit(description="-w: the dependency expression as submitted")]
+    terminate_orphan: Annotated[bool, Limit(description="-ti: ended if its dependency can never hold")]
 
 
 class _Row(TypedDict):

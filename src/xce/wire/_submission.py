@@ -77,6 +77,11 @@ class Submission:
     mem_limit: Annotated[str, Limit(min_length=1, max_length=40, description=(
         "SIZE (100Mi, 2G): the memory each host's part of the job may use (LSF's -M), enforced by the run's "
         "cgroup; without it a job's rusage[mem=] reservation is its limit"))] | None = None
+    dependency: Annotated[str, Limit(min_length=1, max_length=4096, description=(
+        "LSF's -w: a dependency expression (done(12) && exit(\"train\", ==3) ...): the job starts only once it "
+        "holds"))] | None = None
+    terminate_orphan: Annotated[bool, Limit(description=(
+        "LSF's -ti: end the job (EXIT) if its dependency can never hold, instead of leaving it pending"))] = False
 
     def __init__(self, **given: Any) -> None:
         unknown = set(given) - set(FIELDS)

@@ -79,6 +79,9 @@ class Job:
     process_exit: dict[str, Any] | None = None  # how the process ended, while the stage-out runs
     history: list[dict[str, Any]] = field(default_factory=list)  # {state, time, reason}: every transition
     request_id: str | None = None  # the submission's client-chosen id (model.job_requests finds it)
+    dependency: str | None = None  # -w: the expression as submitted (xce.depend)
+    dependency_tree: list[Any] | None = None  # the same, its targets resolved to job ids (xce.model.dependencies)
+    terminate_orphan: bool = False  # -ti: a dependency that can never hold ends the job
 
     def __post_init__(self) -> None:
         if type(self.state) is not JobState:  # read back from JSON (a snapshot, an archived document)
