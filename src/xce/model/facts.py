@@ -194,6 +194,7 @@ class JobSubmitted(Fact):
     dependency: str | None = None  # -w as submitted
     dependency_tree: list[Any] | None = None  # resolved to job ids at submission (xce.model.dependencies)
     terminate_orphan: bool = False  # -ti
+    array_limit: int | None = None  # NAME[...]%N: elements that may hold hosts at once
 
 
 # ---------------------------------------------------------------- audit

@@ -94,6 +94,22 @@ class JobSpec:
 
 MAX_ARRAY = 100_000
 _ARRAY = re.compile(r"^(?P<name>[^\[\]]+)\[(?P<spec>[^\[\]]+)\]$")
+_ARRAY_LIMIT = re.compile(r"^(?P<array>.*\])%(?P<limit>[^%]*)$")
+
+
+def split_array_limit(text: str) -> tuple[str, int | None]:
+    """``NAME[1-1000]%50`` -> (``NAME[1-1000]``, 50): at most 50 elements at once, as LSF's; other
+    names come back as they are, with None."""
+    m = _ARRAY_LIMIT.match(text)
+    if m is None:
+        return text, None
+    try:
+        limit = int(m.group("limit"))
+    except ValueError:
+        limit = 0
+    if limit < 1:
+        raise InvalidRequest(f"invalid job array limit in {text!r}: expected NAME[1-100]%N with N >= 1")
+    return m.group("array"), limit
 
 
 def parse_array_name(text: str) -> tuple[str, list[int]]:
@@ -161,8 +177,10 @@ def submit(model: State, actor: User, spec: JobSpec, now: float, config: Config 
         raise Forbidden(f"user {actor.name!r} is not a member of project {project!r}")
     name = spec.name if spec.name is not None else os.path.basename(spec.command[0])[:63] or "job"
     indices: list[int] = []
+    array_limit = None
     if spec.name is not None:
-        name, indices = parse_array_name(spec.name)
+        array_name, array_limit = split_array_limit(spec.name)
+        name, indices = parse_array_name(array_name)
         check_name("job", name)
     if config is not None:
         _check_user_limits(model, actor, len(indices) or 1, config.controller)
@@ -190,7 +208,7 @@ def submit(model: State, actor: User, spec: JobSpec, now: float, config: Config 
         stdout=spec.stdout, stderr=spec.stderr, rerunnable=spec.rerunnable, held=spec.held,
         array_indices=indices, claim_refs=refs, templates=templates, app=app, request_id=spec.request_id,
         mem_limit=spec.mem_limit, dependency=spec.dependency if tree is not None else None, dependency_tree=tree,
-        terminate_orphan=spec.terminate_orphan and tree is not None,
+        terminate_orphan=spec.terminate_orphan and tree is not None, array_limit=array_limit if indices else None,
     )], job_id
 
 
@@ -242,6 +260,14 @@ def _index(model: State, job: Job) -> None:
     per-user count of waiting (PEND or PSUSP) jobs, ``model.finished_jobs`` (in the order they
     ended: what retirement scans, ``xce.model.history``) and the dependency indexes (the job's own,
     and the verdicts of the jobs waiting on it: ``xce.model.dependencies``) up to date."""
+    if job.array_limit is not None and job.array_parent is not None:
+        busy = model.array_busy.setdefault(job.array_parent, set())
+        if job.array_busy:
+            busy.add(job.id)
+        else:
+            busy.discard(job.id)
+            if not busy:
+                del model.array_busy[job.array_parent]
     if job.dependency_tree is not None:
         dependencies.watch(model, job)
     if job.id in model.dependents:
@@ -305,6 +331,7 @@ def apply_job_submitted(model: State, f: JobSubmitted) -> None:
             claim_refs=[dict(r) for r in f.claim_refs], templates=[dict(t) for t in f.templates], app=f.app,
             history=[submitted.copy()], request_id=f.request_id if job_id == f.id else None, mem_limit=f.mem_limit,
             dependency=f.dependency, dependency_tree=f.dependency_tree, terminate_orphan=f.terminate_orphan,
+            array_limit=f.array_limit if parent is not None else None,
         )
         _index(model, job)
     if f.request_id is not None:

@@ -129,6 +129,8 @@ class State:
     dependents: dict[int, set[int]] = field(default_factory=dict)
     watching: dict[int, list[int]] = field(default_factory=dict)
     dependency_blocked: dict[int, str] = field(default_factory=dict)
+    # elements of arrays with a limit (NAME[1-100]%5) that hold hosts now: array -> their ids
+    array_busy: dict[int, set[int]] = field(default_factory=dict)
     # transient: audit records folded but not yet handed to the store (``xce.model.audit``); None records nothing
     audit_outbox: AuditOutbox | None = field(default=None, compare=False, repr=False)
 
@@ -230,6 +232,10 @@ class State:
         self.job_requests = {f"{j.user}/{j.request_id}": j.id for j in self.jobs.values() if j.request_id is not None}
         finished = sorted((j for j in self.jobs.values() if j.finished), key=lambda j: (j.end_time or 0.0, j.id))
         self.finished_jobs = dict.fromkeys(j.id for j in finished)
+        self.array_busy = {}
+        for j in self.jobs.values():
+            if j.array_busy and j.array_parent is not None:
+                self.array_busy.setdefault(j.array_parent, set()).add(j.id)
         for job_id in self.waiting_jobs:
             user = self.jobs[job_id].user
             self.waiting_by_user[user] = self.waiting_by_user.get(user, 0) + 1

@@ -82,6 +82,12 @@ class Job:
     dependency: str | None = None  # -w: the expression as submitted (xce.depend)
     dependency_tree: list[Any] | None = None  # the same, its targets resolved to job ids (xce.model.dependencies)
     terminate_orphan: bool = False  # -ti: a dependency that can never hold ends the job
+    array_limit: int | None = None  # NAME[1-1000]%50: at most this many of its array's elements hold hosts at once
+
+    @property
+    def array_busy(self) -> bool:
+        """An element of a limited array that holds hosts now (allocated, running or staging out)."""
+        return self.array_limit is not None and not self.finished and (bool(self.alloc_slots) or self.started)
 
     def __post_init__(self) -> None:
         if type(self.state) is not JobState:  # read back from JSON (a snapshot, an archived document)

@@ -1,10 +1,13 @@
-"""Job dependencies (``-w``, ``-ti``) through the CLI, on a real cluster: a controller and two workers
-on loopback.  A pipeline runs in order; an exit code releases what waits on it; a condition that can
-never hold leaves its job pending, or ends it with ``-ti``."""
+"""Everyday batch controls through the CLI, on a real cluster (a controller and two workers on
+loopback): dependencies (``-w``, ``-ti``): a pipeline runs in order, an exit code releases what waits
+on it, a condition that can never hold leaves its job pending or ends it with ``-ti``; array limits
+(``NAME[1-20]%2``) are never exceeded."""
 
 from __future__ import annotations
 
 import pytest
+
+import time
 
 from tests.helpers import wait_for
 from tests.integration.conftest import make_cluster
@@ -66,3 +69,18 @@ def test_bad_dependencies_are_refused_before_anything_runs(cl):
     assert r.returncode == 2 and "bad dependency expression (-w)" in r.stderr and "^" in r.stderr
     r = cl.xce("submit", "-w", "done(99999)", "--", "true", ok=False)
     assert r.returncode != 0 and "not in the system" in r.stderr
+
+
+def test_an_array_limit_is_never_exceeded_and_is_reached(cl):
+    first = cl.submit("-J", "capped[1-20]%2", "--", "sleep", "0.3")
+    ids = range(first, first + 20)
+    most, deadline = 0, time.monotonic() + 120
+    with cl.api() as api:
+        while time.monotonic() < deadline:
+            states = [j["state"] for j in api.get("/v1/jobs", params={"all": "true"}).json() if j["id"] in ids]
+            most = max(most, sum(s in ("RUN", "STAGE_OUT") for s in states))
+            if len(states) == 20 and all(s == "DONE" for s in states):
+                break
+            time.sleep(0.05)
+    assert most == 2
+    assert all(cl.job(i)["state"] == "DONE" for i in ids)
