@@ -222,6 +222,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("mem_limit", ("-M", "--mem-limit"), "memory each host's part of the job may use (512Mi, 4G); beyond it "
            "the job is killed and ends EXIT (default: its rusage[mem=] reservation, if any)", metavar="SIZE"),
     Option("hold", ("-H", "--hold"), "submit held (PSUSP) until released", kind="flag"),
+    Option("run_limit", ("-W", "--run-limit"), "end the run this long after it starts ([HH:]MM; the kill path), "
+           "EXIT with 'run limit H:MM reached' (default: the queue's)", metavar="[HH:]MM"),
+    Option("run_estimate", ("-We", "--run-estimate"), "how long the run is expected to take ([HH:]MM)",
+           metavar="[HH:]MM"),
+    Option("warning_action", ("-wa", "--warning-action"), "a signal sent once, -wt before the run limit "
+           "(USR1, 10...)", metavar="SIGNAL"),
+    Option("warning_time", ("-wt", "--warning-time"), "how long before the run limit the -wa signal comes "
+           "([HH:]MM)", metavar="[HH:]MM"),
     Option("dependency", ("-w", "--dependency"), "start only once this holds: done(ID|\"NAME\"), ended(), "
            "exit(ID[, OP CODE]), started(), post_done(), post_err(), numdone(ARRAY, OP N|*), numended(), "
            "numexit(); && || ! ( ); NAME may hold *; ID[INDEX] is an array element", metavar="EXPR",

@@ -20,7 +20,7 @@ from xce.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
 from xce.client import ApiError, Client
 from xce.client.states import JOB_PENDING, JobState
 from xce.cli.output import fields, parse_since, print_json, print_table, table, when
-from xce.units import format_size
+from xce.units import format_run_limit, format_size
 
 # GET /v1/jobs's default and largest limit (xce.api.jobs; not imported: the CLI starts fast)
 LIST_LIMIT = 1000
@@ -286,6 +286,7 @@ def _show_one(job: dict[str, Any]) -> str:
         ("Hosts held", f"{job['held_s']:.1f}s before it started" if job.get("held_s") is not None else "omit"),
         ("Ended", when(job["end_time"])), ("Exit code", job["exit_code"]), ("Signal", job["signal"]),
         ("Exit reason", job["exit_reason"]), ("Memory limit", format_size(job.get("mem_limit"), iec=True)),
+        ("Run limit", format_run_limit(job["run_limit"]) if job.get("run_limit") else "omit"),
         ("Usage", _usage(job.get("usage")) or "omit"),
         ("Cwd", job["cwd"]), ("Stdout", job["stdout"]), ("Stderr", job["stderr"]),
     ] if v != "omit"])

@@ -195,6 +195,11 @@ class JobSubmitted(Fact):
     dependency_tree: list[Any] | None = None  # resolved to job ids at submission (xce.model.dependencies)
     terminate_orphan: bool = False  # -ti
     array_limit: int | None = None  # NAME[...]%N: elements that may hold hosts at once
+    run_limit: float | None = None  # -W, or the queue's run_limit: seconds from the run's start
+    run_estimate: float | None = None  # -We, seconds
+    warn_signal: int | None = None  # -wa
+    warn_time: float | None = None  # -wt: seconds before the run limit
+    limit_grace: float | None = None  # the queue's terminate_grace when the run limit ends the run
 
 
 # ---------------------------------------------------------------- audit

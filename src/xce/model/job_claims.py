@@ -256,7 +256,9 @@ def request_specs(request: Submission) -> tuple[JobSpec, JobClaimsSpec]:
                    slots=request.slots, resreq=request.resreq, cwd=request.cwd, stdout=request.stdout,
                    stderr=request.stderr, rerunnable=request.rerunnable, held=request.hold,
                    request_id=request.request_id, mem_limit=jobs.parse_mem_limit(request.mem_limit),
-                   dependency=request.dependency, terminate_orphan=request.terminate_orphan)
+                   dependency=request.dependency, terminate_orphan=request.terminate_orphan,
+                   run_limit=request.run_limit, run_estimate=request.run_estimate,
+                   warning_action=request.warning_action, warning_time=request.warning_time)
     claims = JobClaimsSpec(claims=request.claims, scratch=request.scratch, stage_in=request.stage_in,
                            stage_out=request.stage_out, stage_size=request.stage_size, app=request.app,
                            stage_class=request.stage_class)

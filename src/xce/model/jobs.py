@@ -44,7 +44,7 @@ from xce.model.state import State
 from xce.model.transitions import check
 from xce.names import check_name
 from xce.resreq import ResReqError, parse_resreq
-from xce.units import parse_amount
+from xce.units import format_run_limit, parse_amount, parse_run_limit
 
 if TYPE_CHECKING:
     from xce.config import Config, ControllerConfig
@@ -90,6 +90,10 @@ class JobSpec:
     mem_limit: int | None = None  # -M, in bytes
     dependency: str | None = None  # -w: an expression (xce.depend)
     terminate_orphan: bool = False  # -ti: end the job if its dependency can never hold
+    run_limit: str | None = None  # -W [HH:]MM
+    run_estimate: str | None = None  # -We [HH:]MM
+    warning_action: str | None = None  # -wa SIGNAL
+    warning_time: str | None = None  # -wt [HH:]MM
 
 
 MAX_ARRAY = 100_000
@@ -200,6 +204,7 @@ def submit(model: State, actor: User, spec: JobSpec, now: float, config: Config 
     if spec.mem_limit is not None and not MIN_MEM_LIMIT <= spec.mem_limit <= MAX_MEM_LIMIT:
         raise InvalidRequest(f"memory limit (-M) must be between 4Mi and 1Pi, got {spec.mem_limit} bytes")
     tree = _dependency(model, actor, spec)
+    limits = _run_limits(spec, queue, config)
     refs, templates, app = claims(project, queue) if claims is not None else ([], [], None)
     job_id = model.next_job_id
     return [JobSubmitted(
@@ -209,7 +214,33 @@ def submit(model: State, actor: User, spec: JobSpec, now: float, config: Config 
         array_indices=indices, claim_refs=refs, templates=templates, app=app, request_id=spec.request_id,
         mem_limit=spec.mem_limit, dependency=spec.dependency if tree is not None else None, dependency_tree=tree,
         terminate_orphan=spec.terminate_orphan and tree is not None, array_limit=array_limit if indices else None,
+        **limits,
     )], job_id
+
+
+def _run_limits(spec: JobSpec, queue: str, config: Config | None) -> dict[str, Any]:
+    """-W (or the queue's run_limit), -We, -wa/-wt in the fact's terms (seconds, a signal number),
+    checked against the queue's max_run_limit."""
+    try:
+        limit = parse_run_limit(spec.run_limit, "run limit (-W)") if spec.run_limit is not None else None
+        estimate = parse_run_limit(spec.run_estimate, "run estimate (-We)") if spec.run_estimate is not None else None
+        warn_time = parse_run_limit(spec.warning_time, "warning time (-wt)") if spec.warning_time is not None else None
+    except ValueError as e:
+        raise InvalidRequest(str(e)) from None
+    default, most = config.run_limits(queue) if config is not None else (None, None)
+    if limit is None:
+        limit = default
+    elif most is not None and limit > most:
+        raise InvalidRequest(f"run limit (-W) {format_run_limit(limit)} is over queue {queue!r}'s maximum "
+                             f"{format_run_limit(most)} (max_run_limit)")
+    if (spec.warning_action is None) != (warn_time is None):
+        raise InvalidRequest("-wa SIGNAL and -wt [HH:]MM go together: the signal, and how long before the run limit")
+    warn_signal = parse_signal(spec.warning_action) if spec.warning_action is not None else None
+    if warn_time is not None and limit is None:
+        raise InvalidRequest("-wa/-wt warn before a run limit: give -W too (the queue has no run_limit)")
+    grace = config.terminate_grace(queue) if config is not None and limit is not None else None
+    return {"run_limit": limit, "run_estimate": estimate, "warn_signal": warn_signal, "warn_time": warn_time,
+            "limit_grace": grace}
 
 
 def _dependency(model: State, actor: User, spec: JobSpec) -> list[Any] | None:
@@ -331,7 +362,8 @@ def apply_job_submitted(model: State, f: JobSubmitted) -> None:
             claim_refs=[dict(r) for r in f.claim_refs], templates=[dict(t) for t in f.templates], app=f.app,
             history=[submitted.copy()], request_id=f.request_id if job_id == f.id else None, mem_limit=f.mem_limit,
             dependency=f.dependency, dependency_tree=f.dependency_tree, terminate_orphan=f.terminate_orphan,
-            array_limit=f.array_limit if parent is not None else None,
+            array_limit=f.array_limit if parent is not None else None, run_limit=f.run_limit,
+            run_estimate=f.run_estimate, warn_signal=f.warn_signal, warn_time=f.warn_time, limit_grace=f.limit_grace,
         )
         _index(model, job)
     if f.request_id is not None:

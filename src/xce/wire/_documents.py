@@ -85,6 +85,8 @@ class JobDoc(TypedDict):
     usage: Annotated[RunUsage | None, Limit(description="what the last run used (null before a run has ended)")]
     dependency: Annotated[str | None, Limit(description="-w: the dependency expression as submitted")]
     terminate_orphan: Annotated[bool, Limit(description="-ti: ended if its dependency can never hold")]
+    run_limit: Annotated[float | None, Limit(description="-W (or the queue's run_limit): seconds a run may last")]
+    run_estimate: Annotated[float | None, Limit(description="-We: seconds a run is expected to take")]
 
 
 class _Row(TypedDict):
@@ -291,3 +293,7 @@ class Dispatch(TypedDict):
     project: str
     claims: list[dict[str, Any]]  # what the worker publishes into the run (xce.model.job_claims.publish_list)
     mem_limit: int | None
+    run_limit: float | None  # seconds from the run's start; its shepherd ends it then (-W)
+    warn_signal: int | None  # sent once, warn_time seconds before the run limit (-wa)
+    warn_time: float | None  # (-wt)
+    limit_grace: float | None  # SIGTERM to SIGKILL when the run limit ends it

@@ -83,6 +83,11 @@ class Job:
     dependency_tree: list[Any] | None = None  # the same, its targets resolved to job ids (xce.model.dependencies)
     terminate_orphan: bool = False  # -ti: a dependency that can never hold ends the job
     array_limit: int | None = None  # NAME[1-1000]%50: at most this many of its array's elements hold hosts at once
+    run_limit: float | None = None  # -W (or its queue's run_limit): seconds a run may last from its start
+    run_estimate: float | None = None  # -We: seconds it is expected to take
+    warn_signal: int | None = None  # -wa: sent once, warn_time seconds before the run limit
+    warn_time: float | None = None  # -wt
+    limit_grace: float | None = None  # SIGTERM to SIGKILL when the run limit ends a run (its queue's grace)
 
     @property
     def array_busy(self) -> bool:
