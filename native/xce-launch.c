@@ -49,6 +49,8 @@
  *   - RUN/kill ("GRACE" seconds, written once by the worker when the job is to end): SIGINT and SIGTERM
  *     to every process of the job, once, then SIGKILL to all of them when GRACE has passed;
  *   - RUN/signals ("SEQ SIGNUM" lines): each signal once, in order (xce kill -s), to every process;
+ *   - RUN/limit ("LIMIT WARN SIGNUM GRACE"): the run limit, kept on our own clock from the job's start:
+ *     the warning signal WARN seconds before it, then the kill path, and RUN/limited says so;
  *   - RUN/freeze ("1" or "0"): the job frozen or thawed (xce stop / xce resume);
  *   - the lease (--lease FILE: "DEADLINE" in CLOCK_BOOTTIME nanoseconds, renewed by the worker each
  *     time the controller answers its heartbeat): once the deadline has passed and the file says no
@@ -635,18 +637,43 @@ struct control {
     int frozen;
 };
 
+/* The kill path: SIGINT and SIGTERM once (a frozen job thawed first: it could not handle them),
+ * SIGKILL when the grace has passed. */
+static void terminate(struct control *c, double grace) {
+    if (!(grace >= 0)) grace = 0;
+    c->terminating = 1;
+    if (c->frozen) freeze(0), c->frozen = 0;
+    signal_all(SIGINT);
+    signal_all(SIGTERM);
+    c->kill_at = now_ns() + (int64_t)(grace * 1e9);
+}
+
+/* The run limit (RUN/limit "LIMIT WARN SIGNUM GRACE", seconds; written by the worker before we
+ * started): when, on our own clock, the warning signal comes and the kill path starts (0: never). */
+struct limit {
+    int64_t warn_at, end_at;
+    int warn_signal;
+    double grace;
+};
+
+static struct limit read_limit(int64_t started) {
+    struct limit lim = {0};
+    char buf[256];
+    double limit = 0, warn = 0, grace = 10;
+    int sig = 0;
+    if (read_run(L->run, "limit", buf, sizeof buf) > 0 && sscanf(buf, "%lf %lf %d %lf", &limit, &warn, &sig, &grace) >= 1 &&
+        limit > 0) {
+        lim.end_at = started + (int64_t)(limit * 1e9);
+        if (sig > 0 && sig < 65 && warn > 0) lim.warn_at = lim.end_at - (int64_t)(warn * 1e9), lim.warn_signal = sig;
+        lim.grace = grace;
+    }
+    return lim;
+}
+
 /* Act on what the worker wrote (RUN/kill, RUN/signals, RUN/freeze): each thing once. */
 static void apply_control(struct control *c) {
     char buf[65536];
-    if (!c->terminating && read_run(L->run, "kill", buf, sizeof buf) > 0) {
-        double grace = strtod(buf, NULL);
-        if (!(grace >= 0)) grace = 0;
-        c->terminating = 1;
-        if (c->frozen) freeze(0), c->frozen = 0; /* a frozen job cannot handle SIGTERM */
-        signal_all(SIGINT);
-        signal_all(SIGTERM);
-        c->kill_at = now_ns() + (int64_t)(grace * 1e9);
-    }
+    if (!c->terminating && read_run(L->run, "kill", buf, sizeof buf) > 0) terminate(c, strtod(buf, NULL));
     if (read_run(L->run, "signals", buf, sizeof buf) > 0) {
         for (char *line = buf, *next; line && *line; line = next) {
             next = strchr(line, '\n');
@@ -672,6 +699,7 @@ static void shepherd(int sfd, int wake, int *status, struct rusage *ru) {
     struct control c = {0};
     int64_t lease = L->lease ? lease_deadline() : 0;
     int fenced = 0;
+    struct limit lim = read_limit(now_ns());
     int64_t later_at = L->nlater && L->cg != CG_NONE ? now_ns() + (int64_t)DEFER_MS * 1000000 : 0;
     apply_control(&c); /* what the worker wrote before the job started */
     for (;;) {
@@ -685,11 +713,24 @@ static void shepherd(int sfd, int wake, int *status, struct rusage *ru) {
             write_run_text(L->run, "fenced", "1\n");
             kill_all();
         }
+        if (lim.warn_at && now >= lim.warn_at) {
+            lim.warn_at = 0;
+            if (!c.terminating) signal_all(lim.warn_signal);
+        }
+        if (lim.end_at && now >= lim.end_at) {
+            lim.end_at = 0;
+            if (!c.terminating && !fenced) {
+                write_run_text(L->run, "limited", "1\n"); /* the worker reports "run limit H:MM reached" */
+                terminate(&c, lim.grace);
+            }
+        }
         if (c.terminating && !c.killed && now >= c.kill_at) {
             c.killed = 1;
             kill_all();
         }
         int64_t next = later_at ? later_at : INT64_MAX;
+        if (lim.warn_at && lim.warn_at < next) next = lim.warn_at;
+        if (lim.end_at && lim.end_at < next) next = lim.end_at;
         if (L->lease && !fenced && lease < next) next = lease;
         if (c.terminating && !c.killed && c.kill_at < next) next = c.kill_at;
         int timeout = -1;

@@ -110,6 +110,16 @@ def test_a_bad_resource_requirement_points_at_its_column():
                                             "  select[", "         ^"]
 
 
+def test_a_dependency_and_ti_reach_their_fields_and_a_bad_one_points_at_its_column():
+    s = parse("-w", 'done(12) && exit("train", ==3)', "-ti", "--", "true")
+    assert (s.dependency, s.terminate_orphan) == ('done(12) && exit("train", ==3)', True)
+    assert parse("--", "true").dependency is None
+    with pytest.raises(JobSpecError) as e:
+        parse("-w", "done(12) &&", "--", "true")
+    assert e.value.message.splitlines() == ["bad dependency expression (-w): expected a job id or a job name at "
+                                            "column 12", "  done(12) &&", "             ^"]
+
+
 def test_stage_paths_urls_and_remotes(tmp_path):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "f").write_bytes(b"x" * 100)

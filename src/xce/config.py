@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from xce.errors import InvalidRequest
 from xce.names import check_name
 from xce.transfers.site import TransferConfigError, TransferSite, parse_site
-from xce.units import parse_duration, parse_size
+from xce.units import parse_duration, parse_run_limit, parse_size
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -146,6 +146,9 @@ class QueueConfig:
     # seconds from a kill's SIGINT + SIGTERM to its SIGKILL for this queue's jobs (LSF's
     # JOB_TERMINATE_INTERVAL); None: [controller] terminate_grace
     terminate_grace: float | None = None
+    # LSF's RUNLIMIT, [HH:]MM: the run limit of this queue's jobs that give no -W, and the most a -W may ask
+    run_limit: str | None = None
+    max_run_limit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -338,6 +341,14 @@ class Config:
     def app(self, name: str) -> AppConfig | None:
         return next((a for a in self.apps if a.name == name), None)
 
+    def run_limits(self, queue: str) -> tuple[float | None, float | None]:
+        """A job of ``queue``'s run limit when it gives none, and the most it may give, in seconds (None: none)."""
+        q = next((q for q in self.queues if q.name == queue), None)
+        if q is None:
+            return None, None
+        return (parse_run_limit(q.run_limit) if q.run_limit is not None else None,
+                parse_run_limit(q.max_run_limit) if q.max_run_limit is not None else None)
+
     def terminate_grace(self, queue: str) -> float:
         """Seconds from a kill's SIGTERM to its SIGKILL for a job of ``queue``: the queue's, else the cluster's."""
         q = next((q for q in self.queues if q.name == queue), None)
@@ -466,6 +477,13 @@ def parse_config(text: str, source: str = "<string>") -> Config:
     for q in queues:
         if q.terminate_grace is not None and not 0 <= q.terminate_grace <= 86400:
             raise ConfigError(f"{source}: queue {q.name!r}: 0 <= terminate_grace <= 86400")
+        try:
+            limits = [parse_run_limit(v, k) for k, v in (("run_limit", q.run_limit), ("max_run_limit", q.max_run_limit))
+                      if v is not None]
+        except ValueError as e:
+            raise ConfigError(f"{source}: queue {q.name!r}: {e}") from None
+        if len(limits) == 2 and limits[0] > limits[1]:
+            raise ConfigError(f"{source}: queue {q.name!r}: run_limit above max_run_limit")
     if ctl.job_environment not in ("submitted", "clean"):
         raise ConfigError(f"{source} [controller]: job_environment is \"submitted\" or \"clean\", got "
                           f"{ctl.job_environment!r}")

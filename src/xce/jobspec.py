@@ -184,6 +184,20 @@ def stage_bytes(sources: list[str]) -> int:
     return max(1, -(-total // mib)) * mib
 
 
+def _dependency(value: str | None, site: Site) -> str | None:
+    """Checked here, as -R is, so a typo is shown with a caret before anything is sent."""
+    if value is None:
+        return None
+    from xce.depend import DependError, parse  # (only when given)
+
+    try:
+        parse(value)
+    except DependError as e:
+        raise JobSpecError(f"bad dependency expression (-w): {e.reason} at column {e.position + 1}\n"
+                           f"  {e.text}\n  {' ' * e.position}^") from None
+    return value
+
+
 def _resreq(value: str | list[str] | None, site: Site) -> str:
     """One -R, or several merged as LSF merges them (``resreq.merge_resreqs``); checked here, so a typo is
     shown with a caret under its column before anything is sent.  On the bsub path, rusage[mem=] is in
@@ -354,6 +368,20 @@ OPTIONS: tuple[Option, ...] = (
            "number is bytes); beyond it the job is killed and ends EXIT (default: its rusage[mem=] reservation, if "
            "any)", metavar="SIZE", resolve=_mem_limit),
     Option("hold", ("-H", "--hold"), "submit held (PSUSP) until released", kind="flag"),
+    Option("run_limit", ("-W", "--run-limit"), "end the run this long after it starts ([HH:]MM; the kill path), "
+           "EXIT with 'run limit H:MM reached' (default: the queue's)", metavar="[HH:]MM"),
+    Option("run_estimate", ("-We", "--run-estimate"), "how long the run is expected to take ([HH:]MM)",
+           metavar="[HH:]MM"),
+    Option("warning_action", ("-wa", "--warning-action"), "a signal sent once, -wt before the run limit "
+           "(USR1, 10...)", metavar="SIGNAL"),
+    Option("warning_time", ("-wt", "--warning-time"), "how long before the run limit the -wa signal comes "
+           "([HH:]MM)", metavar="[HH:]MM"),
+    Option("dependency", ("-w", "--dependency"), "start only once this holds: done(ID|\"NAME\"), ended(), "
+           "exit(ID[, OP CODE]), started(), post_done(), post_err(), numdone(ARRAY, OP N|*), numended(), "
+           "numexit(); && || ! ( ); NAME may hold *; ID[INDEX] is an array element", metavar="EXPR",
+           resolve=_dependency),
+    Option("terminate_orphan", ("-ti", "--terminate-orphan"), "end the job (EXIT) if its -w dependency can "
+           "never hold, instead of leaving it pending", kind="flag"),
     Option("claims", ("--claim",), "a standalone claim the job uses, at $XCE_CLAIM_<NAME> (repeatable)",
            kind="append", metavar="NAME[:rw|ro]"),
     Option("scratch", ("--scratch",), "per-run scratch space, at $XCE_SCRATCH", metavar="SIZE[:CLASS]",

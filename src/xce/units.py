@@ -105,6 +105,29 @@ def format_size(n: float | None, *, iec: bool = False, decimals: int | None = No
     return f"{n:g} B" if iec else f"{n:g}"
 
 
+_RUN_LIMIT = re.compile(r"^(?:(\d{1,6}):)?(\d{1,7})$")
+MAX_RUN_LIMIT = 365 * 86400.0
+
+
+def parse_run_limit(text: str | int | float, what: str = "run limit") -> float:
+    """LSF's ``[HH:]MM`` (``-W 90``, ``-W 1:30``; a number: minutes) -> seconds, at least a minute."""
+    if isinstance(text, bool):
+        raise ValueError(f"invalid {what} {text!r}")
+    m = _RUN_LIMIT.match(str(text).strip()) if not isinstance(text, float) else None
+    if m is None:
+        raise ValueError(f"invalid {what} {text!r}: expected [HH:]MM, minutes (90) or hours and minutes (1:30)")
+    seconds = (int(m.group(1) or 0) * 60 + int(m.group(2))) * 60.0
+    if not 60 <= seconds <= MAX_RUN_LIMIT:
+        raise ValueError(f"invalid {what} {text!r}: between 1 minute and 365 days")
+    return seconds
+
+
+def format_run_limit(seconds: float) -> str:
+    """``3600`` -> ``1:00``, as LSF writes a run limit (hours and minutes)."""
+    minutes = int(round(seconds / 60))
+    return f"{minutes // 60}:{minutes % 60:02d}"
+
+
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)?$")
 _DURATION_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 

@@ -54,6 +54,20 @@ DOMAIN: dict[tuple[type, str], st.SearchStrategy] = {
     (HostStateChanged, "state"): st.sampled_from([s.value for s in HostState]),
     (JobFinished, "state"): st.sampled_from(["DONE", "EXIT"]),
     (JobSubmitted, "array_indices"): st.lists(st.integers(1, 5), max_size=3, unique=True),
+    # a dependency as resolved at submission: conditions on a few job ids, and and/or/not of them
+    (JobSubmitted, "dependency_tree"): st.one_of(st.none(), st.recursive(
+        st.builds(lambda func, ids, value: ["cond", func, {"jobs": ids, "label": "x"},
+                                            "==" if value is not None else None, value],
+                  st.sampled_from(["done", "ended", "exit", "started", "post_done", "numdone", "numexit"]),
+                  st.lists(st.integers(1, 6), min_size=1, max_size=3),
+                  st.sampled_from([None, 0, 1, "*"])).map(
+            lambda t: t if t[1].startswith("num") == (t[4] is not None) else [*t[:3], None, None] if
+            not t[1].startswith("num") else [*t[:3], None, "*"]),
+        lambda inner: st.one_of(st.builds(lambda items: ["and", items], st.lists(inner, min_size=2, max_size=3)),
+                                st.builds(lambda items: ["or", items], st.lists(inner, min_size=2, max_size=3)),
+                                st.builds(lambda item: ["not", item], inner)),
+        max_leaves=4)),
+    (JobSubmitted, "array_limit"): st.one_of(st.none(), st.integers(1, 3)),
     (ClaimCreated, "form"): st.sampled_from(["standalone", "template"]),
     (ClaimCreated, "scope"): st.sampled_from(["shared", "node"]),
     (ClaimCreated, "access_mode"): st.sampled_from(["RWO", "ROX", "RWX", "RWOP"]),

@@ -50,6 +50,8 @@ def job_json(model: Model, job: Job, pending_reason: str | None = None,
         "alloc_time": job.alloc_time, "held_s": held,
         "mem_limit": job.mem_limit, "usage": job.usage,
         "shell": job.shell, "script": job.script, "submit_dir": job.submit_dir, "note": job.run_note or None,
+        "dependency": job.dependency, "terminate_orphan": job.terminate_orphan,
+        "run_limit": job.run_limit, "run_estimate": job.run_estimate,
     }
 
 
@@ -399,7 +401,8 @@ def dispatch_json(model: Model, job: Job, host: str) -> Dispatch:
                     array_index=job.array_index, array_parent=job.array_parent, queue=job.queue,
                     project=job.project, claims=job_claims.publish_list(model, job, host),
                     mem_limit=dispatch.mem_limit(job, host), alloc_slots=job.alloc_slots, shell=job.shell,
-                    script=job.script, submit_dir=job.submit_dir, env=job.env)
+                    script=job.script, submit_dir=job.submit_dir, env=job.env, run_limit=job.run_limit,
+                    warn_signal=job.warn_signal, warn_time=job.warn_time, limit_grace=job.limit_grace)
 
 
 def host_work_json(model: Model, host: str, work: dispatch.HostWork) -> dict[str, Any]:

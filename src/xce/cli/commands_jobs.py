@@ -20,7 +20,7 @@ from xce.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
 from xce.client import ApiError, Client
 from xce.client.states import JOB_PENDING, JobState
 from xce.cli.output import fields, parse_since, print_json, print_table, table, when
-from xce.units import format_size
+from xce.units import format_run_limit, format_size
 
 # GET /v1/jobs's default and largest limit (xce.api.jobs; not imported: the CLI starts fast)
 LIST_LIMIT = 1000
@@ -288,12 +288,15 @@ def _show_one(job: dict[str, Any]) -> str:
         ("Staging out", job["pending_reason"] if job["state"] == JobState.STAGE_OUT else "omit"),
         ("App profile", job.get("app")),
         ("Rerunnable", "yes" if job["rerunnable"] else "no"),
+        ("Dependency", (job["dependency"] + (" (-ti)" if job.get("terminate_orphan") else ""))
+         if job.get("dependency") else "omit"),
         ("Submitted", when(job["submit_time"])),
         ("Allocated", when(job.get("alloc_time")) if job.get("alloc_time") else "omit"),
         ("Started", when(job["start_time"])),
         ("Hosts held", f"{job['held_s']:.1f}s before it started" if job.get("held_s") is not None else "omit"),
         ("Ended", when(job["end_time"])), ("Exit code", job["exit_code"]), ("Signal", job["signal"]),
         ("Exit reason", job["exit_reason"]), ("Memory limit", format_size(job.get("mem_limit"), iec=True)),
+        ("Run limit", format_run_limit(job["run_limit"]) if job.get("run_limit") else "omit"),
         ("Usage", _usage(job.get("usage")) or "omit"),
         ("Cwd", job["cwd"]), ("Submitted from", job.get("submit_dir")), ("Note", job.get("note")),
         ("Stdout", job["stdout"]), ("Stderr", job["stderr"]),

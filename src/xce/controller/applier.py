@@ -182,12 +182,18 @@ def _apply_allocations(model: Model, plan: Plan, now: float, config: Config | No
     taken_cluster: dict[str, float] = {}
     taken_pool: dict[str, int] = {}
     next_claim, next_attachment = model.next_claim_id, model.next_attachment_id
+    taken_array: dict[int, int] = {}  # elements of limited arrays allocated by this plan
     locked = hosts_locked_out(model, now) if plan.allocations else frozenset()
     for a in plan.allocations:
         job = model.jobs.get(a.job_id)
         why = None
         if job is None or job.state is not JobState.PEND or job.alloc_slots or job.run != a.run:
             why = "job changed since the scheduler's view"
+        elif job.id in model.dependency_blocked:
+            why = "its dependency no longer holds"
+        elif job.array_limit is not None and job.array_parent is not None and \
+                len(model.array_busy.get(job.array_parent, ())) + taken_array.get(job.array_parent, 0) >= job.array_limit:
+            why = f"array limit reached: {job.array_limit} elements at once"
         elif (gone := job_claims.unusable_ref(model, job)) is not None:
             why = gone
         elif (far := job_claims.unreachable(model, job, a.hosts)) is not None:
@@ -221,6 +227,8 @@ def _apply_allocations(model: Model, plan: Plan, now: float, config: Config | No
         if why:
             result.rejected[a.job_id] = why
             continue
+        if job.array_limit is not None and job.array_parent is not None:
+            taken_array[job.array_parent] = taken_array.get(job.array_parent, 0) + 1
         for host_name, n in a.slots.items():
             taken_slots[host_name] = taken_slots.get(host_name, 0) + n
             for name, amount in a.counters.get(host_name, {}).items():

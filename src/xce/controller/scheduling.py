@@ -31,16 +31,16 @@ import time
 
 from xce.config import Config
 from xce.controller.applier import ApplyResult, apply_plan
-from xce.controller.commit import Committer
+from xce.controller.commit import Committer, Outcome
 from xce.controller.listeners import Listeners
 from xce.controller.observed import Observed
 from xce.controller.retry import MAX_RETRY_DELAY, Backoff, Rejections
 from xce.controller.term import Term
 from xce.errors import XceError
-from xce.model import Model
+from xce.model import Model, dependencies
 from xce.model.facts import (
     ClaimCreated, ClaimOpFailed, ClaimOpSucceeded, ClaimResizeRequested, Fact, HostRegistered, HostStateChanged,
-    JobFinished, JobReleased, JobRequeued, JobSubmitted,
+    JobFinished, JobProcessEnded, JobReleased, JobRequeued, JobStarted, JobSubmitted,
 )
 from xce.model.claims import ClaimState, ResizeState
 from xce.model.hosts import HostState
@@ -52,6 +52,7 @@ log = logging.getLogger("xce.scheduler")
 # facts after which a new plan may place more jobs
 _POKE = (JobSubmitted, JobFinished, JobRequeued, JobReleased, HostRegistered, HostStateChanged,
          ClaimCreated, ClaimOpSucceeded, ClaimOpFailed, ClaimResizeRequested)
+_STARTS = (JobStarted, JobProcessEnded)
 
 
 class SchedulerLoop:
@@ -107,7 +108,9 @@ class SchedulerLoop:
         return self.resize_reasons.get(claim_id)
 
     def _on_commit(self, facts: list[Fact]) -> None:
-        if any(isinstance(f, _POKE) for f in facts):
+        waited_on = self.commit.model.dependents  # a start another job waits for (-w started()) pokes too
+        if any(isinstance(f, _POKE) or (waited_on and isinstance(f, _STARTS) and f.job_id in waited_on)
+               for f in facts):
             self.rejections.backoff.reset()  # it may change what the applier says: plan at once
             self._wake.set()
 
@@ -148,6 +151,8 @@ class SchedulerLoop:
         await self.commit.read_barrier()
         config = self.config
         model = self.commit.model
+        if model.dependency_blocked and dependencies.orphans(model):
+            await self.commit.execute(lambda m: Outcome(facts=dependencies.terminate_orphans(m, time.time())))
         idle = _no_room(model)
         if idle and not _claims_waiting(model):
             # nothing can be placed: skip the view (O(pending jobs)), one reason fits them all

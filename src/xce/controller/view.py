@@ -37,12 +37,14 @@ class JobViews:
 
     def __init__(self) -> None:
         self._kept: dict[int, tuple[Job, tuple[int, str, int, int, str], JobView]] = {}
+        self.eligible = 0  # pending jobs the last call could have planned (dependencies and array limits allowing)
 
     def pending(self, model: Model, prio: dict[str, int], depth: int | None = None) -> tuple[JobView, ...]:
         """The views of the first ``depth`` pending jobs in the scheduler's order (all: None)."""
         kept, self._kept = self._kept, {}
         views = []
-        for j in map(model.jobs.__getitem__, first_pending(model, prio, depth)):
+        ids, self.eligible = first_pending(model, prio, depth)
+        for j in map(model.jobs.__getitem__, ids):
             key = (j.run, j.queue, prio.get(j.queue, 0), j.slots, j.resreq)
             hit = kept.get(j.id)
             # only views of jobs that use no claim are kept, and what makes a job use one is fixed at
@@ -59,16 +61,40 @@ class JobViews:
         return tuple(views)
 
 
-def first_pending(model: Model, prio: dict[str, int], depth: int | None) -> list[int]:
+def first_pending(model: Model, prio: dict[str, int], depth: int | None) -> tuple[list[int], int]:
     """The ids of the first ``depth`` pending jobs in the order the scheduler takes them (highest
-    queue priority, then oldest), or of all of them (None); in id order."""
-    ids = sorted(model.pending_jobs)
+    queue priority, then oldest), or of all of them (None); in id order; and how many could be
+    planned, at any depth.  Jobs whose dependency does
+    not hold are not planned (``xce.model.dependencies``), nor the elements of a limited array
+    (``NAME[1-100]%5``) beyond what its limit leaves room for (its lowest pending indices go first)."""
+    ids = sorted(model.pending_jobs.difference(model.dependency_blocked) if model.dependency_blocked
+                 else model.pending_jobs)
+    ids = _within_array_limits(model, ids)
     if depth is None or len(ids) <= depth:
-        return ids
+        return ids, len(ids)
     if len(set(prio.values())) <= 1:  # one priority for every queue (queues are never removed)
-        return ids[:depth]
+        return ids[:depth], len(ids)
     jobs = model.jobs
-    return sorted(heapq.nsmallest(depth, ids, key=lambda i: (-prio.get(jobs[i].queue, 0), i)))
+    return sorted(heapq.nsmallest(depth, ids, key=lambda i: (-prio.get(jobs[i].queue, 0), i))), len(ids)
+
+
+def _within_array_limits(model: Model, ids: list[int]) -> list[int]:
+    """``ids`` (ascending) without the elements of limited arrays beyond the room their limit leaves."""
+    jobs = model.jobs
+    room: dict[int, int] = {}
+    out = []
+    for i in ids:
+        job = jobs[i]
+        if job.array_limit is not None and job.array_parent is not None:
+            parent = job.array_parent
+            left = room.get(parent)
+            if left is None:
+                left = job.array_limit - len(model.array_busy.get(parent, ()))
+            room[parent] = left - 1
+            if left <= 0:
+                continue
+        out.append(i)
+    return out
 
 
 def _uses_claims(j: Job) -> bool:
@@ -102,7 +128,8 @@ def build_view(model: Model, config: Config | None = None, observed: Observed | 
                               counters_free=MappingProxyType(free)))
     hosts.sort(key=lambda h: h.name)
     prio = {q.name: q.priority for q in model.queues.values()}
-    pending = (views or JobViews()).pending(model, prio, depth)
+    views = views or JobViews()
+    pending = views.pending(model, prio, depth)
     pools: tuple[PoolView, ...] = ()
     claims: tuple[ClaimView, ...] = ()
     resizes: tuple[ResizeView, ...] = ()
@@ -116,7 +143,7 @@ def build_view(model: Model, config: Config | None = None, observed: Observed | 
     return ClusterView(position=model.position, hosts=tuple(hosts), pending=pending, pools=pools,
                        pending_claims=claims, pending_resizes=resizes, pending_replicas=replicas,
                        cluster_free=MappingProxyType(cluster),
-                       pending_beyond=len(model.pending_jobs) - len(pending))
+                       pending_beyond=views.eligible - len(pending))
 
 
 def _claim_uses(model: Model, job) -> tuple[ClaimUse, ...]:

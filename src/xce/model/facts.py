@@ -195,6 +195,15 @@ class JobSubmitted(Fact):
     script: str | None = None  # the job is this script; command its arguments
     submit_dir: str | None = None  # where the job starts when cwd is not given
     env: dict[str, str] | None = None  # the submitter's variables that go with the job (private ones gone)
+    dependency: str | None = None  # -w as submitted
+    dependency_tree: list[Any] | None = None  # resolved to job ids at submission (xce.model.dependencies)
+    terminate_orphan: bool = False  # -ti
+    array_limit: int | None = None  # NAME[...]%N: elements that may hold hosts at once
+    run_limit: float | None = None  # -W, or the queue's run_limit: seconds from the run's start
+    run_estimate: float | None = None  # -We, seconds
+    warn_signal: int | None = None  # -wa
+    warn_time: float | None = None  # -wt: seconds before the run limit
+    limit_grace: float | None = None  # the queue's terminate_grace when the run limit ends the run
 
 
 # ---------------------------------------------------------------- audit

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from xce.errors import Unauthenticated
 from xce.model import (
-    audit, capabilities, catalog, claims, history, hosts, identity, job_claims, jobs, ops, orphans, snapshots,
+    audit, capabilities, catalog, claims, dependencies, history, hosts, identity, job_claims, jobs, ops, orphans, snapshots,
 )
 from xce.model.facts import (
     AgentLeased, AttachmentAdded, AttachmentRemoved, AuditRecorded, ClaimCreated, ClaimDeleteRequested, ClaimOpFailed,
@@ -90,6 +90,10 @@ class Model(State):
             self.audit_outbox.folding(position)
         fold(self, fact)
         self.position = position
+
+    def _rebuild_indexes(self) -> None:
+        super()._rebuild_indexes()
+        dependencies.rebuild(self)  # judged by the model's rules, which live above ``State``
 
     def user_for_token_hash(self, token_hash: str, now: float) -> User | None:
         """Who the token stands for at ``now``: None when unknown, revoked, expired or its user disabled."""

@@ -18,9 +18,9 @@ What stays live, whatever its age (``retirable`` decides; the leader's retiremen
 - a RELEASED claim whose provider object was kept (reclaim ``retain``): admins list and purge it,
   and the orphan scan knows the object by it (it leaves once purged);
 - a job's template claims stay while their job does, and retire with it (its ``job show`` lists
-  them, from the archive then).
-
-XCE has no job dependencies yet; when it has, a job with pending dependents joins this list.
+  them, from the archive then);
+- a job that a waiting job's dependency names (``-w``, ``State.dependents``): its outcome is read
+  when the dependency is judged again.
 
 Where the documents go: before the leader folds a retirement it asks ``retiring`` for the records
 the fold will drop, as the model holds them, and gives their documents to ``Store.append`` with the
@@ -71,7 +71,7 @@ def retirable(model: State, now: float, keep: float, limit: int = RETIRE_BATCH) 
     def job_ok(job: Job | None) -> bool:
         if job is None or not job.finished or job.end_time is None or job.end_time > cutoff:
             return False
-        if job.id in attached:
+        if job.id in attached or job.id in model.dependents:  # a waiting job's dependency reads its outcome
             return False
         return all(c.state is ClaimState.RELEASED for c in claims_of.get(job.id, ()))
 

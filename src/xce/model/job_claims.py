@@ -257,7 +257,10 @@ def request_specs(request: Submission) -> tuple[JobSpec, JobClaimsSpec]:
                    stderr=request.stderr, rerunnable=request.rerunnable, held=request.hold,
                    request_id=request.request_id, mem_limit=jobs.parse_mem_limit(request.mem_limit),
                    shell=request.shell, script=request.script, submit_dir=request.submit_dir,
-                   env=dict(request.env) if request.env else None, env_all=request.env_all)
+                   env=dict(request.env) if request.env else None, env_all=request.env_all,
+                   dependency=request.dependency, terminate_orphan=request.terminate_orphan,
+                   run_limit=request.run_limit, run_estimate=request.run_estimate,
+                   warning_action=request.warning_action, warning_time=request.warning_time)
     claims = JobClaimsSpec(claims=request.claims, scratch=request.scratch, stage_in=request.stage_in,
                            stage_out=request.stage_out, stage_size=request.stage_size, app=request.app,
                            stage_class=request.stage_class)

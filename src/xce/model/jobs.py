@@ -32,7 +32,9 @@ import signal as _signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from xce.depend import DependError, parse as parse_dependency
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from xce.model import dependencies
 from xce.model.entities.identity import User
 from xce.model.entities.jobs import RUNNING, Job, JobState
 from xce.model.facts import (
@@ -43,7 +45,7 @@ from xce.model.state import State
 from xce.model.transitions import check
 from xce.names import check_job_name, check_name
 from xce.resreq import ResReqError, parse_resreq
-from xce.units import parse_amount
+from xce.units import format_run_limit, parse_amount, parse_run_limit
 from xce.wire import never_sent
 
 if TYPE_CHECKING:
@@ -93,10 +95,32 @@ class JobSpec:
     submit_dir: str | None = None  # where it starts when cwd is not given (else its workspace, noted)
     env: dict[str, str] | None = None  # the submitter's variables (-env), before the site's private ones go
     env_all: bool = False  # env is the submitter's whole environment (-env all)
+    dependency: str | None = None  # -w: an expression (xce.depend)
+    terminate_orphan: bool = False  # -ti: end the job if its dependency can never hold
+    run_limit: str | None = None  # -W [HH:]MM
+    run_estimate: str | None = None  # -We [HH:]MM
+    warning_action: str | None = None  # -wa SIGNAL
+    warning_time: str | None = None  # -wt [HH:]MM
 
 
 MAX_ARRAY = 100_000
 _ARRAY = re.compile(r"^(?P<name>[^\[\]]+)\[(?P<spec>[^\[\]]+)\]$")
+_ARRAY_LIMIT = re.compile(r"^(?P<array>.*\])%(?P<limit>[^%]*)$")
+
+
+def split_array_limit(text: str) -> tuple[str, int | None]:
+    """``NAME[1-1000]%50`` -> (``NAME[1-1000]``, 50): at most 50 elements at once, as LSF's; other
+    names come back as they are, with None."""
+    m = _ARRAY_LIMIT.match(text)
+    if m is None:
+        return text, None
+    try:
+        limit = int(m.group("limit"))
+    except ValueError:
+        limit = 0
+    if limit < 1:
+        raise InvalidRequest(f"invalid job array limit in {text!r}: expected NAME[1-100]%N with N >= 1")
+    return m.group("array"), limit
 
 
 def parse_array_name(text: str) -> tuple[str, list[int]]:
@@ -159,8 +183,10 @@ def submit(model: State, actor: User, spec: JobSpec, now: float, config: Config 
         raise Forbidden(f"user {actor.name!r} is not a member of project {project!r}")
     name = spec.name if spec.name is not None else default_name(spec)
     indices: list[int] = []
+    array_limit = None
     if spec.name is not None:
-        name, indices = parse_array_name(spec.name)
+        array_name, array_limit = split_array_limit(spec.name)
+        name, indices = parse_array_name(array_name)
         check_job_name(name)
     if config is not None:
         _check_user_limits(model, actor, len(indices) or 1, config.controller)
@@ -180,6 +206,8 @@ def submit(model: State, actor: User, spec: JobSpec, now: float, config: Config 
                                  f"{', '.join(sorted(known))})")
     if spec.mem_limit is not None and not MIN_MEM_LIMIT <= spec.mem_limit <= MAX_MEM_LIMIT:
         raise InvalidRequest(f"memory limit (-M) must be between 4Mi and 1Pi, got {spec.mem_limit} bytes")
+    tree = _dependency(model, actor, spec)
+    limits = _run_limits(spec, queue, config)
     refs, templates, app = claims(project, queue) if claims is not None else ([], [], None)
     job_id = model.next_job_id
     return [JobSubmitted(
@@ -189,6 +217,9 @@ def submit(model: State, actor: User, spec: JobSpec, now: float, config: Config 
         array_indices=indices, claim_refs=refs, templates=templates, app=app, request_id=spec.request_id,
         mem_limit=spec.mem_limit, shell=spec.shell, script=spec.script, submit_dir=spec.submit_dir,
         env=job_environment(spec, config.controller if config is not None else None),
+        dependency=spec.dependency if tree is not None else None, dependency_tree=tree,
+        terminate_orphan=spec.terminate_orphan and tree is not None, array_limit=array_limit if indices else None,
+        **limits,
     )], job_id
 
 
@@ -231,6 +262,46 @@ def job_environment(spec: JobSpec, site: ControllerConfig | None) -> dict[str, s
     return kept or None
 
 
+def _run_limits(spec: JobSpec, queue: str, config: Config | None) -> dict[str, Any]:
+    """-W (or the queue's run_limit), -We, -wa/-wt in the fact's terms (seconds, a signal number),
+    checked against the queue's max_run_limit."""
+    try:
+        limit = parse_run_limit(spec.run_limit, "run limit (-W)") if spec.run_limit is not None else None
+        estimate = parse_run_limit(spec.run_estimate, "run estimate (-We)") if spec.run_estimate is not None else None
+        warn_time = parse_run_limit(spec.warning_time, "warning time (-wt)") if spec.warning_time is not None else None
+    except ValueError as e:
+        raise InvalidRequest(str(e)) from None
+    default, most = config.run_limits(queue) if config is not None else (None, None)
+    if limit is None:
+        limit = default
+    elif most is not None and limit > most:
+        raise InvalidRequest(f"run limit (-W) {format_run_limit(limit)} is over queue {queue!r}'s maximum "
+                             f"{format_run_limit(most)} (max_run_limit)")
+    if (spec.warning_action is None) != (warn_time is None):
+        raise InvalidRequest("-wa SIGNAL and -wt [HH:]MM go together: the signal, and how long before the run limit")
+    warn_signal = parse_signal(spec.warning_action) if spec.warning_action is not None else None
+    if warn_time is not None and limit is None:
+        raise InvalidRequest("-wa/-wt warn before a run limit: give -W too (the queue has no run_limit)")
+    grace = config.terminate_grace(queue) if config is not None and limit is not None else None
+    return {"run_limit": limit, "run_estimate": estimate, "warn_signal": warn_signal, "warn_time": warn_time,
+            "limit_grace": grace}
+
+
+def _dependency(model: State, actor: User, spec: JobSpec) -> list[Any] | None:
+    """``-w``'s expression parsed, checked and its targets resolved (None: no dependency)."""
+    if spec.dependency is None or not spec.dependency.strip():
+        if spec.terminate_orphan:
+            raise InvalidRequest("-ti ends a job whose dependency can never hold: it needs -w")
+        return None
+    try:
+        tree = parse_dependency(spec.dependency)
+    except DependError as e:
+        raise InvalidRequest(f"bad dependency expression (-w): {e.reason} at column {e.position + 1}: "
+                             f"{e.text[:200]!r}") from None
+    dependencies.check_tree(tree)
+    return dependencies.resolve(model, actor, tree)
+
+
 def request_key(user: str, request_id: str) -> str:
     """``model.job_requests``'s key: request ids are the client's, so they are unique per user only."""
     return f"{user}/{request_id}"
@@ -261,8 +332,21 @@ def visible_job(model: State, actor: User, job_id: int) -> Job:
 
 def _index(model: State, job: Job) -> None:
     """Keep ``model.pending_jobs`` (PEND, nothing allocated: what the scheduler plans), the
-    per-user count of waiting (PEND or PSUSP) jobs and ``model.finished_jobs`` (in the order they
-    ended: what retirement scans, ``xce.model.history``) up to date."""
+    per-user count of waiting (PEND or PSUSP) jobs, ``model.finished_jobs`` (in the order they
+    ended: what retirement scans, ``xce.model.history``) and the dependency indexes (the job's own,
+    and the verdicts of the jobs waiting on it: ``xce.model.dependencies``) up to date."""
+    if job.array_limit is not None and job.array_parent is not None:
+        busy = model.array_busy.setdefault(job.array_parent, set())
+        if job.array_busy:
+            busy.add(job.id)
+        else:
+            busy.discard(job.id)
+            if not busy:
+                del model.array_busy[job.array_parent]
+    if job.dependency_tree is not None:
+        dependencies.watch(model, job)
+    if job.id in model.dependents:
+        dependencies.changed(model, job)
     if job.state is JobState.PEND and not job.alloc_slots:
         model.pending_jobs.add(job.id)
     else:
@@ -324,6 +408,9 @@ def apply_job_submitted(model: State, f: JobSubmitted) -> None:
             claim_refs=[dict(r) for r in f.claim_refs], templates=[dict(t) for t in f.templates], app=f.app,
             history=[submitted.copy()], request_id=f.request_id if job_id == f.id else None, mem_limit=f.mem_limit,
             shell=f.shell, script=f.script, submit_dir=f.submit_dir, env=f.env,  # (shared by an array's elements)
+            dependency=f.dependency, dependency_tree=f.dependency_tree, terminate_orphan=f.terminate_orphan,
+            array_limit=f.array_limit if parent is not None else None, run_limit=f.run_limit,
+            run_estimate=f.run_estimate, warn_signal=f.warn_signal, warn_time=f.warn_time, limit_grace=f.limit_grace,
         )
         _index(model, job)
     if f.request_id is not None:
@@ -399,7 +486,6 @@ def apply_job_finished(model: State, f: JobFinished) -> Job | None:
     if job.run != f.run or job.finished:
         return None  # OBSERVATION: another run's end, or decided already
     _release(model, job)
-    _set_state(model, job, JobState(f.state), f.time, f.reason or "exit code 0")
     if f.usage is not None:
         job.usage = dict(f.usage)
     job.exit_code = f.exit_code
@@ -408,6 +494,8 @@ def apply_job_finished(model: State, f: JobFinished) -> Job | None:
     job.end_time = f.time
     job.pending_reason = None
     job.kill_requested = False
+    # last: the jobs waiting on this one are judged as it changes state, on its exit code and reason
+    _set_state(model, job, JobState(f.state), f.time, f.reason or "exit code 0")
     return job
 
 

@@ -123,6 +123,14 @@ class State:
     job_requests: dict[str, int] = field(default_factory=dict)  # "user/request id" -> the job it made
     # DONE or EXIT jobs, in the order they ended (an ordered set): what retirement scans (``xce.model.history``)
     finished_jobs: dict[int, None] = field(default_factory=dict)
+    # dependencies of jobs that wait (``xce.model.dependencies``): job -> the waiting jobs that name it,
+    # a waiting job -> the jobs it names, and the waiting jobs whose condition does not hold now
+    # ("waits" or "never"): the scheduler's view leaves those out
+    dependents: dict[int, set[int]] = field(default_factory=dict)
+    watching: dict[int, list[int]] = field(default_factory=dict)
+    dependency_blocked: dict[int, str] = field(default_factory=dict)
+    # elements of arrays with a limit (NAME[1-100]%5) that hold hosts now: array -> their ids
+    array_busy: dict[int, set[int]] = field(default_factory=dict)
     # transient: audit records folded but not yet handed to the store (``xce.model.audit``); None records nothing
     audit_outbox: AuditOutbox | None = field(default=None, compare=False, repr=False)
 
@@ -224,6 +232,10 @@ class State:
         self.job_requests = {f"{j.user}/{j.request_id}": j.id for j in self.jobs.values() if j.request_id is not None}
         finished = sorted((j for j in self.jobs.values() if j.finished), key=lambda j: (j.end_time or 0.0, j.id))
         self.finished_jobs = dict.fromkeys(j.id for j in finished)
+        self.array_busy = {}
+        for j in self.jobs.values():
+            if j.array_busy and j.array_parent is not None:
+                self.array_busy.setdefault(j.array_parent, set()).add(j.id)
         for job_id in self.waiting_jobs:
             user = self.jobs[job_id].user
             self.waiting_by_user[user] = self.waiting_by_user.get(user, 0) + 1

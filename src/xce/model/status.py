@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from xce.model import job_claims
+from xce.model import dependencies, job_claims
 from xce.model.entities.claims import Claim, ClaimForm, ClaimState
 from xce.model.entities.jobs import Job, JobState
 from xce.model.entities.ops import Op, OpKind
 from xce.model.state import State
 from xce.units import format_size
 
-__all__ = ["blocking", "blocking_stage_out", "describe", "staging_text", "status_reason"]
+__all__ = ["array_limit_reason", "blocking", "blocking_stage_out", "dependency_reason", "describe", "staging_text", "status_reason"]
 
 
 def describe(claim: Claim, op: Op | None, last_error: str | None, state: str, where: str = "",
@@ -79,7 +79,8 @@ def status_reason(model: State, job: Job, now: float, scheduler_reason: str | No
         return blocking_stage_out(model, job, now, progress)
     # the scheduler's word is about waiting jobs (its idle reason, "no hosts are available", is not about a
     # finished one: a job shows the same document live and archived)
-    reason = job.pending_reason or (scheduler_reason if job.state in (JobState.PEND, JobState.PSUSP) else None)
+    reason = job.pending_reason or dependency_reason(model, job) or array_limit_reason(model, job) or \
+        (scheduler_reason if job.state in (JobState.PEND, JobState.PSUSP) else None)
     if job.state in (JobState.PEND, JobState.PSUSP) and not job.allocated and \
             (claim := job_claims.early_claim(model, job)) is not None and claim.state is not ClaimState.READY:
         staging = staging_text(claim, progress, now)
@@ -94,6 +95,27 @@ def status_reason(model: State, job: Job, now: float, scheduler_reason: str | No
     if reason is None and job.state is JobState.PEND:
         reason = "waiting for the next scheduling cycle"
     return reason
+
+
+def dependency_reason(model: State, job: Job) -> str | None:
+    """Why ``job`` waits for its dependency, and which part of it does not hold (None: it does not wait)."""
+    verdict = model.dependency_blocked.get(job.id)
+    if verdict is None or job.dependency_tree is None:
+        return None
+    head = dependencies.NEVER_REASON if verdict == dependencies.Verdict.NEVER else \
+        "dependency condition not satisfied"
+    return f"{head}: {dependencies.unmet(model, job.dependency_tree)}"
+
+
+def array_limit_reason(model: State, job: Job) -> str | None:
+    """Why a pending element of a limited array waits for its siblings (None: it does not)."""
+    if job.array_limit is None or job.array_parent is None or job.state is not JobState.PEND or job.allocated:
+        return None
+    busy = len(model.array_busy.get(job.array_parent, ()))
+    if busy < job.array_limit:
+        return None
+    return (f"array limit: at most {job.array_limit} elements of array {job.array_parent} at once "
+            f"({busy} hold hosts)")
 
 
 def blocking_stage_out(model: State, job: Job, now: float | None = None,

@@ -91,6 +91,10 @@ class JobDoc(TypedDict):
     note: Annotated[str | None, Limit(description="what its worker noted starting the run (the submission "
                                                   "directory cannot be entered on its host: it started in its "
                                                   "workspace)")]
+    dependency: Annotated[str | None, Limit(description="-w: the dependency expression as submitted")]
+    terminate_orphan: Annotated[bool, Limit(description="-ti: ended if its dependency can never hold")]
+    run_limit: Annotated[float | None, Limit(description="-W (or the queue's run_limit): seconds a run may last")]
+    run_estimate: Annotated[float | None, Limit(description="-We: seconds a run is expected to take")]
 
 
 class _Row(TypedDict):
@@ -302,3 +306,7 @@ class Dispatch(TypedDict):
     script: str | None  # the job is this script; command its arguments
     submit_dir: str | None  # where it starts when cwd is not given (falling back to its workspace)
     env: dict[str, str] | None  # the submitter's variables that go with it
+    run_limit: float | None  # seconds from the run's start; its shepherd ends it then (-W)
+    warn_signal: int | None  # sent once, warn_time seconds before the run limit (-wa)
+    warn_time: float | None  # (-wt)
+    limit_grace: float | None  # SIGTERM to SIGKILL when the run limit ends it

@@ -123,6 +123,21 @@ class Submission:
     env_all: Annotated[bool, Limit(description=(
         "env is the submitter's whole environment (-env all), which a site may refuse ([controller] "
         "job_environment = \"clean\"), rather than variables named one by one"))] = False
+    dependency: Annotated[str, Limit(min_length=1, max_length=4096, description=(
+        "LSF's -w: a dependency expression (done(12) && exit(\"train\", ==3) ...): the job starts only once it "
+        "holds"))] | None = None
+    run_limit: Annotated[str, Limit(min_length=1, max_length=20, description=(
+        "LSF's -W [HH:]MM: the run is ended (the kill path) this long after it started, and ends EXIT with "
+        "'run limit H:MM reached'; default the queue's run_limit"))] | None = None
+    run_estimate: Annotated[str, Limit(min_length=1, max_length=20, description=(
+        "LSF's -We [HH:]MM: how long the run is expected to take (for the scheduler); nothing is enforced"))] \
+        | None = None
+    warning_action: Annotated[str, Limit(min_length=1, max_length=20, description=(
+        "LSF's -wa SIGNAL: sent once, warning_time before the run limit"))] | None = None
+    warning_time: Annotated[str, Limit(min_length=1, max_length=20, description=(
+        "LSF's -wt [HH:]MM: how long before the run limit the warning_action signal comes"))] | None = None
+    terminate_orphan: Annotated[bool, Limit(description=(
+        "LSF's -ti: end the job (EXIT) if its dependency can never hold, instead of leaving it pending"))] = False
 
     def __init__(self, **given: Any) -> None:
         unknown = set(given) - set(FIELDS)

@@ -8,7 +8,10 @@ temporary name, then a rename), and then writes a byte to ``RUN/wake``, a FIFO t
 - ``RUN/signals``: ``SEQ SIGNUM`` lines, each signal sent once (``xce kill -s``);
 - ``RUN/freeze``: ``1`` or ``0`` (``xce stop`` / ``xce resume``);
 - ``RUN/orders``: the newest order number the worker has passed on (for itself: a restarted worker
-  tells the controller which orders it has, so none is passed on twice).
+  tells the controller which orders it has, so none is passed on twice);
+- ``RUN/limit``: ``LIMIT WARN SIGNUM GRACE``, written before the shepherd starts: the run limit in
+  seconds from the job's start (``-W``), when before it the warning signal comes (0: none), and the
+  kill path's grace.  The shepherd keeps the time itself, so the limit holds while the worker restarts.
 
 And for every run at once, ``WORK/lease``: the moment (``CLOCK_BOOTTIME`` nanoseconds) until which
 the shepherds may let their runs go on without word from the controller.  The worker renews it after
@@ -17,7 +20,8 @@ controller heard from the host no sooner than that, so the shepherds give up no 
 after the controller's last word of the host (``docs/architecture.md``, "Runs are fenced").
 
 What the shepherd leaves: ``RUN/status`` (the exit status), ``RUN/usage`` (``MAXRSS_BYTES USER_S
-SYS_S`` from wait4), ``RUN/fenced`` (it ended the run because the lease ran out).
+SYS_S`` from wait4), ``RUN/fenced`` (it ended the run because the lease ran out), ``RUN/limited``
+(it ended the run at its run limit).
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ FREEZE = "freeze"
 ORDERS = "orders"
 USAGE = "usage"
 FENCED = "fenced"
+LIMIT = "limit"
+LIMITED = "limited"
 
 
 def clock() -> float:
@@ -93,6 +99,23 @@ def pass_on(run_dir: str, orders: dict[str, Any]) -> bool:
     return woke
 
 
+def set_run_limit(run_dir: str, limit: float, warn_before: float | None, warn_signal: int | None,
+                  grace: float | None) -> None:
+    """The run limit its shepherd keeps (``RUN/limit``), before the shepherd starts."""
+    warn = warn_before if warn_before is not None and warn_signal else 0.0
+    _write(os.path.join(run_dir, LIMIT),
+           f"{limit:g} {warn:g} {warn_signal or 0} {10.0 if grace is None else float(grace):g}\n")
+
+
+def run_limit(run_dir: str) -> float | None:
+    """The run limit written for the run's shepherd, in seconds (None: none)."""
+    parts = (_read(os.path.join(run_dir, LIMIT)) or "").split()
+    try:
+        return float(parts[0]) if parts else None
+    except ValueError:
+        return None
+
+
 def end_now(run_dir: str) -> bool:
     """The run is not this host's any more (given up while the worker was away): SIGKILL at once."""
     if not os.path.exists(os.path.join(run_dir, KILL)):
@@ -125,6 +148,7 @@ class Ended:
     cpu_user_s: float | None
     cpu_sys_s: float | None
     fenced: bool
+    limited: bool = False  # its shepherd ended it at its run limit
 
 
 def ended(run_dir: str) -> Ended:
@@ -136,4 +160,5 @@ def ended(run_dir: str) -> Ended:
         except ValueError:
             pass
     return Ended(max_rss_bytes=rss, cpu_user_s=user, cpu_sys_s=sys_,
-                 fenced=os.path.exists(os.path.join(run_dir, FENCED)))
+                 fenced=os.path.exists(os.path.join(run_dir, FENCED)),
+                 limited=os.path.exists(os.path.join(run_dir, LIMITED)))

@@ -37,7 +37,7 @@ from xce.agents.agent import ClaimAgent, Provider
 from xce.agents.provisioner import SIMFS_COMMAND
 from xce.client import ApiError, Client, ClientError
 from xce.transfers import TransferSite
-from xce.units import format_size
+from xce.units import format_run_limit, format_size
 from xce.worker import control, sandbox, staging
 from xce.worker.cgroups import CgroupError, Hierarchy, Limits, RunCgroup, Usage
 from xce.worker.storage import StorageRoots
@@ -293,6 +293,9 @@ class Worker:
             if cgroup is not None:
                 intent["cgroup"] = cgroup.as_json()
             self._write_journal(run_dir, intent)  # intent before action
+            if job.get("run_limit"):
+                control.set_run_limit(run_dir, job["run_limit"], job.get("warn_time"), job.get("warn_signal"),
+                                      job.get("limit_grace"))
             # fenced on the lease once the controller has said how long it lasts (it has, before any dispatch)
             lease = control.lease_path(self.work_dir) if self.fence is not None else None
             confinement = sandbox.Confinement(cgroup=cgroup, lease=lease,
@@ -384,6 +387,11 @@ class Worker:
             report = {"job_id": key[0], "run": key[1], "lost": True, "usage": usage,
                       "reason": f"fenced: the worker on {self.host} had no answer from the controller for "
                                 f"{self.fence or 0:g}s"}
+        elif ended.limited:
+            limit = control.run_limit(run_dir)
+            exit_code, sig = sandbox.exit_status(status) if status is not None else (None, None)
+            report = {"job_id": key[0], "run": key[1], "exit_code": exit_code, "signal": sig, "usage": usage,
+                      "reason": f"run limit {format_run_limit(limit) if limit else '?'} reached"}
         elif status is None:
             report = {"job_id": key[0], "run": key[1], "lost": True,
                       "reason": f"lost: the job's shepherd on {self.host} died"}

@@ -84,6 +84,20 @@ class Job:
     process_exit: dict[str, Any] | None = None  # how the process ended, while the stage-out runs
     history: list[dict[str, Any]] = field(default_factory=list)  # {state, time, reason}: every transition
     request_id: str | None = None  # the submission's client-chosen id (model.job_requests finds it)
+    dependency: str | None = None  # -w: the expression as submitted (xce.depend)
+    dependency_tree: list[Any] | None = None  # the same, its targets resolved to job ids (xce.model.dependencies)
+    terminate_orphan: bool = False  # -ti: a dependency that can never hold ends the job
+    array_limit: int | None = None  # NAME[1-1000]%50: at most this many of its array's elements hold hosts at once
+    run_limit: float | None = None  # -W (or its queue's run_limit): seconds a run may last from its start
+    run_estimate: float | None = None  # -We: seconds it is expected to take
+    warn_signal: int | None = None  # -wa: sent once, warn_time seconds before the run limit
+    warn_time: float | None = None  # -wt
+    limit_grace: float | None = None  # SIGTERM to SIGKILL when the run limit ends a run (its queue's grace)
+
+    @property
+    def array_busy(self) -> bool:
+        """An element of a limited array that holds hosts now (allocated, running or staging out)."""
+        return self.array_limit is not None and not self.finished and (bool(self.alloc_slots) or self.started)
 
     def __post_init__(self) -> None:
         if type(self.state) is not JobState:  # read back from JSON (a snapshot, an archived document)
