@@ -208,6 +208,9 @@ def test_job_arrays_by_id_and_element(env):
     assert states == ["PSUSP", "EXIT", "PSUSP"]
     r = xce(env, "job", "show", f"{parent}[9]")
     assert r.returncode == 1 and f"job {parent}[9] not found" in r.stderr
+    r = xce(env, "release", str(parent))  # the whole array: one line for it, as LSF's
+    assert r.returncode == 1 and r.stdout == f"Job <{parent}> is released (2 of its 3 elements)\n"
+    assert f"job <{parent}[2]>: job {parent}[2] is EXIT" in r.stderr
 
 
 def test_version_needs_no_controller():

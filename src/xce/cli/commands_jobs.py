@@ -373,7 +373,8 @@ _DONE_WORDS = {"kill": "is being terminated", "requeue": "is requeued", "hold": 
 
 
 def cmd_action(args, ctx) -> int:
-    """Act on each id; one line per job; exit 1 if any was refused (the rest still happen)."""
+    """Act on each id; one line per job, and one for a whole array (as LSF's bkill); exit 1 if any was
+    refused (the rest still happen)."""
     client = ctx.client()
     results, refused = [], 0
     for text in args.ids:
@@ -385,6 +386,7 @@ def cmd_action(args, ctx) -> int:
             continue
         signal = getattr(args, "signal", None)
         action, body = ("signal", {"signal": signal}) if signal else (args.action, {})
+        done = 0
         for job in targets:
             try:
                 after = client.post(f"/v1/jobs/{job['id']}/{action}", body)
@@ -393,8 +395,11 @@ def cmd_action(args, ctx) -> int:
                 refused += 1
                 continue
             results.append(after)
-            if not ctx.json:
+            done += 1
+            if not ctx.json and len(targets) == 1:
                 print(f"Job <{after['display_id']}> {_DONE_WORDS[action]}")
+        if not ctx.json and len(targets) > 1 and done:  # a whole array: one line for it
+            print(f"Job <{text}> {_DONE_WORDS[action]} ({done} of its {len(targets)} elements)")
     if ctx.json:
         print_json(results)
     return EXIT_REFUSED if refused else EXIT_OK
