@@ -136,8 +136,9 @@ def evaluate(model: State, tree: Tree) -> Verdict:
     jobs = [model.jobs.get(i) for i in target["jobs"]]
     if func in COUNTS:
         return _count(func, jobs, op, value)
-    for job in jobs:  # an array: every element.  The first that does not hold decides (elements end
-        # roughly in order, so a fan-in on a large array reads few of them per event)
+    for job in reversed(jobs):  # an array: every element.  The first that does not hold decides, read
+        # from the last: elements end roughly in id order, so while an array runs its last element
+        # answers at once, and a fan-in on N elements costs O(N) over their ends, not O(N^2)
         verdict = _one(func, job, op, value)
         if verdict is not Verdict.HOLDS:
             return verdict
