@@ -15,6 +15,10 @@ Both change only in the fold (``watch``, ``changed``): a job's state change re-e
 waiting on it, and nothing polls.  The view builder leaves blocked jobs out of the scheduler's view,
 so a dependent job is planned in the cycle that follows its parent's end (that fact wakes the loop).
 
+An array's elements are read from the last (the first that does not hold decides): a fan-in on
+10,000 elements costs O(N) over their ends, and an element that exited is found to make ``done()``
+of its array impossible once the elements after it have ended.
+
 A job whose condition can never hold stays PEND with the reason "dependency condition never
 satisfied" (LSF's behaviour); with ``-ti`` (``terminate_orphan``) the scheduling loop ends it
 (``orphans``, then ``xce.model.jobs.kill`` semantics: EXIT, never started).  A job that a waiting
