@@ -15,6 +15,10 @@ Both change only in the fold (``watch``, ``changed``): a job's state change re-e
 waiting on it, and nothing polls.  The view builder leaves blocked jobs out of the scheduler's view,
 so a dependent job is planned in the cycle that follows its parent's end (that fact wakes the loop).
 
+An array's elements are read from the last (the first that does not hold decides): a fan-in on
+10,000 elements costs O(N) over their ends, and an element that exited is found to make ``done()``
+of its array impossible once the elements after it have ended.
+
 A job whose condition can never hold stays PEND with the reason "dependency condition never
 satisfied" (LSF's behaviour); with ``-ti`` (``terminate_orphan``) the scheduling loop ends it
 (``orphans``, then ``xce.model.jobs.kill`` semantics: EXIT, never started).  A job that a waiting
@@ -136,8 +140,9 @@ def evaluate(model: State, tree: Tree) -> Verdict:
     jobs = [model.jobs.get(i) for i in target["jobs"]]
     if func in COUNTS:
         return _count(func, jobs, op, value)
-    for job in jobs:  # an array: every element.  The first that does not hold decides (elements end
-        # roughly in order, so a fan-in on a large array reads few of them per event)
+    for job in reversed(jobs):  # an array: every element.  The first that does not hold decides, read
+        # from the last: elements end roughly in id order, so while an array runs its last element
+        # answers at once, and a fan-in on N elements costs O(N) over their ends, not O(N^2)
         verdict = _one(func, job, op, value)
         if verdict is not Verdict.HOLDS:
             return verdict
