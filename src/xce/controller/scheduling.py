@@ -40,7 +40,7 @@ from xce.errors import XceError
 from xce.model import Model, dependencies
 from xce.model.facts import (
     ClaimCreated, ClaimOpFailed, ClaimOpSucceeded, ClaimResizeRequested, Fact, HostRegistered, HostStateChanged,
-    JobFinished, JobProcessEnded, JobReleased, JobRequeued, JobStarted, JobSubmitted,
+    JobFinished, JobReleased, JobRequeued, JobSubmitted,
 )
 from xce.model.claims import ClaimState, ResizeState
 from xce.model.hosts import HostState
@@ -52,7 +52,6 @@ log = logging.getLogger("xce.scheduler")
 # facts after which a new plan may place more jobs
 _POKE = (JobSubmitted, JobFinished, JobRequeued, JobReleased, HostRegistered, HostStateChanged,
          ClaimCreated, ClaimOpSucceeded, ClaimOpFailed, ClaimResizeRequested)
-_STARTS = (JobStarted, JobProcessEnded)
 
 
 class SchedulerLoop:
@@ -76,6 +75,7 @@ class SchedulerLoop:
         self._full_pass_at = 0.0  # monotonic time of the next full pass: due once room went unused
         self._last_full_pass = float("-inf")
         self._wake = asyncio.Event()
+        self._releases = 0  # model.dependency_releases when a commit last looked
         self.apply = apply_plan  # the plan applier (a test puts one in that rejects)
         self.rejections = Rejections(Backoff(first=min_interval, cap=MAX_RETRY_DELAY))
         self._retry_at: float | None = None  # monotonic time of a rejected plan's retry (None: not backing off)
@@ -108,9 +108,10 @@ class SchedulerLoop:
         return self.resize_reasons.get(claim_id)
 
     def _on_commit(self, facts: list[Fact]) -> None:
-        waited_on = self.commit.model.dependents  # a start another job waits for (-w started()) pokes too
-        if any(isinstance(f, _POKE) or (waited_on and isinstance(f, _STARTS) and f.job_id in waited_on)
-               for f in facts):
+        # a job whose dependency came to hold (a start it waited for: -w started()) pokes too; a start
+        # that released nothing does not (a cycle then would hold the next one back by min_interval)
+        releases, self._releases = self._releases, self.commit.model.dependency_releases
+        if releases != self._releases or any(isinstance(f, _POKE) for f in facts):
             self.rejections.backoff.reset()  # it may change what the applier says: plan at once
             self._wake.set()
 

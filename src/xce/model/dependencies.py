@@ -265,7 +265,8 @@ def _judge(model: State, job: Job) -> None:
     assert job.dependency_tree is not None
     verdict = evaluate(model, job.dependency_tree)
     if verdict is Verdict.HOLDS:
-        model.dependency_blocked.pop(job.id, None)
+        if model.dependency_blocked.pop(job.id, None) is not None:
+            model.dependency_releases += 1
     else:
         model.dependency_blocked[job.id] = verdict
 

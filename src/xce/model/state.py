@@ -129,6 +129,8 @@ class State:
     dependents: dict[int, set[int]] = field(default_factory=dict)
     watching: dict[int, list[int]] = field(default_factory=dict)
     dependency_blocked: dict[int, str] = field(default_factory=dict)
+    # transient: how many waiting jobs' dependencies came to hold (the scheduling loop plans when it grows)
+    dependency_releases: int = field(default=0, compare=False, repr=False)
     # elements of arrays with a limit (NAME[1-100]%5) that hold hosts now: array -> their ids
     array_busy: dict[int, set[int]] = field(default_factory=dict)
     # transient: audit records folded but not yet handed to the store (``xce.model.audit``); None records nothing
