@@ -80,7 +80,8 @@ def test_a_node_scope_standalone_claim_needs_its_hosts_or_how_many(model):
     (dict(replicas=0), "1 to 64 replicas, not 0"),
     (dict(hosts=("Bad Host",)), "host"),
     (dict(hosts=("h1",), reclaim_policy="retain"), "released with their claim"),
-    (dict(hosts=("h1",), populate_from="https://example.invalid/x"), "not populated yet"),
+    (dict(hosts=("h1",), populate_from="/data/weights"), "the workers do not read paths"),
+    (dict(hosts=("h1",), populate_from="snapshot:base"), "a copy of a claim or snapshot is a clone"),
 ])
 def test_replica_requests_that_cannot_be_met_are_refused(model, spec, fragment):
     with pytest.raises(InvalidRequest, match=fragment):
@@ -301,3 +302,29 @@ def test_a_replicas_node_object_is_owned_while_it_exists_and_an_orphan_once_rele
     w.report("h1", claim_id, release.op.op_id)
     [gone] = listed(made, f"c{claim_id}.r1.create.1")
     assert gone.handle == made, "released: an object still listed is an orphan"
+
+
+def test_a_populated_replica_is_ready_only_once_its_host_filled_it_and_one_that_cannot_be_is_failed(w):
+    claim_id = w.create(hosts=("h1", "h2"), populate_from="https://example.org/weights/")
+    claim = w.model.claims[claim_id]
+    assert claim.populate_from == "https://example.org/weights/"
+    w.place(claim_id, "h1")
+    w.place(claim_id, "h2")
+    w.run(claim_id, "h1")
+    r1 = w.replica(claim_id, "h1")
+    assert r1.state is ReplicaState.PREPARING and claim.state is ClaimState.PREPARING, "made, not filled yet"
+    [populate] = w.take("h1")
+    assert populate.op.op_id == f"c{claim_id}.r1.populate.1" and populate.runner == "node:h1"
+    w.report("h1", claim_id, populate.op.op_id, message="1 file")
+    assert r1.state is ReplicaState.READY and r1.handle == f"n{claim_id}-h1", "the create's handle kept"
+    assert claim.state is ClaimState.READY and claim.ready_hosts() == ["h1"]
+    assert r1.history[-1]["reason"].startswith("populated from https://example.org/weights/ on attempt 1")
+    w.run(claim_id, "h2")
+    [o] = w.take("h2")
+    w.report("h2", claim_id, o.op.op_id, ok=False, code="NOT_FOUND", message="no such object", retryable=False)
+    r2 = w.replica(claim_id, "h2")
+    assert r2.state is ReplicaState.FAILED and r2.last_error == "NOT_FOUND: no such object"
+    assert "its data is incomplete" in r2.history[-1]["reason"]
+    assert claim.state is ClaimState.READY and claim.ready_hosts() == ["h1"], "h1 serves on"
+    w.commit(claims.delete(w.model, ALICE, "cache", w.tick()))
+    assert r2.state is ReplicaState.RELEASING, "its object exists: released by its host"

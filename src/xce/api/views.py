@@ -437,8 +437,10 @@ def agent_op_json(model: Model, config: Config, claim: Claim, op: Op,
         job = model.jobs.get(claim.job_id) if claim.job_id is not None else None
         out["user"] = job.user if job is not None else claim.owner
         out["items"] = claim.stage_in if op.kind is OpKind.STAGE_IN else claim.stage_out
-    if op.kind is OpKind.POPULATE:  # the provisioner copies the source into the claim's volume
-        out["source"] = claim.populate_from
+    if op.kind is OpKind.POPULATE:  # the provisioner copies the source into the claim's volume; a replica's
+        out["source"] = claim.populate_from  # host's worker into the replica, as the claim's owner
+        if isinstance(attachment, Replica):
+            out["user"] = claim.owner
     return out
 
 

@@ -241,9 +241,9 @@ class AgentOp(_AgentOpKeys, total=False):
 
     snapshot_id: int  # a snapshot's op (claim_id is then the claim it is of)
     source_handle: str  # a clone's create: the provider copies its source
-    user: str  # stage_in, stage_out: done as the job's user
+    user: str  # stage_in, stage_out: done as the job's user; a replica's populate: as its claim's owner
     items: list[Any]  # stage_in, stage_out: what to copy
-    source: str | None  # populate: the URL or REMOTE:path to fill the claim from
+    source: str | None  # populate: the URL or REMOTE:path to fill the claim (or the replica) from
 
 
 class _OpReportKeys(TypedDict):

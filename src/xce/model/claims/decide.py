@@ -188,9 +188,6 @@ def check_holds_standalone(cls: ClaimClassConfig, spec: ClaimSpec) -> None:
     n = len(spec.hosts) or spec.replicas or 0
     if not 1 <= n <= MAX_REPLICAS:
         raise InvalidRequest(f"a claim has 1 to {MAX_REPLICAS} replicas, not {n}")
-    if spec.populate_from is not None:
-        raise InvalidRequest(f"claim class {cls.name!r} is node-scope: its replicas are not populated yet "
-                             "(--source is for shared classes)")
     if spec.reclaim_policy == ReclaimPolicy.RETAIN.value or spec.reclaim_policy is None and \
             cls.reclaim_policy == ReclaimPolicy.RETAIN.value:
         raise InvalidRequest(f"claim class {cls.name!r} is node-scope: its replicas are released with their "
@@ -203,16 +200,18 @@ def _populate_source(config: Config, cls: ClaimClassConfig, project: str, text: 
     same remotes, the same refusals naming the project), canonical; None: not populated."""
     if text is None or source is not None:  # (both: refused first thing)
         return None
-    if cls.scope != Scope.SHARED:
-        raise InvalidRequest(f"claim class {cls.name!r} is node-scope: only shared claims are populated (by the "
-                             "provisioner)")
+    # a shared claim is filled by the provisioner; a node-local claim's replicas each by its host's worker
+    who = "the provisioner does" if cls.scope == Scope.SHARED else "the workers do"
+    if text.startswith(("claim:", "snapshot:")):
+        raise InvalidRequest(f"--source {text}: claims are filled from a URL or REMOTE:path; a copy of a claim or "
+                             "snapshot is a clone (--from-claim, --from-snapshot) of a shared class")
     try:
         where = resolve_location(text, config.transfers, project, "--source")
     except TransferRefused as e:
         raise (Forbidden if e.forbidden else InvalidRequest)(e.message) from None
     if where.local:
-        raise InvalidRequest("--source is a URL or REMOTE:path (xce transfers list): the provisioner does not read "
-                             "paths on your host")
+        raise InvalidRequest(f"--source is a URL or REMOTE:path (xce transfers list): {who} not read paths on "
+                             "your host")
     return where.text
 
 

@@ -290,8 +290,19 @@ def apply_replica_op_succeeded(model: State, f: ReplicaOpSucceeded) -> None:
     replicas.close_op(model, claim, r)
     if op.kind is OpKind.CREATE:
         r.handle, r.path = f.handle, f.path
+        if claim.populate_from is not None and not claim.delete_requested:
+            # still PREPARING: READY once its host's worker has copied every byte in
+            r.history.append({"state": r.state.value, "time": f.time, "reason": f"created {f.handle} on attempt "
+                              f"{op.attempts}; populating from {claim.populate_from}"})
+            replicas.open_op(model, claim, r, OpKind.POPULATE)
+            return
         replicas.set_state(model, claim, r, ReplicaState.READY, f.time, f"created {f.handle} on attempt "
                            f"{op.attempts}", agent)
+        _settle(model, claim, f.time, f"replica on {r.host} READY", agent)
+        _advance_delete(model, claim, f.time)
+    elif op.kind is OpKind.POPULATE:
+        replicas.set_state(model, claim, r, ReplicaState.READY, f.time, f"populated from {claim.populate_from} on "
+                           f"attempt {op.attempts}" + (f": {f.message}" if f.message else ""), agent)
         _settle(model, claim, f.time, f"replica on {r.host} READY", agent)
         _advance_delete(model, claim, f.time)
     else:
@@ -315,6 +326,8 @@ def apply_replica_op_failed(model: State, f: ReplicaOpFailed) -> None:
     if op.kind is OpKind.CREATE:  # a permanent error made nothing (a crash's leftover: the orphan scan's)
         r.data_exists = False
         replicas.set_state(model, claim, r, ReplicaState.FAILED, f.time, why, agent)
+    elif op.kind is OpKind.POPULATE:  # the object exists, its data is incomplete: the other replicas serve on
+        replicas.set_state(model, claim, r, ReplicaState.FAILED, f.time, why + "; its data is incomplete", agent)
     else:
         replicas.set_state(model, claim, r, ReplicaState.FAILED, f.time, why + "; the data still exists", agent)
     _settle(model, claim, f.time, f"replica on {r.host}: {why}", agent)

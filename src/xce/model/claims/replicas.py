@@ -11,11 +11,13 @@ States (``ReplicaState``), one machine per replica, on its host::
                       FAILED ──(deleted)──▶ RELEASING / RELEASED
 
 A replica is PENDING until the scheduler reserves its size on its host's counter of the claim's
-class (``ReplicaPlaced``), which opens its ``create`` op; its host's node agent (``node:HOST``)
-runs its ops (``create``: the provider's ``node_prepare``, ``release``) under the one discipline of
-every op (``xce.model.ops``): intent before action, op ids ``c<claim>.r<no>.<op>.<n>`` stable across
-retries and restarts, results fenced by agent and epoch, failures retried with backoff.  The claim's
-own state follows from its replicas' (``xce.model.claims.lifecycle``): READY while one is READY.
+class (``ReplicaPlaced``), which opens its ``create`` op; a claim with a source (``--source``) then
+opens its ``populate`` (still PREPARING: READY only once filled; a permanent failure is FAILED with its
+error, the object kept until the claim goes).  Its host's node agent (``node:HOST``) runs its ops
+(``create``: the provider's ``node_prepare``; ``populate``: rclone, as a stage-in; ``release``) under
+the one discipline of every op (``xce.model.ops``): intent before action, op ids
+``c<claim>.r<no>.<op>.<n>`` stable across retries and restarts, results fenced by agent and epoch,
+failures retried with backoff.  The claim's own state follows from its replicas' (``xce.model.claims.lifecycle``): READY while one is READY.
 """
 
 from __future__ import annotations

@@ -1,0 +1,119 @@
+"""Node-local claims filled from an object store, on a real cluster: an S3 server (``rclone serve s3``) on
+loopback, the controller, three workers (simfs node objects) with a ``--transfer-config`` holding the
+remote's keys, but host3's without remote ``store`` (its populates fail for good, naming the remote).
+
+host1..host3 have 4 slots and 4Gi of ``scratch``; class ``local`` is node-scope on that counter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+
+from tests.helpers import Cluster, wait_for
+from tests.integration.test_job_claims import CONFIG as JOB_CONFIG
+from tests.integration.test_job_claims import read
+from tests.integration.test_node_local_claims import LOCAL, replicas
+from tests.transfer_servers import S3Server
+
+CONFIG = JOB_CONFIG + LOCAL + """
+[transfers]
+public_schemes = ["https"]
+
+[[transfers.remotes]]
+name = "store"
+type = "s3"
+schemes = ["s3"]
+description = "the object store the weights live in"
+"""
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class Site:
+    """The S3 server and the cluster, stopped together (nothing started outlives a failed set-up)."""
+
+    def __init__(self, root: str) -> None:
+        self.s3 = self.cl = None
+        try:
+            self.s3 = S3Server(os.path.join(root, "s3")).start()
+            cfg = os.path.join(root, "xce.toml")
+            with open(cfg, "w") as fh:
+                fh.write(CONFIG.replace("host_timeout = 2.0", "host_timeout = 30.0")
+                         .replace("fence_time = 2.0", "fence_time = 30.0"))
+            with_store = os.path.join(root, "transfers.toml")
+            with open(os.open(with_store, os.O_WRONLY | os.O_CREAT, 0o600), "w") as fh:
+                fh.write(f'[transfers]\ntimeout = 120\n\n[[transfers.remotes]]\nname = "store"\ntype = "s3"\n'
+                         f'[transfers.remotes.options]\n{self.s3.options()}')
+            without = os.path.join(root, "transfers-none.toml")
+            with open(os.open(without, os.O_WRONLY | os.O_CREAT, 0o600), "w") as fh:
+                fh.write("[transfers]\ntimeout = 120\n")
+            self.cl = Cluster(os.path.join(root, "cluster"), config=cfg).start()
+            for h in ("host1", "host2", "host3"):
+                self.cl.add_worker(h, slots=4, counters={"scratch": "4Gi"},
+                                   extra_args=["--transfer-config", with_store if h != "host3" else without])
+        except BaseException:
+            self.stop()
+            raise
+        self.data = {"config.json": b'{"layers": 2}\n', "shards/0.bin": os.urandom(300_000)}
+        for name, blob in self.data.items():
+            path = os.path.join(self.s3.bucket("models"), "llama", name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as fh:
+                fh.write(blob)
+
+    def stop(self) -> None:
+        for part in (self.cl, self.s3):
+            if part is not None:
+                part.stop()
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    s = Site(str(tmp_path_factory.mktemp("caches")))
+    yield s
+    s.stop()
+
+
+def settled(cl, name: str, hosts: int) -> dict[str, dict] | None:
+    """The claim's replicas by host once ``hosts`` of them are READY or FAILED (None before)."""
+    rs = replicas(cl, name)
+    done = {h: r for h, r in rs.items() if r["state"] in ("READY", "FAILED")}
+    return done if len(done) == hosts else None
+
+
+def test_each_replica_is_filled_by_its_host_and_one_that_cannot_be_fails_while_the_others_serve(site, tmp_path):
+    cl = site.cl
+    made = cl.xce("--json", "claim", "create", "weights", "--class", "local", "--size", "64Mi",
+                  "--access", "ROX", "--hosts", "host1,host2,host3", "--source",
+                  "s3://models/llama/")
+    assert '"populate_from": "store:models/llama/"' in made.stdout, "resolved at creation"
+    rs = wait_for(lambda: settled(cl, "weights", 3), timeout=90, what="every replica filled or failed")
+    assert {h: r["state"] for h, r in rs.items()} == {"host1": "READY", "host2": "READY", "host3": "FAILED"}
+    assert rs["host3"]["last_error"].startswith("NO_REMOTE: populate: remote store is not configured on host3"), \
+        rs["host3"]["last_error"]
+    claim = cl.claim("weights")
+    assert claim["state"] == "READY" and claim["replicas_ready"] == 2
+    done = [(o["host"], o["op"]) for o in claim["ops"] if o["result"] == "ok"]
+    assert sorted(done) == [("host1", "create"), ("host1", "populate"), ("host2", "create"), ("host2", "populate"),
+                            ("host3", "create")]
+    for host in ("host1", "host2"):  # the prefix fills the replica's root, on its own host
+        for name, blob in site.data.items():
+            with open(os.path.join(rs[host]["path"], name), "rb") as fh:
+                assert fh.read() == blob, (host, name)
+    outs = {}
+    for i in range(4):
+        out = tmp_path / f"read{i}"
+        outs[cl.submit("--claim", "weights", "-o", str(out), "--", "sh", "-c",
+                       'sha256sum "$XCE_CLAIM_WEIGHTS/shards/0.bin"; echo "on $XCE_HOST"')] = out
+    for job, out in outs.items():
+        done_job = cl.wait_state(job, "DONE", timeout=60)
+        assert done_job["hosts"][0] in ("host1", "host2"), "never on the host whose replica failed"
+        assert read(out).split()[0] == sha(site.data["shards/0.bin"])
+    cl.xce("claim", "delete", "weights")
+    gone = cl.wait_claim("weights", "RELEASED")
+    assert [r["state"] for r in gone["replicas"]] == ["RELEASED"] * 3, "the failed one's object released too"
