@@ -9,7 +9,7 @@ import random
 import pytest
 
 from xce.config import ClaimsConfig, parse_config
-from xce.errors import InvalidRequest
+from xce.errors import Conflict, InvalidRequest
 from xce.model import Model
 from xce.model import agents
 from xce.model import claims
@@ -328,3 +328,61 @@ def test_a_populated_replica_is_ready_only_once_its_host_filled_it_and_one_that_
     assert claim.state is ClaimState.READY and claim.ready_hosts() == ["h1"], "h1 serves on"
     w.commit(claims.delete(w.model, ALICE, "cache", w.tick()))
     assert r2.state is ReplicaState.RELEASING, "its object exists: released by its host"
+
+
+def test_warm_adds_a_replica_placed_and_made_like_the_first_and_refuses_a_host_that_holds_one(w):
+    claim_id = w.create(hosts=("h1",))
+    w.place(claim_id, "h1")
+    w.run(claim_id, "h1")
+    with pytest.raises(Conflict, match="has a replica on h1 already \\(READY\\)"):
+        claims.warm(w.model, CONFIG, ALICE, "cache", ("h1",), w.tick())
+    facts, _ = claims.warm(w.model, CONFIG, ALICE, "cache", ("h3",), w.tick())
+    w.commit(facts)
+    claim = w.model.claims[claim_id]
+    assert claim.unplaced_hosts() == ["h3"] and claim.state is ClaimState.READY, "h1 serves while h3 is made"
+    assert claim.charged_bytes == 2 * GiB
+    w.place(claim_id, "h3")
+    [o] = w.take("h3")
+    assert o.op.op_id == f"c{claim_id}.r2.create.1"
+    w.report("h3", claim_id, o.op.op_id, handle="n3", path="/x/h3")
+    assert claim.ready_hosts() == ["h1", "h3"]
+
+
+def test_evict_releases_one_replica_refused_while_attached_there_or_for_the_last(w):
+    claim_id = w.create(hosts=("h1", "h2"))
+    for h in ("h1", "h2"):
+        w.place(claim_id, h)
+        w.run(claim_id, h)
+    facts, _ = claims.add_attachment(w.model, ALICE, "cache", "h1", "rw", w.tick(), job_id=7)
+    w.commit(facts)
+    with pytest.raises(Conflict, match="attached on h1 by job 7: its replica there is evicted once they are done"):
+        claims.evict(w.model, ALICE, "cache", ("h1",), w.tick())
+    with pytest.raises(Conflict, match="h1, h2 hold the last replica of claim 'cache': delete the claim instead"):
+        claims.evict(w.model, ALICE, "cache", ("h1", "h2"), w.tick())
+    facts, _ = claims.evict(w.model, ALICE, "cache", ("h2",), w.tick())
+    w.commit(facts)
+    claim = w.model.claims[claim_id]
+    assert w.replica(claim_id, "h2").state is ReplicaState.RELEASING and claim.state is ClaimState.READY
+    assert claim.ready_hosts() == ["h1"] and claim.charged_bytes == 2 * GiB, "charged until its object is gone"
+    [release] = w.take("h2")
+    w.report("h2", claim_id, release.op.op_id)
+    assert w.replica(claim_id, "h2").state is ReplicaState.RELEASED and claim.charged_bytes == GiB
+    assert not w.model.hosts["h2"].counters_used(), "its host's counter given back"
+    with pytest.raises(Conflict, match="has no replica on h2"):
+        claims.evict(w.model, ALICE, "cache", ("h2",), w.tick())
+    w.commit(claims.warm(w.model, CONFIG, ALICE, "cache", ("h2",), w.tick())[0])
+    assert [(r.no, r.host, r.state) for r in claim.replicas][-1] == (3, "h2", ReplicaState.PENDING), \
+        "a new replica, its own op ids"
+
+
+def test_a_replica_whose_op_is_in_flight_is_not_evicted_until_it_answered(w):
+    claim_id = w.create(hosts=("h1", "h2"))
+    w.place(claim_id, "h1")
+    w.run(claim_id, "h1")
+    w.place(claim_id, "h2")
+    [o] = w.take("h2")
+    with pytest.raises(Conflict, match="in the middle of its create"):
+        claims.evict(w.model, ALICE, "cache", ("h2",), w.tick())
+    w.report("h2", claim_id, o.op.op_id, ok=False, code="NO_SPACE", message="full", retryable=False)
+    w.commit(claims.evict(w.model, ALICE, "cache", ("h2",), w.tick())[0])
+    assert w.replica(claim_id, "h2").state is ReplicaState.RELEASED, "a FAILED create made nothing"

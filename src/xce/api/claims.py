@@ -140,6 +140,24 @@ async def resize_claim(name: ClaimName, body: schemas.ClaimResizeRequest, reques
     return _show(ctl, claim_id, 202)
 
 
+@router.post("/v1/claims/{name}/warm", status_code=202, response_model=schemas.ClaimOut)
+async def warm_claim(name: ClaimName, body: schemas.ReplicaHostsRequest, request: Request, ctl: Ctl,
+                     project: InProject = None, actor: User = Depends(authenticated)):
+    """A node-local claim's replica more on each host named: placed, made and filled as its first were."""
+    claim_id = await mutate(request, actor, f"claim/{name}", lambda model: claims.warm(
+        model, ctl.config, actor, name, tuple(body.hosts), time.time(), project))
+    return _show(ctl, claim_id, 202)
+
+
+@router.post("/v1/claims/{name}/evict", status_code=202, response_model=schemas.ClaimOut)
+async def evict_claim(name: ClaimName, body: schemas.ReplicaHostsRequest, request: Request, ctl: Ctl,
+                      project: InProject = None, actor: User = Depends(authenticated)):
+    """Release a node-local claim's replica on each host named (refused while a job there uses it)."""
+    claim_id = await mutate(request, actor, f"claim/{name}", lambda model: claims.evict(
+        model, actor, name, tuple(body.hosts), time.time(), project))
+    return _show(ctl, claim_id, 202)
+
+
 @router.post("/v1/claims/by-id/{claim_id}/purge", status_code=202, response_model=schemas.ClaimOut)
 async def purge_claim(claim_id: int, request: Request, ctl: Ctl, actor: User = Depends(admin)):
     await mutate(request, actor, f"claim/{claim_id}", lambda model: (claims.purge(model, actor, claim_id, time.time()),

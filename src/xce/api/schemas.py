@@ -288,6 +288,11 @@ class ClaimResizeRequest(Strict):
     size: Size = Field(description="the new size: bytes, or with a unit (500Mi, 10Gi, 2T); larger than the claim's")
 
 
+class ReplicaHostsRequest(Strict):
+    hosts: Annotated[list[Name], Field(min_length=1, max_length=64)] = Field(
+        description="warm: a replica more on each of these hosts; evict: release the replica on each")
+
+
 class AttachmentRequest(Strict):
     host: Name
     mode: Literal["rw", "ro"] = "rw"

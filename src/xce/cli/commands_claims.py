@@ -1,4 +1,4 @@
-"""Claim commands: ``claim create|list|show|resize|delete|purge|snapshot``, ``snapshot list|show|delete``,
+"""Claim commands: ``claim create|list|show|resize|warm|evict|delete|purge|snapshot``, ``snapshot list|show|delete``,
 ``claimclass list``, ``orphans``."""
 
 from __future__ import annotations
@@ -66,6 +66,15 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     rs.add_argument("--wait", action="store_true", help="show progress until the resize is done (exit 1 if it failed)")
     rs.add_argument("--timeout", type=float, default=600.0, help="with --wait: give up after this many seconds")
     rs.set_defaults(func=cmd_resize)
+
+    for action, what in (("warm", "a node-local claim's replica more on each of these hosts"),
+                         ("evict", "release a node-local claim's replica on each of these hosts (refused while "
+                                   "a job there uses it)")):
+        rp = csub.add_parser(action, parents=[common], help=what)
+        rp.add_argument("name")
+        rp.add_argument("--hosts", type=_host_list, metavar="H1,H2", required=True)
+        rp.add_argument("--project", help="the claim's project (names are per project)")
+        rp.set_defaults(func=cmd_warm if action == "warm" else cmd_evict)
 
     d = csub.add_parser("delete", parents=[common], help="delete a claim (its reclaim policy decides the object's fate)")
     d.add_argument("name")
@@ -203,6 +212,30 @@ def resize_line(c: dict[str, Any]) -> str:
     elif c.get("last_error"):
         line += f"; last error: {c['last_error']}"
     return line
+
+
+def _replicas_line(c: dict[str, Any]) -> str:
+    return ", ".join(f"{r['host']} {r['state']}" for r in c.get("replicas") or [] if r["state"] != "RELEASED") \
+        or "none"
+
+
+def cmd_warm(args, ctx) -> int:
+    claim = ctx.client().warm_claim(args.name, args.hosts, args.project)
+    if ctx.json:
+        print_json(claim)
+    else:
+        print(f"Claim <{claim['name']}> is warmed on {', '.join(args.hosts)}: replicas {_replicas_line(claim)}.")
+    return EXIT_OK
+
+
+def cmd_evict(args, ctx) -> int:
+    claim = ctx.client().evict_claim(args.name, args.hosts, args.project)
+    if ctx.json:
+        print_json(claim)
+    else:
+        print(f"Claim <{claim['name']}>'s replica{'s' if len(args.hosts) > 1 else ''} on {', '.join(args.hosts)} "
+              f"{'are' if len(args.hosts) > 1 else 'is'} being released: replicas {_replicas_line(claim)}.")
+    return EXIT_OK
 
 
 def cmd_resize(args, ctx) -> int:

@@ -302,6 +302,20 @@ class Client:
         return cast("ClaimDoc", self.request("POST", f"/v1/claims/{quote(name, safe=':')}/resize",
                                              body={"size": size}, params={"project": project} if project else None))
 
+    def warm_claim(self, name: str, hosts: Iterable[str], project: str | None = None) -> ClaimDoc:
+        """A node-local claim's replica more on each of ``hosts`` (``POST /v1/claims/{name}/warm``):
+        each PENDING, then made (and filled from the claim's source) by its host's worker."""
+        return cast("ClaimDoc", self.request("POST", f"/v1/claims/{quote(name, safe=':')}/warm",
+                                             body={"hosts": list(hosts)},
+                                             params={"project": project} if project else None))
+
+    def evict_claim(self, name: str, hosts: Iterable[str], project: str | None = None) -> ClaimDoc:
+        """Release a node-local claim's replica on each of ``hosts`` (``POST /v1/claims/{name}/evict``);
+        refused (409 ``in_use``) while a job on one of them has it attached."""
+        return cast("ClaimDoc", self.request("POST", f"/v1/claims/{quote(name, safe=':')}/evict",
+                                             body={"hosts": list(hosts)},
+                                             params={"project": project} if project else None))
+
     def wait_resize(self, claim: str | int, timeout: float = 600.0, *, project: str | None = None,
                     interval: float = 0.2, on_change: Callable[[ClaimDoc], None] | None = None) -> ClaimDoc:
         """Poll the claim until its latest resize is DONE or FAILED; return the claim."""

@@ -20,8 +20,8 @@ from xce.model.facts import (
     ClassCapabilitiesReported, ClusterInitialized, Fact, HostRegistered, HostStateChanged, JobAllocated, JobFinished,
     JobHeld, JobKillRequested, JobProcessEnded, JobReleased, JobRequeued, JobResumed, JobSignalRequested, JobStarted,
     JobSubmitted, JobSuspended, OrphanResolved, OrphanSeen, ProjectDefined, ProjectRemoved, QueueDefined,
-    RecordsRetired, ReplicaOpFailed, ReplicaOpIntent, ReplicaOpSucceeded, ReplicaPlaced, SnapshotCreated,
-    SnapshotDeleteRequested, SnapshotOpFailed, SnapshotOpIntent, SnapshotOpSucceeded, TokenIssued, TokenRevoked,
+    RecordsRetired, ReplicaEvicted, ReplicaOpFailed, ReplicaOpIntent, ReplicaOpSucceeded, ReplicaPlaced, ReplicasAdded,
+    SnapshotCreated, SnapshotDeleteRequested, SnapshotOpFailed, SnapshotOpIntent, SnapshotOpSucceeded, TokenIssued, TokenRevoked,
     UserDefined, UserDisabled,
 )
 from xce.model.entities.identity import User
@@ -57,6 +57,8 @@ FOLDS: dict[type[Fact], Callable[[State, Any], None]] = {
     ClaimOpSucceeded: claims.apply_claim_op_succeeded,
     ClaimOpFailed: claims.apply_claim_op_failed,
     ReplicaPlaced: claims.apply_replica_placed,
+    ReplicasAdded: claims.apply_replicas_added,
+    ReplicaEvicted: claims.apply_replica_evicted,
     ReplicaOpIntent: claims.apply_replica_op_intent,
     ReplicaOpSucceeded: claims.apply_replica_op_succeeded,
     ReplicaOpFailed: claims.apply_replica_op_failed,

@@ -15,12 +15,12 @@ from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from xce.model import capabilities
 from xce.model.entities.claims import (
     RESERVED_NAMES, TEMPLATE_NAME, AccessMode, Claim, ClaimForm, ClaimState, ContentSource, Mode, ReclaimPolicy,
-    Scope, name_key,
+    ReplicaState, Scope, name_key,
 )
 from xce.model.entities.identity import User
 from xce.model.facts import (
     AttachmentAdded, AttachmentRemoved, ClaimCreated, ClaimDeleteRequested, ClaimPurgeRequested, ClaimResizeRequested,
-    Fact,
+    Fact, ReplicaEvicted, ReplicasAdded,
 )
 from xce.model.state import State
 from xce.names import check_name
@@ -192,6 +192,71 @@ def check_holds_standalone(cls: ClaimClassConfig, spec: ClaimSpec) -> None:
             cls.reclaim_policy == ReclaimPolicy.RETAIN.value:
         raise InvalidRequest(f"claim class {cls.name!r} is node-scope: its replicas are released with their "
                              "claim (reclaim policy delete)")
+
+
+def _replicated(model: State, actor: User, name: str, project: str | None, hosts: tuple[str, ...],
+                what: str) -> Claim:
+    """The node-local claim ``name`` whose replicas a request names by ``hosts`` (checked), or why not."""
+    claim = visible(model, actor, name, project)
+    if not claim.replicated:
+        raise Conflict(f"claim {name!r} is not node-local (class {claim.class_name}): it has no replicas to {what}")
+    if claim.delete_requested or not claim.live:
+        raise Conflict(f"claim {name!r} is {'being deleted' if claim.live else claim.state.value}")
+    if not hosts:
+        raise InvalidRequest(f"say which hosts to {what} (--hosts h1,h2)")
+    for host in hosts:
+        check_name("host", host)
+    if len(set(hosts)) != len(hosts):
+        raise InvalidRequest("--hosts names a host twice")
+    return claim
+
+
+def warm(model: State, config: Config, actor: User, name: str, hosts: tuple[str, ...], now: float,
+         project: str | None = None) -> tuple[list[Fact], int]:
+    """``xce claim warm``: a replica more on each of ``hosts`` (charged to the quota as each is), made and
+    filled as the claim's first ones were.  Refused for a host that holds one (in any state but
+    RELEASED: a FAILED one is evicted first), and for a claim none of whose replicas could be made."""
+    claim = _replicated(model, actor, name, project, hosts, "warm")
+    if claim.state is ClaimState.FAILED:
+        raise Conflict(f"claim {name!r} is FAILED (no replica could be made): delete it and create it again")
+    for host in hosts:
+        if (r := claim.replica_on(host)) is not None:
+            hint = "; evict it first (xce claim evict)" if r.state is ReplicaState.FAILED else ""
+            raise Conflict(f"claim {name!r} has a replica on {host} already ({r.state.value}){hint}",
+                           code="exists")
+    if claim.replica_count + len(hosts) > MAX_REPLICAS:
+        raise InvalidRequest(f"a claim has at most {MAX_REPLICAS} replicas: {name!r} has {claim.replica_count}")
+    check_quota(model, config, claim.project, claim.class_name, claim.size_bytes * len(hosts), new_claims=0)
+    return [ReplicasAdded(time=now, claim_id=claim.id, hosts=list(hosts), by=actor.name)], claim.id
+
+
+def evict(model: State, actor: User, name: str, hosts: tuple[str, ...], now: float,
+          project: str | None = None) -> tuple[list[Fact], int]:
+    """``xce claim evict``: release the claim's replica on each of ``hosts``, its host's agent removing
+    the object.  Refused while a job on that host has it attached (its data is in use there), while
+    the replica's op is in flight (evict once it has answered), and for a claim's last replica but a
+    cache's (which makes replicas on demand): that is ``xce claim delete``."""
+    claim = _replicated(model, actor, name, project, hosts, "evict")
+    going = [claim.replica_on(host) for host in hosts]
+    for host, r in zip(hosts, going):
+        if r is None or r.state is ReplicaState.RELEASING:
+            raise Conflict(f"claim {name!r} has no replica on {host}" + (" (it is being released)" if r else ""),
+                           code="not_found")
+    if claim.replica_count - len(hosts) <= 0 and not claim.cache:
+        raise Conflict(f"{', '.join(hosts)} hold{'s' if len(hosts) == 1 else ''} the last replica of claim "
+                       f"{name!r}: delete the claim instead (xce claim delete {name})", code="last_replica")
+    for host, r in zip(hosts, going):
+        assert r is not None
+        users = sorted({a.job_id for a in claim.attachments if a.host == host and a.job_id is not None})
+        if any(a.host == host for a in claim.attachments):
+            jobs = f" by job{'s' if len(users) > 1 else ''} {', '.join(map(str, users))}" if users else ""
+            raise Conflict(f"claim {name!r} is attached on {host}{jobs}: its replica there is evicted once they "
+                           "are done", code="in_use")
+        if r.op is not None and r.op.epoch is not None:
+            raise Conflict(f"claim {name!r}'s replica on {host} is in the middle of its {r.op.kind.value} (op "
+                           f"{r.op.op_id}): evict it once that has answered", code="busy")
+    return [ReplicaEvicted(time=now, claim_id=claim.id, host=h, by=actor.name, reason=f"evicted by {actor.name}")
+            for h in hosts], claim.id
 
 
 def _populate_source(config: Config, cls: ClaimClassConfig, project: str, text: str | None,
