@@ -53,15 +53,15 @@ class Site:
             with open(os.open(without, os.O_WRONLY | os.O_CREAT, 0o600), "w") as fh:
                 fh.write("[transfers]\ntimeout = 120\n")
             self.cl = Cluster(os.path.join(root, "cluster"), config=cfg).start()
-            for h in ("host1", "host2", "host3"):
-                self.cl.add_worker(h, slots=4, counters={"scratch": "4Gi"},
+            for n, h in enumerate(("host1", "host2", "host3"), 1):
+                self.cl.add_worker(h, slots=4, counters={"scratch": "4Gi"}, attrs={"node": f"n{n}"},
                                    extra_args=["--transfer-config", with_store if h != "host3" else without])
         except BaseException:
             self.stop()
             raise
         self.data = {"config.json": b'{"layers": 2}\n', "shards/0.bin": os.urandom(300_000)}
-        for name, blob in self.data.items():
-            path = os.path.join(self.s3.bucket("models"), "llama", name)
+        for name, blob in [*self.data.items(), ("../mistral/config.json", b'{"layers": 3}\n')]:
+            path = os.path.normpath(os.path.join(self.s3.bucket("models"), "llama", name))
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "wb") as fh:
                 fh.write(blob)
@@ -117,3 +117,52 @@ def test_each_replica_is_filled_by_its_host_and_one_that_cannot_be_fails_while_t
     cl.xce("claim", "delete", "weights")
     gone = cl.wait_claim("weights", "RELEASED")
     assert [r["state"] for r in gone["replicas"]] == ["RELEASED"] * 3, "the failed one's object released too"
+
+
+def test_a_cache_makes_replicas_where_its_jobs_go_and_evicts_unused_ones_but_never_one_attached(site, tmp_path):
+    cl = site.cl
+    gates = {n: tmp_path / f"gate-{n}" for n in ("n2", "n3", "a")}
+
+    def hold(*args: str, gate) -> int:
+        return cl.submit(*args, "--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done")
+
+    busy = [hold("-n", "4", "-R", f"select[node=={n}] span[hosts=1]", gate=gates[n]) for n in ("n2", "n3")]
+    for j in busy:
+        cl.wait_state(j, "RUN")  # host1 is the only host with free slots from here on
+    for name, prefix in (("llama", "llama/"), ("mistral", "mistral/")):  # 3Gi each: one fits a host's 4Gi
+        made = cl.xce("--json", "claim", "create", name, "--class", "local", "--size", "3Gi",
+                      "--access", "ROX", "--cache", "--source", f"s3://models/{prefix}").stdout
+        assert '"cache": true' in made and '"state": "READY"' in made, "a cache serves at once: replicas on demand"
+    out = tmp_path / "first"
+    first = cl.submit("--claim", "llama", "-o", str(out), "--", "sh", "-c",
+                      'cat "$XCE_CLAIM_LLAMA/config.json"; echo "on $XCE_HOST"')
+    assert cl.wait_state(first, "DONE", timeout=90)["hosts"] == ["host1"]
+    assert read(out) == '{"layers": 2}\non host1\n', "a replica made where the job went, filled, then read"
+    [r] = cl.claim("llama")["replicas"]
+    assert (r["host"], r["state"]) == ("host1", "READY")
+    assert r["history"][0]["reason"] == "made on demand: a job waits for it here"
+    user = hold("--claim", "llama", gate=gates["a"])
+    cl.wait_state(user, "RUN")
+    waits = cl.submit("--claim", "mistral", "-o", str(tmp_path / "second"), "--", "sh", "-c",
+                      'cat "$XCE_CLAIM_MISTRAL/config.json"; echo "on $XCE_HOST"')
+    why = wait_for(lambda: "claim mistral" in (t := cl.xce("job", "why", str(waits)).stdout) and t,
+                   what="why the second cache's job waits")
+    assert "claim mistral: replicas READY on no host" in why, why
+    assert replicas(cl, "llama")["host1"]["state"] == "READY", "attached: never evicted"
+    assert cl.job(waits)["state"] == "PEND"
+    gates["a"].write_text("")
+    cl.wait_state(user, "DONE")
+    done = cl.wait_state(waits, "DONE", timeout=90)
+    assert done["hosts"] == ["host1"] and read(tmp_path / "second") == '{"layers": 3}\non host1\n'
+    evicted = wait_for(lambda: (r := replicas(cl, "llama")["host1"])["state"] == "RELEASED" and r,
+                       what="llama's unused replica released")
+    assert any("least recently used: its room on host1 went to claim mistral's replica" in h["reason"]
+               for h in evicted["history"]), evicted["history"]
+    assert cl.claim("llama")["state"] == "READY", "a cache without replicas still serves"
+    for gate in gates.values():
+        gate.write_text("")
+    for j in busy:
+        cl.wait_state(j, "DONE")
+    for name in ("llama", "mistral"):
+        cl.xce("claim", "delete", name)
+        cl.wait_claim(name, "RELEASED")

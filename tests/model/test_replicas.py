@@ -386,3 +386,29 @@ def test_a_replica_whose_op_is_in_flight_is_not_evicted_until_it_answered(w):
     w.report("h2", claim_id, o.op.op_id, ok=False, code="NO_SPACE", message="full", retryable=False)
     w.commit(claims.evict(w.model, ALICE, "cache", ("h2",), w.tick())[0])
     assert w.replica(claim_id, "h2").state is ReplicaState.RELEASED, "a FAILED create made nothing"
+
+
+@pytest.mark.parametrize("spec,fragment", [
+    (dict(cls="scratch", access="ROX"), "a cache is filled from its source: give --source"),
+    (dict(cls="scratch", access="RWO", populate_from="https://example.org/w/"), "a cache is read-only"),
+    (dict(cls="vol", access="ROX", populate_from="https://example.org/w/"), "--cache is for node-scope classes"),
+])
+def test_a_cache_is_node_scope_read_only_and_filled_from_a_source(model, spec, fragment):
+    with pytest.raises(InvalidRequest, match=fragment):
+        create(model, CONFIG, ALICE, ClaimSpec("c", spec["cls"], "1Gi", spec["access"], cache=True,
+                                               populate_from=spec.get("populate_from")), 1.0)
+
+
+def test_a_cache_is_ready_with_no_replica_and_stays_ready_when_its_last_is_evicted(w):
+    facts, claim_id = create(w.model, CONFIG, ALICE, ClaimSpec("c", "scratch", "1Gi", "ROX", cache=True,
+                                                               populate_from="https://example.org/w/"), w.tick())
+    w.commit(facts)
+    claim = w.model.claims[claim_id]
+    assert claim.state is ClaimState.READY and claim.replicas == [] and claim.counter == "scratch"
+    w.place(claim_id, "h2")  # (the applier's on-demand placement: a new replica of the cache)
+    w.run(claim_id, "h2")
+    [populate] = w.take("h2")
+    w.report("h2", claim_id, populate.op.op_id)
+    assert claim.ready_hosts() == ["h2"]
+    w.commit(claims.evict(w.model, ALICE, "c", ("h2",), w.tick())[0])
+    assert claim.state is ClaimState.READY, "a cache makes replicas where its jobs go"

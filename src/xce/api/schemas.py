@@ -273,6 +273,8 @@ class ClaimCreateRequest(Strict):
     replicas: Annotated[int, Field(ge=1, le=64)] | None = Field(
         None, description="a node-scope class's claim: replicas on this many hosts the scheduler chooses by free "
                           "capacity (instead of hosts)")
+    cache: bool = Field(False, description="a node-scope ROX claim with a source: replicas made on demand where its "
+                                           "jobs go, unused ones evicted least recently used when room is needed")
 
 
 class SnapshotCreateRequest(Strict):

@@ -183,14 +183,15 @@ def claim_json(claim: Claim, reason: str | None = None, *, resize_reason: str | 
         # a staging claim's items, as resolved at submission: paths, URLs, REMOTE:path (never credentials)
         "stage_in": claim.stage_in, "stage_out": claim.stage_out,
         "replicas": [replica_json(r) for r in claim.replicas], "replicas_ready": len(claim.ready_hosts()),
-        "replicas_to_place": claim.replicas_to_place,
+        "replicas_to_place": claim.replicas_to_place, "cache": claim.cache,
     }
 
 
 def replica_json(r: Replica) -> dict[str, Any]:
     """One host's copy of a node-local claim (``wire.ReplicaDoc``)."""
     return {"host": r.host, "state": r.state.value, "placed": r.placed, "handle": r.handle, "path": r.path,
-            "attempts": r.attempts, "last_error": r.last_error, "op": op_summary(r.op), "history": r.history}
+            "attempts": r.attempts, "last_error": r.last_error, "op": op_summary(r.op), "history": r.history,
+            "last_used": r.last_used}
 
 
 def op_summary(op: Op | None) -> dict[str, Any] | None:

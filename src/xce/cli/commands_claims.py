@@ -37,6 +37,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                        help="a node-scope class's claim: a replica on each of these hosts")
     where.add_argument("--replicas", type=positive_int, metavar="N",
                        help="a node-scope class's claim: replicas on N hosts the scheduler chooses by free room")
+    c.add_argument("--cache", action="store_true",
+                   help="a node-scope ROX claim with --source: replicas made where its jobs go, unused ones evicted "
+                        "(least recently used) when their host's room is needed")
     c.add_argument("--reclaim", choices=("retain", "delete"), help="default: the class's")
     c.add_argument("--param", action="append", metavar="K=V", help="a class parameter (repeatable)")
     c.add_argument("--project", help="default: your first project")
@@ -184,7 +187,8 @@ def cmd_create(args, ctx) -> int:
     claim = client.create_claim(args.name, claim_class=args.claim_class, size=args.size, access_mode=args.access,
                                 reclaim_policy=args.reclaim, params=params, project=args.project,
                                 from_snapshot=args.from_snapshot, from_claim=args.from_claim,
-                                populate_from=args.source, hosts=args.hosts or (), replicas=args.replicas)
+                                populate_from=args.source, hosts=args.hosts or (), replicas=args.replicas,
+                                cache=args.cache)
     if not args.wait:
         if ctx.json:
             print_json(claim)
@@ -429,6 +433,8 @@ def show_text(c: dict[str, Any], snapshots: list[dict[str, Any]] = ()) -> str:
         ("Made from", f"{c['source']['kind']} {c['source']['name']}" if c.get("source") else None),
         ("Snapshots", ", ".join(f"{x['name']} ({x['state']})" for x in snapshots if x["claim_id"] == c["id"])),
         ("Populated from", c.get("populate_from")),
+        ("Cache", "yes: replicas made where its jobs go; unused ones evicted, least recently used first, when "
+                  "their host's room is needed" if c.get("cache") else None),
         ("Transfer", _transfer_text(c.get("transfer"))),
         ("Reachable hosts", ",".join(r["host"] for r in c["replicas"] if r["state"] == ClaimState.READY)
          if c.get("replicas") else "all" if c["reachable_hosts"] is None and c["state"] == ClaimState.READY
@@ -441,8 +447,10 @@ def show_text(c: dict[str, Any], snapshots: list[dict[str, Any]] = ()) -> str:
     if c.get("stderr_tail"):
         out += "\nProvider stderr (tail):\n" + "\n".join(f"  {line}" for line in c["stderr_tail"].splitlines()[-10:])
     if c.get("replicas") or c.get("replicas_to_place"):
-        rows = table(("HOST", "STATE", "PATH", "ATTEMPTS", "LAST ERROR"),
-                     [(r["host"], r["state"], r["path"], r["attempts"], r["last_error"]) for r in c["replicas"]])
+        rows = table(("HOST", "STATE", "PATH", "ATTEMPTS", "LAST USED", "LAST ERROR"),
+                     [(r["host"], r["state"], r["path"], r["attempts"],
+                       ago(time.time() - r["last_used"]) if r.get("last_used") else None, r["last_error"])
+                      for r in c["replicas"]])
         out += "\nReplicas:\n" + "\n".join(f"  {line}" for line in rows.splitlines())
         if c.get("replicas_to_place"):
             out += f"\n  ({c['replicas_to_place']} more on hosts the scheduler chooses)"

@@ -406,6 +406,7 @@ class ClaimCreated(Fact):
     replica_hosts: list[str] = field(default_factory=list)
     replicas_to_place: int = 0
     cache: bool = False  # a node-local ROX claim whose replicas are made on demand, where its jobs go
+    counter: str | None = None  # a cache: the host counter its replicas are reserved on (its class's, then)
 
 
 @fact("claim.placed")

@@ -162,6 +162,7 @@ class ReplicaDoc(TypedDict):
     last_error: str | None
     op: OpSummary | None
     history: list[dict[str, Any]]
+    last_used: float | None  # READY, or a job's use there began or ended (a cache evicts the oldest unused)
 
 
 class ClaimDoc(_Operated):
@@ -199,6 +200,7 @@ class ClaimDoc(_Operated):
                                                             "a claim of one object)")]
     replicas_ready: int  # how many replicas are READY: the claim is READY while one is
     replicas_to_place: int  # replicas still to be placed on hosts the scheduler chooses (--replicas N)
+    cache: bool  # a cache (--cache): replicas made where its jobs go, unused ones evicted when room is needed
     stage_in: list[Any]
     stage_out: list[Any]
 

@@ -57,6 +57,7 @@ class ClaimSpec:
     # the scheduler chooses by free capacity (``--replicas``)
     hosts: tuple[str, ...] = ()
     replicas: int | None = None
+    cache: bool = False  # a node-local ROX claim filled from its source, its replicas made where its jobs go
 
 
 def live_by_name(model: State, project: str, name: str) -> Claim | None:
@@ -117,6 +118,8 @@ def create(model: State, config: Config, actor: User, spec: ClaimSpec, now: floa
         raise InvalidRequest(f"claim class {cls.name!r} does not allow access mode {mode.value} "
                              f"(allowed: {', '.join(cls.access_modes)})")
     check_holds_standalone(cls, spec)
+    if spec.cache:
+        check_cache(cls, spec, mode)
     policy_text = spec.reclaim_policy or cls.reclaim_policy
     try:
         policy = ReclaimPolicy(policy_text)
@@ -146,7 +149,7 @@ def create(model: State, config: Config, actor: User, spec: ClaimSpec, now: floa
     populate_from = _populate_source(config, cls, project, spec.populate_from, source)
     if source is not None and cls.scope != Scope.SHARED:
         raise InvalidRequest(f"claim class {cls.name!r} is node-scope: its replicas are not cloned")
-    copies = len(spec.hosts) or spec.replicas or 1
+    copies = len(spec.hosts) or spec.replicas or 1  # (a cache: at least one replica will be made)
     check_quota(model, config, project, cls.name, size * copies)
     check_fits_a_pool(config, cls, size, f"claim {spec.name!r}")
     claim_id = model.next_claim_id
@@ -156,7 +159,8 @@ def create(model: State, config: Config, actor: User, spec: ClaimSpec, now: floa
                          params={**cls.parameters, **spec.params},
                          source=source.as_record() if source is not None else None,
                          populate_from=populate_from, replica_hosts=list(spec.hosts),
-                         replicas_to_place=spec.replicas or 0)], claim_id
+                         replicas_to_place=spec.replicas or 0, cache=spec.cache,
+                         counter=cls.counter if spec.cache else None)], claim_id
 
 
 MAX_REPLICAS = 64  # replicas of one node-local claim
@@ -176,9 +180,10 @@ def check_holds_standalone(cls: ClaimClassConfig, spec: ClaimSpec) -> None:
     if cls.counter is None:
         raise InvalidRequest(f"claim class {cls.name!r} is node-scope and draws on no host counter: it cannot "
                              "hold standalone claims (its claims are a job's own: xce submit --scratch)")
-    if not where:
+    if not where and not spec.cache:
         raise InvalidRequest(f"claim class {cls.name!r} is node-scope: its claims live on hosts, one replica on "
-                             "each; say which hosts (--hosts h1,h2) or how many (--replicas N)")
+                             "each; say which hosts (--hosts h1,h2) or how many (--replicas N), or make it a cache "
+                             "(--cache: replicas where its jobs go)")
     if spec.hosts and spec.replicas is not None:
         raise InvalidRequest("--hosts names a replica's hosts, --replicas lets the scheduler choose them: not both")
     for host in spec.hosts:
@@ -186,12 +191,24 @@ def check_holds_standalone(cls: ClaimClassConfig, spec: ClaimSpec) -> None:
     if len(set(spec.hosts)) != len(spec.hosts):
         raise InvalidRequest("--hosts names a host twice: a host holds one replica of a claim")
     n = len(spec.hosts) or spec.replicas or 0
-    if not 1 <= n <= MAX_REPLICAS:
+    if (n or not spec.cache) and not 1 <= n <= MAX_REPLICAS:
         raise InvalidRequest(f"a claim has 1 to {MAX_REPLICAS} replicas, not {n}")
     if spec.reclaim_policy == ReclaimPolicy.RETAIN.value or spec.reclaim_policy is None and \
             cls.reclaim_policy == ReclaimPolicy.RETAIN.value:
         raise InvalidRequest(f"claim class {cls.name!r} is node-scope: its replicas are released with their "
                              "claim (reclaim policy delete)")
+
+
+def check_cache(cls: ClaimClassConfig, spec: ClaimSpec, mode: AccessMode) -> None:
+    """A cache is copies of one source on the hosts its jobs go to: node-scope, read-only, with a source."""
+    if cls.scope == Scope.SHARED:
+        raise InvalidRequest(f"claim class {cls.name!r} is shared: its claims are reachable from every host; "
+                             "--cache is for node-scope classes")
+    if mode is not AccessMode.ROX:
+        raise InvalidRequest(f"a cache is read-only (--access ROX): its replicas are copies of one source, not "
+                             f"{mode.value}")
+    if spec.populate_from is None:
+        raise InvalidRequest("a cache is filled from its source: give --source URL|REMOTE:path")
 
 
 def _replicated(model: State, actor: User, name: str, project: str | None, hosts: tuple[str, ...],

@@ -296,11 +296,13 @@ def apply_replica_placed(model: State, f: ReplicaPlaced) -> None:
     r = next((x for x in claim.replicas if x.host == f.host and not x.placed and x.state is ReplicaState.PENDING),
              None)
     if r is None:
-        if claim.replicas_to_place <= 0 or any(x.host == f.host and x.state is not ReplicaState.RELEASED
-                                               for x in claim.replicas):
+        if claim.replica_on(f.host) is not None or claim.replicas_to_place <= 0 and not claim.cache:
             return  # OBSERVATION: the applier re-checks this; nothing to place
-        claim.replicas_to_place -= 1
-        r = _add_replica(claim, f.host, f.time, "host chosen")
+        if claim.replicas_to_place > 0:
+            claim.replicas_to_place -= 1
+            r = _add_replica(claim, f.host, f.time, "host chosen")
+        else:  # a cache's, where a job of its waits for it
+            r = _add_replica(claim, f.host, f.time, "made on demand: a job waits for it here")
     r.counter = f.counter
     if (host := model.hosts.get(f.host)) is not None:
         host.held_counters[replicas.held_key(claim)] = {f.counter: float(f.size_bytes)}
@@ -434,6 +436,7 @@ def apply_claim_created(model: State, f: ClaimCreated) -> bool:
                   stage_in=[list(x) for x in f.stage_in], stage_out=[list(x) for x in f.stage_out],
                   source=dict(f.source) if f.source is not None else None, populate_from=f.populate_from,
                   early=f.early, replicas_to_place=f.replicas_to_place, cache=f.cache,
+                  counter=f.counter,
                   replicas=[Replica(no=i, host=h, created=f.time,
                                     history=[{"state": ReplicaState.PENDING.value, "time": f.time,
                                               "reason": "created"}])

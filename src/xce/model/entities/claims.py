@@ -221,6 +221,7 @@ class Claim:
     # a cache (``--cache``, ROX, filled from its source): replicas are made where its jobs are placed, on
     # demand, and unattached ones evicted least recently used when their host's counter is needed
     cache: bool = False
+    counter: str | None = None  # a cache's: the host counter its replicas are reserved on (its class's at creation)
 
     def __post_init__(self) -> None:
         self.form = ClaimForm(self.form)
@@ -245,7 +246,7 @@ class Claim:
     @property
     def replicated(self) -> bool:
         """A node-local standalone claim: its data is in its replicas, one per host."""
-        return bool(self.replicas) or self.replicas_to_place > 0
+        return bool(self.replicas) or self.replicas_to_place > 0 or self.cache
 
     @property
     def replica_count(self) -> int:
