@@ -1,4 +1,4 @@
-"""Node-local claims filled from an object store, on a real cluster: an S3 server (``rclone serve s3``) on
+"""Node-local claims filled from an object store, caches, and host loss, on a real cluster: an S3 server (``rclone serve s3``) on
 loopback, the controller, three workers (simfs node objects) with a ``--transfer-config`` holding the
 remote's keys, but host3's without remote ``store`` (its populates fail for good, naming the remote).
 
@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from tests.helpers import Cluster, wait_for
+from tests.helpers import Cluster, kill_jobs_of, wait_for
 from tests.integration.test_job_claims import CONFIG as JOB_CONFIG
 from tests.integration.test_job_claims import read
 from tests.integration.test_node_local_claims import LOCAL, replicas
@@ -43,8 +43,8 @@ class Site:
             self.s3 = S3Server(os.path.join(root, "s3")).start()
             cfg = os.path.join(root, "xce.toml")
             with open(cfg, "w") as fh:
-                fh.write(CONFIG.replace("host_timeout = 2.0", "host_timeout = 30.0")
-                         .replace("fence_time = 2.0", "fence_time = 30.0"))
+                fh.write(CONFIG.replace("host_timeout = 2.0", "host_timeout = 3.0")  # a host is lost in seconds
+                         .replace("fence_time = 2.0", "fence_time = 3.0"))
             with_store = os.path.join(root, "transfers.toml")
             with open(os.open(with_store, os.O_WRONLY | os.O_CREAT, 0o600), "w") as fh:
                 fh.write(f'[transfers]\ntimeout = 120\n\n[[transfers.remotes]]\nname = "store"\ntype = "s3"\n'
@@ -166,3 +166,33 @@ def test_a_cache_makes_replicas_where_its_jobs_go_and_evicts_unused_ones_but_nev
     for name in ("llama", "mistral"):
         cl.xce("claim", "delete", name)
         cl.wait_claim(name, "RELEASED")
+
+
+def test_a_lost_hosts_replica_is_lost_until_its_worker_is_back_and_has_refilled_what_went_missing(site, tmp_path):
+    cl = site.cl
+    cl.xce("claim", "create", "served", "--class", "local", "--size", "64Mi", "--access", "ROX",
+           "--hosts", "host1,host2", "--source", "s3://models/llama/")
+    rs = wait_for(lambda: (r := settled(cl, "served", 2)) and all(x["state"] == "READY" for x in r.values()) and r,
+                  timeout=90, what="both replicas filled")
+    lost = cl.workers["host2"]
+    lost.kill()
+    kill_jobs_of(lost.work_dir)
+    wait_for(lambda: replicas(cl, "served")["host2"]["state"] == "LOST", timeout=60, what="host2's replica LOST")
+    claim = cl.claim("served")
+    assert claim["state"] == "READY" and claim["replicas_ready"] == 1
+    assert "host2  LOST" in cl.xce("claim", "show", "served").stdout.replace("    ", "  ")
+    out = tmp_path / "read"
+    job = cl.submit("--claim", "served", "-o", str(out), "--", "sh", "-c", 'echo "on $XCE_HOST"')
+    assert cl.wait_state(job, "DONE")["hosts"] == ["host1"], "no job goes where the replica is LOST"
+    shard = os.path.join(rs["host2"]["path"], "shards", "0.bin")
+    os.unlink(shard)  # part of host2's copy went with it
+    lost.start()
+    back = wait_for(lambda: (r := replicas(cl, "served")["host2"])["state"] in ("READY", "FAILED") and r,
+                    timeout=90, what="host2's replica checked")
+    assert back["state"] == "READY" and back["handle"] == rs["host2"]["handle"], "the same object, kept"
+    with open(shard, "rb") as fh:
+        assert fh.read() == site.data["shards/0.bin"], "what went missing copied again"
+    creates = {o["op_id"] for o in cl.claim("served")["ops"] if o["host"] == "host2" and o["op"] == "create"}
+    assert len(creates) == 1, "re-driven by the op id that made it"
+    cl.xce("claim", "delete", "served")
+    cl.wait_claim("served", "RELEASED")

@@ -412,3 +412,33 @@ def test_a_cache_is_ready_with_no_replica_and_stays_ready_when_its_last_is_evict
     assert claim.ready_hosts() == ["h2"]
     w.commit(claims.evict(w.model, ALICE, "c", ("h2",), w.tick())[0])
     assert claim.state is ClaimState.READY, "a cache makes replicas where its jobs go"
+
+
+def test_a_lost_hosts_replica_is_lost_until_it_is_back_and_its_create_re_driven_by_the_same_op_id(w):
+    from xce.model.job_claims import host_lost
+    claim_id = w.create(hosts=("h1", "h2"), populate_from="https://example.org/w/")
+    for h in ("h1", "h2"):
+        w.place(claim_id, h)
+        w.run(claim_id, h)
+        [populate] = w.take(h)
+        w.report(h, claim_id, populate.op.op_id)
+    claim = w.model.claims[claim_id]
+    made = [o["op_id"] for o in claim.ops if o["host"] == "h2" and o["op"] == "create"][0]
+    w.commit(host_lost(w.model, "h2", w.tick()))
+    assert w.replica(claim_id, "h2").state is ReplicaState.LOST
+    assert claim.state is ClaimState.READY and claim.ready_hosts() == ["h1"], "h1 serves; h2 is used by no job"
+    w.commit(host_lost(w.model, "h1", w.tick()))
+    assert claim.state is ClaimState.READY and claim.ready_hosts() == [], "both lost: READY, waiting for them"
+    w.commit([HostRegistered(time=w.tick(), name="h2", slots=4, counters={"scratch": 10.0 * GiB})])
+    r2 = w.replica(claim_id, "h2")
+    assert r2.state is ReplicaState.PREPARING and r2.op.op_id == made, "the provider finds the same object by it"
+    facts, w.epochs["h2"] = ops.lease(w.model, "node:h2", "h2 back", w.tick())
+    w.commit(facts)
+    w.run(claim_id, "h2")
+    [again] = w.take("h2")
+    assert again.op.op_id == f"c{claim_id}.r2.populate.2", "refilled: rclone copies only what is missing"
+    w.report("h2", claim_id, again.op.op_id)
+    assert r2.state is ReplicaState.READY and claim.ready_hosts() == ["h2"]
+    assert w.replica(claim_id, "h1").state is ReplicaState.LOST, "h1 is not back"
+    w.commit(claims.delete(w.model, ALICE, "cache", w.tick()))
+    assert w.replica(claim_id, "h1").state is ReplicaState.RELEASING, "released by h1's worker once it is back"

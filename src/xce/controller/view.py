@@ -156,6 +156,7 @@ def _claim_uses(model: Model, job) -> tuple[ClaimUse, ...]:
             if c.cache and c.counter is not None else None
         out.append(ClaimUse(claim_id=c.id, name=c.name, mode=ref["mode"], access_mode=c.access_mode.value,
                             state=state, reachable=reachable, replicated=c.replicated, cache=cache,
+                            lost=frozenset(r.host for r in c.replicas if r.state is ReplicaState.LOST),
                             attached_hosts=frozenset(a.host for a in others if a.mode is Mode.RW or
                                                      c.access_mode is AccessMode.RWO),
                             holder_jobs=tuple(sorted({a.job_id for a in others if a.job_id is not None})),

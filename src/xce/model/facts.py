@@ -494,6 +494,16 @@ class ReplicaEvicted(Fact):
     make_room: bool = False
 
 
+@fact("claim.replica_lost")
+@dataclass(frozen=True, slots=True)
+class ReplicaLost(Fact):
+    """The host of a READY replica was declared lost: no job goes there until its worker, back, has
+    checked the replica (``ReplicaState.LOST``)."""
+
+    claim_id: int
+    host: str
+
+
 @fact("claim.replica_op_intent")
 @dataclass(frozen=True, slots=True)
 class ReplicaOpIntent(Fact):

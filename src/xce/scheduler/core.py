@@ -327,7 +327,8 @@ def _place_with_claims(cycle: _Cycle, rr: ResReq, job: JobView, claimed: _Claime
         if use.reachable is not None:
             allowed = set(use.reachable) if allowed is None else allowed & use.reachable
             hosts = ', '.join(sorted(use.reachable)) or 'no host'
-            why_restricted.append(f"claim {use.name}: replicas READY on {hosts}" if use.replicated else
+            lost = f" (LOST with {', '.join(sorted(use.lost))})" if use.lost else ""
+            why_restricted.append(f"claim {use.name}: replicas READY on {hosts}{lost}" if use.replicated else
                                   f"claim {use.name} is reachable only from {hosts}")
     missing = [n for n in list(rr.rusage) + list(job.node_counters) if n not in cycle.offered]
     if missing:

@@ -62,6 +62,7 @@ class ClaimUse:
     waiting: str = ""  # the claim's own word on what it waits for
     replicated: bool = False  # a node-local claim: ``reachable`` are the hosts of its READY replicas
     cache: CacheUse | None = None  # a cache: replicas may start where the job can go
+    lost: frozenset[str] = frozenset()  # a node-local claim: hosts whose replicas were lost with them
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,7 @@ from xce.model import audit, ops
 from xce.model.facts import (
     AttachmentAdded, AttachmentRemoved, ClaimCreated, ClaimDeleteRequested, ClaimOpFailed, ClaimOpIntent,
     ClaimOpSucceeded, ClaimPlaced, ClaimPurgeRequested, ClaimResizeRequested, ClaimResizeReserved, ReplicaEvicted,
-    ReplicaOpFailed, ReplicaOpIntent, ReplicaOpSucceeded, ReplicaPlaced, ReplicasAdded,
+    ReplicaLost, ReplicaOpFailed, ReplicaOpIntent, ReplicaOpSucceeded, ReplicaPlaced, ReplicasAdded,
 )
 from xce.model.claims import replicas
 from xce.model.entities.claims import (
@@ -198,15 +198,17 @@ def _settle(model: State, claim: Claim, time: float, reason: str, by: str) -> No
     """A node-local claim's state follows its replicas' (``replicas``): READY while one is READY (until
     it is deleted), RELEASED once all are, FAILED once none can be used or made, RELEASING while a
     deletion releases them, and PENDING or PREPARING while they are being made.  A cache is READY
-    until it is deleted, whatever its replicas: it makes them where its jobs go."""
+    until it is deleted, whatever its replicas: it makes them where its jobs go.  A READY claim stays
+    READY while its replicas on lost hosts wait for them, or are being checked once they are back."""
     states = {r.state for r in claim.replicas}
     making = claim.replicas_to_place > 0 or bool(states & {ReplicaState.PENDING, ReplicaState.PREPARING})
     if claim.cache and not claim.delete_requested:
         want = ClaimState.READY
     elif states <= {ReplicaState.RELEASED} and claim.replicas_to_place == 0:
         want = ClaimState.RELEASED
-    elif ReplicaState.READY in states and not claim.delete_requested:
-        want = ClaimState.READY
+    elif not claim.delete_requested and (ReplicaState.READY in states or claim.state is ClaimState.READY and states & {
+            ReplicaState.LOST, ReplicaState.PENDING, ReplicaState.PREPARING}):
+        want = ClaimState.READY  # (a READY claim whose replicas' hosts were lost stays so while they are checked)
     elif claim.delete_requested:
         want = ClaimState.RELEASING if states - {ReplicaState.RELEASED, ReplicaState.FAILED} else ClaimState.FAILED
     elif making:
@@ -264,6 +266,30 @@ def apply_replicas_added(model: State, f: ReplicasAdded) -> None:
         if claim.replica_on(host) is None:
             _add_replica(claim, host, f.time, f"added by {f.by}")
     _settle(model, claim, f.time, f"replicas added by {f.by}", f.by)
+
+
+def apply_replica_lost(model: State, f: ReplicaLost) -> None:
+    """A READY replica's host was declared lost: no job goes there until the host is back and its
+    worker has checked it (``replicas_host_returned``)."""
+    claim = model.claims.get(f.claim_id)
+    r = claim.replica_on(f.host) if claim is not None else None
+    if claim is None or r is None or r.state is not ReplicaState.READY:
+        return
+    replicas.set_state(model, claim, r, ReplicaState.LOST, f.time, f"host {f.host} lost", "-")
+    _settle(model, claim, f.time, f"replica on {f.host} lost with its host", "-")
+
+
+def replicas_host_returned(model: State, host: str, time: float) -> None:
+    """Fold helper: ``host`` registered again.  Each of its LOST replicas is checked by its worker: its
+    create re-driven by the op id that made it (the same object if intact, else a new one), then its
+    populate if its claim has a source (rclone copies only what is missing)."""
+    for claim in model.claims.values():
+        r = claim.replica_on(host) if claim.replicated else None
+        if r is None or r.state is not ReplicaState.LOST or r.op is not None:
+            continue
+        replicas.set_state(model, claim, r, ReplicaState.PREPARING, time, f"host {host} back: checking its object",
+                           "-")
+        replicas.redrive_create(model, claim, r)
 
 
 def apply_replica_evicted(model: State, f: ReplicaEvicted) -> None:

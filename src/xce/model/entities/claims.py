@@ -66,6 +66,7 @@ class ReplicaState(enum.StrEnum):
     RELEASING = "RELEASING"
     RELEASED = "RELEASED"
     FAILED = "FAILED"
+    LOST = "LOST"  # its host was declared lost: not used until its worker, back, has checked it
 
 
 class Scope(enum.StrEnum):
