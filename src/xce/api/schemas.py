@@ -266,8 +266,8 @@ class ClaimCreateRequest(Strict):
     from_snapshot: Name | None = Field(None, description="a clone: its content is this READY snapshot's")
     from_claim: Name | None = Field(None, description="a clone: its content is this READY claim's")
     populate_from: Annotated[str, Field(min_length=1, max_length=4096)] | None = Field(
-        None, description="a URL or REMOTE:path (xce transfers list) the claim is filled from by the provisioner; "
-                          "READY once the data is complete")
+        None, description="a URL or REMOTE:path (xce transfers list) the claim is filled from by the provisioner "
+                          "(a node-local claim's replicas: each by its host's worker); READY once the data is complete")
     hosts: Annotated[list[Name], Field(max_length=64)] = Field(
         default_factory=list, description="a node-scope class's claim: a replica on each of these hosts")
     replicas: Annotated[int, Field(ge=1, le=64)] | None = Field(

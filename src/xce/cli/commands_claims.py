@@ -31,7 +31,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     source.add_argument("--from-snapshot", metavar="SNAP", help="a clone: start with this READY snapshot's content")
     source.add_argument("--from-claim", metavar="CLAIM", help="a clone: start with this READY claim's content")
     source.add_argument("--source", metavar="URL", help="populate the claim from a URL or REMOTE:path (s3://bucket/"
-                        "prefix/, https://..., REMOTE:path; xce transfers list): READY once the data is complete")
+                        "prefix/, https://..., REMOTE:path; xce transfers list): READY once the data is complete "
+                        "(a node-local claim: each replica, filled by its host)")
     where = c.add_mutually_exclusive_group()
     where.add_argument("--hosts", type=_host_list, metavar="H1,H2",
                        help="a node-scope class's claim: a replica on each of these hosts")
