@@ -1,6 +1,7 @@
-"""Node-local claims filled from an object store, caches, and host loss, on a real cluster: an S3 server (``rclone serve s3``) on
-loopback, the controller, three workers (simfs node objects) with a ``--transfer-config`` holding the
-remote's keys, but host3's without remote ``store`` (its populates fail for good, naming the remote).
+"""Node-local claims filled from an object store or a shared claim, caches, and host loss, on a real cluster: an
+S3 server (``rclone serve s3``) on loopback, the controller, the provisioner, three workers (simfs node objects)
+with a ``--transfer-config`` holding the remote's keys, but host3's without remote ``store`` (its populates fail
+for good, naming the remote).
 
 host1..host3 have 4 slots and 4Gi of ``scratch``; class ``local`` is node-scope on that counter.
 """
@@ -53,6 +54,7 @@ class Site:
             with open(os.open(without, os.O_WRONLY | os.O_CREAT, 0o600), "w") as fh:
                 fh.write("[transfers]\ntimeout = 120\n")
             self.cl = Cluster(os.path.join(root, "cluster"), config=cfg).start()
+            self.cl.add_provisioner()  # shared claims (class simfs): a source of node-local claims too
             for n, h in enumerate(("host1", "host2", "host3"), 1):
                 self.cl.add_worker(h, slots=4, counters={"scratch": "4Gi"}, attrs={"node": f"n{n}"},
                                    extra_args=["--transfer-config", with_store if h != "host3" else without])
@@ -196,3 +198,28 @@ def test_a_lost_hosts_replica_is_lost_until_its_worker_is_back_and_has_refilled_
     assert len(creates) == 1, "re-driven by the op id that made it"
     cl.xce("claim", "delete", "served")
     cl.wait_claim("served", "RELEASED")
+
+
+def test_replicas_filled_from_a_shared_claim_which_stays_while_they_are_its_readers(site):
+    cl = site.cl
+    cl.xce("claim", "create", "corpus", "--class", "simfs", "--size", "64Mi", "--access", "RWX")
+    corpus = cl.wait_claim("corpus", "READY")
+    os.makedirs(os.path.join(corpus["path"], "shards"))
+    for name, blob in site.data.items():
+        with open(os.path.join(corpus["path"], name), "wb") as fh:
+            fh.write(blob)
+    made = cl.xce("--json", "claim", "create", "copy", "--class", "local", "--size", "64Mi", "--access", "ROX",
+                  "--hosts", "host1,host2", "--source", "claim:corpus").stdout
+    assert '"populate_from": "claim:corpus"' in made
+    rs = wait_for(lambda: settled(cl, "copy", 2), timeout=60, what="both replicas filled")
+    assert {h: r["state"] for h, r in rs.items()} == {"host1": "READY", "host2": "READY"}, rs
+    for r in rs.values():  # the shared claim's tree, whole, in each replica's root
+        for name, blob in site.data.items():
+            with open(os.path.join(r["path"], name), "rb") as fh:
+                assert fh.read() == blob
+    refused = cl.xce("claim", "delete", "corpus", ok=False)
+    assert "claim 'corpus' is the source of node-local claim(s) copy" in refused.stderr, refused.stderr
+    cl.xce("claim", "delete", "copy")
+    cl.wait_claim("copy", "RELEASED")
+    cl.xce("claim", "delete", "corpus")
+    cl.wait_claim("corpus", "RELEASED")

@@ -81,7 +81,7 @@ def test_a_node_scope_standalone_claim_needs_its_hosts_or_how_many(model):
     (dict(hosts=("Bad Host",)), "host"),
     (dict(hosts=("h1",), reclaim_policy="retain"), "released with their claim"),
     (dict(hosts=("h1",), populate_from="/data/weights"), "the workers do not read paths"),
-    (dict(hosts=("h1",), populate_from="snapshot:base"), "a copy of a claim or snapshot is a clone"),
+    (dict(hosts=("h1",), populate_from="snapshot:base"), "a snapshot is copied by a clone"),
 ])
 def test_replica_requests_that_cannot_be_met_are_refused(model, spec, fragment):
     with pytest.raises(InvalidRequest, match=fragment):
@@ -442,3 +442,26 @@ def test_a_lost_hosts_replica_is_lost_until_it_is_back_and_its_create_re_driven_
     assert w.replica(claim_id, "h1").state is ReplicaState.LOST, "h1 is not back"
     w.commit(claims.delete(w.model, ALICE, "cache", w.tick()))
     assert w.replica(claim_id, "h1").state is ReplicaState.RELEASING, "released by h1's worker once it is back"
+
+
+def test_a_replica_source_may_be_a_ready_shared_claim_of_the_project_which_stays_while_it_is_read(w):
+    from xce.model.facts import ClaimPlaced
+    facts, shared_id = create(w.model, CONFIG, ALICE, ClaimSpec("corpus", "vol", "1Gi", "RWX"), w.tick())
+    w.commit(facts)
+    with pytest.raises(Conflict, match="claim 'corpus' is PENDING: only a READY claim is copied"):
+        w.create("copy", hosts=("h1",), populate_from="claim:corpus")
+    w.commit([ClaimPlaced(time=w.tick(), claim_id=shared_id, pool="p")])
+    facts, epoch = ops.lease(w.model, claims.SHARED_AGENT, "p", w.tick())
+    w.commit(facts)
+    facts, work = agents.take(w.model, claims.SHARED_AGENT, epoch, 10, w.now, 300.0)
+    w.commit(facts)
+    done = agents.report(w.model, RETRIES, claims.SHARED_AGENT, epoch,
+                         [OpResult(work.claim_ops[0].op.op_id, shared_id, True, handle="v", path="/shared/v")], [],
+                         w.tick(), random.Random(1))
+    w.commit(done.facts)
+    with pytest.raises(InvalidRequest, match="a shared claim is copied by a clone"):
+        create(w.model, CONFIG, ALICE, ClaimSpec("c2", "vol", "1Gi", "RWX", populate_from="claim:corpus"), w.tick())
+    claim_id = w.create("copy", hosts=("h1",), populate_from="claim:corpus")
+    assert w.model.claims[claim_id].populate_from == "claim:corpus"
+    with pytest.raises(Conflict, match="'corpus' is the source of node-local claim\\(s\\) copy"):
+        claims.delete(w.model, ALICE, "corpus", w.tick())

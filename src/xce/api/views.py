@@ -12,7 +12,7 @@ from xce.controller.core import Controller
 from xce.controller.leadership import Peer
 from xce.model import agents, dispatch
 from xce.model.audit import AuditRecord
-from xce.model.claims import Attachment, Claim, ClaimState, Op, OpKind, Replica, ResizeState
+from xce.model.claims import CLAIM_SOURCE, Attachment, Claim, ClaimState, Op, OpKind, Replica, ResizeState, live_by_name
 from xce.model.hosts import HostState
 from xce.model.identity import Token, User
 from xce.model import job_claims, status
@@ -442,6 +442,10 @@ def agent_op_json(model: Model, config: Config, claim: Claim, op: Op,
         out["source"] = claim.populate_from  # host's worker into the replica, as the claim's owner
         if isinstance(attachment, Replica):
             out["user"] = claim.owner
+            if claim.populate_from is not None and claim.populate_from.startswith(CLAIM_SOURCE):
+                src = live_by_name(model, claim.project, claim.populate_from.removeprefix(CLAIM_SOURCE))
+                if src is not None and src.path:  # (a shared claim: its data is reachable from every host)
+                    out["source"] = src.path
     return out
 
 

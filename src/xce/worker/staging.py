@@ -314,18 +314,30 @@ def _transfer(item: AgentOp, src: Location, dest: Location, site: TransferSite, 
 
 def run_populate_op(item: AgentOp, host: str, run_as_users: bool, roots: StorageRoots,
                     site: TransferSite | None = None, report: ProgressReport | None = None) -> ProviderReply:
-    """A replica's ``populate``: its source (a URL or remote, canonical) copied into the replica on this
-    host as a stage-in of one item is (the same rclone, the same descriptor beneath the replica, as its
-    owner), where ``populate_destination`` puts a populated claim's data."""
+    """A replica's ``populate``: its source copied into the replica on this host as a stage-in of one
+    item is (the same copy, the same descriptor beneath the replica, as its owner).  A URL or remote
+    (canonical) lands where ``populate_destination`` puts a populated claim's data; a path is a shared
+    claim's data (``--source claim:NAME``, resolved by the controller), copied whole into the replica's
+    root, and must lie inside this worker's storage roots."""
+    def refused(message: str, code: str = "INVALID") -> ProviderReply:
+        return ProviderReply(op_id=item["op_id"], ok=False, error_code=code, retryable=False,
+                             message=f"populate: {message}")
+
+    text = item.get("source") or ""
+    if text.startswith("claim:"):
+        return refused(f"its source {text} is gone", "NOT_FOUND")
     try:
-        src = parse_canonical(item.get("source") or "")
+        src = parse_canonical(text)
     except TransferRefused as e:
-        return ProviderReply(op_id=item["op_id"], ok=False, error_code="INVALID", retryable=False,
-                             message=f"populate: {e.message}")
+        return refused(e.message)
     if src.local:
-        return ProviderReply(op_id=item["op_id"], ok=False, error_code="INVALID", retryable=False,
-                             message=f"populate: {src.text} is a path: replicas are filled from URLs and remotes only")
-    one: AgentOp = {**item, "items": [[src.text, populate_destination(src)]]}
+        try:
+            path = roots.check(src.text, f"the source claim of {item.get('claim_name', '')}".rstrip())
+        except OutsideStorage as e:
+            return refused(str(e), "PERMISSION_DENIED")
+        one: AgentOp = {**item, "items": [[path.rstrip("/") + "/.", "."]]}
+    else:
+        one = {**item, "items": [[src.text, populate_destination(src)]]}
     return run_stage_op(one, host, run_as_users, roots, site=site, report=report)
 
 

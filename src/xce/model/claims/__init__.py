@@ -19,7 +19,7 @@ from xce.model.claims.agents import (
     retry_delay,
 )
 from xce.model.claims.decide import (
-    ClaimSpec, add_attachment, check_fits_a_pool, check_quota, class_or_404, create, delete, evict, live_by_name,
+    CLAIM_SOURCE, ClaimSpec, add_attachment, check_fits_a_pool, check_quota, class_or_404, create, delete, evict, live_by_name,
     may_see, purge, quota_use, remove_attachment, resize, visible, visible_by_id, warm,
 )
 from xce.model.claims.lifecycle import (
@@ -39,7 +39,7 @@ from xce.model.entities.claims import (
 from xce.model.entities.ops import Op, OpKind
 
 __all__ = [
-    "ATTACHMENT_TRANSITIONS", "CLAIM_OPS", "LIVE", "REPLICA_OPS", "REPLICA_TRANSITIONS", "RESERVED_NAMES",
+    "ATTACHMENT_TRANSITIONS", "CLAIM_OPS", "CLAIM_SOURCE", "LIVE", "REPLICA_OPS", "REPLICA_TRANSITIONS", "RESERVED_NAMES",
     "RESIZE_TRANSITIONS", "SHARED_AGENT",
     "TEMPLATE_NAME", "TRANSITIONS",
     "ContentSource",

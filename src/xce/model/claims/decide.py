@@ -146,7 +146,10 @@ def create(model: State, config: Config, actor: User, spec: ClaimSpec, now: floa
                              f"{', '.join(sorted(RESERVED_NAMES))} under these names)")
     if live_by_name(model, project, spec.name) is not None:  # names are per project: this reveals no other's
         raise Conflict(f"a claim named {spec.name!r} already exists in project {project!r}")
-    populate_from = _populate_source(config, cls, project, spec.populate_from, source)
+    if spec.populate_from is not None and spec.populate_from.startswith(CLAIM_SOURCE) and cls.scope != Scope.SHARED:
+        populate_from: str | None = _claim_source(model, actor, project, spec.populate_from)
+    else:
+        populate_from = _populate_source(config, cls, project, spec.populate_from, source)
     if source is not None and cls.scope != Scope.SHARED:
         raise InvalidRequest(f"claim class {cls.name!r} is node-scope: its replicas are not cloned")
     copies = len(spec.hosts) or spec.replicas or 1  # (a cache: at least one replica will be made)
@@ -276,6 +279,29 @@ def evict(model: State, actor: User, name: str, hosts: tuple[str, ...], now: flo
             for h in hosts], claim.id
 
 
+CLAIM_SOURCE = "claim:"  # a node-local claim's --source: a shared claim's data, copied into each replica
+
+
+def _claim_source(model: State, actor: User, project: str, text: str) -> str:
+    """``--source claim:NAME`` of a node-local claim: a READY shared claim of the same project, whose data
+    every host reaches (each replica's worker copies it in).  Canonical: ``claim:NAME``."""
+    name = text.removeprefix(CLAIM_SOURCE)
+    src = visible(model, actor, name, project)
+    if src.form is not ClaimForm.STANDALONE or src.scope is not Scope.SHARED:
+        raise InvalidRequest(f"--source {text}: claim {name!r} is not a shared standalone claim (only those are "
+                             "reachable from every host)")
+    if src.state is not ClaimState.READY or src.delete_requested:
+        what = "being deleted" if src.delete_requested else src.state.value
+        raise Conflict(f"--source {text}: claim {name!r} is {what}: only a READY claim is copied")
+    return CLAIM_SOURCE + src.name
+
+
+def populating_from(model: State, claim: Claim) -> list[str]:
+    """The live claims of its project whose replicas are filled from ``claim`` (``--source claim:NAME``)."""
+    return sorted(c.name for c in model.claims.values() if c.live and c.project == claim.project
+                  and c.populate_from == CLAIM_SOURCE + claim.name)
+
+
 def _populate_source(config: Config, cls: ClaimClassConfig, project: str, text: str | None,
                      source: ContentSource | None) -> str | None:
     """Where a populated claim's data comes from, resolved for its project as a stage-in source is (the
@@ -284,9 +310,12 @@ def _populate_source(config: Config, cls: ClaimClassConfig, project: str, text: 
         return None
     # a shared claim is filled by the provisioner; a node-local claim's replicas each by its host's worker
     who = "the provisioner does" if cls.scope == Scope.SHARED else "the workers do"
-    if text.startswith(("claim:", "snapshot:")):
-        raise InvalidRequest(f"--source {text}: claims are filled from a URL or REMOTE:path; a copy of a claim or "
-                             "snapshot is a clone (--from-claim, --from-snapshot) of a shared class")
+    if text.startswith("snapshot:"):
+        raise InvalidRequest(f"--source {text}: a snapshot is copied by a clone (--from-snapshot) of a shared class; "
+                             "a node-local claim is filled from that clone (--source claim:NAME), a URL or a "
+                             "REMOTE:path")
+    if text.startswith(CLAIM_SOURCE):
+        raise InvalidRequest(f"--source {text}: a shared claim is copied by a clone (--from-claim)")
     try:
         where = resolve_location(text, config.transfers, project, "--source")
     except TransferRefused as e:
@@ -450,6 +479,9 @@ def delete(model: State, actor: User, name: str, now: float, project: str | None
     if cloning := sorted(c.name for c in model.claims.values() if c.cloning_from("claim", claim.id)):
         raise Conflict(f"claim {name!r} cannot be deleted while claim(s) {', '.join(cloning)} are being made "
                        f"from it", code="in_use")
+    if readers := populating_from(model, claim):
+        raise Conflict(f"claim {name!r} is the source of node-local claim(s) {', '.join(readers)} (their replicas "
+                       "are filled from it): delete them first", code="in_use")
     return [ClaimDeleteRequested(time=now, claim_id=claim.id, by=actor.name)]
 
 
