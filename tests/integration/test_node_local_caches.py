@@ -103,6 +103,10 @@ def test_each_replica_is_filled_by_its_host_and_one_that_cannot_be_fails_while_t
     done = [(o["host"], o["op"]) for o in claim["ops"] if o["result"] == "ok"]
     assert sorted(done) == [("host1", "create"), ("host1", "populate"), ("host2", "create"), ("host2", "populate"),
                             ("host3", "create")]
+    with cl.api() as c:
+        metrics = c.get("/metrics").text
+    assert 'xce_claim_ops_total{class="local",op="populate",outcome="ok",pool=""} 2.0' in metrics
+    assert 'xce_claim_ops_total{class="local",op="populate",outcome="failed",pool=""} 1.0' in metrics
     for host in ("host1", "host2"):  # the prefix fills the replica's root, on its own host
         for name, blob in site.data.items():
             with open(os.path.join(rs[host]["path"], name), "rb") as fh:
