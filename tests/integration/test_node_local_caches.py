@@ -13,10 +13,10 @@ import os
 
 import pytest
 
-from tests.helpers import Cluster, kill_jobs_of, wait_for
+from tests.helpers import Cluster, children_of, kill_jobs_of, wait_for
 from tests.integration.test_job_claims import CONFIG as JOB_CONFIG
 from tests.integration.test_job_claims import read
-from tests.integration.test_node_local_claims import LOCAL, replicas
+from tests.integration.test_node_local_claims import LOCAL, objects_of, replicas
 from tests.transfer_servers import S3Server
 
 CONFIG = JOB_CONFIG + LOCAL + """
@@ -28,6 +28,11 @@ name = "store"
 type = "s3"
 schemes = ["s3"]
 description = "the object store the weights live in"
+
+[[transfers.remotes]]
+name = "store-slow"
+type = "s3"
+description = "the same store through a link limited to 2 MiB/s (a populate seen half-way)"
 """
 
 
@@ -49,6 +54,8 @@ class Site:
             with_store = os.path.join(root, "transfers.toml")
             with open(os.open(with_store, os.O_WRONLY | os.O_CREAT, 0o600), "w") as fh:
                 fh.write(f'[transfers]\ntimeout = 120\n\n[[transfers.remotes]]\nname = "store"\ntype = "s3"\n'
+                         f'[transfers.remotes.options]\n{self.s3.options()}\n'
+                         f'[[transfers.remotes]]\nname = "store-slow"\ntype = "s3"\nbwlimit = "2M"\n'
                          f'[transfers.remotes.options]\n{self.s3.options()}')
             without = os.path.join(root, "transfers-none.toml")
             with open(os.open(without, os.O_WRONLY | os.O_CREAT, 0o600), "w") as fh:
@@ -62,7 +69,9 @@ class Site:
             self.stop()
             raise
         self.data = {"config.json": b'{"layers": 2}\n', "shards/0.bin": os.urandom(300_000)}
-        for name, blob in [*self.data.items(), ("../mistral/config.json", b'{"layers": 3}\n')]:
+        self.big = os.urandom(8 << 20)  # 4 s through store-slow
+        more = [("../mistral/config.json", b'{"layers": 3}\n'), ("../big.bin", self.big)]
+        for name, blob in [*self.data.items(), *more]:
             path = os.path.normpath(os.path.join(self.s3.bucket("models"), "llama", name))
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "wb") as fh:
@@ -227,3 +236,32 @@ def test_replicas_filled_from_a_shared_claim_which_stays_while_they_are_its_read
     cl.wait_claim("copy", "RELEASED")
     cl.xce("claim", "delete", "corpus")
     cl.wait_claim("corpus", "RELEASED")
+
+
+def test_a_worker_sigkilled_mid_populate_leaves_one_object_filled_by_the_same_op_id(site):
+    cl = site.cl
+    cl.xce("claim", "create", "big", "--class", "local", "--size", "64Mi", "--access", "ROX", "--hosts", "host1",
+           "--source", "store-slow:models/big.bin")
+    wait_for(lambda: (op := replicas(cl, "big")["host1"]["op"]) and op["op"] == "populate" and op["attempts"],
+             timeout=60, interval=0.1, what="host1's populate under way")
+    w = cl.workers["host1"]
+    copying = children_of(w.proc.pid)
+    w.kill()
+    for pid in copying:  # its rclone goes with it, as on a machine crash
+        try:
+            os.killpg(pid, 9)
+        except ProcessLookupError:
+            pass
+    w.start()
+    r = wait_for(lambda: (x := replicas(cl, "big")["host1"])["state"] in ("READY", "FAILED") and x, timeout=90,
+                 what="host1's replica filled after the restart")
+    assert r["state"] == "READY", r["last_error"]
+    claim = cl.claim("big")
+    assert objects_of(cl, claim["id"])["host1"] == [r["handle"]], "one object"
+    with open(os.path.join(r["path"], "big.bin"), "rb") as fh:
+        assert sha(fh.read()) == sha(site.big)
+    populates = [o for o in claim["ops"] if o["op"] == "populate"]
+    assert {o["op_id"] for o in populates} == {f"c{claim['id']}.r1.populate.1"}, "re-driven by the same op id"
+    assert [o["result"] for o in populates].count("started") == 2 and populates[-1]["result"] == "ok"
+    cl.xce("claim", "delete", "big")
+    cl.wait_claim("big", "RELEASED")
