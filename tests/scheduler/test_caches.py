@@ -83,3 +83,18 @@ def test_a_replica_a_job_of_this_cycle_uses_is_never_evicted():
 def test_no_room_on_any_counter_and_nothing_to_evict_keeps_the_job_waiting_where_it_is_ready():
     p = plan(hosts(0, 4, scratch=1 * GiB), [job(1, claims=[cache(ready={"h1"})])])
     assert not p.replicas and p.pending_reasons[1] == "claim weights: replicas READY on h1; full"
+
+
+def test_a_named_hosts_replica_short_of_room_evicts_caches_unused_replicas_there():
+    from xce.scheduler.view import ReplicaView
+    evictable = (CachedReplica(claim_id=8, host="h1", counter="scratch", size=int(2 * GiB), last_used=5.0),
+                 CachedReplica(claim_id=9, host="h1", counter="scratch", size=int(2 * GiB), last_used=1.0))
+    p = plan([holding("h1", 4, total=4 * GiB, free=0)], [], evictable=evictable,
+             pending_replicas=(ReplicaView(claim_id=5, name="c", size=int(2 * GiB), counter="scratch",
+                                           hosts=("h1",)),))
+    [r] = p.replicas
+    assert (r.claim_id, r.host, r.on_demand, r.evict) == (5, "h1", False, (9,)), "the least recently used one"
+    p = plan([holding("h1", 4, total=4 * GiB, free=0)], [],
+             pending_replicas=(ReplicaView(claim_id=5, name="c", size=int(2 * GiB), counter="scratch",
+                                           hosts=("h1",)),))
+    assert not p.replicas and p.claim_reasons[5] == "replicas of 2Gi wait: host h1 has 0 scratch free"

@@ -83,8 +83,8 @@ class CacheFills:
             if name in cache.taken or name in started or cache.counter not in room.hosts[i].counters_total \
                     or not free_for_job(i):
                 continue
-            victims = self._victims(use.claim_id, cache.counter, name,
-                                    cache.size - room.free_ctr[i].get(cache.counter, 0.0))
+            short = cache.size - room.free_ctr[i].get(cache.counter, 0.0)
+            victims = self.victims(use.claim_id, cache.counter, name, short)
             if victims is None:
                 continue
             key = (-room.free_slots[i], len(victims), name)  # the most free slots, the fewest evictions
@@ -94,9 +94,7 @@ class CacheFills:
             return reason
         _, i, victims = best
         name = room.hosts[i].name
-        for r in victims:
-            self.evicted.add((r.claim_id, name))
-            room.free_ctr[i][cache.counter] = room.free_ctr[i].get(cache.counter, 0.0) + r.size
+        self.evict(victims, name, room.free_ctr[i])
         room.free_ctr[i][cache.counter] = room.free_ctr[i].get(cache.counter, 0.0) - cache.size
         started.add(name)
         self.promised[name] = self.promised.get(name, 0) + job.slots
@@ -107,9 +105,10 @@ class CacheFills:
             if victims else ""
         return f"{head}; a replica starts on {name}{evicting}: waiting for it to be filled"
 
-    def _victims(self, claim_id: int, counter: str, host: str, need: float) -> list[CachedReplica] | None:
-        """Other caches' unused replicas on ``host`` whose bytes make ``need`` more room, least recently
-        used first ([]: there is room already; None: not even with all of them)."""
+    def victims(self, claim_id: int, counter: str, host: str, need: float) -> list[CachedReplica] | None:
+        """Other caches' unused replicas on ``host`` whose bytes make ``need`` more room on ``counter``
+        for a replica of ``claim_id``, least recently used first ([]: there is room already; None: not
+        even with all of them)."""
         victims: list[CachedReplica] = []
         for r in self.lru:
             if need <= 0:
@@ -119,3 +118,9 @@ class CacheFills:
                 victims.append(r)
                 need -= r.size
         return victims if need <= 0 else None
+
+    def evict(self, victims: list[CachedReplica], host: str, free: dict[str, float]) -> None:
+        """``victims`` go in this plan: their bytes are ``host``'s ``free`` counters' again."""
+        for r in victims:
+            self.evicted.add((r.claim_id, host))
+            free[r.counter] = free.get(r.counter, 0.0) + r.size

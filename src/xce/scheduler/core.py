@@ -224,7 +224,8 @@ def schedule(view: ClusterView) -> Plan:
                                       cluster=cluster_need, pools=pools))
     resizes, resize_reasons = reserve_resizes(view, pool_free)  # what this cycle's allocations left
     placements, claim_reasons = place_claims(view, pool_free)  # ... and the resizes
-    replicas, replica_reasons = place_replicas(view, {h.name: cycle.free_ctr[i] for i, h in enumerate(cycle.hosts)})
+    replicas, replica_reasons = place_replicas(view, {h.name: cycle.free_ctr[i] for i, h in enumerate(cycle.hosts)},
+                                               fills)
     replicas += tuple(fills.placements)
     return Plan(position=view.position, allocations=tuple(allocations), pending_reasons=reasons,
                 placements=placements, claim_reasons={**claim_reasons, **replica_reasons}, resizes=resizes,
