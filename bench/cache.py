@@ -28,29 +28,20 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from staging import BUCKET, REMOTE, Bench, Deadline  # noqa: E402  (its object store and deadline)
+from staging import BUCKET, REMOTE, Bench, run  # noqa: E402  (its object store, deadline and stopping)
 from throughput import Api, XceCluster, filesystem_note, log  # noqa: E402
 
 from xce.config import DEFAULT_CONFIG  # noqa: E402
+from xce.demo import LOCAL  # noqa: E402  (a node-scope class on the hosts' scratch counter, ROX)
 from xce.units import format_size, parse_size  # noqa: E402
 
 OBJECT = "weights.bin"
-LOCAL = """
-[[claim_classes]]
-name = "local"
-provider = "simfs"
-scope = "node"
-counter = "scratch"
-access_modes = ["ROX"]
-description = "node-local replicas and caches (bench/cache.py)"
-"""
 
 
 class CacheBench(Bench):
@@ -204,19 +195,7 @@ def main() -> int:
     p.add_argument("--slots", type=int, default=8)
     p.add_argument("--short", type=int, default=16, help="short jobs for the warm-placement part")
     p.add_argument("--max-seconds", type=float, default=1200.0)
-    bench = CacheBench(p.parse_args())
-
-    def on_term(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    try:
-        return bench.run()
-    except (Deadline, KeyboardInterrupt) as e:
-        log(f"stopped: {e or 'interrupted'}")
-        return 1
-    finally:
-        bench.stop()
+    return run(CacheBench(p.parse_args()))
 
 
 if __name__ == "__main__":
