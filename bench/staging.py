@@ -285,9 +285,11 @@ def main() -> int:
     p.add_argument("--file-size", type=int, default=4096, help="bytes of each small file")
     p.add_argument("--rounds", type=int, default=3, help="rounds (each side goes first in one of every three)")
     p.add_argument("--max-seconds", type=float, default=1200.0)
-    args = p.parse_args()
-    bench = Bench(args)
+    return run(Bench(p.parse_args()))
 
+
+def run(bench: Bench) -> int:
+    """Run ``bench`` (SIGTERM taken as Ctrl-C); whatever it started is stopped on the way out."""
     def on_term(signum, frame):
         raise KeyboardInterrupt
 

@@ -16,7 +16,9 @@ the way a team training and serving a model would:
 3. runs three serving replicas that read ``weights`` (read-only: writes fail)
    and two analysis jobs that read ``dataset``; forks a fine-tune from a
    clone of the base weights: the job reads the cloned weights and writes its
-   own into the clone, while the original stays as it was;
+   own into the clone, while the original stays as it was; serves the weights
+   again from a node-local cache claim (``--cache``): a replica of the weights
+   copied from the object store to each host the serving jobs go to;
 4. prints every claim's state, the jobs, and the audit trail's length;
    deletes the claims (``weights`` is retained), and stops the cluster.
 
@@ -72,7 +74,22 @@ echo "finetune on $XCE_HOST: base $base (the clone of weights)"
 echo "$base-ft-legal" > "$XCE_CLAIM_FT_WEIGHTS/model.txt"                # into the clone: its own copy
 echo "finetune: wrote $(cat "$XCE_CLAIM_FT_WEIGHTS/model.txt")"
 '''
+SERVE_LOCAL = r'''
+echo "replica $XCE_ARRAY_INDEX on $XCE_HOST serving $(cat "$XCE_CLAIM_WEIGHTS_CACHE/model.txt") from its host's own copy"
+'''
 ANALYZE = r'''echo "analysis $XCE_ARRAY_INDEX on $XCE_HOST: sum=$(awk '{s+=$1} END {print s}' "$XCE_CLAIM_DATASET/numbers.txt")"'''
+
+
+# node-local claims (a replica on each host, on its scratch counter): the serving cache of step 3c
+LOCAL = """
+[[claim_classes]]
+name = "local"
+provider = "simfs"
+scope = "node"
+counter = "scratch"
+access_modes = ["ROX"]
+description = "node-local replicas and caches, on the host's scratch counter"
+"""
 
 
 class ObjectStore:
@@ -118,7 +135,7 @@ class ObjectStore:
         controller = os.path.join(tmp, "xce.toml")
         with open(controller, "w") as fh:
             fh.write(DEFAULT_CONFIG + '\n[[transfers.remotes]]\nname = "demo-s3"\ntype = "s3"\nschemes = ["s3"]\n'
-                                      'projects = ["default"]\ndescription = "the demo\'s object store"\n')
+                                      'projects = ["default"]\ndescription = "the demo\'s object store"\n' + LOCAL)
         daemons = os.path.join(tmp, "transfers.toml")
         with open(os.open(daemons, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as fh:
             fh.write('[transfers]\n[[transfers.remotes]]\nname = "demo-s3"\ntype = "s3"\n'
@@ -267,6 +284,17 @@ def main() -> int:
                     print(f"$ cat {path}/model.txt   # {label}")
                     print(open(os.path.join(path, "model.txt")).read().rstrip())
 
+                step("3c. serving from a node-local cache: the weights copied once to each host the replicas go to "
+                     "(a whole host each)")
+                demo.xce("claim", "create", "weights-cache", "--class", "local", "--size", "10Gi", "--access", "ROX",
+                         "--cache", "--source", "s3://models/llm-7b-v3/")
+                local = demo.submit("-J", "serve-local[1-3]", "-n", "4", "-R", "span[hosts=1]", "--claim",
+                                    "weights-cache", "-o", f"{out}/serve-local.%I", "--", "sh", "-c", SERVE_LOCAL)
+                demo.wait("serving from the cache", lambda: demo.ended(local))
+                for i in (1, 2, 3):
+                    print(open(os.path.join(out, f"serve-local.{i}")).read().rstrip())
+                demo.xce("claim", "show", "weights-cache")
+
                 step("4. where everything stands")
                 demo.xce("jobs", "-a")
                 demo.xce("claim", "list", "-a")
@@ -278,6 +306,7 @@ def main() -> int:
                 step("5. cleaning up: ckpt and dataset are deleted, weights (reclaim retain) is kept")
                 demo.xce("snapshot", "delete", "ckpt-before-requeue", "--wait")
                 demo.xce("claim", "delete", "ft-weights", "--wait")
+                demo.xce("claim", "delete", "weights-cache", "--wait")
                 for name in ("ckpt", "dataset", "weights"):
                     demo.xce("claim", "delete", name, "--wait")
                 demo.xce("claim", "list", "--retained")

@@ -53,6 +53,12 @@ provider = "simfs"
 scope = "node"
 counter = "scratch"
 access_modes = ["RWO"]
+[[claim_classes]]
+name = "cached"
+provider = "simfs"
+scope = "node"
+counter = "scratch"
+access_modes = ["ROX"]
 [[apps]]
 name = "small"
 claims = [{ name = "kv-cache", claim_class = "vol", size = "1Gi" }]
@@ -399,3 +405,42 @@ def test_a_job_using_a_node_local_claim_is_allocated_only_where_a_replica_is_rea
     assert (attachment.host, attachment.state.value, attachment.path, attachment.op) == ("h1", "ATTACHED", "/n/h1",
                                                                                         None), \
         "its data is on the host already: nothing for a provider to attach"
+
+
+def cached(w: World, name: str, size: str = "30Gi") -> claims.Claim:
+    spec = claims.ClaimSpec(name=name, class_name="cached", size=size, access_mode="ROX", cache=True,
+                            populate_from="https://example.org/weights/")
+    facts, claim_id = claims.create(w.model, CONFIG, ADMIN, spec, w.tick())
+    w.commit(facts)
+    return w.model.claims[claim_id]
+
+
+def test_a_cache_s_replica_on_demand_evicts_an_unused_one_and_never_one_a_job_of_the_plan_attaches(w):
+    old, new = cached(w, "old"), cached(w, "new")
+    assert old.state is ClaimState.READY and not old.replicas, "a cache serves by making replicas where jobs go"
+    apply_replicas(w, ReplicaPlacement(old.id, "h1", "scratch", 30 * GiB, on_demand=True),
+                   ReplicaPlacement(old.id, "h2", "scratch", 30 * GiB, on_demand=True))
+    for h in ("h1", "h2"):
+        make_ready(w, old, h)
+    assert [r.state.value for r in old.replicas] == ["PREPARING", "PREPARING"], "READY once filled"
+    for h in ("h1", "h2"):
+        agent = claims.node_agent(h)
+        facts, work = agents.take(w.model, agent, w.model.agent_epochs[agent], 10, w.now, 300.0)
+        w.commit(facts)
+        [populate] = work.replica_ops
+        assert populate.op.kind is claims.OpKind.POPULATE
+        w.commit(agents.report(w.model, CONFIG.claims, agent, w.model.agent_epochs[agent],
+                               [claims.OpResult(populate.op.op_id, old.id, True)], [], w.tick(),
+                               random.Random(1)).facts)
+    assert old.ready_hosts() == ["h1", "h2"]
+    job = w.submit(claims=("old",))
+    result = apply_replicas(w, ReplicaPlacement(new.id, "h1", "scratch", 30 * GiB, on_demand=True, evict=(old.id,)),
+                            ReplicaPlacement(new.id, "h2", "scratch", 30 * GiB, on_demand=True, evict=(old.id,)),
+                            allocations=(on(job, "h2"),))
+    assert result.accepted == [job.id]
+    assert result.claims_rejected == {new.id: "claim old's replica on h2 is in use now"}, "the plan's job attaches it"
+    assert old.replica_on("h1").state is claims.ReplicaState.RELEASING and old.state is ClaimState.READY
+    assert [(r.host, r.placed) for r in new.replicas] == [("h1", True)]
+    assert w.model.hosts["h1"].counters_used() == {"scratch": 30.0 * GiB}, "the evicted one's bytes went to new's"
+    result = apply_replicas(w, ReplicaPlacement(new.id, "h1", "scratch", 30 * GiB, on_demand=True))
+    assert result.claims_rejected == {new.id: "claim changed since the scheduler's view"}, "one replica a host"

@@ -133,3 +133,37 @@ def test_a_worker_sigkilled_mid_create_leaves_exactly_one_object_per_replica(cl)
     cl.xce("claim", "delete", "cache")
     cl.wait_claim("cache", "RELEASED")
     assert objects_of(cl, claim["id"]) == {"host1": [], "host2": [], "host3": []}
+
+
+def test_warm_adds_a_replica_and_evict_releases_one_but_not_while_a_job_there_uses_it(cl, tmp_path):
+    cl.xce("claim", "create", "shards", "--class", "local", "--size", "64Mi", "--access", "ROX", "--hosts", "host1")
+    wait_for(lambda: all_ready(cl, "shards"), what="host1's replica READY")
+    out = cl.xce("claim", "warm", "shards", "--hosts", "host2").stdout
+    assert out.startswith("Claim <shards> is warmed on host2: replicas host1 READY, host2 "), out
+    ready = wait_for(lambda: len(all_ready(cl, "shards") or {}) == 2 and all_ready(cl, "shards"),
+                     what="host2's replica READY")
+    claim_id = cl.claim("shards")["id"]
+    assert {h: len(o) for h, o in objects_of(cl, claim_id).items()} == {"host1": 1, "host2": 1, "host3": 0}
+    again = cl.xce("claim", "warm", "shards", "--hosts", "host2", ok=False)
+    assert again.returncode == 1 and "has a replica on host2 already (READY)" in again.stderr, again.stderr
+    gate = tmp_path / "gate"
+    busy = [cl.submit("--claim", "shards", "-n", "4", "-R", "span[hosts=1]", "--", "sh", "-c",
+                      f"while [ ! -e {gate} ]; do sleep 0.1; done") for _ in range(2)]
+    [job] = [j for j in busy if cl.wait_state(j, "RUN")["hosts"] == ["host2"]]  # one on each replica's host
+    refused = cl.xce("claim", "evict", "shards", "--hosts", "host2", ok=False)
+    assert refused.returncode == 1, refused.stdout
+    assert f"claim 'shards' is attached on host2 by job {job}: its replica there is evicted once they are done" \
+        in refused.stderr, refused.stderr
+    assert replicas(cl, "shards")["host2"]["state"] == "READY"
+    gate.write_text("")
+    for j in busy:
+        cl.wait_state(j, "DONE")
+    wait_for(lambda: cl.claim("shards")["attachments"] == [], what="the jobs' attachments gone")
+    cl.xce("claim", "evict", "shards", "--hosts", "host2")
+    wait_for(lambda: replicas(cl, "shards")["host2"]["state"] == "RELEASED", what="host2's replica released")
+    assert objects_of(cl, claim_id) == {"host1": [ready["host1"]["handle"]], "host2": [], "host3": []}
+    assert cl.claim("shards")["state"] == "READY", "host1 serves on"
+    last = cl.xce("claim", "evict", "shards", "--hosts", "host1", ok=False)
+    assert "the last replica of claim 'shards': delete the claim instead" in last.stderr, last.stderr
+    cl.xce("claim", "delete", "shards")
+    cl.wait_claim("shards", "RELEASED")

@@ -2,7 +2,10 @@
 
 Whatever order creates, placements, intents, provider results, deletions,
 attachments, purges and agent restarts come in, the claim folds keep their
-invariants and a snapshot taken at any point restores the same model.  Jobs
+invariants and a snapshot taken at any point restores the same model.  A node-local
+claim ``r`` (replicas on h1 and h2, or a cache, populated or not) goes through its
+hosts' node agents, warm and evict, placements on demand with evictions that make
+room, and the loss and return of h1.  Jobs
 come in too, the way the controller makes them: submitted with a shared
 scratch template claim and references to standalone claims, allocated (the
 plan applier's facts: template ``ClaimCreated`` and attachments), started
@@ -26,9 +29,10 @@ from xce.model import Model
 from xce.model import capabilities
 from xce.model import claims
 from xce.model.facts import (
-    AttachmentAdded, ClaimPlaced, ClaimResizeReserved, JobAllocated, ProjectDefined, QueueDefined,
+    AttachmentAdded, ClaimPlaced, ClaimResizeReserved, HostRegistered, JobAllocated, ProjectDefined, QueueDefined,
+    ReplicaEvicted, ReplicaPlaced,
 )
-from xce.model import job_claims, jobs, status
+from xce.model import agents, job_claims, jobs, status
 from xce.model import snapshots
 from xce.model.claims import ATTACHMENT_TRANSITIONS, LIVE, TRANSITIONS, AttachmentState, ClaimForm, ClaimSpec, ClaimState
 from xce.model.identity import Role, User
@@ -57,6 +61,11 @@ pools = ["p"]
 name = "scr"
 provider = "simfs"
 pools = ["p"]
+[[claim_classes]]
+name = "loc"
+provider = "simfs"
+scope = "node"
+counter = "scratch"
 [claims]
 scratch_class = "scr"
 [[quotas]]
@@ -67,6 +76,8 @@ ADMIN = User(name="admin", role=Role.ADMIN, projects=["default"])
 RETRIES = ClaimsConfig(max_attempts=3, retry_base=0.1, retry_cap=0.2)
 NAMES = st.sampled_from(["a", "b"])
 SNAPSHOT_NAMES = st.sampled_from(["s1", "s2"])
+HOSTS = st.sampled_from(["h1", "h2"])
+GiB = 2**30
 CAN = {"create_snapshot": True, "clone": True, "expand": True, "online_expand": True, "access_modes": ["RWO"]}
 
 
@@ -80,6 +91,10 @@ class ClaimMachine(RuleBasedStateMachine):
         self.rng = random.Random(7)
         self.epoch = 0
         self.restart_agent()
+        self.node_epochs: dict[str, int] = {}
+        for h in ("h1", "h2"):
+            self.commit([HostRegistered(time=0, name=h, slots=4, counters={"scratch": 4.0 * GiB})])
+            self.restart_node_agent(h)
         self.commit(capabilities.report(self.model, CONFIG, claims.SHARED_AGENT, claims.SHARED_AGENT, "simfs", "simfs",
                                         CAN, self.tick()))
 
@@ -278,7 +293,118 @@ class ClaimMachine(RuleBasedStateMachine):
         self.try_(lambda: snapshots.clone(self.model, CONFIG, ADMIN, spec, self.tick(), from_snapshot=snapshot,
                                           from_claim=None if snapshot else claim))
 
+    # ------------------------------------------------------------ node-local claims' replicas
+
+    @rule(hosts=st.sampled_from([(), ("h1",), ("h1", "h2")]), cache=st.booleans(), populated=st.booleans())
+    def create_replicated(self, hosts, cache, populated):
+        spec = ClaimSpec(name="r", class_name="loc", size="1Gi", access_mode="ROX", hosts=hosts, cache=cache,
+                         populate_from="https://example.org/w/" if populated or cache else None)
+        self.try_(lambda: claims.create(self.model, CONFIG, ADMIN, spec, self.tick()))
+
+    @rule(on_demand=HOSTS, make_room=st.booleans())
+    def place_replicas(self, on_demand, make_room):
+        """The plan applier's facts: each named host's replica placed; a cache's on demand, evicting
+        (``make_room``) the unattached READY replica of another cache there first, as the applier checks."""
+        for c in list(self.model.claims.values()):
+            if not c.replicated or not c.live or c.delete_requested:
+                continue
+            for h in c.unplaced_hosts():
+                self.commit([ReplicaPlaced(time=self.tick(), claim_id=c.id, host=h, counter="scratch",
+                                           size_bytes=c.size_bytes)])
+            if c.cache and c.replica_on(on_demand) is None:
+                victims = [v for v in self.model.claims.values() if v.cache and v.id != c.id and v.live
+                           and not v.delete_requested and (r := v.replica_on(on_demand)) is not None
+                           and r.state is claims.ReplicaState.READY and r.op is None
+                           and not any(a.host == on_demand for a in v.attachments)] if make_room else []
+                self.commit([ReplicaEvicted(time=self.tick(), claim_id=v.id, host=on_demand, by="scheduler",
+                                            make_room=True) for v in victims])
+                self.commit([ReplicaPlaced(time=self.tick(), claim_id=c.id, host=on_demand, counter="scratch",
+                                           size_bytes=c.size_bytes)])
+
+    @rule(host=HOSTS)
+    def restart_node_agent(self, host):
+        facts, self.node_epochs[host] = claims.lease(self.model, claims.node_agent(host), host, self.tick())
+        self.commit(facts)
+
+    @rule(host=HOSTS)
+    def node_agent_takes(self, host):
+        agent = claims.node_agent(host)
+        self.try_(lambda: agents.take(self.model, agent, self.node_epochs[host], 100, self.tick() + 10, 300.0))
+
+    @rule(host=HOSTS, outcome=st.sampled_from(["ok", "ok", "retry", "permanent"]))
+    def node_agent_reports(self, host, outcome):
+        """The node agent reports every replica op its epoch holds."""
+        agent = claims.node_agent(host)
+        for o in agents.held(self.model, agent, 100).replica_ops:
+            r = claims.OpResult(o.op.op_id, o.owner.id, outcome == "ok", handle=f"n-{o.owner.id}-{host}",
+                                path=f"/n/{host}/{o.owner.id}", code="E", retryable=outcome == "retry")
+            done = agents.report(self.model, RETRIES, agent, self.node_epochs[host], [r], [], self.tick(), self.rng)
+            assert not done.refused, done.refused
+            self.commit(done.facts)
+
+    @rule()
+    def replicas_go_well(self):
+        """A round in which placements, the node agents and their providers all succeed: so replicas do
+        get READY (made, then filled)."""
+        self.place_replicas("h2", True)
+        for _ in range(2):
+            for h in ("h1", "h2"):
+                self.node_agent_takes(h)
+                self.node_agent_reports(h, "ok")
+
+    @rule(host=HOSTS)
+    def warm(self, host):
+        self.try_(lambda: claims.warm(self.model, CONFIG, ADMIN, "r", (host,), self.tick()))
+
+    @rule(host=HOSTS)
+    def evict(self, host):
+        if self.try_(lambda: claims.evict(self.model, ADMIN, "r", (host,), self.tick())) is not None:
+            assert not any(a.host == host for a in self.claim("r").attachments), "never while attached"
+
+    @rule(host=HOSTS)
+    def attach_replicated(self, host):
+        self.try_(lambda: claims.add_attachment(self.model, ADMIN, "r", host, "ro", self.tick()))
+
+    @rule()
+    def detach_replicated(self):
+        c = self.claim("r")
+        if c is not None and c.attachments:
+            self.try_(lambda: claims.remove_attachment(self.model, ADMIN, "r", c.attachments[0].id, self.tick()))
+
+    @rule()
+    def h1_comes_back(self):
+        self.commit([HostRegistered(time=self.tick(), name="h1", slots=4, counters={"scratch": 4.0 * GiB})])
+
     # ------------------------------------------------------------ invariants
+
+    @invariant()
+    def replicas_follow_their_table_and_hold_their_hosts_room(self):
+        for c in self.model.claims.values():
+            for r in c.replicas:
+                event(f"replica reached {r.state.value}{' (cache)' if c.cache else ''}")
+                states = [claims.ReplicaState(h["state"]) for h in r.history]
+                assert states[0] is claims.ReplicaState.PENDING and states[-1] is r.state
+                for x, y in zip(states, states[1:]):
+                    assert x == y or y in claims.REPLICA_TRANSITIONS[x], f"replica of {c.name} on {r.host}: {x} -> {y}"
+                held = self.model.hosts[r.host].held_counters.get(f"claim:{c.id}")
+                R = claims.ReplicaState
+                if r.placed and r.state in (R.PENDING, R.PREPARING, R.READY, R.LOST):
+                    assert held == {"scratch": float(c.size_bytes)}, "its size is reserved on its host"
+            live = [r.host for r in c.replicas if r.state is not claims.ReplicaState.RELEASED]
+            assert len(set(live)) == len(live), "one replica of a claim a host"
+            for h in self.model.hosts.values():
+                if f"claim:{c.id}" in h.held_counters:
+                    assert c.replica_on(h.name) is not None, "nothing reserved for a replica that is gone"
+            if c.cache and not c.delete_requested:
+                assert c.state is ClaimState.READY, "a cache serves whatever its replicas"
+            if c.state is ClaimState.RELEASED:
+                assert all(r.state is claims.ReplicaState.RELEASED for r in c.replicas)
+            if c.state is ClaimState.READY and c.replicated and not c.cache:
+                assert c.replicas and any(r.state in (claims.ReplicaState.READY, claims.ReplicaState.LOST,
+                                                      claims.ReplicaState.PREPARING, claims.ReplicaState.PENDING)
+                                          for r in c.replicas)
+        assert self.model.open_replica_ops == {c.id for c in self.model.claims.values()
+                                               if any(r.op is not None for r in c.replicas)}
 
     @invariant()
     def snapshots_follow_their_table_and_indexes(self):

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from xce.config import ClaimsConfig, parse_config
-from xce.errors import InvalidRequest
+from xce.errors import Conflict, InvalidRequest
 from xce.model import Model
 from xce.model import agents
 from xce.model import claims
@@ -80,7 +80,8 @@ def test_a_node_scope_standalone_claim_needs_its_hosts_or_how_many(model):
     (dict(replicas=0), "1 to 64 replicas, not 0"),
     (dict(hosts=("Bad Host",)), "host"),
     (dict(hosts=("h1",), reclaim_policy="retain"), "released with their claim"),
-    (dict(hosts=("h1",), populate_from="https://example.invalid/x"), "not populated yet"),
+    (dict(hosts=("h1",), populate_from="/data/weights"), "the workers do not read paths"),
+    (dict(hosts=("h1",), populate_from="snapshot:base"), "a snapshot is copied by a clone"),
 ])
 def test_replica_requests_that_cannot_be_met_are_refused(model, spec, fragment):
     with pytest.raises(InvalidRequest, match=fragment):
@@ -301,3 +302,166 @@ def test_a_replicas_node_object_is_owned_while_it_exists_and_an_orphan_once_rele
     w.report("h1", claim_id, release.op.op_id)
     [gone] = listed(made, f"c{claim_id}.r1.create.1")
     assert gone.handle == made, "released: an object still listed is an orphan"
+
+
+def test_a_populated_replica_is_ready_only_once_its_host_filled_it_and_one_that_cannot_be_is_failed(w):
+    claim_id = w.create(hosts=("h1", "h2"), populate_from="https://example.org/weights/")
+    claim = w.model.claims[claim_id]
+    assert claim.populate_from == "https://example.org/weights/"
+    w.place(claim_id, "h1")
+    w.place(claim_id, "h2")
+    w.run(claim_id, "h1")
+    r1 = w.replica(claim_id, "h1")
+    assert r1.state is ReplicaState.PREPARING and claim.state is ClaimState.PREPARING, "made, not filled yet"
+    [populate] = w.take("h1")
+    assert populate.op.op_id == f"c{claim_id}.r1.populate.1" and populate.runner == "node:h1"
+    w.report("h1", claim_id, populate.op.op_id, message="1 file")
+    assert r1.state is ReplicaState.READY and r1.handle == f"n{claim_id}-h1", "the create's handle kept"
+    assert claim.state is ClaimState.READY and claim.ready_hosts() == ["h1"]
+    assert r1.history[-1]["reason"].startswith("populated from https://example.org/weights/ on attempt 1")
+    w.run(claim_id, "h2")
+    [o] = w.take("h2")
+    w.report("h2", claim_id, o.op.op_id, ok=False, code="NOT_FOUND", message="no such object", retryable=False)
+    r2 = w.replica(claim_id, "h2")
+    assert r2.state is ReplicaState.FAILED and r2.last_error == "NOT_FOUND: no such object"
+    assert "its data is incomplete" in r2.history[-1]["reason"]
+    assert claim.state is ClaimState.READY and claim.ready_hosts() == ["h1"], "h1 serves on"
+    w.commit(claims.delete(w.model, ALICE, "cache", w.tick()))
+    assert r2.state is ReplicaState.RELEASING, "its object exists: released by its host"
+
+
+def test_warm_adds_a_replica_placed_and_made_like_the_first_and_refuses_a_host_that_holds_one(w):
+    claim_id = w.create(hosts=("h1",))
+    w.place(claim_id, "h1")
+    w.run(claim_id, "h1")
+    with pytest.raises(Conflict, match="has a replica on h1 already \\(READY\\)"):
+        claims.warm(w.model, CONFIG, ALICE, "cache", ("h1",), w.tick())
+    facts, _ = claims.warm(w.model, CONFIG, ALICE, "cache", ("h3",), w.tick())
+    w.commit(facts)
+    claim = w.model.claims[claim_id]
+    assert claim.unplaced_hosts() == ["h3"] and claim.state is ClaimState.READY, "h1 serves while h3 is made"
+    assert claim.charged_bytes == 2 * GiB
+    w.place(claim_id, "h3")
+    [o] = w.take("h3")
+    assert o.op.op_id == f"c{claim_id}.r2.create.1"
+    w.report("h3", claim_id, o.op.op_id, handle="n3", path="/x/h3")
+    assert claim.ready_hosts() == ["h1", "h3"]
+
+
+def test_evict_releases_one_replica_refused_while_attached_there_or_for_the_last(w):
+    claim_id = w.create(hosts=("h1", "h2"))
+    for h in ("h1", "h2"):
+        w.place(claim_id, h)
+        w.run(claim_id, h)
+    facts, _ = claims.add_attachment(w.model, ALICE, "cache", "h1", "rw", w.tick(), job_id=7)
+    w.commit(facts)
+    with pytest.raises(Conflict, match="attached on h1 by job 7: its replica there is evicted once they are done"):
+        claims.evict(w.model, ALICE, "cache", ("h1",), w.tick())
+    with pytest.raises(Conflict, match="h1, h2 hold the last replica of claim 'cache': delete the claim instead"):
+        claims.evict(w.model, ALICE, "cache", ("h1", "h2"), w.tick())
+    facts, _ = claims.evict(w.model, ALICE, "cache", ("h2",), w.tick())
+    w.commit(facts)
+    claim = w.model.claims[claim_id]
+    assert w.replica(claim_id, "h2").state is ReplicaState.RELEASING and claim.state is ClaimState.READY
+    assert claim.ready_hosts() == ["h1"] and claim.charged_bytes == 2 * GiB, "charged until its object is gone"
+    [release] = w.take("h2")
+    w.report("h2", claim_id, release.op.op_id)
+    assert w.replica(claim_id, "h2").state is ReplicaState.RELEASED and claim.charged_bytes == GiB
+    assert not w.model.hosts["h2"].counters_used(), "its host's counter given back"
+    with pytest.raises(Conflict, match="has no replica on h2"):
+        claims.evict(w.model, ALICE, "cache", ("h2",), w.tick())
+    w.commit(claims.warm(w.model, CONFIG, ALICE, "cache", ("h2",), w.tick())[0])
+    assert [(r.no, r.host, r.state) for r in claim.replicas][-1] == (3, "h2", ReplicaState.PENDING), \
+        "a new replica, its own op ids"
+
+
+def test_a_replica_whose_op_is_in_flight_is_not_evicted_until_it_answered(w):
+    claim_id = w.create(hosts=("h1", "h2"))
+    w.place(claim_id, "h1")
+    w.run(claim_id, "h1")
+    w.place(claim_id, "h2")
+    [o] = w.take("h2")
+    with pytest.raises(Conflict, match="in the middle of its create"):
+        claims.evict(w.model, ALICE, "cache", ("h2",), w.tick())
+    w.report("h2", claim_id, o.op.op_id, ok=False, code="NO_SPACE", message="full", retryable=False)
+    w.commit(claims.evict(w.model, ALICE, "cache", ("h2",), w.tick())[0])
+    assert w.replica(claim_id, "h2").state is ReplicaState.RELEASED, "a FAILED create made nothing"
+
+
+@pytest.mark.parametrize("spec,fragment", [
+    (dict(cls="scratch", access="ROX"), "a cache is filled from its source: give --source"),
+    (dict(cls="scratch", access="RWO", populate_from="https://example.org/w/"), "a cache is read-only"),
+    (dict(cls="vol", access="ROX", populate_from="https://example.org/w/"), "--cache is for node-scope classes"),
+])
+def test_a_cache_is_node_scope_read_only_and_filled_from_a_source(model, spec, fragment):
+    with pytest.raises(InvalidRequest, match=fragment):
+        create(model, CONFIG, ALICE, ClaimSpec("c", spec["cls"], "1Gi", spec["access"], cache=True,
+                                               populate_from=spec.get("populate_from")), 1.0)
+
+
+def test_a_cache_is_ready_with_no_replica_and_stays_ready_when_its_last_is_evicted(w):
+    facts, claim_id = create(w.model, CONFIG, ALICE, ClaimSpec("c", "scratch", "1Gi", "ROX", cache=True,
+                                                               populate_from="https://example.org/w/"), w.tick())
+    w.commit(facts)
+    claim = w.model.claims[claim_id]
+    assert claim.state is ClaimState.READY and claim.replicas == [] and claim.counter == "scratch"
+    w.place(claim_id, "h2")  # (the applier's on-demand placement: a new replica of the cache)
+    w.run(claim_id, "h2")
+    [populate] = w.take("h2")
+    w.report("h2", claim_id, populate.op.op_id)
+    assert claim.ready_hosts() == ["h2"]
+    w.commit(claims.evict(w.model, ALICE, "c", ("h2",), w.tick())[0])
+    assert claim.state is ClaimState.READY, "a cache makes replicas where its jobs go"
+
+
+def test_a_lost_hosts_replica_is_lost_until_it_is_back_and_its_create_re_driven_by_the_same_op_id(w):
+    from xce.model.job_claims import host_lost
+    claim_id = w.create(hosts=("h1", "h2"), populate_from="https://example.org/w/")
+    for h in ("h1", "h2"):
+        w.place(claim_id, h)
+        w.run(claim_id, h)
+        [populate] = w.take(h)
+        w.report(h, claim_id, populate.op.op_id)
+    claim = w.model.claims[claim_id]
+    made = [o["op_id"] for o in claim.ops if o["host"] == "h2" and o["op"] == "create"][0]
+    w.commit(host_lost(w.model, "h2", w.tick()))
+    assert w.replica(claim_id, "h2").state is ReplicaState.LOST
+    assert claim.state is ClaimState.READY and claim.ready_hosts() == ["h1"], "h1 serves; h2 is used by no job"
+    w.commit(host_lost(w.model, "h1", w.tick()))
+    assert claim.state is ClaimState.READY and claim.ready_hosts() == [], "both lost: READY, waiting for them"
+    w.commit([HostRegistered(time=w.tick(), name="h2", slots=4, counters={"scratch": 10.0 * GiB})])
+    r2 = w.replica(claim_id, "h2")
+    assert r2.state is ReplicaState.PREPARING and r2.op.op_id == made, "the provider finds the same object by it"
+    facts, w.epochs["h2"] = ops.lease(w.model, "node:h2", "h2 back", w.tick())
+    w.commit(facts)
+    w.run(claim_id, "h2")
+    [again] = w.take("h2")
+    assert again.op.op_id == f"c{claim_id}.r2.populate.2", "refilled: rclone copies only what is missing"
+    w.report("h2", claim_id, again.op.op_id)
+    assert r2.state is ReplicaState.READY and claim.ready_hosts() == ["h2"]
+    assert w.replica(claim_id, "h1").state is ReplicaState.LOST, "h1 is not back"
+    w.commit(claims.delete(w.model, ALICE, "cache", w.tick()))
+    assert w.replica(claim_id, "h1").state is ReplicaState.RELEASING, "released by h1's worker once it is back"
+
+
+def test_a_replica_source_may_be_a_ready_shared_claim_of_the_project_which_stays_while_it_is_read(w):
+    from xce.model.facts import ClaimPlaced
+    facts, shared_id = create(w.model, CONFIG, ALICE, ClaimSpec("corpus", "vol", "1Gi", "RWX"), w.tick())
+    w.commit(facts)
+    with pytest.raises(Conflict, match="claim 'corpus' is PENDING: only a READY claim is copied"):
+        w.create("copy", hosts=("h1",), populate_from="claim:corpus")
+    w.commit([ClaimPlaced(time=w.tick(), claim_id=shared_id, pool="p")])
+    facts, epoch = ops.lease(w.model, claims.SHARED_AGENT, "p", w.tick())
+    w.commit(facts)
+    facts, work = agents.take(w.model, claims.SHARED_AGENT, epoch, 10, w.now, 300.0)
+    w.commit(facts)
+    done = agents.report(w.model, RETRIES, claims.SHARED_AGENT, epoch,
+                         [OpResult(work.claim_ops[0].op.op_id, shared_id, True, handle="v", path="/shared/v")], [],
+                         w.tick(), random.Random(1))
+    w.commit(done.facts)
+    with pytest.raises(InvalidRequest, match="a shared claim is copied by a clone"):
+        create(w.model, CONFIG, ALICE, ClaimSpec("c2", "vol", "1Gi", "RWX", populate_from="claim:corpus"), w.tick())
+    claim_id = w.create("copy", hosts=("h1",), populate_from="claim:corpus")
+    assert w.model.claims[claim_id].populate_from == "claim:corpus"
+    with pytest.raises(Conflict, match="'corpus' is the source of node-local claim\\(s\\) copy"):
+        claims.delete(w.model, ALICE, "corpus", w.tick())

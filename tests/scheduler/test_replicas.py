@@ -62,3 +62,10 @@ def test_an_unavailable_named_host_is_named():
     p = plan([host("h1", counters={"scratch": 3 * GiB})], [],
              pending_replicas=(ReplicaView(claim_id=5, name="c", size=1, counter="scratch", hosts=("h9",)),))
     assert not p.replicas and p.claim_reasons[5].endswith("host h9 is not available")
+
+
+def test_a_job_whose_replicas_hosts_were_lost_says_so():
+    lost = ClaimUse(claim_id=7, name="weights", mode="ro", access_mode="ROX", state="READY",
+                    reachable=frozenset({"h2"}), replicated=True, lost=frozenset({"h1"}))
+    p = plan([host("h1"), host("h2", slots=0)], [job(1, claims=[lost])])
+    assert p.pending_reasons[1] == "claim weights: replicas READY on h2 (LOST with h1); full"

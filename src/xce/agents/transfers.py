@@ -43,7 +43,8 @@ import os
 from typing import Any, Callable, Iterable
 
 from xce.providers.contract import ProviderReply
-from xce.transfers import Location, TransferRefused, TransferSetupError, TransferSite, parse_canonical
+from xce.transfers import Location, TransferRefused, TransferSetupError, TransferSite, parse_canonical, \
+    populate_destination
 from xce.transfers import plan as plan_transfer
 from xce.transfers import run as run_transfer
 from xce.transfers import beneath
@@ -211,8 +212,7 @@ class SharedTransfers:
 
         if op == "populate":
             src = far(item.get("source") or "")
-            # a prefix (trailing /) fills the claim's root; an object or a directory lands under its own name
-            return [(src, "." if src.path.endswith("/") or not src.basename else src.basename)]
+            return [(src, populate_destination(src))]
         if op == "stage_in":
             return [(far(s), inside(d)) for s, d in item.get("items") or []]
         if op == "stage_out":

@@ -57,7 +57,8 @@ async def create_claim(body: schemas.ClaimCreateRequest, request: Request, ctl: 
                        actor: User = Depends(authenticated)):
     spec = ClaimSpec(name=body.name, class_name=body.claim_class, size=body.size, access_mode=body.access_mode,
                      reclaim_policy=body.reclaim_policy, params=dict(body.params), project=body.project,
-                     populate_from=body.populate_from, hosts=tuple(body.hosts), replicas=body.replicas)
+                     populate_from=body.populate_from, hosts=tuple(body.hosts), replicas=body.replicas,
+                     cache=body.cache)
 
     def decide(model: Model):
         if body.from_snapshot is not None or body.from_claim is not None:
@@ -137,6 +138,24 @@ async def resize_claim(name: ClaimName, body: schemas.ClaimResizeRequest, reques
     claim's pool, then the provisioner expands it; ``resize`` in the answer follows it."""
     claim_id = await mutate(request, actor, f"claim/{name}", lambda model: claims.resize(
         model, ctl.config, actor, name, body.size, time.time(), project))
+    return _show(ctl, claim_id, 202)
+
+
+@router.post("/v1/claims/{name}/warm", status_code=202, response_model=schemas.ClaimOut)
+async def warm_claim(name: ClaimName, body: schemas.ReplicaHostsRequest, request: Request, ctl: Ctl,
+                     project: InProject = None, actor: User = Depends(authenticated)):
+    """A node-local claim's replica more on each host named: placed, made and filled as its first were."""
+    claim_id = await mutate(request, actor, f"claim/{name}", lambda model: claims.warm(
+        model, ctl.config, actor, name, tuple(body.hosts), time.time(), project))
+    return _show(ctl, claim_id, 202)
+
+
+@router.post("/v1/claims/{name}/evict", status_code=202, response_model=schemas.ClaimOut)
+async def evict_claim(name: ClaimName, body: schemas.ReplicaHostsRequest, request: Request, ctl: Ctl,
+                      project: InProject = None, actor: User = Depends(authenticated)):
+    """Release a node-local claim's replica on each host named (refused while a job there uses it)."""
+    claim_id = await mutate(request, actor, f"claim/{name}", lambda model: claims.evict(
+        model, actor, name, tuple(body.hosts), time.time(), project))
     return _show(ctl, claim_id, 202)
 
 

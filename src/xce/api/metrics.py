@@ -14,7 +14,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from xce.model.facts import ClaimOpFailed, ClaimOpSucceeded, Fact, JobFinished, JobProcessEnded, JobRequeued
+from xce.model.facts import (
+    ClaimOpFailed, ClaimOpSucceeded, Fact, JobFinished, JobProcessEnded, JobRequeued, ReplicaOpFailed, ReplicaOpSucceeded,
+)
 
 if TYPE_CHECKING:
     from xce.controller.core import Controller
@@ -67,14 +69,17 @@ class Metrics:
             if isinstance(f, (JobFinished, JobRequeued, JobProcessEnded)) and f.usage:
                 self._count_usage(f.job_id, f.usage)
                 continue
-            if isinstance(f, ClaimOpSucceeded):
+            if isinstance(f, (ClaimOpSucceeded, ReplicaOpSucceeded)):
                 outcome = "ok"
-            elif isinstance(f, ClaimOpFailed):
+            elif isinstance(f, (ClaimOpFailed, ReplicaOpFailed)):
                 outcome = "retry" if f.next_retry is not None else "failed"
             else:
                 continue
             claim = self._ctl.model.claims.get(f.claim_id)
-            op = f.op_id.split(".")[1] if f.op_id.count(".") >= 1 else "?"  # c12.expand.1, a5.attach
+            # c12.expand.1, a5.attach; a replica's c12.r1.populate.1
+            kind = 2 if isinstance(f, (ReplicaOpSucceeded, ReplicaOpFailed)) else 1
+            parts = f.op_id.split(".")
+            op = parts[kind] if len(parts) > kind else "?"
             self.claim_ops.labels(claim.class_name if claim else "?", (claim.pool if claim else None) or "",
                                   op, outcome).inc()
 

@@ -275,13 +275,15 @@ class ClaimCreateRequest(Strict):
     from_snapshot: Name | None = Field(None, description="a clone: its content is this READY snapshot's")
     from_claim: Name | None = Field(None, description="a clone: its content is this READY claim's")
     populate_from: Annotated[str, Field(min_length=1, max_length=4096)] | None = Field(
-        None, description="a URL or REMOTE:path (xce transfers list) the claim is filled from by the provisioner; "
-                          "READY once the data is complete")
+        None, description="a URL or REMOTE:path (xce transfers list) the claim is filled from by the provisioner "
+                          "(a node-local claim's replicas: each by its host's worker); READY once the data is complete")
     hosts: Annotated[list[Name], Field(max_length=64)] = Field(
         default_factory=list, description="a node-scope class's claim: a replica on each of these hosts")
     replicas: Annotated[int, Field(ge=1, le=64)] | None = Field(
         None, description="a node-scope class's claim: replicas on this many hosts the scheduler chooses by free "
                           "capacity (instead of hosts)")
+    cache: bool = Field(False, description="a node-scope ROX claim with a source: replicas made on demand where its "
+                                           "jobs go, unused ones evicted least recently used when room is needed")
 
 
 class SnapshotCreateRequest(Strict):
@@ -295,6 +297,11 @@ SnapshotOut = response_model(SnapshotDoc, "SnapshotOut")
 
 class ClaimResizeRequest(Strict):
     size: Size = Field(description="the new size: bytes, or with a unit (500Mi, 10Gi, 2T); larger than the claim's")
+
+
+class ReplicaHostsRequest(Strict):
+    hosts: Annotated[list[Name], Field(min_length=1, max_length=64)] = Field(
+        description="warm: a replica more on each of these hosts; evict: release the replica on each")
 
 
 class AttachmentRequest(Strict):

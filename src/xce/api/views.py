@@ -12,7 +12,7 @@ from xce.controller.core import Controller
 from xce.controller.leadership import Peer
 from xce.model import agents, dispatch
 from xce.model.audit import AuditRecord
-from xce.model.claims import Attachment, Claim, ClaimState, Op, OpKind, Replica, ResizeState
+from xce.model.claims import CLAIM_SOURCE, Attachment, Claim, ClaimState, Op, OpKind, Replica, ResizeState, live_by_name
 from xce.model.hosts import HostState
 from xce.model.identity import Token, User
 from xce.model import job_claims, status
@@ -186,14 +186,15 @@ def claim_json(claim: Claim, reason: str | None = None, *, resize_reason: str | 
         # a staging claim's items, as resolved at submission: paths, URLs, REMOTE:path (never credentials)
         "stage_in": claim.stage_in, "stage_out": claim.stage_out,
         "replicas": [replica_json(r) for r in claim.replicas], "replicas_ready": len(claim.ready_hosts()),
-        "replicas_to_place": claim.replicas_to_place,
+        "replicas_to_place": claim.replicas_to_place, "cache": claim.cache,
     }
 
 
 def replica_json(r: Replica) -> dict[str, Any]:
     """One host's copy of a node-local claim (``wire.ReplicaDoc``)."""
     return {"host": r.host, "state": r.state.value, "placed": r.placed, "handle": r.handle, "path": r.path,
-            "attempts": r.attempts, "last_error": r.last_error, "op": op_summary(r.op), "history": r.history}
+            "attempts": r.attempts, "last_error": r.last_error, "op": op_summary(r.op), "history": r.history,
+            "last_used": r.last_used}
 
 
 def op_summary(op: Op | None) -> dict[str, Any] | None:
@@ -442,8 +443,14 @@ def agent_op_json(model: Model, config: Config, claim: Claim, op: Op,
         job = model.jobs.get(claim.job_id) if claim.job_id is not None else None
         out["user"] = job.user if job is not None else claim.owner
         out["items"] = claim.stage_in if op.kind is OpKind.STAGE_IN else claim.stage_out
-    if op.kind is OpKind.POPULATE:  # the provisioner copies the source into the claim's volume
-        out["source"] = claim.populate_from
+    if op.kind is OpKind.POPULATE:  # the provisioner copies the source into the claim's volume; a replica's
+        out["source"] = claim.populate_from  # host's worker into the replica, as the claim's owner
+        if isinstance(attachment, Replica):
+            out["user"] = claim.owner
+            if claim.populate_from is not None and claim.populate_from.startswith(CLAIM_SOURCE):
+                src = live_by_name(model, claim.project, claim.populate_from.removeprefix(CLAIM_SOURCE))
+                if src is not None and src.path:  # (a shared claim: its data is reachable from every host)
+                    out["source"] = src.path
     return out
 
 

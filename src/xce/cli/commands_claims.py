@@ -1,4 +1,4 @@
-"""Claim commands: ``claim create|list|show|resize|delete|purge|snapshot``, ``snapshot list|show|delete``,
+"""Claim commands: ``claim create|list|show|resize|warm|evict|delete|purge|snapshot``, ``snapshot list|show|delete``,
 ``claimclass list``, ``orphans``."""
 
 from __future__ import annotations
@@ -31,12 +31,16 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     source.add_argument("--from-snapshot", metavar="SNAP", help="a clone: start with this READY snapshot's content")
     source.add_argument("--from-claim", metavar="CLAIM", help="a clone: start with this READY claim's content")
     source.add_argument("--source", metavar="URL", help="populate the claim from a URL or REMOTE:path (s3://bucket/"
-                        "prefix/, https://..., REMOTE:path; xce transfers list): READY once the data is complete")
+                        "prefix/, https://..., REMOTE:path; xce transfers list): READY once the data is complete "
+                        "(a node-local claim: each replica, filled by its host)")
     where = c.add_mutually_exclusive_group()
     where.add_argument("--hosts", type=_host_list, metavar="H1,H2",
                        help="a node-scope class's claim: a replica on each of these hosts")
     where.add_argument("--replicas", type=positive_int, metavar="N",
                        help="a node-scope class's claim: replicas on N hosts the scheduler chooses by free room")
+    c.add_argument("--cache", action="store_true",
+                   help="a node-scope ROX claim with --source: replicas made where its jobs go, unused ones evicted "
+                        "(least recently used) when their host's room is needed")
     c.add_argument("--reclaim", choices=("retain", "delete"), help="default: the class's")
     c.add_argument("--param", action="append", metavar="K=V", help="a class parameter (repeatable)")
     c.add_argument("--project", help="default: your first project")
@@ -66,6 +70,15 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     rs.add_argument("--wait", action="store_true", help="show progress until the resize is done (exit 1 if it failed)")
     rs.add_argument("--timeout", type=float, default=600.0, help="with --wait: give up after this many seconds")
     rs.set_defaults(func=cmd_resize)
+
+    for action, what in (("warm", "a node-local claim's replica more on each of these hosts"),
+                         ("evict", "release a node-local claim's replica on each of these hosts (refused while "
+                                   "a job there uses it)")):
+        rp = csub.add_parser(action, parents=[common], help=what)
+        rp.add_argument("name")
+        rp.add_argument("--hosts", type=_host_list, metavar="H1,H2", required=True)
+        rp.add_argument("--project", help="the claim's project (names are per project)")
+        rp.set_defaults(func=cmd_warm if action == "warm" else cmd_evict)
 
     d = csub.add_parser("delete", parents=[common], help="delete a claim (its reclaim policy decides the object's fate)")
     d.add_argument("name")
@@ -175,7 +188,8 @@ def cmd_create(args, ctx) -> int:
     claim = client.create_claim(args.name, claim_class=args.claim_class, size=args.size, access_mode=args.access,
                                 reclaim_policy=args.reclaim, params=params, project=args.project,
                                 from_snapshot=args.from_snapshot, from_claim=args.from_claim,
-                                populate_from=args.source, hosts=args.hosts or (), replicas=args.replicas)
+                                populate_from=args.source, hosts=args.hosts or (), replicas=args.replicas,
+                                cache=args.cache)
     if not args.wait:
         if ctx.json:
             print_json(claim)
@@ -203,6 +217,30 @@ def resize_line(c: dict[str, Any]) -> str:
     elif c.get("last_error"):
         line += f"; last error: {c['last_error']}"
     return line
+
+
+def _replicas_line(c: dict[str, Any]) -> str:
+    return ", ".join(f"{r['host']} {r['state']}" for r in c.get("replicas") or [] if r["state"] != "RELEASED") \
+        or "none"
+
+
+def cmd_warm(args, ctx) -> int:
+    claim = ctx.client().warm_claim(args.name, args.hosts, args.project)
+    if ctx.json:
+        print_json(claim)
+    else:
+        print(f"Claim <{claim['name']}> is warmed on {', '.join(args.hosts)}: replicas {_replicas_line(claim)}.")
+    return EXIT_OK
+
+
+def cmd_evict(args, ctx) -> int:
+    claim = ctx.client().evict_claim(args.name, args.hosts, args.project)
+    if ctx.json:
+        print_json(claim)
+    else:
+        print(f"Claim <{claim['name']}>'s replica{'s' if len(args.hosts) > 1 else ''} on {', '.join(args.hosts)} "
+              f"{'are' if len(args.hosts) > 1 else 'is'} being released: replicas {_replicas_line(claim)}.")
+    return EXIT_OK
 
 
 def cmd_resize(args, ctx) -> int:
@@ -396,6 +434,8 @@ def show_text(c: dict[str, Any], snapshots: list[dict[str, Any]] = ()) -> str:
         ("Made from", f"{c['source']['kind']} {c['source']['name']}" if c.get("source") else None),
         ("Snapshots", ", ".join(f"{x['name']} ({x['state']})" for x in snapshots if x["claim_id"] == c["id"])),
         ("Populated from", c.get("populate_from")),
+        ("Cache", "yes: replicas made where its jobs go; unused ones evicted, least recently used first, when "
+                  "their host's room is needed" if c.get("cache") else None),
         ("Transfer", _transfer_text(c.get("transfer"))),
         ("Reachable hosts", ",".join(r["host"] for r in c["replicas"] if r["state"] == ClaimState.READY)
          if c.get("replicas") else "all" if c["reachable_hosts"] is None and c["state"] == ClaimState.READY
@@ -408,8 +448,10 @@ def show_text(c: dict[str, Any], snapshots: list[dict[str, Any]] = ()) -> str:
     if c.get("stderr_tail"):
         out += "\nProvider stderr (tail):\n" + "\n".join(f"  {line}" for line in c["stderr_tail"].splitlines()[-10:])
     if c.get("replicas") or c.get("replicas_to_place"):
-        rows = table(("HOST", "STATE", "PATH", "ATTEMPTS", "LAST ERROR"),
-                     [(r["host"], r["state"], r["path"], r["attempts"], r["last_error"]) for r in c["replicas"]])
+        rows = table(("HOST", "STATE", "PATH", "ATTEMPTS", "LAST USED", "LAST ERROR"),
+                     [(r["host"], r["state"], r["path"], r["attempts"],
+                       ago(time.time() - r["last_used"]) if r.get("last_used") else None, r["last_error"])
+                      for r in c["replicas"]])
         out += "\nReplicas:\n" + "\n".join(f"  {line}" for line in rows.splitlines())
         if c.get("replicas_to_place"):
             out += f"\n  ({c['replicas_to_place']} more on hosts the scheduler chooses)"

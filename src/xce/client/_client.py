@@ -249,7 +249,7 @@ class Client:
                      params: dict[str, str] | None = None, project: str | None = None,
                      from_snapshot: str | None = None, from_claim: str | None = None,
                      populate_from: str | None = None, hosts: Iterable[str] = (),
-                     replicas: int | None = None) -> ClaimDoc:
+                     replicas: int | None = None, cache: bool = False) -> ClaimDoc:
         """Create a standalone claim (``POST /v1/claims``); returns it PENDING.
 
         ``size``: bytes or ``"10Gi"``; ``access_mode``: RWO, ROX, RWX or RWOP; ``reclaim_policy``:
@@ -258,12 +258,16 @@ class Client:
         (class, size and access mode default to the source's).  ``populate_from``: a URL or
         ``REMOTE:path`` the provisioner fills the claim from (READY once the data is complete).
         ``hosts`` / ``replicas``: a node-scope class's claim, a replica on each of these hosts, or on this
-        many hosts the scheduler chooses (its ``replicas`` list each one; READY while one is).
+        many hosts the scheduler chooses (its ``replicas`` list each one; READY while one is).  ``cache``: a
+        node-scope ROX claim with a source whose replicas are made where its jobs go (and evicted, unused
+        and least recently used, when their host's room is needed).
         Follow it with ``wait_claim(claim["id"])`` to wait until it is READY.
         """
         body: dict[str, Any] = {"name": name, "params": dict(params or {})}
         if hosts:
             body["hosts"] = list(hosts)
+        if cache:
+            body["cache"] = True
         for key, value in (("class", claim_class), ("size", size), ("access_mode", access_mode),
                            ("reclaim_policy", reclaim_policy), ("project", project),
                            ("from_snapshot", from_snapshot), ("from_claim", from_claim),
@@ -305,6 +309,20 @@ class Client:
         """
         return cast("ClaimDoc", self.request("POST", f"/v1/claims/{quote(name, safe=':')}/resize",
                                              body={"size": size}, params={"project": project} if project else None))
+
+    def warm_claim(self, name: str, hosts: Iterable[str], project: str | None = None) -> ClaimDoc:
+        """A node-local claim's replica more on each of ``hosts`` (``POST /v1/claims/{name}/warm``):
+        each PENDING, then made (and filled from the claim's source) by its host's worker."""
+        return cast("ClaimDoc", self.request("POST", f"/v1/claims/{quote(name, safe=':')}/warm",
+                                             body={"hosts": list(hosts)},
+                                             params={"project": project} if project else None))
+
+    def evict_claim(self, name: str, hosts: Iterable[str], project: str | None = None) -> ClaimDoc:
+        """Release a node-local claim's replica on each of ``hosts`` (``POST /v1/claims/{name}/evict``);
+        refused (409 ``in_use``) while a job on one of them has it attached."""
+        return cast("ClaimDoc", self.request("POST", f"/v1/claims/{quote(name, safe=':')}/evict",
+                                             body={"hosts": list(hosts)},
+                                             params={"project": project} if project else None))
 
     def wait_resize(self, claim: str | int, timeout: float = 600.0, *, project: str | None = None,
                     interval: float = 0.2, on_change: Callable[[ClaimDoc], None] | None = None) -> ClaimDoc:

@@ -17,7 +17,9 @@ from xce.model.claims import ClaimState
 from xce.controller.observed import Observed, pool_free
 from xce.model.claims import ResizeState
 from xce.model.claims import Claim, ReplicaState
-from xce.model.facts import ClaimCreated, ClaimPlaced, ClaimResizeReserved, Fact, JobAllocated, ReplicaPlaced
+from xce.model.facts import (
+    ClaimCreated, ClaimPlaced, ClaimResizeReserved, Fact, JobAllocated, ReplicaEvicted, ReplicaPlaced,
+)
 from xce.model.hosts import HostState
 from xce.model.identity import hosts_locked_out
 from xce.model.jobs import JobState
@@ -55,25 +57,36 @@ def apply_plan(model: Model, plan: Plan, now: float, config: Config | None = Non
 
 def _apply_replicas(model: Model, plan: Plan, now: float, accepted: list[Fact], result: ApplyResult) -> list[Fact]:
     """Re-check each replica placement: the claim still wants a replica on that host, and the host is
-    available with room on the counter (less what this plan's accepted allocations took)."""
+    available with room on the counter (less what this plan's accepted allocations took, plus what the
+    caches' replicas it evicts free).  An eviction holds only if that replica is still READY, unattached,
+    idle, and no allocation of this plan attaches it."""
     taken: dict[str, dict[str, float]] = {}
+    attaching: set[tuple[int, str]] = set()
     for f in accepted:
         if isinstance(f, JobAllocated):
             for host_name, held in f.counters.items():
                 for name, amount in held.items():
                     taken.setdefault(host_name, {})[name] = taken.get(host_name, {}).get(name, 0.0) + amount
+            attaching.update((a["claim_id"], a["host"]) for a in f.attachments)
     more: dict[int, int] = {}  # claim -> hosts chosen for it in this plan so far
     locked = hosts_locked_out(model, now)
     facts: list[Fact] = []
     for p in plan.replicas:
         claim = model.claims.get(p.claim_id)
-        why = _replica_short(model, claim, p, more, taken, locked)
+        victims = [model.claims.get(v) for v in p.evict]
+        why = next((f"claim {v.name if v else c}'s replica on {p.host} is in use now" for v, c in zip(victims, p.evict)
+                    if v is None or not _evictable(v, p.host, attaching)), None)
+        freed = sum(v.size_bytes for v in victims if v is not None)
+        why = why or _replica_short(model, claim, p, more, taken, locked, freed)
         if why is not None or claim is None:
             result.claims_rejected[p.claim_id] = why or "claim changed since the scheduler's view"
             continue
-        if p.host not in claim.unplaced_hosts():
+        if not p.on_demand and p.host not in claim.unplaced_hosts():
             more[claim.id] = more.get(claim.id, 0) + 1
-        taken.setdefault(p.host, {})[p.counter] = taken.get(p.host, {}).get(p.counter, 0.0) + claim.size_bytes
+        taken.setdefault(p.host, {})[p.counter] = taken.get(p.host, {}).get(p.counter, 0.0) + claim.size_bytes - freed
+        facts += [ReplicaEvicted(time=now, claim_id=v.id, host=p.host, by="scheduler", make_room=True,
+                                 reason=f"least recently used: its room on {p.host} went to claim {claim.name}'s "
+                                        "replica") for v in victims if v is not None]
         facts.append(ReplicaPlaced(time=now, claim_id=p.claim_id, host=p.host, counter=p.counter,
                                    size_bytes=claim.size_bytes))
         result.claims_placed.append(p.claim_id)
@@ -129,20 +142,32 @@ def _apply_placements(model: Model, plan: Plan, now: float, free: dict[str, int]
     return facts
 
 
+def _evictable(claim: Claim, host: str, attaching: set[tuple[int, str]]) -> bool:
+    """A cache's replica on ``host`` may go to make room: READY, idle, attached by no job (nor by one
+    this plan allocates)."""
+    r = claim.replica_on(host)
+    return claim.cache and claim.live and not claim.delete_requested and r is not None and \
+        r.state is ReplicaState.READY and r.op is None and not any(a.host == host for a in claim.attachments) \
+        and (claim.id, host) not in attaching
+
+
 def _replica_short(model: Model, claim: Claim | None, p: ReplicaPlacement, more: dict[int, int],
-                   taken: dict[str, dict[str, float]], locked: frozenset[str]) -> str | None:
+                   taken: dict[str, dict[str, float]], locked: frozenset[str], freed: float = 0.0) -> str | None:
     """Why a replica placement no longer holds (None: it does)."""
     if claim is None or claim.delete_requested or not claim.live:
         return "claim changed since the scheduler's view"
     named = p.host in claim.unplaced_hosts()
-    has_one = any(r.host == p.host and r.state is not ReplicaState.RELEASED for r in claim.replicas)
-    if not named and (has_one or more.get(claim.id, 0) >= claim.replicas_to_place):
+    has_one = claim.replica_on(p.host) is not None
+    if p.on_demand:
+        if not claim.cache or has_one:
+            return "claim changed since the scheduler's view"
+    elif not named and (has_one or more.get(claim.id, 0) >= claim.replicas_to_place):
         return "claim changed since the scheduler's view"
     host = model.hosts.get(p.host)
     if host is None or host.state is not HostState.OK or p.host in locked:
         return f"host {p.host} is not available"
     free = host.counters.get(p.counter, 0.0) - host.counters_used().get(p.counter, 0.0) - \
-        taken.get(p.host, {}).get(p.counter, 0.0)
+        taken.get(p.host, {}).get(p.counter, 0.0) + freed
     if free < claim.size_bytes:
         return f"host {p.host} has no longer {claim.size_bytes} bytes of {p.counter} free"
     return None

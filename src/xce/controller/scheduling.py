@@ -40,7 +40,8 @@ from xce.errors import XceError
 from xce.model import Model, dependencies
 from xce.model.facts import (
     ClaimCreated, ClaimOpFailed, ClaimOpSucceeded, ClaimResizeRequested, Fact, HostRegistered, HostStateChanged,
-    JobFinished, JobReleased, JobRequeued, JobSubmitted,
+    JobFinished, JobReleased, JobRequeued, JobSubmitted, ReplicaEvicted, ReplicaOpFailed, ReplicaOpSucceeded,
+    ReplicasAdded,
 )
 from xce.model.claims import ClaimState, ResizeState
 from xce.model.hosts import HostState
@@ -51,7 +52,8 @@ log = logging.getLogger("xce.scheduler")
 
 # facts after which a new plan may place more jobs
 _POKE = (JobSubmitted, JobFinished, JobRequeued, JobReleased, HostRegistered, HostStateChanged,
-         ClaimCreated, ClaimOpSucceeded, ClaimOpFailed, ClaimResizeRequested)
+         ClaimCreated, ClaimOpSucceeded, ClaimOpFailed, ClaimResizeRequested, ReplicaOpSucceeded, ReplicaOpFailed,
+         ReplicasAdded, ReplicaEvicted)
 
 
 class SchedulerLoop:

@@ -20,8 +20,10 @@ from xce.model.identity import hosts_locked_out
 from xce.model.job_claims import early_claim, node_counters, pool_needs
 from xce.model.jobs import Job
 from xce.scheduler.view import (
-    ClaimUse, ClaimView, ClusterView, HostView, JobView, PoolView, ReplicaView, ResizeView,
+    CachedReplica, CacheUse, ClaimUse, ClaimView, ClusterView, HostView, JobView, PoolView, ReplicaView, ResizeView,
 )
+
+MAKING = (ReplicaState.PENDING, ReplicaState.PREPARING)  # a replica being placed, made or filled
 
 
 class JobViews:
@@ -140,8 +142,9 @@ def build_view(model: Model, config: Config | None = None, observed: Observed | 
         replicas = _replica_views(model, config)
         used = model.cluster_used()
         cluster = {name: total - used.get(name, 0.0) for name, total in config.cluster_counters().items()}
+    evictable = _evictable(model)
     return ClusterView(position=model.position, hosts=tuple(hosts), pending=pending, pools=pools,
-                       pending_claims=claims, pending_resizes=resizes, pending_replicas=replicas,
+                       pending_claims=claims, pending_resizes=resizes, pending_replicas=replicas, evictable=evictable,
                        cluster_free=MappingProxyType(cluster),
                        pending_beyond=views.eligible - len(pending))
 
@@ -174,8 +177,13 @@ def _claim_uses(model: Model, job) -> tuple[ClaimUse, ...]:
             state = "RESIZING"  # its class expands only offline: no job attaches it until that is done
         reachable = frozenset(c.ready_hosts()) if c.replicated else \
             frozenset(c.reachable_hosts) if c.reachable_hosts is not None else None
+        cache = CacheUse(counter=c.counter, size=c.size_bytes,
+                         filling=frozenset(r.host for r in c.replicas if r.state in MAKING),
+                         taken=frozenset(r.host for r in c.replicas if r.state is not ReplicaState.RELEASED)) \
+            if c.cache and c.counter is not None else None
         out.append(ClaimUse(claim_id=c.id, name=c.name, mode=ref["mode"], access_mode=c.access_mode.value,
-                            state=state, reachable=reachable, replicated=c.replicated,
+                            state=state, reachable=reachable, replicated=c.replicated, cache=cache,
+                            lost=frozenset(r.host for r in c.replicas if r.state is ReplicaState.LOST),
                             attached_hosts=frozenset(a.host for a in others if a.mode is Mode.RW or
                                                      c.access_mode is AccessMode.RWO),
                             holder_jobs=tuple(sorted({a.job_id for a in others if a.job_id is not None})),
@@ -199,6 +207,21 @@ def _claim_views(model: Model, config: Config, observed: Observed | None,
             resizes.append(ResizeView(claim_id=c.id, name=c.name, pool=c.pool, size=c.resize.size_bytes,
                                       grow=c.resize.size_bytes - c.reserved_bytes))
     return pools, tuple(claims), tuple(resizes)
+
+
+def _evictable(model: Model) -> tuple[CachedReplica, ...]:
+    """Caches' READY replicas that no job has attached and no op is busy with: what the scheduler may
+    evict, least recently used first, when a host's counter is needed for another cache's replica."""
+    out = []
+    for c in model.claims.values():
+        if not c.cache or c.delete_requested or not c.live:
+            continue
+        attached = {a.host for a in c.attachments}
+        out += [CachedReplica(claim_id=c.id, host=r.host, counter=r.counter, size=c.size_bytes,
+                              last_used=r.last_used if r.last_used is not None else r.created)
+                for r in c.replicas if r.state is ReplicaState.READY and r.op is None and r.host not in attached
+                and r.counter is not None]
+    return tuple(out)
 
 
 def _replica_views(model: Model, config: Config) -> tuple[ReplicaView, ...]:

@@ -419,6 +419,8 @@ class ClaimCreated(Fact):
     # scheduler chooses hosts for
     replica_hosts: list[str] = field(default_factory=list)
     replicas_to_place: int = 0
+    cache: bool = False  # a node-local ROX claim whose replicas are made on demand, where its jobs go
+    counter: str | None = None  # a cache: the host counter its replicas are reserved on (its class's, then)
 
 
 @fact("claim.placed")
@@ -479,6 +481,41 @@ class ReplicaPlaced(Fact):
     host: str
     counter: str
     size_bytes: int
+
+
+@fact("claim.replicas_added")
+@dataclass(frozen=True, slots=True)
+class ReplicasAdded(Fact):
+    """``xce claim warm``: a replica more on each of ``hosts`` (PENDING until the scheduler reserves its
+    size there, as a named host's)."""
+
+    claim_id: int
+    hosts: list[str]
+    by: str
+
+
+@fact("claim.replica_evicted")
+@dataclass(frozen=True, slots=True)
+class ReplicaEvicted(Fact):
+    """A replica released while its claim lives on: ``xce claim evict`` (by a person), or the plan
+    applier making room on its host for a cache's replica (``make_room``: its bytes go to that one at
+    once; its object is released after)."""
+
+    claim_id: int
+    host: str
+    by: str
+    reason: str = ""
+    make_room: bool = False
+
+
+@fact("claim.replica_lost")
+@dataclass(frozen=True, slots=True)
+class ReplicaLost(Fact):
+    """The host of a READY replica was declared lost: no job goes there until its worker, back, has
+    checked the replica (``ReplicaState.LOST``)."""
+
+    claim_id: int
+    host: str
 
 
 @fact("claim.replica_op_intent")

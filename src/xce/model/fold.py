@@ -20,12 +20,18 @@ from xce.model.facts import (
     ClassCapabilitiesReported, ClusterInitialized, Fact, HostRegistered, HostStateChanged, JobAllocated, JobFinished,
     JobHeld, JobKillRequested, JobProcessEnded, JobReleased, JobRequeued, JobResumed, JobSignalRequested, JobStarted,
     JobSubmitted, JobSuspended, OrphanResolved, OrphanSeen, ProjectDefined, ProjectRemoved, QueueDefined,
-    RecordsRetired, ReplicaOpFailed, ReplicaOpIntent, ReplicaOpSucceeded, ReplicaPlaced, SnapshotCreated,
-    SnapshotDeleteRequested, SnapshotOpFailed, SnapshotOpIntent, SnapshotOpSucceeded, TokenIssued, TokenRevoked,
+    RecordsRetired, ReplicaEvicted, ReplicaLost, ReplicaOpFailed, ReplicaOpIntent, ReplicaOpSucceeded, ReplicaPlaced, ReplicasAdded,
+    SnapshotCreated, SnapshotDeleteRequested, SnapshotOpFailed, SnapshotOpIntent, SnapshotOpSucceeded, TokenIssued, TokenRevoked,
     UserDefined, UserDisabled,
 )
 from xce.model.entities.identity import User
 from xce.model.state import State
+
+def _host_registered(model: State, f: HostRegistered) -> None:
+    """A worker (re)registers; its replicas on a host declared lost are checked now that it is back."""
+    hosts.apply_host_registered(model, f)
+    claims.replicas_host_returned(model, f.name, f.time)
+
 
 FOLDS: dict[type[Fact], Callable[[State, Any], None]] = {
     ClusterInitialized: lambda m, f: setattr(m, "cluster_id", f.cluster_id),
@@ -38,7 +44,7 @@ FOLDS: dict[type[Fact], Callable[[State, Any], None]] = {
     ProjectRemoved: catalog.apply_project_removed,
     JobSubmitted: jobs.apply_job_submitted,
     AuditRecorded: audit.apply_audit_recorded,
-    HostRegistered: hosts.apply_host_registered,
+    HostRegistered: _host_registered,
     HostStateChanged: hosts.apply_host_state_changed,
     JobAllocated: job_claims.apply_job_allocated,  # facts about a run: its claims too
     JobStarted: jobs.apply_job_started,
@@ -57,6 +63,9 @@ FOLDS: dict[type[Fact], Callable[[State, Any], None]] = {
     ClaimOpSucceeded: claims.apply_claim_op_succeeded,
     ClaimOpFailed: claims.apply_claim_op_failed,
     ReplicaPlaced: claims.apply_replica_placed,
+    ReplicasAdded: claims.apply_replicas_added,
+    ReplicaEvicted: claims.apply_replica_evicted,
+    ReplicaLost: claims.apply_replica_lost,
     ReplicaOpIntent: claims.apply_replica_op_intent,
     ReplicaOpSucceeded: claims.apply_replica_op_succeeded,
     ReplicaOpFailed: claims.apply_replica_op_failed,

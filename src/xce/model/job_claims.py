@@ -32,12 +32,14 @@ from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from xce.model import claims
 from xce.model import jobs
 from xce.model.jobs import JobSpec, finish_after_stage_out
-from xce.model.claims import AccessMode, Attachment, AttachmentState, Claim, ClaimForm, ClaimState, Mode, Scope
+from xce.model.claims import (
+    AccessMode, Attachment, AttachmentState, Claim, ClaimForm, ClaimState, Mode, ReplicaState, Scope,
+)
 from xce.model.entities.identity import User
 from xce.model.entities.jobs import Job, JobState
 from xce.model.facts import (
     AttachmentAdded, AttachmentRemoved, ClaimCreated, ClaimOpFailed, ClaimOpSucceeded, Fact, JobAllocated, JobFinished,
-    JobProcessEnded, JobRequeued, JobSubmitted,
+    JobProcessEnded, JobRequeued, JobSubmitted, ReplicaLost,
 )
 from xce.model.state import State
 from xce.names import check_name
@@ -337,13 +339,16 @@ def report_lost(model: State, host: str, job_id: int, run: int, now: float, reas
 def host_lost(model: State, host: str, now: float) -> list[Fact]:
     """A host is lost: its jobs end or are requeued (``jobs.host_lost``), and every attachment on it is
     fenced (removed): the host can no longer write, so an RWO/RWOP claim may be used elsewhere.
-    Template claims on it wait for it to come back."""
+    Template claims on it wait for it to come back; node-local claims' READY replicas on it are LOST
+    until it does, and its worker has checked them."""
     out = jobs.host_lost(model, host, now)
     for claim in model.claims.values():
         for a in claim.attachments:
             if a.host == host:
                 out.append(AttachmentRemoved(time=now, claim_id=claim.id, attachment_id=a.id,
                                              by=f"host {host} lost: fenced"))
+        if claim.replicated and (r := claim.replica_on(host)) is not None and r.state is ReplicaState.READY:
+            out.append(ReplicaLost(time=now, claim_id=claim.id, host=host))  # unused until checked on its return
     return out
 
 

@@ -9,14 +9,16 @@ cycle so two claims never share the last bytes.  A claim that fits nowhere
 stays PENDING with a reason naming each pool's free room.
 
 A node-local claim's replicas are reserved on hosts' counters instead: each on the host it names,
-when that host has room; the rest on the hosts with the most of the counter free that hold none of
-its replicas yet.  What cannot be placed waits, with a reason naming the hosts and their room.
+when that host has room (made, if need be, by evicting caches' unused replicas there: ``caches``); the
+rest on the hosts with the most of the counter free that hold none of its replicas yet.  What cannot
+be placed waits, with a reason naming the hosts and their room.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from xce.scheduler.caches import CacheFills
 from xce.scheduler.plan import Placement, ReplicaPlacement, Reservation
 from xce.scheduler.view import ClusterView
 from xce.units import format_size
@@ -66,11 +68,12 @@ def reserve_resizes(view: ClusterView, free: dict[str, int]) -> tuple[tuple[Rese
     return tuple(out), reasons
 
 
-def place_replicas(view: ClusterView, host_free: Mapping[str, dict[str, float]],
+def place_replicas(view: ClusterView, host_free: Mapping[str, dict[str, float]], fills: CacheFills | None = None,
                    ) -> tuple[tuple[ReplicaPlacement, ...], dict[int, str]]:
     """Each waiting replica on a host with room on its claim's counter, oldest claim first;
     ``host_free``: each available host's counters free once this cycle's allocations took theirs
-    (taken from here too, so two replicas never share the last bytes)."""
+    (taken from here too, so two replicas never share the last bytes).  A named host short of room
+    gets it by evicting caches' unused replicas there, least recently used first (``fills``)."""
     out: list[ReplicaPlacement] = []
     reasons: dict[int, str] = {}
     for r in sorted(view.pending_replicas, key=lambda r: r.claim_id):
@@ -79,9 +82,9 @@ def place_replicas(view: ClusterView, host_free: Mapping[str, dict[str, float]],
         def room(host: str) -> float:
             return host_free[host].get(r.counter, 0.0)
 
-        def take(host: str) -> None:
+        def take(host: str, evict: tuple[int, ...] = ()) -> None:
             host_free[host][r.counter] = room(host) - r.size
-            out.append(ReplicaPlacement(claim_id=r.claim_id, host=host, counter=r.counter, size=r.size))
+            out.append(ReplicaPlacement(claim_id=r.claim_id, host=host, counter=r.counter, size=r.size, evict=evict))
 
         for host in r.hosts:
             if host not in host_free:
@@ -89,7 +92,12 @@ def place_replicas(view: ClusterView, host_free: Mapping[str, dict[str, float]],
             elif r.counter not in host_free[host]:
                 short.append(f"host {host} offers no {r.counter} counter")
             elif room(host) < r.size:
-                short.append(f"host {host} has {format_size(max(room(host), 0))} {r.counter} free")
+                victims = fills.victims(r.claim_id, r.counter, host, r.size - room(host)) if fills else None
+                if victims and fills is not None:
+                    fills.evict(victims, host, host_free[host])
+                    take(host, tuple(v.claim_id for v in victims))
+                else:
+                    short.append(f"host {host} has {format_size(max(room(host), 0))} {r.counter} free")
             else:
                 take(host)
         if r.more:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from xce.model.claims import AccessMode, ClaimState
+from xce.scheduler.caches import CacheFills
 from xce.scheduler.claims import place_claims, place_replicas, reserve_resizes
 from xce.scheduler.plan import Allocation, Plan
 from xce.resreq import ResReq, ResReqError, parse_resreq
@@ -165,6 +166,7 @@ def schedule(view: ClusterView) -> Plan:
     cluster_free = dict(view.cluster_free)
     pool_free = {p.name: p.free for p in view.pools}
     claimed = _Claimed()
+    fills = CacheFills(view.evictable)
     shapes: dict[tuple[str, int], _Shape] = {}
     allocations: list[Allocation] = []
     reasons: dict[int, str] = {}
@@ -185,8 +187,8 @@ def schedule(view: ClusterView) -> Plan:
             continue
         if job.claims or job.node_counters:  # constraints of its own: no shape to share
             placed = _place_with_claims(cycle, rr, job, claimed)
-            if isinstance(placed, str):
-                reasons[job.id] = placed
+            if isinstance(placed, str):  # a cache of its may start a replica where it can go
+                reasons[job.id] = fills.consider(cycle, cycle.candidates(rr), dict(rr.rusage), job, placed)
                 continue
         else:
             shape = shapes.setdefault((job.resreq, job.slots), _Shape())
@@ -213,6 +215,7 @@ def schedule(view: ClusterView) -> Plan:
                 cycle.free_ctr[first][name] = cycle.free_ctr[first].get(name, 0.0) - amount
                 held[name] = held.get(name, 0.0) + amount
         claimed.took(job, hosts)
+        fills.placed(job, hosts)
         for n, v in cluster_need.items():
             cluster_free[n] -= v
         for kind, pool in pools.items():
@@ -221,7 +224,9 @@ def schedule(view: ClusterView) -> Plan:
                                       cluster=cluster_need, pools=pools))
     resizes, resize_reasons = reserve_resizes(view, pool_free)  # what this cycle's allocations left
     placements, claim_reasons = place_claims(view, pool_free)  # ... and the resizes
-    replicas, replica_reasons = place_replicas(view, {h.name: cycle.free_ctr[i] for i, h in enumerate(cycle.hosts)})
+    replicas, replica_reasons = place_replicas(view, {h.name: cycle.free_ctr[i] for i, h in enumerate(cycle.hosts)},
+                                               fills)
+    replicas += tuple(fills.placements)
     return Plan(position=view.position, allocations=tuple(allocations), pending_reasons=reasons,
                 placements=placements, claim_reasons={**claim_reasons, **replica_reasons}, resizes=resizes,
                 resize_reasons=resize_reasons, replicas=replicas,
@@ -323,7 +328,8 @@ def _place_with_claims(cycle: _Cycle, rr: ResReq, job: JobView, claimed: _Claime
         if use.reachable is not None:
             allowed = set(use.reachable) if allowed is None else allowed & use.reachable
             hosts = ', '.join(sorted(use.reachable)) or 'no host'
-            why_restricted.append(f"claim {use.name}: replicas READY on {hosts}" if use.replicated else
+            lost = f" (LOST with {', '.join(sorted(use.lost))})" if use.lost else ""
+            why_restricted.append(f"claim {use.name}: replicas READY on {hosts}{lost}" if use.replicated else
                                   f"claim {use.name} is reachable only from {hosts}")
     missing = [n for n in list(rr.rusage) + list(job.node_counters) if n not in cycle.offered]
     if missing:

@@ -30,12 +30,16 @@ class Placement:
 
 @dataclass(frozen=True, slots=True)
 class ReplicaPlacement:
-    """Reserve ``size`` bytes of ``host``'s ``counter`` for a replica of node-local claim ``claim_id``."""
+    """Reserve ``size`` bytes of ``host``'s ``counter`` for a replica of node-local claim ``claim_id``.
+    ``on_demand``: a cache's new replica, where a job of its waits for it; ``evict``: the caches whose
+    unattached replicas on ``host`` go to make room for it."""
 
     claim_id: int
     host: str
     counter: str
     size: int
+    on_demand: bool = False
+    evict: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,31 @@ class HostView:
 
 
 @dataclass(frozen=True, slots=True)
+class CacheUse:
+    """What the scheduler needs of a cache claim (``xce claim create --cache``) to start a replica of it
+    where a job of its can go: the host counter a replica's ``size`` is reserved on, the hosts whose
+    replica is being made or filled (``filling``), and those where none may start (``taken``: a replica
+    in any state but RELEASED is there)."""
+
+    counter: str
+    size: int
+    filling: frozenset[str] = frozenset()
+    taken: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class CachedReplica:
+    """A READY replica of a cache that no job has attached: evicted, least recently used first, when its
+    host's counter is needed for another cache's replica."""
+
+    claim_id: int
+    host: str
+    counter: str
+    size: int
+    last_used: float
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimUse:
     """A standalone claim a pending job references, with what constrains where the job can go."""
 
@@ -36,6 +61,8 @@ class ClaimUse:
     holder_jobs: tuple[int, ...] = ()  # jobs holding an attachment (RWOP: one job at a time)
     waiting: str = ""  # the claim's own word on what it waits for
     replicated: bool = False  # a node-local claim: ``reachable`` are the hosts of its READY replicas
+    cache: CacheUse | None = None  # a cache: replicas may start where the job can go
+    lost: frozenset[str] = frozenset()  # a node-local claim: hosts whose replicas were lost with them
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,5 +133,6 @@ class ClusterView:
     pending_claims: tuple[ClaimView, ...] = ()
     pending_resizes: tuple[ResizeView, ...] = ()
     pending_replicas: tuple[ReplicaView, ...] = ()
+    evictable: tuple[CachedReplica, ...] = ()  # caches' unattached READY replicas
     cluster_free: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # cluster counters
     pending_beyond: int = 0  # pending jobs left out of ``pending``: behind the first queue_depth

@@ -12,13 +12,13 @@ controller checks locations at submission, workers run the transfers):
   retryable errors.
 """
 
-from xce.transfers.locations import Location, TransferRefused, kind_of, parse_canonical, resolve, split_stage_in, \
-    split_stage_out
+from xce.transfers.locations import Location, TransferRefused, kind_of, parse_canonical, populate_destination, \
+    resolve, split_stage_in, split_stage_out
 from xce.transfers.rclone import Outcome, Transfer, TransferSetupError, plan, run
 from xce.transfers.site import Remote, TransferConfigError, TransferSite, load_daemon_site, parse_site
 
 __all__ = [
     "Location", "Outcome", "Remote", "Transfer", "TransferConfigError", "TransferRefused", "TransferSetupError",
-    "TransferSite", "kind_of", "load_daemon_site", "parse_canonical", "parse_site", "plan", "resolve", "run",
-    "split_stage_in", "split_stage_out",
+    "TransferSite", "kind_of", "load_daemon_site", "parse_canonical", "parse_site", "plan", "populate_destination",
+    "resolve", "run", "split_stage_in", "split_stage_out",
 ]

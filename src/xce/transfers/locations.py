@@ -158,6 +158,13 @@ def resolve(text: str, site: TransferSite, project: str, what: str) -> Location:
     return Location("remote", f"{name}:{path}", remote=name, path=path)
 
 
+def populate_destination(src: Location) -> str:
+    """Where a populated claim's source lands, relative to the claim's root: a prefix (``/`` at its end)
+    fills the root; an object or a directory lands under its own name.  One rule for every copy that
+    populates (the provisioner's of a shared claim, each worker's of its replica)."""
+    return "." if src.path.endswith("/") or not src.basename else src.basename
+
+
 def parse_canonical(text: str) -> Location:
     """A location as a claim records it (resolved at submission): its parts, checked by syntax only
     (a worker still checks the remote against its own configuration)."""

@@ -174,6 +174,7 @@ class ReplicaDoc(TypedDict):
     last_error: str | None
     op: OpSummary | None
     history: list[dict[str, Any]]
+    last_used: float | None  # READY, or a job's use there began or ended (a cache evicts the oldest unused)
 
 
 class ClaimDoc(_Operated):
@@ -211,6 +212,7 @@ class ClaimDoc(_Operated):
                                                             "a claim of one object)")]
     replicas_ready: int  # how many replicas are READY: the claim is READY while one is
     replicas_to_place: int  # replicas still to be placed on hosts the scheduler chooses (--replicas N)
+    cache: bool  # a cache (--cache): replicas made where its jobs go, unused ones evicted when room is needed
     stage_in: list[Any]
     stage_out: list[Any]
 
@@ -253,9 +255,9 @@ class AgentOp(_AgentOpKeys, total=False):
 
     snapshot_id: int  # a snapshot's op (claim_id is then the claim it is of)
     source_handle: str  # a clone's create: the provider copies its source
-    user: str  # stage_in, stage_out: done as the job's user
+    user: str  # stage_in, stage_out: done as the job's user; a replica's populate: as its claim's owner
     items: list[Any]  # stage_in, stage_out: what to copy
-    source: str | None  # populate: the URL or REMOTE:path to fill the claim from
+    source: str | None  # populate: the URL or REMOTE:path to fill the claim (or the replica) from
 
 
 class _OpReportKeys(TypedDict):

@@ -100,7 +100,8 @@ class Worker:
         # work poll had said so, rather than after a wake-up of that poll)
         self.node_agent = ClaimAgent(self.client, node_agent(host), providers,  # one client: one view of the leader
                                      inventory_classes=False, local_ops={
-                                         "stage_in": self._stage, "stage_out": self._stage},
+                                         "stage_in": self._stage, "stage_out": self._stage,
+                                         "populate": self._populate},
                                      on_dispatch=self._dispatched)
 
     def confine(self, cgroups: Hierarchy | None) -> None:
@@ -115,6 +116,10 @@ class Worker:
         return staging.run_stage_op(item, self.host, self.run_as_users, self.storage,
                                     allow_system_users=self.allow_system_users, site=self.transfers,
                                     report=self.node_agent.report_progress)
+
+    def _populate(self, item: AgentOp):
+        return staging.run_populate_op(item, self.host, self.run_as_users, self.storage, site=self.transfers,
+                                       report=self.node_agent.report_progress)
 
     # ------------------------------------------------------------ run directories
 

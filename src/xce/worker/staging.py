@@ -51,7 +51,8 @@ import logging
 from xce.agents.transfers import ProgressReport
 from xce.providers.contract import ProviderReply
 from xce.providers.kit import copy_bytes
-from xce.transfers import Location, TransferRefused, TransferSetupError, TransferSite, parse_canonical
+from xce.transfers import Location, TransferRefused, TransferSetupError, TransferSite, parse_canonical, \
+    populate_destination
 from xce.transfers import beneath
 from xce.transfers import plan as plan_transfer
 from xce.transfers import run as run_transfer
@@ -221,6 +222,13 @@ def _staged_bytes(sources: list[str], run_as: RunAs | None) -> int | None:
         return None
 
 
+def _room(item: AgentOp) -> str:
+    """What the bytes of an op's claim are, for a message saying they are too few."""
+    if item["op"] == "populate":
+        return "the replica (create the claim with a larger --size)"
+    return "the staging area (submit with a larger --stage-size)"
+
+
 def _who(run_as: RunAs | None) -> str:
     return f"as {run_as.name}" if run_as is not None else f"as the worker's user (uid {os.geteuid()})"
 
@@ -264,7 +272,7 @@ def _transfer(item: AgentOp, src: Location, dest: Location, site: TransferSite, 
             if int(sized.stats.get("bytes") or 0) > room:
                 return ProviderReply(op_id=op_id, ok=False, error_code="RESOURCE_EXHAUSTED", retryable=False,
                                      message=f"{what} of {sized.stats['bytes']} bytes from {src.text} does not fit "
-                                             f"the staging area's {room} bytes (submit with a larger --stage-size)")
+                                             f"{_room(item)} of {room} bytes")
     except TransferSetupError as e:
         return ProviderReply(op_id=op_id, ok=False, error_code="NO_REMOTE", retryable=False,
                              message=f"{what}: {e}")
@@ -287,8 +295,7 @@ def _transfer(item: AgentOp, src: Location, dest: Location, site: TransferSite, 
     out = run_transfer(transfer, run_as=ids, timeout=site.timeout, progress=progress)
     if not out.ok:
         if out.error_code == "RESOURCE_EXHAUSTED":
-            message = f"{what} {transfer.what}: more than the staging area's {room} bytes (submit with a " \
-                      "larger --stage-size)"
+            message = f"{what} {transfer.what}: more than {_room(item)} of {room} bytes"
         else:
             message = f"{what} {transfer.what} {_who(run_as)} via {via}: {out.message}"
         return ProviderReply(op_id=op_id, ok=False, error_code=out.error_code, retryable=out.retryable,
@@ -303,6 +310,35 @@ def _transfer(item: AgentOp, src: Location, dest: Location, site: TransferSite, 
         for key in ("bytes", "transfers"):
             moved[key] = moved.get(key, 0) + int(out.stats.get(key) or 0)
     return None
+
+
+def run_populate_op(item: AgentOp, host: str, run_as_users: bool, roots: StorageRoots,
+                    site: TransferSite | None = None, report: ProgressReport | None = None) -> ProviderReply:
+    """A replica's ``populate``: its source copied into the replica on this host as a stage-in of one
+    item is (the same copy, the same descriptor beneath the replica, as its owner).  A URL or remote
+    (canonical) lands where ``populate_destination`` puts a populated claim's data; a path is a shared
+    claim's data (``--source claim:NAME``, resolved by the controller), copied whole into the replica's
+    root, and must lie inside this worker's storage roots."""
+    def refused(message: str, code: str = "INVALID") -> ProviderReply:
+        return ProviderReply(op_id=item["op_id"], ok=False, error_code=code, retryable=False,
+                             message=f"populate: {message}")
+
+    text = item.get("source") or ""
+    if text.startswith("claim:"):
+        return refused(f"its source {text} is gone", "NOT_FOUND")
+    try:
+        src = parse_canonical(text)
+    except TransferRefused as e:
+        return refused(e.message)
+    if src.local:
+        try:
+            path = roots.check(src.text, f"the source claim of {item.get('claim_name', '')}".rstrip())
+        except OutsideStorage as e:
+            return refused(str(e), "PERMISSION_DENIED")
+        one: AgentOp = {**item, "items": [[path.rstrip("/") + "/.", "."]]}
+    else:
+        one = {**item, "items": [[src.text, populate_destination(src)]]}
+    return run_stage_op(one, host, run_as_users, roots, site=site, report=report)
 
 
 def run_stage_op(item: AgentOp, host: str, run_as_users: bool, roots: StorageRoots,
@@ -354,13 +390,14 @@ def _copy_items(item: AgentOp, host: str, base: str, base_fd: int, run_as: RunAs
     what = op.replace("_", "-")
     owner = (run_as.uid, run_as.gid) if run_as is not None else None
     items = item.get("items") or []
+    inbound = op != "stage_out"  # a stage-in, or a replica's populate
     held = beneath.open_sources(base_fd, base, [src for src, _ in items]) if op == "stage_out" else []
     try:
         transferred = 0
         moved: dict[str, int] = {}
         for i, (src, dest) in enumerate(items):
-            shown = os.path.normpath(os.path.join(base, dest if op == "stage_in" else src))
-            if op == "stage_in":
+            shown = os.path.normpath(os.path.join(base, dest if inbound else src))
+            if inbound:
                 fd, name = beneath.dest_beneath(base_fd, dest, owner, shown)
                 held.append(fd)
                 far, local = src, beneath.FD_PATH + (f"/{name}" if name else "")
@@ -373,8 +410,8 @@ def _copy_items(item: AgentOp, host: str, base: str, base_fd: int, run_as: RunAs
                 except TransferRefused as e:
                     return ProviderReply(op_id=op_id, ok=False, error_code="INVALID", retryable=False,
                                          message=f"{what}: {e.message}")
-                pair = (loc, Location("path", local)) if op == "stage_in" else (Location("path", local), loc)
-                room = item.get("size_bytes") or None if op == "stage_in" else None
+                pair = (loc, Location("path", local)) if inbound else (Location("path", local), loc)
+                room = item.get("size_bytes") or None if inbound else None
                 # (without a --transfer-config a worker still reads public URLs; remotes it cannot reach)
                 failed = _transfer(item, *pair, site or TransferSite(), host, run_as, room, moved, report,
                                    fd=fd, shown=shown)
@@ -382,17 +419,17 @@ def _copy_items(item: AgentOp, host: str, base: str, base_fd: int, run_as: RunAs
                     return failed
                 transferred += 1
                 continue
-            src_shown, dest_shown = (far, shown) if op == "stage_in" else (shown, far)
+            src_shown, dest_shown = (far, shown) if inbound else (shown, far)
             # as the worker's own user, existence tells nothing; as the job's user, the worker (root) must
             # not answer "does not exist" where the user would meet "Permission denied": the copy, run as
             # the user, is what finds out, and both answers are one (below)
-            if run_as is None and op == "stage_in" and not os.path.lexists(far):  # a retry cannot make it appear
+            if run_as is None and inbound and not os.path.lexists(far):  # a retry cannot make it appear
                 return ProviderReply(op_id=op_id, ok=False, error_code="NOT_FOUND", retryable=False,
                                      message=f"{what}: {far} does not exist")
-            if run_as is None and (copy_here(far, name, durable=False, dest_dir=fd) if op == "stage_in"
+            if run_as is None and (copy_here(far, name, durable=False, dest_dir=fd) if inbound
                                    else copy_here(fd, far, durable=True)):
                 continue
-            code, err = _spawn_copy(*((far, local) if op == "stage_in" else (local, far)), run_as, timeout, fd, shown)
+            code, err = _spawn_copy(*((far, local) if inbound else (local, far)), run_as, timeout, fd, shown)
             if code != 0 and run_as is not None and _unreadable_source(err, src_shown, dest_shown):
                 return ProviderReply(op_id=op_id, ok=False, error_code="NOT_READABLE", retryable=False,
                                      message=f"{what}: cannot read {src_shown} {_who(run_as)} "

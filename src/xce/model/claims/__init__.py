@@ -19,15 +19,16 @@ from xce.model.claims.agents import (
     retry_delay,
 )
 from xce.model.claims.decide import (
-    ClaimSpec, add_attachment, check_fits_a_pool, check_quota, class_or_404, create, delete, live_by_name, may_see,
-    purge, quota_use, remove_attachment, resize, visible, visible_by_id,
+    CLAIM_SOURCE, ClaimSpec, add_attachment, check_fits_a_pool, check_quota, class_or_404, create, delete, evict, live_by_name,
+    may_see, purge, quota_use, remove_attachment, resize, visible, visible_by_id, warm,
 )
 from xce.model.claims.lifecycle import (
     ATTACHMENT_TRANSITIONS, RESIZE_TRANSITIONS, TRANSITIONS, apply_attachment_added,
     apply_attachment_removed, apply_claim_created, apply_claim_delete_requested, apply_claim_op_failed,
     apply_claim_op_intent, apply_claim_op_succeeded, apply_claim_placed, apply_claim_purge_requested,
     apply_claim_resize_requested, apply_claim_resize_reserved, apply_replica_op_failed, apply_replica_op_intent,
-    apply_replica_op_succeeded, apply_replica_placed, begin_stage_out, detach, keep_data, release_template,
+    apply_replica_evicted, apply_replica_lost, apply_replica_op_succeeded, apply_replica_placed, apply_replicas_added,
+    begin_stage_out, detach, keep_data, release_template, replicas_host_returned,
 )
 from xce.agentnames import SHARED_AGENT, node_agent
 from xce.model.claims.replicas import REPLICA_OPS, REPLICA_TRANSITIONS
@@ -38,7 +39,7 @@ from xce.model.entities.claims import (
 from xce.model.entities.ops import Op, OpKind
 
 __all__ = [
-    "ATTACHMENT_TRANSITIONS", "CLAIM_OPS", "LIVE", "REPLICA_OPS", "REPLICA_TRANSITIONS", "RESERVED_NAMES",
+    "ATTACHMENT_TRANSITIONS", "CLAIM_OPS", "CLAIM_SOURCE", "LIVE", "REPLICA_OPS", "REPLICA_TRANSITIONS", "RESERVED_NAMES",
     "RESIZE_TRANSITIONS", "SHARED_AGENT",
     "TEMPLATE_NAME", "TRANSITIONS",
     "ContentSource",
@@ -48,10 +49,11 @@ __all__ = [
     "apply_attachment_removed", "apply_claim_created", "apply_claim_delete_requested", "apply_claim_op_failed",
     "apply_claim_op_intent", "apply_claim_op_succeeded", "apply_claim_placed", "apply_claim_purge_requested",
     "apply_claim_resize_requested", "apply_claim_resize_reserved", "apply_replica_op_failed",
-    "apply_replica_op_intent", "apply_replica_op_succeeded", "apply_replica_placed",
+    "apply_replica_evicted", "apply_replica_lost", "apply_replica_op_intent", "apply_replica_op_succeeded", "apply_replica_placed",
+    "apply_replicas_added",
     "begin_stage_out", "check_epoch", "check_fits_a_pool", "check_quota", "class_or_404", "create", "delete",
-    "detach", "due_ops", "held_ops", "holds", "keep_data", "lease", "live_by_name", "may_see", "name_key",
+    "detach", "due_ops", "evict", "held_ops", "holds", "keep_data", "lease", "live_by_name", "may_see", "name_key",
     "next_due", "node_agent", "purge",
-    "quota_use", "record_intent", "record_result", "release_template", "remove_attachment", "resize", "retry_delay",
-    "template_name", "visible", "visible_by_id",
+    "quota_use", "record_intent", "record_result", "release_template", "replicas_host_returned", "remove_attachment", "resize", "retry_delay",
+    "template_name", "visible", "visible_by_id", "warm",
 ]

@@ -15,12 +15,12 @@ from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from xce.model import capabilities
 from xce.model.entities.claims import (
     RESERVED_NAMES, TEMPLATE_NAME, AccessMode, Claim, ClaimForm, ClaimState, ContentSource, Mode, ReclaimPolicy,
-    Scope, name_key,
+    ReplicaState, Scope, name_key,
 )
 from xce.model.entities.identity import User
 from xce.model.facts import (
     AttachmentAdded, AttachmentRemoved, ClaimCreated, ClaimDeleteRequested, ClaimPurgeRequested, ClaimResizeRequested,
-    Fact,
+    Fact, ReplicaEvicted, ReplicasAdded,
 )
 from xce.model.state import State
 from xce.names import check_name
@@ -57,6 +57,7 @@ class ClaimSpec:
     # the scheduler chooses by free capacity (``--replicas``)
     hosts: tuple[str, ...] = ()
     replicas: int | None = None
+    cache: bool = False  # a node-local ROX claim filled from its source, its replicas made where its jobs go
 
 
 def live_by_name(model: State, project: str, name: str) -> Claim | None:
@@ -117,6 +118,8 @@ def create(model: State, config: Config, actor: User, spec: ClaimSpec, now: floa
         raise InvalidRequest(f"claim class {cls.name!r} does not allow access mode {mode.value} "
                              f"(allowed: {', '.join(cls.access_modes)})")
     check_holds_standalone(cls, spec)
+    if spec.cache:
+        check_cache(cls, spec, mode)
     policy_text = spec.reclaim_policy or cls.reclaim_policy
     try:
         policy = ReclaimPolicy(policy_text)
@@ -143,10 +146,13 @@ def create(model: State, config: Config, actor: User, spec: ClaimSpec, now: floa
                              f"{', '.join(sorted(RESERVED_NAMES))} under these names)")
     if live_by_name(model, project, spec.name) is not None:  # names are per project: this reveals no other's
         raise Conflict(f"a claim named {spec.name!r} already exists in project {project!r}")
-    populate_from = _populate_source(config, cls, project, spec.populate_from, source)
+    if spec.populate_from is not None and spec.populate_from.startswith(CLAIM_SOURCE) and cls.scope != Scope.SHARED:
+        populate_from: str | None = _claim_source(model, actor, project, spec.populate_from)
+    else:
+        populate_from = _populate_source(config, cls, project, spec.populate_from, source)
     if source is not None and cls.scope != Scope.SHARED:
         raise InvalidRequest(f"claim class {cls.name!r} is node-scope: its replicas are not cloned")
-    copies = len(spec.hosts) or spec.replicas or 1
+    copies = len(spec.hosts) or spec.replicas or 1  # (a cache: at least one replica will be made)
     check_quota(model, config, project, cls.name, size * copies)
     check_fits_a_pool(config, cls, size, f"claim {spec.name!r}")
     claim_id = model.next_claim_id
@@ -156,7 +162,8 @@ def create(model: State, config: Config, actor: User, spec: ClaimSpec, now: floa
                          params={**cls.parameters, **spec.params},
                          source=source.as_record() if source is not None else None,
                          populate_from=populate_from, replica_hosts=list(spec.hosts),
-                         replicas_to_place=spec.replicas or 0)], claim_id
+                         replicas_to_place=spec.replicas or 0, cache=spec.cache,
+                         counter=cls.counter if spec.cache else None)], claim_id
 
 
 MAX_REPLICAS = 64  # replicas of one node-local claim
@@ -176,9 +183,10 @@ def check_holds_standalone(cls: ClaimClassConfig, spec: ClaimSpec) -> None:
     if cls.counter is None:
         raise InvalidRequest(f"claim class {cls.name!r} is node-scope and draws on no host counter: it cannot "
                              "hold standalone claims (its claims are a job's own: xce submit --scratch)")
-    if not where:
+    if not where and not spec.cache:
         raise InvalidRequest(f"claim class {cls.name!r} is node-scope: its claims live on hosts, one replica on "
-                             "each; say which hosts (--hosts h1,h2) or how many (--replicas N)")
+                             "each; say which hosts (--hosts h1,h2) or how many (--replicas N), or make it a cache "
+                             "(--cache: replicas where its jobs go)")
     if spec.hosts and spec.replicas is not None:
         raise InvalidRequest("--hosts names a replica's hosts, --replicas lets the scheduler choose them: not both")
     for host in spec.hosts:
@@ -186,15 +194,112 @@ def check_holds_standalone(cls: ClaimClassConfig, spec: ClaimSpec) -> None:
     if len(set(spec.hosts)) != len(spec.hosts):
         raise InvalidRequest("--hosts names a host twice: a host holds one replica of a claim")
     n = len(spec.hosts) or spec.replicas or 0
-    if not 1 <= n <= MAX_REPLICAS:
+    if (n or not spec.cache) and not 1 <= n <= MAX_REPLICAS:
         raise InvalidRequest(f"a claim has 1 to {MAX_REPLICAS} replicas, not {n}")
-    if spec.populate_from is not None:
-        raise InvalidRequest(f"claim class {cls.name!r} is node-scope: its replicas are not populated yet "
-                             "(--source is for shared classes)")
     if spec.reclaim_policy == ReclaimPolicy.RETAIN.value or spec.reclaim_policy is None and \
             cls.reclaim_policy == ReclaimPolicy.RETAIN.value:
         raise InvalidRequest(f"claim class {cls.name!r} is node-scope: its replicas are released with their "
                              "claim (reclaim policy delete)")
+
+
+def check_cache(cls: ClaimClassConfig, spec: ClaimSpec, mode: AccessMode) -> None:
+    """A cache is copies of one source on the hosts its jobs go to: node-scope, read-only, with a source."""
+    if cls.scope == Scope.SHARED:
+        raise InvalidRequest(f"claim class {cls.name!r} is shared: its claims are reachable from every host; "
+                             "--cache is for node-scope classes")
+    if mode is not AccessMode.ROX:
+        raise InvalidRequest(f"a cache is read-only (--access ROX): its replicas are copies of one source, not "
+                             f"{mode.value}")
+    if spec.populate_from is None:
+        raise InvalidRequest("a cache is filled from its source: give --source URL|REMOTE:path")
+
+
+def _replicated(model: State, actor: User, name: str, project: str | None, hosts: tuple[str, ...],
+                what: str) -> Claim:
+    """The node-local claim ``name`` whose replicas a request names by ``hosts`` (checked), or why not."""
+    claim = visible(model, actor, name, project)
+    if not claim.replicated:
+        raise Conflict(f"claim {name!r} is not node-local (class {claim.class_name}): it has no replicas to {what}")
+    if claim.delete_requested or not claim.live:
+        raise Conflict(f"claim {name!r} is {'being deleted' if claim.live else claim.state.value}")
+    if not hosts:
+        raise InvalidRequest(f"say which hosts to {what} (--hosts h1,h2)")
+    for host in hosts:
+        check_name("host", host)
+    if len(set(hosts)) != len(hosts):
+        raise InvalidRequest("--hosts names a host twice")
+    return claim
+
+
+def warm(model: State, config: Config, actor: User, name: str, hosts: tuple[str, ...], now: float,
+         project: str | None = None) -> tuple[list[Fact], int]:
+    """``xce claim warm``: a replica more on each of ``hosts`` (charged to the quota as each is), made and
+    filled as the claim's first ones were.  Refused for a host that holds one (in any state but
+    RELEASED: a FAILED one is evicted first), and for a claim none of whose replicas could be made."""
+    claim = _replicated(model, actor, name, project, hosts, "warm")
+    if claim.state is ClaimState.FAILED:
+        raise Conflict(f"claim {name!r} is FAILED (no replica could be made): delete it and create it again")
+    for host in hosts:
+        if (r := claim.replica_on(host)) is not None:
+            hint = "; evict it first (xce claim evict)" if r.state is ReplicaState.FAILED else ""
+            raise Conflict(f"claim {name!r} has a replica on {host} already ({r.state.value}){hint}",
+                           code="exists")
+    if claim.replica_count + len(hosts) > MAX_REPLICAS:
+        raise InvalidRequest(f"a claim has at most {MAX_REPLICAS} replicas: {name!r} has {claim.replica_count}")
+    check_quota(model, config, claim.project, claim.class_name, claim.size_bytes * len(hosts), new_claims=0)
+    return [ReplicasAdded(time=now, claim_id=claim.id, hosts=list(hosts), by=actor.name)], claim.id
+
+
+def evict(model: State, actor: User, name: str, hosts: tuple[str, ...], now: float,
+          project: str | None = None) -> tuple[list[Fact], int]:
+    """``xce claim evict``: release the claim's replica on each of ``hosts``, its host's agent removing
+    the object.  Refused while a job on that host has it attached (its data is in use there), while
+    the replica's op is in flight (evict once it has answered), and for a claim's last replica but a
+    cache's (which makes replicas on demand): that is ``xce claim delete``."""
+    claim = _replicated(model, actor, name, project, hosts, "evict")
+    going = [claim.replica_on(host) for host in hosts]
+    for host, r in zip(hosts, going):
+        if r is None or r.state is ReplicaState.RELEASING:
+            raise Conflict(f"claim {name!r} has no replica on {host}" + (" (it is being released)" if r else ""),
+                           code="not_found")
+    if claim.replica_count - len(hosts) <= 0 and not claim.cache:
+        raise Conflict(f"{', '.join(hosts)} hold{'s' if len(hosts) == 1 else ''} the last replica of claim "
+                       f"{name!r}: delete the claim instead (xce claim delete {name})", code="last_replica")
+    for host, r in zip(hosts, going):
+        assert r is not None
+        users = sorted({a.job_id for a in claim.attachments if a.host == host and a.job_id is not None})
+        if any(a.host == host for a in claim.attachments):
+            jobs = f" by job{'s' if len(users) > 1 else ''} {', '.join(map(str, users))}" if users else ""
+            raise Conflict(f"claim {name!r} is attached on {host}{jobs}: its replica there is evicted once they "
+                           "are done", code="in_use")
+        if r.op is not None and r.op.epoch is not None:
+            raise Conflict(f"claim {name!r}'s replica on {host} is in the middle of its {r.op.kind.value} (op "
+                           f"{r.op.op_id}): evict it once that has answered", code="busy")
+    return [ReplicaEvicted(time=now, claim_id=claim.id, host=h, by=actor.name, reason=f"evicted by {actor.name}")
+            for h in hosts], claim.id
+
+
+CLAIM_SOURCE = "claim:"  # a node-local claim's --source: a shared claim's data, copied into each replica
+
+
+def _claim_source(model: State, actor: User, project: str, text: str) -> str:
+    """``--source claim:NAME`` of a node-local claim: a READY shared claim of the same project, whose data
+    every host reaches (each replica's worker copies it in).  Canonical: ``claim:NAME``."""
+    name = text.removeprefix(CLAIM_SOURCE)
+    src = visible(model, actor, name, project)
+    if src.form is not ClaimForm.STANDALONE or src.scope is not Scope.SHARED:
+        raise InvalidRequest(f"--source {text}: claim {name!r} is not a shared standalone claim (only those are "
+                             "reachable from every host)")
+    if src.state is not ClaimState.READY or src.delete_requested:
+        what = "being deleted" if src.delete_requested else src.state.value
+        raise Conflict(f"--source {text}: claim {name!r} is {what}: only a READY claim is copied")
+    return CLAIM_SOURCE + src.name
+
+
+def populating_from(model: State, claim: Claim) -> list[str]:
+    """The live claims of its project whose replicas are filled from ``claim`` (``--source claim:NAME``)."""
+    return sorted(c.name for c in model.claims.values() if c.live and c.project == claim.project
+                  and c.populate_from == CLAIM_SOURCE + claim.name)
 
 
 def _populate_source(config: Config, cls: ClaimClassConfig, project: str, text: str | None,
@@ -203,16 +308,21 @@ def _populate_source(config: Config, cls: ClaimClassConfig, project: str, text: 
     same remotes, the same refusals naming the project), canonical; None: not populated."""
     if text is None or source is not None:  # (both: refused first thing)
         return None
-    if cls.scope != Scope.SHARED:
-        raise InvalidRequest(f"claim class {cls.name!r} is node-scope: only shared claims are populated (by the "
-                             "provisioner)")
+    # a shared claim is filled by the provisioner; a node-local claim's replicas each by its host's worker
+    who = "the provisioner does" if cls.scope == Scope.SHARED else "the workers do"
+    if text.startswith("snapshot:"):
+        raise InvalidRequest(f"--source {text}: a snapshot is copied by a clone (--from-snapshot) of a shared class; "
+                             "a node-local claim is filled from that clone (--source claim:NAME), a URL or a "
+                             "REMOTE:path")
+    if text.startswith(CLAIM_SOURCE):
+        raise InvalidRequest(f"--source {text}: a shared claim is copied by a clone (--from-claim)")
     try:
         where = resolve_location(text, config.transfers, project, "--source")
     except TransferRefused as e:
         raise (Forbidden if e.forbidden else InvalidRequest)(e.message) from None
     if where.local:
-        raise InvalidRequest("--source is a URL or REMOTE:path (xce transfers list): the provisioner does not read "
-                             "paths on your host")
+        raise InvalidRequest(f"--source is a URL or REMOTE:path (xce transfers list): {who} not read paths on "
+                             "your host")
     return where.text
 
 
@@ -369,6 +479,9 @@ def delete(model: State, actor: User, name: str, now: float, project: str | None
     if cloning := sorted(c.name for c in model.claims.values() if c.cloning_from("claim", claim.id)):
         raise Conflict(f"claim {name!r} cannot be deleted while claim(s) {', '.join(cloning)} are being made "
                        f"from it", code="in_use")
+    if readers := populating_from(model, claim):
+        raise Conflict(f"claim {name!r} is the source of node-local claim(s) {', '.join(readers)} (their replicas "
+                       "are filled from it): delete them first", code="in_use")
     return [ClaimDeleteRequested(time=now, claim_id=claim.id, by=actor.name)]
 
 

@@ -41,8 +41,8 @@ from __future__ import annotations
 from xce.model import audit, ops
 from xce.model.facts import (
     AttachmentAdded, AttachmentRemoved, ClaimCreated, ClaimDeleteRequested, ClaimOpFailed, ClaimOpIntent,
-    ClaimOpSucceeded, ClaimPlaced, ClaimPurgeRequested, ClaimResizeRequested, ClaimResizeReserved, ReplicaOpFailed,
-    ReplicaOpIntent, ReplicaOpSucceeded, ReplicaPlaced,
+    ClaimOpSucceeded, ClaimPlaced, ClaimPurgeRequested, ClaimResizeRequested, ClaimResizeReserved, ReplicaEvicted,
+    ReplicaLost, ReplicaOpFailed, ReplicaOpIntent, ReplicaOpSucceeded, ReplicaPlaced, ReplicasAdded,
 )
 from xce.model.claims import replicas
 from xce.model.entities.claims import (
@@ -57,7 +57,7 @@ from xce.units import format_size
 
 S = ClaimState
 TRANSITIONS: dict[ClaimState, frozenset[ClaimState]] = {
-    S.PENDING: frozenset({S.PREPARING, S.FAILED, S.RELEASED}),
+    S.PENDING: frozenset({S.PREPARING, S.FAILED, S.RELEASED, S.READY}),  # READY: a cache (replicas on demand)
     S.PREPARING: frozenset({S.READY, S.FAILED, S.RELEASING}),  # RELEASING: replicas deleted while being made
     S.READY: frozenset({S.RELEASING, S.RELEASED, S.FAILED}),  # FAILED: its host was lost, data kept there
     S.RELEASING: frozenset({S.RELEASED, S.FAILED}),
@@ -135,6 +135,8 @@ def _open_attachment_op(model: State, claim: Claim, a: Attachment, kind: OpKind)
 
 def _drop_attachment(model: State, claim: Claim, a: Attachment, time: float) -> None:
     claim.attachments = [x for x in claim.attachments if x.id != a.id]
+    if (r := claim.replica_on(a.host)) is not None:
+        r.last_used = time  # (a cache evicts its least recently used replicas first)
     _index(model, claim)
     _advance_delete(model, claim, time)
 
@@ -195,13 +197,18 @@ def _advance_delete(model: State, claim: Claim, time: float) -> None:
 def _settle(model: State, claim: Claim, time: float, reason: str, by: str) -> None:
     """A node-local claim's state follows its replicas' (``replicas``): READY while one is READY (until
     it is deleted), RELEASED once all are, FAILED once none can be used or made, RELEASING while a
-    deletion releases them, and PENDING or PREPARING while they are being made."""
+    deletion releases them, and PENDING or PREPARING while they are being made.  A cache is READY
+    until it is deleted, whatever its replicas: it makes them where its jobs go.  A READY claim stays
+    READY while its replicas on lost hosts wait for them, or are being checked once they are back."""
     states = {r.state for r in claim.replicas}
     making = claim.replicas_to_place > 0 or bool(states & {ReplicaState.PENDING, ReplicaState.PREPARING})
-    if states <= {ReplicaState.RELEASED} and claim.replicas_to_place == 0:
-        want = ClaimState.RELEASED
-    elif ReplicaState.READY in states and not claim.delete_requested:
+    if claim.cache and not claim.delete_requested:
         want = ClaimState.READY
+    elif states <= {ReplicaState.RELEASED} and claim.replicas_to_place == 0:
+        want = ClaimState.RELEASED
+    elif not claim.delete_requested and (ReplicaState.READY in states or claim.state is ClaimState.READY and states & {
+            ReplicaState.LOST, ReplicaState.PENDING, ReplicaState.PREPARING}):
+        want = ClaimState.READY  # (a READY claim whose replicas' hosts were lost stays so while they are checked)
     elif claim.delete_requested:
         want = ClaimState.RELEASING if states - {ReplicaState.RELEASED, ReplicaState.FAILED} else ClaimState.FAILED
     elif making:
@@ -211,7 +218,7 @@ def _settle(model: State, claim: Claim, time: float, reason: str, by: str) -> No
         want = ClaimState.FAILED
     if want is not claim.state:
         ready = len(claim.ready_hosts())
-        if want is ClaimState.READY:
+        if want is ClaimState.READY and claim.replicas:
             reason += f" ({ready} of {len(claim.replicas)} replicas READY)"
         _set_state(model, claim, want, time, reason, by)
 
@@ -226,14 +233,78 @@ def _advance_replicas_delete(model: State, claim: Claim, time: float) -> None:
     for r in claim.replicas:
         if r.state in (ReplicaState.RELEASED, ReplicaState.RELEASING) or r.op is not None and r.op.epoch is not None:
             continue
-        if r.op is not None:  # a create not attempted yet, or waiting for its retry
-            replicas.close_op(model, claim, r)
-        if not r.data_exists:
-            replicas.set_state(model, claim, r, ReplicaState.RELEASED, time, "deleted; no object exists", by)
-        else:
-            replicas.set_state(model, claim, r, ReplicaState.RELEASING, time, "deleted; releasing it", by)
-            replicas.open_op(model, claim, r, OpKind.RELEASE)
+        _release_replica(model, claim, r, time, "deleted", by)
     _settle(model, claim, time, "deleted", by)
+
+
+def _release_replica(model: State, claim: Claim, r: Replica, time: float, reason: str, by: str) -> None:
+    """A replica goes (its op not in flight: the caller checks): released by its host's agent if an
+    object may exist there; an op waiting for its first attempt or its retry is closed."""
+    if r.op is not None:
+        replicas.close_op(model, claim, r)
+    if not r.data_exists:
+        replicas.set_state(model, claim, r, ReplicaState.RELEASED, time, f"{reason}; no object exists", by)
+    else:
+        replicas.set_state(model, claim, r, ReplicaState.RELEASING, time, f"{reason}; releasing it", by)
+        replicas.open_op(model, claim, r, OpKind.RELEASE)
+
+
+def _add_replica(claim: Claim, host: str, time: float, reason: str) -> Replica:
+    """A new PENDING replica on ``host``, numbered after every earlier one (its op ids are its own)."""
+    r = Replica(no=len(claim.replicas) + 1, host=host, created=time,
+                history=[{"state": ReplicaState.PENDING.value, "time": time, "reason": reason}])
+    claim.replicas.append(r)
+    return r
+
+
+def apply_replicas_added(model: State, f: ReplicasAdded) -> None:
+    """``xce claim warm``: a PENDING replica on each host that holds none (the decision checked it)."""
+    claim = model.claims.get(f.claim_id)
+    if claim is None or claim.delete_requested or not claim.live or claim.state is ClaimState.FAILED:
+        return
+    for host in f.hosts:
+        if claim.replica_on(host) is None:
+            _add_replica(claim, host, f.time, f"added by {f.by}")
+    _settle(model, claim, f.time, f"replicas added by {f.by}", f.by)
+
+
+def apply_replica_lost(model: State, f: ReplicaLost) -> None:
+    """A READY replica's host was declared lost: no job goes there until the host is back and its
+    worker has checked it (``replicas_host_returned``)."""
+    claim = model.claims.get(f.claim_id)
+    r = claim.replica_on(f.host) if claim is not None else None
+    if claim is None or r is None or r.state is not ReplicaState.READY:
+        return
+    replicas.set_state(model, claim, r, ReplicaState.LOST, f.time, f"host {f.host} lost", "-")
+    _settle(model, claim, f.time, f"replica on {f.host} lost with its host", "-")
+
+
+def replicas_host_returned(model: State, host: str, time: float) -> None:
+    """Fold helper: ``host`` registered again.  Each of its LOST replicas is checked by its worker: its
+    create re-driven by the op id that made it (the same object if intact, else a new one), then its
+    populate if its claim has a source (rclone copies only what is missing)."""
+    for claim in model.claims.values():
+        r = claim.replica_on(host) if claim.replicated else None
+        if r is None or r.state is not ReplicaState.LOST or r.op is not None:
+            continue
+        replicas.set_state(model, claim, r, ReplicaState.PREPARING, time, f"host {host} back: checking its object",
+                           "-")
+        replicas.redrive_create(model, claim, r)
+
+
+def apply_replica_evicted(model: State, f: ReplicaEvicted) -> None:
+    """A replica released while its claim lives on (the decision, or the plan applier, checked that no
+    job has it attached and no op of it is in flight; the fold ignores it otherwise).  ``make_room``:
+    its host's bytes go to the replica that needed them now, before its object is gone."""
+    claim = model.claims.get(f.claim_id)
+    r = claim.replica_on(f.host) if claim is not None else None
+    if claim is None or r is None or r.state is ReplicaState.RELEASING or claim.delete_requested \
+            or r.op is not None and r.op.epoch is not None or any(a.host == f.host for a in claim.attachments):
+        return
+    if f.make_room and (host := model.hosts.get(f.host)) is not None:
+        host.held_counters.pop(replicas.held_key(claim), None)
+    _release_replica(model, claim, r, f.time, f.reason or f"evicted by {f.by}", f.by)
+    _settle(model, claim, f.time, f"replica on {f.host} evicted", f.by)
 
 
 def _replica_of(model: State, claim_id: int, op_id: str) -> tuple[Claim, Replica, Op] | None:
@@ -251,13 +322,13 @@ def apply_replica_placed(model: State, f: ReplicaPlaced) -> None:
     r = next((x for x in claim.replicas if x.host == f.host and not x.placed and x.state is ReplicaState.PENDING),
              None)
     if r is None:
-        if claim.replicas_to_place <= 0 or any(x.host == f.host and x.state is not ReplicaState.RELEASED
-                                               for x in claim.replicas):
+        if claim.replica_on(f.host) is not None or claim.replicas_to_place <= 0 and not claim.cache:
             return  # OBSERVATION: the applier re-checks this; nothing to place
-        claim.replicas_to_place -= 1
-        r = Replica(no=len(claim.replicas) + 1, host=f.host, created=f.time,
-                    history=[{"state": ReplicaState.PENDING.value, "time": f.time, "reason": "host chosen"}])
-        claim.replicas.append(r)
+        if claim.replicas_to_place > 0:
+            claim.replicas_to_place -= 1
+            r = _add_replica(claim, f.host, f.time, "host chosen")
+        else:  # a cache's, where a job of its waits for it
+            r = _add_replica(claim, f.host, f.time, "made on demand: a job waits for it here")
     r.counter = f.counter
     if (host := model.hosts.get(f.host)) is not None:
         host.held_counters[replicas.held_key(claim)] = {f.counter: float(f.size_bytes)}
@@ -290,8 +361,21 @@ def apply_replica_op_succeeded(model: State, f: ReplicaOpSucceeded) -> None:
     replicas.close_op(model, claim, r)
     if op.kind is OpKind.CREATE:
         r.handle, r.path = f.handle, f.path
+        if claim.populate_from is not None and not claim.delete_requested:
+            # still PREPARING: READY once its host's worker has copied every byte in
+            r.history.append({"state": r.state.value, "time": f.time, "reason": f"created {f.handle} on attempt "
+                              f"{op.attempts}; populating from {claim.populate_from}"})
+            replicas.open_op(model, claim, r, OpKind.POPULATE)
+            return
+        r.last_used = f.time
         replicas.set_state(model, claim, r, ReplicaState.READY, f.time, f"created {f.handle} on attempt "
                            f"{op.attempts}", agent)
+        _settle(model, claim, f.time, f"replica on {r.host} READY", agent)
+        _advance_delete(model, claim, f.time)
+    elif op.kind is OpKind.POPULATE:
+        r.last_used = f.time
+        replicas.set_state(model, claim, r, ReplicaState.READY, f.time, f"populated from {claim.populate_from} on "
+                           f"attempt {op.attempts}" + (f": {f.message}" if f.message else ""), agent)
         _settle(model, claim, f.time, f"replica on {r.host} READY", agent)
         _advance_delete(model, claim, f.time)
     else:
@@ -315,6 +399,8 @@ def apply_replica_op_failed(model: State, f: ReplicaOpFailed) -> None:
     if op.kind is OpKind.CREATE:  # a permanent error made nothing (a crash's leftover: the orphan scan's)
         r.data_exists = False
         replicas.set_state(model, claim, r, ReplicaState.FAILED, f.time, why, agent)
+    elif op.kind is OpKind.POPULATE:  # the object exists, its data is incomplete: the other replicas serve on
+        replicas.set_state(model, claim, r, ReplicaState.FAILED, f.time, why + "; its data is incomplete", agent)
     else:
         replicas.set_state(model, claim, r, ReplicaState.FAILED, f.time, why + "; the data still exists", agent)
     _settle(model, claim, f.time, f"replica on {r.host}: {why}", agent)
@@ -375,7 +461,8 @@ def apply_claim_created(model: State, f: ClaimCreated) -> bool:
                   run=f.run, kind=f.kind, host=f.host, pool=f.pool, placed=template,
                   stage_in=[list(x) for x in f.stage_in], stage_out=[list(x) for x in f.stage_out],
                   source=dict(f.source) if f.source is not None else None, populate_from=f.populate_from,
-                  early=f.early, replicas_to_place=f.replicas_to_place,
+                  early=f.early, replicas_to_place=f.replicas_to_place, cache=f.cache,
+                  counter=f.counter,
                   replicas=[Replica(no=i, host=h, created=f.time,
                                     history=[{"state": ReplicaState.PENDING.value, "time": f.time,
                                               "reason": "created"}])
@@ -398,6 +485,8 @@ def apply_claim_created(model: State, f: ClaimCreated) -> bool:
             detail += f" replicas on {where}"
     if not _add(model, claim, f.time, reason, detail):
         return False
+    if claim.cache:
+        _settle(model, claim, f.time, "a cache: its replicas are made where its jobs go", f.owner)
     if template:
         _open_op(model, claim, OpKind.CREATE)
     return True
@@ -602,6 +691,8 @@ def apply_attachment_added(model: State, f: AttachmentAdded) -> None:
     # a node-local claim's data is on the host already, in its READY replica there (the plan applier places
     # its jobs nowhere else): nothing for a provider to attach
     replica = next((r for r in claim.replicas if r.host == f.host and r.state is ReplicaState.READY), None)
+    if replica is not None:
+        replica.last_used = f.time
     state = AttachmentState.ATTACHING if f.run is not None and not claim.replicated else AttachmentState.ATTACHED
     a = Attachment(id=f.attachment_id, host=f.host, mode=Mode(f.mode), created=f.time, by=f.by, job_id=f.job_id,
                    run=f.run, state=state, path=replica.path if replica is not None else None,

@@ -9,13 +9,23 @@ States (``ReplicaState``), one machine per replica, on its host::
        ├──────────▶ FAILED ◀────────────────┘
        └──────────▶ RELEASED                          (deleted before its create was attempted)
                       FAILED ──(deleted)──▶ RELEASING / RELEASED
+    READY ──(host lost)──▶ LOST ──(host back: its create re-driven by the same op id)──▶ PREPARING
+                             └──(deleted, evicted)──▶ RELEASING
 
 A replica is PENDING until the scheduler reserves its size on its host's counter of the claim's
-class (``ReplicaPlaced``), which opens its ``create`` op; its host's node agent (``node:HOST``)
-runs its ops (``create``: the provider's ``node_prepare``, ``release``) under the one discipline of
-every op (``xce.model.ops``): intent before action, op ids ``c<claim>.r<no>.<op>.<n>`` stable across
-retries and restarts, results fenced by agent and epoch, failures retried with backoff.  The claim's
-own state follows from its replicas' (``xce.model.claims.lifecycle``): READY while one is READY.
+class (``ReplicaPlaced``), which opens its ``create`` op; a claim with a source (``--source``) then
+opens its ``populate`` (still PREPARING: READY only once filled; a permanent failure is FAILED with its
+error, the object kept until the claim goes).  Its host's node agent (``node:HOST``) runs its ops
+(``create``: the provider's ``node_prepare``; ``populate``: rclone, as a stage-in; ``release``) under
+the one discipline of every op (``xce.model.ops``): intent before action, op ids
+``c<claim>.r<no>.<op>.<n>`` stable across retries and restarts, results fenced by agent and epoch,
+failures retried with backoff.  The claim's own state follows from its replicas' (``xce.model.claims.lifecycle``): READY while one is READY.
+
+A READY replica whose host is declared lost is LOST: no job is placed there.  When the host registers
+again its replica's ``create`` is opened again *with the op id that made it*: the provider, idempotent by
+op id, answers with the same object if it is intact, or makes it anew if it is gone; a populated claim's
+``populate`` follows (rclone copies only what is missing: nothing, if it is intact).  READY again only
+then.
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ from collections.abc import Iterator
 from xce.agentnames import node_agent
 from xce.model import audit, ops
 from xce.model.entities.claims import Claim, Replica, ReplicaState
-from xce.model.entities.ops import OpKind
+from xce.model.entities.ops import Op, OpKind
 from xce.model.facts import Fact, ReplicaOpFailed, ReplicaOpIntent, ReplicaOpSucceeded
 from xce.model.ops import OpenOp
 from xce.model.state import State
@@ -37,7 +47,8 @@ R = ReplicaState
 REPLICA_TRANSITIONS: dict[ReplicaState, frozenset[ReplicaState]] = {
     R.PENDING: frozenset({R.PREPARING, R.FAILED, R.RELEASED}),
     R.PREPARING: frozenset({R.READY, R.FAILED, R.RELEASING}),
-    R.READY: frozenset({R.RELEASING}),
+    R.READY: frozenset({R.RELEASING, R.LOST}),
+    R.LOST: frozenset({R.PREPARING, R.RELEASING}),
     R.RELEASING: frozenset({R.RELEASED, R.FAILED}),
     R.FAILED: frozenset({R.RELEASING, R.RELEASED}),
     R.RELEASED: frozenset(),
@@ -66,6 +77,14 @@ def held_key(claim: Claim) -> str:
 
 def open_op(model: State, claim: Claim, replica: Replica, kind: OpKind) -> None:
     replica.op = ops.new_op(f"c{claim.id}.r", replica.no, replica.op_counts, kind)
+    model.open_replica_ops.add(claim.id)
+
+
+def redrive_create(model: State, claim: Claim, replica: Replica) -> None:
+    """Open the replica's create again under the op id of the one that made it (its host is back: the
+    provider answers with that object if it is intact, else makes it again)."""
+    n = replica.op_counts.get(OpKind.CREATE.value, 1)
+    replica.op = Op(op_id=f"c{claim.id}.r{replica.no}.{OpKind.CREATE.value}.{n}", kind=OpKind.CREATE)
     model.open_replica_ops.add(claim.id)
 
 

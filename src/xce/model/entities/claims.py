@@ -66,6 +66,7 @@ class ReplicaState(enum.StrEnum):
     RELEASING = "RELEASING"
     RELEASED = "RELEASED"
     FAILED = "FAILED"
+    LOST = "LOST"  # its host was declared lost: not used until its worker, back, has checked it
 
 
 class Scope(enum.StrEnum):
@@ -154,6 +155,7 @@ class Replica:
     data_exists: bool = False  # a create was attempted: an object may exist on the host
     last_error: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)  # {state, time, reason}
+    last_used: float | None = None  # READY, or a job's attachment there began or ended (caches evict the oldest)
 
     def __post_init__(self) -> None:
         self.state = ReplicaState(self.state)
@@ -217,6 +219,10 @@ class Claim:
     # chooses hosts for by free capacity (``--replicas N``)
     replicas: list[Replica] = field(default_factory=list)
     replicas_to_place: int = 0
+    # a cache (``--cache``, ROX, filled from its source): replicas are made where its jobs are placed, on
+    # demand, and unattached ones evicted least recently used when their host's counter is needed
+    cache: bool = False
+    counter: str | None = None  # a cache's: the host counter its replicas are reserved on (its class's at creation)
 
     def __post_init__(self) -> None:
         self.form = ClaimForm(self.form)
@@ -241,12 +247,16 @@ class Claim:
     @property
     def replicated(self) -> bool:
         """A node-local standalone claim: its data is in its replicas, one per host."""
-        return bool(self.replicas) or self.replicas_to_place > 0
+        return bool(self.replicas) or self.replicas_to_place > 0 or self.cache
 
     @property
     def replica_count(self) -> int:
-        """The replicas it has or will have (each holds its size on its host)."""
-        return len(self.replicas) + self.replicas_to_place
+        """The replicas it has or will have (each holds its size on its host): released ones are gone."""
+        return sum(r.state is not ReplicaState.RELEASED for r in self.replicas) + self.replicas_to_place
+
+    def replica_on(self, host: str) -> Replica | None:
+        """Its replica on ``host`` that is not RELEASED (a host holds one at a time)."""
+        return next((r for r in self.replicas if r.host == host and r.state is not ReplicaState.RELEASED), None)
 
     def unplaced_hosts(self) -> list[str]:
         """The named hosts whose replicas wait for their size to be reserved there."""
