@@ -78,3 +78,56 @@ def test_stage_paths_urls_and_remotes(tmp_path):
     s = parse("--stage-in", "bucket:x", "--", "true")  # no such remote: a relative path and its DEST
     assert s.stage_in == ("/home/u/run/bucket:x",)
     assert parse("--stage-in", "/a", "--stage-size", "5G", "--", "true").stage_size == "5G"
+
+
+# ---------------------------------------------------------------- bsub's spelling column
+
+
+def bsub(*argv: str, script: str | None = None, unit: str = "MB") -> Submission:
+    return jobspec.submission(jobspec.bsub_values(list(argv), script, unit=unit), cwd="/home/u/run")
+
+
+def test_bsub_spells_the_same_fields_and_means_the_same_as_xce_submit():
+    assert bsub("-q", "q1", "-n", "4", "-J", "a[1-3]", "-P", "p", "-r", "-H", "-cwd", "sub", "-o", "o.%J",
+                "-e", "e.%J", "true") == parse("-q", "q1", "-n", "4", "-J", "a[1-3]", "-P", "p", "-r", "-H",
+                                               "--cwd", "sub", "-o", "o.%J", "-e", "e.%J", "--",
+                                               "/bin/sh", "-c", "true")
+
+
+def test_a_command_line_runs_through_the_shell_and_a_script_through_its_interpreter():
+    assert bsub("echo", "a;", "echo", "b").command == ("/bin/sh", "-c", "echo a; echo b")
+    s = bsub(script="#!/usr/bin/env python3\nprint(1)\n")
+    assert s.command[:2] == ("/bin/sh", "-c") and s.command[-3:] == ("#!/usr/bin/env python3\nprint(1)\n",
+                                                                      "/usr/bin/env", "python3")
+    assert bsub(script="echo hi\n").command[-1] == "/bin/sh"  # no #!: /bin/sh
+    with pytest.raises(JobSpecError, match="no command"):
+        bsub()
+
+
+def test_bsub_lines_are_read_like_shell_words_and_the_command_line_wins():
+    script = '#!/bin/bash\n#BSUB -J "two words"\n#BSUB -q short  # a comment\n#BSUB -n 2\necho\n#BSUB -q late\n'
+    s = bsub("-q", "long", script=script)
+    assert (s.name, s.queue, s.slots) == ("two words", "long", 2)  # (a #BSUB after the first command: not read)
+    assert bsub(script=script).queue == "short"
+
+
+def test_sizes_in_lsf_units_and_several_resource_requirements_merged():
+    assert bsub("-M", "100", "true").mem_limit == "100Mi" and bsub("-M", "2GB", "true").mem_limit == "2Gi"
+    assert bsub("-M", "100", "true", unit="KB").mem_limit == "100Ki"
+    assert bsub("-M", "512Mi", "true").mem_limit == "512Mi"  # XCE's own spelling passes through
+    s = bsub("-R", "rusage[mem=1000.0]", "-R", "span[hosts=1]", "-R", "select[x>1]", "-R", "y", "true")
+    assert s.resreq == "rusage[mem=1000.0Mi] span[hosts=1] select[(x>1) && (y)]"
+    assert bsub("-R", "select[a] rusage[mem=2GB]", "true").resreq == "select[a] rusage[mem=2Gi]"
+
+
+def test_output_equal_to_error_is_one_file_opened_once():
+    s = bsub("-o", "log.%J", "-e", "log.%J", "true")
+    assert (s.stdout, s.stderr) == ("/home/u/run/log.%J", None)
+
+
+@pytest.mark.parametrize("flag", ["-W", "-w", "-gpu", "-nnodes", "-env", "-G", "-U"])
+def test_options_whose_feature_is_not_there_are_refused_from_the_command_line_and_from_scripts(flag):
+    with pytest.raises(JobSpecError):
+        bsub(flag, "1", "true")
+    with pytest.raises(JobSpecError):
+        bsub(script=f"#BSUB {flag} 1\ntrue\n")

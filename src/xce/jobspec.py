@@ -8,9 +8,11 @@ each option means, and how it becomes a field of ``xce.wire.Submission``, is sai
 
 - ``OPTIONS`` is the table: one ``Option`` per submission option, with its spellings, its help and
   the ``Submission`` field it sets.  ``add_options`` turns the table into an ``argparse`` parser's
-  arguments (the ``xce submit`` command's, in ``xce.cli.commands_jobs``); a ``bsub`` parser is a
-  second spelling column read by the same function (``-J``, ``-cwd``, ``-env``...), and ``#BSUB``
-  lines are split like shell words and parsed by it before the command line, whose options win.
+  arguments (the ``xce submit`` command's, in ``xce.cli.commands_jobs``).  ``bsub`` is a second spelling
+  column (``Option.bsub``: ``-J``, ``-cwd``...) read by ``bsub_parser``; ``bsub_values`` reads a
+  bsub command line and a script's ``#BSUB`` lines (split like shell words; the command line's
+  options win) into the same fields, with LSF's meanings where they differ (``BSUB_PLANNED``: the
+  options whose feature is not there yet, parsed and refused, never ignored).
 - ``submission`` reads a parsed namespace into a ``Submission`` in the table's order, each option
   through its ``resolve`` step: paths made absolute from the submission directory (the job runs
   elsewhere), stage-in sources measured, a resource requirement checked with a caret under the
@@ -90,13 +92,14 @@ class Option:
     ``value`` (one), ``flag`` (present or not), ``append`` (repeatable), ``command`` (the rest).
     (A plain class: importing ``dataclasses`` costs the CLI's start-up ~18 ms.)"""
 
-    __slots__ = ("field", "flags", "help", "kind", "metavar", "type", "default", "resolve")
+    __slots__ = ("field", "flags", "help", "kind", "metavar", "type", "default", "resolve", "bsub")
 
     def __init__(self, field: str, flags: tuple[str, ...], help: str, *, kind: str = "value",
                  metavar: str | None = None, type: Callable[[str], Any] | None = None, default: Any = None,
-                 resolve: Resolve | None = None) -> None:
+                 resolve: Resolve | None = None, bsub: tuple[str, ...] = ()) -> None:
         self.field, self.flags, self.help, self.kind = field, flags, help, kind
         self.metavar, self.type, self.default, self.resolve = metavar, type, default, resolve
+        self.bsub = bsub  # how LSF's bsub spells it (-J, -cwd); () if bsub has no such option
 
 
 # ---------------------------------------------------------------- resolve steps
@@ -195,19 +198,24 @@ def _resreq(value: str, site: Site) -> str:
 # path option reads ``cwd``; ``stage_size`` reads ``stage_in``; ``resreq`` is checked last of all,
 # after anything that may have asked the controller for its remotes).
 OPTIONS: tuple[Option, ...] = (
-    Option("queue", ("-q", "--queue"), "queue (default: the default queue)"),
-    Option("slots", ("-n", "--slots"), "slots (default 1)", type=positive_int, default=1),
+    Option("queue", ("-q", "--queue"), "queue (default: the default queue)", bsub=("-q",)),
+    Option("slots", ("-n", "--slots"), "slots (default 1)", type=positive_int, default=1,
+           bsub=("-n",)),
     Option("resreq", ("-R", "--resreq"), "resource requirement: select[...] rusage[...] span[...] order[...]",
-           default="", resolve=_resreq),
-    Option("name", ("-J", "--name"), "job name; NAME[1-100] submits a job array"),
-    Option("stdout", ("-o", "--stdout"), "output file (%%J: job id, %%I: array index)", resolve=_job_path("stdout")),
-    Option("stderr", ("-e", "--stderr"), "error file (default: with the output)", resolve=_job_path("stderr")),
-    Option("project", ("-P", "--project"), "project (default: your first project)"),
-    Option("cwd", ("--cwd",), "working directory (default: the job's workspace)", resolve=_job_path("cwd")),
-    Option("rerunnable", ("-r", "--rerunnable"), "requeue if its host is lost", kind="flag"),
+           default="", resolve=_resreq, bsub=("-R",)),
+    Option("name", ("-J", "--name"), "job name; NAME[1-100] submits a job array", bsub=("-J",)),
+    Option("stdout", ("-o", "--stdout"), "output file (%%J: job id, %%I: array index)", resolve=_job_path("stdout"),
+           bsub=("-o",)),
+    Option("stderr", ("-e", "--stderr"), "error file (default: with the output)", resolve=_job_path("stderr"),
+           bsub=("-e",)),
+    Option("project", ("-P", "--project"), "project (default: your first project)", bsub=("-P",)),
+    Option("cwd", ("--cwd",), "working directory (default: the job's workspace)", resolve=_job_path("cwd"),
+           bsub=("-cwd",)),
+    Option("rerunnable", ("-r", "--rerunnable"), "requeue if its host is lost", kind="flag", bsub=("-r",)),
     Option("mem_limit", ("-M", "--mem-limit"), "memory each host's part of the job may use (512Mi, 4G); beyond it "
-           "the job is killed and ends EXIT (default: its rusage[mem=] reservation, if any)", metavar="SIZE"),
-    Option("hold", ("-H", "--hold"), "submit held (PSUSP) until released", kind="flag"),
+           "the job is killed and ends EXIT (default: its rusage[mem=] reservation, if any)", metavar="SIZE",
+           bsub=("-M",)),
+    Option("hold", ("-H", "--hold"), "submit held (PSUSP) until released", kind="flag", bsub=("-H",)),
     Option("claims", ("--claim",), "a standalone claim the job uses, at $XCE_CLAIM_<NAME> (repeatable)",
            kind="append", metavar="NAME[:rw|ro]"),
     Option("scratch", ("--scratch",), "per-run scratch space, at $XCE_SCRATCH", metavar="SIZE[:CLASS]",
@@ -259,6 +267,198 @@ def submission(values: argparse.Namespace | Mapping[str, Any], *, cwd: str,
     order = [*_ORDER, *(o.field for o in OPTIONS if o.field not in _ORDER)]
     for field in order:
         option = by_field[field]
-        value = given.get(field, option.default)
+        value = given.get(field, [] if option.kind == "append" else option.default)
         site.fields[field] = option.resolve(value, site) if option.resolve is not None else value
     return Submission(**{k: v for k, v in site.fields.items() if v is not None})
+
+
+# ---------------------------------------------------------------- bsub: LSF's spelling column
+
+
+class Planned:
+    """A ``bsub`` option whose feature XCE does not have yet: parsed (so its value is never taken for
+    the command), then refused with ``why``, never ignored.  Once an ``OPTIONS`` row spells it in its
+    ``bsub`` column (the feature has landed), the row wins and this entry is passed over."""
+
+    __slots__ = ("flags", "why", "takes_value")
+
+    def __init__(self, flags: tuple[str, ...], why: str, *, takes_value: bool = True) -> None:
+        self.flags, self.why, self.takes_value = flags, why, takes_value
+
+
+BSUB_PLANNED: tuple[Planned, ...] = (
+    Planned(("-W",), "run limits (-W) are not there yet (issue 32): submit without -W"),
+    Planned(("-w",), "job dependencies (-w) are not there yet (issue 32)"),
+    Planned(("-gpu",), "GPUs (-gpu) are not there yet (issue 33)"),
+    Planned(("-nnodes",), "node counts (-nnodes) are not there yet: ask for slots with -n and place them "
+                          "with -R \"span[ptile=N]\""),
+    Planned(("-env",), "choosing the job's environment (-env) is not there yet"),
+    Planned(("-G",), "user groups (-G) are not there: XCE charges projects (-P)"),
+    Planned(("-U",), "advance reservations (-U) are not there yet"),
+    Planned(("-I", "-Ip", "-Is", "-IS", "-ISp", "-ISs", "-IX"), "interactive jobs (-I, -Ip, -Is...) are not there "
+            "yet: submit a batch job and follow its output with bpeek -f", takes_value=False),
+)
+
+# LSF's size units (LSF_UNIT_FOR_LIMITS, and suffixes on -M and rusage[mem=]) are powers of 1024
+_LSF_UNITS = {"K": "Ki", "M": "Mi", "G": "Gi", "T": "Ti", "P": "Pi"}
+_LSF_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTPkmgtp])?[Bb]?\s*$")
+_RUSAGE_MEM = re.compile(r"(\bmem\s*=\s*)(\d+(?:\.\d+)?)([KMGTPkmgtp][Bb]?)?(?![\w.])")
+_SECTION = re.compile(r"([a-z]+)\s*\[")
+
+
+def lsf_size(text: str, unit: str) -> str:
+    """An LSF size (``-M 4000``, ``rusage[mem=4GB]``) in XCE's words: a bare number is in ``unit``
+    (``LSF_UNIT_FOR_LIMITS``: KB, MB, GB...), a suffix K/KB, M/MB... is LSF's (powers of 1024).
+    Anything else is passed on for XCE's own parser (``512Mi`` stays ``512Mi``)."""
+    m = _LSF_SIZE.match(text)
+    if m is None:
+        return text
+    suffix = (m.group(2) or unit[:1]).upper()
+    if suffix not in _LSF_UNITS:
+        raise JobSpecError(f"unknown size unit in {text!r} (LSF_UNIT_FOR_LIMITS={unit})")
+    return f"{m.group(1)}{_LSF_UNITS[suffix]}"
+
+
+def _sections(text: str) -> list[tuple[str, str]]:
+    """``select[a] rusage[b]`` as [("select", "a"), ("rusage", "b")]; a string with no section is a
+    bare select expression, as LSF reads it."""
+    out: list[tuple[str, str]] = []
+    pos = 0
+    while pos < len(text):
+        m = _SECTION.match(text, pos)
+        if m is None:
+            if out or text[pos:].strip() == "":
+                break
+            return [("select", text.strip())]
+        depth, end = 1, m.end()
+        while end < len(text) and depth:
+            depth += {"[": 1, "]": -1}.get(text[end], 0)
+            end += 1
+        out.append((m.group(1), text[m.end():end - 1]))
+        pos = end
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+    if pos < len(text):
+        return [("select", text.strip())] if not out else out + [("select", text[pos:].strip())]
+    return out
+
+
+def merge_resreqs(texts: list[str], unit: str) -> str:
+    """Several ``-R`` strings as LSF merges them: select sections joined with ``&&``, rusage sections
+    joined, the first span and order kept; ``rusage[mem=N]`` read in LSF's units (``lsf_size``).
+    One string with nothing to convert is passed on as written (a caret then points into it)."""
+    texts = [t for t in texts if t.strip()]
+    converted = [_RUSAGE_MEM.sub(lambda m: m.group(1) + lsf_size(m.group(2) + (m.group(3) or ""), unit), t)
+                 for t in texts]
+    if len(converted) <= 1:
+        return converted[0] if converted else ""
+    merged: dict[str, list[str]] = {}
+    for text in converted:
+        for name, body in _sections(text):
+            merged.setdefault(name, []).append(body)
+    parts = []
+    for name, bodies in merged.items():
+        if name == "select":
+            body = " && ".join(f"({b})" for b in bodies) if len(bodies) > 1 else bodies[0]
+        elif name == "rusage":
+            body = ",".join(bodies)
+        else:
+            body = bodies[0]
+        parts.append(f"{name}[{body}]")
+    return " ".join(parts)
+
+
+def bsub_parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The ``bsub`` command line: ``OPTIONS``' bsub column (``dest`` the field), the planned options,
+    then the command (or nothing: the script comes from stdin).  Unset options are left out of the
+    namespace, so a command line's options can be laid over a script's ``#BSUB`` lines."""
+    p = parser_class(prog="bsub", allow_abbrev=False, usage="bsub [options] command [arguments] | bsub [options] "
+                     "< script | bsub [options] script")
+    spelled: set[str] = set()
+    for o in OPTIONS:
+        if not o.bsub or o.kind == "command":
+            continue
+        spelled.update(o.bsub)
+        if o.kind == "flag":
+            p.add_argument(*o.bsub, dest=o.field, action="store_true", default=argparse.SUPPRESS, help=o.help)
+        else:  # repeatable in bsub where LSF merges them (-R); else the last one given
+            action = "append" if o.field == "resreq" or o.kind == "append" else "store"
+            p.add_argument(*o.bsub, dest=o.field, action=action, type=o.type or str, default=argparse.SUPPRESS,
+                           metavar=o.metavar, help=o.help)
+    for planned in BSUB_PLANNED:
+        if spelled.isdisjoint(planned.flags):
+            p.add_argument(*planned.flags, dest=f"planned {planned.flags[0]}", default=argparse.SUPPRESS,
+                           action="store" if planned.takes_value else "store_true", help=f"(refused: {planned.why})")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the command line, run by /bin/sh (none: a script "
+                   "from stdin)")
+    return p
+
+
+def bsub_directives(script: str) -> list[str]:
+    """The words of a script's ``#BSUB`` lines, split like shell words, in order.  LSF reads them up
+    to the first line that is neither a comment nor blank; so does this."""
+    import shlex
+
+    words: list[str] = []
+    for line in script.splitlines()[1 if script.startswith("#!") else 0:]:
+        text = line.strip()
+        if not text:
+            continue
+        if not text.startswith("#"):
+            break
+        if text.startswith("#BSUB"):
+            try:
+                words += shlex.split(text[len("#BSUB"):], comments=True)
+            except ValueError as e:
+                raise JobSpecError(f"cannot read the script's line {line.strip()!r}: {e}") from None
+    return words
+
+
+SPOOL = ('f=$(mktemp "${TMPDIR:-/tmp}/bsub.XXXXXXXX") || exit 1; printf %s "$1" >"$f" || exit 1; shift; '
+         '"$@" "$f"; s=$?; rm -f "$f"; exit $s')
+
+
+def bsub_command(words: list[str], script: str | None) -> tuple[str, ...]:
+    """What the job runs, as LSF runs it: a command line through ``/bin/sh -c``; a script (stdin, or
+    a file named alone) written to a file on the execution host and run by its ``#!`` interpreter
+    (else ``/bin/sh``), so it need not be executable nor be on a file system the host shares."""
+    if script is None:
+        if not words:
+            raise JobSpecError("no command: give a command line, or a script on stdin or as the only argument")
+        return ("/bin/sh", "-c", " ".join(words))
+    interpreter = ["/bin/sh"]
+    if script.startswith("#!"):
+        head = script[2:].split("\n", 1)[0].strip()
+        path, _, arg = head.partition(" ")  # as the kernel reads it: the path and at most one argument
+        if path:
+            interpreter = [path, *([arg.strip()] if arg.strip() else [])]
+    return ("/bin/sh", "-c", SPOOL, "bsub", script, *interpreter)
+
+
+def bsub_values(argv: list[str], script: str | None, *, unit: str,
+                parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> dict[str, Any]:
+    """The fields a ``bsub`` command line and its script's ``#BSUB`` lines ask for (the command line
+    wins), in LSF's meanings, ready for ``submission``; ``unit`` is ``LSF_UNIT_FOR_LIMITS``.  Raises
+    ``JobSpecError`` for an option whose feature is not there yet (``BSUB_PLANNED``)."""
+    parser = bsub_parser(parser_class)
+    given: dict[str, Any] = {}
+    if script is not None:
+        directives = vars(parser.parse_args(bsub_directives(script)))
+        if directives.pop("command", None):
+            raise JobSpecError("a #BSUB line names a command: #BSUB lines hold options only")
+        given.update(directives)
+    given.update(vars(parser.parse_args(argv)))
+    for key in given:
+        if key.startswith("planned "):
+            flag = key.split(" ", 1)[1]
+            raise JobSpecError(next(p.why for p in BSUB_PLANNED if flag in p.flags))
+    words = given.pop("command", None) or []
+    if words and words[0] == "--":
+        words = words[1:]
+    given["command"] = bsub_command(words, script)
+    if "mem_limit" in given:
+        given["mem_limit"] = lsf_size(given["mem_limit"], unit)
+    given["resreq"] = merge_resreqs(given.get("resreq") or [], unit)
+    if given.get("stderr") is not None and given.get("stderr") == given.get("stdout"):
+        del given["stderr"]  # one file for both, opened once (XCE's default: errors with the output)
+    return given
