@@ -37,21 +37,25 @@ def envdir_of(state_dir: str) -> str:
     return os.path.join(state_dir, "lsf", "conf")
 
 
-def write_envdir(envdir: str, state_dir: str, extra: Mapping[str, str] = {}) -> None:
+def write_envdir(envdir: str, state_dir: str) -> None:
     """``lsf.conf`` in ``envdir`` and, as LSF lays them out, ``lsbatch/<cluster>/configdir/lsb.params``
-    beside it, and the log directory ``LSF_LOGDIR`` (``<state_dir>/lsf/log``); ``extra`` adds
-    ``lsf.conf`` keys (the client config the commands use: ``XCE_CONFIG``)."""
-    logdir = os.path.join(state_dir, "lsf", "log")
+    beside it; the log directory ``LSF_LOGDIR`` and the event log's place
+    ``LSB_SHAREDIR/<cluster>/logdir/lsb.events`` (empty: XCE's events are its jobs' histories, which
+    ``bhist`` prints; a tool that reads the file finds no event rather than no file), all under
+    ``<state_dir>/lsf``."""
+    base = os.path.join(state_dir, "lsf")
+    logdir, sharedir = os.path.join(base, "log"), os.path.join(base, "work")
     configdir = os.path.join(envdir, "lsbatch", CLUSTER, "configdir")
-    for d in (envdir, logdir, configdir):
+    eventdir = os.path.join(sharedir, CLUSTER, "logdir")
+    for d in (envdir, logdir, configdir, eventdir):
         os.makedirs(d, mode=0o755, exist_ok=True)
     conf = [*LSF_CONF, ("LSF_ENVDIR", envdir), ("LSF_CONFDIR", envdir), ("LSB_CONFDIR", os.path.join(envdir, "lsbatch")),
-            ("LSF_LOGDIR", logdir), ("LSB_SHAREDIR", os.path.join(state_dir, "lsf", "work")), *extra.items()]
+            ("LSF_LOGDIR", logdir), ("LSB_SHAREDIR", sharedir)]
     _write(os.path.join(envdir, "lsf.conf"), "# written by xce up: what LSF's clients read of this site\n",
            [f"{k}={v}" for k, v in conf])
-    _write(os.path.join(envdir, f"lsf.cluster.{CLUSTER}"), "# written by xce up\n", [f"# cluster {CLUSTER}"])
     _write(os.path.join(configdir, "lsb.params"), "# written by xce up\n",
            ["Begin Parameters", *(f"{k} = {v}" for k, v in LSB_PARAMS), "End Parameters"])
+    open(os.path.join(eventdir, "lsb.events"), "a").close()
 
 
 def _write(path: str, head: str, lines: list[str]) -> None:
