@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,lsf-clients]'
 	touch $(STAMP)
 
 # The xce command's native front (native/xce.c) replaces the entry-point script pip writes: it forwards

@@ -125,9 +125,20 @@ def test_output_equal_to_error_is_one_file_opened_once():
     assert (s.stdout, s.stderr) == ("/home/u/run/log.%J", None)
 
 
-@pytest.mark.parametrize("flag", ["-W", "-w", "-gpu", "-nnodes", "-env", "-G", "-U"])
+@pytest.mark.parametrize("flag", ["-W", "-w", "-gpu", "-env", "-G", "-U"])
 def test_options_whose_feature_is_not_there_are_refused_from_the_command_line_and_from_scripts(flag):
     with pytest.raises(JobSpecError):
         bsub(flag, "1", "true")
     with pytest.raises(JobSpecError):
         bsub(script=f"#BSUB {flag} 1\ntrue\n")
+
+
+def test_nnodes_places_the_slots_on_that_many_hosts():
+    assert bsub("-nnodes", "1", "-n", "4", "true").resreq == "span[hosts=1]"
+    s = bsub("-nnodes", "2", "-n", "8", "true")
+    assert (s.slots, s.resreq) == (8, "span[ptile=4]")
+    assert bsub("-nnodes", "3", "true").slots == 3
+    with pytest.raises(JobSpecError, match="multiple of 2"):
+        bsub("-nnodes", "2", "-n", "3", "true")
+    with pytest.raises(JobSpecError, match="give one"):
+        bsub("-nnodes", "2", "-R", "span[hosts=1]", "true")

@@ -290,8 +290,6 @@ BSUB_PLANNED: tuple[Planned, ...] = (
     Planned(("-W",), "run limits (-W) are not there yet (issue 32): submit without -W"),
     Planned(("-w",), "job dependencies (-w) are not there yet (issue 32)"),
     Planned(("-gpu",), "GPUs (-gpu) are not there yet (issue 33)"),
-    Planned(("-nnodes",), "node counts (-nnodes) are not there yet: ask for slots with -n and place them "
-                          "with -R \"span[ptile=N]\""),
     Planned(("-env",), "choosing the job's environment (-env) is not there yet"),
     Planned(("-G",), "user groups (-G) are not there: XCE charges projects (-P)"),
     Planned(("-U",), "advance reservations (-U) are not there yet"),
@@ -389,6 +387,8 @@ def bsub_parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentP
         if spelled.isdisjoint(planned.flags):
             p.add_argument(*planned.flags, dest=f"planned {planned.flags[0]}", default=argparse.SUPPRESS,
                            action="store" if planned.takes_value else "store_true", help=f"(refused: {planned.why})")
+    p.add_argument("-nnodes", dest="nnodes", type=positive_int, default=argparse.SUPPRESS,
+                   help="spread the slots (-n) evenly over this many hosts (not whole hosts: XCE shares them)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command line, run by /bin/sh (none: a script "
                    "from stdin)")
     return p
@@ -435,6 +435,22 @@ def bsub_command(words: list[str], script: str | None) -> tuple[str, ...]:
     return ("/bin/sh", "-c", SPOOL, "bsub", script, *interpreter)
 
 
+def _nodes(given: dict[str, Any]) -> list[str]:
+    """``-nnodes N`` as a placement: the slots (``-n``, else one a host) spread evenly over N hosts,
+    ``span[hosts=1]`` for one.  LSF gives such jobs whole hosts; XCE places them so, sharing the hosts."""
+    nodes = given.pop("nnodes", None)
+    if nodes is None:
+        return []
+    if any("span[" in text for text in given.get("resreq") or ()):
+        raise JobSpecError("-nnodes and an -R span[...] both place the job: give one")
+    if nodes == 1:
+        return ["span[hosts=1]"]
+    slots = given.setdefault("slots", nodes)
+    if slots % nodes:
+        raise JobSpecError(f"-nnodes {nodes} needs a multiple of {nodes} slots (-n), got {slots}")
+    return [f"span[ptile={slots // nodes}]"]
+
+
 def bsub_values(argv: list[str], script: str | None, *, unit: str,
                 parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> dict[str, Any]:
     """The fields a ``bsub`` command line and its script's ``#BSUB`` lines ask for (the command line
@@ -458,7 +474,7 @@ def bsub_values(argv: list[str], script: str | None, *, unit: str,
     given["command"] = bsub_command(words, script)
     if "mem_limit" in given:
         given["mem_limit"] = lsf_size(given["mem_limit"], unit)
-    given["resreq"] = merge_resreqs(given.get("resreq") or [], unit)
+    given["resreq"] = merge_resreqs([*(given.get("resreq") or []), *_nodes(given)], unit)
     if given.get("stderr") is not None and given.get("stderr") == given.get("stdout"):
         del given["stderr"]  # one file for both, opened once (XCE's default: errors with the output)
     return given

@@ -62,7 +62,6 @@ def test_output_and_error_to_one_file_keeps_both(site, tmp_path):
     (["-gpu", "num=1", "true"], "GPUs (-gpu)"),
     (["-Is", "bash"], "interactive jobs"),
     (["-I", "true"], "interactive jobs"),
-    (["-nnodes", "2", "true"], "node counts (-nnodes)"),
     (["-G", "grp", "true"], "user groups (-G)"),
     (["-U", "resv", "true"], "reservations (-U)"),
 ])
