@@ -10,6 +10,8 @@ import pytest
 
 from tests.helpers import wait_for
 
+pytestmark = pytest.mark.long
+
 SUBMITTED = re.compile(r"^Job <(\d+)> is submitted to queue <default>\.\n$")
 
 

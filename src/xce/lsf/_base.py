@@ -8,8 +8,7 @@ import re
 import sys
 from typing import Any, Callable
 
-from xce.cli.base import Parser
-from xce.cli.config import resolve
+from xce.cli.base import Context, Parser
 from xce.cli.errors import CliError, from_client
 from xce.client import ApiError, Client, ClientError
 from xce.jobspec import JobSpecError
@@ -39,9 +38,10 @@ class LsfParser(Parser):
 
 
 def client() -> Client:
-    """The controller the client settings name, as ``xce`` finds it."""
-    s = resolve(None, None, None)
-    return Client(s.url, s.token)
+    """The controller the client settings name, as ``xce`` finds it (``XCE_URL``, ``XCE_TOKEN``,
+    ``XCE_CONFIG``, the default config file), one per process for the settings, as ``xce``'s: a warm
+    server's worker keeps its connection between calls."""
+    return Context(argparse.Namespace()).client()
 
 
 def run(prog: str, body: Callable[[], int]) -> int:
