@@ -55,6 +55,8 @@ def test_every_option_reaches_its_field():
     assert (s.claims, s.scratch, s.stage_class, s.app, s.resreq) == (("c1", "c2:ro"), "1G:local", "shared", "serve",
                                                                      "select[gpu] rusage[mem=1]")
     s = parse("--scratch", "", "--app", "", "--", "true")  # empty: not given
+    assert s.resreq == "" and parse("-R", "select[a]", "-R", "span[hosts=1]", "--", "true").resreq == (
+        "select[a] span[hosts=1]")  # a second -R is merged, not put in the first one's place
     assert (s.scratch, s.app) == (None, None)
 
 

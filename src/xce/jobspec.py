@@ -179,8 +179,10 @@ def stage_bytes(sources: list[str]) -> int:
     return max(1, -(-total // mib)) * mib
 
 
-def _resreq(value: str, site: Site) -> str:
-    """Checked here, so a typo is shown with a caret under its column before anything is sent."""
+def _resreq(values: list[str] | str, site: Site) -> str:
+    """Several ``-R`` merged as LSF merges them (``merge_resreqs``), then checked here, so a typo is shown
+    with a caret under its column before anything is sent."""
+    value = merge_resreqs([values] if isinstance(values, str) else values)  # (one, from a mapping)
     if value:
         from xce.resreq import ResReqError, parse_resreq  # (only when given: a plain submit stays light)
 
@@ -201,8 +203,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("queue", ("-q", "--queue"), "queue (default: the default queue)", bsub=("-q",)),
     Option("slots", ("-n", "--slots"), "slots (default 1)", type=positive_int, default=1,
            bsub=("-n",)),
-    Option("resreq", ("-R", "--resreq"), "resource requirement: select[...] rusage[...] span[...] order[...]",
-           default="", resolve=_resreq, bsub=("-R",)),
+    Option("resreq", ("-R", "--resreq"), "resource requirement: select[...] rusage[...] span[...] order[...] "
+           "(repeatable: merged as LSF merges them)", kind="append", metavar="RESREQ", resolve=_resreq, bsub=("-R",)),
     Option("name", ("-J", "--name"), "job name; NAME[1-100] submits a job array", bsub=("-J",)),
     Option("stdout", ("-o", "--stdout"), "output file (%%J: job id, %%I: array index)", resolve=_job_path("stdout"),
            bsub=("-o",)),
@@ -341,13 +343,16 @@ def _sections(text: str) -> list[tuple[str, str]]:
     return out
 
 
-def merge_resreqs(texts: list[str], unit: str) -> str:
+def lsf_rusage(text: str, unit: str) -> str:
+    """A resource requirement with ``rusage[mem=N]`` read in LSF's units (``lsf_size``)."""
+    return _RUSAGE_MEM.sub(lambda m: m.group(1) + lsf_size(m.group(2) + (m.group(3) or ""), unit), text)
+
+
+def merge_resreqs(texts: list[str]) -> str:
     """Several ``-R`` strings as LSF merges them: select sections joined with ``&&``, rusage sections
-    joined, the first span and order kept; ``rusage[mem=N]`` read in LSF's units (``lsf_size``).
-    One string with nothing to convert is passed on as written (a caret then points into it)."""
-    texts = [t for t in texts if t.strip()]
-    converted = [_RUSAGE_MEM.sub(lambda m: m.group(1) + lsf_size(m.group(2) + (m.group(3) or ""), unit), t)
-                 for t in texts]
+    joined, the first span and order kept.  One string is passed on as written (a caret then points
+    into it)."""
+    converted = [t for t in texts if t.strip()]
     if len(converted) <= 1:
         return converted[0] if converted else ""
     merged: dict[str, list[str]] = {}
@@ -380,7 +385,7 @@ def bsub_parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentP
         if o.kind == "flag":
             p.add_argument(*o.bsub, dest=o.field, action="store_true", default=argparse.SUPPRESS, help=o.help)
         else:  # repeatable in bsub where LSF merges them (-R); else the last one given
-            action = "append" if o.field == "resreq" or o.kind == "append" else "store"
+            action = "append" if o.kind == "append" else "store"
             p.add_argument(*o.bsub, dest=o.field, action=action, type=o.type or str, default=argparse.SUPPRESS,
                            metavar=o.metavar, help=o.help)
     for planned in BSUB_PLANNED:
@@ -452,11 +457,12 @@ def _nodes(given: dict[str, Any]) -> list[str]:
 
 
 def bsub_values(argv: list[str], script: str | None, *, unit: str,
-                parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> dict[str, Any]:
+                parser: argparse.ArgumentParser | None = None) -> dict[str, Any]:
     """The fields a ``bsub`` command line and its script's ``#BSUB`` lines ask for (the command line
-    wins), in LSF's meanings, ready for ``submission``; ``unit`` is ``LSF_UNIT_FOR_LIMITS``.  Raises
-    ``JobSpecError`` for an option whose feature is not there yet (``BSUB_PLANNED``)."""
-    parser = bsub_parser(parser_class)
+    wins), in LSF's meanings, ready for ``submission``; ``unit`` is ``LSF_UNIT_FOR_LIMITS``; ``parser``
+    one ``bsub_parser`` made already (building one costs ~3 ms, a loop of bsub calls pays it each
+    time).  Raises ``JobSpecError`` for an option whose feature is not there yet (``BSUB_PLANNED``)."""
+    parser = parser or bsub_parser()
     given: dict[str, Any] = {}
     if script is not None:
         directives = vars(parser.parse_args(bsub_directives(script)))
@@ -474,7 +480,7 @@ def bsub_values(argv: list[str], script: str | None, *, unit: str,
     given["command"] = bsub_command(words, script)
     if "mem_limit" in given:
         given["mem_limit"] = lsf_size(given["mem_limit"], unit)
-    given["resreq"] = merge_resreqs([*(given.get("resreq") or []), *_nodes(given)], unit)
+    given["resreq"] = [lsf_rusage(text, unit) for text in [*(given.get("resreq") or []), *_nodes(given)]]
     if given.get("stderr") is not None and given.get("stderr") == given.get("stdout"):
         del given["stderr"]  # one file for both, opened once (XCE's default: errors with the output)
     return given

@@ -10,6 +10,7 @@ any state, from the archive too, so a poller never sees a finished job vanish; a
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import sys
 import time
@@ -23,7 +24,9 @@ PROG = "bjobs"
 LIMIT = 10_000
 
 
+@functools.lru_cache(maxsize=1)
 def parser() -> LsfParser:
+    """Built once a process: a poller runs bjobs in a loop."""
     p = LsfParser(prog=PROG, description="list jobs (LSF's bjobs)")
     p.add_argument("-a", dest="all", action="store_true", help="also jobs finished recently")
     p.add_argument("-d", dest="done", action="store_true", help="only jobs finished recently")

@@ -17,12 +17,13 @@ from xce.lsf._base import LsfParser, client, run
 from xce.lsfsite import unit_for_limits
 
 PROG = "bsub"
+PARSER = jobspec.bsub_parser(LsfParser)  # built once a process (a warm server's workers share it)
 
 
 def read_script(argv: list[str]) -> str | None:
     """The job's script: a regular file given as the only word of the command, or stdin when there is
     no command; None for a command line."""
-    words = jobspec.bsub_parser(LsfParser).parse_args(argv).command
+    words = PARSER.parse_args(argv).command
     if words and words[0] == "--":
         words = words[1:]
     if len(words) == 1 and os.path.isfile(words[0]):
@@ -35,7 +36,7 @@ def read_script(argv: list[str]) -> str | None:
 
 def submit(argv: list[str]) -> int:
     script = read_script(argv)
-    values = jobspec.bsub_values(argv, script, unit=unit_for_limits(os.environ), parser_class=LsfParser)
+    values = jobspec.bsub_values(argv, script, unit=unit_for_limits(os.environ), parser=PARSER)
     c = client()
 
     def remote_names() -> set[str]:
