@@ -5,7 +5,7 @@
  *
  *   xce-launch xce-shepherd RUN [--mount-ns] [--user UID GID GROUPS] [--allow-system-user]
  *              [--allow-no-openat2] [--cgroup v1|v2 DIR] [--cgroup-join DIR]... [--cgroup-later DIR]...
- *              [--lease FILE] CWD STDOUT STDERR -- CMD [ARG...]
+ *              [--lease FILE] [--cwd-fallback DIR] [--report FD] CWD STDOUT STDERR -- CMD [ARG...]
  *
  * The shepherd (this process) records its pid in RUN/shepherd.pid, forks the job, waits for it and
  * writes how it ended to RUN/status (its exit code, or 128 + the signal that killed it, as a shell
@@ -28,9 +28,20 @@
  *      system's UID_MIN (/etc/login.defs) are refused unless --allow-system-user;
  *   4. as that user: CWD entered, STDOUT and STDERR opened for appending (STDERR the same file when
  *      it is the same path); a failure ends the run with status 126 (LAUNCH_FAILED), and the
- *      shepherd writes why to RUN/launch.err (the user cannot write the run directory);
+ *      shepherd writes why to RUN/launch.err (the user cannot write the run directory).  With
+ *      --cwd-fallback, a CWD this user cannot enter here (it does not exist, or is not theirs to
+ *      enter: resolved as the user, so no link is followed with root's rights) is replaced by DIR, and
+ *      the job says so in a note;
  *   5. every signal back to its default action and unblocked (the worker is a Python process, which
- *      ignores SIGPIPE), the command exec'd along $PATH.
+ *      ignores SIGPIPE), the command exec'd along $PATH with the job's environment: RUN/env when the
+ *      worker wrote one (NUL-ended "NAME=VALUE" records; the shepherd itself runs with the worker's
+ *      clean environment, never the submitter's: a root process must not read LD_PRELOAD and the like
+ *      from a user), else the shepherd's own.  A command that cannot be exec'd ends the run with 127
+ *      (not found) or 126, and the shepherd keeps why in RUN/launch.err.
+ *
+ * With --report FD (a pipe to the worker), the shepherd writes to FD what the job said before its exec
+ * (its notes, "note: ..." lines, or why it failed) and closes it: the worker learns that the command
+ * was exec'd, or not, without waiting for the run to end.
  *
  * What the shepherd does while the job runs (DESIGN §12: one kill path; runs fenced like claim agents).
  * It waits in poll() on the job's end (a signalfd for SIGCHLD), on RUN/wake (a FIFO the worker writes
@@ -144,6 +155,8 @@ struct launch {
     const char *cg_later[MAX_JOINS]; /* joined once the job has run DEFER_MS: its CPU share */
     size_t nlater;
     const char *lease;
+    const char *cwd_fallback; /* where the job starts when CWD does not exist (its workspace) */
+    int report;               /* --report FD, or -1 */
     const char *cwd, *out, *err;
     char **argv; /* the command */
 };
@@ -151,7 +164,7 @@ struct launch {
 static void usage(void) {
     fprintf(stderr, "usage: xce-launch xce-shepherd RUN [--mount-ns] [--user UID GID GROUPS] [--allow-system-user] "
                     "[--allow-no-openat2] [--cgroup v1|v2 DIR] [--cgroup-join DIR]... [--cgroup-later DIR]... "
-                    "[--lease FILE] "
+                    "[--lease FILE] [--cwd-fallback DIR] [--report FD] "
                     "CWD STDOUT STDERR -- CMD [ARG...]\n");
     exit(2);
 }
@@ -167,6 +180,7 @@ static int parse_id(const char *text, unsigned long *out) {
 
 static void parse(int argc, char **argv, struct launch *l) {
     int i = 1;
+    l->report = -1;
     if (argc < 3 || strcmp(argv[i++], "xce-shepherd") != 0) usage();
     l->run = argv[i++];
     for (; i < argc && strncmp(argv[i], "--", 2) == 0 && argv[i][2]; i++) {
@@ -202,6 +216,11 @@ static void parse(int argc, char **argv, struct launch *l) {
             l->cg_later[l->nlater++] = argv[++i];
         } else if (strcmp(argv[i], "--lease") == 0 && i + 1 < argc) {
             l->lease = argv[++i];
+        } else if (strcmp(argv[i], "--cwd-fallback") == 0 && i + 1 < argc) {
+            l->cwd_fallback = argv[++i];
+        } else if (strcmp(argv[i], "--report") == 0 && i + 1 < argc) {
+            if (parse_id(argv[++i], &v) || v < 3 || v > 1024) usage();
+            l->report = (int)v;
         } else {
             usage();
         }
@@ -384,6 +403,36 @@ static void become(const struct launch *l) {
     if (setresuid(l->uid, l->uid, l->uid) != 0) launch_failed("cannot set user %u: %s", l->uid, strerror(errno));
 }
 
+/* The job's environment: RUN/env's NUL-ended records as an environ array (NULL: no RUN/env, the
+ * shepherd's own).  Read by the shepherd, as root, before the fork: the file is the worker's (0600, in
+ * the run directory users cannot write), opened without following a link. */
+static char **job_environment(const char *run) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/env", run) >= (int)sizeof path) return NULL;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    struct stat st;
+    char *buf = NULL;
+    size_t size = 0;
+    if (fstat(fd, &st) == 0 && st.st_size <= (64 << 20)) {
+        size = (size_t)st.st_size;
+        buf = malloc(size + 1);
+        if (buf && read(fd, buf, size) != (ssize_t)size) size = 0;
+    }
+    close(fd);
+    if (!buf) return NULL;
+    buf[size] = '\0';
+    size_t n = 0;
+    for (size_t i = 0; i < size; i++) n += buf[i] == '\0';
+    char **env = calloc(n + 1, sizeof *env);
+    if (!env) return NULL;
+    size_t k = 0;
+    for (char *p = buf; p < buf + size && k < n; p += strlen(p) + 1)
+        if (strchr(p, '=')) env[k++] = p;
+    env[k] = NULL;
+    return env;
+}
+
 static int open_output(const char *path) {
     return open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOCTTY, 0666);
 }
@@ -401,8 +450,9 @@ static void default_signals(void) {
     for (int sig = 1; sig <= 64; sig++) syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof dfl.mask);
 }
 
-/* The job: steps 0-5 of the header.  BORN_IN: the cgroup directory the job was cloned into (not joined again). */
-static void job(const struct launch *l, const char *born_in) {
+/* The job: steps 0-5 of the header.  BORN_IN: the cgroup directory the job was cloned into (not joined again);
+ * ENV: its environment (NULL: the shepherd's). */
+static void job(const struct launch *l, const char *born_in, char **env) {
     char pid[32];
     snprintf(pid, sizeof pid, "%d", (int)getpid());
     for (size_t i = 0; i < l->njoin; i++)
@@ -412,7 +462,16 @@ static void job(const struct launch *l, const char *born_in) {
     if (write_run_file(l->run, "pgid", getpid()) != 0) launch_failed("cannot record the job's process group");
     if (l->mount_ns) publish(l);
     if (l->run_as) become(l);
-    if (chdir(l->cwd) != 0) launch_failed("cannot enter working directory %s: %s", l->cwd, strerror(errno));
+    if (l->report >= 0) close(l->report); /* the worker's: only the shepherd writes it */
+    if (chdir(l->cwd) != 0) {
+        int e = errno;
+        if (!l->cwd_fallback || (e != ENOENT && e != ENOTDIR && e != EACCES))
+            launch_failed("cannot enter working directory %s: %s", l->cwd, strerror(e));
+        if (chdir(l->cwd_fallback) != 0)
+            launch_failed("cannot enter working directory %s: %s", l->cwd_fallback, strerror(errno));
+        dprintf(messages, "note: the submission directory %s cannot be entered on this host (%s): the job "
+                          "started in its workspace %s\n", l->cwd, strerror(e), l->cwd_fallback);
+    }
     int out = open_output(l->out);
     if (out < 0) launch_failed("cannot open output file %s: %s", l->out, strerror(errno));
     if (dup2(out, 1) < 0) launch_failed("cannot open output file %s: %s", l->out, strerror(errno));
@@ -428,9 +487,12 @@ static void job(const struct launch *l, const char *born_in) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
+    if (env) environ = env; /* execvp searches the job's PATH and passes its environment */
     execvp(l->argv[0], l->argv);
     int e = errno;
     dprintf(2, "xce-job: %s: %s\n", l->argv[0], e == ENOENT ? "not found" : strerror(e));
+    if (e == ENOENT) dprintf(messages, "command not found: %s\n", l->argv[0]);
+    else dprintf(messages, "cannot run %s: %s\n", l->argv[0], strerror(e));
     _exit(e == ENOENT ? 127 : 126);
 }
 
@@ -663,6 +725,8 @@ int main(int argc, char **argv) {
     int pipe_fds[2];
     parse(argc, argv, &l);
     L = &l;
+    if (l.report >= 0 && fcntl(l.report, F_SETFD, FD_CLOEXEC) != 0) l.report = -1;
+    char **env = job_environment(l.run);
     /* without it the run is not adopted after a worker restart, but it still runs and reports */
     write_run_file(l.run, "shepherd.pid", getpid());
     sigset_t chld;
@@ -699,7 +763,7 @@ int main(int argc, char **argv) {
     if (pid == 0) {
         close(pipe_fds[0]);
         messages = pipe_fds[1];
-        job(&l, born_in);
+        job(&l, born_in, env);
     }
     job_pid = pid;
     close(pipe_fds[1]);
@@ -707,6 +771,11 @@ int main(int argc, char **argv) {
         if (n > 0) len += (size_t)n;
         else if (errno != EINTR) break;
     close(pipe_fds[0]);
+    if (l.report >= 0) { /* the worker: the exec happened (nothing said but notes), or the job failed */
+        ssize_t written = len ? write(l.report, said, len) : 0;
+        (void)written;
+        close(l.report);
+    }
     int status = 0;
     struct rusage ru;
     memset(&ru, 0, sizeof ru);
@@ -714,7 +783,7 @@ int main(int argc, char **argv) {
     kill_all(); /* what the job left behind goes with it, setsid() or not */
     wait_empty();
     long code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (len && (code == PUBLISH_FAILED || code == LAUNCH_FAILED))
+    if (len && (code == PUBLISH_FAILED || code == LAUNCH_FAILED || code == 127))
         keep_message(l.run, code == PUBLISH_FAILED ? "publish.err" : "launch.err", said, len);
     char usage_text[128];
     snprintf(usage_text, sizeof usage_text, "%lld %ld.%06ld %ld.%06ld\n", (long long)ru.ru_maxrss * 1024,

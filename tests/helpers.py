@@ -166,14 +166,18 @@ def children_of(pid: int) -> list[int]:
     return out
 
 
-def cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def cli(env: dict[str, str], *args: str, timeout: float = 60, cwd: str | None = None,
+        input: str | None = None) -> subprocess.CompletedProcess:
     """Run the real ``xce`` command; ``env`` carries XCE_URL/XCE_TOKEN or XCE_CONFIG."""
-    return run_command(XCE + list(args), env, timeout)
+    return run_command(XCE + list(args), env, timeout, cwd=cwd, input=input)
 
 
-def run_command(argv: list[str], env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
-    """Run ``argv`` (the Python CLI, or a native front binary) with ``env`` over the test's environment."""
-    return subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout)
+def run_command(argv: list[str], env: dict[str, str], timeout: float = 60, cwd: str | None = None,
+                input: str | None = None) -> subprocess.CompletedProcess:
+    """Run ``argv`` (the Python CLI, or a native front binary) with ``env`` over the test's environment, in
+    ``cwd`` (default: the test's), ``input`` its standard input (default: none)."""
+    return subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                          input=input, stdin=None if input is not None else subprocess.DEVNULL)
 
 
 def write_token_file(path: str, token: str) -> str:
@@ -279,8 +283,9 @@ class Cluster:
     def env(self) -> dict[str, str]:
         return {"XCE_URL": self.ctl.url, "XCE_TOKEN": self.ctl.token, "XCE_CONFIG": ""}
 
-    def xce(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
-        r = cli(self.env, *args)
+    def xce(self, *args: str, ok: bool = True, cwd: str | None = None, input: str | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        r = cli({**self.env, **(env or {})}, *args, cwd=cwd, input=input)
         if ok:
             assert r.returncode == 0, f"xce {' '.join(args)} -> {r.returncode}\n{r.stdout}\n{r.stderr}"
         return r
@@ -292,11 +297,13 @@ class Cluster:
         with self.api() as c:
             return c.get(f"/v1/jobs/{job_id}").json()
 
-    def submit(self, *args: str) -> int:
-        """``xce --json submit ARGS``; the new job's id."""
+    def submit(self, *args: str, cwd: str | None = None, input: str | None = None,
+               env: dict[str, str] | None = None) -> int:
+        """``xce --json submit ARGS`` (in ``cwd``, ``input`` its standard input, ``env`` added to its
+        environment); the new job's id."""
         import json
 
-        return json.loads(self.xce("--json", "submit", *args).stdout)["id"]
+        return json.loads(self.xce("--json", "submit", *args, cwd=cwd, input=input, env=env).stdout)["id"]
 
     def wait_state(self, job_id: int, *states: str, timeout: float = 30.0) -> dict:
         return wait_for(lambda: (j := self.job(job_id))["state"] in states and j,

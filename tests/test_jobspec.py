@@ -12,7 +12,8 @@ from xce.jobspec import JobSpecError
 from xce.wire import Submission
 
 
-def parse(*argv: str, cwd: str = "/home/u/run", remotes: tuple[str, ...] = ()) -> Submission:
+def parse(*argv: str, cwd: str = "/home/u/run", remotes: tuple[str, ...] = (), environ: dict | None = None,
+          stdin: str | None = None, lsf_unit: str | None = None) -> Submission:
     p = argparse.ArgumentParser(exit_on_error=False)
     jobspec.add_options(p)
     asked = []
@@ -21,7 +22,8 @@ def parse(*argv: str, cwd: str = "/home/u/run", remotes: tuple[str, ...] = ()) -
         asked.append(1)
         return set(remotes)
 
-    s = jobspec.submission(p.parse_args(list(argv)), cwd=cwd, remote_names=remote_names)
+    s = jobspec.submission(p.parse_args(list(argv)), cwd=cwd, remote_names=remote_names, environ=environ,
+                           stdin=None if stdin is None else lambda: stdin, lsf_unit=lsf_unit)
     assert len(asked) <= 1  # asked once at most, whatever the number of stage options
     return s
 
@@ -29,12 +31,55 @@ def parse(*argv: str, cwd: str = "/home/u/run", remotes: tuple[str, ...] = ()) -
 def test_every_option_sets_a_submission_field_and_every_field_but_the_request_id_has_an_option():
     fields = set(typing.get_type_hints(Submission))
     options = [o.field for o in jobspec.OPTIONS]
-    assert len(options) == len(set(options)) and set(options) == fields - {"request_id"}
+    # the request id is the client's; where the user stands and whether the environment is all of it are the
+    # front door's to say (submit_dir, env_all)
+    assert len(options) == len(set(options)) and set(options) == fields - {"request_id", "submit_dir", "env_all"}
 
 
 def test_a_plain_submission():
     s = parse("--", "echo", "hi")
-    assert s == Submission(command=("echo", "hi"))
+    assert s == Submission(command=("echo", "hi"), submit_dir="/home/u/run")  # it starts where it was submitted
+
+
+def test_a_command_line_a_script_and_an_argument_vector():
+    s = parse("--shell", "--", "echo a; echo b")
+    assert (s.command, s.shell, s.script) == (("echo a; echo b",), True, None)
+    with pytest.raises(JobSpecError, match="--shell takes the command line as one argument"):
+        parse("--shell", "--", "echo", "a")
+    s = parse("--script", "-", "--", "x", stdin="#!/bin/bash\necho $1\n")
+    assert (s.command, s.shell, s.script) == (("x",), False, "#!/bin/bash\necho $1\n")
+    with pytest.raises(JobSpecError, match="no standard input"):
+        parse("--script", "-")
+    with pytest.raises(JobSpecError, match="is empty"):
+        parse("--script", "-", stdin="  \n")
+    with pytest.raises(JobSpecError, match="cannot read the script nope.sh: No such file"):
+        parse("--script", "nope.sh", cwd="/")
+    with pytest.raises(JobSpecError, match="give one of them"):
+        parse("--shell", "--script", "-", stdin="true\n")
+    with pytest.raises(JobSpecError, match="the following arguments are required: CMD"):
+        parse()
+
+
+def test_a_script_file_is_read_here(tmp_path):
+    (tmp_path / "job.sh").write_text("echo hi\n")  # not executable: it need not be
+    s = parse("--script", "job.sh", cwd=str(tmp_path))
+    assert (s.script, s.command) == ("echo hi\n", ())
+
+
+def test_env_as_lsf_takes_it_and_never_a_token():
+    environ = {"PATH": "/venv/bin:/usr/bin", "A": "1", "B": "2", "XCE_TOKEN": "secret", "XCE_TOKEN_FILE": "/t"}
+    s = parse("--", "true", environ=environ)  # all, by default
+    assert (s.env, s.env_all) == ({"PATH": "/venv/bin:/usr/bin", "A": "1", "B": "2"}, True)
+    s = parse("--env", "all, ~A, B=3, C='x,y'", "--", "true", environ=environ)
+    assert s.env == {"PATH": "/venv/bin:/usr/bin", "B": "3", "C": "x,y"} and s.env_all
+    s = parse("--env", "A, C=4, XCE_TOKEN=x", "--", "true", environ=environ)
+    assert (s.env, s.env_all) == ({"A": "1", "C": "4"}, False)
+    s = parse("--env", "none", "--", "true", environ=environ)
+    assert (s.env, s.env_all) == (None, False)
+    for bad, says in (("A, all", "all or none comes first"), ("~A", "needs all first"), ("'A", "not closed"),
+                      ("", "needs all, none")):
+        with pytest.raises(JobSpecError, match=says):
+            parse("--env", bad, "--", "true", environ=environ)
 
 
 def test_paths_are_made_absolute_as_bsub_takes_them():
@@ -82,26 +127,52 @@ def test_stage_paths_urls_and_remotes(tmp_path):
     assert parse("--stage-in", "/a", "--stage-size", "5G", "--", "true").stage_size == "5G"
 
 
+def test_a_second_r_merges_with_the_first_as_lsf_does():
+    s = parse("-R", "select[zone==a] rusage[mem=1G]", "-R", "rusage[gpu=1] span[hosts=1]", "-R", "ssd", "--", "true")
+    assert s.resreq == "select[(zone==a) && (ssd)] rusage[mem=1G, gpu=1] span[hosts=1]"
+    assert parse("-R", "select[ zone==a ]", "--", "true").resreq == "select[ zone==a ]"  # one: as given
+    assert parse("-R", "span[hosts=1]", "-R", "span[hosts=1]", "--", "true").resreq == "span[hosts=1]"
+    with pytest.raises(JobSpecError, match="counter 'mem' is in the rusage\\[\\] of two -R"):
+        parse("-R", "rusage[mem=1G]", "-R", "rusage[mem=2G]", "--", "true")
+    with pytest.raises(JobSpecError, match="span\\[\\] differs between two -R"):
+        parse("-R", "span[hosts=1]", "-R", "span[ptile=2]", "--", "true")
+
+
+def test_sizes_on_the_bsub_path_are_lsfs_and_xce_submit_keeps_its_own():
+    mib = 1 << 20
+    s = parse("-M", "100", "-R", "rusage[mem=4000, gpu=1]", "--", "true", lsf_unit="MB")
+    assert (s.mem_limit, s.resreq) == (str(100 * mib), f"rusage[mem={4000 * mib}, gpu=1]")
+    s = parse("-M", "100MB", "-R", "rusage[mem=2GB]", "--", "true", lsf_unit="MB")
+    assert (s.mem_limit, s.resreq) == (str(100 * mib), f"rusage[mem={2 << 30}]")
+    assert parse("-M", "2", "--", "true", lsf_unit="GB").mem_limit == str(2 << 30)
+    assert parse("-M", "512k", "--", "true", lsf_unit="MB").mem_limit == str(512 << 10)
+    with pytest.raises(JobSpecError, match="invalid memory limit \\(-M\\) '1 parsec'"):
+        parse("-M", "1 parsec", "--", "true", lsf_unit="MB")
+    # xce submit: XCE's sizes, read by the controller (a bare number is bytes; M is 1000 x 1000)
+    s = parse("-M", "100", "-R", "rusage[mem=4000]", "--", "true")
+    assert (s.mem_limit, s.resreq) == ("100", "rusage[mem=4000]")
+
+
 # ---------------------------------------------------------------- bsub's spelling column
 
 
 def bsub(*argv: str, script: str | None = None, unit: str = "MB") -> Submission:
-    return jobspec.submission(jobspec.bsub_values(list(argv), script, unit=unit), cwd="/home/u/run")
+    return jobspec.submission(jobspec.bsub_values(list(argv), script), cwd="/home/u/run", stdin=lambda: script or "",
+                              lsf_unit=unit)
 
 
 def test_bsub_spells_the_same_fields_and_means_the_same_as_xce_submit():
     assert bsub("-q", "q1", "-n", "4", "-J", "a[1-3]", "-P", "p", "-r", "-H", "-cwd", "sub", "-o", "o.%J",
-                "-e", "e.%J", "true") == parse("-q", "q1", "-n", "4", "-J", "a[1-3]", "-P", "p", "-r", "-H",
-                                               "--cwd", "sub", "-o", "o.%J", "-e", "e.%J", "--",
-                                               "/bin/sh", "-c", "true")
+                "-e", "e.%J", "-M", "100", "-env", "none", "true") == parse(
+        "-q", "q1", "-n", "4", "-J", "a[1-3]", "-P", "p", "-r", "-H", "--cwd", "sub", "-o", "o.%J", "-e", "e.%J",
+        "-M", "100", "--env", "none", "--shell", "--", "true", lsf_unit="MB")
 
 
-def test_a_command_line_runs_through_the_shell_and_a_script_through_its_interpreter():
-    assert bsub("echo", "a;", "echo", "b").command == ("/bin/sh", "-c", "echo a; echo b")
+def test_a_command_line_runs_through_the_shell_and_a_script_as_a_script():
+    s = bsub("echo", "a;", "echo", "b")
+    assert (s.command, s.shell, s.script) == (("echo a; echo b",), True, None)
     s = bsub(script="#!/usr/bin/env python3\nprint(1)\n")
-    assert s.command[:2] == ("/bin/sh", "-c") and s.command[-3:] == ("#!/usr/bin/env python3\nprint(1)\n",
-                                                                      "/usr/bin/env", "python3")
-    assert bsub(script="echo hi\n").command[-1] == "/bin/sh"  # no #!: /bin/sh
+    assert (s.command, s.shell, s.script) == ((), False, "#!/usr/bin/env python3\nprint(1)\n")
     with pytest.raises(JobSpecError, match="no command"):
         bsub()
 
@@ -113,13 +184,12 @@ def test_bsub_lines_are_read_like_shell_words_and_the_command_line_wins():
     assert bsub(script=script).queue == "short"
 
 
-def test_sizes_in_lsf_units_and_several_resource_requirements_merged():
-    assert bsub("-M", "100", "true").mem_limit == "100Mi" and bsub("-M", "2GB", "true").mem_limit == "2Gi"
-    assert bsub("-M", "100", "true", unit="KB").mem_limit == "100Ki"
-    assert bsub("-M", "512Mi", "true").mem_limit == "512Mi"  # XCE's own spelling passes through
-    s = bsub("-R", "rusage[mem=1000.0]", "-R", "span[hosts=1]", "-R", "select[x>1]", "-R", "y", "true")
-    assert s.resreq == "rusage[mem=1000.0Mi] span[hosts=1] select[(x>1) && (y)]"
-    assert bsub("-R", "select[a] rusage[mem=2GB]", "true").resreq == "select[a] rusage[mem=2Gi]"
+def test_bsub_sizes_are_lsfs_and_several_r_merge():
+    mib = 1 << 20
+    assert bsub("-M", "100", "true").mem_limit == str(100 * mib)
+    assert bsub("-M", "100", "true", unit="KB").mem_limit == str(100 << 10)
+    s = bsub("-R", "rusage[mem=1000]", "-R", "span[hosts=1]", "true")
+    assert s.resreq == f"rusage[mem={1000 * mib}] span[hosts=1]"
 
 
 def test_output_equal_to_error_is_one_file_opened_once():
@@ -127,7 +197,7 @@ def test_output_equal_to_error_is_one_file_opened_once():
     assert (s.stdout, s.stderr) == ("/home/u/run/log.%J", None)
 
 
-@pytest.mark.parametrize("flag", ["-W", "-w", "-gpu", "-env", "-G", "-U"])
+@pytest.mark.parametrize("flag", ["-W", "-w", "-gpu", "-G", "-U"])
 def test_options_whose_feature_is_not_there_are_refused_from_the_command_line_and_from_scripts(flag):
     with pytest.raises(JobSpecError):
         bsub(flag, "1", "true")

@@ -39,8 +39,9 @@ max_array_size = 10000     # elements in one job array submission
 queue_depth = 1000         # pending jobs a scheduling cycle considers, highest priority then oldest first;
                            # deeper ones are reached by a full pass when a cycle leaves room unused
 # bounded history: DONE/EXIT jobs and RELEASED claims leave the live model this long after they
-# ended, into the store's archive (xce hist, xce job show and xce claim show still answer for them)
-keep_finished = "5m"
+# ended, into the store's archive (xce hist, xce job show, xce claim show and a listing by job id still
+# answer for them); an hour, as LSF's CLEAN_PERIOD, so listings show what ended lately
+keep_finished = "1h"
 retire_every = 2.0         # seconds between the leader's retirement passes
 retire_batch = 1000        # records one retirement fact names at most (an array retires whole)
 # refusals are audited, rate-limited per source (client address, or user once authenticated) and
@@ -54,6 +55,12 @@ refusal_audit_global_rate = 50.0    # all sources together (burst: 10 x refusal_
 # reverse proxies in front of the controller whose X-Forwarded-For / X-Forwarded-Proto are believed
 # (addresses or networks); default none: every request is counted against the address it came from
 # trusted_proxies = ["10.0.0.5", "192.168.7.0/24"]
+# a job's environment: "submitted" (as LSF: the submitter's environment goes with the job, bsub -env and
+# xce submit --env), or "clean" (only variables named one by one: -env "K=V"; the whole environment,
+# -env all, is dropped and the job gets the execution host's clean one)
+job_environment = "submitted"
+# variables that never go with a job (shell patterns: "AWS_SECRET_*"); XCE's tokens (XCE_TOKEN...) never do
+private_env = []
 
 [[users]]
 name = "admin"
@@ -173,7 +180,7 @@ class ControllerConfig:
     queue_depth: int = 1000
     # bounded history (xce.model.history): finished jobs and RELEASED claims older than this (a
     # duration, "5m", or seconds) leave the live model for the store's archive
-    keep_finished: str | int | float = "5m"
+    keep_finished: str | int | float = "1h"  # LSF's CLEAN_PERIOD
     retire_every: float = 2.0
     retire_batch: int = 1000
     # nobody who can reach the port can grow the log at will (xce.api.refusals)
@@ -185,6 +192,8 @@ class ControllerConfig:
     # default, so nobody renames their own address (the refusal limiter counts per client address)
     trusted_proxies: tuple[str, ...] = ()
     refusal_audit_global_rate: float = 50.0
+    job_environment: str = "submitted"  # or "clean": the submitter's whole environment stays behind
+    private_env: tuple[str, ...] = ()  # name patterns that never go with a job (besides XCE's tokens)
 
     @property
     def keep_finished_seconds(self) -> float:
@@ -457,6 +466,12 @@ def parse_config(text: str, source: str = "<string>") -> Config:
     for q in queues:
         if q.terminate_grace is not None and not 0 <= q.terminate_grace <= 86400:
             raise ConfigError(f"{source}: queue {q.name!r}: 0 <= terminate_grace <= 86400")
+    if ctl.job_environment not in ("submitted", "clean"):
+        raise ConfigError(f"{source} [controller]: job_environment is \"submitted\" or \"clean\", got "
+                          f"{ctl.job_environment!r}")
+    if not isinstance(ctl.private_env, (list, tuple)) or not all(isinstance(p, str) and p for p in ctl.private_env):
+        raise ConfigError(f"{source} [controller]: private_env is a list of variable name patterns")
+    ctl = dataclasses.replace(ctl, private_env=tuple(ctl.private_env))
     if ctl.queue_depth < 1:
         raise ConfigError(f"{source} [controller]: queue_depth >= 1, got {ctl.queue_depth}")
     if ctl.advertise and not re.fullmatch(r"https?://[^/\s?#,@]+(/[^\s?#,]*)?", ctl.advertise):

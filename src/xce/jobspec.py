@@ -9,10 +9,11 @@ each option means, and how it becomes a field of ``xce.wire.Submission``, is sai
 - ``OPTIONS`` is the table: one ``Option`` per submission option, with its spellings, its help and
   the ``Submission`` field it sets.  ``add_options`` turns the table into an ``argparse`` parser's
   arguments (the ``xce submit`` command's, in ``xce.cli.commands_jobs``).  ``bsub`` is a second spelling
-  column (``Option.bsub``: ``-J``, ``-cwd``...) read by ``bsub_parser``; ``bsub_values`` reads a
-  bsub command line and a script's ``#BSUB`` lines (split like shell words; the command line's
-  options win) into the same fields, with LSF's meanings where they differ (``BSUB_PLANNED``: the
-  options whose feature is not there yet, parsed and refused, never ignored).
+  column (``Option.bsub``: ``-J``, ``-cwd``, ``-env``...) read by ``bsub_parser``; ``bsub_values``
+  reads a bsub command line and a script's ``#BSUB`` lines (split like shell words; the command
+  line's options win) into the same fields, with LSF's meanings where they differ (a command line
+  run by the shell, LSF's sizes: ``submission(lsf_unit=...)``; ``BSUB_PLANNED``: the options whose
+  feature is not there yet, parsed and refused, never ignored).
 - ``submission`` reads a parsed namespace into a ``Submission`` in the table's order, each option
   through its ``resolve`` step: paths made absolute from the submission directory (the job runs
   elsewhere), stage-in sources measured, a resource requirement checked with a caret under the
@@ -33,7 +34,7 @@ import os
 import re
 from typing import Any, Callable, Collection, Mapping
 
-from xce.wire import Submission
+from xce.wire import MAX_SCRIPT, Submission, never_sent
 
 
 class JobSpecError(ValueError):
@@ -62,8 +63,16 @@ class Site:
     of the options before it, and the controller's remote names (asked once, and only if a word
     could name one: ``remote_names`` is called lazily)."""
 
-    def __init__(self, cwd: str, remote_names: Callable[[], Collection[str]]) -> None:
+    def __init__(self, cwd: str, remote_names: Callable[[], Collection[str]],
+                 environ: Mapping[str, str] | None = None, stdin: Callable[[], str] | None = None,
+                 lsf_unit: str | None = None) -> None:
         self.cwd = cwd
+        # LSF_UNIT_FOR_LIMITS on the bsub path: -M and rusage[mem=] sizes read as LSF reads them (bare
+        # numbers in this unit, KB MB GB TB powers of 1024) and sent as bytes; None (xce submit): XCE's
+        # sizes (bare numbers are bytes; K M G T powers of 1000, Ki Mi Gi Ti of 1024)
+        self.lsf_unit = lsf_unit
+        self.environ: Mapping[str, str] = environ if environ is not None else {}  # the submitter's
+        self.stdin = stdin  # reads the script from standard input (``--script -``); None: there is none
         self.fields: dict[str, Any] = {}
         self.local_sources: list[str] = []  # the stage-in sources that are paths here (stage_size measures them)
         self._remote_names = remote_names
@@ -179,19 +188,151 @@ def stage_bytes(sources: list[str]) -> int:
     return max(1, -(-total // mib)) * mib
 
 
-def _resreq(values: list[str] | str, site: Site) -> str:
-    """Several ``-R`` merged as LSF merges them (``merge_resreqs``), then checked here, so a typo is shown
-    with a caret under its column before anything is sent."""
-    value = merge_resreqs([values] if isinstance(values, str) else values)  # (one, from a mapping)
-    if value:
-        from xce.resreq import ResReqError, parse_resreq  # (only when given: a plain submit stays light)
+def _resreq(value: str | list[str] | None, site: Site) -> str:
+    """One -R, or several merged as LSF merges them (``resreq.merge_resreqs``); checked here, so a typo is
+    shown with a caret under its column before anything is sent.  On the bsub path, rusage[mem=] is in
+    ``LSF_UNIT_FOR_LIMITS`` and sent in bytes."""
+    given = [value] if isinstance(value, str) else [v for v in value or () if v]
+    if not any(given):
+        return ""
+    from xce.resreq import ResReqError, convert_rusage, merge_resreqs  # (only when given: a plain submit stays light)
 
+    try:
+        if site.lsf_unit is not None:
+            given = [convert_rusage(t, MEMORY_COUNTERS, lambda amount: str(_lsf_bytes(amount, site, "rusage[mem]")))
+                     for t in given]
+        return merge_resreqs(given)
+    except ResReqError as e:
+        raise JobSpecError(f"bad resource requirement (-R): {e.reason} at column {e.position + 1}\n"
+                           f"  {e.text}\n  {' ' * e.position}^") from None
+
+
+MEMORY_COUNTERS = frozenset({"mem"})  # the rusage[] counters LSF_UNIT_FOR_LIMITS applies to
+
+
+def _lsf_bytes(text: str, site: Site, what: str) -> int:
+    from xce.errors import InvalidRequest
+    from xce.units import parse_lsf_size
+
+    try:
+        return parse_lsf_size(text, site.lsf_unit or "MB", what)
+    except InvalidRequest as e:
+        raise JobSpecError(e.message) from None
+
+
+def _mem_limit(value: str | None, site: Site) -> str | None:
+    """-M: XCE's sizes as given (the controller reads them: bare numbers are bytes), or on the bsub path
+    LSF's, in bytes."""
+    if value is None or site.lsf_unit is None:
+        return value
+    return str(_lsf_bytes(value, site, "memory limit (-M)"))
+
+
+def _script(value: str | None, site: Site) -> str | None:
+    """The script's text, read here (the job runs where this file may not be): a path from the
+    submission directory, or ``-``, standard input."""
+    if value is None:
+        return None
+    if value == "-":
+        if site.stdin is None:
+            raise JobSpecError("--script -: there is no standard input to read the script from")
+        text = site.stdin()
+        where = "standard input"
+    else:
+        path = os.path.join(site.cwd, value)
         try:
-            parse_resreq(value)
-        except ResReqError as e:
-            raise JobSpecError(f"bad resource requirement (-R): {e.reason} at column {e.position + 1}\n"
-                               f"  {e.text}\n  {' ' * e.position}^") from None
-    return value
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_SCRIPT + 1)
+        except OSError as e:
+            raise JobSpecError(f"cannot read the script {value}: {e.strerror}") from None
+        try:
+            text = data.decode()
+        except UnicodeDecodeError:
+            raise JobSpecError(f"the script {value} is not UTF-8 text") from None
+        where = value
+    if not text.strip():
+        raise JobSpecError(f"the script from {where} is empty")
+    if len(text) > MAX_SCRIPT or "\0" in text:
+        raise JobSpecError(f"the script from {where} is not a script (over {MAX_SCRIPT >> 20} MiB, or binary)")
+    return text
+
+
+def _command(value: list[str] | None, site: Site) -> tuple[str, ...]:
+    """The command: an argument vector, one command line (``--shell``), or a script's arguments."""
+    command = tuple(value or ())
+    if site.fields.get("script") is not None:
+        if site.fields.get("shell"):
+            raise JobSpecError("--shell runs a command line, --script a script: give one of them")
+        return command
+    if not command:
+        raise JobSpecError("the following arguments are required: CMD (or --script FILE)")
+    if site.fields.get("shell") and len(command) != 1:
+        raise JobSpecError(f"--shell takes the command line as one argument (quote it), got {len(command)}")
+    return command
+
+
+def parse_env(spec: str, environ: Mapping[str, str]) -> tuple[dict[str, str] | None, bool]:
+    """LSF's ``-env``: ``all`` (the whole environment), ``none``, ``all, ~NAME, NAME=VALUE`` (all but
+    NAME, NAME set), or ``NAME, NAME=VALUE, ...`` (only these: a bare NAME from the environment).  The
+    job's variables and whether they are the whole environment; XCE's tokens are never among them.
+    A value with a comma is quoted: ``NAME='a,b'``."""
+    items = _env_items(spec)
+    if not items:
+        raise JobSpecError("--env needs all, none or NAME=VALUE,...")
+    head = items[0].lower()
+    whole = head == "all"
+    if head in ("all", "none"):
+        items = items[1:]
+    elif any(i.lower() in ("all", "none") for i in items):
+        raise JobSpecError(f"--env {spec!r}: all or none comes first")
+    env: dict[str, str] = dict(environ) if whole else {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        name = name.strip()
+        if name.startswith("~"):
+            if not whole:
+                raise JobSpecError(f"--env {spec!r}: ~{name[1:]} leaves a variable out of all; it needs all first")
+            env.pop(name[1:], None)
+            continue
+        if not name or "\0" in name or any(c.isspace() for c in name):
+            raise JobSpecError(f"--env {spec!r}: {item!r} is not NAME or NAME=VALUE")
+        if eq:
+            env[name] = value
+        elif name in environ:
+            env[name] = environ[name]
+    env = {k: v for k, v in env.items() if not never_sent(k, v) and "=" not in k and "\0" not in k + v}
+    if head == "none" and not env:
+        return None, False
+    return env, whole
+
+
+def _env_items(spec: str) -> list[str]:
+    """``spec`` split at commas outside single or double quotes, each item trimmed and unquoted."""
+    items, item, quote = [], "", ""
+    for c in spec:
+        if quote:
+            if c == quote:
+                quote = ""
+            else:
+                item += c
+        elif c in "'\"":
+            quote = c
+        elif c == ",":
+            items.append(item.strip())
+            item = ""
+        else:
+            item += c
+    if quote:
+        raise JobSpecError(f"--env {spec!r}: a quote is not closed")
+    items.append(item.strip())
+    return [i for i in items if i]
+
+
+def _env(value: str | None, site: Site) -> dict[str, str] | None:
+    """``--env`` (``all`` by default: the submitter's environment goes with the job, as LSF's does)."""
+    env, whole = parse_env("all" if value is None else value, site.environ)
+    site.fields["env_all"] = whole and bool(env)
+    return env or None
 
 
 # ---------------------------------------------------------------- the table
@@ -204,19 +345,21 @@ OPTIONS: tuple[Option, ...] = (
     Option("slots", ("-n", "--slots"), "slots (default 1)", type=positive_int, default=1,
            bsub=("-n",)),
     Option("resreq", ("-R", "--resreq"), "resource requirement: select[...] rusage[...] span[...] order[...] "
-           "(repeatable: merged as LSF merges them)", kind="append", metavar="RESREQ", resolve=_resreq, bsub=("-R",)),
+           "(repeatable: select[] sections and'ed, rusage[] joined, as LSF merges them)", kind="append",
+           default="", resolve=_resreq, bsub=("-R",)),
     Option("name", ("-J", "--name"), "job name; NAME[1-100] submits a job array", bsub=("-J",)),
     Option("stdout", ("-o", "--stdout"), "output file (%%J: job id, %%I: array index)", resolve=_job_path("stdout"),
            bsub=("-o",)),
     Option("stderr", ("-e", "--stderr"), "error file (default: with the output)", resolve=_job_path("stderr"),
            bsub=("-e",)),
     Option("project", ("-P", "--project"), "project (default: your first project)", bsub=("-P",)),
-    Option("cwd", ("--cwd",), "working directory (default: the job's workspace)", resolve=_job_path("cwd"),
-           bsub=("-cwd",)),
+    Option("cwd", ("--cwd",), "working directory (default: here, where you submit from; where this directory "
+           "cannot be entered on the job's host, the job's workspace, and xce job show says so)",
+           resolve=_job_path("cwd"), bsub=("-cwd",)),
     Option("rerunnable", ("-r", "--rerunnable"), "requeue if its host is lost", kind="flag", bsub=("-r",)),
-    Option("mem_limit", ("-M", "--mem-limit"), "memory each host's part of the job may use (512Mi, 4G); beyond it "
-           "the job is killed and ends EXIT (default: its rusage[mem=] reservation, if any)", metavar="SIZE",
-           bsub=("-M",)),
+    Option("mem_limit", ("-M", "--mem-limit"), "memory each host's part of the job may use (512Mi, 4G; a bare "
+           "number is bytes); beyond it the job is killed and ends EXIT (default: its rusage[mem=] reservation, if "
+           "any)", metavar="SIZE", resolve=_mem_limit, bsub=("-M",)),
     Option("hold", ("-H", "--hold"), "submit held (PSUSP) until released", kind="flag", bsub=("-H",)),
     Option("claims", ("--claim",), "a standalone claim the job uses, at $XCE_CLAIM_<NAME> (repeatable)",
            kind="append", metavar="NAME[:rw|ro]"),
@@ -235,12 +378,20 @@ OPTIONS: tuple[Option, ...] = (
            metavar="CLASS", resolve=_if_given),
     Option("app", ("--app",), "an application profile (its template claims come along)", metavar="PROFILE",
            resolve=_if_given),
-    Option("command", ("command",), "the command and its arguments, after --", kind="command", metavar="CMD"),
+    Option("shell", ("--shell",), "the command is one command line, run by /bin/sh -c (as bsub runs its command)",
+           kind="flag"),
+    Option("script", ("--script",), "the job is this script, read here (- : standard input), run with its #! "
+           "interpreter or /bin/sh; the arguments after -- are its arguments", metavar="FILE", resolve=_script),
+    Option("env", ("--env",), "the job's environment, as LSF's -env: all (default: yours), none, "
+           "\"all, ~NAME, NAME=VALUE\" or \"NAME, NAME=VALUE,...\" (only these); XCE_TOKEN never goes",
+           metavar="SPEC", resolve=_env, bsub=("-env",)),
+    Option("command", ("command",), "the command and its arguments, after --", kind="command", metavar="CMD",
+           resolve=_command),
 )
 
 # the order fields are resolved in, where it differs from the table's: the paths before what reads
 # them, the remote-dependent stage options before the -R check
-_ORDER = ("cwd", "stdout", "stderr", "stage_in", "stage_out", "stage_size", "resreq")
+_ORDER = ("cwd", "stdout", "stderr", "stage_in", "stage_out", "stage_size", "resreq", "shell", "script")
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -248,7 +399,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     the ``Submission`` field)."""
     for o in OPTIONS:
         if o.kind == "command":
-            parser.add_argument(o.field, nargs="+", metavar=o.metavar, help=o.help)
+            parser.add_argument(o.field, nargs="*", metavar=o.metavar, help=o.help)
         elif o.kind == "flag":
             parser.add_argument(*o.flags, dest=o.field, action="store_true", help=o.help)
         elif o.kind == "append":
@@ -260,17 +411,21 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 
 
 def submission(values: argparse.Namespace | Mapping[str, Any], *, cwd: str,
-               remote_names: Callable[[], Collection[str]] = frozenset) -> Submission:
+               remote_names: Callable[[], Collection[str]] = frozenset, environ: Mapping[str, str] | None = None,
+               stdin: Callable[[], str] | None = None, lsf_unit: str | None = None) -> Submission:
     """The ``Submission`` that parsed options ``values`` (by field name) ask for, for a user standing
-    in ``cwd``.  Raises ``JobSpecError``."""
+    in ``cwd`` with the environment ``environ`` (what ``--env all`` sends; None: none) and a standard
+    input ``stdin`` reads (``--script -``); ``lsf_unit``: sizes as the bsub path reads them (``Site``).
+    Raises ``JobSpecError``."""
     given = values if isinstance(values, Mapping) else vars(values)
-    site = Site(cwd, remote_names)
+    site = Site(cwd, remote_names, environ, stdin, lsf_unit)
     by_field = {o.field: o for o in OPTIONS}
     order = [*_ORDER, *(o.field for o in OPTIONS if o.field not in _ORDER)]
     for field in order:
         option = by_field[field]
         value = given.get(field, [] if option.kind == "append" else option.default)
         site.fields[field] = option.resolve(value, site) if option.resolve is not None else value
+    site.fields["submit_dir"] = cwd  # the job starts here unless --cwd says otherwise
     return Submission(**{k: v for k, v in site.fields.items() if v is not None})
 
 
@@ -292,89 +447,17 @@ BSUB_PLANNED: tuple[Planned, ...] = (
     Planned(("-W",), "run limits (-W) are not there yet (issue 32): submit without -W"),
     Planned(("-w",), "job dependencies (-w) are not there yet (issue 32)"),
     Planned(("-gpu",), "GPUs (-gpu) are not there yet (issue 33)"),
-    Planned(("-env",), "choosing the job's environment (-env) is not there yet"),
     Planned(("-G",), "user groups (-G) are not there: XCE charges projects (-P)"),
     Planned(("-U",), "advance reservations (-U) are not there yet"),
     Planned(("-I", "-Ip", "-Is", "-IS", "-ISp", "-ISs", "-IX"), "interactive jobs (-I, -Ip, -Is...) are not there "
             "yet: submit a batch job and follow its output with bpeek -f", takes_value=False),
 )
 
-# LSF's size units (LSF_UNIT_FOR_LIMITS, and suffixes on -M and rusage[mem=]) are powers of 1024
-_LSF_UNITS = {"K": "Ki", "M": "Mi", "G": "Gi", "T": "Ti", "P": "Pi"}
-_LSF_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTPkmgtp])?[Bb]?\s*$")
-_RUSAGE_MEM = re.compile(r"(\bmem\s*=\s*)(\d+(?:\.\d+)?)([KMGTPkmgtp][Bb]?)?(?![\w.])")
-_SECTION = re.compile(r"([a-z]+)\s*\[")
-
-
-def lsf_size(text: str, unit: str) -> str:
-    """An LSF size (``-M 4000``, ``rusage[mem=4GB]``) in XCE's words: a bare number is in ``unit``
-    (``LSF_UNIT_FOR_LIMITS``: KB, MB, GB...), a suffix K/KB, M/MB... is LSF's (powers of 1024).
-    Anything else is passed on for XCE's own parser (``512Mi`` stays ``512Mi``)."""
-    m = _LSF_SIZE.match(text)
-    if m is None:
-        return text
-    suffix = (m.group(2) or unit[:1]).upper()
-    if suffix not in _LSF_UNITS:
-        raise JobSpecError(f"unknown size unit in {text!r} (LSF_UNIT_FOR_LIMITS={unit})")
-    return f"{m.group(1)}{_LSF_UNITS[suffix]}"
-
-
-def _sections(text: str) -> list[tuple[str, str]]:
-    """``select[a] rusage[b]`` as [("select", "a"), ("rusage", "b")]; a string with no section is a
-    bare select expression, as LSF reads it."""
-    out: list[tuple[str, str]] = []
-    pos = 0
-    while pos < len(text):
-        m = _SECTION.match(text, pos)
-        if m is None:
-            if out or text[pos:].strip() == "":
-                break
-            return [("select", text.strip())]
-        depth, end = 1, m.end()
-        while end < len(text) and depth:
-            depth += {"[": 1, "]": -1}.get(text[end], 0)
-            end += 1
-        out.append((m.group(1), text[m.end():end - 1]))
-        pos = end
-        while pos < len(text) and text[pos].isspace():
-            pos += 1
-    if pos < len(text):
-        return [("select", text.strip())] if not out else out + [("select", text[pos:].strip())]
-    return out
-
-
-def lsf_rusage(text: str, unit: str) -> str:
-    """A resource requirement with ``rusage[mem=N]`` read in LSF's units (``lsf_size``)."""
-    return _RUSAGE_MEM.sub(lambda m: m.group(1) + lsf_size(m.group(2) + (m.group(3) or ""), unit), text)
-
-
-def merge_resreqs(texts: list[str]) -> str:
-    """Several ``-R`` strings as LSF merges them: select sections joined with ``&&``, rusage sections
-    joined, the first span and order kept.  One string is passed on as written (a caret then points
-    into it)."""
-    converted = [t for t in texts if t.strip()]
-    if len(converted) <= 1:
-        return converted[0] if converted else ""
-    merged: dict[str, list[str]] = {}
-    for text in converted:
-        for name, body in _sections(text):
-            merged.setdefault(name, []).append(body)
-    parts = []
-    for name, bodies in merged.items():
-        if name == "select":
-            body = " && ".join(f"({b})" for b in bodies) if len(bodies) > 1 else bodies[0]
-        elif name == "rusage":
-            body = ",".join(bodies)
-        else:
-            body = bodies[0]
-        parts.append(f"{name}[{body}]")
-    return " ".join(parts)
-
 
 def bsub_parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The ``bsub`` command line: ``OPTIONS``' bsub column (``dest`` the field), the planned options,
-    then the command (or nothing: the script comes from stdin).  Unset options are left out of the
-    namespace, so a command line's options can be laid over a script's ``#BSUB`` lines."""
+    """The ``bsub`` command line: ``OPTIONS``' bsub column (``dest`` the field), ``-nnodes``, the planned
+    options, then the command (or nothing: the script comes from stdin).  Unset options are left out
+    of the namespace, so a command line's options can be laid over a script's ``#BSUB`` lines."""
     p = parser_class(prog="bsub", allow_abbrev=False, usage="bsub [options] command [arguments] | bsub [options] "
                      "< script | bsub [options] script")
     spelled: set[str] = set()
@@ -384,16 +467,15 @@ def bsub_parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentP
         spelled.update(o.bsub)
         if o.kind == "flag":
             p.add_argument(*o.bsub, dest=o.field, action="store_true", default=argparse.SUPPRESS, help=o.help)
-        else:  # repeatable in bsub where LSF merges them (-R); else the last one given
-            action = "append" if o.kind == "append" else "store"
-            p.add_argument(*o.bsub, dest=o.field, action=action, type=o.type or str, default=argparse.SUPPRESS,
-                           metavar=o.metavar, help=o.help)
+        else:  # repeatable where LSF merges them (-R); else the last one given
+            p.add_argument(*o.bsub, dest=o.field, action="append" if o.kind == "append" else "store",
+                           type=o.type or str, default=argparse.SUPPRESS, metavar=o.metavar, help=o.help)
+    p.add_argument("-nnodes", dest="nnodes", type=positive_int, default=argparse.SUPPRESS,
+                   help="spread the slots (-n) evenly over this many hosts (not whole hosts: XCE shares them)")
     for planned in BSUB_PLANNED:
         if spelled.isdisjoint(planned.flags):
             p.add_argument(*planned.flags, dest=f"planned {planned.flags[0]}", default=argparse.SUPPRESS,
                            action="store" if planned.takes_value else "store_true", help=f"(refused: {planned.why})")
-    p.add_argument("-nnodes", dest="nnodes", type=positive_int, default=argparse.SUPPRESS,
-                   help="spread the slots (-n) evenly over this many hosts (not whole hosts: XCE shares them)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command line, run by /bin/sh (none: a script "
                    "from stdin)")
     return p
@@ -419,27 +501,6 @@ def bsub_directives(script: str) -> list[str]:
     return words
 
 
-SPOOL = ('f=$(mktemp "${TMPDIR:-/tmp}/bsub.XXXXXXXX") || exit 1; printf %s "$1" >"$f" || exit 1; shift; '
-         '"$@" "$f"; s=$?; rm -f "$f"; exit $s')
-
-
-def bsub_command(words: list[str], script: str | None) -> tuple[str, ...]:
-    """What the job runs, as LSF runs it: a command line through ``/bin/sh -c``; a script (stdin, or
-    a file named alone) written to a file on the execution host and run by its ``#!`` interpreter
-    (else ``/bin/sh``), so it need not be executable nor be on a file system the host shares."""
-    if script is None:
-        if not words:
-            raise JobSpecError("no command: give a command line, or a script on stdin or as the only argument")
-        return ("/bin/sh", "-c", " ".join(words))
-    interpreter = ["/bin/sh"]
-    if script.startswith("#!"):
-        head = script[2:].split("\n", 1)[0].strip()
-        path, _, arg = head.partition(" ")  # as the kernel reads it: the path and at most one argument
-        if path:
-            interpreter = [path, *([arg.strip()] if arg.strip() else [])]
-    return ("/bin/sh", "-c", SPOOL, "bsub", script, *interpreter)
-
-
 def _nodes(given: dict[str, Any]) -> list[str]:
     """``-nnodes N`` as a placement: the slots (``-n``, else one a host) spread evenly over N hosts,
     ``span[hosts=1]`` for one.  LSF gives such jobs whole hosts; XCE places them so, sharing the hosts."""
@@ -456,12 +517,14 @@ def _nodes(given: dict[str, Any]) -> list[str]:
     return [f"span[ptile={slots // nodes}]"]
 
 
-def bsub_values(argv: list[str], script: str | None, *, unit: str,
+def bsub_values(argv: list[str], script: str | None, *, source: str = "-",
                 parser: argparse.ArgumentParser | None = None) -> dict[str, Any]:
     """The fields a ``bsub`` command line and its script's ``#BSUB`` lines ask for (the command line
-    wins), in LSF's meanings, ready for ``submission``; ``unit`` is ``LSF_UNIT_FOR_LIMITS``; ``parser``
-    one ``bsub_parser`` made already (building one costs ~3 ms, a loop of bsub calls pays it each
-    time).  Raises ``JobSpecError`` for an option whose feature is not there yet (``BSUB_PLANNED``)."""
+    wins), in LSF's meanings, for ``submission`` (with ``lsf_unit``: LSF's sizes).  ``script`` is the
+    script's text when there is one, read from ``source`` (``-``: standard input, else its path);
+    a command line runs through ``/bin/sh -c``.  ``parser``: one ``bsub_parser`` made already
+    (building one costs ~3 ms, which a loop of bsub calls pays each time).  Raises ``JobSpecError``
+    for an option whose feature is not there yet (``BSUB_PLANNED``)."""
     parser = parser or bsub_parser()
     given: dict[str, Any] = {}
     if script is not None:
@@ -477,10 +540,13 @@ def bsub_values(argv: list[str], script: str | None, *, unit: str,
     words = given.pop("command", None) or []
     if words and words[0] == "--":
         words = words[1:]
-    given["command"] = bsub_command(words, script)
-    if "mem_limit" in given:
-        given["mem_limit"] = lsf_size(given["mem_limit"], unit)
-    given["resreq"] = [lsf_rusage(text, unit) for text in [*(given.get("resreq") or []), *_nodes(given)]]
+    if script is not None:
+        given["script"], given["command"] = source, []
+    elif not words:
+        raise JobSpecError("no command: give a command line, or a script on stdin or as the only argument")
+    else:
+        given["shell"], given["command"] = True, [" ".join(words)]
+    given["resreq"] = [*(given.get("resreq") or []), *_nodes(given)]
     if given.get("stderr") is not None and given.get("stderr") == given.get("stdout"):
         del given["stderr"]  # one file for both, opened once (XCE's default: errors with the output)
     return given

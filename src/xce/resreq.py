@@ -313,9 +313,27 @@ def parse_resreq(text: str) -> ResReq:
         raise ResReqError(text[:80], 0, f"resource requirement longer than {MAX_LENGTH} characters")
     if not text.strip():
         return ResReq(text=text)
+    found = _sections(text)
+    if found is None:
+        return ResReq(text=text, select=_parse_select(text, 0, len(text)))
+    kwargs: dict = {}
+    if "select" in found:
+        kwargs["select"] = _parse_select(text, *found["select"])
+    if "rusage" in found:
+        kwargs["rusage"] = MappingProxyType(_parse_rusage(text, *found["rusage"]))
+    if "span" in found:
+        kwargs["span_hosts"], kwargs["ptile"] = _parse_span(text, *found["span"])
+    if "order" in found:
+        kwargs["order"] = _parse_order(text, *found["order"])
+    return ResReq(text=text, **kwargs)
+
+
+def _sections(text: str) -> dict[str, tuple[int, int]] | None:
+    """Where each section's inside begins and ends in ``text``; None: ``text`` is a bare select
+    expression (no section keyword)."""
     m = _SECTION.match(text)
     if m is None or m.group(1) not in SECTIONS and not text[m.end():].count("]"):
-        return ResReq(text=text, select=_parse_select(text, 0, len(text)))
+        return None
     found: dict[str, tuple[int, int]] = {}
     pos = 0
     while pos < len(text):
@@ -335,13 +353,60 @@ def parse_resreq(text: str) -> ResReq:
             raise ResReqError(text, len(text), f"expected ']' to close {name}[")
         found[name] = (m.end(), close)
         pos = close + 1
-    kwargs: dict = {}
-    if "select" in found:
-        kwargs["select"] = _parse_select(text, *found["select"])
-    if "rusage" in found:
-        kwargs["rusage"] = MappingProxyType(_parse_rusage(text, *found["rusage"]))
-    if "span" in found:
-        kwargs["span_hosts"], kwargs["ptile"] = _parse_span(text, *found["span"])
-    if "order" in found:
-        kwargs["order"] = _parse_order(text, *found["order"])
-    return ResReq(text=text, **kwargs)
+    return found
+
+
+def section_texts(text: str) -> dict[str, str]:
+    """The inside of each section of a well-formed ``text`` (a bare expression is its select)."""
+    found = _sections(text) if text.strip() else {}
+    if found is None:
+        return {"select": text.strip()}
+    return {name: text[start:end].strip() for name, (start, end) in found.items()}
+
+
+def merge_resreqs(texts: list[str]) -> str:
+    """Several ``-R`` strings as one, as LSF merges a repeated ``-R``: the select[] sections and'ed, the
+    rusage[] sections joined (a counter in two of them is an error: which one was meant?), span[] and
+    order[] at most once each (the same one twice is once).  One string is returned as it is.  Each is
+    checked on its own first (``ResReqError``, its columns its own)."""
+    given = [t for t in texts if t.strip()]
+    for t in given:
+        parse_resreq(t)
+    if len(given) <= 1:
+        return given[0] if given else ""
+    selects: list[str] = []
+    usage: dict[str, str] = {}
+    once: dict[str, str] = {}
+    for t in given:
+        for name, inside in section_texts(t).items():
+            if name == "select":
+                selects.append(inside)
+            elif name == "rusage":
+                for item in inside.split(","):
+                    counter = item.partition("=")[0].strip()
+                    if counter in usage:
+                        raise ResReqError(t, t.find(counter), f"counter {counter!r} is in the rusage[] of two -R")
+                    usage[counter] = item.strip()
+            elif once.setdefault(name, inside) != inside:
+                raise ResReqError(t, t.find(name), f"{name}[] differs between two -R: give it once")
+    parts = []
+    if selects:
+        parts.append("select[" + " && ".join(f"({s})" if len(selects) > 1 else s for s in selects) + "]")
+    if usage:
+        parts.append("rusage[" + ", ".join(usage.values()) + "]")
+    parts += [f"{name}[{inside}]" for name, inside in once.items()]
+    return " ".join(parts)
+
+
+def convert_rusage(text: str, counters: frozenset[str], convert: Callable[[str], str]) -> str:
+    """``text`` with the amounts of ``counters`` in its rusage[] section rewritten by ``convert`` (LSF's
+    ``rusage[mem=4000]`` in ``LSF_UNIT_FOR_LIMITS``, as bytes); ``text`` unchanged if it has none."""
+    found = _sections(text) if text.strip() else None
+    if not found or "rusage" not in found:
+        return text
+    start, end = found["rusage"]
+    items = []
+    for item in text[start:end].split(","):
+        name, eq, amount = item.partition("=")
+        items.append(f"{name.strip()}={convert(amount.strip())}" if eq and name.strip() in counters else item.strip())
+    return text[:start] + ", ".join(items) + text[end:]

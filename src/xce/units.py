@@ -54,6 +54,30 @@ def parse_amount(text: str) -> float | None:
     return float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").lower()]
 
 
+# LSF's units (lsf.conf LSF_UNIT_FOR_LIMITS, bsub -M, rusage[mem=]): powers of 1024, as LSF counts memory
+LSF_UNITS = {"KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40, "PB": 2**50, "EB": 2**60}
+_LSF_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtpeKMGTPE][bB]?)?\s*$")
+
+
+def parse_lsf_size(value: str, unit: str = "MB", what: str = "size") -> int:
+    """Bytes from a size as LSF reads one: ``100MB``, ``4G``, ``2tb`` (KB MB GB TB PB EB, the B optional,
+    any case: powers of 1024), or a bare number in ``unit`` (``LSF_UNIT_FOR_LIMITS``, MB by default)."""
+    scale = LSF_UNITS.get(unit.upper())
+    if scale is None:
+        raise InvalidRequest(f"invalid LSF_UNIT_FOR_LIMITS {unit!r}: one of {', '.join(LSF_UNITS)}")
+    m = _LSF_SIZE.match(value)
+    if m is None:
+        raise InvalidRequest(f"invalid {what} {value!r}: a number (in {unit.upper()}) or one with KB, MB, GB or TB")
+    if m.group(2):
+        scale = LSF_UNITS[m.group(2)[0].upper() + "B"]
+    from decimal import Decimal  # (as parse_size: exact, and only when needed)
+
+    n = int(Decimal(m.group(1)) * scale)
+    if not 0 < n <= MAX_SIZE:
+        raise InvalidRequest(f"invalid {what} {value!r}: more than 0 bytes and under 8 EB")
+    return n
+
+
 _BINARY_UNITS = (("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
 
 

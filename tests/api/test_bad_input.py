@@ -9,14 +9,21 @@ def job_count(ctl):
 
 
 BAD_BODIES = [
-    ({"command": []}, 422),
+    ({"command": []}, 400),  # (no command and no script: the model says so)
     ({"command": ["true"], "slots": -1}, 422),
     ({"command": ["true"], "slots": 0}, 422),
     ({"command": ["true"], "slots": "2"}, 422),
     ({"command": ["true"], "unknown_field": 1}, 422),
     ({"command": ["true"], "name": "Bad Name"}, 400),
     ({"command": ["true"], "name": "-leading-dash"}, 400),
-    ({"command": ["true"], "name": "x" * 64}, 400),
+    ({"command": ["true"], "name": "x" * 513}, 400),
+    ({"command": ["true"], "name": "a/b"}, 400),
+    ({"command": ["true"], "name": "a$b"}, 400),
+    ({"command": ["echo a", "b"], "shell": True}, 400),
+    ({"command": ["true"], "shell": True, "script": "true\n"}, 400),
+    ({"command": ["true"], "env": {"A=B": "x"}}, 422),
+    ({"command": ["true"], "env": {"A": "x\u0000y"}}, 422),
+    ({"command": ["true"], "submit_dir": "relative"}, 400),
     ({"command": ["true"], "queue": "nosuchqueue"}, 404),
     ({"command": ["true"], "project": "nosuchproject"}, 404),
     ({"command": ["true"], "cwd": "relative/dir"}, 400),

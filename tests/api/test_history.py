@@ -11,8 +11,9 @@ from tests.helpers import ControllerProcess, wait_for
 from xce.config import DEFAULT_CONFIG
 
 # retire as soon as a job ended, and look often
-CONFIG = (DEFAULT_CONFIG.replace('keep_finished = "5m"', 'keep_finished = "0s"')
+CONFIG = (DEFAULT_CONFIG.replace('keep_finished = "1h"', 'keep_finished = "0s"')
           .replace("retire_every = 2.0", "retire_every = 0.1"))
+assert 'keep_finished = "0s"' in CONFIG  # (the default changed once: 5m, then 1h as LSF's CLEAN_PERIOD)
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +101,32 @@ def test_an_array_retires_whole_and_history_lists_its_elements(ctl, tokens):
         hist = c.get("/v1/history/jobs", params={"array": parent}).json()
         assert sorted(j["id"] for j in hist) == ids and all(j["archived"] for j in hist)
         assert [j["display_id"] for j in sorted(hist, key=lambda j: j["id"])] == [f"{parent}[{i}]" for i in range(1, 6)]
+
+
+def test_jobs_named_by_id_are_found_live_or_archived_so_no_poller_sees_one_vanish(ctl, tokens):
+    """What a poller asks (LSF's ``bjobs ID...``): ``GET /v1/jobs?id=...`` answers for finished jobs whether
+    they are still live or retired, an array's id for its elements, another user's as never seen."""
+    with ctl.client(tokens["alice"]) as c:
+        ended = finished_job(c, "polled")
+        running = c.post("/v1/jobs", json={"command": ["true"], "name": "waits", "hold": True}).json()
+        arr = c.post("/v1/jobs", json={"command": ["true"], "name": "parr[1-3]", "hold": True}).json()["id"]
+        for i in range(arr, arr + 3):
+            assert c.post(f"/v1/jobs/{i}/kill").status_code == 200
+        wait_for(lambda: retired(c, ended["id"], arr, arr + 2), what="retirement")
+        got = c.get("/v1/jobs", params=[("id", ended["id"]), ("id", running["id"]), ("id", arr), ("id", 999999)])
+        assert got.status_code == 200, got.text
+        docs = got.json()
+        assert [j["id"] for j in docs] == sorted([ended["id"], running["id"], arr, arr + 1, arr + 2])
+        assert next(j for j in docs if j["id"] == ended["id"]) == ended  # as it ended, whole
+        assert {j["state"] for j in docs if j["id"] != running["id"]} == {"EXIT"}
+        brief = c.get("/v1/jobs", params={"id": ended["id"], "view": "brief"}).json()
+        assert [(j["id"], j["state"]) for j in brief] == [(ended["id"], "EXIT")]
+        assert c.get("/v1/jobs", params={"id": ended["id"], "state": "PEND"}).json() == []
+        c.post(f"/v1/jobs/{running['id']}/kill")
+    with ctl.client(tokens["bob"]) as bob:
+        assert bob.get("/v1/jobs", params={"id": ended["id"]}).json() == []
+    with ctl.client() as admin:
+        assert [j["id"] for j in admin.get("/v1/jobs", params={"id": ended["id"]}).json()] == [ended["id"]]
 
 
 def test_history_filters_and_refusals(ctl, tokens):

@@ -34,13 +34,15 @@ def read(path) -> str:
         return fh.read()
 
 
-def test_job_runs_in_its_workspace_and_sees_its_environment(cl, out):
-    job_id = cl.submit("-o", str(out / "o.txt"), "--",
-                       "sh", "-c", 'echo "$XCE_JOBID|$XCE_HOSTS|$XCE_SLOTS|$(pwd)|$XCE_WORKSPACE"; echo err >&2')
+def test_job_starts_where_it_was_submitted_and_sees_its_environment(cl, out):
+    # (before issue 31 it started in its workspace; as LSF's, it starts in the submission directory)
+    job_id = cl.submit("-o", "o.txt", "--",
+                       "sh", "-c", 'echo "$XCE_JOBID|$XCE_HOSTS|$XCE_SLOTS|$(pwd)|$XCE_WORKSPACE"; echo err >&2',
+                       cwd=str(out))
     job = cl.wait_state(job_id, "DONE")
     jid, hosts, slots, cwd, ws = read(out / "o.txt").splitlines()[0].split("|")
     assert (jid, hosts, slots) == (str(job_id), job["hosts"][0], "1")
-    assert cwd == ws and ws.endswith(f"/jobs/{job_id}.1")
+    assert cwd == str(out) == job["submit_dir"] and ws.endswith(f"/jobs/{job_id}.1") and job["note"] is None
     assert "err" in read(out / "o.txt")  # stderr goes with stdout unless -e
     assert not os.path.exists(ws), "the workspace is cleaned up after the job"
     assert job["exit_code"] == 0 and job["start_time"] <= job["end_time"]
@@ -181,7 +183,9 @@ def test_failures_end_exit_with_a_reason(cl):
     assert (j["exit_code"], j["exit_reason"]) == (3, "nonzero exit code 3")
     j = cl.wait_state(signalled, "EXIT")
     assert (j["signal"], j["exit_reason"]) == (9, "killed by signal 9")
-    assert "working directory /no/such/dir does not exist" in cl.wait_state(badcwd, "EXIT")["exit_reason"]
+    # --cwd must exist (only the submission directory falls back); the launcher, as the job's user, says so
+    assert cl.wait_state(badcwd, "EXIT")["exit_reason"] == \
+        "failed to start: cannot enter working directory /no/such/dir: No such file or directory"
 
 
 def test_bad_resource_requirements_are_refused_at_submission(cl):

@@ -16,11 +16,8 @@ import pytest
 
 pytestmark = pytest.mark.long
 
-NEEDS_ENVIRONMENT = pytest.mark.xfail(strict=True, reason="its submissions carry -env all, refused until the job "
-                                      "takes the submitter's environment (issue-31-semantics)")
-NEEDS_RUN_LIMITS = pytest.mark.xfail(strict=True, reason="its submissions always carry -W (a run limit), refused until "
-                                     "run limits land (issue 32); and -env, and the job's LSB_JOBID "
-                                     "(issue-31-semantics)")
+NEEDS_RUN_LIMITS = pytest.mark.xfail(strict=True, reason="its submissions always carry -W (a run limit), refused "
+                                     "until run limits land (issue 32); with -W taken, it passes")
 
 
 def python(site, code: str, cwd: str, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -54,7 +51,6 @@ def test_dask_jobqueue_lsfcluster_scales_to_two_workers_and_sums_an_array(site, 
     assert "workers 2" in lines and "sum 1000000" in lines and lines[-1] == "closed", r.stdout
 
 
-@NEEDS_ENVIRONMENT
 def test_snakemake_runs_a_three_rule_workflow_with_the_lsf_executor(site, tmp_path):
     pytest.importorskip("snakemake_executor_plugin_lsf")
     (tmp_path / "Snakefile").write_text(textwrap.dedent("""
@@ -105,9 +101,7 @@ def test_psij_reports_exit_0_and_exit_3(site, tmp_path):
     assert "job 0 COMPLETED 0" in r.stdout and "job 3 FAILED 3" in r.stdout, r.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="its submissions always carry -W (a run limit), refused until run limits "
-                   "land (issue 32); its worker script finds process_worker_pool.py on the submitter's PATH, which "
-                   "the job has once it takes the submitter's environment (issue-31-semantics)")
+@NEEDS_RUN_LIMITS
 def test_parsl_lsf_provider_runs_two_apps(site, tmp_path):
     pytest.importorskip("parsl")
     r = python(site, f"""

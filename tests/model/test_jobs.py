@@ -12,7 +12,7 @@ from xce.model.facts import JobKillRequested, JobSignalRequested, QueueDefined
 from xce.model import jobs
 from xce.model.jobs import JobSpec, JobState
 
-GRACEFUL = parse_config("""
+GRACEFUL_TOML = """
 [controller]
 terminate_grace = 7.0
 [[users]]
@@ -25,7 +25,8 @@ name = "slow"
 terminate_grace = 120.0
 [[projects]]
 name = "default"
-""")
+"""
+GRACEFUL = parse_config(GRACEFUL_TOML)
 
 
 @pytest.fixture
@@ -130,3 +131,53 @@ def test_a_fenced_run_is_requeued_if_rerunnable_and_ends_exit_otherwise(w):
     w.commit(jobs.report_lost(w.model, "h1", plain.id, 1, w.tick(), why))
     assert (rerun.state, rerun.pending_reason) == (JobState.PEND, f"{why}: requeued")
     assert (plain.state, plain.exit_reason) == (JobState.EXIT, why)
+
+
+def _site(controller: str):
+    return parse_config(GRACEFUL_TOML.replace("[controller]\n", f"[controller]\n{controller}\n", 1))
+
+
+def test_the_submitters_environment_goes_with_the_job_minus_private_variables_and_tokens(w):
+    token = "xce_0123456789ab_" + "s" * 43
+    env = {"A": "1", "SECRET_KEY": "k", "XCE_TOKEN": "t", "xce_token_file": "/t", "HIDDEN": f"Bearer {token}"}
+    site = _site('private_env = ["SECRET_*"]')
+    facts, job_id = jobs.submit(w.model, ALICE, JobSpec(command=["x"], env=env, env_all=True), w.tick(), site)
+    assert facts[0].env == {"A": "1"}
+    # a site that keeps jobs' environments clean drops a whole environment, not variables named one by one
+    clean = _site('job_environment = "clean"')
+    assert jobs.submit(w.model, ALICE, JobSpec(command=["x"], env=env, env_all=True), w.tick(), clean)[0][0].env is None
+    named = jobs.submit(w.model, ALICE, JobSpec(command=["x"], env={"A": "1"}), w.tick(), clean)[0][0]
+    assert named.env == {"A": "1"}
+    with pytest.raises(Exception, match="job_environment"):
+        _site('job_environment = "some"')
+
+
+def test_commands_scripts_and_their_default_names(w):
+    def submitted(**kw):
+        return jobs.submit(w.model, ALICE, JobSpec(**kw), w.tick(), GRACEFUL)[0][0]
+
+    assert submitted(command=["/usr/bin/python3", "x.py"]).name == "python3"
+    assert submitted(command=["./train.sh --fast; echo done"], shell=True).name == "train.sh"
+    assert submitted(command=[], script="#!/bin/sh\ntrue\n").name == "script"
+    assert submitted(command=["x"], name="Snakemake_rule_all___(8a6f-1c2d)").name == "Snakemake_rule_all___(8a6f-1c2d)"
+    for bad, says in ((dict(command=[]), "needs a command"), (dict(command=["a", "b"], shell=True), "one non-blank"),
+                      (dict(command=["a"], shell=True, script="x"), "not both"),
+                      (dict(command=["x"], name="two words"), "invalid job name")):
+        with pytest.raises(InvalidRequest, match=says):
+            submitted(**bad)
+
+
+def test_a_finished_job_keeps_no_environment_but_a_requeued_one_does(w):
+    """An hour of finished jobs stays live (keep_finished): only a run needs the submitter's variables."""
+    facts, job_id = jobs.submit(w.model, ALICE, JobSpec(command=["x"], env={"A": "1"}, rerunnable=True), w.tick(),
+                                GRACEFUL)
+    w.commit(facts)
+    job = w.model.jobs[job_id]
+    w.allocate(job)
+    w.make_ready(job)
+    w.start(job)
+    w.commit(jobs.kill(w.model, ALICE, job_id, w.tick(), requeue=True, config=GRACEFUL))
+    w.commit(jobs.report_finished(w.model, "h1", job_id, job.run, w.tick(), None, 15))
+    assert (job.state, job.env) == (JobState.PEND, {"A": "1"})
+    w.commit(jobs.kill(w.model, ALICE, job_id, w.tick(), config=GRACEFUL))
+    assert (job.state, job.env) == (JobState.EXIT, None)

@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from tests.helpers import Cluster, cli, wait_for
+from tests.helpers import XCE as XCE_CLI, Cluster, cli, wait_for
 from tests.integration.test_job_claims import CONFIG, ROOT
 
 pytestmark = pytest.mark.skipif(not ROOT, reason="jobs run as their users only under a root worker (CI is root)")
@@ -96,3 +96,46 @@ def test_per_run_data_and_output_belong_to_the_jobs_user_alone(accounts, shared)
             assert fh.read() == "secret\n", "alice reached her own data all along"
     finally:
         cl.stop()
+
+
+def test_the_submission_directory_is_entered_as_the_jobs_user_never_through_roots_rights(accounts, shared):
+    """Issue 31: the job starts in the directory it was submitted from, entered by the launcher as the
+    job's user.  The attack: alice submits from a link she planted to a directory only root may enter
+    (and from that directory itself); the worker runs as root, and must not take her there.  Her job
+    starts in its workspace instead, noted; her script is hers alone; her token stays behind."""
+    alice, _ = accounts
+    root = os.path.join(shared, "cluster")
+    os.makedirs(root, mode=0o755)
+    with open(os.path.join(root, "xce.toml"), "w") as fh:
+        fh.write(CONFIG)
+    private = tempfile.mkdtemp(prefix="xce-rootonly-")  # 0700 root
+    with open(os.path.join(private, "secret"), "w") as fh:
+        fh.write("root's\n")
+    planted = os.path.join(shared, "planted")
+    os.symlink(private, planted)
+    cl = Cluster(root, config=os.path.join(root, "xce.toml")).start()
+    try:
+        cl.add_worker("host1", slots=2, extra_args=["--run-as-users"])
+        with cl.api() as c:
+            assert c.post("/v1/users", json={"name": alice, "projects": ["default"]}).status_code == 201
+            env = {**cl.env, "XCE_TOKEN": c.post("/v1/tokens", json={"user": alice}).json()["token"]}
+        out = os.path.join(shared, "out.%J")
+        probe = "pwd; cat secret 2>&1 || true; ls -l \"$0\" 2>/dev/null | cut -d' ' -f1,3; env"
+        jobs = [json.loads(subprocess.run(
+            [*XCE_CLI, "--json", "submit", "-o", out, "--script", "-"], input=probe, cwd=cwd, env={**os.environ, **env},
+            capture_output=True, text=True, check=True).stdout)["id"] for cwd in (planted, private)]
+        uid_name = alice
+        for job_id in jobs:
+            job = cl.wait_state(job_id, "DONE", "EXIT")
+            assert job["state"] == "DONE", job["exit_reason"]
+            with open(out.replace("%J", str(job_id))) as fh:
+                lines = fh.read().splitlines()
+            workspace = lines[0]
+            assert workspace.endswith(f"/jobs/{job_id}.1"), lines
+            assert "root's" not in lines and lines[1].endswith("No such file or directory")
+            assert lines[2].split() == ["-rwx------", uid_name]  # RUN/script: hers, 0700
+            assert not any(line.startswith("XCE_TOKEN=") for line in lines)
+            assert "Permission denied" in job["note"] and workspace in job["note"]
+    finally:
+        cl.stop()
+        shutil.rmtree(private, ignore_errors=True)

@@ -138,7 +138,9 @@ def test_a_run_that_cannot_launch_ends_with_launch_failed_and_says_why_and_one_t
     (r.run_dir / sandbox.LAUNCH_ERR).unlink()
     started = r.start(_job(tmp_path, "true", []))
     assert r.status(started) == 0
-    assert sorted(p.name for p in r.run_dir.iterdir() if p.is_file()) == ["pgid", "shepherd.pid", "status", "usage"]
+    # (RUN/env and RUN/hostfile are the worker's, for the launcher and the job)
+    assert sorted(p.name for p in r.run_dir.iterdir() if p.is_file()) == ["env", "hostfile", "pgid", "shepherd.pid",
+                                                                          "status", "usage"]
 
 
 @root_only

@@ -85,6 +85,9 @@ async def list_jobs(ctl: Ctl, actor: User = Depends(authenticated),
                     queue: str | None = Query(None, max_length=63),
                     state: list[JobState] | None = Query(None),
                     array: int | None = Query(None, description="only the elements of this job array"),
+                    ids: list[int] | None = Query(None, alias="id", max_length=1000, description=(
+                        "these jobs (an array's id: its elements), finished ones too, live or retired into the "
+                        "archive, in id order, unpaged: what a poller asks (LSF's bjobs ID...)")),
                     limit: int = limit_query("jobs"), cursor: str | None = cursor_query(),
                     view: Literal["full", "brief"] = Query("full", description="brief: a listing's row "
                                                            "per job (what xce jobs shows)")):
@@ -95,13 +98,24 @@ async def list_jobs(ctl: Ctl, actor: User = Depends(authenticated),
         if user not in (None, actor.name):
             raise InvalidRequest("users may list only their own jobs")
         user = actor.name
-    elif user is None and not all_users and array is None:
+    elif user is None and not all_users and array is None and not ids:
         user = actor.name
     states = set(state) if state else None
 
     def match(j: jobs.Job) -> bool:
         return (user is None or j.user == user) and (queue is None or j.queue == queue) \
             and (states is None or j.state in states) and (array is None or j.array_parent == array)
+
+    if ids:
+        found, archived = await controller_history.jobs_by_id(ctl, [i for i in ids if 0 < i < 2**63])
+        found = [j for j in found if match(j)]
+        if view == "brief":
+            return JSONResponse([job_brief_json(j) for j in found])
+        claim_ids = [c for j in found if j.id in archived for c in
+                     (*j.run_claims, *([j.early_claim] if j.early_claim is not None else ()),
+                      *(r["claim_id"] for r in j.claim_refs))]
+        ended = Model(claims=await controller_history.claims_by_id(ctl, claim_ids)) if claim_ids else Model()
+        return JSONResponse([job_json(ended, j) if j.id in archived else _job_json(ctl, j) for j in found])
 
     # ids ascend in the model: newest first, then in id order.  A listing is bounded and paged:
     # GET /v1/jobs?all=true on a big cluster was tens of megabytes in one answer

@@ -39,6 +39,9 @@ def _field_type(tp: Any) -> Any:
         return Annotated[_field_type(base), Field(**limits[0])] if limits and limits[0] else _field_type(base)
     if origin is tuple:
         return list[_field_type(get_args(tp)[0])]  # type: ignore[misc]
+    if origin is dict:
+        key, value = get_args(tp)
+        return dict[_field_type(key), _field_type(value)]  # type: ignore[misc]
     if origin in (Union, UnionType):
         return Union[tuple(_field_type(a) for a in get_args(tp))]
     return tp

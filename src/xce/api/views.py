@@ -49,6 +49,7 @@ def job_json(model: Model, job: Job, pending_reason: str | None = None,
         # how long the run's hosts were held before its process started (staging before allocation keeps it short)
         "alloc_time": job.alloc_time, "held_s": held,
         "mem_limit": job.mem_limit, "usage": job.usage,
+        "shell": job.shell, "script": job.script, "submit_dir": job.submit_dir, "note": job.run_note or None,
     }
 
 
@@ -397,7 +398,8 @@ def dispatch_json(model: Model, job: Job, host: str) -> Dispatch:
                     slots=job.alloc_slots.get(host, 0), total_slots=sum(job.alloc_slots.values()),
                     array_index=job.array_index, array_parent=job.array_parent, queue=job.queue,
                     project=job.project, claims=job_claims.publish_list(model, job, host),
-                    mem_limit=dispatch.mem_limit(job, host))
+                    mem_limit=dispatch.mem_limit(job, host), alloc_slots=job.alloc_slots, shell=job.shell,
+                    script=job.script, submit_dir=job.submit_dir, env=job.env)
 
 
 def host_work_json(model: Model, host: str, work: dispatch.HostWork) -> dict[str, Any]:

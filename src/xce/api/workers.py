@@ -60,6 +60,7 @@ class StartedReport(Strict):
     stdout: Annotated[str, Field(max_length=4096)] = ""
     stderr: Annotated[str, Field(max_length=4096)] = ""
     publish: Literal["", "bind", "symlink"] = ""
+    note: Annotated[str, Field(max_length=8192)] = ""
 
 
 class RunUsage(Strict):

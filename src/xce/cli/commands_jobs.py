@@ -124,7 +124,8 @@ def cmd_submit(args, ctx) -> int:
         except ApiError:
             return set()  # (a controller without transfers: paths, as before)
 
-    submission = jobspec.submission(args, cwd=os.getcwd(), remote_names=remote_names)
+    submission = jobspec.submission(args, cwd=os.getcwd(), remote_names=remote_names, environ=os.environ,
+                                    stdin=sys.stdin.read)
     job = ctx.client().submit(submission)
     if ctx.json:
         print_json(job)
@@ -267,13 +268,22 @@ def resolve(client: Client, text: str, *, whole_array: bool = True) -> list[dict
     return found
 
 
+def _command(job: dict[str, Any]) -> str:
+    """The job's command as ``job show`` prints it: a command line as given, an argument vector joined, a
+    script by its first line and its arguments."""
+    if job.get("script") is not None:
+        first = job["script"].split("\n", 1)[0]
+        return " ".join([f"script ({first})" if first.startswith("#!") else "script", *job["command"]])
+    return " ".join(job["command"])
+
+
 def _show_one(job: dict[str, Any]) -> str:
     pending = job["state"] in JOB_PENDING
     out = fields([(k, v) for k, v in [
         ("Job", job["display_id"]), ("Name", job["name"]), ("User", job["user"]),
         ("Project", job["project"]), ("Queue", job["queue"]), ("State", job["state"]),
         ("Pending reason", job["pending_reason"] if pending else "omit"),
-        ("Command", " ".join(job["command"])), ("Slots", job["slots"]),
+        ("Command", _command(job)), ("Slots", job["slots"]),
         ("Resource req", job["resreq"]), ("Hosts", _hosts(job)), ("Run", job["run"]),
         ("Staging out", job["pending_reason"] if job["state"] == JobState.STAGE_OUT else "omit"),
         ("App profile", job.get("app")),
@@ -285,7 +295,8 @@ def _show_one(job: dict[str, Any]) -> str:
         ("Ended", when(job["end_time"])), ("Exit code", job["exit_code"]), ("Signal", job["signal"]),
         ("Exit reason", job["exit_reason"]), ("Memory limit", format_size(job.get("mem_limit"), iec=True)),
         ("Usage", _usage(job.get("usage")) or "omit"),
-        ("Cwd", job["cwd"]), ("Stdout", job["stdout"]), ("Stderr", job["stderr"]),
+        ("Cwd", job["cwd"]), ("Submitted from", job.get("submit_dir")), ("Note", job.get("note")),
+        ("Stdout", job["stdout"]), ("Stderr", job["stderr"]),
     ] if v != "omit"])
     if job["claims"]:
         rows = []

@@ -135,7 +135,8 @@ class Client:
     def submit(self, command: Iterable[str] | Submission = (), **fields: Any) -> JobDoc:
         """Submit a job (``POST /v1/jobs``); returns it as submitted (``state`` PEND or PSUSP).
 
-        ``command`` is the job's argument vector and ``fields`` the rest of a ``xce.wire.Submission``
+        ``command`` is the job's argument vector (with ``shell=True``, one command line for ``/bin/sh -c``;
+        with ``script="..."``, the script's arguments) and ``fields`` the rest of a ``xce.wire.Submission``
         (``xce submit``'s options: ``name="sweep[1-100]"`` submits an array, of which the parent is
         returned; ``resreq`` is ``-R``; ``claims`` are ``"NAME"``, ``"NAME:rw"`` or ``"NAME:ro"``;
         ``scratch`` is ``"SIZE[:CLASS]"``; ``mem_limit`` is ``-M``, ``"512Mi"`` or bytes), or
@@ -151,7 +152,7 @@ class Client:
         if isinstance(command, Submission):
             submission = command if not fields else Submission.from_body({**command.to_body(), **fields})
         else:
-            submission = Submission(command=tuple(command), **fields)
+            submission = Submission(command=command if isinstance(command, str) else tuple(command), **fields)
         body = submission.to_body()
         if submission.request_id is None:  # (into the body: a Submission made again costs a one-shot CLI ~5%)
             body["request_id"] = os.urandom(16).hex()
@@ -176,15 +177,18 @@ class Client:
 
     def jobs(self, *, states: Iterable[str] = (), queue: str | None = None, user: str | None = None,
              all_users: bool = False, array: int | None = None, limit: int | None = None,
-             all_pages: bool = False) -> list[JobDoc]:
+             all_pages: bool = False, ids: Iterable[int] = ()) -> list[JobDoc]:
         """Jobs (``GET /v1/jobs``), the newest, in id order: yours, or ``user``'s / everyone's
         (``all_users``) for admins.
 
         ``states`` filters (``("PEND", "RUN")``), ``array`` gives the elements of one job array, and
         ``limit`` caps the answer (one page: the controller's default is 1000); ``all_pages`` follows
-        the pages instead, for every job that matches (at most ``limit`` if given).
+        the pages instead, for every job that matches (at most ``limit`` if given).  ``ids`` (at most
+        1,000) asks for those jobs, finished ones too, live or archived (an array's id: its elements),
+        unpaged: what a poller asks, and an id it does not answer for does not exist for you.
         """
         params: list[tuple[str, Any]] = [("user", user), ("queue", queue), ("array", array)]
+        params += [("id", i) for i in ids]
         if all_users:
             params.append(("all", True))
         params += [("state", s) for s in states]

@@ -34,6 +34,7 @@ from xce.model.history import add_usage, live_history, live_usage, retirable
 from xce.model.claims import Claim
 from xce.model.jobs import Job
 from xce.records import HistoryQuery, Usage, UsageQuery
+from xce.store.base import ARCHIVE_IDS
 
 log = logging.getLogger("xce.history")
 
@@ -86,6 +87,53 @@ async def archived_job(ctl: Controller, job_id: int) -> Job | None:
     return job_of(rows[0].doc) if rows else None
 
 
+async def jobs_by_id(ctl: Controller, ids: Iterable[int]) -> tuple[list[Job], set[int]]:
+    """The jobs ``ids``, live or retired into the archive, in the order asked (an id in neither is left
+    out), an array's id standing for its elements, as LSF's ``bjobs ID`` lists them; and which of them
+    are archived.  The live model is read first, then the archive: a job retired in between is found
+    there (its document is written before its retirement is folded), so a poller never sees a job
+    vanish.  (An array retires whole, and its elements' ids follow its own: ``apply_job_submitted``.)"""
+    found: dict[int, Job] = {}
+    missing: list[int] = []
+    for job_id in ids:
+        job = ctl.model.jobs.get(job_id)
+        if job is None:
+            missing.append(job_id)
+        elif job.array_parent == job_id:
+            found.update(_live_elements(ctl.model, job_id))
+        else:
+            found[job.id] = job
+    archived: set[int] = set()
+    for start in range(0, len(missing), ARCHIVE_IDS):
+        for row in await ctl.read_store(ctl.store.archived_jobs, missing[start:start + ARCHIVE_IDS]):
+            job = job_of(row.doc)
+            elements = await _archived_elements(ctl, job.id) if job.array_parent == job.id else [job]
+            found.update((j.id, j) for j in elements)
+            archived.update(j.id for j in elements)
+    return sorted(found.values(), key=lambda j: j.id), archived
+
+
+def _live_elements(model: Model, parent: int) -> Iterable[tuple[int, Job]]:
+    job_id = parent
+    while (job := model.jobs.get(job_id)) is not None and job.array_parent == parent:
+        yield job_id, job
+        job_id += 1
+
+
+async def _archived_elements(ctl: Controller, parent: int) -> list[Job]:
+    """An archived array's elements: the ids from its own on, a chunk at a time, until one is not its."""
+    out: list[Job] = []
+    start = parent
+    while True:
+        rows = await ctl.read_store(ctl.store.archived_jobs, list(range(start, start + ARCHIVE_IDS)))
+        chunk = sorted((job_of(r.doc) for r in rows), key=lambda j: j.id)
+        mine = [j for j in chunk if j.array_parent == parent]
+        out += mine
+        if len(mine) < ARCHIVE_IDS:
+            return out
+        start += ARCHIVE_IDS
+
+
 async def claims_by_id(ctl: Controller, ids: Iterable[int]) -> dict[int, Claim]:
     """The claims ``ids``, live or archived (those in neither are left out)."""
     out: dict[int, Claim] = {}
@@ -96,8 +144,8 @@ async def claims_by_id(ctl: Controller, ids: Iterable[int]) -> dict[int, Claim]:
             out[claim_id] = claim
         else:
             missing.append(claim_id)
-    if missing:
-        for row in await ctl.read_store(ctl.store.archived_claims, missing):
+    for start in range(0, len(missing), ARCHIVE_IDS):  # (the store reads ARCHIVE_IDS at a time)
+        for row in await ctl.read_store(ctl.store.archived_claims, missing[start:start + ARCHIVE_IDS]):
             out[row.id] = claim_of(row.doc)
     return out
 

@@ -66,7 +66,7 @@ def spent(j: Job) -> dict[str, float]:
 def events(j: Job) -> str:
     """``bhist -l``: the job's head, each event, and the time it spent in each state."""
     lines = [f"Job <{j['display_id']}>, Job Name <{j['name']}>, User <{j['user']}>, Project <{j['project']}>, "
-             f"Command <{' '.join(j.get('command') or ())}>",
+             f"Command <{jobfields.command_words(j)}>",
              f"{jobfields.long_when(j['submit_time'])}: Submitted from host <->, to Queue <{j['queue']}>"
              + (f", CWD <{j['cwd']}>" if j.get("cwd") else "") + ";"]
     for e in j.get("history") or ():
@@ -120,7 +120,7 @@ def accounting(j: Job) -> str:
     run_s = (end - start) if start and end else 0.0
     mem = u.get("max_rss_bytes")
     lines = [f"Job <{j['display_id']}>, User <{j['user']}>, Project <{j['project']}>, Status <{jobfields.stat(j)}>, "
-             f"Queue <{j['queue']}>, Command <{' '.join(j.get('command') or ())}>",
+             f"Queue <{j['queue']}>, Command <{jobfields.command_words(j)}>",
              f"{jobfields.long_when(j['submit_time'])}: Submitted from host <->, CWD <{j.get('cwd') or '-'}>;"]
     if start:
         lines.append(f"{jobfields.long_when(start)}: Dispatched to {''.join(f'<{h}>' for h in j.get('hosts') or ())};")

@@ -13,6 +13,7 @@ import re
 import time
 from typing import Any, Callable, Iterable
 
+from xce.cli.commands_jobs import _command as command_words  # (a command line, a script: as xce job show says)
 from xce.lsf._base import LsfError
 
 Job = dict[str, Any]
@@ -123,7 +124,7 @@ FIELDS: dict[str, tuple[int, Getter]] = {
     "submit_time": (15, lambda j: when(j.get("submit_time"))),
     "start_time": (15, lambda j: when(j.get("start_time"))),
     "finish_time": (16, lambda j: when(j.get("end_time"))),
-    "command": (15, lambda j: " ".join(j.get("command") or ())),
+    "command": (15, lambda j: command_words(j)),
     "cwd": (15, _key("cwd")),
     "output_file": (15, _key("stdout")),
     "error_file": (15, _key("stderr")),
@@ -188,7 +189,7 @@ def record(j: Job, names: Iterable[str]) -> dict[str, str]:
 def long(j: Job) -> str:
     """``bjobs -l``: LSF's long format, the parts of it XCE has."""
     lines = [f"Job <{j['display_id']}>, Job Name <{j['name']}>, User <{j['user']}>, Project <{j['project']}>, "
-             f"Status <{stat(j)}>, Queue <{j['queue']}>, Command <{' '.join(j.get('command') or ())}>"]
+             f"Status <{stat(j)}>, Queue <{j['queue']}>, Command <{command_words(j)}>"]
     head = f"{long_when(j.get('submit_time'))}: Submitted from host <{j.get('from_host') or '-'}>"
     if j.get("cwd"):
         head += f", CWD <{j['cwd']}>"

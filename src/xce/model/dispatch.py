@@ -86,6 +86,7 @@ class Started:
     stdout: str = ""
     stderr: str = ""
     publish: str = ""  # how the run's claims were published: "bind", "symlink"
+    note: str = ""  # what it noted starting the run (a submission directory missing on its host)
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ def runs_reported(model: State, host: str, started: list[Started], ended: list[E
     for s in started:
         try:
             facts += jobs.report_started(model, host, s.job_id, s.run, s.pid, now, s.workspace, s.stdout, s.stderr,
-                                         s.publish)
+                                         s.publish, s.note)
         except Conflict:
             kill.append((s.job_id, s.run))
     for e in ended:

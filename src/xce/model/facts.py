@@ -191,6 +191,10 @@ class JobSubmitted(Fact):
     app: str | None = None
     request_id: str | None = None  # the client's id for the submission (a retry returns this job)
     mem_limit: int | None = None  # -M: bytes the run may use on each host (its cgroup's memory limit)
+    shell: bool = False  # command is one command line for /bin/sh -c
+    script: str | None = None  # the job is this script; command its arguments
+    submit_dir: str | None = None  # where the job starts when cwd is not given
+    env: dict[str, str] | None = None  # the submitter's variables that go with the job (private ones gone)
 
 
 # ---------------------------------------------------------------- audit
@@ -265,6 +269,7 @@ class JobStarted(Fact):
     stdout: str = ""
     stderr: str = ""
     publish: str = ""  # how its claims were published: "bind" or "symlink" (worker not root)
+    note: str = ""  # what the worker noted starting it (a submission directory missing on the host)
 
 
 @fact("job.finished")

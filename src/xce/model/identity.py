@@ -29,6 +29,7 @@ from xce.model.entities.identity import Role, Token, User
 from xce.model.facts import Fact, TokenIssued, TokenRevoked, UserDefined, UserDisabled
 from xce.model.state import State
 from xce.names import check_name
+from xce.wire import TOKEN_SECRET
 
 
 
@@ -59,7 +60,7 @@ def new_token_secret() -> tuple[str, str]:
     return token_id, f"xce_{token_id}_{secrets.token_urlsafe(32)}"
 
 
-_SECRET = re.compile(r"xce_([0-9a-f]{1,32})_[A-Za-z0-9_-]+")
+_SECRET = re.compile(TOKEN_SECRET)
 
 
 def redact(text: str) -> str:

@@ -255,7 +255,9 @@ def request_specs(request: Submission) -> tuple[JobSpec, JobClaimsSpec]:
     spec = JobSpec(command=list(request.command), name=request.name, queue=request.queue, project=request.project,
                    slots=request.slots, resreq=request.resreq, cwd=request.cwd, stdout=request.stdout,
                    stderr=request.stderr, rerunnable=request.rerunnable, held=request.hold,
-                   request_id=request.request_id, mem_limit=jobs.parse_mem_limit(request.mem_limit))
+                   request_id=request.request_id, mem_limit=jobs.parse_mem_limit(request.mem_limit),
+                   shell=request.shell, script=request.script, submit_dir=request.submit_dir,
+                   env=dict(request.env) if request.env else None, env_all=request.env_all)
     claims = JobClaimsSpec(claims=request.claims, scratch=request.scratch, stage_in=request.stage_in,
                            stage_out=request.stage_out, stage_size=request.stage_size, app=request.app,
                            stage_class=request.stage_class)

@@ -25,6 +25,7 @@ re-delivers an order, however often the worker polls.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import signal as _signal
@@ -40,9 +41,10 @@ from xce.model.facts import (
 )
 from xce.model.state import State
 from xce.model.transitions import check
-from xce.names import check_name
+from xce.names import check_job_name, check_name
 from xce.resreq import ResReqError, parse_resreq
 from xce.units import parse_amount
+from xce.wire import never_sent
 
 if TYPE_CHECKING:
     from xce.config import Config, ControllerConfig
@@ -86,6 +88,11 @@ class JobSpec:
     held: bool = False
     request_id: str | None = None  # the client's id for this submission: a retry returns the first job
     mem_limit: int | None = None  # -M, in bytes
+    shell: bool = False  # command is one command line for /bin/sh -c
+    script: str | None = None  # the job is this script; command its arguments
+    submit_dir: str | None = None  # where it starts when cwd is not given (else its workspace, noted)
+    env: dict[str, str] | None = None  # the submitter's variables (-env), before the site's private ones go
+    env_all: bool = False  # env is the submitter's whole environment (-env all)
 
 
 MAX_ARRAY = 100_000
@@ -123,8 +130,8 @@ def _check_path(what: str, value: str | None) -> None:
         return
     if not value or "\0" in value or len(value) > 4096:
         raise InvalidRequest(f"invalid {what} path")
-    if what == "cwd" and not os.path.isabs(value):
-        raise InvalidRequest(f"--cwd must be an absolute path, got {value!r}")
+    if what in ("cwd", "submit_dir") and not os.path.isabs(value):
+        raise InvalidRequest(f"{'--cwd' if what == 'cwd' else what} must be an absolute path, got {value!r}")
 
 
 def submit(model: State, actor: User, spec: JobSpec, now: float, config: Config | None = None,
@@ -135,12 +142,7 @@ def submit(model: State, actor: User, spec: JobSpec, now: float, config: Config 
     standalone claims, template claim specs, application profile)."""
     if spec.request_id is not None and (done := model.job_requests.get(request_key(actor.name, spec.request_id))):
         return [], done  # a retry (after a failover, or an answer lost on the way): the first one's job
-    if not spec.command:
-        raise InvalidRequest("a job needs a command: xce submit [options] -- CMD ARGS...")
-    if len(spec.command) > MAX_COMMAND_ARGS or sum(len(a) for a in spec.command) > MAX_COMMAND_BYTES:
-        raise InvalidRequest("command too long")
-    if any("\0" in a for a in spec.command) or spec.command[0] == "":
-        raise InvalidRequest("command arguments must be non-empty strings without NUL")
+    _check_command(spec)
     if not 1 <= spec.slots <= MAX_SLOTS:
         raise InvalidRequest(f"slots must be between 1 and {MAX_SLOTS}, got {spec.slots}")
     queue = spec.queue or model.default_queue()
@@ -155,14 +157,15 @@ def submit(model: State, actor: User, spec: JobSpec, now: float, config: Config 
         raise NotFound(f"project {project!r} does not exist")
     if not actor.is_admin and project not in actor.projects:
         raise Forbidden(f"user {actor.name!r} is not a member of project {project!r}")
-    name = spec.name if spec.name is not None else os.path.basename(spec.command[0])[:63] or "job"
+    name = spec.name if spec.name is not None else default_name(spec)
     indices: list[int] = []
     if spec.name is not None:
         name, indices = parse_array_name(spec.name)
-        check_name("job", name)
+        check_job_name(name)
     if config is not None:
         _check_user_limits(model, actor, len(indices) or 1, config.controller)
-    for what, value in (("cwd", spec.cwd), ("stdout", spec.stdout), ("stderr", spec.stderr)):
+    for what, value in (("cwd", spec.cwd), ("stdout", spec.stdout), ("stderr", spec.stderr),
+                        ("submit_dir", spec.submit_dir)):
         _check_path(what, value)
     try:
         rr = parse_resreq(spec.resreq)
@@ -184,8 +187,48 @@ def submit(model: State, actor: User, spec: JobSpec, now: float, config: Config 
         command=list(spec.command), slots=spec.slots, resreq=spec.resreq, cwd=spec.cwd,
         stdout=spec.stdout, stderr=spec.stderr, rerunnable=spec.rerunnable, held=spec.held,
         array_indices=indices, claim_refs=refs, templates=templates, app=app, request_id=spec.request_id,
-        mem_limit=spec.mem_limit,
+        mem_limit=spec.mem_limit, shell=spec.shell, script=spec.script, submit_dir=spec.submit_dir,
+        env=job_environment(spec, config.controller if config is not None else None),
     )], job_id
+
+
+def _check_command(spec: JobSpec) -> None:
+    """An argument vector, one command line (``shell``) or a script and its arguments: each as it may be."""
+    if spec.shell and spec.script is not None:
+        raise InvalidRequest("a job is a command line (shell) or a script, not both")
+    if not spec.command and spec.script is None:
+        raise InvalidRequest("a job needs a command: xce submit [options] -- CMD ARGS...")
+    if len(spec.command) > MAX_COMMAND_ARGS or sum(len(a) for a in spec.command) > MAX_COMMAND_BYTES:
+        raise InvalidRequest("command too long")
+    if any("\0" in a for a in spec.command) or (spec.script is None and spec.command[0] == ""):
+        raise InvalidRequest("command arguments must be non-empty strings without NUL")
+    if spec.shell and (len(spec.command) != 1 or not spec.command[0].strip()):
+        raise InvalidRequest("a shell command line is one non-blank string (it is run by /bin/sh -c)")
+    if spec.script is not None and (not spec.script or "\0" in spec.script):
+        raise InvalidRequest("a script is non-empty text without NUL")
+
+
+def default_name(spec: JobSpec) -> str:
+    """A job's name when none is given: its program's (a command line's first word), "script" for a
+    script."""
+    if spec.script is not None:
+        return "script"
+    first = spec.command[0].split()[0] if spec.shell else spec.command[0]
+    return os.path.basename(first)[:63] or "job"
+
+
+def job_environment(spec: JobSpec, site: ControllerConfig | None) -> dict[str, str] | None:
+    """What of the submitter's environment goes with the job: none of XCE's credentials (``never_sent``),
+    none the site marks private (``[controller] private_env``), and nothing of a whole environment
+    (``-env all``) where the site keeps jobs' environments clean (``job_environment = "clean"``)."""
+    if not spec.env:
+        return None
+    if site is not None and site.job_environment == "clean" and spec.env_all:
+        return None
+    private = site.private_env if site is not None else ()
+    kept = {k: v for k, v in spec.env.items()
+            if not never_sent(k, v) and not any(fnmatch.fnmatchcase(k, p) for p in private)}
+    return kept or None
 
 
 def request_key(user: str, request_id: str) -> str:
@@ -244,6 +287,8 @@ def _set_state(model: State, job: Job, new: JobState, time: float, reason: str) 
     check(TRANSITIONS, job.state, new, f"job {job.id} run {job.run}", reason)
     job.state = new
     job.history.append({"state": new.value, "time": time, "run": job.run, "reason": reason})
+    if job.finished:
+        job.env = None  # only a run needs it: an hour of finished jobs (keep_finished) holds none, nor the archive
     _index(model, job)
 
 
@@ -278,6 +323,7 @@ def apply_job_submitted(model: State, f: JobSubmitted) -> None:
             rerunnable=f.rerunnable, array_parent=parent, array_index=index, pending_reason=pending_reason,
             claim_refs=[dict(r) for r in f.claim_refs], templates=[dict(t) for t in f.templates], app=f.app,
             history=[submitted.copy()], request_id=f.request_id if job_id == f.id else None, mem_limit=f.mem_limit,
+            shell=f.shell, script=f.script, submit_dir=f.submit_dir, env=f.env,  # (shared by an array's elements)
         )
         _index(model, job)
     if f.request_id is not None:
@@ -333,13 +379,15 @@ def apply_job_started(model: State, f: JobStarted) -> None:
         return
     if job.run != f.run or job.state is not JobState.PEND:
         return  # OBSERVATION: another run's, or started already (a repeated report), or it ended
-    _set_state(model, job, JobState.RUN, f.time, f"started on {f.host} (pid {f.pid})")
+    _set_state(model, job, JobState.RUN, f.time,
+               f"started on {f.host} (pid {f.pid})" + (f": {f.note}" if f.note else ""))
     job.start_time = f.time
     job.pid = f.pid
     job.workspace = f.workspace or None
     job.stdout = f.stdout or job.stdout
     job.stderr = f.stderr or job.stderr
     job.publish = f.publish
+    job.run_note = f.note
     job.pending_reason = None
 
 
@@ -548,14 +596,14 @@ def release(model: State, actor: User, job_id: int, now: float) -> list[Fact]:
 
 
 def report_started(model: State, host: str, job_id: int, run: int, pid: int, now: float,
-                   workspace: str, stdout: str, stderr: str, publish: str = "") -> list[Fact]:
+                   workspace: str, stdout: str, stderr: str, publish: str = "", note: str = "") -> list[Fact]:
     job = model.jobs.get(job_id)
     if job is None or job.run != run or job.finished or host not in job.alloc_slots:
         raise Conflict(f"job {job_id} run {run} is not dispatched to {host}")
     if job.started:
         return []  # OBSERVATION: a repeated report
     return [JobStarted(time=now, job_id=job_id, run=run, host=host, pid=pid,
-                       workspace=workspace, stdout=stdout, stderr=stderr, publish=publish)]
+                       workspace=workspace, stdout=stdout, stderr=stderr, publish=publish, note=note)]
 
 
 def report_finished(model: State, host: str, job_id: int, run: int, now: float, exit_code: int | None,

@@ -21,7 +21,7 @@ stand-alone contract allows it; ``pyproject.toml``), so users' notebooks get it 
 
 from typing import TYPE_CHECKING, Any
 
-from xce.wire._submission import NAME_PATTERN, Limit, Submission
+from xce.wire._submission import JOB_NAME_PATTERN, MAX_SCRIPT, NAME_PATTERN, TOKEN_SECRET, Limit, Submission, never_sent
 
 if TYPE_CHECKING:
     from xce.wire._documents import (AgentOp, ClaimDoc, Dispatch, HistoryRow, JobClaimDoc, JobDoc, JobRow, OpReport,
@@ -41,6 +41,8 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
+    "JOB_NAME_PATTERN",
+    "MAX_SCRIPT",
     "NAME_PATTERN",
     "AgentOp",
     "ClaimDoc",
@@ -55,4 +57,6 @@ __all__ = [
     "RunUsage",
     "SnapshotDoc",
     "Submission",
+    "TOKEN_SECRET",
+    "never_sent",
 ]

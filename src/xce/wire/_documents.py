@@ -83,6 +83,14 @@ class JobDoc(TypedDict):
     held_s: float | None
     mem_limit: int | None
     usage: Annotated[RunUsage | None, Limit(description="what the last run used (null before a run has ended)")]
+    shell: Annotated[bool, Limit(description="command is one command line, run by /bin/sh -c")]
+    script: Annotated[str | None, Limit(description="the job's script (it was submitted as one; command holds "
+                                                    "its arguments)")]
+    submit_dir: Annotated[str | None, Limit(description="where the job was submitted from: it starts there "
+                                                        "unless cwd says otherwise")]
+    note: Annotated[str | None, Limit(description="what its worker noted starting the run (the submission "
+                                                  "directory cannot be entered on its host: it started in its "
+                                                  "workspace)")]
 
 
 class _Row(TypedDict):
@@ -289,3 +297,8 @@ class Dispatch(TypedDict):
     project: str
     claims: list[dict[str, Any]]  # what the worker publishes into the run (xce.model.job_claims.publish_list)
     mem_limit: int | None
+    alloc_slots: dict[str, int]  # slots on each of hosts (LSB_MCPU_HOSTS, LSB_DJOB_HOSTFILE)
+    shell: bool  # command is one command line for /bin/sh -c
+    script: str | None  # the job is this script; command its arguments
+    submit_dir: str | None  # where it starts when cwd is not given (falling back to its workspace)
+    env: dict[str, str] | None  # the submitter's variables that go with it

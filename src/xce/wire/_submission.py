@@ -9,9 +9,13 @@ line becomes one is ``xce.jobspec``'s.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Callable
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9\-_.]{0,62}$"  # every entity's name (xce.names checks it)
+# a job's name, as LSF's tools make them (snakemake's "Snakemake_rule_X___(uuid)", parsl's "parsl.htex.block-0"):
+# letters, digits and punctuation no shell, path or listing reads as anything but a character; no
+# blank, quote, glob, "/", "$" or "[" ("NAME[1-10]" is an array).  Claim names keep NAME_PATTERN.
+JOB_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.+=:@%,()^~#-]{0,511}$"
 
 
 class Limit:
@@ -35,6 +39,32 @@ Name = Annotated[str, Limit(pattern=NAME_PATTERN, max_length=63)]
 Path = Annotated[str, Limit(min_length=1, max_length=4096)]
 Arg = Annotated[str, Limit(max_length=65536)]
 Size = Annotated[str, Limit(min_length=1, max_length=40)]
+EnvName = Annotated[str, Limit(min_length=1, max_length=1024, pattern=r"^[^=\x00]+$")]
+EnvValue = Annotated[str, Limit(max_length=131072, pattern=r"^[^\x00]*$")]  # Linux's bound on one variable
+MAX_SCRIPT = 1 << 20
+
+
+TOKEN_SECRET = r"xce_([0-9a-f]{1,32})_[A-Za-z0-9_-]+"  # an XCE token's secret (xce.model.identity makes them)
+_token_in: Callable[[str], Any] | None = None
+
+
+def never_sent(name: str, value: str = "") -> bool:
+    """Is an environment variable XCE's credential (``XCE_TOKEN``, ``XCE_TOKEN_FILE``..., in any case), or
+    does its value hold a token's secret, whatever its name?  Such a variable never goes with a job,
+    whatever a site or a submitter says: the client leaves it out of a submission and the controller
+    drops it from one, so a token given to ``xce`` is never written to the log nor seen by the job, its
+    host or whoever may read either."""
+    upper = name.upper()
+    if upper.startswith("XCE_") and "TOKEN" in upper:
+        return True
+    if "xce_" not in value:
+        return False
+    global _token_in
+    if _token_in is None:  # (compiled when first needed: most environments hold no "xce_")
+        import re
+
+        _token_in = re.compile(TOKEN_SECRET).search
+    return _token_in(value) is not None
 
 
 class Submission:
@@ -42,8 +72,10 @@ class Submission:
     absolute (``xce.jobspec`` does, from the directory the user stands in).  Immutable, keyword-only,
     compared field by field; its fields are ``FIELDS``, in order, each with its default on the class."""
 
-    command: Annotated[tuple[Arg, ...], Limit(min_length=1, max_length=4096)]
-    name: Annotated[str, Limit(min_length=1, max_length=200, description=(
+    command: Annotated[tuple[Arg, ...], Limit(max_length=4096, description=(
+        "the program and its arguments (an argument vector, run as it is); with shell, one command line; with "
+        "script, the script's arguments (none or more)"))]
+    name: Annotated[str, Limit(min_length=1, max_length=600, description=(
         "a job name, or NAME[1-100] / NAME[1,3,5-9:2] for a job array"))] | None = None
     queue: Name | None = None
     project: Name | None = None
@@ -77,22 +109,40 @@ class Submission:
     mem_limit: Annotated[str, Limit(min_length=1, max_length=40, description=(
         "SIZE (100Mi, 2G): the memory each host's part of the job may use (LSF's -M), enforced by the run's "
         "cgroup; without it a job's rusage[mem=] reservation is its limit"))] | None = None
+    shell: Annotated[bool, Limit(description=(
+        "command is one command line, run by /bin/sh -c (bsub's COMMAND; xce submit --shell)"))] = False
+    script: Annotated[str, Limit(min_length=1, max_length=MAX_SCRIPT, description=(
+        "the job is this script (bsub < job.sh): run with its #! interpreter, else /bin/sh; command holds its "
+        "arguments"))] | None = None
+    submit_dir: Annotated[str, Limit(min_length=1, max_length=4096, description=(
+        "the directory the job was submitted from: where it starts when cwd is not given (where its user cannot "
+        "enter it on its host, it starts in its workspace, and xce job show says so)"))] | None = None
+    env: Annotated[dict[EnvName, EnvValue], Limit(max_length=4096, description=(
+        "the job's environment as the submitter gives it (-env): over the execution host's clean one, without "
+        "the variables the site keeps private; none: the clean one"))] | None = None
+    env_all: Annotated[bool, Limit(description=(
+        "env is the submitter's whole environment (-env all), which a site may refuse ([controller] "
+        "job_environment = \"clean\"), rather than variables named one by one"))] = False
 
     def __init__(self, **given: Any) -> None:
         unknown = set(given) - set(FIELDS)
         if unknown:
             raise TypeError(f"Submission has no field {sorted(unknown)[0]!r}")
-        if "command" not in given:
-            raise TypeError("Submission needs a command")
+        if "command" not in given and "script" not in given:
+            raise TypeError("Submission needs a command (or a script)")
         for name in FIELDS:
             value = given.get(name, getattr(type(self), name, None))
             if isinstance(value, list):  # lists are taken for tuples (JSON has only lists)
                 value = tuple(value)
+            elif value is None and name == "command":  # a script without arguments
+                value = ()
             object.__setattr__(self, name, value)
         if isinstance(self.mem_limit, int) and not isinstance(self.mem_limit, bool):  # -M in bytes
             object.__setattr__(self, "mem_limit", str(self.mem_limit))
+        if isinstance(self.command, str) and self.shell:  # a command line: one string
+            object.__setattr__(self, "command", (self.command,))
         if isinstance(self.command, str):  # a string would be sent as one argument per character
-            raise TypeError("Submission.command is a sequence of arguments, not a string")
+            raise TypeError("Submission.command is a sequence of arguments, not a string (a command line: shell=True)")
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("a Submission is immutable: make another (replace)")
@@ -107,11 +157,12 @@ class Submission:
         return "Submission(" + ", ".join(f"{k}={v!r}" for k, v in self.to_body().items()) + ")"
 
     def to_body(self) -> dict[str, Any]:
-        """The JSON body of ``POST /v1/jobs``: every field, lists for tuples, unset optional ones left out."""
+        """The JSON body of ``POST /v1/jobs``: every field, lists for tuples, unset optional ones left out
+        (and the new flags when false: an older controller takes the body of a submission that uses none)."""
         body: dict[str, Any] = {}
         for name in FIELDS:
             value = getattr(self, name)
-            if value is not None:
+            if value is not None and not (name in _LEFT_OUT_WHEN_FALSE and value is False):
                 body[name] = list(value) if isinstance(value, tuple) else value
         return body
 
@@ -128,3 +179,4 @@ class Submission:
 
 
 FIELDS: tuple[str, ...] = tuple(Submission.__annotations__)  # in order
+_LEFT_OUT_WHEN_FALSE = frozenset({"shell", "env_all"})

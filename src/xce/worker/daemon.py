@@ -311,10 +311,7 @@ class Worker:
             return
         with self._lock:
             self.running.add(key)
-        self._reports.put(("started", {"job_id": key[0], "run": key[1], "pid": started.pid,
-                                       "workspace": workspace, "stdout": started.stdout,
-                                       "stderr": started.stderr, "publish": started.publish}))
-        threading.Thread(target=self._watch_child, args=(key, started.pid, run_dir, workspace), daemon=True,
+        threading.Thread(target=self._watch_child, args=(key, started, run_dir), daemon=True,
                          name=f"job-{key[0]}.{key[1]}").start()
 
     def _make_cgroup(self, key: tuple[int, int], job: Dispatch) -> RunCgroup | None:
@@ -348,9 +345,15 @@ class Worker:
         if rc is not None and self.cgroups is not None:
             self.cgroups.give_back(rc, used)
 
-    def _watch_child(self, key: tuple[int, int], pid: int, run_dir: str, workspace: str) -> None:
-        os.waitpid(pid, 0)  # the shepherd: it has written the job's status by now
-        self._finish(key, run_dir, workspace)
+    def _watch_child(self, key: tuple[int, int], started: sandbox.Started, run_dir: str) -> None:
+        """Report the run started once its command was exec'd (with what the launcher noted: a working
+        directory it could not use), then wait for its end."""
+        note = started.notes()
+        self._reports.put(("started", {"job_id": key[0], "run": key[1], "pid": started.pid,
+                                       "workspace": started.workspace, "stdout": started.stdout,
+                                       "stderr": started.stderr, "publish": started.publish, "note": note}))
+        os.waitpid(started.pid, 0)  # the shepherd: it has written the job's status by now
+        self._finish(key, run_dir, started.workspace)
 
     def _watch_adopted(self, key: tuple[int, int], pid: int, run_dir: str, workspace: str) -> None:
         while sandbox.shepherd_alive(pid, run_dir):  # not our child: we cannot wait for it
@@ -387,7 +390,7 @@ class Worker:
         elif status == sandbox.PUBLISH_FAILED and (err := sandbox.publish_error(run_dir)):
             report = {"job_id": key[0], "run": key[1], "exit_code": status,
                       "reason": f"failed to start: could not publish its claims: {err}"}
-        elif status == sandbox.LAUNCH_FAILED and (err := sandbox.launch_error(run_dir)):
+        elif status in (sandbox.LAUNCH_FAILED, sandbox.NOT_FOUND) and (err := sandbox.launch_error(run_dir)):
             report = {"job_id": key[0], "run": key[1], "exit_code": status, "reason": f"failed to start: {err}"}
         else:
             exit_code, sig = sandbox.exit_status(status)

@@ -36,6 +36,7 @@ the shell's way: killed by signal (status - 128).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import shutil
@@ -54,8 +55,12 @@ LAUNCHER = "xce-launch"
 # launched as its user: working directory, output files (RUN/launch.err says why); as xce-launch.c
 PUBLISH_FAILED = 125
 LAUNCH_FAILED = 126
+NOT_FOUND = 127  # the command was not found (RUN/launch.err says which), as a shell says it
 MOUNTS = "mounts"
 LAUNCH_ERR = "launch.err"
+ENV = "env"  # RUN/env: the job's environment (write_env)
+SCRIPT = "script"  # RUN/script: a submitted script (command_argv)
+SHELL = "/bin/sh"
 
 
 class StartFailed(Exception):
@@ -80,6 +85,25 @@ class Started:
     stdout: str
     stderr: str
     publish: str = ""  # how claims were published: "bind" (root) or "symlink" (not root); "" none
+    report: int | None = None  # the read end of the shepherd's --report pipe (``notes`` reads and closes it)
+
+    def notes(self) -> str:
+        """What the job noted before its command's exec ("the submission directory ... cannot be entered
+        on this host ..."), one note a line; waits for the exec (or the job's failure to get there)."""
+        if self.report is None:
+            return ""
+        chunks = []
+        try:
+            while chunk := os.read(self.report, 65536):
+                chunks.append(chunk)
+        finally:
+            os.close(self.report)
+            self.report = None
+        lines = b"".join(chunks).decode(errors="replace").splitlines()
+        return "\n".join(line[len(NOTE):] for line in lines if line.startswith(NOTE))
+
+
+NOTE = "note: "  # how the launcher's notes begin (its failures do not)
 
 
 def claims_dir(run_dir: str) -> str:
@@ -148,17 +172,99 @@ def expand(pattern: str, job: Dispatch) -> str:
             .replace("%I", str(job["array_index"] or 0)))
 
 
-def job_env(job: Dispatch, host: str, workspace: str, home: str) -> dict[str, str]:
-    env = {"PATH": DEFAULT_PATH, "HOME": home, "LANG": "C.UTF-8",
-           "USER": job["user"], "LOGNAME": job["user"],
-           "XCE_JOBID": str(job["job_id"]), "XCE_JOB_NAME": job["name"], "XCE_QUEUE": job["queue"],
-           "XCE_PROJECT": job["project"], "XCE_HOST": host, "XCE_HOSTS": " ".join(job["hosts"]),
-           "XCE_SLOTS": str(job["total_slots"]), "XCE_RUN": str(job["run"]),
-           "XCE_WORKSPACE": workspace}
+# what the submitter's environment never sets in a job: who the job runs as is the execution host's
+# account, and a shell finds its directory itself (the job may start elsewhere: its workspace)
+HOST_OWNED = frozenset({"HOME", "USER", "LOGNAME", "PWD", "OLDPWD"})
+# XCE's variables that may go with a job (where its cluster is); the others are the job's own, set
+# here, and one submitted from inside another job must not inherit its parent's (XCE_ARRAY_INDEX...)
+XCE_PASSED = frozenset({"XCE_CONFIG", "XCE_URL", "XCE_LOG_LEVEL"})
+HOSTFILE = "hostfile"  # RUN/hostfile: LSB_DJOB_HOSTFILE, one line per slot
+
+
+def _submitted(name: str) -> bool:
+    """May the submitter's variable ``name`` go into the job's environment?"""
+    if name in HOST_OWNED:
+        return False
+    if name.startswith("XCE_"):
+        return name in XCE_PASSED
+    return not name.startswith("LSB_")  # (LSF's job variables: this job's, below)
+
+
+def lsf_env(job: Dispatch, hostfile: str | None) -> dict[str, str]:
+    """LSF's job variables, as the tools written for LSF read them: ``LSB_JOBID`` is an array's id in
+    its elements (``LSB_JOBINDEX`` says which, 0 outside arrays); ``LSB_HOSTS`` names a host once per
+    slot, ``LSB_MCPU_HOSTS`` each host and its slots."""
+    slots = job.get("alloc_slots") or {h: job["total_slots"] if i == 0 else 0 for i, h in enumerate(job["hosts"])}
+    per_host = [(h, int(slots.get(h, 0))) for h in job["hosts"]]
+    index = job["array_index"]
+    env = {"LSB_JOBID": str(job["array_parent"] if index is not None else job["job_id"]),
+           "LSB_JOBINDEX": str(index or 0),
+           "LSB_JOBNAME": f"{job['name']}[{index}]" if index is not None else job["name"],
+           "LSB_QUEUE": job["queue"],
+           "LSB_HOSTS": " ".join(h for h, n in per_host for _ in range(n)),
+           "LSB_MCPU_HOSTS": " ".join(f"{h} {n}" for h, n in per_host),
+           "LSB_DJOB_NUMPROC": str(job["total_slots"])}
+    if hostfile is not None:
+        env["LSB_DJOB_HOSTFILE"] = hostfile
+    return env
+
+
+def write_hostfile(run_dir: str, job: Dispatch) -> str:
+    """RUN/hostfile: the job's hosts, a line per slot (``LSB_DJOB_HOSTFILE``); readable by the job."""
+    path = os.path.join(run_dir, HOSTFILE)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as fh:
+        fh.write("".join(f"{h}\n" for h in lsf_env(job, None)["LSB_HOSTS"].split()))
+    return path
+
+
+def job_env(job: Dispatch, host: str, workspace: str, home: str, hostfile: str | None = None) -> dict[str, str]:
+    """The job's environment: a clean base, the submitter's variables over it (as the controller kept
+    them: private ones and tokens are gone), then the account's, LSF's and XCE's own, which none overrides."""
+    env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}
+    env.update((k, v) for k, v in (job.get("env") or {}).items() if _submitted(k))
+    env.update(lsf_env(job, hostfile))
+    env.update({"HOME": home, "USER": job["user"], "LOGNAME": job["user"],
+                "XCE_JOBID": str(job["job_id"]), "XCE_JOB_NAME": job["name"], "XCE_QUEUE": job["queue"],
+                "XCE_PROJECT": job["project"], "XCE_HOST": host, "XCE_HOSTS": " ".join(job["hosts"]),
+                "XCE_SLOTS": str(job["total_slots"]), "XCE_RUN": str(job["run"]),
+                "XCE_WORKSPACE": workspace})
     if job["array_index"] is not None:
         env["XCE_ARRAY_INDEX"] = str(job["array_index"])
         env["XCE_ARRAY_JOBID"] = str(job["array_parent"])
     return env
+
+
+def write_env(run_dir: str, env: dict[str, str]) -> None:
+    """RUN/env, the job's environment as the launcher reads it: NUL-ended NAME=VALUE records, 0600 in
+    the run directory (no user can write it, nor read another's)."""
+    data = b"".join(os.fsencode(k) + b"=" + os.fsencode(v) + b"\0" for k, v in env.items()
+                    if k and "=" not in k and "\0" not in k and "\0" not in v)
+    fd = os.open(os.path.join(run_dir, ENV), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+
+
+def command_argv(job: Dispatch, run_dir: str, run_as: RunAs | None) -> list[str]:
+    """What the launcher execs: the argument vector as submitted, a command line through
+    ``/bin/sh -c``, or the submitted script, written to RUN/script (the user's, 0700) and run with its
+    ``#!`` interpreter (the kernel reads it) or ``/bin/sh``, whether the file it came from was
+    executable or not."""
+    command = list(job["command"])
+    if job.get("shell"):
+        return [SHELL, "-c", command[0]]
+    script = job.get("script")
+    if script is None:
+        return command
+    path = os.path.join(run_dir, SCRIPT)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o700)
+    try:
+        if run_as is not None:
+            os.fchown(fd, run_as.uid, run_as.gid)
+        os.write(fd, script.encode())
+    finally:
+        os.close(fd)
+    return [path, *command] if script.startswith("#!") else [SHELL, path, *command]
 
 
 LOGIN_DEFS = "/etc/login.defs"
@@ -199,13 +305,6 @@ def run_as_for(user: str, host: str, allow_system: bool = False) -> RunAs:
     return RunAs(uid=pw.pw_uid, gid=pw.pw_gid, name=pw.pw_name, home=pw.pw_dir, groups=groups)
 
 
-def _resolve(command: str, cwd: str, path: str) -> str | None:
-    if "/" in command:
-        full = command if os.path.isabs(command) else os.path.join(cwd, command)
-        return full if os.path.isfile(full) and os.access(full, os.X_OK) else None
-    return shutil.which(command, path=path)
-
-
 @dataclass(frozen=True)
 class Confinement:
     """What holds a run besides its sandbox: its cgroup, the lease its shepherd keeps it on, and what the
@@ -229,22 +328,25 @@ class Confinement:
 
 def start(job: Dispatch, host: str, run_dir: str, workspace: str, output_dir: str,
           roots: StorageRoots, run_as: RunAs | None = None, confinement: Confinement = Confinement()) -> Started:
-    """Create the workspace, check what can be checked here, spawn the shepherd."""
+    """Create the workspace, write what the launcher reads, spawn the shepherd.  The working directory
+    and the command are the launcher's to find, as the job's user: the worker (root) follows no path a
+    user chose, and says only what it checked itself.  The job starts in ``cwd`` (``--cwd``: it must
+    exist), else in the submission directory (``submit_dir``) or, where its user cannot enter that, in its
+    workspace (the launcher notes it: ``Started.notes``)."""
     os.makedirs(workspace, mode=0o700, exist_ok=True)
     if run_as is not None:
         os.chown(workspace, run_as.uid, run_as.gid)
-    cwd = job["cwd"] or workspace
-    if not os.path.isdir(cwd):
-        raise StartFailed(f"failed to start: working directory {cwd} does not exist on {host}")
+    cwd = job["cwd"] or job.get("submit_dir") or workspace
+    fallback = workspace if not job["cwd"] and job.get("submit_dir") else None
     home = run_as.home if run_as else os.environ.get("HOME", "/")
-    env = job_env(job, host, workspace, home)
+    env = job_env(job, host, workspace, home, write_hostfile(run_dir, job))
     claims = job.get("claims") or []
     program = launcher()
     as_root = os.geteuid() == 0
     prepare_publish(claims, run_dir, roots, as_root)
     env.update(publish_env(claims, run_dir))
-    if _resolve(job["command"][0], cwd, env["PATH"]) is None:
-        raise StartFailed(f"failed to start: command not found: {job['command'][0]}")
+    command = command_argv(job, run_dir, run_as)
+    write_env(run_dir, env)
     default_out = os.path.join(output_dir, f"{job['display_id']}.out")
     stdout = expand(job["stdout"], job) if job["stdout"] else default_out
     stderr = expand(job["stderr"], job) if job["stderr"] else stdout
@@ -254,17 +356,43 @@ def start(job: Dispatch, host: str, run_dir: str, workspace: str, output_dir: st
             raise StartFailed(f"failed to start: output directory {p} does not exist on {host}")
     if not job["stdout"]:
         _precreate(default_out, run_as)
-    pid = spawn_shepherd(launch_argv(program, run_dir, cwd, stdout, stderr, job["command"], as_root, run_as,
-                                     confinement), env)
+    argv = launch_argv(program, run_dir, cwd, stdout, stderr, command, as_root, run_as, confinement,
+                       cwd_fallback=fallback, report=True)
+    read_end, write_end = _report_pipe()
+    try:
+        pid = spawn_shepherd(argv, {}, report=write_end)  # the launcher (root) runs with no user's environment
+    except BaseException:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
     how = ("bind" if as_root else "symlink") if claims else ""
-    return Started(pid=pid, workspace=workspace, stdout=stdout, stderr=stderr, publish=how)
+    return Started(pid=pid, workspace=workspace, stdout=stdout, stderr=stderr, publish=how, report=read_end)
 
 
-def spawn_shepherd(argv: list[str], env: dict[str, str]) -> int:
-    """Spawn the launcher's ``argv`` in its own session; the shepherd's pid."""
+REPORT_FD = 3  # the shepherd's --report descriptor
+
+
+def _report_pipe() -> tuple[int, int]:
+    """A close-on-exec pipe whose write end is not ``REPORT_FD`` itself (a dup onto the same number
+    would leave it close-on-exec in the shepherd).  Only the shepherd it is handed to gets it: a run
+    started meanwhile by another thread must not hold it open."""
+    read_end, write_end = os.pipe()
+    if write_end == REPORT_FD:
+        moved = fcntl.fcntl(write_end, fcntl.F_DUPFD_CLOEXEC, REPORT_FD + 1)
+        os.close(write_end)
+        write_end = moved
+    return read_end, write_end
+
+
+def spawn_shepherd(argv: list[str], env: dict[str, str], report: int | None = None) -> int:
+    """Spawn the launcher's ``argv`` in its own session, ``report`` (a pipe's write end) as its
+    ``REPORT_FD``; the shepherd's pid."""
     actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
                (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
                (os.POSIX_SPAWN_DUP2, 1, 2)]
+    if report is not None:
+        actions.append((os.POSIX_SPAWN_DUP2, report, REPORT_FD))
     try:
         return os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True)
     except OSError as e:
@@ -272,15 +400,23 @@ def spawn_shepherd(argv: list[str], env: dict[str, str]) -> int:
 
 
 def launch_argv(program: str, run_dir: str, cwd: str, stdout: str, stderr: str, command: list[str],
-                as_root: bool, run_as: RunAs | None, confinement: Confinement = Confinement()) -> list[str]:
+                as_root: bool, run_as: RunAs | None, confinement: Confinement = Confinement(), *,
+                cwd_fallback: str | None = None, report: bool = False) -> list[str]:
     """The launcher's arguments for one run (see native/xce-launch.c): ``xce-shepherd RUN`` first, which
-    ``shepherd_alive`` knows it by; as root a private mount namespace, with RUN/mounts bound in it."""
+    ``shepherd_alive`` knows it by; as root a private mount namespace, with RUN/mounts bound in it;
+    ``cwd_fallback``: where the job starts if its user cannot enter ``cwd``; ``report``: the shepherd says on
+    ``REPORT_FD`` when the command was exec'd (``spawn_shepherd``'s ``report``)."""
     argv = [program, "xce-shepherd", run_dir]
     if as_root:
         argv.append("--mount-ns")
     if run_as is not None:
         argv += ["--user", str(run_as.uid), str(run_as.gid), ",".join(map(str, run_as.groups))]
-    return argv + confinement.launcher_args() + [cwd, stdout, stderr, "--", *command]
+    argv += confinement.launcher_args()
+    if cwd_fallback is not None:
+        argv += ["--cwd-fallback", cwd_fallback]
+    if report:
+        argv += ["--report", str(REPORT_FD)]
+    return argv + [cwd, stdout, stderr, "--", *command]
 
 
 def _precreate(path: str, run_as: RunAs | None) -> None:
@@ -335,8 +471,9 @@ def publish_error(run_dir: str) -> str | None:
 
 def launch_error(run_dir: str) -> str | None:
     """Why the launcher could not start the job as its user, from RUN/launch.err ("cannot open output
-    file /x/out: Permission denied")."""
-    return _last_line(run_dir, LAUNCH_ERR)
+    file /x/out: Permission denied", "command not found: ./train.sh"); a note is no failure."""
+    line = _last_line(run_dir, LAUNCH_ERR)
+    return None if line is None or line.startswith(NOTE) else line
 
 
 def clean_workspace(workspace: str) -> None:

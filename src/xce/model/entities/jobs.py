@@ -66,6 +66,11 @@ class Job:
     order_seq: int = 0  # orders given to the current run's processes (kill, signals, stop, resume)
     signal_orders: list[list[int]] = field(default_factory=list)  # [seq, signal]: xce kill -s, newest last
     mem_limit: int | None = None  # -M: bytes each host's part of a run may use
+    shell: bool = False  # command is one command line for /bin/sh -c
+    script: str | None = None  # the job is this script (bsub < job.sh); command its arguments
+    submit_dir: str | None = None  # where the job starts when cwd is not given (else its workspace)
+    env: dict[str, str] | None = None  # the submitter's variables that go with the job (until it finishes)
+    run_note: str = ""  # what the worker noted starting the current run (a submission directory it could not enter)
     usage: dict[str, Any] | None = None  # what the last run used: max_rss_bytes, cpu_user_s, cpu_sys_s
     # claims (see xce.model.job_claims)
     claim_refs: list[dict[str, Any]] = field(default_factory=list)  # standalone: {claim_id, name, mode}
