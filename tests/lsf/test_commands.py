@@ -143,5 +143,8 @@ def test_site_commands_report_the_envdir_as_clients_read_it(site):
     assert site.run("bqueues", check=True).stdout.split()[:2] == ["QUEUE_NAME", "PRIO"]
     hosts = site.run("bhosts", check=True).stdout.splitlines()
     assert [h.split()[0] for h in hosts[1:]] == ["host1", "host2"]
+    held = [bsub(site, "-H", "true") for _ in range(2)]
+    killed = site.run("bkill", "0", check=True).stdout.splitlines()  # 0: every unfinished job of yours
+    assert all(f"Job <{j}> is being terminated" in killed for j in held)
     r = site.run("bmod", "-q", "other", "1")
     assert r.returncode == 255 and "issue 32" in r.stderr

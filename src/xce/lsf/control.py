@@ -1,6 +1,7 @@
 """``bkill``, ``bstop``, ``bresume``, ``brequeue`` and ``bmod``: acting on jobs, with LSF's words.
 
-Each prints ``Job <N> is being terminated`` (stopped, resumed, requeued) per job, or says why not on
+Job ids are ``N``, ``N[I]``, or ``0``: every unfinished job of yours.  Each prints ``Job <N> is being
+terminated`` (stopped, resumed, requeued) per job, or says why not on
 stderr (``No matching job found``, ``Job has already finished``: the words pollers look for), and
 exits 255 if any job was refused.  ``bstop`` holds a pending job and suspends a running one, and
 ``bresume`` undoes either, as LSF's do.  ``bmod`` reads bsub's options and refuses them: XCE cannot
@@ -45,15 +46,19 @@ def act(prog: str, argv: list[str]) -> int:
     c = client()
     refused = 0
     for text in args.ids:
-        jobs = [] if text == "0" else find_jobs(c, text)
+        jobs = _unfinished(c) if text == "0" else find_jobs(c, text)
         if not jobs:
-            print(f"Job <{text}>: No matching job found" if text != "0" else
-                  f"{prog}: job 0 (all of your jobs) is not supported: name the jobs", file=sys.stderr)
+            print(f"Job <{text}>: No matching job found" if text != "0" else "No unfinished job found", file=sys.stderr)
             refused += 1
             continue
         for job in jobs:
             refused += not _one(c, prog, job, choose, done, getattr(args, "signal", None))
     return EXIT_FAILED if refused else 0
+
+
+def _unfinished(c: Client) -> list[dict[str, Any]]:
+    """Job id 0: every unfinished job of the caller's, as LSF's ``bkill 0``."""
+    return [j for j in c.get("/v1/jobs", {"limit": 10_000}) if j["state"] not in ("DONE", "EXIT")]
 
 
 def _one(c: Client, prog: str, job: dict[str, Any], choose: Choose, done: str, signal: str | None) -> bool:
