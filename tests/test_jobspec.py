@@ -153,6 +153,13 @@ def test_sizes_on_the_bsub_path_are_lsfs_and_xce_submit_keeps_its_own():
     assert (s.mem_limit, s.resreq) == ("100", "rusage[mem=4000]")
 
 
+def test_a_submission_with_an_environment_is_hashable_and_equal_by_value():
+    a = parse("--", "true", environ={"A": "1"})
+    b = parse("--", "true", environ={"A": "1"})
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert a != parse("--", "true", environ={"A": "2"})
+
+
 # ---------------------------------------------------------------- bsub's spelling column
 
 

@@ -151,7 +151,7 @@ class Submission:
         return isinstance(other, Submission) and self.to_body() == other.to_body()
 
     def __hash__(self) -> int:
-        return hash(tuple(getattr(self, name) for name in FIELDS))
+        return hash(tuple(frozenset(v.items()) if isinstance(v := getattr(self, name), dict) else v for name in FIELDS))
 
     def __repr__(self) -> str:
         return "Submission(" + ", ".join(f"{k}={v!r}" for k, v in self.to_body().items()) + ")"
