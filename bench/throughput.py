@@ -20,6 +20,9 @@ as the Slurm script polls ``squeue``):
           (xce.cli.server, started by the first call, stopped at the end)
   cli-R   the same with ``-R "span[hosts=1]"``: a resource requirement
   cli-json  the same with ``--json``: the job's whole document printed
+  bsub    N separate ``bsub -o /dev/null true`` processes (LSF's command: the same
+          native front, linked as ``bsub`` by ``make dev``, served by the same warm
+          server; the job runs ``/bin/sh -c true``, as LSF runs a command line)
 
 ``--repeat K`` runs the XCE modes K times, interleaved (array, api, cli, cli-R,
 cli-json, array, ...), so that load from other work on a shared machine falls
@@ -32,7 +35,7 @@ numbers are still printed.
 
 The table gives submitted/s (N / submission phase), completed/s (N /
 makespan) and the ratio of XCE completed/s to the matching Slurm mode:
-array vs ``sbatch --array``, api and cli vs N separate ``sbatch`` calls.
+array vs ``sbatch --array``, api, cli and bsub vs N separate ``sbatch`` calls.
 Everything is bounded by --max-seconds; every process started here is
 stopped (by pid) on exit, error or Ctrl-C.
 """
@@ -56,6 +59,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 VENV_BIN = os.path.join(ROOT, ".venv", "bin")
 XCE = os.path.join(VENV_BIN, "xce")
+BSUB = os.path.join(VENV_BIN, "bsub")
 PYTHON = os.path.join(VENV_BIN, "python")
 SLURM_DIR = os.path.normpath(os.path.join(ROOT, "..", "shared", "bench", "slurm"))
 ACTIVE = ("PEND", "RUN", "STAGE_OUT", "PSUSP")
@@ -444,13 +448,15 @@ def submit_api(api: Api, n: int, clients: int, deadline: float) -> tuple[list[in
     return ids, len(errors)
 
 
-CLI_FORMS = {"cli": [], "cli-R": ["-R", "span[hosts=1]"], "cli-json": ["--json"]}
+CLI_FORMS = {"cli": [], "cli-R": ["-R", "span[hosts=1]"], "cli-json": ["--json"], "bsub": []}
 
 
 def submit_cli(cluster: XceCluster, n: int, deadline: float, form: str = "cli") -> tuple[list[int], int]:
     env = cluster.env()
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # a real install has (and writes) cached bytecode
     argv = [XCE, "--config", cluster.config, "submit", *CLI_FORMS[form], "-o", "/dev/null", "--", "true"]
+    if form == "bsub":  # LSF's command reads the client config from XCE_CONFIG, as xce does
+        argv, env["XCE_CONFIG"] = [BSUB, "-o", "/dev/null", "true"], cluster.config
     ids: list[int] = []
     errors = 0
     first_err = ""
@@ -682,12 +688,13 @@ def report(args, xce: list[dict], slurm: list[dict], notes: list[str], elapsed: 
 
     by = {(r["system"], r["mode"]): r for r in slurm}
     pairs = {"array": "array", "api": "sbatch-loop", "cli": "sbatch-loop", "cli-R": "sbatch-loop",
-             "cli-json": "sbatch-loop"}
+             "cli-json": "sbatch-loop", "bsub": "sbatch-loop"}
     labels = {"array": "array (one xce submit -J t[1-N])",
               "api": f"api separate ({args.api_clients} keep-alive conns, 1 process)",
               "cli": "cli loop (N xce submit processes)",
               "cli-R": "cli loop, -R span[hosts=1]",
               "cli-json": "cli loop, --json",
+              "bsub": "bsub loop (N bsub processes)",
               "slurm array": "array (one sbatch --array=1-N)",
               "slurm sbatch-loop": "sbatch loop (N sbatch processes)"}
     print()
@@ -743,8 +750,8 @@ def main() -> int:
                     help="XCE slots per host (default 32: 4 x 32 = 128, Slurm's FORCE:64 x 2 CPUs)")
     ap.add_argument("--api-clients", type=int, default=4, help="concurrent keep-alive connections (default 4)")
     ap.add_argument("--poll", type=float, default=0.2, help="completion poll interval, s (Slurm's: 0.2)")
-    ap.add_argument("--modes", default="array,api,cli,cli-R,cli-json",
-                    help="XCE modes to run (default array,api,cli,cli-R,cli-json)")
+    ap.add_argument("--modes", default="array,api,cli,cli-R,cli-json,bsub",
+                    help="XCE modes to run (default array,api,cli,cli-R,cli-json,bsub)")
     ap.add_argument("--repeat", type=int, default=1, help="run the XCE modes this many times, interleaved")
     ap.add_argument("--mode-timeout", type=float, default=300.0, help="cap per XCE mode, s")
     ap.add_argument("--no-slurm", action="store_true", help="skip the Slurm side")

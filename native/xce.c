@@ -14,7 +14,7 @@
  * variables that shape an interpreter at start-up (PYTHON*, LC_*, LANG).  When none answers, the
  * front starts one (python -m xce.cli.server, in a session of its own, under a lock so that one
  * starts) and waits until it listens.  Whenever nothing has been sent yet and the server cannot be
- * had, the front runs the Python CLI itself ("cold": `python3 -m xce.cli.main`, the interpreter
+ * had, the front runs the Python CLI itself ("cold": `python3 -m xce.cli.programs NAME ...`, the interpreter
  * beside this binary), which is also what the server asks for commands that run for long
  * (daemons) and what XCE_NATIVE=0 forces.  Once a call is sent it is never sent again: a server
  * that fails after that is reported, exit 1.
@@ -24,6 +24,9 @@
  * fixed buffer and anything else is refused (tests/cli/test_native.py runs this under ASan and
  * UBSan against a server that answers garbage).  Signals it receives while the call runs (INT,
  * TERM, HUP, QUIT, USR1, USR2, WINCH) are passed on to the child that runs it.
+ *
+ * It is also LSF's commands (`make dev` links bsub, bjobs... to it): it sends the name it was run by
+ * (the basename of argv[0]) before the arguments, and xce/cli/programs.py says which program a name is.
  *
  * Build: `make dev` compiles it over the entry-point script pip writes (.venv/bin/xce).  -DXCE_PYTHON
  * names the interpreter; -DXCE_NO_COLD makes a front that never runs the Python CLI itself (the
@@ -87,6 +90,12 @@ static void find_python(void) {
 #endif
 }
 
+/* The name this front was run by (xce, bsub...): which program that is, is xce/cli/programs.py's. */
+static const char *program(void) {
+    const char *slash = strrchr(g_argv[0], '/');
+    return slash ? slash + 1 : g_argv[0];
+}
+
 /* Run the Python CLI in this process: nothing has been sent to a server. */
 static void cold(void) __attribute__((noreturn));
 static void cold(void) {
@@ -96,12 +105,13 @@ static void cold(void) {
 #else
     int argc = 0;
     while (g_argv[argc]) argc++;
-    char **args = calloc((size_t)argc + 4, sizeof *args);
+    char **args = calloc((size_t)argc + 5, sizeof *args);
     if (!args) exit(EXIT_REFUSED);
     args[0] = g_python;
     args[1] = "-m";
-    args[2] = "xce.cli.main";
-    for (int i = 1; i < argc; i++) args[i + 2] = g_argv[i];
+    args[2] = "xce.cli.programs";
+    args[3] = (char *)program();
+    for (int i = 1; i < argc; i++) args[i + 3] = g_argv[i];
     execv(g_python, args);
     fprintf(stderr, "xce: cannot run the Python CLI %s: %s\n", g_python, strerror(errno));
     exit(EXIT_REFUSED);
@@ -139,7 +149,7 @@ static int server_base(char *out, size_t cap) {
     uint64_t h = fnv(0xcbf29ce484222325ULL, g_python), sum = 0;
     for (char **e = environ; *e; e++)
         if (shapes_python(*e)) sum += fnv(0xcbf29ce484222325ULL, *e); /* in any order */
-    h = fnv(h ^ sum, "xce-cli-1");
+    h = fnv(h ^ sum, "xce-cli-2");
     int n = snprintf(out, cap, "%s/cli-%016llx", dir, (unsigned long long)h);
     return n > 0 && (size_t)n < cap;
 }
@@ -248,13 +258,14 @@ static int pass_fd(int fd, int flags) {
 /* Send the call: 1 if it was sent whole, 0 if nothing was (go cold), -1 if part was. */
 static int send_call(int fd) {
     Buf body = {0}, msg = {0};
-    int argc = 0, envc = 0;
+    int argc = 1, envc = 0;
+    buf_add(&body, program(), strlen(program()) + 1);
     for (char **a = g_argv + 1; *a; a++, argc++) buf_add(&body, *a, strlen(*a) + 1);
     for (char **e = environ; *e; e++, envc++) buf_add(&body, *e, strlen(*e) + 1);
     mode_t mask = umask(0);
     umask(mask);
     char head[128];
-    int n = snprintf(head, sizeof head, "XCE1 %d %d %o %zu\n", argc, envc, (unsigned)mask, body.len);
+    int n = snprintf(head, sizeof head, "XCE2 %d %d %o %zu\n", argc, envc, (unsigned)mask, body.len);
     buf_add(&msg, head, (size_t)n);
     if (body.len) buf_add(&msg, body.data, body.len);
     free(body.data);

@@ -100,6 +100,8 @@ def test_every_option_reaches_its_field():
     assert (s.claims, s.scratch, s.stage_class, s.app, s.resreq) == (("c1", "c2:ro"), "1G:local", "shared", "serve",
                                                                      "select[gpu] rusage[mem=1]")
     s = parse("--scratch", "", "--app", "", "--", "true")  # empty: not given
+    assert s.resreq == "" and parse("-R", "select[a]", "-R", "span[hosts=1]", "--", "true").resreq == (
+        "select[a] span[hosts=1]")  # a second -R is merged, not put in the first one's place
     assert (s.scratch, s.app) == (None, None)
 
 
@@ -166,3 +168,66 @@ def test_a_submission_with_an_environment_is_hashable_and_equal_by_value():
     b = parse("--", "true", environ={"A": "1"})
     assert a == b and hash(a) == hash(b) and len({a, b}) == 1
     assert a != parse("--", "true", environ={"A": "2"})
+
+
+# ---------------------------------------------------------------- bsub's spelling column
+
+
+def bsub(*argv: str, script: str | None = None, unit: str = "MB") -> Submission:
+    return jobspec.submission(jobspec.bsub_values(list(argv), script), cwd="/home/u/run", stdin=lambda: script or "",
+                              lsf_unit=unit)
+
+
+def test_bsub_spells_the_same_fields_and_means_the_same_as_xce_submit():
+    assert bsub("-q", "q1", "-n", "4", "-J", "a[1-3]", "-P", "p", "-r", "-H", "-cwd", "sub", "-o", "o.%J",
+                "-e", "e.%J", "-M", "100", "-env", "none", "true") == parse(
+        "-q", "q1", "-n", "4", "-J", "a[1-3]", "-P", "p", "-r", "-H", "--cwd", "sub", "-o", "o.%J", "-e", "e.%J",
+        "-M", "100", "--env", "none", "--shell", "--", "true", lsf_unit="MB")
+
+
+def test_a_command_line_runs_through_the_shell_and_a_script_as_a_script():
+    s = bsub("echo", "a;", "echo", "b")
+    assert (s.command, s.shell, s.script) == (("echo a; echo b",), True, None)
+    s = bsub(script="#!/usr/bin/env python3\nprint(1)\n")
+    assert (s.command, s.shell, s.script) == ((), False, "#!/usr/bin/env python3\nprint(1)\n")
+    with pytest.raises(JobSpecError, match="no command"):
+        bsub()
+
+
+def test_bsub_lines_are_read_like_shell_words_and_the_command_line_wins():
+    script = '#!/bin/bash\n#BSUB -J "two words"\n#BSUB -q short  # a comment\n#BSUB -n 2\necho\n#BSUB -q late\n'
+    s = bsub("-q", "long", script=script)
+    assert (s.name, s.queue, s.slots) == ("two words", "long", 2)  # (a #BSUB after the first command: not read)
+    assert bsub(script=script).queue == "short"
+
+
+def test_bsub_sizes_are_lsfs_and_several_r_merge():
+    mib = 1 << 20
+    assert bsub("-M", "100", "true").mem_limit == str(100 * mib)
+    assert bsub("-M", "100", "true", unit="KB").mem_limit == str(100 << 10)
+    s = bsub("-R", "rusage[mem=1000]", "-R", "span[hosts=1]", "true")
+    assert s.resreq == f"rusage[mem={1000 * mib}] span[hosts=1]"
+
+
+def test_output_equal_to_error_is_one_file_opened_once():
+    s = bsub("-o", "log.%J", "-e", "log.%J", "true")
+    assert (s.stdout, s.stderr) == ("/home/u/run/log.%J", None)
+
+
+@pytest.mark.parametrize("flag", ["-W", "-w", "-gpu", "-G", "-U"])
+def test_options_whose_feature_is_not_there_are_refused_from_the_command_line_and_from_scripts(flag):
+    with pytest.raises(JobSpecError):
+        bsub(flag, "1", "true")
+    with pytest.raises(JobSpecError):
+        bsub(script=f"#BSUB {flag} 1\ntrue\n")
+
+
+def test_nnodes_places_the_slots_on_that_many_hosts():
+    assert bsub("-nnodes", "1", "-n", "4", "true").resreq == "span[hosts=1]"
+    s = bsub("-nnodes", "2", "-n", "8", "true")
+    assert (s.slots, s.resreq) == (8, "span[ptile=4]")
+    assert bsub("-nnodes", "3", "true").slots == 3
+    with pytest.raises(JobSpecError, match="multiple of 2"):
+        bsub("-nnodes", "2", "-n", "3", "true")
+    with pytest.raises(JobSpecError, match="give one"):
+        bsub("-nnodes", "2", "-R", "span[hosts=1]", "true")

@@ -8,9 +8,12 @@ each option means, and how it becomes a field of ``xce.wire.Submission``, is sai
 
 - ``OPTIONS`` is the table: one ``Option`` per submission option, with its spellings, its help and
   the ``Submission`` field it sets.  ``add_options`` turns the table into an ``argparse`` parser's
-  arguments (the ``xce submit`` command's, in ``xce.cli.commands_jobs``); a ``bsub`` parser is a
-  second spelling column read by the same function (``-J``, ``-cwd``, ``-env``...), and ``#BSUB``
-  lines are split like shell words and parsed by it before the command line, whose options win.
+  arguments (the ``xce submit`` command's, in ``xce.cli.commands_jobs``).  ``bsub`` is a second spelling
+  column (``Option.bsub``: ``-J``, ``-cwd``, ``-env``...) read by ``bsub_parser``; ``bsub_values``
+  reads a bsub command line and a script's ``#BSUB`` lines (split like shell words; the command
+  line's options win) into the same fields, with LSF's meanings where they differ (a command line
+  run by the shell, LSF's sizes: ``submission(lsf_unit=...)``; ``BSUB_PLANNED``: the options whose
+  feature is not there yet, parsed and refused, never ignored).
 - ``submission`` reads a parsed namespace into a ``Submission`` in the table's order, each option
   through its ``resolve`` step: paths made absolute from the submission directory (the job runs
   elsewhere), stage-in sources measured, a resource requirement checked with a caret under the
@@ -98,13 +101,14 @@ class Option:
     ``value`` (one), ``flag`` (present or not), ``append`` (repeatable), ``command`` (the rest).
     (A plain class: importing ``dataclasses`` costs the CLI's start-up ~18 ms.)"""
 
-    __slots__ = ("field", "flags", "help", "kind", "metavar", "type", "default", "resolve")
+    __slots__ = ("field", "flags", "help", "kind", "metavar", "type", "default", "resolve", "bsub")
 
     def __init__(self, field: str, flags: tuple[str, ...], help: str, *, kind: str = "value",
                  metavar: str | None = None, type: Callable[[str], Any] | None = None, default: Any = None,
-                 resolve: Resolve | None = None) -> None:
+                 resolve: Resolve | None = None, bsub: tuple[str, ...] = ()) -> None:
         self.field, self.flags, self.help, self.kind = field, flags, help, kind
         self.metavar, self.type, self.default, self.resolve = metavar, type, default, resolve
+        self.bsub = bsub  # how LSF's bsub spells it (-J, -cwd); () if bsub has no such option
 
 
 # ---------------------------------------------------------------- resolve steps
@@ -351,37 +355,40 @@ def _env(value: str | None, site: Site) -> dict[str, str] | None:
 # path option reads ``cwd``; ``stage_size`` reads ``stage_in``; ``resreq`` is checked last of all,
 # after anything that may have asked the controller for its remotes).
 OPTIONS: tuple[Option, ...] = (
-    Option("queue", ("-q", "--queue"), "queue (default: the default queue)"),
-    Option("slots", ("-n", "--slots"), "slots (default 1)", type=positive_int, default=1),
+    Option("queue", ("-q", "--queue"), "queue (default: the default queue)", bsub=("-q",)),
+    Option("slots", ("-n", "--slots"), "slots (default 1)", type=positive_int, default=1,
+           bsub=("-n",)),
     Option("resreq", ("-R", "--resreq"), "resource requirement: select[...] rusage[...] span[...] order[...] "
            "(repeatable: select[] sections and'ed, rusage[] joined, as LSF merges them)", kind="append",
-           default="", resolve=_resreq),
-    Option("name", ("-J", "--name"), "job name; NAME[1-100] submits a job array"),
-    Option("stdout", ("-o", "--stdout"), "output file (%%J: job id, %%I: array index)", resolve=_job_path("stdout")),
-    Option("stderr", ("-e", "--stderr"), "error file (default: with the output)", resolve=_job_path("stderr")),
-    Option("project", ("-P", "--project"), "project (default: your first project)"),
+           default="", resolve=_resreq, bsub=("-R",)),
+    Option("name", ("-J", "--name"), "job name; NAME[1-100] submits a job array", bsub=("-J",)),
+    Option("stdout", ("-o", "--stdout"), "output file (%%J: job id, %%I: array index)", resolve=_job_path("stdout"),
+           bsub=("-o",)),
+    Option("stderr", ("-e", "--stderr"), "error file (default: with the output)", resolve=_job_path("stderr"),
+           bsub=("-e",)),
+    Option("project", ("-P", "--project"), "project (default: your first project)", bsub=("-P",)),
     Option("cwd", ("--cwd",), "working directory (default: here, where you submit from; where this directory "
            "cannot be entered on the job's host, the job's workspace, and xce job show says so)",
-           resolve=_job_path("cwd")),
-    Option("rerunnable", ("-r", "--rerunnable"), "requeue if its host is lost", kind="flag"),
+           resolve=_job_path("cwd"), bsub=("-cwd",)),
+    Option("rerunnable", ("-r", "--rerunnable"), "requeue if its host is lost", kind="flag", bsub=("-r",)),
     Option("mem_limit", ("-M", "--mem-limit"), "memory each host's part of the job may use (512Mi, 4G; a bare "
            "number is bytes); beyond it the job is killed and ends EXIT (default: its rusage[mem=] reservation, if "
-           "any)", metavar="SIZE", resolve=_mem_limit),
-    Option("hold", ("-H", "--hold"), "submit held (PSUSP) until released", kind="flag"),
+           "any)", metavar="SIZE", resolve=_mem_limit, bsub=("-M",)),
+    Option("hold", ("-H", "--hold"), "submit held (PSUSP) until released", kind="flag", bsub=("-H",)),
     Option("run_limit", ("-W", "--run-limit"), "end the run this long after it starts ([HH:]MM; the kill path), "
-           "EXIT with 'run limit H:MM reached' (default: the queue's)", metavar="[HH:]MM"),
+           "EXIT with 'run limit H:MM reached' (default: the queue's)", metavar="[HH:]MM", bsub=("-W",)),
     Option("run_estimate", ("-We", "--run-estimate"), "how long the run is expected to take ([HH:]MM)",
-           metavar="[HH:]MM"),
+           metavar="[HH:]MM", bsub=("-We",)),
     Option("warning_action", ("-wa", "--warning-action"), "a signal sent once, -wt before the run limit "
-           "(USR1, 10...)", metavar="SIGNAL"),
+           "(USR1, 10...)", metavar="SIGNAL", bsub=("-wa",)),
     Option("warning_time", ("-wt", "--warning-time"), "how long before the run limit the -wa signal comes "
-           "([HH:]MM)", metavar="[HH:]MM"),
+           "([HH:]MM)", metavar="[HH:]MM", bsub=("-wt",)),
     Option("dependency", ("-w", "--dependency"), "start only once this holds: done(ID|\"NAME\"), ended(), "
            "exit(ID[, OP CODE]), started(), post_done(), post_err(), numdone(ARRAY, OP N|*), numended(), "
            "numexit(); && || ! ( ); NAME may hold *; ID[INDEX] is an array element", metavar="EXPR",
-           resolve=_dependency),
+           resolve=_dependency, bsub=("-w",)),
     Option("terminate_orphan", ("-ti", "--terminate-orphan"), "end the job (EXIT) if its -w dependency can "
-           "never hold, instead of leaving it pending", kind="flag"),
+           "never hold, instead of leaving it pending", kind="flag", bsub=("-ti",)),
     Option("claims", ("--claim",), "a standalone claim the job uses, at $XCE_CLAIM_<NAME> (repeatable)",
            kind="append", metavar="NAME[:rw|ro]"),
     Option("scratch", ("--scratch",), "per-run scratch space, at $XCE_SCRATCH", metavar="SIZE[:CLASS]",
@@ -405,7 +412,7 @@ OPTIONS: tuple[Option, ...] = (
            "interpreter or /bin/sh; the arguments after -- are its arguments", metavar="FILE", resolve=_script),
     Option("env", ("--env",), "the job's environment, as LSF's -env: all (default: yours), none, "
            "\"all, ~NAME, NAME=VALUE\" or \"NAME, NAME=VALUE,...\" (only these); XCE_TOKEN never goes",
-           metavar="SPEC", resolve=_env),
+           metavar="SPEC", resolve=_env, bsub=("-env",)),
     Option("command", ("command",), "the command and its arguments, after --", kind="command", metavar="CMD",
            resolve=_command),
 )
@@ -444,7 +451,128 @@ def submission(values: argparse.Namespace | Mapping[str, Any], *, cwd: str,
     order = [*_ORDER, *(o.field for o in OPTIONS if o.field not in _ORDER)]
     for field in order:
         option = by_field[field]
-        value = given.get(field, option.default)
+        value = given.get(field, [] if option.kind == "append" else option.default)
         site.fields[field] = option.resolve(value, site) if option.resolve is not None else value
     site.fields["submit_dir"] = cwd  # the job starts here unless --cwd says otherwise
     return Submission(**{k: v for k, v in site.fields.items() if v is not None})
+
+
+# ---------------------------------------------------------------- bsub: LSF's spelling column
+
+
+class Planned:
+    """A ``bsub`` option whose feature XCE does not have yet: parsed (so its value is never taken for
+    the command), then refused with ``why``, never ignored.  Once an ``OPTIONS`` row spells it in its
+    ``bsub`` column (the feature has landed), the row wins and this entry is passed over."""
+
+    __slots__ = ("flags", "why", "takes_value")
+
+    def __init__(self, flags: tuple[str, ...], why: str, *, takes_value: bool = True) -> None:
+        self.flags, self.why, self.takes_value = flags, why, takes_value
+
+
+BSUB_PLANNED: tuple[Planned, ...] = (
+    Planned(("-gpu",), "GPUs (-gpu) are not there yet (issue 33)"),
+    Planned(("-G",), "user groups (-G) are not there: XCE charges projects (-P)"),
+    Planned(("-U",), "advance reservations (-U) are not there yet"),
+    Planned(("-I", "-Ip", "-Is", "-IS", "-ISp", "-ISs", "-IX"), "interactive jobs (-I, -Ip, -Is...) are not there "
+            "yet: submit a batch job and follow its output with bpeek -f", takes_value=False),
+)
+
+
+def bsub_parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The ``bsub`` command line: ``OPTIONS``' bsub column (``dest`` the field), ``-nnodes``, the planned
+    options, then the command (or nothing: the script comes from stdin).  Unset options are left out
+    of the namespace, so a command line's options can be laid over a script's ``#BSUB`` lines."""
+    p = parser_class(prog="bsub", allow_abbrev=False, usage="bsub [options] command [arguments] | bsub [options] "
+                     "< script | bsub [options] script")
+    spelled: set[str] = set()
+    for o in OPTIONS:
+        if not o.bsub or o.kind == "command":
+            continue
+        spelled.update(o.bsub)
+        if o.kind == "flag":
+            p.add_argument(*o.bsub, dest=o.field, action="store_true", default=argparse.SUPPRESS, help=o.help)
+        else:  # repeatable where LSF merges them (-R); else the last one given
+            p.add_argument(*o.bsub, dest=o.field, action="append" if o.kind == "append" else "store",
+                           type=o.type or str, default=argparse.SUPPRESS, metavar=o.metavar, help=o.help)
+    p.add_argument("-nnodes", dest="nnodes", type=positive_int, default=argparse.SUPPRESS,
+                   help="spread the slots (-n) evenly over this many hosts (not whole hosts: XCE shares them)")
+    for planned in BSUB_PLANNED:
+        if spelled.isdisjoint(planned.flags):
+            p.add_argument(*planned.flags, dest=f"planned {planned.flags[0]}", default=argparse.SUPPRESS,
+                           action="store" if planned.takes_value else "store_true", help=f"(refused: {planned.why})")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the command line, run by /bin/sh (none: a script "
+                   "from stdin)")
+    return p
+
+
+def bsub_directives(script: str) -> list[str]:
+    """The words of a script's ``#BSUB`` lines, split like shell words, in order.  LSF reads them up
+    to the first line that is neither a comment nor blank; so does this."""
+    import shlex
+
+    words: list[str] = []
+    for line in script.splitlines()[1 if script.startswith("#!") else 0:]:
+        text = line.strip()
+        if not text:
+            continue
+        if not text.startswith("#"):
+            break
+        if text.startswith("#BSUB"):
+            try:
+                words += shlex.split(text[len("#BSUB"):], comments=True)
+            except ValueError as e:
+                raise JobSpecError(f"cannot read the script's line {line.strip()!r}: {e}") from None
+    return words
+
+
+def _nodes(given: dict[str, Any]) -> list[str]:
+    """``-nnodes N`` as a placement: the slots (``-n``, else one a host) spread evenly over N hosts,
+    ``span[hosts=1]`` for one.  LSF gives such jobs whole hosts; XCE places them so, sharing the hosts."""
+    nodes = given.pop("nnodes", None)
+    if nodes is None:
+        return []
+    if any("span[" in text for text in given.get("resreq") or ()):
+        raise JobSpecError("-nnodes and an -R span[...] both place the job: give one")
+    if nodes == 1:
+        return ["span[hosts=1]"]
+    slots = given.setdefault("slots", nodes)
+    if slots % nodes:
+        raise JobSpecError(f"-nnodes {nodes} needs a multiple of {nodes} slots (-n), got {slots}")
+    return [f"span[ptile={slots // nodes}]"]
+
+
+def bsub_values(argv: list[str], script: str | None, *, source: str = "-",
+                parser: argparse.ArgumentParser | None = None) -> dict[str, Any]:
+    """The fields a ``bsub`` command line and its script's ``#BSUB`` lines ask for (the command line
+    wins), in LSF's meanings, for ``submission`` (with ``lsf_unit``: LSF's sizes).  ``script`` is the
+    script's text when there is one, read from ``source`` (``-``: standard input, else its path);
+    a command line runs through ``/bin/sh -c``.  ``parser``: one ``bsub_parser`` made already
+    (building one costs ~3 ms, which a loop of bsub calls pays each time).  Raises ``JobSpecError``
+    for an option whose feature is not there yet (``BSUB_PLANNED``)."""
+    parser = parser or bsub_parser()
+    given: dict[str, Any] = {}
+    if script is not None:
+        directives = vars(parser.parse_args(bsub_directives(script)))
+        if directives.pop("command", None):
+            raise JobSpecError("a #BSUB line names a command: #BSUB lines hold options only")
+        given.update(directives)
+    given.update(vars(parser.parse_args(argv)))
+    for key in given:
+        if key.startswith("planned "):
+            flag = key.split(" ", 1)[1]
+            raise JobSpecError(next(p.why for p in BSUB_PLANNED if flag in p.flags))
+    words = given.pop("command", None) or []
+    if words and words[0] == "--":
+        words = words[1:]
+    if script is not None:
+        given["script"], given["command"] = source, []
+    elif not words:
+        raise JobSpecError("no command: give a command line, or a script on stdin or as the only argument")
+    else:
+        given["shell"], given["command"] = True, [" ".join(words)]
+    given["resreq"] = [*(given.get("resreq") or []), *_nodes(given)]
+    if given.get("stderr") is not None and given.get("stderr") == given.get("stdout"):
+        del given["stderr"]  # one file for both, opened once (XCE's default: errors with the output)
+    return given

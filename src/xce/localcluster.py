@@ -14,6 +14,8 @@ Layout of ``DIR``::
 
     xce.db, admin.token, controller.url   the controller's (see xce.api.server)
     client.toml                           url + admin token for ``xce --config`` (mode 0600)
+    lsf/conf/lsf.conf, lsf/conf/lsbatch/xce/configdir/lsb.params   the site's LSF_ENVDIR, for LSF's commands
+                                          and the tools that drive LSF (xce.lsfsite; lsf/log, lsf/work beside)
     up.pid                                the supervising ``xce up`` process
     provisioner.toml, provisioner.token   the provisioner's providers (edit freely) and daemon token
     simfs/                                simfs volumes (the embedded default's claim class)
@@ -43,6 +45,7 @@ from dataclasses import dataclass
 from xce.agents.provisioner import ProvisionerConfigError, load_provisioner_config, parse_provisioner_config
 from xce.client import ApiError, Client, ClientError
 from xce.config import DEFAULT_CONFIG, ConfigError, parse_config
+from xce.lsfsite import envdir_of, write_envdir
 from xce.units import format_size
 from xce.worker.storage import StorageRoots
 
@@ -365,6 +368,7 @@ class LocalCluster:
         _write_private(os.path.join(self.state_dir, "client.toml"),
                        f'# written by xce up; use: xce --config {self.state_dir}/client.toml ...\n'
                        f'url = "{self.url}"\ntoken = "{admin_token}"\n')
+        write_envdir(envdir_of(self.state_dir), self.state_dir)  # what LSF's clients read (bsub, dask-jobqueue...)
         admin = Client(self.url, admin_token)
         # tokens reach the daemons in files (0600), never on a command line; and not the caller's XCE_TOKEN
         env = {k: v for k, v in os.environ.items() if k != "XCE_TOKEN"}
@@ -466,6 +470,8 @@ def up(state_dir: str, hosts: int, listen: str, config: str | None, slots: int,
     cluster._say(f"xce cluster up: controller {cluster.url}, hosts host1..host{hosts} ({slots} slots each)\n"
                  f"  state:  {cluster.state_dir}\n"
                  f"  client: export XCE_CONFIG={cluster.state_dir}/client.toml   (or xce --config ...)\n"
+                 f"  lsf:    export LSF_ENVDIR={envdir_of(cluster.state_dir)}   (bsub, bjobs... and the tools "
+                 f"that drive LSF)\n"
                  f"  stop:   Ctrl-C, or xce down --state-dir {cluster.state_dir}")
     if cluster.btrfs_root is not None:
         where = (f"a loop-file filesystem ({cluster.loop.image}, {format_size(cluster.loop.size)})"

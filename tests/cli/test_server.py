@@ -146,7 +146,7 @@ def socket_path(runtime_dir: str, python: str, environ: dict[str, str]) -> str:
         entry = f"{k}={v}"
         if entry.startswith(("PYTHON", "LC_", "LANG=")):
             total = (total + _fnv(basis, entry.encode())) & 0xFFFFFFFFFFFFFFFF
-    return os.path.join(runtime_dir, f"cli-{_fnv(h ^ total, b'xce-cli-1'):016x}.sock")
+    return os.path.join(runtime_dir, f"cli-{_fnv(h ^ total, b'xce-cli-2'):016x}.sock")
 
 
 HOSTILE = [b"", b"pid\n", b"pid 0\n", b"pid -1\n", b"pid 99999999999999999999\n", b"pid 12 13\n", b"x" * 100_000,

@@ -9,6 +9,7 @@ import subprocess
 import time
 
 from tests.helpers import XCE, cli, wait_for
+from xce.lsfsite import conf_path, params_path, read_conf
 
 
 def processes_mentioning(text: str) -> list[int]:
@@ -48,6 +49,12 @@ def test_up_runs_jobs_down_stops_everything_and_up_resumes(tmp_path):
             total = int(next(line for line in fh if line.startswith("MemTotal:")).split()[1]) * 1024
         assert {h["counters"].get("mem") for h in hosts} == {total}
         assert oct(os.stat(env["XCE_CONFIG"]).st_mode & 0o777) == "0o600"
+        # the site's LSF_ENVDIR, for LSF's commands and the tools that drive LSF, and the line that names it
+        said = "".join(up.stdout.readline() for _ in range(4))
+        envdir = os.path.join(state, "lsf", "conf")
+        assert f"export LSF_ENVDIR={envdir}" in said, said
+        assert read_conf(conf_path({"LSF_ENVDIR": envdir}))["LSF_UNIT_FOR_LIMITS"] == "MB"
+        assert read_conf(params_path({"LSF_ENVDIR": envdir}))["CLEAN_PERIOD"] == "3600"
         job = json.loads(cli(env, "--json", "submit", "-J", "first", "--", "true").stdout)["id"]
         wait_for(lambda: json.loads(cli(env, "--json", "job", "show", str(job)).stdout)["state"] == "DONE",
                  what="job done")

@@ -28,8 +28,9 @@ a process of the caller's own.
 
 The protocol, on a Unix stream socket, peer checked to be the same user:
 
-    front -> server   "XCE1 ARGC ENVC UMASK NBYTES\\n" then NBYTES of NUL-ended strings (the
-                      arguments after argv[0], then KEY=VALUE entries), with four descriptors in
+    front -> server   "XCE2 ARGC ENVC UMASK NBYTES\\n" then NBYTES of NUL-ended strings (the name
+                      the front was run by, the arguments after it, then KEY=VALUE entries; ARGC
+                      counts the name and the arguments), with four descriptors in
                       the first message (SCM_RIGHTS): stdin, stdout, stderr, the working directory
     server -> front   "pid N\\n" then "exit N\\n" or "signal N\\n"; or "cold\\n"; or "stale\\n"
 """
@@ -52,7 +53,7 @@ import time
 import traceback
 from typing import Any, Callable
 
-MAGIC = b"XCE1"
+MAGIC = b"XCE2"
 MAX_REQUEST = 32 << 20  # more than Linux lets a process's arguments and environment take
 COLD = frozenset({"controller", "worker", "provisioner", "up"})  # long-lived: the caller's own process
 DEFAULT_IDLE = 600.0
@@ -65,11 +66,14 @@ class BadRequest(Exception):
 
 
 class Request:
-    """A call: the command's words, the caller's environment (as the kernel holds it: bytes, applied
-    through ``os.environb`` without decoding it) and umask, and its descriptors (stdin, stdout, stderr,
+    """A call: the program the front was run as (``xce``, ``bsub``...: ``xce.cli.programs``), the
+    command's words, the caller's environment (as the kernel holds it: bytes, applied through
+    ``os.environb`` without decoding it) and umask, and its descriptors (stdin, stdout, stderr,
     working directory), owned by the request until the worker takes them."""
 
-    def __init__(self, words: list[str], environ: dict[bytes, bytes], umask: int, fds: list[int]) -> None:
+    def __init__(self, program: str, words: list[str], environ: dict[bytes, bytes], umask: int,
+                 fds: list[int]) -> None:
+        self.program = os.path.basename(program)
         self.words = words
         self.environ = environ
         self.umask = umask
@@ -93,7 +97,7 @@ def read_request(conn: socket.socket) -> Request:
             argc, envc, umask, size = int(fields[1]), int(fields[2]), int(fields[3], 8), int(fields[4])
         except ValueError:
             raise BadRequest("a malformed header") from None
-        if not (0 <= size <= MAX_REQUEST and 0 <= argc and 0 <= envc and 0 <= umask <= 0o777):
+        if not (0 <= size <= MAX_REQUEST and 1 <= argc and 0 <= envc and 0 <= umask <= 0o777):
             raise BadRequest("a header out of range")
         body = bytearray(rest)
         while len(body) < size:
@@ -105,13 +109,13 @@ def read_request(conn: socket.socket) -> Request:
         if len(body) != size or strings[-1] != b"" or len(strings) != argc + envc + 1:
             raise BadRequest("a body that does not match its header")
         # one decode for every word (a NUL never ends a character of the file system's encoding)
-        words = os.fsdecode(b"\0".join(strings[:argc])).split("\0") if argc else []
+        program, *words = os.fsdecode(b"\0".join(strings[:argc])).split("\0")
         environ = {}
         for entry in strings[argc:argc + envc]:
             key, eq, value = entry.partition(b"=")
             if eq and key:
                 environ[key] = value
-        return Request(words, environ, umask, fds)
+        return Request(program, words, environ, umask, fds)
     except BaseException:
         for fd in fds:
             os.close(fd)
@@ -124,14 +128,18 @@ def peer_uid(conn: socket.socket) -> int:
 
 
 class Warm:
-    """What the parent prepares once for every call: the CLI imported and its parsers built."""
+    """What the parent prepares once for every call: the CLI imported and its parsers built, and the
+    other programs the front stands for (LSF's commands) imported."""
 
     def __init__(self) -> None:
-        from xce.cli import main as cli_main
+        from xce.cli import main as cli_main, programs
 
         self.cli = cli_main
+        self.programs = programs
         modules = set(cli_main.COMMANDS.values())
         self.parsers = {None: cli_main.build_parser(None), **{m: cli_main.build_parser(m) for m in modules}}
+        for name in programs.LSF:
+            programs.entry(name)
         for name in ("xce.cli.config", "xce.resreq", "tomllib"):  # what one-shot calls go on to import
             importlib.import_module(name)
 
@@ -141,11 +149,15 @@ class Warm:
         """Has a module this server loaded changed on disk since?  (Then it would run old code.)"""
         return _loaded_files(list(self.files)) != self.files
 
-    def command(self, words: list[str]) -> str | None:
-        return self.cli._command(words)
+    def command(self, program: str, words: list[str]) -> str | None:
+        """The ``xce`` command a call runs (None: none, or another program)."""
+        return None if program in self.programs.LSF else self.cli._command(words)
 
-    def run(self, words: list[str]) -> int:
-        parser = self.parsers[self.cli.COMMANDS.get(self.command(words) or "")]
+    def run(self, program: str, words: list[str]) -> int:
+        other = self.programs.entry(program)
+        if other is not None:
+            return other(words)
+        parser = self.parsers[self.cli.COMMANDS.get(self.command(program, words) or "")]
         return self.cli.main(words, parser=parser)
 
 
@@ -292,7 +304,7 @@ class Worker:
             self.retire()  # first: the front asks a new server, which must not find this one's socket
             conn.sendall(b"stale\n")
             return True
-        if self.warm.command(request.words) in COLD:
+        if self.warm.command(request.program, request.words) in COLD:
             request.close()
             conn.sendall(b"cold\n")
             return False
@@ -314,11 +326,11 @@ class Worker:
         os.umask(request.umask)
         _take_environ(request.environ)
         time.tzset()  # the caller's TZ
-        sys.argv = ["xce", *request.words]
+        sys.argv = [request.program, *request.words]
         _stdio()
         self._watch_front()
         try:
-            code = self.warm.run(request.words)
+            code = self.warm.run(request.program, request.words)
         except SystemExit as e:  # argparse's exits, --help, --version
             code = _exit_code(e)
         except KeyboardInterrupt:
