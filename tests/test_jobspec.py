@@ -214,12 +214,19 @@ def test_output_equal_to_error_is_one_file_opened_once():
     assert (s.stdout, s.stderr) == ("/home/u/run/log.%J", None)
 
 
-@pytest.mark.parametrize("flag", ["-W", "-w", "-gpu", "-G", "-U"])
+@pytest.mark.parametrize("flag", ["-gpu", "-G", "-U"])
 def test_options_whose_feature_is_not_there_are_refused_from_the_command_line_and_from_scripts(flag):
     with pytest.raises(JobSpecError):
         bsub(flag, "1", "true")
     with pytest.raises(JobSpecError):
         bsub(script=f"#BSUB {flag} 1\ntrue\n")
+
+
+def test_run_limits_and_dependencies_from_the_command_line_and_from_scripts():
+    s = bsub("-W", "1:30", "-w", "done(12)", "-ti", "true")
+    assert (s.run_limit, s.dependency, s.terminate_orphan) == ("1:30", "done(12)", True)
+    s = bsub(script="#BSUB -W 45\n#BSUB -w 'ended(\"prep\")'\n#BSUB -wa USR1 -wt 5\ntrue\n")
+    assert (s.run_limit, s.dependency, s.warning_action, s.warning_time) == ("45", 'ended("prep")', "USR1", "5")
 
 
 def test_nnodes_places_the_slots_on_that_many_hosts():
