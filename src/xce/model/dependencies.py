@@ -137,13 +137,14 @@ def evaluate(model: State, tree: Tree) -> Verdict:
     if tag == "not":  # a state a job may leave again (a requeue) is never final: no NEVER from a negation
         return Verdict.WAITS if evaluate(model, tree[1]) is Verdict.HOLDS else Verdict.HOLDS
     _, func, target, op, value = tree
-    jobs = [model.jobs.get(i) for i in target["jobs"]]
+    jobs = model.jobs
     if func in COUNTS:
-        return _count(func, jobs, op, value)
-    for job in reversed(jobs):  # an array: every element.  The first that does not hold decides, read
-        # from the last: elements end roughly in id order, so while an array runs its last element
-        # answers at once, and a fan-in on N elements costs O(N) over their ends, not O(N^2)
-        verdict = _one(func, job, op, value)
+        return _count(func, [jobs.get(i) for i in target["jobs"]], op, value)
+    for job_id in reversed(target["jobs"]):  # an array: every element.  The first that does not hold
+        # decides, read from the last (no list of them made): elements end roughly in id order, so while
+        # an array runs its last element answers at once, and a fan-in on N elements costs O(N) over
+        # their ends, not O(N^2)
+        verdict = _one(func, jobs.get(job_id), op, value)
         if verdict is not Verdict.HOLDS:
             return verdict
     return Verdict.HOLDS
