@@ -135,9 +135,10 @@ class ClaimMachine(RuleBasedStateMachine):
 
     @rule()
     def schedule(self):
-        """The scheduler places every pending claim and reserves every resize (the pool never runs out here)."""
+        """The scheduler places every pending shared claim (a node-local claim's replicas are placed host by
+        host: ``place_replicas``) and reserves every resize (the pool never runs out here)."""
         for c in list(self.model.claims.values()):
-            if c.state is ClaimState.PENDING and not c.placed and not c.delete_requested:
+            if c.state is ClaimState.PENDING and not c.placed and not c.delete_requested and c.scope is claims.Scope.SHARED:
                 self.commit([ClaimPlaced(time=self.tick(), claim_id=c.id, pool="p")])
             elif c.resize is not None and c.resize.state is claims.ResizeState.REQUESTED and c.op is None \
                     and c.state is ClaimState.READY and not c.delete_requested:

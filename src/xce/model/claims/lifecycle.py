@@ -494,7 +494,8 @@ def apply_claim_created(model: State, f: ClaimCreated) -> bool:
 
 def apply_claim_placed(model: State, f: ClaimPlaced) -> None:
     claim = model.claims.get(f.claim_id)
-    if claim is None or claim.state is not ClaimState.PENDING or claim.placed:
+    # folds are total: a placement of a node-local claim (its replicas are placed host by host) opens nothing
+    if claim is None or claim.state is not ClaimState.PENDING or claim.placed or claim.replicated:
         return
     claim.placed = True
     claim.pool = f.pool
