@@ -92,7 +92,11 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    return worker.run()
+    try:
+        return worker.run()
+    finally:
+        if hierarchy is not None:  # a clean stop leaves no idle cgroup behind (runs still going keep theirs)
+            hierarchy.remove_all()
 
 
 def machine_memory(meminfo: str = "/proc/meminfo") -> float | None:
