@@ -374,3 +374,29 @@ def test_a_cgroup_whose_run_was_killed_serves_the_next_run(tmp_path, hierarchy):
     second.start("echo alive")
     assert second.status() == 0 and (tmp_path / "b" / "out").read_text() == "alive\n"
     second.close()
+
+
+def test_two_workers_of_one_host_name_under_one_parent_keep_out_of_each_others_cgroups(tmp_path):
+    """Two ``xce up`` clusters on one machine (a test run's many clusters) both have a host1 under the
+    same parent cgroup: each worker's subtree is named by its work directory, so the second's start-up
+    ``recover`` does not remove the first's idle cgroup, nor does the first's clean stop the second's."""
+    host = f"t{uuid.uuid4().hex[:8]}"
+    try:
+        a = cgroups.open_hierarchy(host, "hybrid", owner=str(tmp_path / "a"))
+        b = cgroups.open_hierarchy(host, "hybrid", owner=str(tmp_path / "b"))
+    except cgroups.CgroupError as e:
+        pytest.skip(f"no cgroup hybrid here: {e}")
+    assert a is not None and b is not None
+    try:
+        assert set(a.bases()).isdisjoint(b.bases())
+        held = a.make(Limits())
+        a.give_back(held)  # idle: a's to take again
+        assert b.recover() == 0
+        assert all(os.path.isdir(d) for d in held.dirs)
+        mine = b.make(Limits())
+        a.remove_all()
+        assert all(os.path.isdir(d) for d in mine.dirs)
+        assert not any(os.path.isdir(d) for d in held.dirs)
+    finally:
+        a.remove_all()
+        b.remove_all()

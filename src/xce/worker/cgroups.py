@@ -30,7 +30,11 @@ of the same shape (the hierarchies it joins) takes it, its limits written anew, 
 counters as they are then are that run's baseline.  A cgroup with a memory limit is made for its run
 and removed after it (its OOM count and its charged memory start at nothing).
 
-Layout: ``<the worker's own cgroup>/xce-<host>/r<N>`` in each hierarchy used.  The worker takes (or
+Layout: ``<the worker's own cgroup>/xce-<host>-<owner>/r<N>`` in each hierarchy used, ``<owner>`` a short
+hash of the worker's work directory (``subtree_name``): workers that share a parent cgroup (two ``xce up``
+clusters on one machine, a test run's many clusters) each own a subtree, and one's ``recover`` never
+removes the other's cgroups.  The work directory, where the run journal lives, is what a restarted worker
+is recognised by, so its new life finds the same subtree.  The worker takes (or
 makes) the run's cgroup and writes its limits *before* the shepherd is spawned, and keeps which in the
 run's journal (``RunCgroup.as_json``), so a restarted worker adopts the run with it.  The job, in the
 launcher's child, is created in its v2 tree (``clone3(CLONE_INTO_CGROUP)``) and writes itself into each
@@ -51,6 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import hashlib
 import logging
 import os
 import threading
@@ -498,9 +503,17 @@ def _empty(cgroup: str) -> bool:
     return text is not None and not text.strip()
 
 
-def _v2(host: str, mount: _Mount, own: str) -> Hierarchy:
+def subtree_name(host: str, owner: str | None) -> str:
+    """The directory of this worker's subtree in each hierarchy: ``xce-<host>-<8 hex of its work dir>``
+    (``xce-<host>`` with no owner: a host's one worker, as before)."""
+    if owner is None:
+        return f"xce-{host}"
+    return f"xce-{host}-{hashlib.sha256(os.fsencode(os.path.realpath(owner))).hexdigest()[:8]}"
+
+
+def _v2(host: str, subtree: str, mount: _Mount, own: str) -> Hierarchy:
     own_dir = _inside(mount, own)
-    base = os.path.join(own_dir, f"xce-{host}")
+    base = os.path.join(own_dir, subtree)
     available = set((_read(os.path.join(own_dir, "cgroup.controllers")) or "").split())
     wanted = [c for c in V2_CONTROLLERS if c in available]
     enabled: set[str] = set()
@@ -516,12 +529,13 @@ def _v2(host: str, mount: _Mount, own: str) -> Hierarchy:
                      cpu=place if "cpu" in enabled else None, cpuset=place if "cpuset" in enabled else None)
 
 
-def _v1_places(host: str, v1: dict[str, _Mount], own: dict[str, str]) -> dict[str, _Place]:
-    return {c: _Place("v1", os.path.join(_inside(m, own.get(c, "/")), f"xce-{host}")) for c, m in v1.items()}
+def _v1_places(subtree: str, v1: dict[str, _Mount], own: dict[str, str]) -> dict[str, _Place]:
+    return {c: _Place("v1", os.path.join(_inside(m, own.get(c, "/")), subtree)) for c, m in v1.items()}
 
 
-def open_hierarchy(host: str, mode: str = "auto") -> Hierarchy | None:
+def open_hierarchy(host: str, mode: str = "auto", owner: str | None = None) -> Hierarchy | None:
     """This worker's place for runs' cgroups, or None (``mode`` none, not root, nothing writable).
+    ``owner``: the worker's work directory, which names its subtree (``subtree_name``).
     ``auto``: v2 when /sys/fs/cgroup is the unified hierarchy; hybrid when the v1 controllers are mounted
     beside a cgroup2 mount; else v1.  ``v2``/``hybrid``/``v1`` insist (CgroupError when they cannot)."""
     if mode not in MODES:
@@ -530,6 +544,7 @@ def open_hierarchy(host: str, mode: str = "auto") -> Hierarchy | None:
         return None
     mounts = _mounts()
     own = _own_paths()
+    subtree = subtree_name(host, owner)
     unified = [m for m in mounts if m.fstype == "cgroup2"]
     v1 = {c: m for m in mounts if m.fstype == "cgroup" for c in m.options if c in V1_CONTROLLERS}
     insist = mode != "auto"
@@ -544,18 +559,18 @@ def open_hierarchy(host: str, mode: str = "auto") -> Hierarchy | None:
         if mode == "v2":
             if not unified:
                 raise CgroupError("no cgroup2 hierarchy is mounted")
-            return _v2(host, unified[0], own.get("", "/"))
+            return _v2(host, subtree, unified[0], own.get("", "/"))
         if mode == "hybrid":
             if not unified:
                 raise CgroupError("no cgroup2 hierarchy is mounted beside the v1 controllers")
-            p = _v1_places(host, {c: m for c, m in v1.items() if c in ("memory", "cpu", "cpuset")}, own)
-            tree = _Place("v2", os.path.join(_inside(unified[0], own.get("", "/")), f"xce-{host}"))
+            p = _v1_places(subtree, {c: m for c, m in v1.items() if c in ("memory", "cpu", "cpuset")}, own)
+            tree = _Place("v2", os.path.join(_inside(unified[0], own.get("", "/")), subtree))
             return Hierarchy(host, "hybrid", tree=tree, cpuacct=None, memory=p.get("memory"), cpu=p.get("cpu"),
                              cpuset=p.get("cpuset"))
         missing = [c for c in ("freezer", "cpuacct") if c not in v1]
         if missing:
             raise CgroupError(f"the cgroup v1 hierarchies {', '.join(missing)} are not mounted")
-        p = _v1_places(host, v1, own)
+        p = _v1_places(subtree, v1, own)
         return Hierarchy(host, "v1", tree=p["freezer"], cpuacct=p["cpuacct"], memory=p.get("memory"), cpu=p.get("cpu"),
                          cpuset=p.get("cpuset"))
     except OSError as e:

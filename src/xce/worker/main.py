@@ -79,7 +79,7 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
                     storage_roots=roots, allow_system_users=allow_system_users, transfers=transfers,
                     allow_no_openat2=allow_no_openat2)
     try:  # last: it makes this worker's cgroup directories, once everything else it was told is good
-        hierarchy = open_hierarchy(host, cgroups)
+        hierarchy = open_hierarchy(host, cgroups, owner=work_dir)
     except CgroupError as e:
         raise WorkerConfigError(f"--cgroups {cgroups}: {e}") from None
     log.info("runs are confined by %s", hierarchy.describe() if hierarchy else
