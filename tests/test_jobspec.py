@@ -214,7 +214,7 @@ def test_output_equal_to_error_is_one_file_opened_once():
     assert (s.stdout, s.stderr) == ("/home/u/run/log.%J", None)
 
 
-@pytest.mark.parametrize("flag", ["-gpu", "-G", "-U"])
+@pytest.mark.parametrize("flag", ["-gpu", "-G", "-U", "-E", "-Ep"])
 def test_options_whose_feature_is_not_there_are_refused_from_the_command_line_and_from_scripts(flag):
     with pytest.raises(JobSpecError):
         bsub(flag, "1", "true")
@@ -238,3 +238,39 @@ def test_nnodes_places_the_slots_on_that_many_hosts():
         bsub("-nnodes", "2", "-n", "3", "true")
     with pytest.raises(JobSpecError, match="give one"):
         bsub("-nnodes", "2", "-R", "span[hosts=1]", "true")
+
+
+def test_priority_begin_time_exclusive_and_requeue_values_from_either_front_door():
+    import time
+
+    s = bsub("-sp", "7", "-b", "23:59", "-x", "-Q", "3 EXCLUDE(9)", "true")
+    assert (s.user_priority, s.exclusive, s.requeue_exit) == (7, True, "3 EXCLUDE(9)")
+    assert time.time() < s.begin_time <= time.time() + 86400
+    assert time.localtime(s.begin_time)[3:5] == (23, 59)
+    s = parse("--priority", "7", "--begin", "23:59", "--exclusive", "--requeue-exit", "3 EXCLUDE(9)", "--", "true")
+    assert (s.user_priority, s.exclusive, s.requeue_exit) == (7, True, "3 EXCLUDE(9)")
+    assert bsub(script="#BSUB -Q 'all ~1'\n#BSUB -x\ntrue\n").requeue_exit == "all ~1"
+    for argv, why in ((("-Q", "~3"), "-Q: requeue exit values '~3'"), (("-b", "25:00"), "invalid begin time"),
+                      (("-b", "2020:1:1:0:0"), "it has passed")):
+        with pytest.raises(JobSpecError, match=why):
+            bsub(*argv, "true")
+
+
+def mod(*argv: str, lsf: bool = False) -> dict:
+    p = argparse.ArgumentParser(exit_on_error=False)
+    jobspec.add_mod_options(p, lsf=lsf)
+    return jobspec.mod_changes(p.parse_args(list(argv)), lsf_unit="MB" if lsf else None)
+
+
+def test_mod_takes_the_rows_of_what_a_pending_job_may_change_checked_as_at_submission():
+    assert mod("-q", "short", "-n", "2", "-R", "select[a]", "-R", "span[hosts=1]", "-W", "30", "-w", "done(3)",
+               "--priority", "9", "-J", "renamed") == {
+        "queue": "short", "slots": 2, "resreq": "select[a] span[hosts=1]", "run_limit": "30",
+        "dependency": "done(3)", "user_priority": 9, "name": "renamed"}
+    assert mod("-J", "%50", "-Wn", "-wn", "-sp", "3", lsf=True) == {"array_limit": 50, "run_limit": "",
+                                                                   "dependency": "", "user_priority": 3}
+    assert mod("-R", "rusage[mem=100]", lsf=True) == {"resreq": f"rusage[mem={100 << 20}]"}  # LSF's units
+    for argv, why in (((), "nothing to change"), (("-w", "done("), "bad dependency expression"),
+                      (("-J", "%0"), "an array's limit is %N"), (("-W", "5", "-Wn"), "-Wn takes the run limit away")):
+        with pytest.raises(JobSpecError, match=why):
+            mod(*argv)

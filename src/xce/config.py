@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from xce.errors import InvalidRequest
 from xce.names import check_name
 from xce.transfers.site import TransferConfigError, TransferSite, parse_site
+from xce.exitvalues import ExitValuesError, parse as parse_exit_values
 from xce.units import parse_duration, parse_run_limit, parse_size
 
 if TYPE_CHECKING:
@@ -149,6 +150,11 @@ class QueueConfig:
     # LSF's RUNLIMIT, [HH:]MM: the run limit of this queue's jobs that give no -W, and the most a -W may ask
     run_limit: str | None = None
     max_run_limit: str | None = None
+    # LSF's REQUEUE_EXIT_VALUES ("3 4", "all ~1", "EXCLUDE(9)": xce.exitvalues): a run of this queue's jobs
+    # that exits so goes back to the queue, unless the job gives its own -Q; and LSF's MAX_JOB_REQUEUE: after
+    # this many such requeues the job ends EXIT instead (None: no limit, as LSF's default)
+    requeue_exit_values: str | None = None
+    max_job_requeue: int | None = None
 
 
 @dataclass(frozen=True)
@@ -197,6 +203,8 @@ class ControllerConfig:
     refusal_audit_global_rate: float = 50.0
     job_environment: str = "submitted"  # or "clean": the submitter's whole environment stays behind
     private_env: tuple[str, ...] = ()  # name patterns that never go with a job (besides XCE's tokens)
+    # LSF's MAX_USER_PRIORITY: -sp takes 1 to this (an admin may go beyond); a job without -sp has half
+    max_user_priority: int = 100
 
     @property
     def keep_finished_seconds(self) -> float:
@@ -349,6 +357,9 @@ class Config:
         return (parse_run_limit(q.run_limit) if q.run_limit is not None else None,
                 parse_run_limit(q.max_run_limit) if q.max_run_limit is not None else None)
 
+    def queue(self, name: str) -> QueueConfig | None:
+        return next((q for q in self.queues if q.name == name), None)
+
     def terminate_grace(self, queue: str) -> float:
         """Seconds from a kill's SIGTERM to its SIGKILL for a job of ``queue``: the queue's, else the cluster's."""
         q = next((q for q in self.queues if q.name == queue), None)
@@ -484,6 +495,15 @@ def parse_config(text: str, source: str = "<string>") -> Config:
             raise ConfigError(f"{source}: queue {q.name!r}: {e}") from None
         if len(limits) == 2 and limits[0] > limits[1]:
             raise ConfigError(f"{source}: queue {q.name!r}: run_limit above max_run_limit")
+        if q.requeue_exit_values is not None:
+            try:
+                parse_exit_values(q.requeue_exit_values)
+            except ExitValuesError as e:
+                raise ConfigError(f"{source}: queue {q.name!r}: {e}") from None
+        if q.max_job_requeue is not None and not (isinstance(q.max_job_requeue, int) and q.max_job_requeue >= 0):
+            raise ConfigError(f"{source}: queue {q.name!r}: max_job_requeue is a number >= 0")
+    if not isinstance(ctl.max_user_priority, int) or ctl.max_user_priority < 1:
+        raise ConfigError(f"{source} [controller]: max_user_priority is a number >= 1")
     if ctl.job_environment not in ("submitted", "clean"):
         raise ConfigError(f"{source} [controller]: job_environment is \"submitted\" or \"clean\", got "
                           f"{ctl.job_environment!r}")

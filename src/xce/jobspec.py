@@ -202,6 +202,34 @@ def _dependency(value: str | None, site: Site) -> str | None:
     return value
 
 
+def _begin_time(value: str | None, site: Site) -> float | None:
+    """-b in the submitter's local time, as seconds since the epoch (the controller has no time zone of
+    the user's)."""
+    if value is None:
+        return None
+    import time
+
+    from xce.units import parse_begin_time
+
+    try:
+        return parse_begin_time(value, time.time())
+    except ValueError as e:
+        raise JobSpecError(str(e)) from None
+
+
+def _requeue_exit(value: str | None, site: Site) -> str | None:
+    """-Q checked here, as -R is; sent as given."""
+    if value is None:
+        return None
+    from xce.exitvalues import ExitValuesError, parse
+
+    try:
+        parse(value)
+    except ExitValuesError as e:
+        raise JobSpecError(f"-Q: {e}") from None
+    return value
+
+
 def _resreq(value: str | list[str] | None, site: Site) -> str:
     """One -R, or several merged as LSF merges them (``resreq.merge_resreqs``); checked here, so a typo is
     shown with a caret under its column before anything is sent.  On the bsub path, rusage[mem=] is in
@@ -389,6 +417,17 @@ OPTIONS: tuple[Option, ...] = (
            resolve=_dependency, bsub=("-w",)),
     Option("terminate_orphan", ("-ti", "--terminate-orphan"), "end the job (EXIT) if its -w dependency can "
            "never hold, instead of leaving it pending", kind="flag", bsub=("-ti",)),
+    Option("user_priority", ("-sp", "--priority"), "the job's priority within its queue, 1 to the site's "
+           "max_user_priority (default half of it); higher starts first", type=positive_int, metavar="PRIORITY",
+           bsub=("-sp",)),
+    Option("begin_time", ("-b", "--begin"), "do not start the job before this local time: "
+           "[[[YYYY:]MM:]DD:]hh:mm (a time passed today is tomorrow's)", metavar="[[[YYYY:]MM:]DD:]hh:mm",
+           resolve=_begin_time, bsub=("-b",)),
+    Option("exclusive", ("-x", "--exclusive"), "run alone: the job's hosts run nothing else while it holds them",
+           kind="flag", bsub=("-x",)),
+    Option("requeue_exit", ("-Q", "--requeue-exit"), "requeue the job when it exits with one of these codes: "
+           "\"CODE ...\", \"all ~CODE ...\", EXCLUDE(CODE ...) (requeued, not to the same host); replaces the "
+           "queue's", metavar="CODES", resolve=_requeue_exit, bsub=("-Q",)),
     Option("claims", ("--claim",), "a standalone claim the job uses, at $XCE_CLAIM_<NAME> (repeatable)",
            kind="append", metavar="NAME[:rw|ro]"),
     Option("scratch", ("--scratch",), "per-run scratch space, at $XCE_SCRATCH", metavar="SIZE[:CLASS]",
@@ -474,6 +513,8 @@ class Planned:
 BSUB_PLANNED: tuple[Planned, ...] = (
     Planned(("-gpu",), "GPUs (-gpu) are not there yet (issue 33)"),
     Planned(("-G",), "user groups (-G) are not there: XCE charges projects (-P)"),
+    Planned(("-E",), "pre-execution commands (-E) are not there yet: run the step at the start of the job"),
+    Planned(("-Ep",), "post-execution commands (-Ep) are not there yet: run the step at the end of the job"),
     Planned(("-U",), "advance reservations (-U) are not there yet"),
     Planned(("-I", "-Ip", "-Is", "-IS", "-ISp", "-ISs", "-IX"), "interactive jobs (-I, -Ip, -Is...) are not there "
             "yet: submit a batch job and follow its output with bpeek -f", takes_value=False),
@@ -576,3 +617,57 @@ def bsub_values(argv: list[str], script: str | None, *, source: str = "-",
     if given.get("stderr") is not None and given.get("stderr") == given.get("stdout"):
         del given["stderr"]  # one file for both, opened once (XCE's default: errors with the output)
     return given
+
+
+# ---------------------------------------------------------------- xce mod and bmod: the same rows
+
+# what a pending job may have changed (``xce.model.job_changes``), in the order --help lists them
+MOD_FIELDS = ("queue", "slots", "resreq", "name", "run_limit", "dependency", "user_priority")
+
+
+def add_mod_options(parser: argparse.ArgumentParser, *, lsf: bool = False) -> None:
+    """``xce mod``'s options (``lsf``: ``bmod``'s, bsub's spellings): the ``OPTIONS`` rows of what a pending
+    job may have changed, and ``-Wn``/``-wn``, which take its run limit or its dependency away (LSF's)."""
+    for o in OPTIONS:
+        if o.field not in MOD_FIELDS:
+            continue
+        flags = o.bsub if lsf else o.flags
+        help = o.help if o.field != "name" else "the job's new name; for an array, %N: its new limit (-J %50)"
+        parser.add_argument(*flags, dest=o.field, type=o.type or str, default=None, metavar=o.metavar, help=help,
+                            action="append" if o.kind == "append" else "store")
+    parser.add_argument("-Wn", dest="no_run_limit", action="store_true", help="take the run limit away (the "
+                        "queue's run_limit applies)")
+    parser.add_argument("-wn", dest="no_dependency", action="store_true", help="take the dependency away")
+
+
+def mod_changes(values: argparse.Namespace | Mapping[str, Any], *, lsf_unit: str | None = None) -> dict[str, Any]:
+    """The body of ``POST /v1/jobs/{id}/modify`` that parsed ``add_mod_options`` values ask for, each
+    checked as a submission's is (``JobSpecError``); ``-J %N`` is an array's new limit."""
+    given = values if isinstance(values, Mapping) else vars(values)
+    site = Site(os.getcwd(), frozenset, lsf_unit=lsf_unit)
+    by_field = {o.field: o for o in OPTIONS}
+    body: dict[str, Any] = {}
+    for field in MOD_FIELDS:
+        value = given.get(field)
+        if value is None or value == []:
+            continue
+        option = by_field[field]
+        body[field] = option.resolve(value, site) if option.resolve is not None else value
+    name = body.pop("name", None)
+    if name is not None:
+        if name.startswith("%"):
+            limit = name[1:]
+            if not limit.isdigit() or int(limit) < 1:
+                raise JobSpecError(f"-J {name}: an array's limit is %N, N a positive number")
+            body["array_limit"] = int(limit)
+        else:
+            body["name"] = name
+    for flag, field in (("no_run_limit", "run_limit"), ("no_dependency", "dependency")):
+        if given.get(flag):
+            if field in body:
+                raise JobSpecError(f"-{'W' if field == 'run_limit' else 'w'}n takes the {field.replace('_', ' ')} "
+                                   "away: give it or a new one, not both")
+            body[field] = ""
+    if not body:
+        raise JobSpecError("nothing to change: give -q, -n, -R, -J, -W, -w, -sp, -Wn or -wn")
+    return body

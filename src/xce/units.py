@@ -128,6 +128,42 @@ def format_run_limit(seconds: float) -> str:
     return f"{minutes // 60}:{minutes % 60:02d}"
 
 
+def parse_begin_time(text: str, now: float) -> float:
+    """LSF's ``-b [[[YYYY:]MM:]DD:]hh:mm`` -> seconds since the epoch, in this machine's local time, the
+    next such moment after ``now``: a time of day that has passed today is tomorrow's, a day of the
+    month that has passed is next month's, a date that has passed is next year's (as LSF reads it).
+    ValueError if it names no moment, or a moment in the past (a year given)."""
+    import datetime
+
+    words = text.strip().split(":")
+    if not 2 <= len(words) <= 5 or not all(w.isdigit() for w in words):
+        raise ValueError(f"invalid begin time (-b) {text!r}: expected [[[YYYY:]MM:]DD:]hh:mm")
+    numbers = [int(w) for w in words]
+    hour, minute = numbers[-2:]
+    year, month, day = ([None] * (5 - len(words)) + numbers)[:3]
+    start = datetime.datetime.fromtimestamp(now)
+    for _ in range(4 * 12 * 31):  # the next moment that matches: at most some years of days ahead
+        try:
+            at = start.replace(year=year or start.year, month=month or start.month, day=day or start.day,
+                               hour=hour, minute=minute, second=0, microsecond=0)
+        except ValueError as e:  # hour 25, month 13, February 30th (this year, or ever)
+            if hour > 23 or minute > 59 or (month or 1) > 12 or (day or 1) > 31 or year is not None:
+                raise ValueError(f"invalid begin time (-b) {text!r}: {e}") from None
+            at = None
+        if at is not None and at.timestamp() > now:
+            return at.timestamp()
+        if year is not None:
+            raise ValueError(f"invalid begin time (-b) {text!r}: it has passed")
+        # roll the unit the user left out: the day, else the month, else the year
+        if day is None:
+            start = (start.replace(hour=0, minute=0) + datetime.timedelta(days=1))
+        elif month is None:
+            start = (start.replace(day=1) + datetime.timedelta(days=32)).replace(day=1)
+        else:
+            start = start.replace(year=start.year + 1, month=1, day=1)
+    raise ValueError(f"invalid begin time (-b) {text!r}: no such date")
+
+
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)?$")
 _DURATION_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 

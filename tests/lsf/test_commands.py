@@ -153,7 +153,10 @@ def test_site_commands_report_the_envdir_as_clients_read_it(site):
     hosts = site.run("bhosts", check=True).stdout.splitlines()
     assert [h.split()[0] for h in hosts[1:]] == ["host1", "host2"]
     held = [bsub(site, "-H", "true") for _ in range(2)]
+    r = site.run("bmod", "-J", "renamed", "-sp", "7", "-W", "5", str(held[0]), check=True)
+    assert r.stdout.strip() == f"Parameters of job <{held[0]}> are being changed"
+    assert "renamed" in site.run("bjobs", str(held[0]), check=True).stdout
+    r = site.run("bmod", "-q", "nosuch", str(held[0]))
+    assert r.returncode == 255 and "queue 'nosuch' does not exist" in r.stderr
     killed = site.run("bkill", "0", check=True).stdout.splitlines()  # 0: every unfinished job of yours
     assert all(f"Job <{j}> is being terminated" in killed for j in held)
-    r = site.run("bmod", "-q", "other", "1")
-    assert r.returncode == 255 and "issue 32" in r.stderr

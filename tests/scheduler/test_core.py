@@ -453,3 +453,36 @@ def test_a_plan_says_whether_it_left_a_slot_free():
     assert not plan_for([host("h1", slots=2)], [job(1), job(2), job(3)]).room_left
     blocked = plan_for([host("h1", slots=2)], [job(1, resreq="select[gpu]")])
     assert blocked.room_left and not blocked.allocations
+
+
+# ---------------------------------------------------------------- -sp, -x and hosts a job must avoid
+
+
+def test_user_priority_orders_jobs_within_a_queue_and_queue_priority_still_comes_first():
+    hosts = [host("h1", slots=1)]
+    jobs = [job(1), JobView(id=2, run=0, queue="normal", priority=50, slots=1, resreq="", user_priority=9),
+            JobView(id=3, run=0, queue="urgent", priority=60, slots=1, resreq="", user_priority=1)]
+    assert [a.job_id for a in plan_for(hosts, jobs).allocations] == [3]
+    assert [a.job_id for a in plan_for([host("h1", slots=2)], jobs).allocations] == [3, 2]
+
+
+def idle(name: str, slots: int = 8) -> HostView:
+    return HostView(name=name, slots_free=slots, attrs=MappingProxyType({}), counters_total=MappingProxyType({}),
+                    counters_free=MappingProxyType({}), idle=True)
+
+
+def test_an_exclusive_job_goes_only_to_an_idle_host_and_nothing_joins_it_there():
+    lone = JobView(id=2, run=0, queue="normal", priority=50, slots=2, resreq="", exclusive=True)
+    plan = plan_for([host("busy"), idle("free")], [job(1), lone, job(3)])
+    by_job = {a.job_id: a.hosts for a in plan.allocations}
+    # job 1 took a slot of "busy" (listed first); the exclusive job takes "free" whole; job 3 joins "busy"
+    assert by_job == {1: ("busy",), 2: ("free",), 3: ("busy",)}
+    plan = plan_for([idle("free")], [job(1), lone])  # job 1 came first: the host is no longer idle
+    assert plan.pending_reasons[2] == "exclusive (-x): no matching host is idle (every one runs other jobs)"
+
+
+def test_a_job_never_goes_to_a_host_it_must_avoid_and_says_so():
+    avoid = JobView(id=1, run=1, queue="normal", priority=50, slots=1, resreq="", avoid=frozenset({"h1"}))
+    assert [a.hosts for a in plan_for([host("h1"), host("h2")], [avoid]).allocations] == [("h2",)]
+    plan = plan_for([host("h1")], [avoid])
+    assert "not on h1 (its earlier run there failed)" in plan.pending_reasons[1]

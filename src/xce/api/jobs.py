@@ -31,7 +31,7 @@ from xce.model import Model
 from xce.model.facts import Fact
 from xce.model.history import visible_archived_job
 from xce.model.identity import User
-from xce.model import job_claims
+from xce.model import job_changes, job_claims
 from xce.model.jobs import JobState, visible_job
 from xce.wire import Submission
 
@@ -170,6 +170,16 @@ def _action_route(decide: Decide):
 for _name, _decide in ACTIONS.items():
     router.add_api_route(f"/v1/jobs/{{job_id}}/{_name}", _action_route(_decide), methods=["POST"],
                          response_model=schemas.JobOut, name=f"job_{_name}")
+
+
+@router.post("/v1/jobs/{job_id}/modify", response_model=schemas.JobOut)
+async def modify_job(job_id: int, body: schemas.JobModifyRequest, request: Request, ctl: Ctl,
+                     actor: User = Depends(authenticated)):
+    """A pending job's queue, slots, -R, -W, -w, -sp, name, or an array's limit (``xce mod``, LSF's
+    ``bmod``); an array's id changes every element still waiting."""
+    changes = job_changes.JobChanges(**body.model_dump())
+    return await act(request, ctl, actor, job_id,
+                     lambda model: job_changes.modify(model, actor, job_id, changes, time.time(), ctl.config))
 
 
 @router.post("/v1/jobs/{job_id}/signal", response_model=schemas.JobOut)

@@ -79,6 +79,22 @@ def request_model(wire_type: type, name: str) -> type[Strict]:
 JobSubmitRequest = request_model(Submission, "JobSubmitRequest")
 
 
+class JobModifyRequest(Strict):
+    """``xce mod``/``bmod``: what to change of a pending job (absent: unchanged); ``run_limit`` or
+    ``dependency`` empty take it away."""
+
+    queue: Name | None = None
+    slots: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    resreq: Annotated[str, Field(max_length=4096)] | None = None
+    run_limit: Annotated[str, Field(max_length=20, description="[HH:]MM; empty: none (or the queue's)")] | None = None
+    dependency: Annotated[str, Field(max_length=4096, description="a -w expression; empty: none")] | None = None
+    user_priority: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    name: Annotated[str, Field(min_length=1, max_length=600)] | None = None
+    array_limit: Annotated[int, Field(ge=1, le=1_000_000, description="an array's %N")] | None = None
+    whole_array: Annotated[bool, Field(description="the id is an array's: every element still waiting (else "
+                                                   "the one job, an element alone)")] = False
+
+
 class SignalRequest(Strict):
     signal: Annotated[str, Field(min_length=1, max_length=32, description="USR1, SIGTERM, or a number 1-64")]
 

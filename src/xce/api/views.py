@@ -52,6 +52,8 @@ def job_json(model: Model, job: Job, pending_reason: str | None = None,
         "shell": job.shell, "script": job.script, "submit_dir": job.submit_dir, "note": job.run_note or None,
         "dependency": job.dependency, "terminate_orphan": job.terminate_orphan,
         "run_limit": job.run_limit, "run_estimate": job.run_estimate,
+        "user_priority": job.user_priority, "begin_time": job.begin_time, "exclusive": job.exclusive,
+        "requeue_exit": job.requeue_exit, "requeues": job.requeues, "avoid_hosts": job.avoid_hosts,
     }
 
 

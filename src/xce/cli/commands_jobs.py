@@ -86,6 +86,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     why.add_argument("ids", nargs="+", metavar="ID")
     why.set_defaults(func=cmd_why)
 
+    m = sub.add_parser("mod", parents=[common], help="change a pending job (like bmod): its queue, slots, -R, "
+                       "name, run limit, dependency or priority; an array's limit (-J %%N)", usage="xce mod [options] ID")
+    jobspec.add_mod_options(m)
+    m.add_argument("id", metavar="ID", help="a job, an array (every element still pending) or an element ID[INDEX]")
+    m.set_defaults(func=cmd_mod)
+
     for name, path, what in (("kill", "kill", "kill jobs (like bkill): SIGINT and SIGTERM, then SIGKILL after "
                                               "the queue's terminate grace"),
                              ("requeue", "requeue", "requeue jobs (like brequeue)"),
@@ -288,6 +294,12 @@ def _show_one(job: dict[str, Any]) -> str:
         ("Staging out", job["pending_reason"] if job["state"] == JobState.STAGE_OUT else "omit"),
         ("App profile", job.get("app")),
         ("Rerunnable", "yes" if job["rerunnable"] else "no"),
+        ("Priority", job.get("user_priority", "omit")),
+        ("Begin time", when(job["begin_time"]) if job.get("begin_time") else "omit"),
+        ("Exclusive", "yes (-x)" if job.get("exclusive") else "omit"),
+        ("Requeue exit", (job["requeue_exit"] + (f" (requeued {job['requeues']} times)" if job.get("requeues") else ""))
+         if job.get("requeue_exit") else "omit"),
+        ("Not on hosts", ", ".join(job["avoid_hosts"]) if job.get("avoid_hosts") else "omit"),
         ("Dependency", (job["dependency"] + (" (-ti)" if job.get("terminate_orphan") else ""))
          if job.get("dependency") else "omit"),
         ("Submitted", when(job["submit_time"])),
@@ -366,6 +378,21 @@ def cmd_why(args, ctx) -> int:
 
 
 # ---------------------------------------------------------------- actions
+
+
+def cmd_mod(args, ctx) -> int:
+    """``xce mod``: the changes, checked here as a submission's are (bad usage: exit 2), then sent once
+    for the job, or for the whole array when ID is an array's."""
+    body = jobspec.mod_changes(args)
+    client = ctx.client()
+    job = resolve(client, args.id, whole_array=False)[0]
+    whole = "[" not in args.id and job.get("array_parent") == job["id"]
+    after = client.post(f"/v1/jobs/{job['id']}/modify", {**body, "whole_array": whole})
+    if ctx.json:
+        print_json(after)
+    else:
+        print(f"Parameters of job <{args.id.strip()}> are being changed")
+    return EXIT_OK
 
 
 _DONE_WORDS = {"kill": "is being terminated", "requeue": "is requeued", "hold": "is held",

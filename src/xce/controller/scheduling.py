@@ -40,7 +40,7 @@ from xce.errors import XceError
 from xce.model import Model, dependencies
 from xce.model.facts import (
     ClaimCreated, ClaimOpFailed, ClaimOpSucceeded, ClaimResizeRequested, Fact, HostRegistered, HostStateChanged,
-    JobFinished, JobReleased, JobRequeued, JobSubmitted, ReplicaEvicted, ReplicaOpFailed, ReplicaOpSucceeded,
+    JobFinished, JobModified, JobReleased, JobRequeued, JobSubmitted, ReplicaEvicted, ReplicaOpFailed, ReplicaOpSucceeded,
     ReplicasAdded,
 )
 from xce.model.claims import ClaimState, ResizeState
@@ -51,7 +51,7 @@ from xce.controller.view import JobViews, build_view
 log = logging.getLogger("xce.scheduler")
 
 # facts after which a new plan may place more jobs
-_POKE = (JobSubmitted, JobFinished, JobRequeued, JobReleased, HostRegistered, HostStateChanged,
+_POKE = (JobSubmitted, JobFinished, JobRequeued, JobReleased, JobModified, HostRegistered, HostStateChanged,
          ClaimCreated, ClaimOpSucceeded, ClaimOpFailed, ClaimResizeRequested, ReplicaOpSucceeded, ReplicaOpFailed,
          ReplicasAdded, ReplicaEvicted)
 

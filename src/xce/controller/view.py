@@ -18,7 +18,7 @@ from xce.model.claims import AccessMode, ClaimState, Mode, ReplicaState, ResizeS
 from xce.model.hosts import HostState
 from xce.model.identity import hosts_locked_out
 from xce.model.job_claims import early_claim, node_counters, pool_needs
-from xce.model.jobs import Job
+from xce.model.jobs import Job, held_exclusively
 from xce.scheduler.view import (
     CachedReplica, CacheUse, ClaimUse, ClaimView, ClusterView, HostView, JobView, PoolView, ReplicaView, ResizeView,
 )
@@ -38,16 +38,18 @@ class JobViews:
     """
 
     def __init__(self) -> None:
-        self._kept: dict[int, tuple[Job, tuple[int, str, int, int, str], JobView]] = {}
+        self._kept: dict[int, tuple[Job, tuple[int, str, int, int, str, int], JobView]] = {}
         self.eligible = 0  # pending jobs the last call could have planned (dependencies and array limits allowing)
 
-    def pending(self, model: Model, prio: dict[str, int], depth: int | None = None) -> tuple[JobView, ...]:
-        """The views of the first ``depth`` pending jobs in the scheduler's order (all: None)."""
+    def pending(self, model: Model, prio: dict[str, int], depth: int | None = None,
+                now: float | None = None) -> tuple[JobView, ...]:
+        """The views of the first ``depth`` pending jobs in the scheduler's order (all: None) that may
+        start at ``now`` (None: whatever their begin time)."""
         kept, self._kept = self._kept, {}
         views = []
-        ids, self.eligible = first_pending(model, prio, depth)
+        ids, self.eligible = first_pending(model, prio, depth, now)
         for j in map(model.jobs.__getitem__, ids):
-            key = (j.run, j.queue, prio.get(j.queue, 0), j.slots, j.resreq)
+            key = (j.run, j.queue, prio.get(j.queue, 0), j.slots, j.resreq, j.user_priority)
             hit = kept.get(j.id)
             # only views of jobs that use no claim are kept, and what makes a job use one is fixed at
             # its submission (its references, its templates); the early claim it may get comes from those
@@ -63,21 +65,27 @@ class JobViews:
         return tuple(views)
 
 
-def first_pending(model: Model, prio: dict[str, int], depth: int | None) -> tuple[list[int], int]:
+def first_pending(model: Model, prio: dict[str, int], depth: int | None,
+                  now: float | None = None) -> tuple[list[int], int]:
     """The ids of the first ``depth`` pending jobs in the order the scheduler takes them (highest
-    queue priority, then oldest), or of all of them (None); in id order; and how many could be
-    planned, at any depth.  Jobs whose dependency does
-    not hold are not planned (``xce.model.dependencies``), nor the elements of a limited array
-    (``NAME[1-100]%5``) beyond what its limit leaves room for (its lowest pending indices go first)."""
-    ids = sorted(model.pending_jobs.difference(model.dependency_blocked) if model.dependency_blocked
-                 else model.pending_jobs)
+    queue priority, then highest ``-sp``, then oldest), or of all of them (None); in id order; and how
+    many could be planned, at any depth.  Jobs whose dependency does not hold are not planned
+    (``xce.model.dependencies``), nor those whose begin time (``-b``) is after ``now``, nor the elements
+    of a limited array (``NAME[1-100]%5``) beyond what its limit leaves room for (its lowest pending
+    indices go first)."""
+    waiting = model.dependency_blocked.keys()
+    if model.begin_waiting and now is not None:
+        waiting = waiting | {i for i, at in model.begin_waiting.items() if at > now}
+    ids = sorted(model.pending_jobs.difference(waiting) if waiting else model.pending_jobs)
     ids = _within_array_limits(model, ids)
     if depth is None or len(ids) <= depth:
         return ids, len(ids)
-    if len(set(prio.values())) <= 1:  # one priority for every queue (queues are never removed)
+    # one priority for every queue (queues are never removed) and one -sp for every pending job: oldest first
+    if len(set(prio.values())) <= 1 and len(model.pending_priorities) <= 1:
         return ids[:depth], len(ids)
     jobs = model.jobs
-    return sorted(heapq.nsmallest(depth, ids, key=lambda i: (-prio.get(jobs[i].queue, 0), i))), len(ids)
+    return sorted(heapq.nsmallest(depth, ids, key=lambda i: (-prio.get(jobs[i].queue, 0), -jobs[i].user_priority,
+                                                             i))), len(ids)
 
 
 def _within_array_limits(model: Model, ids: list[int]) -> list[int]:
@@ -107,7 +115,8 @@ def _job_view(model: Model, j: Job, prio: dict[str, int]) -> JobView:
     return JobView(id=j.id, run=j.run, queue=j.queue, priority=prio.get(j.queue, 0), slots=j.slots,
                    resreq=j.resreq, claims=_claim_uses(model, j) if _uses_claims(j) else (),
                    node_counters=MappingProxyType(node_counters(j.templates)) if j.templates else
-                   MappingProxyType({}), pool_needs=pool_needs(j.templates) if j.templates else ())
+                   MappingProxyType({}), pool_needs=pool_needs(j.templates) if j.templates else (),
+                   user_priority=j.user_priority, exclusive=j.exclusive, avoid=frozenset(j.avoid_hosts))
 
 
 def build_view(model: Model, config: Config | None = None, observed: Observed | None = None,
@@ -124,14 +133,14 @@ def build_view(model: Model, config: Config | None = None, observed: Observed | 
             continue
         used = h.counters_used()
         free = {k: v - used.get(k, 0.0) for k, v in h.counters.items()}
-        hosts.append(HostView(name=h.name, slots_free=h.slots - h.slots_used,
+        hosts.append(HostView(name=h.name, slots_free=0 if held_exclusively(model, h) else h.slots - h.slots_used,
                               attrs=MappingProxyType(dict(h.attrs)),
                               counters_total=MappingProxyType(dict(h.counters)),
-                              counters_free=MappingProxyType(free)))
+                              counters_free=MappingProxyType(free), idle=not h.held_slots))
     hosts.sort(key=lambda h: h.name)
     prio = {q.name: q.priority for q in model.queues.values()}
     views = views or JobViews()
-    pending = views.pending(model, prio, depth)
+    pending = views.pending(model, prio, depth, time.time() if now is None else now)
     pools: tuple[PoolView, ...] = ()
     claims: tuple[ClaimView, ...] = ()
     resizes: tuple[ResizeView, ...] = ()

@@ -4,18 +4,21 @@ Job ids are ``N``, ``N[I]``, or ``0``: every unfinished job of yours.  Each prin
 terminated`` (stopped, resumed, requeued) per job, or says why not on
 stderr (``No matching job found``, ``Job has already finished``: the words pollers look for), and
 exits 255 if any job was refused.  ``bstop`` holds a pending job and suspends a running one, and
-``bresume`` undoes either, as LSF's do.  ``bmod`` reads bsub's options and refuses them: XCE cannot
-modify a submitted job yet (issue 32).
+``bresume`` undoes either, as LSF's do.  ``bmod`` changes a pending job with bsub's spellings of what
+``xce mod`` changes (``-q -n -R -J -W -w -sp``, ``-Wn -wn``; ``-J "%N"`` an array's limit) and says
+``Parameters of job <N> are being changed``.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Callable
 
 from xce import jobspec
 from xce.client import ApiError, Client
-from xce.lsf._base import EXIT_FAILED, LsfError, LsfParser, add_ids, client, find_jobs, run
+from xce.lsf._base import EXIT_FAILED, LsfError, LsfParser, add_ids, client, find_jobs, not_found, run
+from xce.lsfsite import unit_for_limits
 from xce.lsf.jobfields import stat
 
 # what each command does to a job in a state: the controller's action, or None (not in that state)
@@ -78,10 +81,23 @@ def _one(c: Client, prog: str, job: dict[str, Any], choose: Choose, done: str, s
 
 
 def bmod(argv: list[str]) -> int:
-    parser = jobspec.bsub_parser(LsfParser)
-    parser.prog = "bmod"
-    parser.parse_args(argv)
-    raise LsfError("modifying a submitted job is not there yet (issue 32): bkill it and bsub it again")
+    parser = LsfParser(prog="bmod", usage="bmod [options] job_ID | \"job_ID[index]\"")
+    jobspec.add_mod_options(parser, lsf=True)
+    parser.add_argument("job", metavar="job_ID", help="a job, an array (every element still pending) or an element")
+    args = parser.parse_args(argv)
+    body = jobspec.mod_changes(args, lsf_unit=unit_for_limits(os.environ))
+    c = client()
+    jobs = find_jobs(c, args.job)
+    if not jobs:
+        raise LsfError(not_found(args.job))
+    job = jobs[0]
+    whole = "[" not in args.job and job.get("array_parent") == job["id"]
+    try:
+        c.post(f"/v1/jobs/{job['id']}/modify", {**body, "whole_array": whole})
+    except ApiError as e:
+        raise LsfError(f"Job <{args.job}>: {e.message}") from None
+    print(f"Parameters of job <{args.job}> are being changed")
+    return 0
 
 
 def _main(prog: str) -> Callable[[list[str] | None], int]:

@@ -230,12 +230,12 @@ def waits(job: Job) -> bool:
     return job.dependency_tree is not None and job.state in _NOT_STARTED and job.run == 0
 
 
-def _names(tree: Tree) -> Iterable[int]:
+def named_jobs(tree: Tree) -> Iterable[int]:
     if tree[0] in ("and", "or"):
         for t in tree[1]:
-            yield from _names(t)
+            yield from named_jobs(t)
     elif tree[0] == "not":
-        yield from _names(tree[1])
+        yield from named_jobs(tree[1])
     else:
         yield from tree[2]["jobs"]
 
@@ -246,20 +246,25 @@ def watch(model: State, job: Job) -> None:
     if job.dependency_tree is None:
         return
     if not waits(job):
-        if model.dependency_blocked.pop(job.id, None) is not None or job.id in model.watching:
-            for named in model.watching.pop(job.id, ()):
-                dependents = model.dependents.get(named)
-                if dependents is not None:
-                    dependents.discard(job.id)
-                    if not dependents:
-                        del model.dependents[named]
+        forget(model, job)
         return
     if job.id not in model.watching:
-        named_ids = sorted(set(_names(job.dependency_tree)))
+        named_ids = sorted(set(named_jobs(job.dependency_tree)))
         model.watching[job.id] = named_ids
         for named in named_ids:
             model.dependents.setdefault(named, set()).add(job.id)
     _judge(model, job)
+
+
+def forget(model: State, job: Job) -> None:
+    """Drop ``job``'s dependency from the indexes (it no longer waits, or ``xce mod -w`` replaces it)."""
+    if model.dependency_blocked.pop(job.id, None) is not None or job.id in model.watching:
+        for named in model.watching.pop(job.id, ()):
+            dependents = model.dependents.get(named)
+            if dependents is not None:
+                dependents.discard(job.id)
+                if not dependents:
+                    del model.dependents[named]
 
 
 def _judge(model: State, job: Job) -> None:

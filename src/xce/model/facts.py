@@ -204,6 +204,11 @@ class JobSubmitted(Fact):
     warn_signal: int | None = None  # -wa
     warn_time: float | None = None  # -wt: seconds before the run limit
     limit_grace: float | None = None  # the queue's terminate_grace when the run limit ends the run
+    user_priority: int = 0  # -sp, or the site's default (half of max_user_priority)
+    begin_time: float | None = None  # -b: not started before
+    exclusive: bool = False  # -x: its hosts run nothing else
+    requeue_exit: str | None = None  # -Q, or the queue's requeue_exit_values (xce.exitvalues)
+    max_requeue: int | None = None  # the queue's max_job_requeue
 
 
 # ---------------------------------------------------------------- audit
@@ -304,6 +309,8 @@ class JobRequeued(Fact):
     reason: str = ""
     host_lost: bool = False
     usage: dict[str, Any] | None = None  # what the run that ended used, when it ran
+    by_exit_value: bool = False  # its exit code is one of the job's requeue exit values (-Q): counted
+    avoid_host: str | None = None  # its next runs never go to this host (-Q EXCLUDE(), a failed pre-exec)
 
 
 @fact("job.process_ended")
@@ -377,6 +384,18 @@ class JobHeld(Fact):
 class JobReleased(Fact):
     job_id: int
     by: str
+
+
+@fact("job.modified")
+@dataclass(frozen=True, slots=True)
+class JobModified(Fact):
+    """``xce mod``/``bmod``: new values of a waiting job, or of every waiting element of an array
+    (``xce.model.job_changes``): queue, slots, resreq, run_limit, dependency (and its resolved tree),
+    user_priority, name, array_limit."""
+
+    job_ids: list[int]
+    by: str
+    changes: dict[str, Any] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- claims

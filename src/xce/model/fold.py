@@ -12,13 +12,14 @@ from typing import Any, Callable
 
 from xce.errors import Unauthenticated
 from xce.model import (
-    audit, capabilities, catalog, claims, dependencies, history, hosts, identity, job_claims, jobs, ops, orphans, snapshots,
+    audit, capabilities, catalog, claims, dependencies, history, hosts, identity, job_changes, job_claims, jobs, ops,
+    orphans, snapshots,
 )
 from xce.model.facts import (
     AgentLeased, AttachmentAdded, AttachmentRemoved, AuditRecorded, ClaimCreated, ClaimDeleteRequested, ClaimOpFailed,
     ClaimOpIntent, ClaimOpSucceeded, ClaimPlaced, ClaimPurgeRequested, ClaimResizeRequested, ClaimResizeReserved,
     ClassCapabilitiesReported, ClusterInitialized, Fact, HostRegistered, HostStateChanged, JobAllocated, JobFinished,
-    JobHeld, JobKillRequested, JobProcessEnded, JobReleased, JobRequeued, JobResumed, JobSignalRequested, JobStarted,
+    JobHeld, JobKillRequested, JobModified, JobProcessEnded, JobReleased, JobRequeued, JobResumed, JobSignalRequested, JobStarted,
     JobSubmitted, JobSuspended, OrphanResolved, OrphanSeen, ProjectDefined, ProjectRemoved, QueueDefined,
     RecordsRetired, ReplicaEvicted, ReplicaLost, ReplicaOpFailed, ReplicaOpIntent, ReplicaOpSucceeded, ReplicaPlaced, ReplicasAdded,
     SnapshotCreated, SnapshotDeleteRequested, SnapshotOpFailed, SnapshotOpIntent, SnapshotOpSucceeded, TokenIssued, TokenRevoked,
@@ -56,6 +57,7 @@ FOLDS: dict[type[Fact], Callable[[State, Any], None]] = {
     JobResumed: jobs.apply_job_resumed,
     JobHeld: jobs.apply_job_held,
     JobReleased: jobs.apply_job_released,
+    JobModified: job_changes.apply_job_modified,
     JobProcessEnded: job_claims.apply_job_process_ended,
     ClaimCreated: job_claims.apply_claim_created,  # a run's template claims join their run
     ClaimPlaced: claims.apply_claim_placed,

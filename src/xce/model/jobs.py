@@ -26,6 +26,7 @@ re-delivers an order, however often the worker polls.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import re
 import signal as _signal
@@ -34,7 +35,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from xce.depend import DependError, parse as parse_dependency
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from xce.exitvalues import ExitValuesError, RequeueRule, parse as parse_exit_values
 from xce.model import dependencies
+from xce.model.entities.hosts import Host
 from xce.model.entities.identity import User
 from xce.model.entities.jobs import RUNNING, Job, JobState
 from xce.model.facts import (
@@ -101,6 +104,10 @@ class JobSpec:
     run_estimate: str | None = None  # -We [HH:]MM
     warning_action: str | None = None  # -wa SIGNAL
     warning_time: str | None = None  # -wt [HH:]MM
+    user_priority: int | None = None  # -sp
+    begin_time: float | None = None  # -b: not started before (seconds since the epoch)
+    exclusive: bool = False  # -x
+    requeue_exit: str | None = None  # -Q (xce.exitvalues)
 
 
 MAX_ARRAY = 100_000
@@ -193,21 +200,12 @@ def submit(model: State, actor: User, spec: JobSpec, now: float, config: Config 
     for what, value in (("cwd", spec.cwd), ("stdout", spec.stdout), ("stderr", spec.stderr),
                         ("submit_dir", spec.submit_dir)):
         _check_path(what, value)
-    try:
-        rr = parse_resreq(spec.resreq)
-    except ResReqError as e:
-        raise InvalidRequest(f"bad resource requirement: {e.reason} at column {e.position + 1}: "
-                             f"{e.text[:200]!r}") from None
-    if config is not None and rr.rusage:
-        known = {r.name for r in config.resources if r.layer == "L2"}
-        known.update(name for h in model.hosts.values() for name in h.counters)
-        if unknown := sorted(set(rr.rusage) - known):
-            raise InvalidRequest(f"unknown resource {', '.join(unknown)} in rusage[] (known counters: "
-                                 f"{', '.join(sorted(known))})")
+    check_resreq(model, spec.resreq, config)
     if spec.mem_limit is not None and not MIN_MEM_LIMIT <= spec.mem_limit <= MAX_MEM_LIMIT:
         raise InvalidRequest(f"memory limit (-M) must be between 4Mi and 1Pi, got {spec.mem_limit} bytes")
-    tree = _dependency(model, actor, spec)
+    tree = dependency_tree(model, actor, spec)
     limits = _run_limits(spec, queue, config)
+    order = _order_fields(actor, spec, queue, config)
     refs, templates, app = claims(project, queue) if claims is not None else ([], [], None)
     job_id = model.next_job_id
     return [JobSubmitted(
@@ -219,8 +217,23 @@ def submit(model: State, actor: User, spec: JobSpec, now: float, config: Config 
         env=job_environment(spec, config.controller if config is not None else None),
         dependency=spec.dependency if tree is not None else None, dependency_tree=tree,
         terminate_orphan=spec.terminate_orphan and tree is not None, array_limit=array_limit if indices else None,
-        **limits,
+        **limits, **order,
     )], job_id
+
+
+def check_resreq(model: State, resreq: str, config: Config | None) -> None:
+    """A resource requirement that parses and reserves only counters the cluster has (InvalidRequest)."""
+    try:
+        rr = parse_resreq(resreq)
+    except ResReqError as e:
+        raise InvalidRequest(f"bad resource requirement: {e.reason} at column {e.position + 1}: "
+                             f"{e.text[:200]!r}") from None
+    if config is not None and rr.rusage:
+        known = {r.name for r in config.resources if r.layer == "L2"}
+        known.update(name for h in model.hosts.values() for name in h.counters)
+        if unknown := sorted(set(rr.rusage) - known):
+            raise InvalidRequest(f"unknown resource {', '.join(unknown)} in rusage[] (known counters: "
+                                 f"{', '.join(sorted(known))})")
 
 
 def _check_command(spec: JobSpec) -> None:
@@ -287,7 +300,26 @@ def _run_limits(spec: JobSpec, queue: str, config: Config | None) -> dict[str, A
             "limit_grace": grace}
 
 
-def _dependency(model: State, actor: User, spec: JobSpec) -> list[Any] | None:
+def _order_fields(actor: User, spec: JobSpec, queue: str, config: Config | None) -> dict[str, Any]:
+    """-sp (checked against [controller] max_user_priority; an admin may go beyond), -b, -x and -Q (else
+    the queue's requeue_exit_values) in the fact's terms."""
+    most = config.controller.max_user_priority if config is not None else 100
+    if spec.user_priority is not None and spec.user_priority > most and not actor.is_admin:
+        raise InvalidRequest(f"job priority (-sp) {spec.user_priority} is over the site's maximum {most} "
+                             "(max_user_priority)")
+    q = config.queue(queue) if config is not None else None
+    requeue_exit = spec.requeue_exit if spec.requeue_exit is not None else q.requeue_exit_values if q else None
+    if requeue_exit is not None:
+        try:
+            parse_exit_values(requeue_exit)
+        except ExitValuesError as e:
+            raise InvalidRequest(f"-Q: {e}") from None
+    return {"user_priority": spec.user_priority if spec.user_priority is not None else max(most // 2, 1),
+            "begin_time": spec.begin_time, "exclusive": spec.exclusive, "requeue_exit": requeue_exit,
+            "max_requeue": q.max_job_requeue if q else None}
+
+
+def dependency_tree(model: State, actor: User, spec: JobSpec) -> list[Any] | None:
     """``-w``'s expression parsed, checked and its targets resolved (None: no dependency)."""
     if spec.dependency is None or not spec.dependency.strip():
         if spec.terminate_orphan:
@@ -347,10 +379,18 @@ def _index(model: State, job: Job) -> None:
         dependencies.watch(model, job)
     if job.id in model.dependents:
         dependencies.changed(model, job)
-    if job.state is JobState.PEND and not job.alloc_slots:
-        model.pending_jobs.add(job.id)
+    pending = job.state is JobState.PEND and not job.alloc_slots
+    if pending != (job.id in model.pending_jobs):
+        if pending:
+            model.pending_jobs.add(job.id)
+            counts = model.pending_priorities
+            counts[job.user_priority] = counts.get(job.user_priority, 0) + 1
+        else:
+            _unpend(model, job)
+    if pending and job.begin_time is not None:
+        model.begin_waiting[job.id] = job.begin_time
     else:
-        model.pending_jobs.discard(job.id)
+        model.begin_waiting.pop(job.id, None)
     if job.finished:
         if job.id not in model.finished_jobs:
             model.finished_jobs[job.id] = None
@@ -363,6 +403,31 @@ def _index(model: State, job: Job) -> None:
         else:
             model.waiting_jobs.discard(job.id)
         _count_waiting(model, job.user, 1 if waiting else -1)
+
+
+def reindex(model: State, job: Job, change: Callable[[], None]) -> None:
+    """Change what the indexes key a pending job by (its -sp, its dependency, its array limit): out of
+    them, ``change()``, back in."""
+    _unpend(model, job)
+    dependencies.forget(model, job)
+    change()
+    _index(model, job)
+
+
+def _unpend(model: State, job: Job) -> None:
+    """``job`` leaves ``model.pending_jobs`` (to be indexed again after a change of its -sp, or for good)."""
+    if job.id in model.pending_jobs:
+        model.pending_jobs.discard(job.id)
+        counts = model.pending_priorities
+        counts[job.user_priority] -= 1
+        if not counts[job.user_priority]:
+            del counts[job.user_priority]
+
+
+def held_exclusively(model: State, host: Host) -> bool:
+    """Does an exclusive job (-x) hold ``host``?  Then nothing else may start on it."""
+    jobs = model.jobs
+    return any((j := jobs.get(int(k))) is not None and j.exclusive for k in host.held_slots)
 
 
 def _set_state(model: State, job: Job, new: JobState, time: float, reason: str) -> None:
@@ -395,6 +460,8 @@ def apply_job_submitted(model: State, f: JobSubmitted) -> None:
     submitted = {"state": state.value, "time": f.time, "run": 0, "reason": f"submitted by {f.user}"}
     for job_id, parent, index in elements:
         old = model.jobs.get(job_id)
+        if old is not None:
+            _unpend(model, old)
         if old is not None and old.id in model.waiting_jobs:  # folds are total: a reused id replaces its job
             _count_waiting(model, old.user, -1)
             model.waiting_jobs.discard(old.id)
@@ -411,6 +478,8 @@ def apply_job_submitted(model: State, f: JobSubmitted) -> None:
             dependency=f.dependency, dependency_tree=f.dependency_tree, terminate_orphan=f.terminate_orphan,
             array_limit=f.array_limit if parent is not None else None, run_limit=f.run_limit,
             run_estimate=f.run_estimate, warn_signal=f.warn_signal, warn_time=f.warn_time, limit_grace=f.limit_grace,
+            user_priority=f.user_priority, begin_time=f.begin_time, exclusive=f.exclusive,
+            requeue_exit=f.requeue_exit, max_requeue=f.max_requeue,
         )
         _index(model, job)
     if f.request_id is not None:
@@ -510,6 +579,10 @@ def apply_job_requeued(model: State, f: JobRequeued) -> Job | None:
     job.process_exit = None
     if f.usage is not None:
         job.usage = dict(f.usage)
+    if f.by_exit_value:
+        job.requeues += 1
+    if f.avoid_host is not None and f.avoid_host not in job.avoid_hosts:
+        job.avoid_hosts.append(f.avoid_host)
     _set_state(model, job, JobState.PEND, f.time, f.reason or "requeued")
     job.hosts = []
     job.pid = None
@@ -706,12 +779,40 @@ def report_finished(model: State, host: str, job_id: int, run: int, now: float, 
         return []  # OBSERVATION: decided already, or the process ended before and the stage-out decides
     if job.kill_requested and job.kill_requeue:
         return [JobRequeued(time=now, job_id=job_id, run=run, reason=f"requeued by {job.kill_by}", usage=usage)]
+    if not job.kill_requested and not reason and signal is None and job.requeue_exit is not None:
+        by_exit = requeue_by_exit(job, host, now, exit_code, usage)
+        if by_exit is not None:
+            return [by_exit]
     if not job.kill_requested and stages_out:
         return [JobProcessEnded(time=now, job_id=job_id, run=run, exit_code=exit_code, signal=signal,
                                 reason=reason, usage=usage)]
     state, why = exit_decision(exit_code, signal, reason, killed_by=job.kill_by if job.kill_requested else None)
     return [JobFinished(time=now, job_id=job_id, run=run, state=state.value, exit_code=exit_code,
                         signal=signal, reason=why, usage=usage)]
+
+
+def requeue_by_exit(job: Job, host: str, now: float, exit_code: int | None,
+                    usage: dict[str, Any] | None = None) -> Fact | None:
+    """A run that exited with one of the job's requeue exit values (``-Q``, its queue's
+    ``requeue_exit_values``) goes back to the queue (off ``host`` for an ``EXCLUDE()`` code), until the
+    queue's ``max_job_requeue`` such requeues, after which it ends EXIT saying so.  None: the exit code
+    is not one of them."""
+    requeue, avoid = _exit_rule(job.requeue_exit or "").requeues(exit_code)
+    if not requeue:
+        return None
+    if job.max_requeue is not None and job.requeues >= job.max_requeue:
+        return JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value, exit_code=exit_code,
+                           reason=f"nonzero exit code {exit_code}; requeued {job.requeues} times already "
+                                  f"(max_job_requeue {job.max_requeue})", usage=usage)
+    return JobRequeued(time=now, job_id=job.id, run=job.run, usage=usage, by_exit_value=True,
+                       avoid_host=host if avoid else None,
+                       reason=f"exit code {exit_code} is a requeue exit value: requeued"
+                              + (f" (not to {host} again)" if avoid else ""))
+
+
+@functools.lru_cache(maxsize=256)
+def _exit_rule(text: str) -> RequeueRule:
+    return parse_exit_values(text)  # checked at submission (and the queue's when the config was read)
 
 
 def host_lost(model: State, host: str, now: float) -> list[Fact]:

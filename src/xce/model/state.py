@@ -117,6 +117,8 @@ class State:
     snapshot_names: dict[str, int] = field(default_factory=dict)  # "project/name" of a live snapshot -> id
     open_snapshot_ops: set[int] = field(default_factory=set)  # snapshots with an open provider op
     pending_jobs: set[int] = field(default_factory=set)  # PEND with nothing allocated: what the scheduler plans
+    begin_waiting: dict[int, float] = field(default_factory=dict)  # pending_jobs with a begin time (-b): when
+    pending_priorities: dict[int, int] = field(default_factory=dict)  # -sp -> how many of pending_jobs have it
     cluster_held: dict[int, dict[str, float]] = field(default_factory=dict)  # job -> cluster counters it holds
     waiting_jobs: set[int] = field(default_factory=set)  # PEND or PSUSP: what max_pending_jobs_per_user counts
     waiting_by_user: dict[str, int] = field(default_factory=dict)  # user -> how many of waiting_jobs are theirs
@@ -228,6 +230,12 @@ class State:
 
     def _rebuild_indexes(self) -> None:
         self.pending_jobs = {j.id for j in self.jobs.values() if j.state is JobState.PEND and not j.alloc_slots}
+        self.begin_waiting = {i: self.jobs[i].begin_time for i in self.pending_jobs  # type: ignore[misc]
+                              if self.jobs[i].begin_time is not None}
+        self.pending_priorities = {}
+        for i in self.pending_jobs:
+            p = self.jobs[i].user_priority
+            self.pending_priorities[p] = self.pending_priorities.get(p, 0) + 1
         self.cluster_held = {j.id: j.alloc_cluster for j in self.jobs.values() if j.alloc_cluster}
         self.waiting_jobs = {j.id for j in self.jobs.values() if j.state in (JobState.PEND, JobState.PSUSP)}
         self.waiting_by_user = {}

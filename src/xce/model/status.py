@@ -10,6 +10,7 @@ leader's memory).  Nothing here decides anything: change the words without touch
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from xce.model import dependencies, job_claims
@@ -79,8 +80,8 @@ def status_reason(model: State, job: Job, now: float, scheduler_reason: str | No
         return blocking_stage_out(model, job, now, progress)
     # the scheduler's word is about waiting jobs (its idle reason, "no hosts are available", is not about a
     # finished one: a job shows the same document live and archived)
-    reason = job.pending_reason or dependency_reason(model, job) or array_limit_reason(model, job) or \
-        (scheduler_reason if job.state in (JobState.PEND, JobState.PSUSP) else None)
+    reason = job.pending_reason or dependency_reason(model, job) or begin_reason(job, now) or \
+        array_limit_reason(model, job) or (scheduler_reason if job.state in (JobState.PEND, JobState.PSUSP) else None)
     if job.state in (JobState.PEND, JobState.PSUSP) and not job.allocated and \
             (claim := job_claims.early_claim(model, job)) is not None and claim.state is not ClaimState.READY:
         staging = staging_text(claim, progress, now)
@@ -105,6 +106,14 @@ def dependency_reason(model: State, job: Job) -> str | None:
     head = dependencies.NEVER_REASON if verdict == dependencies.Verdict.NEVER else \
         "dependency condition not satisfied"
     return f"{head}: {dependencies.unmet(model, job.dependency_tree)}"
+
+
+def begin_reason(job: Job, now: float) -> str | None:
+    """Why a pending job waits for its begin time (-b), in the controller's local time (None: it does not)."""
+    if job.begin_time is None or job.begin_time <= now or job.state is not JobState.PEND or job.allocated:
+        return None
+    at = time.strftime("%Y-%m-%d %H:%M", time.localtime(job.begin_time))
+    return f"begin time (-b) {at} not reached"
 
 
 def array_limit_reason(model: State, job: Job) -> str | None:

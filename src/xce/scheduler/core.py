@@ -1,9 +1,9 @@
-"""``plan = schedule(view)``: queue priority, then FCFS, from an immutable view of the cluster.
+"""``plan = schedule(view)``: queue priority, then ``-sp``, then FCFS, from an immutable view of the cluster.
 
 Pure: no I/O, no clock, no waiting; the same view always gives the same plan.
 
-Placement.  Jobs are visited once, highest queue priority first and oldest
-first within a queue.  A job's candidate hosts are those matching its
+Placement.  Jobs are visited once, highest queue priority first, then the
+highest user priority (``-sp``), oldest first among equals (``job_order``).  A job's candidate hosts are those matching its
 ``select`` (evaluated once per distinct ``select`` against the view),
 sorted by its ``order``; it takes the first hosts that fit, in that order.
 A job that does not fit never blocks later jobs (no reservation yet;
@@ -90,6 +90,7 @@ class _Cycle:
     def __init__(self, view: ClusterView, least_rusage: dict[str, float]) -> None:
         self.hosts = view.hosts
         self.free_slots = [h.slots_free for h in view.hosts]
+        self.idle = [h.idle for h in view.hosts]  # nothing held on it, nor taken this cycle (-x may go there)
         self.free_ctr = [dict(h.counters_free) for h in view.hosts]
         self.offered = {k for h in view.hosts for k in h.counters_total}
         self.least_rusage = least_rusage  # counter -> smallest per-slot amount a pending job asks for
@@ -126,6 +127,7 @@ class _Cycle:
         return k
 
     def take(self, i: int, rusage: dict[str, float], n: int) -> dict[str, float]:
+        self.idle[i] = False
         self.free_slots[i] -= n
         held = {name: per_slot * n for name, per_slot in rusage.items()}
         for name, amount in held.items():
@@ -170,7 +172,7 @@ def schedule(view: ClusterView) -> Plan:
     shapes: dict[tuple[str, int], _Shape] = {}
     allocations: list[Allocation] = []
     reasons: dict[int, str] = {}
-    for job in sorted(view.pending, key=lambda j: (-j.priority, j.id)):
+    for job in sorted(view.pending, key=job_order):
         rr = parsed[job.resreq]
         if isinstance(rr, ResReqError):
             reasons[job.id] = f"bad resource requirement: {rr}"
@@ -185,7 +187,7 @@ def schedule(view: ClusterView) -> Plan:
         if isinstance(pools, str):
             reasons[job.id] = pools
             continue
-        if job.claims or job.node_counters:  # constraints of its own: no shape to share
+        if job.claims or job.node_counters or job.exclusive or job.avoid:  # constraints of its own: no shape to share
             placed = _place_with_claims(cycle, rr, job, claimed)
             if isinstance(placed, str):  # a cache of its may start a replica where it can go
                 reasons[job.id] = fills.consider(cycle, cycle.candidates(rr), dict(rr.rusage), job, placed)
@@ -214,6 +216,9 @@ def schedule(view: ClusterView) -> Plan:
             for name, amount in job.node_counters.items():
                 cycle.free_ctr[first][name] = cycle.free_ctr[first].get(name, 0.0) - amount
                 held[name] = held.get(name, 0.0) + amount
+        if job.exclusive:  # its hosts run nothing else
+            for i, _ in placed:
+                cycle.free_slots[i] = 0
         claimed.took(job, hosts)
         fills.placed(job, hosts)
         for n, v in cluster_need.items():
@@ -231,6 +236,11 @@ def schedule(view: ClusterView) -> Plan:
                 placements=placements, claim_reasons={**claim_reasons, **replica_reasons}, resizes=resizes,
                 resize_reasons=resize_reasons, replicas=replicas,
                 room_left=any(n > 0 for n in cycle.free_slots))
+
+
+def job_order(job: JobView) -> tuple[int, int, int]:
+    """The order jobs are visited in: queue priority, then -sp, highest first; then the oldest."""
+    return -job.priority, -job.user_priority, job.id
 
 
 def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape) -> list[tuple[int, int]] | str:
@@ -302,7 +312,8 @@ class _Claimed:
 
 
 def _place_with_claims(cycle: _Cycle, rr: ResReq, job: JobView, claimed: _Claimed) -> list[tuple[int, int]] | str:
-    """Placement for a job with claims: only hosts every claim can follow to, all or nothing.
+    """Placement for a job with constraints of its own: only hosts every claim can follow to, all or
+    nothing, and none it must avoid; an exclusive job (-x) only on idle hosts.
 
     Standalone claims: READY, reachable from the host, RWOP held by no other job, RWO kept on the
     host its other users are on (and the job on one host).  Template claims: their host counters
@@ -335,6 +346,15 @@ def _place_with_claims(cycle: _Cycle, rr: ResReq, job: JobView, claimed: _Claime
     if missing:
         return f"no host offers counter {', '.join(sorted(set(missing)))}"
     cands = [i for i in cycle.candidates(rr) if allowed is None or cycle.hosts[i].name in allowed]
+    if job.avoid:
+        kept = [i for i in cands if cycle.hosts[i].name not in job.avoid]
+        if len(kept) < len(cands):
+            why_restricted.append(f"not on {', '.join(sorted(job.avoid))} (its earlier run there failed)")
+        cands = kept
+    if job.exclusive:
+        cands = [i for i in cands if cycle.idle[i]]
+        if not cands:
+            return "exclusive (-x): no matching host is idle (every one runs other jobs)"
     restricted = "; ".join(why_restricted)
     if not cands:
         return (f"{restricted}: no such host matches" if restricted else

@@ -20,6 +20,7 @@ class HostView:
     attrs: Mapping[str, str]
     counters_total: Mapping[str, float]
     counters_free: Mapping[str, float]
+    idle: bool = False  # no job holds anything on it: an exclusive job (-x) may start here
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,9 @@ class JobView:
     claims: tuple[ClaimUse, ...] = ()
     node_counters: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # on the first host
     pool_needs: tuple[tuple[str, tuple[str, ...], int], ...] = ()  # shared template claims: (kind, pools, size)
+    user_priority: int = 0  # -sp: its order within its queue, higher first
+    exclusive: bool = False  # -x: only on idle hosts, and nothing else on them this cycle
+    avoid: frozenset[str] = frozenset()  # hosts it must not go to (-Q EXCLUDE(), a failed pre-exec)
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,6 +95,14 @@ class JobDoc(TypedDict):
     terminate_orphan: Annotated[bool, Limit(description="-ti: ended if its dependency can never hold")]
     run_limit: Annotated[float | None, Limit(description="-W (or the queue's run_limit): seconds a run may last")]
     run_estimate: Annotated[float | None, Limit(description="-We: seconds a run is expected to take")]
+    user_priority: Annotated[int, Limit(description="-sp: its order within its queue, higher first")]
+    begin_time: Annotated[float | None, Limit(description="-b: not started before (seconds since the epoch)")]
+    exclusive: Annotated[bool, Limit(description="-x: its hosts run nothing else while it holds them")]
+    requeue_exit: Annotated[str | None, Limit(description="-Q (or its queue's requeue_exit_values): exit codes "
+                                                          "that send it back to the queue")]
+    requeues: Annotated[int, Limit(description="runs requeued by their exit value so far")]
+    avoid_hosts: Annotated[list[str], Limit(description="hosts its next runs never go to (an EXCLUDE() exit "
+                                                        "value, a failed pre-exec)")]
 
 
 class _Row(TypedDict):

@@ -138,6 +138,18 @@ class Submission:
         "LSF's -wt [HH:]MM: how long before the run limit the warning_action signal comes"))] | None = None
     terminate_orphan: Annotated[bool, Limit(description=(
         "LSF's -ti: end the job (EXIT) if its dependency can never hold, instead of leaving it pending"))] = False
+    user_priority: Annotated[int, Limit(ge=1, le=1_000_000, description=(
+        "LSF's -sp: the job's priority within its queue (higher first, after the queue's own), 1 to [controller] "
+        "max_user_priority (an admin may go beyond); default half the maximum"))] | None = None
+    begin_time: Annotated[float, Limit(description=(
+        "LSF's -b: seconds since the epoch before which the job is not started (xce submit -b reads "
+        "[[[YYYY:]MM:]DD:]hh:mm in the submitter's local time)"))] | None = None
+    exclusive: Annotated[bool, Limit(description=(
+        "LSF's -x: the job's hosts run nothing else while it holds them, and it starts only on hosts running "
+        "nothing"))] = False
+    requeue_exit: Annotated[str, Limit(min_length=1, max_length=1000, description=(
+        "LSF's -Q: exit codes that send the job back to the queue: CODE ..., all [~CODE ...], EXCLUDE(CODE ...) "
+        "(requeued, and not to the same host); replaces the queue's requeue_exit_values"))] | None = None
 
     def __init__(self, **given: Any) -> None:
         unknown = set(given) - set(FIELDS)
@@ -194,4 +206,4 @@ class Submission:
 
 
 FIELDS: tuple[str, ...] = tuple(Submission.__annotations__)  # in order
-_LEFT_OUT_WHEN_FALSE = frozenset({"shell", "env_all"})
+_LEFT_OUT_WHEN_FALSE = frozenset({"shell", "env_all", "exclusive"})

@@ -93,6 +93,13 @@ class Job:
     warn_signal: int | None = None  # -wa: sent once, warn_time seconds before the run limit
     warn_time: float | None = None  # -wt
     limit_grace: float | None = None  # SIGTERM to SIGKILL when the run limit ends a run (its queue's grace)
+    user_priority: int = 0  # -sp: its order within its queue, higher first (xce mod changes it)
+    begin_time: float | None = None  # -b: not started before (seconds since the epoch)
+    exclusive: bool = False  # -x: its hosts run nothing else while it holds them
+    requeue_exit: str | None = None  # -Q or its queue's requeue_exit_values: exit codes that requeue it
+    max_requeue: int | None = None  # its queue's max_job_requeue: requeues by exit value before it ends EXIT
+    requeues: int = 0  # runs requeued by their exit value so far
+    avoid_hosts: list[str] = field(default_factory=list)  # hosts its next runs never go to (-Q EXCLUDE(), -E)
 
     @property
     def array_busy(self) -> bool:
