@@ -428,6 +428,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("requeue_exit", ("-Q", "--requeue-exit"), "requeue the job when it exits with one of these codes: "
            "\"CODE ...\", \"all ~CODE ...\", EXCLUDE(CODE ...) (requeued, not to the same host); replaces the "
            "queue's", metavar="CODES", resolve=_requeue_exit, bsub=("-Q",)),
+    Option("pre_exec", ("-E", "--pre-exec"), "a command line run before the job's command, as the job; if it "
+           "fails the job is requeued to another host", metavar="CMD", resolve=_if_given, bsub=("-E",)),
+    Option("post_exec", ("-Ep", "--post-exec"), "a command line run after the job's command ends (with "
+           "$LSB_JOBEXIT_STAT); its failure satisfies post_err()", metavar="CMD", resolve=_if_given,
+           bsub=("-Ep",)),
     Option("claims", ("--claim",), "a standalone claim the job uses, at $XCE_CLAIM_<NAME> (repeatable)",
            kind="append", metavar="NAME[:rw|ro]"),
     Option("scratch", ("--scratch",), "per-run scratch space, at $XCE_SCRATCH", metavar="SIZE[:CLASS]",
@@ -513,8 +518,6 @@ class Planned:
 BSUB_PLANNED: tuple[Planned, ...] = (
     Planned(("-gpu",), "GPUs (-gpu) are not there yet (issue 33)"),
     Planned(("-G",), "user groups (-G) are not there: XCE charges projects (-P)"),
-    Planned(("-E",), "pre-execution commands (-E) are not there yet: run the step at the start of the job"),
-    Planned(("-Ep",), "post-execution commands (-Ep) are not there yet: run the step at the end of the job"),
     Planned(("-U",), "advance reservations (-U) are not there yet"),
     Planned(("-I", "-Ip", "-Is", "-IS", "-ISp", "-ISs", "-IX"), "interactive jobs (-I, -Ip, -Is...) are not there "
             "yet: submit a batch job and follow its output with bpeek -f", takes_value=False),

@@ -98,3 +98,24 @@ def test_an_exclusive_job_runs_alone_and_a_late_begin_time_waits(cl, tmp_path):
     for j in (lone, *others):
         cl.wait_state(j, "DONE")
     cl.xce("kill", str(later))
+
+
+def test_a_pre_exec_that_fails_on_one_host_sends_the_job_to_the_other_and_post_exec_runs_after_it(cl, tmp_path):
+    log = tmp_path / "log"
+    job_id = cl.submit("-E", f'[ "$XCE_HOST" = host2 ] && echo "pre on $XCE_HOST" >> {log}',
+                       "-Ep", f'echo "post $LSB_JOBEXIT_STAT" >> {log}; exit 4',
+                       "--", "sh", "-c", f"echo job >> {log}; exit 0")
+    job = cl.wait_state(job_id, "DONE", "EXIT", timeout=60)
+    assert job["state"] == "DONE" and job["hosts"] == ["host2"], job
+    # both hosts idle, host1 comes first: its pre-exec failed there, and the job was never sent back
+    assert (job["pre_exec_failures"], job["avoid_hosts"], job["run"]) == (1, ["host1"], 2)
+    assert read(log) == ["pre on host2", "job", "post 0"]
+    assert job["post_exec_exit"] == 4
+    handler = cl.submit("-w", f"post_err({job_id})", "--", "true")
+    cl.wait_state(handler, "DONE")
+    assert "Post-exec" in cl.xce("job", "show", str(job_id)).stdout
+
+
+def read(path) -> list[str]:
+    with open(path) as fh:
+        return fh.read().splitlines()

@@ -196,3 +196,33 @@ def test_mod_of_an_array_changes_every_waiting_element_and_its_limit_counts_the_
     assert [e.user_priority for e in elements] == [5, 5, 9, 5]
     with pytest.raises(InvalidRequest, match="not an array"):
         modify(w, submit(w), array_limit=3)
+
+
+# ---------------------------------------------------------------- -E and -Ep
+
+
+def test_a_failed_pre_exec_requeues_the_job_off_that_host_until_the_retry_limit(w):
+    job = submit(w, pre_exec="test -e /ready")
+    for n in range(1, jobs.MAX_PREEXEC_RETRY):
+        host = f"h{n % 2 + 1}"
+        w.allocate(job, (host,), with_templates=False)
+        w.start(job)
+        w.commit(jobs.report_finished(w.model, host, job.id, job.run, w.tick(), 1, None, pre_exec_failed=True))
+        assert job.state is JobState.PEND and host in job.avoid_hosts and job.pre_exec_failures == n
+        assert job.pending_reason == f"pre-exec failed on {host} (exit code 1): requeued to another host"
+    w.allocate(job, ("h1",), with_templates=False)
+    w.start(job)
+    w.commit(jobs.report_finished(w.model, "h1", job.id, job.run, w.tick(), 1, None, pre_exec_failed=True))
+    assert job.state is JobState.EXIT and job.exit_reason == "pre-exec failed on h1 (exit code 1), 5 times"
+
+
+def test_a_failed_post_exec_keeps_the_jobs_state_and_satisfies_post_err(w):
+    job = submit(w, post_exec="false")
+    on_err = submit(w, dependency=f"post_err({job.id})")
+    on_done = submit(w, dependency=f"post_done({job.id})")
+    w.allocate(job, with_templates=False)
+    w.start(job)
+    w.commit(jobs.report_finished(w.model, "h1", job.id, job.run, w.tick(), 0, None, post_exec_exit=1))
+    assert (job.state, job.post_exec_exit) == (JobState.DONE, 1)
+    assert on_err.id not in w.model.dependency_blocked
+    assert w.model.dependency_blocked[on_done.id] == dependencies.Verdict.NEVER

@@ -54,6 +54,8 @@ def job_json(model: Model, job: Job, pending_reason: str | None = None,
         "run_limit": job.run_limit, "run_estimate": job.run_estimate,
         "user_priority": job.user_priority, "begin_time": job.begin_time, "exclusive": job.exclusive,
         "requeue_exit": job.requeue_exit, "requeues": job.requeues, "avoid_hosts": job.avoid_hosts,
+        "pre_exec": job.pre_exec, "post_exec": job.post_exec, "pre_exec_failures": job.pre_exec_failures,
+        "post_exec_exit": job.post_exec_exit,
     }
 
 
@@ -405,7 +407,8 @@ def dispatch_json(model: Model, job: Job, host: str) -> Dispatch:
                     project=job.project, claims=job_claims.publish_list(model, job, host),
                     mem_limit=dispatch.mem_limit(job, host), alloc_slots=job.alloc_slots, shell=job.shell,
                     script=job.script, submit_dir=job.submit_dir, env=job.env, run_limit=job.run_limit,
-                    warn_signal=job.warn_signal, warn_time=job.warn_time, limit_grace=job.limit_grace)
+                    warn_signal=job.warn_signal, warn_time=job.warn_time, limit_grace=job.limit_grace,
+                    pre_exec=job.pre_exec, post_exec=job.post_exec)
 
 
 def host_work_json(model: Model, host: str, work: dispatch.HostWork) -> dict[str, Any]:

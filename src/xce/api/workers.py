@@ -81,6 +81,8 @@ class FinishedReport(Strict):
     # fenced it (no answer from the controller in time): rerunnable jobs are requeued
     lost: bool = False
     usage: RunUsage | None = None
+    pre_exec_failed: bool = False  # its -E failed: the command never ran (requeued elsewhere)
+    post_exec_exit: Annotated[int, Field(ge=0, le=255)] | None = None  # its -Ep's exit code, when it ran
 
 
 class ReportsRequest(Strict):

@@ -300,6 +300,11 @@ def _show_one(job: dict[str, Any]) -> str:
         ("Requeue exit", (job["requeue_exit"] + (f" (requeued {job['requeues']} times)" if job.get("requeues") else ""))
          if job.get("requeue_exit") else "omit"),
         ("Not on hosts", ", ".join(job["avoid_hosts"]) if job.get("avoid_hosts") else "omit"),
+        ("Pre-exec", (job["pre_exec"] + (f" (failed {job['pre_exec_failures']} times)"
+                                         if job.get("pre_exec_failures") else "")) if job.get("pre_exec") else "omit"),
+        ("Post-exec", (job["post_exec"] + (f" (exit code {job['post_exec_exit']})"
+                                           if job.get("post_exec_exit") is not None else ""))
+         if job.get("post_exec") else "omit"),
         ("Dependency", (job["dependency"] + (" (-ti)" if job.get("terminate_orphan") else ""))
          if job.get("dependency") else "omit"),
         ("Submitted", when(job["submit_time"])),

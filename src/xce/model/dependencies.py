@@ -154,8 +154,10 @@ def _compare(op: str | None, a: int, b: int) -> bool:
     return {"==": a == b, "!=": a != b, ">": a > b, "<": a < b, ">=": a >= b, "<=": a <= b}[op or "=="]
 
 
-def _stage_out_failed(job: Job) -> bool:
-    return job.state is J.EXIT and (job.exit_reason or "").startswith("stage-out")
+def _post_failed(job: Job) -> bool:
+    """Its post-processing failed: the stage-out (the job ended EXIT for it) or its -Ep."""
+    return job.state is J.EXIT and (job.exit_reason or "").startswith("stage-out") or \
+        job.post_exec_exit not in (None, 0)
 
 
 def _one(func: str, job: Job | None, op: str | None, value: Any) -> Verdict:
@@ -174,9 +176,9 @@ def _one(func: str, job: Job | None, op: str | None, value: Any) -> Verdict:
         ok = state is J.EXIT and (value is None or (job.exit_code is not None and _compare(op, job.exit_code, value)))
         return Verdict.HOLDS if ok else Verdict.NEVER
     if func == "post_done":
-        return Verdict.NEVER if _stage_out_failed(job) else Verdict.HOLDS
+        return Verdict.NEVER if _post_failed(job) else Verdict.HOLDS
     if func == "post_err":
-        return Verdict.HOLDS if _stage_out_failed(job) else Verdict.NEVER
+        return Verdict.HOLDS if _post_failed(job) else Verdict.NEVER
     raise AssertionError(f"unknown dependency condition {func!r}")  # the parser knows no other
 
 

@@ -101,6 +101,8 @@ class Ended:
     reason: str = ""
     lost: bool = False
     usage: dict[str, Any] | None = None  # max_rss_bytes, cpu_user_s, cpu_sys_s
+    pre_exec_failed: bool = False  # its -E failed: the command never ran
+    post_exec_exit: int | None = None  # its -Ep's exit code, when it ran
 
 
 def runs_reported(model: State, host: str, started: list[Started], ended: list[Ended],
@@ -121,7 +123,7 @@ def runs_reported(model: State, host: str, started: list[Started], ended: list[E
                 facts += job_claims.report_lost(model, host, e.job_id, e.run, now, e.reason, e.usage)
             else:
                 facts += job_claims.report_finished(model, host, e.job_id, e.run, now, e.exit_code, e.signal,
-                                                    e.reason, e.usage)
+                                                    e.reason, e.usage, e.pre_exec_failed, e.post_exec_exit)
         except Conflict:
             pass  # OBSERVATION: a report about a run the controller already decided: nothing to do
     return facts, kill

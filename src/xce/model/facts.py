@@ -209,6 +209,8 @@ class JobSubmitted(Fact):
     exclusive: bool = False  # -x: its hosts run nothing else
     requeue_exit: str | None = None  # -Q, or the queue's requeue_exit_values (xce.exitvalues)
     max_requeue: int | None = None  # the queue's max_job_requeue
+    pre_exec: str | None = None  # -E
+    post_exec: str | None = None  # -Ep
 
 
 # ---------------------------------------------------------------- audit
@@ -299,6 +301,7 @@ class JobFinished(Fact):
     reason: str = ""
     host_lost: bool = False  # its host was declared lost: data on it is kept, not released
     usage: dict[str, Any] | None = None  # what the run used: max_rss_bytes, cpu_user_s, cpu_sys_s
+    post_exec_exit: int | None = None  # -Ep's exit code, when it ran
 
 
 @fact("job.requeued")
@@ -311,6 +314,7 @@ class JobRequeued(Fact):
     usage: dict[str, Any] | None = None  # what the run that ended used, when it ran
     by_exit_value: bool = False  # its exit code is one of the job's requeue exit values (-Q): counted
     avoid_host: str | None = None  # its next runs never go to this host (-Q EXCLUDE(), a failed pre-exec)
+    pre_exec_failed: bool = False  # its -E failed: counted against MAX_PREEXEC_RETRY
 
 
 @fact("job.process_ended")
@@ -324,6 +328,7 @@ class JobProcessEnded(Fact):
     signal: int | None = None
     reason: str = ""
     usage: dict[str, Any] | None = None
+    post_exec_exit: int | None = None  # -Ep's exit code, when it ran
 
 
 # Orders to a running job's processes (the kill path, DESIGN §12).  Each is numbered within its run

@@ -264,7 +264,7 @@ def request_specs(request: Submission) -> tuple[JobSpec, JobClaimsSpec]:
                    run_limit=request.run_limit, run_estimate=request.run_estimate,
                    warning_action=request.warning_action, warning_time=request.warning_time,
                    user_priority=request.user_priority, begin_time=request.begin_time, exclusive=request.exclusive,
-                   requeue_exit=request.requeue_exit)
+                   requeue_exit=request.requeue_exit, pre_exec=request.pre_exec, post_exec=request.post_exec)
     claims = JobClaimsSpec(claims=request.claims, scratch=request.scratch, stage_in=request.stage_in,
                            stage_out=request.stage_out, stage_size=request.stage_size, app=request.app,
                            stage_class=request.stage_class)
@@ -322,11 +322,13 @@ def stages_out(model: State, job: Job) -> bool:
 
 
 def report_finished(model: State, host: str, job_id: int, run: int, now: float, exit_code: int | None,
-                    signal: int | None, reason: str = "", usage: dict[str, Any] | None = None) -> list[Fact]:
+                    signal: int | None, reason: str = "", usage: dict[str, Any] | None = None,
+                    pre_exec_failed: bool = False, post_exec_exit: int | None = None) -> list[Fact]:
     """A worker says a run's process ended (``jobs.report_finished``, told whether it stages out)."""
     job = model.jobs.get(job_id)
     return jobs.report_finished(model, host, job_id, run, now, exit_code, signal, reason,
-                                stages_out=job is not None and stages_out(model, job), usage=usage)
+                                stages_out=job is not None and stages_out(model, job), usage=usage,
+                                pre_exec_failed=pre_exec_failed, post_exec_exit=post_exec_exit)
 
 
 def report_lost(model: State, host: str, job_id: int, run: int, now: float, reason: str,

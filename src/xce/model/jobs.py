@@ -108,6 +108,8 @@ class JobSpec:
     begin_time: float | None = None  # -b: not started before (seconds since the epoch)
     exclusive: bool = False  # -x
     requeue_exit: str | None = None  # -Q (xce.exitvalues)
+    pre_exec: str | None = None  # -E
+    post_exec: str | None = None  # -Ep
 
 
 MAX_ARRAY = 100_000
@@ -316,7 +318,7 @@ def _order_fields(actor: User, spec: JobSpec, queue: str, config: Config | None)
             raise InvalidRequest(f"-Q: {e}") from None
     return {"user_priority": spec.user_priority if spec.user_priority is not None else max(most // 2, 1),
             "begin_time": spec.begin_time, "exclusive": spec.exclusive, "requeue_exit": requeue_exit,
-            "max_requeue": q.max_job_requeue if q else None}
+            "max_requeue": q.max_job_requeue if q else None, "pre_exec": spec.pre_exec, "post_exec": spec.post_exec}
 
 
 def dependency_tree(model: State, actor: User, spec: JobSpec) -> list[Any] | None:
@@ -479,7 +481,7 @@ def apply_job_submitted(model: State, f: JobSubmitted) -> None:
             array_limit=f.array_limit if parent is not None else None, run_limit=f.run_limit,
             run_estimate=f.run_estimate, warn_signal=f.warn_signal, warn_time=f.warn_time, limit_grace=f.limit_grace,
             user_priority=f.user_priority, begin_time=f.begin_time, exclusive=f.exclusive,
-            requeue_exit=f.requeue_exit, max_requeue=f.max_requeue,
+            requeue_exit=f.requeue_exit, max_requeue=f.max_requeue, pre_exec=f.pre_exec, post_exec=f.post_exec,
         )
         _index(model, job)
     if f.request_id is not None:
@@ -561,6 +563,8 @@ def apply_job_finished(model: State, f: JobFinished) -> Job | None:
     job.signal = f.signal
     job.exit_reason = f.reason or None
     job.end_time = f.time
+    if f.post_exec_exit is not None:
+        job.post_exec_exit = f.post_exec_exit
     job.pending_reason = None
     job.kill_requested = False
     # last: the jobs waiting on this one are judged as it changes state, on its exit code and reason
@@ -583,6 +587,8 @@ def apply_job_requeued(model: State, f: JobRequeued) -> Job | None:
         job.requeues += 1
     if f.avoid_host is not None and f.avoid_host not in job.avoid_hosts:
         job.avoid_hosts.append(f.avoid_host)
+    if f.pre_exec_failed:
+        job.pre_exec_failures += 1
     _set_state(model, job, JobState.PEND, f.time, f.reason or "requeued")
     job.hosts = []
     job.pid = None
@@ -769,7 +775,8 @@ def report_started(model: State, host: str, job_id: int, run: int, pid: int, now
 
 def report_finished(model: State, host: str, job_id: int, run: int, now: float, exit_code: int | None,
                     signal: int | None, reason: str = "", stages_out: bool = False,
-                    usage: dict[str, Any] | None = None) -> list[Fact]:
+                    usage: dict[str, Any] | None = None, pre_exec_failed: bool = False,
+                    post_exec_exit: int | None = None) -> list[Fact]:
     """A worker says the run ended.  Decide DONE, EXIT (and why) or requeue; a run that ``stages_out``
     (``job_claims`` knows) only records how its process ended: its stage-out decides."""
     job = model.jobs.get(job_id)
@@ -779,16 +786,34 @@ def report_finished(model: State, host: str, job_id: int, run: int, now: float, 
         return []  # OBSERVATION: decided already, or the process ended before and the stage-out decides
     if job.kill_requested and job.kill_requeue:
         return [JobRequeued(time=now, job_id=job_id, run=run, reason=f"requeued by {job.kill_by}", usage=usage)]
+    if pre_exec_failed and not job.kill_requested:
+        return [_pre_exec_failed(job, host, now, exit_code, signal, usage)]
     if not job.kill_requested and not reason and signal is None and job.requeue_exit is not None:
         by_exit = requeue_by_exit(job, host, now, exit_code, usage)
         if by_exit is not None:
             return [by_exit]
     if not job.kill_requested and stages_out:
         return [JobProcessEnded(time=now, job_id=job_id, run=run, exit_code=exit_code, signal=signal,
-                                reason=reason, usage=usage)]
+                                reason=reason, usage=usage, post_exec_exit=post_exec_exit)]
     state, why = exit_decision(exit_code, signal, reason, killed_by=job.kill_by if job.kill_requested else None)
     return [JobFinished(time=now, job_id=job_id, run=run, state=state.value, exit_code=exit_code,
-                        signal=signal, reason=why, usage=usage)]
+                        signal=signal, reason=why, usage=usage, post_exec_exit=post_exec_exit)]
+
+
+MAX_PREEXEC_RETRY = 5  # LSF's default: runs whose -E failed before the job ends EXIT
+
+
+def _pre_exec_failed(job: Job, host: str, now: float, exit_code: int | None, signal: int | None,
+                     usage: dict[str, Any] | None) -> Fact:
+    """A run whose -E failed never ran its command: requeued, never to that host again (LSF's rule),
+    until MAX_PREEXEC_RETRY such runs, after which the job ends EXIT."""
+    how = f"exit code {exit_code}" if signal is None else f"signal {signal}"
+    if job.pre_exec_failures + 1 >= MAX_PREEXEC_RETRY:
+        return JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value, exit_code=exit_code,
+                           signal=signal, usage=usage,
+                           reason=f"pre-exec failed on {host} ({how}), {job.pre_exec_failures + 1} times")
+    return JobRequeued(time=now, job_id=job.id, run=job.run, usage=usage, avoid_host=host, pre_exec_failed=True,
+                       reason=f"pre-exec failed on {host} ({how}): requeued to another host")
 
 
 def requeue_by_exit(job: Job, host: str, now: float, exit_code: int | None,
@@ -905,6 +930,7 @@ def apply_job_process_ended(model: State, f: JobProcessEnded) -> Job | None:
         return None
     job.process_exit = {"exit_code": f.exit_code, "signal": f.signal, "reason": f.reason}
     job.exit_code, job.signal = f.exit_code, f.signal
+    job.post_exec_exit = f.post_exec_exit
     if f.usage is not None:
         job.usage = dict(f.usage)
     return job

@@ -103,6 +103,10 @@ class JobDoc(TypedDict):
     requeues: Annotated[int, Limit(description="runs requeued by their exit value so far")]
     avoid_hosts: Annotated[list[str], Limit(description="hosts its next runs never go to (an EXCLUDE() exit "
                                                         "value, a failed pre-exec)")]
+    pre_exec: Annotated[str | None, Limit(description="-E: run before its command, as it")]
+    post_exec: Annotated[str | None, Limit(description="-Ep: run after its command ends")]
+    pre_exec_failures: Annotated[int, Limit(description="runs whose -E failed (each requeued to another host)")]
+    post_exec_exit: Annotated[int | None, Limit(description="the last run's -Ep exit code (null: it did not run)")]
 
 
 class _Row(TypedDict):
@@ -320,3 +324,5 @@ class Dispatch(TypedDict):
     warn_signal: int | None  # sent once, warn_time seconds before the run limit (-wa)
     warn_time: float | None  # (-wt)
     limit_grace: float | None  # SIGTERM to SIGKILL when the run limit ends it
+    pre_exec: str | None  # -E: run before the command, as the job (sandbox.STEPS)
+    post_exec: str | None  # -Ep: run after the command ends

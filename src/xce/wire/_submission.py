@@ -147,6 +147,12 @@ class Submission:
     exclusive: Annotated[bool, Limit(description=(
         "LSF's -x: the job's hosts run nothing else while it holds them, and it starts only on hosts running "
         "nothing"))] = False
+    pre_exec: Annotated[str, Limit(min_length=1, max_length=4096, description=(
+        "LSF's -E: a command line run by /bin/sh on the job's first host, as the job, before its command; if it "
+        "fails the run ends before the command and the job is requeued to another host"))] | None = None
+    post_exec: Annotated[str, Limit(min_length=1, max_length=4096, description=(
+        "LSF's -Ep: a command line run by /bin/sh after the job's command ends (not after a kill), with "
+        "LSB_JOBEXIT_STAT; its failure leaves the job's state as it is and satisfies post_err()"))] | None = None
     requeue_exit: Annotated[str, Limit(min_length=1, max_length=1000, description=(
         "LSF's -Q: exit codes that send the job back to the queue: CODE ..., all [~CODE ...], EXCLUDE(CODE ...) "
         "(requeued, and not to the same host); replaces the queue's requeue_exit_values"))] | None = None

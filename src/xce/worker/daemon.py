@@ -381,6 +381,7 @@ class Worker:
                     pass
         cg = self.cgroups.usage(rc) if rc is not None and self.cgroups is not None else None
         self._drop_cgroup(key, cg)
+        pre_failed, post_exit = sandbox.exec_steps(workspace)
         sandbox.clean_workspace(workspace)
         status = sandbox.read_int(os.path.join(run_dir, "status"))
         ended = control.ended(run_dir)
@@ -410,6 +411,10 @@ class Worker:
             report = {"job_id": key[0], "run": key[1], "exit_code": exit_code, "signal": sig, "usage": usage}
             if cg is not None and cg.oom_kills and exit_code != 0 and cg.memory_limit is not None:
                 report["reason"] = f"memory limit {format_size(cg.memory_limit, iec=True)} exceeded"
+            elif pre_failed is not None and pre_failed == exit_code:
+                report["pre_exec_failed"] = True  # the command never ran: requeued to another host
+            if post_exit is not None:
+                report["post_exec_exit"] = post_exit
         self._ended(key)
         self._reports.put(("finished", report))
 

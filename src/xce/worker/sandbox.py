@@ -40,6 +40,7 @@ import fcntl
 import os
 import pwd
 import shutil
+import stat
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -245,6 +246,45 @@ def write_env(run_dir: str, env: dict[str, str]) -> None:
         fh.write(data)
 
 
+# -E and -Ep (LSF's pre- and post-execution commands): the job's command run between them by a shell, as
+# the job, in its sandbox and cgroup (a kill ends all three; a killed run runs no post-exec).  What became
+# of them is left in the workspace (STEPS_FILE: "pre CODE", a failed pre-exec, or "post CODE"), read by the
+# worker as root before the workspace goes (``exec_steps``): a job that writes it itself fools only itself.
+STEPS_FILE = ".xce-exec-steps"
+STEPS = f"""pre=$XCE_PRE_EXEC post=$XCE_POST_EXEC
+unset XCE_PRE_EXEC XCE_POST_EXEC
+if [ -n "$pre" ]; then
+  /bin/sh -c "$pre"; s=$?
+  if [ "$s" -ne 0 ]; then echo "pre $s" > "$XCE_WORKSPACE/{STEPS_FILE}"; exit "$s"; fi
+fi
+[ -z "$post" ] && exec "$@"
+"$@"; s=$?
+LSB_JOBEXIT_STAT=$s /bin/sh -c "$post"
+echo "post $?" > "$XCE_WORKSPACE/{STEPS_FILE}"
+exit "$s"
+"""
+
+
+def exec_steps(workspace: str) -> tuple[int | None, int | None]:
+    """(a failed pre-exec's exit code, the post-exec's exit code), each None if there was none, as the
+    run left them in its workspace: opened without following a link, only a small regular file (a
+    FIFO the job made there would block a read)."""
+    try:
+        fd = os.open(os.path.join(workspace, STEPS_FILE), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None, None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None, None
+        words = os.read(fd, 64).decode(errors="replace").split()
+    finally:
+        os.close(fd)
+    if len(words) != 2 or words[0] not in ("pre", "post") or not words[1].isdigit() or int(words[1]) > 255:
+        return None, None
+    code = int(words[1])
+    return (code, None) if words[0] == "pre" else (None, code)
+
+
 def command_argv(job: Dispatch, run_dir: str, run_as: RunAs | None) -> list[str]:
     """What the launcher execs: the argument vector as submitted, a command line through
     ``/bin/sh -c``, or the submitted script, written to RUN/script (the user's, 0700) and run with its
@@ -346,6 +386,9 @@ def start(job: Dispatch, host: str, run_dir: str, workspace: str, output_dir: st
     prepare_publish(claims, run_dir, roots, as_root)
     env.update(publish_env(claims, run_dir))
     command = command_argv(job, run_dir, run_as)
+    if job.get("pre_exec") or job.get("post_exec"):
+        env.update({"XCE_PRE_EXEC": job.get("pre_exec") or "", "XCE_POST_EXEC": job.get("post_exec") or ""})
+        command = [SHELL, "-c", STEPS, "xce-job", *command]
     write_env(run_dir, env)
     default_out = os.path.join(output_dir, f"{job['display_id']}.out")
     stdout = expand(job["stdout"], job) if job["stdout"] else default_out

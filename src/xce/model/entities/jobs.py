@@ -100,6 +100,10 @@ class Job:
     max_requeue: int | None = None  # its queue's max_job_requeue: requeues by exit value before it ends EXIT
     requeues: int = 0  # runs requeued by their exit value so far
     avoid_hosts: list[str] = field(default_factory=list)  # hosts its next runs never go to (-Q EXCLUDE(), -E)
+    pre_exec: str | None = None  # -E: run before its command, as it, on its first host
+    post_exec: str | None = None  # -Ep: run after its command ends
+    pre_exec_failures: int = 0  # runs whose -E failed (requeued elsewhere until MAX_PREEXEC_RETRY)
+    post_exec_exit: int | None = None  # the last run's -Ep exit code (None: it did not run)
 
     @property
     def array_busy(self) -> bool:
