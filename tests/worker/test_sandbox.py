@@ -310,3 +310,24 @@ def test_the_launcher_itself_refuses_root_and_system_accounts_unless_allowed(tmp
     pid = sandbox.spawn_shepherd(argv, {"PATH": sandbox.DEFAULT_PATH})
     os.waitpid(pid, 0)
     assert sandbox.read_int(str(allowed.run_dir / "status")) == 0 and ran.exists()
+
+
+def test_the_outcome_of_pre_and_post_exec_is_read_without_following_a_link_or_blocking_on_a_fifo(tmp_path):
+    """The run's workspace is the job's: what it leaves there as the steps file is read by root, so a
+    link the job planted is not followed and a FIFO does not hold the worker up."""
+    steps = tmp_path / sandbox.STEPS_FILE
+    assert sandbox.exec_steps(str(tmp_path)) == (None, None)
+    steps.write_text("post 4\n")
+    assert sandbox.exec_steps(str(tmp_path)) == (None, 4)
+    steps.write_text("pre 3\n")
+    assert sandbox.exec_steps(str(tmp_path)) == (3, None)
+    steps.write_text("pre 300\n")
+    assert sandbox.exec_steps(str(tmp_path)) == (None, None)
+    secret = tmp_path / "secret"
+    secret.write_text("pre 7\n")
+    steps.unlink()
+    steps.symlink_to(secret)
+    assert sandbox.exec_steps(str(tmp_path)) == (None, None)
+    steps.unlink()
+    os.mkfifo(steps)
+    assert sandbox.exec_steps(str(tmp_path)) == (None, None)
