@@ -103,11 +103,13 @@ def test_counters_are_reserved_exhausted_and_released(cl):
 
 
 def test_job_arrays_run_every_element_with_its_index(cl, out):
-    parent = cl.submit("-J", "arr[1-6]", "-o", str(out / "a.%J.%I"), "--", "sh", "-c", "echo $XCE_ARRAY_INDEX")
+    """%J, $XCE_JOBID and $LSB_JOBID are the array's id in every element, as LSF's %J and LSB_JOBID are."""
+    parent = cl.submit("-J", "arr[1-6]", "-o", str(out / "a.%J.%I"), "--", "sh", "-c",
+                       "echo $XCE_ARRAY_INDEX $XCE_JOBID $LSB_JOBID $LSB_JOBINDEX")
     wait_for(lambda: all(j["state"] == "DONE" for j in cl.api().get("/v1/jobs", params={"array": parent}).json()),
              what="array done")
     for i in range(1, 7):
-        assert read(out / f"a.{parent}.{i}").strip() == str(i)
+        assert read(out / f"a.{parent}.{i}").split() == [str(i), str(parent), str(parent), str(i)]
 
 
 def test_kill_stops_the_whole_process_group(cl, out):
