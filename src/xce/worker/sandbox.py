@@ -226,7 +226,7 @@ def job_env(job: Dispatch, host: str, workspace: str, home: str, hostfile: str |
     env.update((k, v) for k, v in (job.get("env") or {}).items() if _submitted(k))
     env.update(lsf_env(job, hostfile))
     env.update({"HOME": home, "USER": job["user"], "LOGNAME": job["user"],
-                # in an array's element, the array's id: what %J and LSB_JOBID say (the element: $XCE_JOBID[$XCE_ARRAY_INDEX])
+                # an element's: its array's id, as %J and LSB_JOBID say (the element: $XCE_JOBID[$XCE_ARRAY_INDEX])
                 "XCE_JOBID": str(job["array_parent"] if job["array_index"] is not None else job["job_id"]),
                 "XCE_JOB_NAME": job["name"], "XCE_QUEUE": job["queue"],
                 "XCE_PROJECT": job["project"], "XCE_HOST": host, "XCE_HOSTS": " ".join(job["hosts"]),
