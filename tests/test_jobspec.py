@@ -214,7 +214,7 @@ def test_output_equal_to_error_is_one_file_opened_once():
     assert (s.stdout, s.stderr) == ("/home/u/run/log.%J", None)
 
 
-@pytest.mark.parametrize("flag", ["-gpu", "-G", "-U", "-E", "-Ep"])
+@pytest.mark.parametrize("flag", ["-gpu", "-G", "-U"])
 def test_options_whose_feature_is_not_there_are_refused_from_the_command_line_and_from_scripts(flag):
     with pytest.raises(JobSpecError):
         bsub(flag, "1", "true")

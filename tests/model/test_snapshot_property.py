@@ -16,7 +16,7 @@ from xce.model.facts import (
     AttachmentAdded, AttachmentRemoved, ClaimCreated, ClaimDeleteRequested, ClaimOpFailed, ClaimOpIntent,
     ClaimOpSucceeded, ClaimPlaced, ClaimPurgeRequested, ClaimResizeRequested, ClaimResizeReserved,
     ClassCapabilitiesReported, Fact, HostStateChanged, JobAllocated, JobFinished, JobProcessEnded, JobRequeued,
-    JobSubmitted, OrphanSeen, REGISTRY, RecordsRetired, SnapshotCreated, SnapshotDeleteRequested, SnapshotOpFailed,
+    JobModified, JobSubmitted, OrphanSeen, REGISTRY, RecordsRetired, SnapshotCreated, SnapshotDeleteRequested, SnapshotOpFailed,
     SnapshotOpIntent, SnapshotOpSucceeded, UserDefined,
 )
 from xce.model.hosts import HostState
@@ -68,6 +68,13 @@ DOMAIN: dict[tuple[type, str], st.SearchStrategy] = {
                                 st.builds(lambda item: ["not", item], inner)),
         max_leaves=4)),
     (JobSubmitted, "array_limit"): st.one_of(st.none(), st.integers(1, 3)),
+    # xce mod: new values of waiting jobs (a dependency comes with its resolved tree)
+    (JobModified, "changes"): st.fixed_dictionaries({}, optional={
+        "queue": NAMES, "slots": st.integers(1, 4), "user_priority": st.integers(1, 9), "name": NAMES,
+        "run_limit": st.sampled_from([None, 60.0]), "array_limit": st.integers(1, 3),
+        "dependency": st.just("done(1)"), "dependency_tree": st.just(["cond", "done", {"jobs": [1], "label": "1"},
+                                                                      None, None]),
+        "resreq": st.sampled_from(["", "select[gpu]"])}),
     (ClaimCreated, "form"): st.sampled_from(["standalone", "template"]),
     (ClaimCreated, "scope"): st.sampled_from(["shared", "node"]),
     (ClaimCreated, "access_mode"): st.sampled_from(["RWO", "ROX", "RWX", "RWOP"]),
