@@ -444,3 +444,25 @@ def test_a_cache_s_replica_on_demand_evicts_an_unused_one_and_never_one_a_job_of
     assert w.model.hosts["h1"].counters_used() == {"scratch": 30.0 * GiB}, "the evicted one's bytes went to new's"
     result = apply_replicas(w, ReplicaPlacement(new.id, "h1", "scratch", 30 * GiB, on_demand=True))
     assert result.claims_rejected == {new.id: "claim changed since the scheduler's view"}, "one replica a host"
+
+
+def test_exclusive_jobs_hosts_to_avoid_and_begin_times_are_checked_again(w):
+    """-x, a host an earlier run failed on, -b: what the view said may have changed by the time the plan
+    is applied (another decision of the same plan, a host taken meanwhile, a clock).  (The fields are set
+    as their options set them at submission.)"""
+    lone, other, busy_lone = (w.submit() for _ in range(3))
+    for j in (lone, busy_lone):
+        j.exclusive = True  # (as -x submitted it)
+    w.apply(on(w.submit(), "h2"))  # h2 runs a job now
+    result = w.apply(on(lone, "h1"), on(other, "h1"), on(busy_lone, "h2"))
+    assert result.accepted == [lone.id]
+    assert result.rejected == {other.id: "host h1 is held by an exclusive job",
+                               busy_lone.id: "host h2 is no longer idle (exclusive, -x)"}
+    assert w.apply(on(other, "h1")).rejected == {other.id: "host h1 is held by an exclusive job"}
+    avoid, later = w.submit(), w.submit()
+    avoid.avoid_hosts = ["h2"]
+    later.begin_time = w.now + 3600
+    result = w.apply(on(avoid, "h2"), on(later, "h2"))
+    assert result.rejected == {avoid.id: "host h2 is one its earlier run failed on",
+                               later.id: "its begin time (-b) has not come"}
+    assert result.accepted == []

@@ -22,7 +22,7 @@ from xce.model.facts import (
 )
 from xce.model.hosts import HostState
 from xce.model.identity import hosts_locked_out
-from xce.model.jobs import JobState
+from xce.model.jobs import JobState, held_exclusively
 from xce.scheduler.plan import Plan, ReplicaPlacement
 
 if TYPE_CHECKING:
@@ -198,6 +198,21 @@ def _pool_short(model: Model, config: Config | None, observed: Observed | None, 
     return None
 
 
+def _not_for(model: Model, job, hosts: tuple[str, ...], closed: set[str], taken: dict[str, int]) -> str | None:
+    """Why ``job`` may not go to one of ``hosts`` whatever their room: one its earlier run failed on (-Q
+    EXCLUDE(), -E), one an exclusive job holds or this plan gave one, or, for an exclusive job (-x), one
+    that is not idle (None: it may)."""
+    for name in hosts:
+        host = model.hosts.get(name)
+        if name in job.avoid_hosts:
+            return f"host {name} is one its earlier run failed on"
+        if name in closed or host is not None and held_exclusively(model, host):
+            return f"host {name} is held by an exclusive job"
+        if job.exclusive and (taken.get(name) or host is not None and host.held_slots):
+            return f"host {name} is no longer idle (exclusive, -x)"
+    return None
+
+
 def _apply_allocations(model: Model, plan: Plan, now: float, config: Config | None = None,
                        observed: Observed | None = None) -> Outcome:
     result = ApplyResult()
@@ -208,6 +223,7 @@ def _apply_allocations(model: Model, plan: Plan, now: float, config: Config | No
     taken_pool: dict[str, int] = {}
     next_claim, next_attachment = model.next_claim_id, model.next_attachment_id
     taken_array: dict[int, int] = {}  # elements of limited arrays allocated by this plan
+    closed: set[str] = set()  # hosts an exclusive job (-x) of this plan took: nothing else goes there
     locked = hosts_locked_out(model, now) if plan.allocations else frozenset()
     for a in plan.allocations:
         job = model.jobs.get(a.job_id)
@@ -216,6 +232,10 @@ def _apply_allocations(model: Model, plan: Plan, now: float, config: Config | No
             why = "job changed since the scheduler's view"
         elif job.id in model.dependency_blocked:
             why = "its dependency no longer holds"
+        elif job.begin_time is not None and job.begin_time > now:
+            why = "its begin time (-b) has not come"
+        elif (host := _not_for(model, job, a.hosts, closed, taken_slots)) is not None:
+            why = host
         elif job.array_limit is not None and job.array_parent is not None and \
                 len(model.array_busy.get(job.array_parent, ())) + taken_array.get(job.array_parent, 0) >= job.array_limit:
             why = f"array limit reached: {job.array_limit} elements at once"
@@ -254,6 +274,8 @@ def _apply_allocations(model: Model, plan: Plan, now: float, config: Config | No
             continue
         if job.array_limit is not None and job.array_parent is not None:
             taken_array[job.array_parent] = taken_array.get(job.array_parent, 0) + 1
+        if job.exclusive:
+            closed.update(a.hosts)
         for host_name, n in a.slots.items():
             taken_slots[host_name] = taken_slots.get(host_name, 0) + n
             for name, amount in a.counters.get(host_name, {}).items():
