@@ -128,9 +128,18 @@ def test_finished_jobs_stay_listed_by_id_and_with_a_and_wildcards(site):
 
 
 def test_bstop_bresume_bpeek_on_a_running_job(site, tmp_path):
-    job = bsub(site, "-o", "peek.out", "echo peek-me; sleep 60", cwd=str(tmp_path))
+    """bpeek reads the output on the job's host, through the job: here its output file is gone from every
+    path (the job removed it, as if it were on a disk this host cannot see), and where it was, the job
+    put a link to a file only root may read: bpeek shows what the job wrote, and nothing of that file."""
+    secret = tmp_path / "secret"
+    secret.write_text("root-only-words\n")
+    secret.chmod(0o600)
+    job = bsub(site, "-o", "peek.out", f"echo peek-me; rm peek.out; ln -s {secret} peek.out; echo more; sleep 60",
+               cwd=str(tmp_path))
     wait_stat(site, job, "RUN")
-    wait_for(lambda: "peek-me" in site.run("bpeek", str(job)).stdout, what="bpeek shows the output")
+    seen = wait_for(lambda: "more" in (out := site.run("bpeek", str(job)).stdout) and out, what="bpeek shows it")
+    assert seen.splitlines() == ["<< output from stdout >>", "peek-me", "more"]
+    assert not (tmp_path / "peek.out").resolve() == tmp_path / "peek.out"  # (a link: the file is gone)
     assert site.run("bstop", str(job), check=True).stdout.strip() == f"Job <{job}> is being stopped"
     wait_stat(site, job, "USUSP")
     assert site.run("bresume", str(job), check=True).stdout.strip() == f"Job <{job}> is being resumed"

@@ -6,6 +6,7 @@ submission is the request the controller answers most often.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, Callable, Literal
 
@@ -25,7 +26,7 @@ from xce.api.views import job_brief_json, job_json
 from xce.controller import history as controller_history
 from xce.config import Config
 from xce.controller.core import Controller
-from xce.errors import InvalidRequest
+from xce.errors import Conflict, InvalidRequest, Unavailable
 from xce.model import jobs
 from xce.model import Model
 from xce.model.facts import Fact
@@ -180,6 +181,33 @@ async def modify_job(job_id: int, body: schemas.JobModifyRequest, request: Reque
     changes = job_changes.JobChanges(**body.model_dump())
     return await act(request, ctl, actor, job_id,
                      lambda model: job_changes.modify(model, actor, job_id, changes, time.time(), ctl.config))
+
+
+PEEK_WAIT = 10.0  # seconds the asker waits for the worker's answer
+
+
+@router.get("/v1/jobs/{job_id}/output", response_model=schemas.OutputOut)
+async def job_output(job_id: int, ctl: Ctl, actor: User = Depends(authenticated),
+                     offset: int = Query(-1, ge=-1, le=2**62, description="from this byte; -1: the last limit bytes"),
+                     limit: int = Query(1 << 20, ge=1, le=4 << 20)):
+    """A running job's output so far, read by the worker on its host (``bpeek``): ``data`` (base64) from
+    ``offset``, and the output's ``size``."""
+    await ctl.read_barrier()
+    host, run = jobs.peek_target(ctl.model, actor, job_id)
+    ask = ctl.peeks.ask(host, job_id, run, offset, limit)
+    if ask is None:
+        raise Unavailable(f"host {host} has too many output reads waiting: try again", code="busy")
+    try:
+        reply = await asyncio.wait_for(asyncio.shield(ask.answer), PEEK_WAIT)
+    except TimeoutError:
+        raise Unavailable(f"the worker on {host} did not answer in {PEEK_WAIT:g}s: try again",
+                          code="no_answer") from None
+    finally:
+        ctl.peeks.forget(host, ask)
+    if reply.get("error"):
+        raise Conflict(f"job {job_id}'s output on {host}: {reply['error']}", code="not_running")
+    return JSONResponse({"job_id": job_id, "host": host, "offset": reply["offset"], "size": reply["size"],
+                         "data": reply["data"]})
 
 
 @router.post("/v1/jobs/{job_id}/signal", response_model=schemas.JobOut)

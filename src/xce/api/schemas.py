@@ -95,6 +95,26 @@ class JobModifyRequest(Strict):
                                                    "the one job, an element alone)")] = False
 
 
+class OutputOut(BaseModel):
+    """``GET /v1/jobs/{id}/output``: a running job's output from ``offset``, as its worker read it."""
+
+    job_id: int
+    host: str
+    offset: int = Field(description="the byte the data starts at")
+    size: int = Field(description="the output's size when it was read")
+    data: str = Field(description="the bytes, base64")
+
+
+class PeekAnswer(Strict):
+    """A worker's answer to an output read it was asked (``GET /v1/hosts/{host}/peeks``)."""
+
+    id: Annotated[int, Field(ge=1)]
+    offset: Annotated[int, Field(ge=0, le=2**62)] = 0
+    size: Annotated[int, Field(ge=0, le=2**62)] = 0
+    data: Annotated[str, Field(max_length=6 << 20)] = ""
+    error: Annotated[str, Field(max_length=1024)] = ""
+
+
 class SignalRequest(Strict):
     signal: Annotated[str, Field(min_length=1, max_length=32, description="USR1, SIGTERM, or a number 1-64")]
 

@@ -13,6 +13,7 @@ import time
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request
+from starlette.responses import Response
 from pydantic import Field
 
 from xce.api import schemas
@@ -149,6 +150,22 @@ async def heartbeat(host: HostName, ctl: Ctl, monitor: Monitor, actor: User = De
         raise Conflict(f"host {host} is not registered or was declared lost: register again", code="reregister")
     monitor.seen(host)
     return JSONResponse(heartbeat_json(monitor.fence))
+
+
+@router.get("/v1/hosts/{host}/peeks", response_model=list[dict[str, int]])
+async def peeks_asked(host: HostName, ctl: Ctl, monitor: Monitor, actor: User = Depends(agent_identity),
+                      wait: float = Query(0, ge=0, le=60)):
+    """The output reads this host's worker is asked (``bpeek``): id, job_id, run, offset, limit."""
+    speaks_for_host(actor, host)
+    monitor.seen(host)
+    return JSONResponse(await ctl.peeks.asked(host, wait))
+
+
+@router.post("/v1/hosts/{host}/peeks", status_code=204)
+async def peek_answered(host: HostName, body: schemas.PeekAnswer, ctl: Ctl, actor: User = Depends(agent_identity)):
+    speaks_for_host(actor, host)
+    ctl.peeks.answer(host, body.id, body.model_dump())
+    return Response(status_code=204)
 
 
 @router.get("/v1/hosts/{host}/work", response_model=schemas.HostWorkOut)

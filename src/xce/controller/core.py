@@ -32,6 +32,7 @@ from xce.controller.commit import MAX_BATCH, CommitStats, Committer, Decide, Out
 from xce.controller.leadership import Leadership, Peer
 from xce.controller.listeners import Listeners
 from xce.controller.observed import Observed
+from xce.controller.peeks import Peeks
 from xce.controller.scheduling import SchedulerLoop
 from xce.controller.term import Term
 from xce.errors import NotLeader
@@ -52,6 +53,7 @@ class Controller:
         self.term = Term(holder=holder or f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}", url=url)
         self.listeners = Listeners()
         self.observed = Observed()
+        self.peeks = Peeks()  # questions for workers about their runs' output (bpeek)
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="xce-writer")
         self.commit = Committer(store, config, self.term, self.listeners, self._writer)
         self.leadership = Leadership(store, config, state_dir, self.term, self.commit, self.listeners, self._writer)

@@ -1,27 +1,49 @@
-"""``bpeek``: a job's output so far (``-f``: followed until the job ends), read from the output file
-its run writes (the job's ``stdout``), where this host can read it: the local cluster's hosts, or a
-file system the execution host shares.  Reading it from a host that shares nothing is not there yet."""
+"""``bpeek``: a running job's output so far (``-f``: followed until the job ends), wherever it runs: the
+controller asks the worker on the job's host, which reads it through the job's own process
+(``GET /v1/jobs/{id}/output``).  A job that has ended is read from its output file where this host can
+read it (the local cluster, a shared file system), as LSF's bpeek does for a finished job's."""
 
 from __future__ import annotations
 
+import base64
 import os
 import sys
 import time
 from typing import Any
 
+from xce.client import ApiError, Client
 from xce.lsf._base import EXIT_FAILED, LsfError, LsfParser, client, find_jobs, not_found, run
 
-POLL = 0.5  # seconds between looks at a followed file (and at its job's state)
+POLL = 0.5  # seconds between reads of a followed output (and looks at its job's state)
+PAGE = 1 << 20  # bytes asked at a time
 
 
 def output_file(job: dict[str, Any]) -> str:
     path = job.get("stdout")
     if not path or "%" in path:
-        raise LsfError(f"Job <{job['display_id']}>: its output file is not known yet (the job has not started)")
+        raise LsfError(f"Job <{job['display_id']}>: its output file is not known (the job never started)")
     if not os.path.exists(path):
-        raise LsfError(f"Job <{job['display_id']}>: its output {path} is on {','.join(job['hosts']) or 'its host'}, "
-                       "not readable here (bpeek reads it only through a shared file system yet)")
+        raise LsfError(f"Job <{job['display_id']}> has ended: its output {path} is on "
+                       f"{','.join(job['hosts']) or 'its host'}, not readable here")
     return path
+
+
+def _finished_output(job: dict[str, Any]) -> int:
+    with open(output_file(job), "rb") as fh:
+        while chunk := fh.read(1 << 16):
+            sys.stdout.buffer.write(chunk)
+    sys.stdout.flush()
+    return 0
+
+
+def _read(c: Client, job: dict[str, Any], offset: int) -> dict[str, Any] | None:
+    """One page of the running job's output from ``offset`` (None: it is no longer running)."""
+    try:
+        return c.get(f"/v1/jobs/{job['id']}/output", {"offset": offset, "limit": PAGE})
+    except ApiError as e:
+        if e.code == "not_running":
+            return None
+        raise LsfError(f"Job <{job['display_id']}>: {e.message}") from None
 
 
 def bpeek(argv: list[str]) -> int:
@@ -38,18 +60,22 @@ def bpeek(argv: list[str]) -> int:
     if job["state"] in ("PEND", "PSUSP"):
         raise LsfError(f"Job <{job['display_id']}> : Not yet started.")
     print("<< output from stdout >>", flush=True)
-    with open(output_file(job), "rb") as fh:
-        while True:
-            chunk = fh.read(1 << 16)
-            if chunk:
-                sys.stdout.buffer.write(chunk)
-                sys.stdout.flush()
-                continue
-            if not args.follow or c.get(f"/v1/jobs/{job['id']}")["state"] in ("DONE", "EXIT"):
-                rest = fh.read()
-                sys.stdout.buffer.write(rest)
-                return 0
-            time.sleep(POLL)
+    if job["state"] in ("DONE", "EXIT"):
+        return _finished_output(job)
+    offset = 0
+    while True:
+        page = _read(c, job, offset)
+        if page is None:  # it ended: what it wrote last is in its file
+            return 0
+        data = base64.b64decode(page["data"])
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        offset = page["offset"] + len(data)
+        if offset < page["size"]:
+            continue  # more than a page so far
+        if not args.follow:
+            return 0
+        time.sleep(POLL)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -715,6 +715,16 @@ def send_signal(model: State, actor: User, job_id: int, now: float, signal: int)
     return [JobSignalRequested(time=now, job_id=job.id, run=job.run, by=actor.name, signal=signal)]
 
 
+def peek_target(model: State, actor: User, job_id: int) -> tuple[str, int]:
+    """Where ``bpeek`` reads a job's output: its first host and run, while its process runs there."""
+    job = visible_job(model, actor, job_id)
+    if job.state not in RUNNING or not job.hosts:
+        raise Conflict(f"job {job.display_id} is {job.state.value}: only a running job's output can be peeked at"
+                       + (" (it has not started)" if job.state in (JobState.PEND, JobState.PSUSP) else
+                          " (it has ended: read its output file)"), code="not_running")
+    return job.hosts[0], job.run
+
+
 def suspend(model: State, actor: User, job_id: int, now: float) -> list[Fact]:
     """``xce stop`` (LSF's ``bstop``): the run's processes frozen; USUSP until ``xce resume``."""
     job = visible_job(model, actor, job_id)

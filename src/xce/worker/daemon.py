@@ -21,6 +21,7 @@ shepherd died too.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -457,6 +458,7 @@ class Worker:
         threads = [threading.Thread(target=self._heartbeat_loop, daemon=True, name="heartbeat"),
                    threading.Thread(target=self._reporter_loop, daemon=True, name="reporter"),
                    threading.Thread(target=self._poll_loop, daemon=True, name="poll"),
+                   threading.Thread(target=self._peek_loop, daemon=True, name="peeks"),
                    threading.Thread(target=self.node_agent.run, daemon=True, name="node-agent")]
         for t in threads:
             t.start()
@@ -466,6 +468,33 @@ class Worker:
             pass
         threads[1].join(10)  # the poll may sit in a long-poll: it is a daemon thread and dies with us
         return 0
+
+    def _peek_loop(self) -> None:
+        """Answer the controller's questions about the output of runs here (``bpeek``)."""
+        while not self._stop.is_set():
+            try:
+                asked = self.client.get(f"/v1/hosts/{self.host}/peeks", {"wait": POLL_WAIT},
+                                        timeout=POLL_WAIT + DAEMON_TIMEOUT)
+            except ClientError as e:
+                log.warning("peek poll failed, retrying in 1s: %s", e.message)
+                self._stop.wait(1.0)
+                continue
+            for a in asked or []:
+                reply = self._peek(a)
+                self._try(lambda: self.client.post(f"/v1/hosts/{self.host}/peeks", reply))
+
+    def _peek(self, asked: dict[str, Any]) -> dict[str, Any]:
+        key = (asked["job_id"], asked["run"])
+        with self._lock:
+            here = key in self.running
+        pid = sandbox.read_int(os.path.join(self._run_dir(*key), "pgid")) if here else None
+        if pid is None:
+            return {"id": asked["id"], "error": "its process is not running here"}
+        try:
+            offset, size, data = sandbox.read_output(pid, asked["offset"], asked["limit"])
+        except OSError as e:
+            return {"id": asked["id"], "error": f"cannot read its output: {e.strerror or e}"}
+        return {"id": asked["id"], "offset": offset, "size": size, "data": base64.b64encode(data).decode()}
 
     def _poll_loop(self) -> None:
         while not self._stop.is_set():

@@ -36,6 +36,7 @@ the shell's way: killed by signal (status - 128).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import pwd
@@ -265,6 +266,23 @@ LSB_JOBEXIT_STAT=$s /bin/sh -c "$post"
 echo "post $?" > "$XCE_WORKSPACE/{STEPS_FILE}"
 exit "$s"
 """
+
+
+def read_output(pid: int, offset: int, limit: int) -> tuple[int, int, bytes]:
+    """What a run's process has written to its standard output, from ``offset`` (-1: the last ``limit``
+    bytes): (where the data starts, the output's size, at most ``limit`` bytes).  Read through the
+    process (``/proc/PID/fd/1``: the file the job opened itself, as its user), never by a path: the job's
+    output path is the user's to change, and root follows none.  Only a regular file (a FIFO or a
+    terminal would block, or be consumed)."""
+    fd = os.open(f"/proc/{pid}/fd/1", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "its output is not a regular file")
+        start = max(0, st.st_size - limit) if offset < 0 else min(offset, st.st_size)
+        return start, st.st_size, os.pread(fd, limit, start)
+    finally:
+        os.close(fd)
 
 
 def exec_steps(workspace: str) -> tuple[int | None, int | None]:
