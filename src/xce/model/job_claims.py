@@ -262,7 +262,7 @@ def request_specs(request: Submission) -> tuple[JobSpec, JobClaimsSpec]:
                    env=dict(request.env) if request.env else None, env_all=request.env_all,
                    dependency=request.dependency, terminate_orphan=request.terminate_orphan,
                    run_limit=request.run_limit, run_estimate=request.run_estimate,
-                   warning_action=request.warning_action, warning_time=request.warning_time)
+                   warning_action=request.warning_action, warning_time=request.warning_time, gpu=request.gpu)
     claims = JobClaimsSpec(claims=request.claims, scratch=request.scratch, stage_in=request.stage_in,
                            stage_out=request.stage_out, stage_size=request.stage_size, app=request.app,
                            stage_class=request.stage_class)

@@ -44,6 +44,7 @@ from xce.model.facts import (
 from xce.model.state import State
 from xce.model.transitions import check
 from xce.names import check_job_name, check_name
+from xce.jobspec_gpu import GPU_RUSAGE, GpuRequestError, job_request
 from xce.resreq import ResReqError, parse_resreq
 from xce.units import format_run_limit, parse_amount, parse_run_limit
 from xce.wire import never_sent
@@ -101,6 +102,7 @@ class JobSpec:
     run_estimate: str | None = None  # -We [HH:]MM
     warning_action: str | None = None  # -wa SIGNAL
     warning_time: str | None = None  # -wt [HH:]MM
+    gpu: str | None = None  # -gpu, as xce.jobspec_gpu reads it
 
 
 MAX_ARRAY = 100_000
@@ -198,8 +200,12 @@ def submit(model: State, actor: User, spec: JobSpec, now: float, config: Config 
     except ResReqError as e:
         raise InvalidRequest(f"bad resource requirement: {e.reason} at column {e.position + 1}: "
                              f"{e.text[:200]!r}") from None
+    try:
+        gpu = job_request(spec.gpu, dict(rr.rusage))
+    except GpuRequestError as e:
+        raise InvalidRequest(e.message) from None
     if config is not None and rr.rusage:
-        known = {r.name for r in config.resources if r.layer == "L2"}
+        known = {r.name for r in config.resources if r.layer == "L2"} | {GPU_RUSAGE}
         known.update(name for h in model.hosts.values() for name in h.counters)
         if unknown := sorted(set(rr.rusage) - known):
             raise InvalidRequest(f"unknown resource {', '.join(unknown)} in rusage[] (known counters: "
@@ -219,7 +225,7 @@ def submit(model: State, actor: User, spec: JobSpec, now: float, config: Config 
         env=job_environment(spec, config.controller if config is not None else None),
         dependency=spec.dependency if tree is not None else None, dependency_tree=tree,
         terminate_orphan=spec.terminate_orphan and tree is not None, array_limit=array_limit if indices else None,
-        **limits,
+        gpu=gpu.as_json() if gpu is not None else None, **limits,
     )], job_id
 
 
@@ -411,6 +417,7 @@ def apply_job_submitted(model: State, f: JobSubmitted) -> None:
             dependency=f.dependency, dependency_tree=f.dependency_tree, terminate_orphan=f.terminate_orphan,
             array_limit=f.array_limit if parent is not None else None, run_limit=f.run_limit,
             run_estimate=f.run_estimate, warn_signal=f.warn_signal, warn_time=f.warn_time, limit_grace=f.limit_grace,
+            gpu=f.gpu,
         )
         _index(model, job)
     if f.request_id is not None:
@@ -424,7 +431,9 @@ def _release(model: State, job: Job) -> None:
         if host is not None:
             host.held_slots.pop(str(job.id), None)
             host.held_counters.pop(str(job.id), None)
+            host.held_gpus.pop(str(job.id), None)
     model.cluster_held.pop(job.id, None)
+    job.alloc_gpus = {}
     job.alloc_slots = {}
     job.alloc_counters = {}
     job.alloc_cluster = {}
@@ -441,6 +450,7 @@ def apply_job_allocated(model: State, f: JobAllocated) -> Job | None:
     job.alloc_slots = dict(f.slots)
     job.alloc_counters = {h: dict(c) for h, c in f.counters.items()}
     job.alloc_cluster = dict(f.cluster_counters)
+    job.alloc_gpus = {h: list(ids) for h, ids in f.gpus.items()}
     job.alloc_time = f.time
     if job.alloc_cluster:
         model.cluster_held[job.id] = job.alloc_cluster
@@ -456,6 +466,10 @@ def apply_job_allocated(model: State, f: JobAllocated) -> Job | None:
             host.held_slots[str(job.id)] = n
             if f.counters.get(host_name):
                 host.held_counters[str(job.id)] = dict(f.counters[host_name])
+            if f.gpus.get(host_name):
+                host.held_gpus[str(job.id)] = {"ids": list(f.gpus[host_name]),
+                                               "exclusive": bool((job.gpu or {}).get("j_exclusive", True)),
+                                               "gmem": (job.gpu or {}).get("gmem")}
     _index(model, job)
     return job
 

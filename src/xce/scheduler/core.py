@@ -30,8 +30,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from xce.model.claims import AccessMode, ClaimState
+from xce.jobspec_gpu import GPU_RUSAGE, GpuRequest
 from xce.scheduler.caches import CacheFills
 from xce.scheduler.claims import place_claims, place_replicas, reserve_resizes
+from xce.scheduler.devices import Devices
 from xce.scheduler.plan import Allocation, Plan
 from xce.resreq import ResReq, ResReqError, parse_resreq
 from xce.scheduler.view import ClusterView, HostView, JobView
@@ -93,6 +95,7 @@ class _Cycle:
         self.free_ctr = [dict(h.counters_free) for h in view.hosts]
         self.offered = {k for h in view.hosts for k in h.counters_total}
         self.least_rusage = least_rusage  # counter -> smallest per-slot amount a pending job asks for
+        self.devices = Devices(view.hosts)  # GPUs: xce.scheduler.devices
         self._candidates: dict[tuple[str, _Order], list[int]] = {}
         self._skips: dict[tuple[str, _Order, tuple[str, ...]], _Skip] = {}
 
@@ -113,9 +116,12 @@ class _Cycle:
             skip = self._skips[key] = _Skip(self, self.candidates(rr), counters)
         return skip
 
-    def fits(self, i: int, rusage: dict[str, float], want: int) -> int:
-        """How many of ``want`` slots host ``i`` can take now, counters included."""
+    def fits(self, i: int, rusage: dict[str, float], want: int, gpu: GpuRequest | None = None) -> int:
+        """How many of ``want`` slots host ``i`` can take now, counters included (and ``gpu``: its
+        GPUs, per host: none if it has too few free)."""
         k = min(self.free_slots[i], want)
+        if gpu is not None and k > 0 and not self.devices.fits(i, gpu):
+            return 0
         if k <= 0 or not rusage:
             return max(k, 0)
         free = self.free_ctr[i]
@@ -155,6 +161,9 @@ def schedule(view: ClusterView) -> Plan:
             except ResReqError as e:
                 parsed[job.resreq] = e
                 continue
+            if GPU_RUSAGE in host_rr.rusage:  # GPUs are devices, asked for in JobView.gpu (xce.jobspec_gpu)
+                host_rr = dataclasses.replace(host_rr, rusage=MappingProxyType(
+                    {n: v for n, v in host_rr.rusage.items() if n != GPU_RUSAGE}))
             if any(name in view.cluster_free for name in host_rr.rusage):  # hosts see only their own counters
                 cluster_rusage[job.resreq] = {n: v for n, v in host_rr.rusage.items() if n in view.cluster_free}
                 host_rr = dataclasses.replace(host_rr, rusage=MappingProxyType(
@@ -167,7 +176,7 @@ def schedule(view: ClusterView) -> Plan:
     pool_free = {p.name: p.free for p in view.pools}
     claimed = _Claimed()
     fills = CacheFills(view.evictable)
-    shapes: dict[tuple[str, int], _Shape] = {}
+    shapes: dict[tuple[str, int, GpuRequest | None], _Shape] = {}
     allocations: list[Allocation] = []
     reasons: dict[int, str] = {}
     for job in sorted(view.pending, key=lambda j: (-j.priority, j.id)):
@@ -191,21 +200,26 @@ def schedule(view: ClusterView) -> Plan:
                 reasons[job.id] = fills.consider(cycle, cycle.candidates(rr), dict(rr.rusage), job, placed)
                 continue
         else:
-            shape = shapes.setdefault((job.resreq, job.slots), _Shape())
+            shape = shapes.setdefault((job.resreq, job.slots, job.gpu), _Shape())
             if shape.exhausted is not None:
                 reasons[job.id] = shape.exhausted
                 continue
-            placed = _place(cycle, rr, job.slots, shape)
+            placed = _place(cycle, rr, job.slots, shape, job.gpu)
             if isinstance(placed, str):
+                if job.gpu is not None:
+                    placed = _gpu_shortage(cycle, rr, job.slots, job.gpu, placed)
                 shape.exhausted = reasons[job.id] = placed
                 continue
         hosts = tuple(cycle.hosts[i].name for i, _ in placed)
         rusage = dict(rr.rusage)
         counters: dict[str, dict[str, float]] = {}
         slots: dict[str, int] = {}
+        gpus: dict[str, tuple[int, ...]] = {}
         for i, taken in placed:
             held = cycle.take(i, rusage, taken)
             slots[cycle.hosts[i].name] = taken
+            if job.gpu is not None:
+                gpus[cycle.hosts[i].name] = tuple(cycle.devices.take(i, job.gpu))
             if held:
                 counters[cycle.hosts[i].name] = held
         if job.node_counters:  # template claims live on the first host
@@ -221,7 +235,7 @@ def schedule(view: ClusterView) -> Plan:
         for kind, pool in pools.items():
             pool_free[pool] -= next(size for k, _, size in job.pool_needs if k == kind)
         allocations.append(Allocation(job_id=job.id, run=job.run, hosts=hosts, slots=slots, counters=counters,
-                                      cluster=cluster_need, pools=pools))
+                                      cluster=cluster_need, pools=pools, gpus=gpus))
     resizes, resize_reasons = reserve_resizes(view, pool_free)  # what this cycle's allocations left
     placements, claim_reasons = place_claims(view, pool_free)  # ... and the resizes
     replicas, replica_reasons = place_replicas(view, {h.name: cycle.free_ctr[i] for i, h in enumerate(cycle.hosts)},
@@ -233,8 +247,10 @@ def schedule(view: ClusterView) -> Plan:
                 room_left=any(n > 0 for n in cycle.free_slots))
 
 
-def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape) -> list[tuple[int, int]] | str:
-    """Hosts and slot counts for one job, or the reason it cannot be placed now."""
+def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape,
+           gpu: GpuRequest | None = None) -> list[tuple[int, int]] | str:
+    """Hosts and slot counts for one job (with ``gpu``: GPUs free on each), or the reason it cannot be
+    placed now."""
     if not cycle.hosts:
         return "no hosts are available"
     cands = cycle.candidates(rr)
@@ -249,7 +265,7 @@ def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape) -> list[tuple[in
     # move the cursor past the hosts that can take nothing of this shape any more
     need_first = min(per_host, want) if per_host else 1
     pos = skip.next(shape.cursor)
-    while pos < len(cands) and cycle.fits(cands[pos], rusage, need_first) < need_first:
+    while pos < len(cands) and cycle.fits(cands[pos], rusage, need_first, gpu) < need_first:
         skip.passed(pos)
         pos = skip.next(pos + 1)
     shape.cursor = pos
@@ -258,7 +274,7 @@ def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape) -> list[tuple[in
     while pos < len(cands):
         i = cands[pos]
         need = min(per_host, remaining) if per_host else remaining
-        k = cycle.fits(i, rusage, need)
+        k = cycle.fits(i, rusage, need, gpu)
         if k > 0 and not (per_host and k < need):
             placed.append((i, k))
             remaining -= k
@@ -268,6 +284,14 @@ def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape) -> list[tuple[in
             skip.passed(pos)
         pos = skip.next(pos + 1)
     return _shortage(cycle, rr, want, per_host, cands)
+
+
+def _gpu_shortage(cycle: _Cycle, rr: ResReq, want: int, gpu: GpuRequest, why: str) -> str:
+    """Why a GPU job does not fit: its GPUs, if the slots and counters it asks for are there (once per
+    shape: the shape is then exhausted for the cycle), else ``why``."""
+    if isinstance(_place(cycle, rr, want, _Shape()), str):
+        return why
+    return cycle.devices.reason(cycle.candidates(rr), gpu)
 
 
 def _pick_pools(job: JobView, pool_free: dict[str, int]) -> dict[str, str] | str:
@@ -353,12 +377,14 @@ def _place_with_claims(cycle: _Cycle, rr: ResReq, job: JobView, claimed: _Claime
         need = min(per_host, remaining) if per_host else remaining
         if not placed and not node_room(i):
             continue
-        k = cycle.fits(i, rusage, need)
+        k = cycle.fits(i, rusage, need, job.gpu)
         if k > 0 and not (per_host and k < need):
             placed.append((i, k))
             remaining -= k
             if remaining == 0:
                 return placed
+    if job.gpu is not None and not any(cycle.devices.fits(i, job.gpu) for i in cands):
+        return (f"{restricted}: " if restricted else "") + cycle.devices.reason(cands, job.gpu)
     if job.node_counters and not any(node_room(i) for i in cands):
         room = ", ".join(f"{format_size(v)} {n}" for n, v in job.node_counters.items())
         return f"no matching host has {room} free for its template claims; {len(cands)} host(s) match"

@@ -12,6 +12,20 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
+from xce.jobspec_gpu import GpuRequest
+
+
+@dataclass(frozen=True, slots=True)
+class GpuView:
+    """One GPU of a host, with what holds it now: an exclusive job, or shared jobs and their gmem."""
+
+    id: int
+    model: str = ""
+    memory: int = 0  # bytes
+    exclusive: bool = False
+    sharers: int = 0
+    gmem_used: int = 0
+
 
 @dataclass(frozen=True, slots=True)
 class HostView:
@@ -20,6 +34,7 @@ class HostView:
     attrs: Mapping[str, str]
     counters_total: Mapping[str, float]
     counters_free: Mapping[str, float]
+    gpus: tuple[GpuView, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +91,7 @@ class JobView:
     claims: tuple[ClaimUse, ...] = ()
     node_counters: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # on the first host
     pool_needs: tuple[tuple[str, tuple[str, ...], int], ...] = ()  # shared template claims: (kind, pools, size)
+    gpu: GpuRequest | None = None  # GPUs on each of its hosts
 
 
 @dataclass(frozen=True, slots=True)

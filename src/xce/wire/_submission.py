@@ -138,6 +138,10 @@ class Submission:
         "LSF's -wt [HH:]MM: how long before the run limit the warning_action signal comes"))] | None = None
     terminate_orphan: Annotated[bool, Limit(description=(
         "LSF's -ti: end the job (EXIT) if its dependency can never hold, instead of leaving it pending"))] = False
+    gpu: Annotated[str, Limit(min_length=1, max_length=300, description=(
+        "LSF's -gpu: num=N[:mode=shared|exclusive_process][:j_exclusive=yes|no][:gmodel=NAME][:gmem=SIZE], N GPUs "
+        "on each of the job's hosts (gmem in bytes, or with a unit: 16Gi); rusage[ngpus_physical=N] in resreq "
+        "asks the same"))] | None = None
 
     def __init__(self, **given: Any) -> None:
         unknown = set(given) - set(FIELDS)

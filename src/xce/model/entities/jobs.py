@@ -93,6 +93,8 @@ class Job:
     warn_signal: int | None = None  # -wa: sent once, warn_time seconds before the run limit
     warn_time: float | None = None  # -wt
     limit_grace: float | None = None  # SIGTERM to SIGKILL when the run limit ends a run (its queue's grace)
+    gpu: dict[str, Any] | None = None  # GPUs on each host: xce.jobspec_gpu.GpuRequest.as_json (None: none)
+    alloc_gpus: dict[str, list[int]] = field(default_factory=dict)  # host -> the GPU ids the current run holds
 
     @property
     def array_busy(self) -> bool:
