@@ -433,7 +433,6 @@ def _release(model: State, job: Job) -> None:
             host.held_counters.pop(str(job.id), None)
             host.held_gpus.pop(str(job.id), None)
     model.cluster_held.pop(job.id, None)
-    job.alloc_gpus = {}
     job.alloc_slots = {}
     job.alloc_counters = {}
     job.alloc_cluster = {}
@@ -450,7 +449,7 @@ def apply_job_allocated(model: State, f: JobAllocated) -> Job | None:
     job.alloc_slots = dict(f.slots)
     job.alloc_counters = {h: dict(c) for h, c in f.counters.items()}
     job.alloc_cluster = dict(f.cluster_counters)
-    job.alloc_gpus = {h: list(ids) for h, ids in f.gpus.items()}
+    job.run_gpus = {h: list(ids) for h, ids in f.gpus.items()}
     job.alloc_time = f.time
     if job.alloc_cluster:
         model.cluster_held[job.id] = job.alloc_cluster

@@ -95,6 +95,10 @@ class JobDoc(TypedDict):
     terminate_orphan: Annotated[bool, Limit(description="-ti: ended if its dependency can never hold")]
     run_limit: Annotated[float | None, Limit(description="-W (or the queue's run_limit): seconds a run may last")]
     run_estimate: Annotated[float | None, Limit(description="-We: seconds a run is expected to take")]
+    gpu: Annotated[dict[str, Any] | None, Limit(description=(
+        "-gpu (or rusage[ngpus_physical=]): num (per host), mode, j_exclusive, gmodel, gmem (bytes)"))]
+    gpus: Annotated[dict[str, list[dict[str, Any]]], Limit(description=(
+        "the GPUs of its current (or last) run on each host: {id, uuid, model} each"))]
 
 
 class _Row(TypedDict):
@@ -312,3 +316,4 @@ class Dispatch(TypedDict):
     warn_signal: int | None  # sent once, warn_time seconds before the run limit (-wa)
     warn_time: float | None  # (-wt)
     limit_grace: float | None  # SIGTERM to SIGKILL when the run limit ends it
+    gpus: list[dict[str, Any]]  # the GPUs it holds on this host: {id, uuid} each (CUDA_VISIBLE_DEVICES)

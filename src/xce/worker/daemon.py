@@ -40,6 +40,7 @@ from xce.transfers import TransferSite
 from xce.units import format_run_limit, format_size
 from xce.worker import control, sandbox, staging
 from xce.worker.cgroups import CgroupError, Hierarchy, Limits, RunCgroup, Usage
+from xce.worker.gpus import Gpu
 from xce.worker.storage import StorageRoots
 from xce.wire import AgentOp, Dispatch
 
@@ -59,8 +60,9 @@ class Worker:
                  run_as_users: bool = False, providers: dict[str, Provider] | None = None,
                  storage_roots: list[str] | None = None, allow_system_users: bool = False,
                  transfers: TransferSite | None = None, cgroups: Hierarchy | None = None,
-                 allow_no_openat2: bool = False) -> None:
+                 allow_no_openat2: bool = False, gpus: list[Gpu] | None = None) -> None:
         self.host = host
+        self.gpus = list(gpus or ())  # found by NVML or configured (xce.worker.gpus): reported at registration
         # several controllers: calls follow the leader; every call the worker makes is idempotent
         # (runs are keyed by job and run number), so one whose answer was lost is sent again
         self.client = Client(url, token, timeout=DAEMON_TIMEOUT, retry_mutations=True)
@@ -215,11 +217,13 @@ class Worker:
         sent = control.clock()
         reply = self.client.post(f"/v1/hosts/{self.host}/register", {
             "slots": self.slots, "attrs": self.attrs, "counters": self.counters,
+            "gpus": [g.as_json() for g in self.gpus],
             "boot_id": self.boot_id, "running": running})
         self._confirmed(sent, reply)
         for k in reply.get("kill", []):
             self._end_now(k["job_id"], k["run"])
-        log.info("registered %s: %d slots, attrs %s, counters %s", self.host, self.slots, self.attrs, self.counters)
+        log.info("registered %s: %d slots, attrs %s, counters %s, GPUs %s", self.host, self.slots, self.attrs,
+                 self.counters, ",".join(str(g.id) for g in self.gpus) or "none")
 
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(self.heartbeat_interval):

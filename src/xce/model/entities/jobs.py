@@ -94,7 +94,8 @@ class Job:
     warn_time: float | None = None  # -wt
     limit_grace: float | None = None  # SIGTERM to SIGKILL when the run limit ends a run (its queue's grace)
     gpu: dict[str, Any] | None = None  # GPUs on each host: xce.jobspec_gpu.GpuRequest.as_json (None: none)
-    alloc_gpus: dict[str, list[int]] = field(default_factory=dict)  # host -> the GPU ids the current run holds
+    # host -> the GPU ids of the current run, or of the last one once it ended (who holds a GPU now: Host.held_gpus)
+    run_gpus: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def array_busy(self) -> bool:
