@@ -112,7 +112,8 @@ def history_json(job: Job, archived: bool) -> dict[str, Any]:
 
 def usage_json(u: Usage) -> dict[str, Any]:
     return {"project": u.project, "user": u.user or None, "jobs": u.jobs, "slot_hours": u.slot_seconds / 3600,
-            "cpu_hours": u.cpu_seconds / 3600, "gpu_hours": u.gpu_seconds / 3600, "claims": u.claims, "claim_byte_hours": u.claim_byte_seconds / 3600}
+            "cpu_hours": u.cpu_seconds / 3600, "gpu_hours": u.gpu_seconds / 3600, "claims": u.claims,
+            "claim_byte_hours": u.claim_byte_seconds / 3600}
 
 
 def user_json(user: User) -> dict[str, Any]:

@@ -105,7 +105,8 @@ class Devices:
         if req.gmodel is not None:
             models = {d.model for i in with_gpus for d in self._on(i)}
             if not any(model_matches(req.gmodel, m) for m in models):
-                return f"gpu: no GPU of model {req.gmodel} on the matching hosts (they have {', '.join(sorted(models))})"
+                have = ", ".join(sorted(models))
+                return f"gpu: no GPU of model {req.gmodel} on the matching hosts (they have {have})"
         free = sorted(((self.usable(i, req), i) for i in with_gpus), key=lambda t: (-t[0], t[1]))
         what = "free" if req.exclusive else "shareable"
         shown = "; ".join(f"{n} of {len(self.hosts[i].gpus)} {what} on {self.hosts[i].name}" for n, i in free[:3])
