@@ -15,6 +15,7 @@ Stdlib and ``xce.units`` only, below the model: the scheduler and the CLI read r
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Callable
 
 GPU_RUSAGE = "ngpus_physical"  # -R rusage[ngpus_physical=N]: N GPUs per host, as -gpu num=N
@@ -38,23 +39,26 @@ class GpuRequest:
     memory each GPU must have for the job (a shared GPU's memory is split among its jobs' gmem).
     (A plain class: importing ``dataclasses`` costs the CLI's start-up ~18 ms.)"""
 
-    __slots__ = ("num", "mode", "exclusive", "gmodel", "gmem")
+    __slots__ = ("num", "mode", "exclusive", "gmodel", "gmem", "_key", "_hash")
 
     def __init__(self, num: int = 1, mode: str = "shared", exclusive: bool = True, gmodel: str | None = None,
                  gmem: int | None = None) -> None:
         self.num, self.mode, self.exclusive, self.gmodel, self.gmem = num, mode, exclusive, gmodel, gmem
+        # immutable by convention: the scheduler keys its per-shape caches on requests, once per job
+        self._key = (num, mode, exclusive, gmodel, gmem)
+        self._hash = hash(self._key)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, GpuRequest) and self.key() == other.key()
+        return self is other or isinstance(other, GpuRequest) and self._key == other._key
 
     def __hash__(self) -> int:
-        return hash(self.key())
+        return self._hash
 
     def __repr__(self) -> str:
         return f"GpuRequest({self.text()!r})"
 
     def key(self) -> tuple[int, str, bool, str | None, int | None]:
-        return (self.num, self.mode, self.exclusive, self.gmodel, self.gmem)
+        return self._key
 
     def text(self) -> str:
         """The request in LSF's syntax, every field spelled, ``gmem`` in bytes: what is sent and stored."""
@@ -75,9 +79,11 @@ class GpuRequest:
                    gmodel=d.get("gmodel"), gmem=d.get("gmem"))
 
 
+@lru_cache(maxsize=4096)
 def model_matches(wanted: str, model: str) -> bool:
     """Does a GPU of ``model`` (``NVIDIA A100-SXM4-80GB``) answer ``gmodel=wanted`` (``A100``,
-    ``a100-sxm4``)?  Case, spaces, hyphens and underscores are ignored; the wanted name is a part of it."""
+    ``a100-sxm4``)?  Case, spaces, hyphens and underscores are ignored; the wanted name is a part of it.
+    (Cached: a cluster has few models and a queue few gmodel names, and the scheduler asks per GPU.)"""
     def squash(s: str) -> str:
         return "".join(ch for ch in s.lower() if ch.isalnum())
 

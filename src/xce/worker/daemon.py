@@ -40,7 +40,7 @@ from xce.transfers import TransferSite
 from xce.units import format_run_limit, format_size
 from xce.worker import control, sandbox, staging
 from xce.worker.cgroups import CgroupError, Hierarchy, Limits, RunCgroup, Usage
-from xce.worker.gpus import Gpu
+from xce.worker.gpus import Gpu, device_rules
 from xce.worker.storage import StorageRoots
 from xce.wire import AgentOp, Dispatch
 
@@ -337,7 +337,10 @@ class Worker:
             if self.bind_cores and len(self.free_cores) >= slots:
                 cores = tuple(sorted(self.free_cores)[:slots])
                 self.free_cores.difference_update(cores)
-        limits = Limits(memory_bytes=job.get("mem_limit"), cores=cores, cpu_quota=None if cores else float(slots))
+        # the GPUs it does not hold: their device nodes denied (none on a host without GPU device nodes)
+        deny = tuple(device_rules(self.gpus, [g["id"] for g in job.get("gpus") or []])) if self.gpus else ()
+        limits = Limits(memory_bytes=job.get("mem_limit"), cores=cores, cpu_quota=None if cores else float(slots),
+                        deny_devices=deny)
         try:
             rc = self.cgroups.make(limits)
         except CgroupError:
