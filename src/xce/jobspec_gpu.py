@@ -39,26 +39,24 @@ class GpuRequest:
     memory each GPU must have for the job (a shared GPU's memory is split among its jobs' gmem).
     (A plain class: importing ``dataclasses`` costs the CLI's start-up ~18 ms.)"""
 
-    __slots__ = ("num", "mode", "exclusive", "gmodel", "gmem", "_key", "_hash")
+    __slots__ = ("num", "mode", "exclusive", "gmodel", "gmem", "any_idle", "key", "_hash")
 
     def __init__(self, num: int = 1, mode: str = "shared", exclusive: bool = True, gmodel: str | None = None,
                  gmem: int | None = None) -> None:
         self.num, self.mode, self.exclusive, self.gmodel, self.gmem = num, mode, exclusive, gmodel, gmem
-        # immutable by convention: the scheduler keys its per-shape caches on requests, once per job
-        self._key = (num, mode, exclusive, gmodel, gmem)
-        self._hash = hash(self._key)
+        self.any_idle = exclusive and gmodel is None and gmem is None  # any GPU no job holds answers it
+        # immutable by convention: the scheduler keys its per-shape caches on this tuple, once per job
+        self.key = (num, mode, exclusive, gmodel, gmem)
+        self._hash = hash(self.key)
 
     def __eq__(self, other: object) -> bool:
-        return self is other or isinstance(other, GpuRequest) and self._key == other._key
+        return self is other or isinstance(other, GpuRequest) and self.key == other.key
 
     def __hash__(self) -> int:
         return self._hash
 
     def __repr__(self) -> str:
         return f"GpuRequest({self.text()!r})"
-
-    def key(self) -> tuple[int, str, bool, str | None, int | None]:
-        return self._key
 
     def text(self) -> str:
         """The request in LSF's syntax, every field spelled, ``gmem`` in bytes: what is sent and stored."""

@@ -155,6 +155,8 @@ def build_view(model: Model, config: Config | None = None, observed: Observed | 
 
 def gpu_views(h: Host) -> tuple[GpuView, ...]:
     """A host's GPUs with what holds each now (the runs' ``held_gpus``)."""
+    if not h.held_gpus:
+        return tuple(GpuView(g["id"], g.get("model", ""), int(g.get("memory", 0))) for g in h.gpus)
     exclusive: set[int] = set()
     sharers: dict[int, int] = {}
     gmem: dict[int, int] = {}

@@ -120,8 +120,12 @@ class _Cycle:
         """How many of ``want`` slots host ``i`` can take now, counters included (and ``gpu``: its
         GPUs, per host: none if it has too few free)."""
         k = min(self.free_slots[i], want)
-        if gpu is not None and k > 0 and not self.devices.fits(i, gpu):
-            return 0
+        if gpu is not None and k > 0:
+            if gpu.any_idle:  # (the common request, without a call)
+                if len(self.devices.idle[i]) < gpu.num:
+                    return 0
+            elif not self.devices.fits(i, gpu):
+                return 0
         if k <= 0 or not rusage:
             return max(k, 0)
         free = self.free_ctr[i]
@@ -176,7 +180,7 @@ def schedule(view: ClusterView) -> Plan:
     pool_free = {p.name: p.free for p in view.pools}
     claimed = _Claimed()
     fills = CacheFills(view.evictable)
-    shapes: dict[tuple[str, int, GpuRequest | None], _Shape] = {}
+    shapes: dict[tuple[str, int, tuple[int, str, bool, str | None, int | None] | None], _Shape] = {}
     allocations: list[Allocation] = []
     reasons: dict[int, str] = {}
     for job in sorted(view.pending, key=lambda j: (-j.priority, j.id)):
@@ -200,7 +204,7 @@ def schedule(view: ClusterView) -> Plan:
                 reasons[job.id] = fills.consider(cycle, cycle.candidates(rr), dict(rr.rusage), job, placed)
                 continue
         else:
-            shape = shapes.setdefault((job.resreq, job.slots, job.gpu), _Shape())
+            shape = shapes.setdefault((job.resreq, job.slots, job.gpu.key if job.gpu is not None else None), _Shape())
             if shape.exhausted is not None:
                 reasons[job.id] = shape.exhausted
                 continue

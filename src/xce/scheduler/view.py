@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 from xce.jobspec_gpu import GpuRequest
 
 
-@dataclass(frozen=True, slots=True)
-class GpuView:
-    """One GPU of a host, with what holds it now: an exclusive job, or shared jobs and their gmem."""
+class GpuView(NamedTuple):
+    """One GPU of a host, with what holds it now: an exclusive job, or shared jobs and their gmem.
+    (A named tuple: a cycle's view holds one per GPU of the cluster, made 4x faster than a frozen
+    dataclass.)"""
 
     id: int
     model: str = ""
