@@ -58,13 +58,14 @@ class GpuRequest:
     def __repr__(self) -> str:
         return f"GpuRequest({self.text()!r})"
 
-    def text(self) -> str:
-        """The request in LSF's syntax, every field spelled, ``gmem`` in bytes: what is sent and stored."""
+    def text(self, size: Callable[[int], str] = str) -> str:
+        """The request in LSF's syntax, every field spelled, ``gmem`` in bytes (what is sent and stored), or
+        as ``size`` writes it (``xce job show``: ``format_size``)."""
         out = f"num={self.num}:mode={self.mode}:j_exclusive={'yes' if self.exclusive else 'no'}"
         if self.gmodel is not None:
             out += f":gmodel={self.gmodel}"
         if self.gmem is not None:
-            out += f":gmem={self.gmem}"
+            out += f":gmem={size(self.gmem)}"
         return out
 
     def as_json(self) -> dict[str, Any]:

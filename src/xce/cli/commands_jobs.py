@@ -15,6 +15,7 @@ import sys
 from typing import Any, Callable
 
 from xce import jobspec
+from xce.jobspec_gpu import GpuRequest
 from xce.cli.base import Parser, positive_int
 from xce.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
 from xce.client import ApiError, Client
@@ -285,7 +286,7 @@ def _show_one(job: dict[str, Any]) -> str:
         ("Project", job["project"]), ("Queue", job["queue"]), ("State", job["state"]),
         ("Pending reason", job["pending_reason"] if pending else "omit"),
         ("Command", _command(job)), ("Slots", job["slots"]),
-        ("Resource req", job["resreq"]), ("GPU req", _gpu_req(job["gpu"]) if job.get("gpu") else "omit"),
+        ("Resource req", job["resreq"]), ("GPU req", GpuRequest.from_json(job["gpu"]).text(format_size) if job.get("gpu") else "omit"),
         ("Hosts", _hosts(job)), ("GPUs", _gpus(job.get("gpus")) or "omit"), ("Run", job["run"]),
         ("Staging out", job["pending_reason"] if job["state"] == JobState.STAGE_OUT else "omit"),
         ("App profile", job.get("app")),
@@ -315,16 +316,6 @@ def _show_one(job: dict[str, Any]) -> str:
         out += "\nClaims:\n" + "\n".join(f"  {line}" for line in sub.splitlines())
         if job.get("publish") == "symlink":
             out += "\n  (published as symlinks: the worker is not root, so no private mounts)"
-    return out
-
-
-def _gpu_req(req: dict[str, Any]) -> str:
-    """``num=2:mode=shared:j_exclusive=yes`` (LSF's -gpu syntax, gmem as a size)."""
-    out = f"num={req['num']}:mode={req['mode']}:j_exclusive={'yes' if req['j_exclusive'] else 'no'}"
-    if req.get("gmodel"):
-        out += f":gmodel={req['gmodel']}"
-    if req.get("gmem"):
-        out += f":gmem={format_size(req['gmem'])}"
     return out
 
 
