@@ -122,7 +122,12 @@ def test_hosts_without_gpus_and_plain_jobs_beside_gpu_jobs():
     assert plan.pending_reasons[1] == "gpu: cpu1 has no GPUs"
     # slots short is said as slots, not as GPUs
     plan = plan_for([gpu_host("host1", 4, slots=1)], [gjob(3, "num=1", slots=2)])
-    assert "free slot" in plan.pending_reasons[3]
+    assert "free slot" in plan.pending_reasons[3] and plan.pending_reasons[3].endswith("(with 1 GPU free: 1 of them)")
+    # GPUs free where its slots are not, slots free where no GPU is: said as slots on the GPU hosts
+    plan = plan_for([gpu_host("host1", 4, slots=0), plain], [gjob(4, "num=1")])
+    assert plan.pending_reasons[4].endswith("(with 1 GPU free: 1 of them)")
+    plan = plan_for([gpu_host("host1", 4)], [gjob(5, "num=1", resreq="select[zone==z]")])
+    assert plan.pending_reasons[5] == "no host matches select[zone==z]"
 
 
 def test_rusage_ngpus_physical_is_not_a_counter():

@@ -211,7 +211,7 @@ def schedule(view: ClusterView) -> Plan:
             placed = _place(cycle, rr, job.slots, shape, job.gpu)
             if isinstance(placed, str):
                 if job.gpu is not None:
-                    placed = _gpu_shortage(cycle, rr, job.slots, job.gpu, placed)
+                    placed = _gpu_shortage(cycle, rr, job.gpu, placed)
                 shape.exhausted = reasons[job.id] = placed
                 continue
         hosts = tuple(cycle.hosts[i].name for i, _ in placed)
@@ -290,12 +290,16 @@ def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape,
     return _shortage(cycle, rr, want, per_host, cands)
 
 
-def _gpu_shortage(cycle: _Cycle, rr: ResReq, want: int, gpu: GpuRequest, why: str) -> str:
-    """Why a GPU job does not fit: its GPUs, if the slots and counters it asks for are there (once per
-    shape: the shape is then exhausted for the cycle), else ``why``."""
-    if isinstance(_place(cycle, rr, want, _Shape()), str):
+def _gpu_shortage(cycle: _Cycle, rr: ResReq, gpu: GpuRequest, why: str) -> str:
+    """Why a GPU job does not fit (once per shape: the shape is then exhausted for the cycle): its GPUs
+    when no matching host has them free, else ``why`` (slots or counters), saying how many hosts do."""
+    cands = cycle.candidates(rr) if cycle.hosts else []
+    if not cands:  # no host matches its select[] at all: that first
         return why
-    return cycle.devices.reason(cycle.candidates(rr), gpu)
+    free = sum(1 for i in cands if cycle.devices.fits(i, gpu))
+    if not free:
+        return cycle.devices.reason(cands, gpu)
+    return f"{why} (with {gpu.num} GPU{'s' if gpu.num != 1 else ''} free: {free} of them)"
 
 
 def _pick_pools(job: JobView, pool_free: dict[str, int]) -> dict[str, str] | str:
