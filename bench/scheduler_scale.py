@@ -18,6 +18,12 @@ gpu and scratch counters, ``-n`` spread, ``span[hosts=1]``, ``span[ptile=K]``,
 counters.  Growth is printed as ratios, never asserted.  A last line times
 a stress case that is not the realistic mix: every job its own ``-n`` and
 ``rusage`` amount (the scheduler's per-shape caches help least there).
+
+GPU placement (issue 33): 10,000 pending GPU jobs (``-gpu num=1/2/4/8``, a
+tenth of them ``j_exclusive=no``, a few ``gmodel=``) on 1,000 hosts with 8
+GPUs and 8 slots each (one in five running a 2-GPU job), one cycle, against
+the same jobs as plain slots (``num=N`` as ``-n N span[hosts=1]``, no GPU):
+the goal is at most 2x the plain cycle.
 """
 
 from __future__ import annotations
@@ -127,11 +133,80 @@ def distinct_shapes(view: ClusterView, seed: int) -> ClusterView:
     return ClusterView(position=view.position, hosts=view.hosts, pending=pending)
 
 
+GPU_SHAPES = ((50, "num=1"), (20, "num=2"), (10, "num=4"), (5, "num=8"), (10, "num=1:j_exclusive=no"),
+              (5, "num=2:gmodel=H100"))
+
+
+def gpu_facts(n_hosts: int, n_jobs: int, seed: int, gpus: bool) -> list[F.Fact]:
+    """Hosts with 8 slots and 8 GPUs (A100s, a fifth H100s), one in five running a 2-GPU job; ``n_jobs``
+    pending GPU jobs, or (``gpus`` False) the same jobs asking ``num`` slots on one host instead."""
+    from xce.jobspec_gpu import parse_gpu
+
+    rnd = random.Random(seed)
+    out: list[F.Fact] = [F.QueueDefined(time=0.0, name="normal", priority=50), F.ProjectDefined(time=0.0, name="default")]
+    names = []
+    for i in range(n_hosts):
+        name = f"g{i:05d}"
+        model = "NVIDIA H100 80GB HBM3" if i % 5 == 4 else "NVIDIA A100-SXM4-80GB"
+        devices = [{"id": d, "uuid": f"GPU-{i:05d}-{d}", "model": model, "memory": 80 * GiB} for d in range(8)]
+        out.append(F.HostRegistered(time=0.0, name=name, slots=8, gpus=devices if gpus else []))
+        names.append(name)
+    job_id = 1
+    for name in names[::5]:
+        out.append(F.JobSubmitted(time=1.0, id=job_id, name="running", user="bench", project="default", queue="normal",
+                                  command=["sleep", "1"], slots=1 if gpus else 2, resreq="" if gpus else
+                                  "span[hosts=1]", gpu=parse_gpu("num=2").as_json() if gpus else None))
+        out.append(F.JobAllocated(time=1.0, job_id=job_id, run=1, hosts=[name], slots={name: 1 if gpus else 2},
+                                  gpus={name: [0, 1]} if gpus else {}))
+        out.append(F.JobStarted(time=1.0, job_id=job_id, run=1, host=name, pid=1))
+        job_id += 1
+    pick = [g for w, g in GPU_SHAPES for _ in range(w)]
+    for _ in range(n_jobs):
+        req = parse_gpu(rnd.choice(pick))
+        out.append(F.JobSubmitted(time=2.0, id=job_id, name="g", user="bench", project="default", queue="normal",
+                                  command=["true"], slots=1 if gpus else req.num,
+                                  resreq="" if gpus else "span[hosts=1]", gpu=req.as_json() if gpus else None))
+        job_id += 1
+    return out
+
+
+def measure_gpus(n_hosts: int, n_jobs: int, seed: int, repeats: int) -> dict[bool, dict]:
+    """The GPU jobs and the same jobs as plain slots (by ``gpus``), timed in turns, each best of ``repeats``
+    (a busy machine's slow moments fall on both)."""
+    models = {}
+    for gpus in (False, True):
+        models[gpus] = Model()
+        for pos, f in enumerate(gpu_facts(n_hosts, n_jobs, seed, gpus), start=1):
+            models[gpus].apply(pos, f)
+    out: dict[bool, dict] = {g: {"cycle": float("inf"), "view": float("inf")} for g in models}
+    for _ in range(repeats):
+        for gpus, model in models.items():
+            t_view, view = best_of(lambda: build_view(model), 1)
+            assert isinstance(view, ClusterView) and len(view.pending) == n_jobs and len(view.hosts) == n_hosts
+            t_cycle, plan = best_of(lambda: schedule(view), 1)
+            r = out[gpus]
+            r["cycle"], r["view"] = min(r["cycle"], t_cycle), min(r["view"], t_view)
+            r["alloc"], r["pending"] = len(plan.allocations), len(plan.pending_reasons)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--gpus-only", action="store_true", help="only the GPU placement comparison")
     args = ap.parse_args()
+
+    print(f"GPU placement: 10,000 pending GPU jobs on 1,000 hosts x 8 GPUs, best of {args.repeats}")
+    print(f"{'jobs as':>12} {'cycle s':>9} {'allocs':>7} {'pending':>8} {'build_view s':>13}")
+    rows = measure_gpus(1000, 10_000, args.seed, args.repeats)
+    for label, gpus in (("plain slots", False), ("GPU devices", True)):
+        r = rows[gpus]
+        print(f"{label:>12} {r['cycle']:>9.3f} {r['alloc']:>7} {r['pending']:>8} {r['view']:>13.3f}")
+    ratio = rows[True]["cycle"] / rows[False]["cycle"]
+    print(f"goal: GPU cycle <= 2x the plain one: {ratio:.2f}x ({'met' if ratio <= 2.0 else 'NOT met'})\n")
+    if args.gpus_only:
+        return
 
     print(f"schedule(view), best of {args.repeats}; build_view(model) timed separately\n")
     print(f"{'hosts':>6} {'jobs':>6} {'cycle s':>9} {'allocs':>7} {'pending':>8} {'build_view s':>13} {'total s':>8}")

@@ -214,7 +214,7 @@ def test_output_equal_to_error_is_one_file_opened_once():
     assert (s.stdout, s.stderr) == ("/home/u/run/log.%J", None)
 
 
-@pytest.mark.parametrize("flag", ["-gpu", "-G", "-U"])
+@pytest.mark.parametrize("flag", ["-G", "-U"])
 def test_options_whose_feature_is_not_there_are_refused_from_the_command_line_and_from_scripts(flag):
     with pytest.raises(JobSpecError):
         bsub(flag, "1", "true")
@@ -274,3 +274,23 @@ def test_mod_takes_the_rows_of_what_a_pending_job_may_change_checked_as_at_submi
                       (("-J", "%0"), "an array's limit is %N"), (("-W", "5", "-Wn"), "-Wn takes the run limit away")):
         with pytest.raises(JobSpecError, match=why):
             mod(*argv)
+
+
+def test_gpu_requests_as_lsf_spells_them():
+    gib = 1 << 30
+    assert parse("--gpu", "num=2", "--", "true").gpu == "num=2:mode=shared:j_exclusive=yes"
+    assert parse("--gpu", "-", "--", "true").gpu == "num=1:mode=shared:j_exclusive=yes"  # LSF's default
+    s = parse("--gpu", "num=4:mode=exclusive_process:gmodel=A100:gmem=16Gi", "--", "true")
+    assert s.gpu == f"num=4:mode=exclusive_process:j_exclusive=yes:gmodel=A100:gmem={16 * gib}"
+    assert bsub("-gpu", "num=1:j_exclusive=no:gmem=1024", "true").gpu == \
+        f"num=1:mode=shared:j_exclusive=no:gmem={gib}"  # bsub: LSF's sizes, a bare number in MB
+    assert bsub(script="#BSUB -gpu \"num=2:mode=shared\"\ntrue\n").gpu == "num=2:mode=shared:j_exclusive=yes"
+    for bad, why in (("num=0", "num must be a whole number"), ("num=2:mode=fast", "mode must be shared"),
+                     ("num=1:mode=exclusive_process:j_exclusive=no", "keeps its GPUs"),
+                     ("num=1:colour=red", "unknown field 'colour'"), ("num", "is not NAME=VALUE"),
+                     ("num=1:num=2", "given twice"), ("gmem=lots", "gmem")):
+        with pytest.raises(JobSpecError, match=why):
+            parse("--gpu", bad, "--", "true")
+    with pytest.raises(JobSpecError, match="give one"):
+        parse("--gpu", "num=1", "-R", "rusage[ngpus_physical=2]", "--", "true")
+    assert parse("-R", "rusage[ngpus_physical=2]", "--", "true").resreq == "rusage[ngpus_physical=2]"

@@ -270,6 +270,26 @@ def _mem_limit(value: str | None, site: Site) -> str | None:
     return str(_lsf_bytes(value, site, "memory limit (-M)"))
 
 
+def _gpu(value: str | None, site: Site) -> str | None:
+    """-gpu as one ``GpuRequest`` (``xce.jobspec_gpu``), sent spelled out with gmem in bytes: XCE's sizes,
+    or on the bsub path LSF's (a bare number in ``LSF_UNIT_FOR_LIMITS``)."""
+    if value is None:
+        return None
+    from xce.jobspec_gpu import GPU_RUSAGE, GpuRequestError, bytes_of, job_request, parse_gpu
+
+    def size(text: str) -> int:
+        return _lsf_bytes(text, site, "-gpu gmem") if site.lsf_unit is not None else bytes_of(text)
+
+    try:
+        if GPU_RUSAGE in site.fields.get("resreq", ""):
+            from xce.resreq import parse_resreq
+
+            job_request(value, dict(parse_resreq(site.fields["resreq"]).rusage))  # both given: which one?
+        return parse_gpu(value, size).text()
+    except GpuRequestError as e:
+        raise JobSpecError(e.message) from None
+
+
 def _script(value: str | None, site: Site) -> str | None:
     """The script's text, read here (the job runs where this file may not be): a path from the
     submission directory, or ``-``, standard input."""
@@ -389,6 +409,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("resreq", ("-R", "--resreq"), "resource requirement: select[...] rusage[...] span[...] order[...] "
            "(repeatable: select[] sections and'ed, rusage[] joined, as LSF merges them)", kind="append",
            default="", resolve=_resreq, bsub=("-R",)),
+    Option("gpu", ("--gpu",), "GPUs on each of the job's hosts, as LSF's -gpu: num=N[:mode=shared|exclusive_process]"
+           "[:j_exclusive=yes|no][:gmodel=NAME][:gmem=SIZE] (- : one GPU of its own); the job sees only its own "
+           "(CUDA_VISIBLE_DEVICES)", metavar="REQ", resolve=_gpu, bsub=("-gpu",)),
     Option("name", ("-J", "--name"), "job name; NAME[1-100] submits a job array", bsub=("-J",)),
     Option("stdout", ("-o", "--stdout"), "output file (%%J: job id, %%I: array index)", resolve=_job_path("stdout"),
            bsub=("-o",)),
@@ -516,7 +539,6 @@ class Planned:
 
 
 BSUB_PLANNED: tuple[Planned, ...] = (
-    Planned(("-gpu",), "GPUs (-gpu) are not there yet (issue 33)"),
     Planned(("-G",), "user groups (-G) are not there: XCE charges projects (-P)"),
     Planned(("-U",), "advance reservations (-U) are not there yet"),
     Planned(("-I", "-Ip", "-Is", "-IS", "-ISp", "-ISs", "-IX"), "interactive jobs (-I, -Ip, -Is...) are not there "

@@ -219,8 +219,10 @@ class LoopBtrfs:
 class LocalCluster:
     def __init__(self, state_dir: str, hosts: int, listen: str, config: str | None, slots: int,
                  provisioner_config: str | None = None, out=sys.stdout, btrfs: str | None = None,
-                 btrfs_loop: int | None = None, transfer_config: str | None = None) -> None:
+                 btrfs_loop: int | None = None, transfer_config: str | None = None, gpus: int | None = None) -> None:
         self.state_dir = os.path.abspath(state_dir)
+        # fake GPUs per host (xce worker --gpus 0..N-1); None: each worker asks NVML
+        self.gpus = [] if gpus is None else ["--gpus", f"0-{gpus - 1}" if gpus else "none"]
         self.nhosts = hosts
         self.listen = listen
         self.config = os.path.abspath(config) if config else None
@@ -386,7 +388,7 @@ class LocalCluster:
             self._spawn(f"worker-{host}", ["worker", "--host", host, "--controller", self.url,
                                            "--slots", str(self.slots), "--work-dir", work_dir,
                                            "--counter", f"scratch={SCRATCH_PER_HOST}", "--token-file", token_file,
-                                           *storage, *self.transfers], env=env)
+                                           *storage, *self.transfers, *self.gpus], env=env)
         self._wait_hosts(admin)
 
     def _wait_hosts(self, admin: Client, timeout: float = 60.0) -> None:
@@ -455,9 +457,9 @@ class LocalCluster:
 
 def up(state_dir: str, hosts: int, listen: str, config: str | None, slots: int,
        provisioner_config: str | None = None, btrfs: str | None = None, btrfs_loop: int | None = None,
-       transfer_config: str | None = None) -> int:
+       transfer_config: str | None = None, gpus: int | None = None) -> int:
     cluster = LocalCluster(state_dir, hosts, listen, config, slots, provisioner_config, btrfs=btrfs,
-                           btrfs_loop=btrfs_loop, transfer_config=transfer_config)
+                           btrfs_loop=btrfs_loop, transfer_config=transfer_config, gpus=gpus)
     signal.signal(signal.SIGTERM, cluster.request_stop)
     signal.signal(signal.SIGINT, cluster.request_stop)
     try:
@@ -467,7 +469,8 @@ def up(state_dir: str, hosts: int, listen: str, config: str | None, slots: int,
         msg = e.message if isinstance(e, ClientError) else str(e)
         print(f"xce up: {msg}", file=sys.stderr)
         return 1
-    cluster._say(f"xce cluster up: controller {cluster.url}, hosts host1..host{hosts} ({slots} slots each)\n"
+    cluster._say(f"xce cluster up: controller {cluster.url}, hosts host1..host{hosts} ({slots} slots"
+                 f"{f', {gpus} fake GPUs' if gpus else ''} each)\n"
                  f"  state:  {cluster.state_dir}\n"
                  f"  client: export XCE_CONFIG={cluster.state_dir}/client.toml   (or xce --config ...)\n"
                  f"  lsf:    export LSF_ENVDIR={envdir_of(cluster.state_dir)}   (bsub, bjobs... and the tools "

@@ -71,6 +71,7 @@ class ArchivedJob:
     position: int
     doc: str
     cpu_seconds: float | None = None  # user + system CPU of its last run (None: not measured, or never ran)
+    gpu_seconds: float | None = None  # GPUs its last run held times the seconds it ran (None: none held)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +125,7 @@ class Usage:
     claim_byte_seconds: float = 0.0
     user: str = ""  # one user's share of the project (``UsageQuery.by_user``); "" the project's whole
     cpu_seconds: float = 0.0  # user + system CPU seconds of those jobs' last runs
+    gpu_seconds: float = 0.0  # GPU-seconds of those jobs' last runs: GPUs held times seconds run
 
 
 @dataclass(frozen=True, slots=True)

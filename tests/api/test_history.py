@@ -211,7 +211,7 @@ def test_cli_hist_jobs_done_usage_and_show_of_an_archived_array(ctl, tokens):
     usage = json.loads(cli(env, "--json", "usage", "--since", "7d").stdout)
     assert [u["project"] for u in usage] == ["default"] and usage[0]["jobs"] >= 3
     table = cli(env, "usage", "--since", "7d").stdout.splitlines()
-    assert table[0].split() == ["PROJECT", "JOBS", "SLOT_HOURS", "CPU_HOURS", "CLAIMS", "CLAIM_GIB_HOURS"]
+    assert table[0].split() == ["PROJECT", "JOBS", "SLOT_HOURS", "CPU_HOURS", "GPU_HOURS", "CLAIMS", "CLAIM_GIB_HOURS"]
     assert cli(env, "usage", "--since", "yesterday-ish").returncode == 2
 
 

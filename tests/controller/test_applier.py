@@ -17,7 +17,7 @@ from xce.model import Model
 from xce.model import claims
 from xce.model.facts import (
     ClaimCreated, ClaimDeleteRequested, ClaimPlaced, ClaimResizeReserved, HostRegistered, HostStateChanged,
-    JobAllocated, ProjectDefined, QueueDefined,
+    JobAllocated, JobFinished, ProjectDefined, QueueDefined,
 )
 from xce.model import agents, job_claims, jobs
 from xce.model.claims import ClaimState
@@ -466,3 +466,48 @@ def test_exclusive_jobs_hosts_to_avoid_and_begin_times_are_checked_again(w):
     assert result.rejected == {avoid.id: "host h2 is one its earlier run failed on",
                                later.id: "its begin time (-b) has not come"}
     assert result.accepted == []
+
+
+def gpu_job(w: World, gpu: str) -> Job:
+    facts, job_id = job_claims.submit(w.model, ADMIN, JobSpec(command=["run"], gpu=gpu), JobClaimsSpec(), w.tick(),
+                                      CONFIG)
+    w.commit(facts)
+    return w.model.jobs[job_id]
+
+
+def gpus_on(job: Job, ids: tuple[int, ...], host: str = "g1") -> Allocation:
+    return Allocation(job_id=job.id, run=job.run, hosts=(host,), slots={host: 1}, counters={}, gpus={host: ids})
+
+
+def test_the_gpus_a_plan_names_are_checked_again_and_held_until_the_run_ends(w):
+    w.commit([HostRegistered(time=0, name="g1", slots=8, gpus=[
+        {"id": i, "uuid": f"GPU-{i}", "model": "NVIDIA A100", "memory": 80 * GiB} for i in range(4)])])
+    a, b, c = gpu_job(w, "num=2"), gpu_job(w, "num=2"), gpu_job(w, "num=2")
+    result = w.apply(gpus_on(a, (0, 1)), gpus_on(b, (1, 2)), gpus_on(c, (2, 3)))  # b collides with a in the plan
+    assert result.accepted == [a.id, c.id] and result.rejected[b.id] == "host g1's GPU 1 is in use now"
+    assert w.model.hosts["g1"].held_gpus == {str(a.id): {"ids": [0, 1], "exclusive": True, "gmem": None},
+                                             str(c.id): {"ids": [2, 3], "exclusive": True, "gmem": None}}
+    assert w.model.jobs[a.id].run_gpus == {"g1": [0, 1]}
+    shared, small, plain = gpu_job(w, "num=1:j_exclusive=no"), gpu_job(w, "num=1:gmodel=H100"), w.submit()
+    result = w.apply(gpus_on(shared, (0,)), gpus_on(b, (0,)), gpus_on(small, (3,), "g1"),
+                     Allocation(job_id=plain.id, run=plain.run, hosts=("g1",), slots={"g1": 1}, counters={},
+                                gpus={"g1": (3,)}))
+    assert result.rejected == {shared.id: "host g1's GPU 0 is held by an exclusive job now",
+                               b.id: "host g1: 1 GPUs named for a job that asks for 2",
+                               small.id: "host g1's GPU 3 is not a H100",
+                               plain.id: "host g1: GPUs [3] for a job that asks for none"}
+    assert w.apply(gpus_on(b, (4, 5))).rejected[b.id] == "host g1 has no GPU 4"
+    w.commit([JobFinished(time=w.tick(), job_id=a.id, run=a.run, state="DONE", exit_code=0)])
+    assert str(a.id) not in w.model.hosts["g1"].held_gpus  # released with the run
+    assert w.model.jobs[a.id].run_gpus == {"g1": [0, 1]}  # what the last run held: job show, usage
+    assert w.apply(gpus_on(b, (0, 1))).accepted == [b.id]
+    # shared holders share, within each GPU's memory
+    s1, s2, s3 = (gpu_job(w, f"num=1:j_exclusive=no:gmem={m}Gi") for m in (50, 30, 1))
+    result = w.apply(gpus_on(s1, (2,), "g1"), gpus_on(s2, (2,)), gpus_on(s3, (2,)))
+    assert result.rejected == {s1.id: "host g1's GPU 2 is held by an exclusive job now",
+                               s2.id: "host g1's GPU 2 is held by an exclusive job now",
+                               s3.id: "host g1's GPU 2 is held by an exclusive job now"}
+    w.commit([JobFinished(time=w.tick(), job_id=c.id, run=c.run, state="DONE", exit_code=0)])
+    result = w.apply(gpus_on(s1, (2,)), gpus_on(s2, (2,)), gpus_on(s3, (2,)))
+    assert result.accepted == [s1.id, s2.id]  # 50Gi + 30Gi: the GPU's 80Gi
+    assert result.rejected[s3.id] == f"host g1's GPU 2 has no longer {GiB} bytes of memory free"

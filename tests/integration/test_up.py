@@ -25,9 +25,9 @@ def processes_mentioning(text: str) -> list[int]:
     return pids
 
 
-def start_up(state_dir: str, hosts: int = 2) -> subprocess.Popen:
+def start_up(state_dir: str, hosts: int = 2, *more: str) -> subprocess.Popen:
     proc = subprocess.Popen(XCE + ["up", "--hosts", str(hosts), "--state-dir", state_dir,
-                                   "--listen", "127.0.0.1:0", "--slots", "2"],
+                                   "--listen", "127.0.0.1:0", "--slots", "2", *more],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     wait_for(lambda: proc.poll() is not None or os.path.exists(os.path.join(state_dir, "up.pid"))
              and os.path.exists(os.path.join(state_dir, "client.toml")), timeout=60, what="xce up")
@@ -40,10 +40,11 @@ def start_up(state_dir: str, hosts: int = 2) -> subprocess.Popen:
 def test_up_runs_jobs_down_stops_everything_and_up_resumes(tmp_path):
     state = str(tmp_path / "cluster")
     env = {"XCE_CONFIG": os.path.join(state, "client.toml"), "XCE_URL": "", "XCE_TOKEN": ""}
-    up = start_up(state)
+    up = start_up(state, 2, "--gpus", "2")
     try:
         hosts = json.loads(cli(env, "--json", "hosts").stdout)
         assert [(h["name"], h["state"]) for h in hosts] == [("host1", "OK"), ("host2", "OK")]
+        assert [[g["id"] for g in h["gpus"]] for h in hosts] == [[0, 1], [0, 1]]  # --gpus 2: fake GPUs 0 and 1
         # each host reports the machine's memory as its mem counter, so rusage[mem=] can be met
         with open("/proc/meminfo") as fh:
             total = int(next(line for line in fh if line.startswith("MemTotal:")).split()[1]) * 1024

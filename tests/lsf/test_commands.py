@@ -59,7 +59,6 @@ def test_output_and_error_to_one_file_keeps_both(site, tmp_path):
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["-gpu", "num=1", "true"], "GPUs (-gpu)"),
     (["-Is", "bash"], "interactive jobs"),
     (["-I", "true"], "interactive jobs"),
     (["-G", "grp", "true"], "user groups (-G)"),
@@ -68,6 +67,18 @@ def test_output_and_error_to_one_file_keeps_both(site, tmp_path):
 def test_options_whose_feature_is_not_there_are_refused_not_ignored(site, argv, words):
     r = site.run("bsub", *argv)
     assert r.returncode != 0 and r.stdout == "" and words in r.stderr, (r.stdout, r.stderr)
+
+
+def test_gpu_requests_are_taken_and_a_bad_one_refused(site):
+    """-gpu is LSF's (issue 33): taken, the job asks for devices (no host of this site has GPUs, so it waits
+    saying so); a request that means nothing is refused as bsub refuses it."""
+    job = bsub(site, "-gpu", "num=1:j_exclusive=yes", "true")
+    reason = wait_for(lambda: (r := site.run("bjobs", "-noheader", "-o", "pend_reason", str(job), check=True)
+                               .stdout.strip()) and "gpu:" in r and r, what="a pending reason about GPUs")
+    assert "no matching host has GPUs" in reason
+    site.run("bkill", str(job), check=True)
+    r = site.run("bsub", "-gpu", "num=1:mode=fast", "true")
+    assert r.returncode == 255 and r.stdout == "" and "mode must be shared or exclusive_process" in r.stderr
 
 
 def test_run_limits_and_dependencies_reach_the_job(site):

@@ -48,8 +48,8 @@ def test_bsub_through_the_front_means_what_the_python_bsub_means(site, front, tm
         script = "#!/bin/sh\n#BSUB -J from-stdin\necho hi\n"
         piped = site.run(os.path.join(front["bin"], "bsub"), cwd=str(tmp_path), input=script)  # stdin is the caller's
         assert piped.returncode == 0 and piped.stdout.startswith("Job <"), piped.stderr
-        refused = site.run(os.path.join(front["bin"], "bsub"), "-gpu", "num=1", "true")
-        assert refused.returncode == 255 and "GPUs (-gpu)" in refused.stderr
+        refused = site.run(os.path.join(front["bin"], "bsub"), "-G", "grp", "true")
+        assert refused.returncode == 255 and "user groups (-G)" in refused.stderr
         listed = site.run(os.path.join(front["bin"], "bjobs"), "-noheader", "-o", "job_name", "-aJ", "from-stdin")
         assert listed.stdout.split() == ["from-stdin"], listed.stderr
         for r in (native, python):

@@ -15,8 +15,9 @@ from xce.model.transitions import ImpossibleTransition
 from xce.model.facts import (
     AttachmentAdded, AttachmentRemoved, ClaimCreated, ClaimDeleteRequested, ClaimOpFailed, ClaimOpIntent,
     ClaimOpSucceeded, ClaimPlaced, ClaimPurgeRequested, ClaimResizeRequested, ClaimResizeReserved,
-    ClassCapabilitiesReported, Fact, HostStateChanged, JobAllocated, JobFinished, JobProcessEnded, JobRequeued,
-    JobModified, JobSubmitted, OrphanSeen, REGISTRY, RecordsRetired, SnapshotCreated, SnapshotDeleteRequested, SnapshotOpFailed,
+    ClassCapabilitiesReported, Fact, HostRegistered, HostStateChanged, JobAllocated, JobFinished, JobModified,
+    JobProcessEnded, JobRequeued, JobSubmitted, OrphanSeen, REGISTRY, RecordsRetired, SnapshotCreated,
+    SnapshotDeleteRequested, SnapshotOpFailed,
     SnapshotOpIntent, SnapshotOpSucceeded, UserDefined,
 )
 from xce.model.hosts import HostState
@@ -133,6 +134,13 @@ for cls in (JobFinished, JobRequeued, JobProcessEnded):
     DOMAIN[(cls, "usage")] = st.one_of(st.none(), st.fixed_dictionaries(
         {"max_rss_bytes": st.one_of(st.none(), st.integers(0, 2**40)), "cpu_user_s": st.floats(0, 1e6),
          "cpu_sys_s": st.floats(0, 1e6)}))
+# GPUs as devices: a job's request, a host's GPUs
+DOMAIN[(JobSubmitted, "gpu")] = st.one_of(st.none(), st.fixed_dictionaries(
+    {"num": st.integers(1, 4), "mode": st.sampled_from(["shared", "exclusive_process"]), "j_exclusive": st.booleans(),
+     "gmodel": st.one_of(st.none(), st.just("A100")), "gmem": st.one_of(st.none(), st.integers(1, 2**34))}))
+DOMAIN[(HostRegistered, "gpus")] = st.lists(st.fixed_dictionaries(
+    {"id": st.integers(0, 3), "uuid": st.text(max_size=8), "model": st.sampled_from(["A100", "T4"]),
+     "memory": st.integers(0, 2**36)}), max_size=3, unique_by=lambda g: g["id"])
 # retirement names jobs (arrays' elements among them) and claims, standalone and template, that exist
 DOMAIN[(RecordsRetired, "jobs")] = st.lists(st.integers(1, 8), max_size=4)
 DOMAIN[(RecordsRetired, "claims")] = st.lists(st.integers(1, 6), max_size=4)

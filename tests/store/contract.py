@@ -81,10 +81,11 @@ def walk(store: Store, limit: int, before: int | None = None, **filters) -> list
 
 def ajob(id_: int, position: int, *, user: str = "alice", project: str = "default", name: str = "train",
          state: str = "DONE", end: float = 1000.0, start: float | None = 900.0, slots: int = 2,
-         parent: int | None = None, cpu: float | None = None) -> ArchivedJob:
+         parent: int | None = None, cpu: float | None = None, gpu: float | None = None) -> ArchivedJob:
     return ArchivedJob(id=id_, user=user, project=project, queue="normal", name=name, state=state, array_parent=parent,
                        slots=slots, submit_time=800.0, start_time=start, end_time=end, position=position,
-                       doc=f'{{"id":{id_},"history":[{{"state":"{state}","reason":"é ✓ \\u0000"}}]}}', cpu_seconds=cpu)
+                       doc=f'{{"id":{id_},"history":[{{"state":"{state}","reason":"é ✓ \\u0000"}}]}}', cpu_seconds=cpu,
+                       gpu_seconds=gpu)
 
 
 def aclaim(id_: int, position: int, *, name: str = "ckpt", project: str = "default", owner: str = "alice",
@@ -947,6 +948,16 @@ class StoreContract:
         assert store.usage(UsageQuery()) == [Usage(project="default", jobs=3, slot_seconds=220.0, cpu_seconds=4.75,
                                                    claims=1, claim_byte_seconds=10_000.0)]
         assert [j.cpu_seconds for j in store.archived_jobs([1, 2, 3])] == [3.5, None, 1.25]
+
+    def test_usage_sums_the_gpu_seconds_of_jobs_that_held_gpus(self, store, epoch):
+        store.append(epoch, recs(1, 2), jobs=[
+            ajob(1, 1, start=900.0, end=1000.0, gpu=400.0),  # 4 GPUs for 100 s
+            ajob(2, 1, start=990.0, end=1000.0),  # no GPU
+            ajob(3, 2, user="bob", gpu=7200.0)])
+        assert store.usage(UsageQuery(by_user=True)) == [
+            Usage(project="default", user="alice", jobs=2, slot_seconds=220.0, gpu_seconds=400.0),
+            Usage(project="default", user="bob", jobs=1, slot_seconds=200.0, gpu_seconds=7200.0)]
+        assert [j.gpu_seconds for j in store.archived_jobs([1, 2, 3])] == [400.0, None, 7200.0]
 
     def test_the_archive_survives_compaction_and_reopening(self, open_store):
         first = open_store()

@@ -400,3 +400,28 @@ def test_two_workers_of_one_host_name_under_one_parent_keep_out_of_each_others_c
     finally:
         a.remove_all()
         b.remove_all()
+
+
+def test_device_rules_keep_a_run_from_the_device_nodes_of_gpus_it_does_not_hold(tmp_path, v1):
+    """The devices cgroup as a run on a GPU host gets it: ``/dev/nvidia<N>`` of the GPUs it does not hold
+    denied (``gpus.device_rules``).  This machine has no NVIDIA device node, so the rule denies another
+    character device (``/dev/urandom``): the same rule, the same kernel path."""
+    if v1.devices is None:
+        pytest.skip("no v1 devices controller mounted here: device rules cannot be enforced (cgroup v2 hosts "
+                    "need a BPF device program: docs/decisions/gpus.md)")
+    st = os.stat("/dev/urandom")
+    rule = f"c {os.major(st.st_rdev)}:{os.minor(st.st_rdev)} rwm"
+    run = Run(tmp_path, v1, Limits(deny_devices=(rule,)))
+    assert run.cgroup.devices is not None and run.cgroup.devices in run.cgroup.join
+    run.start("head -c1 /dev/zero >/dev/null && echo zero ok; head -c1 /dev/urandom >/dev/null 2>&1 && "
+              "echo urandom ok || echo urandom denied")
+    assert run.status() == 0
+    assert _lines(tmp_path / "out") == ["zero ok", "urandom denied"]
+    run.close()
+    assert not os.path.exists(run.cgroup.devices), "a cgroup with device rules is its run's only"
+    (tmp_path / "b").mkdir()
+    free = Run(tmp_path / "b", v1, Limits())  # a run with no rules: no devices cgroup, every device open
+    assert free.cgroup.devices is None
+    free.start("head -c1 /dev/urandom >/dev/null && echo urandom ok")
+    assert free.status() == 0 and _lines(tmp_path / "b" / "out") == ["urandom ok"]
+    free.close()

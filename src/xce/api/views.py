@@ -15,7 +15,7 @@ from xce.model.audit import AuditRecord
 from xce.model.claims import CLAIM_SOURCE, Attachment, Claim, ClaimState, Op, OpKind, Replica, ResizeState, live_by_name
 from xce.model.hosts import HostState
 from xce.model.identity import Token, User
-from xce.model import job_claims, status
+from xce.model import gpus, job_claims, status
 from xce.model.jobs import Job, JobState
 from xce.model.jobs import orders as run_orders
 from xce.model import Model
@@ -55,7 +55,7 @@ def job_json(model: Model, job: Job, pending_reason: str | None = None,
         "user_priority": job.user_priority, "begin_time": job.begin_time, "exclusive": job.exclusive,
         "requeue_exit": job.requeue_exit, "requeues": job.requeues, "avoid_hosts": job.avoid_hosts,
         "pre_exec": job.pre_exec, "post_exec": job.post_exec, "pre_exec_failures": job.pre_exec_failures,
-        "post_exec_exit": job.post_exec_exit,
+        "post_exec_exit": job.post_exec_exit, "gpu": job.gpu, "gpus": {h: job_gpus(model, job, h) for h in job.run_gpus},
     }
 
 
@@ -115,7 +115,8 @@ def history_json(job: Job, archived: bool) -> dict[str, Any]:
 
 def usage_json(u: Usage) -> dict[str, Any]:
     return {"project": u.project, "user": u.user or None, "jobs": u.jobs, "slot_hours": u.slot_seconds / 3600,
-            "cpu_hours": u.cpu_seconds / 3600, "claims": u.claims, "claim_byte_hours": u.claim_byte_seconds / 3600}
+            "cpu_hours": u.cpu_seconds / 3600, "gpu_hours": u.gpu_seconds / 3600, "claims": u.claims,
+            "claim_byte_hours": u.claim_byte_seconds / 3600}
 
 
 def user_json(user: User) -> dict[str, Any]:
@@ -355,7 +356,7 @@ def hosts_json(model: Model, last_seen: dict[str, float], now: float) -> list[di
         last = last_seen.get(h.name)
         out.append({"name": h.name, "state": h.state.value, "reason": h.reason, "slots": h.slots,
                     "slots_used": h.slots_used, "attrs": h.attrs, "counters": h.counters,
-                    "counters_used": h.counters_used(), "registered": h.registered,
+                    "counters_used": h.counters_used(), "registered": h.registered, "gpus": gpus.use_json(h),
                     "last_heartbeat_age": None if last is None else round(now - last, 1)})
     return out
 
@@ -408,7 +409,18 @@ def dispatch_json(model: Model, job: Job, host: str) -> Dispatch:
                     mem_limit=dispatch.mem_limit(job, host), alloc_slots=job.alloc_slots, shell=job.shell,
                     script=job.script, submit_dir=job.submit_dir, env=job.env, run_limit=job.run_limit,
                     warn_signal=job.warn_signal, warn_time=job.warn_time, limit_grace=job.limit_grace,
-                    pre_exec=job.pre_exec, post_exec=job.post_exec)
+                    pre_exec=job.pre_exec, post_exec=job.post_exec, gpus=job_gpus(model, job, host))
+
+
+def job_gpus(model: Model, job: Job, host: str) -> list[dict[str, Any]]:
+    """The GPUs the job's run holds on ``host``: {id, uuid, model} each."""
+    ids = job.run_gpus.get(host)
+    if not ids:
+        return []
+    h = model.hosts.get(host)
+    known = {g["id"]: g for g in h.gpus} if h is not None else {}
+    return [{"id": i, "uuid": known.get(i, {}).get("uuid", ""), "model": known.get(i, {}).get("model", "")}
+            for i in ids]
 
 
 def host_work_json(model: Model, host: str, work: dispatch.HostWork) -> dict[str, Any]:

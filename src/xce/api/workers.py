@@ -45,10 +45,20 @@ AttrName = Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]
 AttrValue = Annotated[str, Field(max_length=256)]
 
 
+class GpuIn(Strict):
+    """One GPU as its worker found it (NVML, or configured: ``xce worker --gpus``)."""
+
+    id: Annotated[int, Field(ge=0, le=1023)]
+    uuid: Annotated[str, Field(max_length=128)] = ""
+    model: Annotated[str, Field(max_length=128)] = ""
+    memory: Annotated[int, Field(ge=0, le=2**50)] = 0  # bytes
+
+
 class RegisterRequest(Strict):
     slots: Annotated[int, Field(ge=0, le=100_000)]
     attrs: dict[AttrName, AttrValue] = Field(default_factory=dict)
     counters: Counters = Field(default_factory=dict)
+    gpus: Annotated[list[GpuIn], Field(max_length=1024)] = Field(default_factory=list)
     boot_id: Annotated[str, Field(max_length=64)] = ""
     running: Annotated[list[RunRef], Field(max_length=100_000)] = Field(default_factory=list)
 
@@ -134,7 +144,8 @@ async def register(host: HostName, body: RegisterRequest, request: Request, moni
 
     def decide(model: Model):
         facts, lost = dispatch.register(model, host, body.slots, body.attrs, body.counters, body.boot_id,
-                                        {(r.job_id, r.run) for r in body.running}, time.time())
+                                        {(r.job_id, r.run) for r in body.running}, time.time(),
+                                        [g.model_dump() for g in body.gpus])
         return facts, runs_json(lost)
 
     kill = await mutate(request, actor, f"host/{host}", decide)

@@ -131,11 +131,21 @@ def _counters(h: dict[str, Any]) -> str:
 
 def cmd_hosts(args, ctx) -> int:
     return _show(ctx, ctx.client().get("/v1/hosts"), lambda hs: print_table(
-        ("HOST", "STATE", "SLOTS", "COUNTERS", "ATTRS", "HEARTBEAT"),
+        ("HOST", "STATE", "SLOTS", "GPUS", "COUNTERS", "ATTRS", "HEARTBEAT"),
         ((h["name"], h["state"] + (f" ({h['reason']})" if h["reason"] else ""),
-          f"{h['slots_used']}/{h['slots']}", _counters(h),
+          f"{h['slots_used']}/{h['slots']}", _gpus(h.get("gpus") or []), _counters(h),
           " ".join(f"{k}={v}" for k, v in sorted(h["attrs"].items())), ago(h["last_heartbeat_age"]))
          for h in hs)))
+
+
+def _gpus(gpus: list[dict[str, Any]]) -> str | None:
+    """``2/4 0:12 1:12 2:- 3:-``: GPUs in use of all, then each GPU's jobs (``s`` after a shared GPU's)."""
+    if not gpus:
+        return None
+    used = sum(1 for g in gpus if g["jobs"])
+    each = " ".join(f"{g['id']}:" + (",".join(str(j) for j in g["jobs"]) + ("s" if g["use"] == "shared" else "")
+                                     if g["jobs"] else "-") for g in gpus)
+    return f"{used}/{len(gpus)} {each}"
 
 
 def _quantity(value: float, unit: str) -> str:

@@ -70,6 +70,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     w.add_argument("--attr", action="append", metavar="K=V", help="host attribute for select[] (repeatable)")
     w.add_argument("--counter", action="append", metavar="NAME=AMOUNT",
                    help="consumable counter for rusage[], e.g. scratch=100Gi (repeatable)")
+    w.add_argument("--gpus", metavar="IDS", help="this host's GPUs as fake devices with these ids (0,1,2,3 or 0-3; "
+                                                 "none: no GPUs), for test and laptop clusters (default: the NVIDIA "
+                                                 "GPUs NVML finds, if any)")
     w.add_argument("--work-dir", help="journal, workspaces and output (default ~/.xce/worker/HOST)")
     w.add_argument("--heartbeat", type=float, default=2.0, help="seconds between heartbeats")
     w.add_argument("--run-as-users", action="store_true",
@@ -114,6 +117,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     u.add_argument("--listen", default="127.0.0.1:7600", help="controller HOST:PORT (port 0: any free)")
     u.add_argument("--config", dest="server_config", help="controller config (TOML); default: embedded")
     u.add_argument("--slots", type=int, default=8, help="slots per host (default 8)")
+    u.add_argument("--gpus", type=int, default=None, metavar="N", help="N fake GPUs per host, ids 0..N-1 (xce worker "
+                                                                       "--gpus); default: each worker's NVML, if any")
     u.add_argument("--provisioner-config", help="the provisioner's providers (default: DIR/provisioner.toml, "
                                                  "written once with simfs under DIR/simfs)")
     bt = u.add_mutually_exclusive_group()
@@ -168,7 +173,7 @@ def cmd_worker(args, ctx) -> int:
                           args.work_dir, args.heartbeat, args.run_as_users, args.provider_config,
                           args.storage_roots, allow_system_users=args.allow_system_users,
                           transfer_config=args.transfer_config, cgroups=args.cgroups,
-                          allow_no_openat2=args.allow_no_openat2)
+                          allow_no_openat2=args.allow_no_openat2, gpus=args.gpus)
     except (WorkerConfigError, ProvisionerConfigError) as e:
         raise UsageError(str(e)) from None
 
@@ -190,6 +195,8 @@ def cmd_up(args, ctx) -> int:
         raise UsageError("--hosts must be between 1 and 64")
     if args.slots < 1:
         raise UsageError("--slots must be >= 1")
+    if args.gpus is not None and not 0 <= args.gpus <= 1024:
+        raise UsageError("--gpus must be between 0 and 1024")
     loop = None
     if args.btrfs_loop is not None:
         from xce.errors import InvalidRequest
@@ -199,7 +206,7 @@ def cmd_up(args, ctx) -> int:
         except InvalidRequest as e:
             raise UsageError(str(e)) from None
     return up(args.state_dir, args.hosts, args.listen, args.server_config, args.slots, args.provisioner_config,
-              btrfs=args.btrfs, btrfs_loop=loop, transfer_config=args.transfer_config)
+              btrfs=args.btrfs, btrfs_loop=loop, transfer_config=args.transfer_config, gpus=args.gpus)
 
 
 def cmd_down(args, ctx) -> int:

@@ -15,6 +15,7 @@ import sys
 from typing import Any, Callable
 
 from xce import jobspec
+from xce.jobspec_gpu import GpuRequest
 from xce.cli.base import Parser, positive_int
 from xce.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
 from xce.client import ApiError, Client
@@ -244,10 +245,11 @@ def cmd_usage(args, ctx) -> int:
     if not rows:
         print("No usage in that window", file=sys.stderr)
         return EXIT_OK
-    columns = ("PROJECT", *(("USER",) if args.by_user else ()), "JOBS", "SLOT_HOURS", "CPU_HOURS", "CLAIMS",
-               "CLAIM_GIB_HOURS")
+    columns = ("PROJECT", *(("USER",) if args.by_user else ()), "JOBS", "SLOT_HOURS", "CPU_HOURS", "GPU_HOURS",
+               "CLAIMS", "CLAIM_GIB_HOURS")
     print_table(columns, ((u["project"], *((u["user"] or "*",) if args.by_user else ()), u["jobs"],
-                           f"{u['slot_hours']:.2f}", f"{u['cpu_hours']:.2f}", u["claims"],
+                           f"{u['slot_hours']:.2f}", f"{u['cpu_hours']:.2f}", f"{u.get('gpu_hours', 0.0):.2f}",
+                           u["claims"],
                            f"{u['claim_byte_hours'] / 2**30:.2f}") for u in rows))
     return EXIT_OK
 
@@ -290,7 +292,8 @@ def _show_one(job: dict[str, Any]) -> str:
         ("Project", job["project"]), ("Queue", job["queue"]), ("State", job["state"]),
         ("Pending reason", job["pending_reason"] if pending else "omit"),
         ("Command", _command(job)), ("Slots", job["slots"]),
-        ("Resource req", job["resreq"]), ("Hosts", _hosts(job)), ("Run", job["run"]),
+        ("Resource req", job["resreq"]), ("GPU req", GpuRequest.from_json(job["gpu"]).text(format_size) if job.get("gpu") else "omit"),
+        ("Hosts", _hosts(job)), ("GPUs", _gpus(job.get("gpus")) or "omit"), ("Run", job["run"]),
         ("Staging out", job["pending_reason"] if job["state"] == JobState.STAGE_OUT else "omit"),
         ("App profile", job.get("app")),
         ("Rerunnable", "yes" if job["rerunnable"] else "no"),
@@ -331,6 +334,14 @@ def _show_one(job: dict[str, Any]) -> str:
         if job.get("publish") == "symlink":
             out += "\n  (published as symlinks: the worker is not root, so no private mounts)"
     return out
+
+
+def _gpus(by_host: dict[str, list[dict[str, Any]]] | None) -> str | None:
+    """``host1: 0,1 (GPU-6f1c..., GPU-0b2e...)``: the run's GPUs on each host, by id and UUID."""
+    if not by_host:
+        return None
+    return "; ".join(f"{h}: {','.join(str(g['id']) for g in gs)} ({', '.join(g['uuid'] for g in gs if g['uuid'])})"
+                     for h, gs in by_host.items())
 
 
 def _usage(u: dict[str, Any] | None) -> str | None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from xce.controller.commit import Outcome
 from xce.model import Model
+from xce.model import gpus as gpu_use
 from xce.model import job_claims
 from xce.model.claims import ClaimState
 from xce.controller.observed import Observed, pool_free
@@ -224,6 +225,7 @@ def _apply_allocations(model: Model, plan: Plan, now: float, config: Config | No
     next_claim, next_attachment = model.next_claim_id, model.next_attachment_id
     taken_array: dict[int, int] = {}  # elements of limited arrays allocated by this plan
     closed: set[str] = set()  # hosts an exclusive job (-x) of this plan took: nothing else goes there
+    taken_gpus: dict[str, gpu_use.Taken] = {}  # GPUs this plan gave out, by host
     locked = hosts_locked_out(model, now) if plan.allocations else frozenset()
     for a in plan.allocations:
         job = model.jobs.get(a.job_id)
@@ -269,6 +271,9 @@ def _apply_allocations(model: Model, plan: Plan, now: float, config: Config | No
                         break
                 if why:
                     break
+                if (why := gpu_use.why_not(host, a.gpus.get(host_name, ()), gpu_use.request_of(job.gpu),
+                                           taken_gpus.get(host_name))) is not None:
+                    break
         if why:
             result.rejected[a.job_id] = why
             continue
@@ -276,6 +281,9 @@ def _apply_allocations(model: Model, plan: Plan, now: float, config: Config | No
             taken_array[job.array_parent] = taken_array.get(job.array_parent, 0) + 1
         if job.exclusive:
             closed.update(a.hosts)
+        if (req := gpu_use.request_of(job.gpu)) is not None:
+            for host_name, ids in a.gpus.items():
+                gpu_use.took(taken_gpus.setdefault(host_name, {}), ids, req)
         for host_name, n in a.slots.items():
             taken_slots[host_name] = taken_slots.get(host_name, 0) + n
             for name, amount in a.counters.get(host_name, {}).items():
@@ -292,7 +300,8 @@ def _apply_allocations(model: Model, plan: Plan, now: float, config: Config | No
                 taken_pool[t.pool] = taken_pool.get(t.pool, 0) + t.size_bytes
         facts.append(JobAllocated(time=now, job_id=a.job_id, run=a.run + 1, hosts=list(a.hosts),
                                   slots=dict(a.slots), counters={h: dict(c) for h, c in a.counters.items()},
-                                  cluster_counters=dict(a.cluster), attachments=attachments))
+                                  cluster_counters=dict(a.cluster), attachments=attachments,
+                                  gpus={h: list(ids) for h, ids in a.gpus.items()}))
         facts += templates  # the run's template claims: made through the same fact as any claim
         result.accepted.append(a.job_id)
     return Outcome(facts, result=result)

@@ -19,8 +19,11 @@ from xce.model.hosts import HostState
 from xce.model.identity import hosts_locked_out
 from xce.model.job_claims import early_claim, node_counters, pool_needs
 from xce.model.jobs import Job, held_exclusively
+from xce.jobspec_gpu import GpuRequest
+from xce.model.entities.hosts import Host
 from xce.scheduler.view import (
-    CachedReplica, CacheUse, ClaimUse, ClaimView, ClusterView, HostView, JobView, PoolView, ReplicaView, ResizeView,
+    CachedReplica, CacheUse, ClaimUse, ClaimView, ClusterView, GpuView, HostView, JobView, PoolView, ReplicaView,
+    ResizeView,
 )
 
 MAKING = (ReplicaState.PENDING, ReplicaState.PREPARING)  # a replica being placed, made or filled
@@ -116,7 +119,8 @@ def _job_view(model: Model, j: Job, prio: dict[str, int]) -> JobView:
                    resreq=j.resreq, claims=_claim_uses(model, j) if _uses_claims(j) else (),
                    node_counters=MappingProxyType(node_counters(j.templates)) if j.templates else
                    MappingProxyType({}), pool_needs=pool_needs(j.templates) if j.templates else (),
-                   user_priority=j.user_priority, exclusive=j.exclusive, avoid=frozenset(j.avoid_hosts))
+                   user_priority=j.user_priority, exclusive=j.exclusive, avoid=frozenset(j.avoid_hosts),
+                   gpu=GpuRequest.from_json(j.gpu) if j.gpu is not None else None)
 
 
 def build_view(model: Model, config: Config | None = None, observed: Observed | None = None,
@@ -136,7 +140,8 @@ def build_view(model: Model, config: Config | None = None, observed: Observed | 
         hosts.append(HostView(name=h.name, slots_free=0 if held_exclusively(model, h) else h.slots - h.slots_used,
                               attrs=MappingProxyType(dict(h.attrs)),
                               counters_total=MappingProxyType(dict(h.counters)),
-                              counters_free=MappingProxyType(free), idle=not h.held_slots))
+                              counters_free=MappingProxyType(free), idle=not h.held_slots,
+                              gpus=gpu_views(h) if h.gpus else ()))
     hosts.sort(key=lambda h: h.name)
     prio = {q.name: q.priority for q in model.queues.values()}
     views = views or JobViews()
@@ -156,6 +161,25 @@ def build_view(model: Model, config: Config | None = None, observed: Observed | 
                        pending_claims=claims, pending_resizes=resizes, pending_replicas=replicas, evictable=evictable,
                        cluster_free=MappingProxyType(cluster),
                        pending_beyond=views.eligible - len(pending))
+
+
+def gpu_views(h: Host) -> tuple[GpuView, ...]:
+    """A host's GPUs with what holds each now (the runs' ``held_gpus``)."""
+    if not h.held_gpus:
+        return tuple(GpuView(g["id"], g.get("model", ""), int(g.get("memory", 0))) for g in h.gpus)
+    exclusive: set[int] = set()
+    sharers: dict[int, int] = {}
+    gmem: dict[int, int] = {}
+    for held in h.held_gpus.values():
+        for i in held["ids"]:
+            if held["exclusive"]:
+                exclusive.add(i)
+            else:
+                sharers[i] = sharers.get(i, 0) + 1
+                gmem[i] = gmem.get(i, 0) + (held.get("gmem") or 0)
+    return tuple(GpuView(id=g["id"], model=g.get("model", ""), memory=int(g.get("memory", 0)),
+                         exclusive=g["id"] in exclusive, sharers=sharers.get(g["id"], 0),
+                         gmem_used=gmem.get(g["id"], 0)) for g in h.gpus)
 
 
 def _claim_uses(model: Model, job) -> tuple[ClaimUse, ...]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from xce.errors import Conflict
+from xce.errors import Conflict, InvalidRequest
 from xce.model import job_claims, jobs
 from xce.model.entities.jobs import RUNNING, Job, JobState
 from xce.model.facts import Fact, HostRegistered
@@ -65,13 +65,19 @@ def mem_limit(job: Job, host: str) -> int | None:
 
 
 def register(model: State, host: str, slots: int, attrs: dict[str, str], counters: dict[str, float], boot_id: str,
-             running: set[tuple[int, int]], now: float) -> tuple[list[Fact], list[tuple[int, int]]]:
+             running: set[tuple[int, int]], now: float, gpus: list[dict[str, Any]] | None = None,
+             ) -> tuple[list[Fact], list[tuple[int, int]]]:
     """A worker (re)registers, with the runs it still has: its ``HostRegistered``, the runs it lost
     ended or requeued, and the runs it has that are not its own any more (given up while it was
-    away), to kill: ``(facts, runs to kill)``."""
+    away), to kill: ``(facts, runs to kill)``.  ``gpus``: its GPUs, {id, uuid, model, memory} each
+    (ids unique: ``InvalidRequest`` otherwise)."""
+    ids = [g["id"] for g in gpus or ()]
+    if len(set(ids)) != len(ids):
+        raise InvalidRequest(f"host {host} reports GPU ids {ids}: each GPU's id once")
     facts, lost = jobs.reconcile_host(model, host, running, now)
     facts.insert(0, HostRegistered(time=now, name=host, slots=slots, attrs=dict(attrs), counters=dict(counters),
-                                   boot_id=boot_id))
+                                   boot_id=boot_id, gpus=sorted((dict(g) for g in gpus or ()),
+                                                                key=lambda g: int(g["id"]))))
     return facts, lost
 
 

@@ -211,6 +211,7 @@ class JobSubmitted(Fact):
     max_requeue: int | None = None  # the queue's max_job_requeue
     pre_exec: str | None = None  # -E
     post_exec: str | None = None  # -Ep
+    gpu: dict[str, Any] | None = None  # -gpu or rusage[ngpus_physical=]: xce.jobspec_gpu.GpuRequest.as_json
 
 
 # ---------------------------------------------------------------- audit
@@ -241,6 +242,7 @@ class HostRegistered(Fact):
     attrs: dict[str, str] = field(default_factory=dict)
     counters: dict[str, float] = field(default_factory=dict)
     boot_id: str = ""
+    gpus: list[dict[str, Any]] = field(default_factory=list)  # {id, uuid, model, memory}: xce.model.entities.hosts.Gpu
 
 
 @fact("host.state_changed")
@@ -272,6 +274,7 @@ class JobAllocated(Fact):
     # logs before template claims had their own ClaimCreated facts carried the run's templates here
     templates: list[dict[str, Any]] = field(default_factory=list)
     attachments: list[dict[str, Any]] = field(default_factory=list)  # {attachment_id, claim_id, host, mode}
+    gpus: dict[str, list[int]] = field(default_factory=dict)  # host -> the ids of the GPUs the run holds there
 
 
 @fact("job.started")

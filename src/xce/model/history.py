@@ -176,6 +176,15 @@ def usage_of_job(job: Job) -> float:
     return max(0.0, job.end_time - job.start_time) * job.slots
 
 
+def gpu_of_job(job: Job) -> float | None:
+    """GPU-seconds of the job's last run: the GPUs it held on all its hosts times the seconds it ran
+    (None: it held none, or never started)."""
+    held = sum(len(ids) for ids in job.run_gpus.values())
+    if not held or job.start_time is None or job.end_time is None:
+        return None
+    return max(0.0, job.end_time - job.start_time) * held
+
+
 def cpu_of_job(job: Job) -> float | None:
     """User + system CPU seconds of the job's last run, as its worker measured them (None: not measured)."""
     u = job.usage or {}
@@ -189,7 +198,8 @@ def job_columns(job: Job) -> dict[str, Any]:
     return {"id": job.id, "user": job.user, "project": job.project, "queue": job.queue, "name": job.name,
             "state": job.state.value, "array_parent": job.array_parent, "slots": job.slots,
             "submit_time": job.submit_time, "start_time": job.start_time,
-            "end_time": job.end_time if job.end_time is not None else 0.0, "cpu_seconds": cpu_of_job(job)}
+            "end_time": job.end_time if job.end_time is not None else 0.0, "cpu_seconds": cpu_of_job(job),
+            "gpu_seconds": gpu_of_job(job)}
 
 
 def may_see_job(actor: User, job: Job) -> bool:
@@ -288,10 +298,11 @@ def live_usage(model: State, query: UsageQuery) -> list[Usage]:
         if job is None or not inside(job.end_time or 0.0) or (query.user is not None and job.user != query.user) \
                 or (query.project is not None and job.project != query.project):
             continue
-        t = totals.setdefault((job.project, job.user if query.by_user else ""), [0, 0.0, 0, 0.0, 0.0])
+        t = totals.setdefault((job.project, job.user if query.by_user else ""), [0, 0.0, 0, 0.0, 0.0, 0.0])
         t[0] += 1
         t[1] += usage_of_job(job)
         t[4] += cpu_of_job(job) or 0.0
+        t[5] += gpu_of_job(job) or 0.0
     for c in model.claims.values():
         if c.state is not ClaimState.RELEASED or (query.user is not None and c.owner != query.user) \
                 or (query.project is not None and c.project != query.project):
@@ -299,11 +310,11 @@ def live_usage(model: State, query: UsageQuery) -> list[Usage]:
         released = released_time(c)
         if not inside(released):
             continue
-        t = totals.setdefault((c.project, c.owner if query.by_user else ""), [0, 0.0, 0, 0.0, 0.0])
+        t = totals.setdefault((c.project, c.owner if query.by_user else ""), [0, 0.0, 0, 0.0, 0.0, 0.0])
         t[2] += 1
         t[3] += c.size_bytes * (released - c.created)
     return [Usage(project=p, user=u, jobs=int(t[0]), slot_seconds=t[1], claims=int(t[2]), claim_byte_seconds=t[3],
-                  cpu_seconds=t[4]) for (p, u), t in sorted(totals.items())]
+                  cpu_seconds=t[4], gpu_seconds=t[5]) for (p, u), t in sorted(totals.items())]
 
 
 def with_project_totals(rows: list[Usage]) -> list[Usage]:
@@ -313,7 +324,7 @@ def with_project_totals(rows: list[Usage]) -> list[Usage]:
         mine = [u for u in rows if u.project == project]
         out.append(Usage(project=project, jobs=sum(u.jobs for u in mine), slot_seconds=sum(u.slot_seconds for u in mine),
                          claims=sum(u.claims for u in mine), claim_byte_seconds=sum(u.claim_byte_seconds for u in mine),
-                         cpu_seconds=sum(u.cpu_seconds for u in mine)))
+                         cpu_seconds=sum(u.cpu_seconds for u in mine), gpu_seconds=sum(u.gpu_seconds for u in mine)))
         out += mine
     return out
 
@@ -325,5 +336,5 @@ def add_usage(a: list[Usage], b: list[Usage]) -> list[Usage]:
         out[(u.project, u.user)] = u if o is None else Usage(
             project=u.project, user=u.user, jobs=o.jobs + u.jobs, slot_seconds=o.slot_seconds + u.slot_seconds,
             claims=o.claims + u.claims, claim_byte_seconds=o.claim_byte_seconds + u.claim_byte_seconds,
-            cpu_seconds=o.cpu_seconds + u.cpu_seconds)
+            cpu_seconds=o.cpu_seconds + u.cpu_seconds, gpu_seconds=o.gpu_seconds + u.gpu_seconds)
     return [out[k] for k in sorted(out)]

@@ -17,10 +17,11 @@ from xce.model.state import State
 def apply_host_registered(model: State, f: HostRegistered) -> None:
     old = model.hosts.get(f.name)
     host = Host(name=f.name, slots=f.slots, attrs=dict(f.attrs), counters=dict(f.counters),
-                state=HostState.OK, boot_id=f.boot_id, registered=f.time)
+                state=HostState.OK, boot_id=f.boot_id, registered=f.time, gpus=[dict(g) for g in f.gpus])
     if old is not None:  # reservations belong to jobs, not to the worker's process
         host.held_slots = old.held_slots
         host.held_counters = old.held_counters
+        host.held_gpus = old.held_gpus
     model.hosts[f.name] = host
 
 

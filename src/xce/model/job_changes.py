@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from xce.errors import Conflict, InvalidRequest, NotFound
+from xce.jobspec_gpu import GPU_RUSAGE
 from xce.model import dependencies, jobs
 from xce.model.entities.identity import User
 from xce.model.entities.jobs import Job, JobState
@@ -99,8 +100,11 @@ def _checked(model: State, actor: User, job: Job, changes: JobChanges, config: C
             raise InvalidRequest(f"slots must be between 1 and {jobs.MAX_SLOTS}, got {changes.slots}")
         out["slots"] = changes.slots
     if changes.resreq is not None:
-        jobs.check_resreq(model, changes.resreq, config)
+        rr = jobs.check_resreq(model, changes.resreq, config)
         out["resreq"] = changes.resreq
+        if GPU_RUSAGE in rr.rusage:  # GPUs asked as rusage[ngpus_physical=]: the request follows the -R
+            gpu = jobs.gpu_request(None, rr)
+            out["gpu"] = gpu.as_json() if gpu is not None else None
     limit = job.run_limit
     if changes.run_limit is not None:
         try:
@@ -143,7 +147,7 @@ def _checked(model: State, actor: User, job: Job, changes: JobChanges, config: C
     return out
 
 
-_FIELDS = frozenset({"queue", "slots", "resreq", "run_limit", "warn_signal", "warn_time", "limit_grace",
+_FIELDS = frozenset({"queue", "slots", "resreq", "gpu", "run_limit", "warn_signal", "warn_time", "limit_grace",
                      "dependency", "dependency_tree", "user_priority", "name", "array_limit"})
 
 

@@ -264,7 +264,8 @@ def request_specs(request: Submission) -> tuple[JobSpec, JobClaimsSpec]:
                    run_limit=request.run_limit, run_estimate=request.run_estimate,
                    warning_action=request.warning_action, warning_time=request.warning_time,
                    user_priority=request.user_priority, begin_time=request.begin_time, exclusive=request.exclusive,
-                   requeue_exit=request.requeue_exit, pre_exec=request.pre_exec, post_exec=request.post_exec)
+                   requeue_exit=request.requeue_exit, pre_exec=request.pre_exec, post_exec=request.post_exec,
+                   gpu=request.gpu)
     claims = JobClaimsSpec(claims=request.claims, scratch=request.scratch, stage_in=request.stage_in,
                            stage_out=request.stage_out, stage_size=request.stage_size, app=request.app,
                            stage_class=request.stage_class)

@@ -47,7 +47,8 @@ from xce.model.facts import (
 from xce.model.state import State
 from xce.model.transitions import check
 from xce.names import check_job_name, check_name
-from xce.resreq import ResReqError, parse_resreq
+from xce.jobspec_gpu import GPU_RUSAGE, GpuRequest, GpuRequestError, job_request
+from xce.resreq import ResReq, ResReqError, parse_resreq
 from xce.units import format_run_limit, parse_amount, parse_run_limit
 from xce.wire import never_sent
 
@@ -110,6 +111,7 @@ class JobSpec:
     requeue_exit: str | None = None  # -Q (xce.exitvalues)
     pre_exec: str | None = None  # -E
     post_exec: str | None = None  # -Ep
+    gpu: str | None = None  # -gpu, as xce.jobspec_gpu reads it
 
 
 MAX_ARRAY = 100_000
@@ -202,7 +204,8 @@ def submit(model: State, actor: User, spec: JobSpec, now: float, config: Config 
     for what, value in (("cwd", spec.cwd), ("stdout", spec.stdout), ("stderr", spec.stderr),
                         ("submit_dir", spec.submit_dir)):
         _check_path(what, value)
-    check_resreq(model, spec.resreq, config)
+    rr = check_resreq(model, spec.resreq, config)
+    gpu = gpu_request(spec.gpu, rr)
     if spec.mem_limit is not None and not MIN_MEM_LIMIT <= spec.mem_limit <= MAX_MEM_LIMIT:
         raise InvalidRequest(f"memory limit (-M) must be between 4Mi and 1Pi, got {spec.mem_limit} bytes")
     tree = dependency_tree(model, actor, spec)
@@ -219,23 +222,33 @@ def submit(model: State, actor: User, spec: JobSpec, now: float, config: Config 
         env=job_environment(spec, config.controller if config is not None else None),
         dependency=spec.dependency if tree is not None else None, dependency_tree=tree,
         terminate_orphan=spec.terminate_orphan and tree is not None, array_limit=array_limit if indices else None,
-        **limits, **order,
+        gpu=gpu.as_json() if gpu is not None else None, **limits, **order,
     )], job_id
 
 
-def check_resreq(model: State, resreq: str, config: Config | None) -> None:
-    """A resource requirement that parses and reserves only counters the cluster has (InvalidRequest)."""
+def check_resreq(model: State, resreq: str, config: Config | None) -> ResReq:
+    """A resource requirement that parses and reserves only counters the cluster has, or GPUs
+    (``rusage[ngpus_physical=]``) (InvalidRequest)."""
     try:
         rr = parse_resreq(resreq)
     except ResReqError as e:
         raise InvalidRequest(f"bad resource requirement: {e.reason} at column {e.position + 1}: "
                              f"{e.text[:200]!r}") from None
     if config is not None and rr.rusage:
-        known = {r.name for r in config.resources if r.layer == "L2"}
+        known = {r.name for r in config.resources if r.layer == "L2"} | {GPU_RUSAGE}
         known.update(name for h in model.hosts.values() for name in h.counters)
         if unknown := sorted(set(rr.rusage) - known):
             raise InvalidRequest(f"unknown resource {', '.join(unknown)} in rusage[] (known counters: "
                                  f"{', '.join(sorted(known))})")
+    return rr
+
+
+def gpu_request(gpu: str | None, rr: ResReq) -> GpuRequest | None:
+    """-gpu, or the GPUs an rusage[ngpus_physical=] asks (one or the other), read as the CLI read it."""
+    try:
+        return job_request(gpu, dict(rr.rusage))
+    except GpuRequestError as e:
+        raise InvalidRequest(e.message) from None
 
 
 def _check_command(spec: JobSpec) -> None:
@@ -482,6 +495,7 @@ def apply_job_submitted(model: State, f: JobSubmitted) -> None:
             run_estimate=f.run_estimate, warn_signal=f.warn_signal, warn_time=f.warn_time, limit_grace=f.limit_grace,
             user_priority=f.user_priority, begin_time=f.begin_time, exclusive=f.exclusive,
             requeue_exit=f.requeue_exit, max_requeue=f.max_requeue, pre_exec=f.pre_exec, post_exec=f.post_exec,
+            gpu=f.gpu,
         )
         _index(model, job)
     if f.request_id is not None:
@@ -495,6 +509,7 @@ def _release(model: State, job: Job) -> None:
         if host is not None:
             host.held_slots.pop(str(job.id), None)
             host.held_counters.pop(str(job.id), None)
+            host.held_gpus.pop(str(job.id), None)
     model.cluster_held.pop(job.id, None)
     job.alloc_slots = {}
     job.alloc_counters = {}
@@ -512,6 +527,7 @@ def apply_job_allocated(model: State, f: JobAllocated) -> Job | None:
     job.alloc_slots = dict(f.slots)
     job.alloc_counters = {h: dict(c) for h, c in f.counters.items()}
     job.alloc_cluster = dict(f.cluster_counters)
+    job.run_gpus = {h: list(ids) for h, ids in f.gpus.items()}
     job.alloc_time = f.time
     if job.alloc_cluster:
         model.cluster_held[job.id] = job.alloc_cluster
@@ -527,6 +543,10 @@ def apply_job_allocated(model: State, f: JobAllocated) -> Job | None:
             host.held_slots[str(job.id)] = n
             if f.counters.get(host_name):
                 host.held_counters[str(job.id)] = dict(f.counters[host_name])
+            if f.gpus.get(host_name):
+                host.held_gpus[str(job.id)] = {"ids": list(f.gpus[host_name]),
+                                               "exclusive": bool((job.gpu or {}).get("j_exclusive", True)),
+                                               "gmem": (job.gpu or {}).get("gmem")}
     _index(model, job)
     return job
 

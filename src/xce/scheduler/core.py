@@ -30,8 +30,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from xce.model.claims import AccessMode, ClaimState
+from xce.jobspec_gpu import GPU_RUSAGE, GpuRequest
 from xce.scheduler.caches import CacheFills
 from xce.scheduler.claims import place_claims, place_replicas, reserve_resizes
+from xce.scheduler.devices import Devices
 from xce.scheduler.plan import Allocation, Plan
 from xce.resreq import ResReq, ResReqError, parse_resreq
 from xce.scheduler.view import ClusterView, HostView, JobView
@@ -94,6 +96,7 @@ class _Cycle:
         self.free_ctr = [dict(h.counters_free) for h in view.hosts]
         self.offered = {k for h in view.hosts for k in h.counters_total}
         self.least_rusage = least_rusage  # counter -> smallest per-slot amount a pending job asks for
+        self.devices = Devices(view.hosts)  # GPUs: xce.scheduler.devices
         self._candidates: dict[tuple[str, _Order], list[int]] = {}
         self._skips: dict[tuple[str, _Order, tuple[str, ...]], _Skip] = {}
 
@@ -114,9 +117,16 @@ class _Cycle:
             skip = self._skips[key] = _Skip(self, self.candidates(rr), counters)
         return skip
 
-    def fits(self, i: int, rusage: dict[str, float], want: int) -> int:
-        """How many of ``want`` slots host ``i`` can take now, counters included."""
+    def fits(self, i: int, rusage: dict[str, float], want: int, gpu: GpuRequest | None = None) -> int:
+        """How many of ``want`` slots host ``i`` can take now, counters included (and ``gpu``: its
+        GPUs, per host: none if it has too few free)."""
         k = min(self.free_slots[i], want)
+        if gpu is not None and k > 0:
+            if gpu.any_idle:  # (the common request, without a call)
+                if len(self.devices.idle[i]) < gpu.num:
+                    return 0
+            elif not self.devices.fits(i, gpu):
+                return 0
         if k <= 0 or not rusage:
             return max(k, 0)
         free = self.free_ctr[i]
@@ -157,6 +167,9 @@ def schedule(view: ClusterView) -> Plan:
             except ResReqError as e:
                 parsed[job.resreq] = e
                 continue
+            if GPU_RUSAGE in host_rr.rusage:  # GPUs are devices, asked for in JobView.gpu (xce.jobspec_gpu)
+                host_rr = dataclasses.replace(host_rr, rusage=MappingProxyType(
+                    {n: v for n, v in host_rr.rusage.items() if n != GPU_RUSAGE}))
             if any(name in view.cluster_free for name in host_rr.rusage):  # hosts see only their own counters
                 cluster_rusage[job.resreq] = {n: v for n, v in host_rr.rusage.items() if n in view.cluster_free}
                 host_rr = dataclasses.replace(host_rr, rusage=MappingProxyType(
@@ -169,7 +182,7 @@ def schedule(view: ClusterView) -> Plan:
     pool_free = {p.name: p.free for p in view.pools}
     claimed = _Claimed()
     fills = CacheFills(view.evictable)
-    shapes: dict[tuple[str, int], _Shape] = {}
+    shapes: dict[tuple[str, int, tuple[int, str, bool, str | None, int | None] | None], _Shape] = {}
     allocations: list[Allocation] = []
     reasons: dict[int, str] = {}
     for job in sorted(view.pending, key=job_order):
@@ -193,21 +206,26 @@ def schedule(view: ClusterView) -> Plan:
                 reasons[job.id] = fills.consider(cycle, cycle.candidates(rr), dict(rr.rusage), job, placed)
                 continue
         else:
-            shape = shapes.setdefault((job.resreq, job.slots), _Shape())
+            shape = shapes.setdefault((job.resreq, job.slots, job.gpu.key if job.gpu is not None else None), _Shape())
             if shape.exhausted is not None:
                 reasons[job.id] = shape.exhausted
                 continue
-            placed = _place(cycle, rr, job.slots, shape)
+            placed = _place(cycle, rr, job.slots, shape, job.gpu)
             if isinstance(placed, str):
+                if job.gpu is not None:
+                    placed = _gpu_shortage(cycle, rr, job.gpu, placed)
                 shape.exhausted = reasons[job.id] = placed
                 continue
         hosts = tuple(cycle.hosts[i].name for i, _ in placed)
         rusage = dict(rr.rusage)
         counters: dict[str, dict[str, float]] = {}
         slots: dict[str, int] = {}
+        gpus: dict[str, tuple[int, ...]] = {}
         for i, taken in placed:
             held = cycle.take(i, rusage, taken)
             slots[cycle.hosts[i].name] = taken
+            if job.gpu is not None:
+                gpus[cycle.hosts[i].name] = tuple(cycle.devices.take(i, job.gpu))
             if held:
                 counters[cycle.hosts[i].name] = held
         if job.node_counters:  # template claims live on the first host
@@ -226,7 +244,7 @@ def schedule(view: ClusterView) -> Plan:
         for kind, pool in pools.items():
             pool_free[pool] -= next(size for k, _, size in job.pool_needs if k == kind)
         allocations.append(Allocation(job_id=job.id, run=job.run, hosts=hosts, slots=slots, counters=counters,
-                                      cluster=cluster_need, pools=pools))
+                                      cluster=cluster_need, pools=pools, gpus=gpus))
     resizes, resize_reasons = reserve_resizes(view, pool_free)  # what this cycle's allocations left
     placements, claim_reasons = place_claims(view, pool_free)  # ... and the resizes
     replicas, replica_reasons = place_replicas(view, {h.name: cycle.free_ctr[i] for i, h in enumerate(cycle.hosts)},
@@ -243,8 +261,10 @@ def job_order(job: JobView) -> tuple[int, int, int]:
     return -job.priority, -job.user_priority, job.id
 
 
-def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape) -> list[tuple[int, int]] | str:
-    """Hosts and slot counts for one job, or the reason it cannot be placed now."""
+def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape,
+           gpu: GpuRequest | None = None) -> list[tuple[int, int]] | str:
+    """Hosts and slot counts for one job (with ``gpu``: GPUs free on each), or the reason it cannot be
+    placed now."""
     if not cycle.hosts:
         return "no hosts are available"
     cands = cycle.candidates(rr)
@@ -259,7 +279,7 @@ def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape) -> list[tuple[in
     # move the cursor past the hosts that can take nothing of this shape any more
     need_first = min(per_host, want) if per_host else 1
     pos = skip.next(shape.cursor)
-    while pos < len(cands) and cycle.fits(cands[pos], rusage, need_first) < need_first:
+    while pos < len(cands) and cycle.fits(cands[pos], rusage, need_first, gpu) < need_first:
         skip.passed(pos)
         pos = skip.next(pos + 1)
     shape.cursor = pos
@@ -268,7 +288,7 @@ def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape) -> list[tuple[in
     while pos < len(cands):
         i = cands[pos]
         need = min(per_host, remaining) if per_host else remaining
-        k = cycle.fits(i, rusage, need)
+        k = cycle.fits(i, rusage, need, gpu)
         if k > 0 and not (per_host and k < need):
             placed.append((i, k))
             remaining -= k
@@ -278,6 +298,18 @@ def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape) -> list[tuple[in
             skip.passed(pos)
         pos = skip.next(pos + 1)
     return _shortage(cycle, rr, want, per_host, cands)
+
+
+def _gpu_shortage(cycle: _Cycle, rr: ResReq, gpu: GpuRequest, why: str) -> str:
+    """Why a GPU job does not fit (once per shape: the shape is then exhausted for the cycle): its GPUs
+    when no matching host has them free, else ``why`` (slots or counters), saying how many hosts do."""
+    cands = cycle.candidates(rr) if cycle.hosts else []
+    if not cands:  # no host matches its select[] at all: that first
+        return why
+    free = sum(1 for i in cands if cycle.devices.fits(i, gpu))
+    if not free:
+        return cycle.devices.reason(cands, gpu)
+    return f"{why} (with {gpu.num} GPU{'s' if gpu.num != 1 else ''} free: {free} of them)"
 
 
 def _pick_pools(job: JobView, pool_free: dict[str, int]) -> dict[str, str] | str:
@@ -373,12 +405,14 @@ def _place_with_claims(cycle: _Cycle, rr: ResReq, job: JobView, claimed: _Claime
         need = min(per_host, remaining) if per_host else remaining
         if not placed and not node_room(i):
             continue
-        k = cycle.fits(i, rusage, need)
+        k = cycle.fits(i, rusage, need, job.gpu)
         if k > 0 and not (per_host and k < need):
             placed.append((i, k))
             remaining -= k
             if remaining == 0:
                 return placed
+    if job.gpu is not None and not any(cycle.devices.fits(i, job.gpu) for i in cands):
+        return (f"{restricted}: " if restricted else "") + cycle.devices.reason(cands, job.gpu)
     if job.node_counters and not any(node_room(i) for i in cands):
         room = ", ".join(f"{format_size(v)} {n}" for n, v in job.node_counters.items())
         return f"no matching host has {room} free for its template claims; {len(cands)} host(s) match"

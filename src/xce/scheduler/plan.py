@@ -17,6 +17,7 @@ class Allocation:
     counters: Mapping[str, Mapping[str, float]]
     cluster: Mapping[str, float] = field(default_factory=dict)  # cluster-scope counters (licenses...)
     pools: Mapping[str, str] = field(default_factory=dict)  # shared template claim kind -> the pool it goes to
+    gpus: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # host -> the ids of the GPUs it gets there
 
 
 @dataclass(frozen=True, slots=True)

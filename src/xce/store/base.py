@@ -257,13 +257,13 @@ def audit_row(row: Sequence) -> AuditRecord:
 ARCHIVE_IDS = 500
 
 ARCHIVE_JOB_COLUMNS = ("id, user_name, project, queue, name, state, array_parent, slots, submit_time, start_time,"
-                       " end_time, position, doc, cpu_seconds")
+                       " end_time, position, doc, cpu_seconds, gpu_seconds")
 ARCHIVE_CLAIM_COLUMNS = "id, name, project, owner, form, class_name, job_id, size_bytes, created, released, position, doc"
 
 
 def archived_job_values(j: ArchivedJob) -> tuple:
     return (j.id, j.user, j.project, j.queue, j.name, j.state, j.array_parent, j.slots, j.submit_time,
-            j.start_time, j.end_time, j.position, j.doc, j.cpu_seconds)
+            j.start_time, j.end_time, j.position, j.doc, j.cpu_seconds, j.gpu_seconds)
 
 
 def archived_claim_values(c: ArchivedClaim) -> tuple:
@@ -272,10 +272,10 @@ def archived_claim_values(c: ArchivedClaim) -> tuple:
 
 
 def archived_job_row(row: Sequence) -> ArchivedJob:
-    (id_, user, project, queue, name, state, parent, slots, submit, start, end, position, doc, cpu) = row
+    (id_, user, project, queue, name, state, parent, slots, submit, start, end, position, doc, cpu, gpu) = row
     return ArchivedJob(id=id_, user=user, project=project, queue=queue, name=name, state=state, array_parent=parent,
                        slots=slots, submit_time=submit, start_time=start, end_time=end, position=position,
-                       doc=doc if isinstance(doc, str) else bytes(doc).decode(), cpu_seconds=cpu)
+                       doc=doc if isinstance(doc, str) else bytes(doc).decode(), cpu_seconds=cpu, gpu_seconds=gpu)
 
 
 def archived_claim_row(row: Sequence) -> ArchivedClaim:
@@ -347,7 +347,8 @@ def usage_sql(query: UsageQuery, ph: str) -> tuple[str, list[object], str, list[
     job_user, job_by, claim_user, claim_by = (("user_name", ", user_name", "owner", ", owner") if query.by_user
                                               else ("''", "", "''", ""))
     jobs = (f"SELECT project, {job_user}, COUNT(*), COALESCE(SUM((end_time - start_time) * slots), 0), "
-            f"COALESCE(SUM(cpu_seconds), 0) FROM xce_archive_jobs{jw} GROUP BY project{job_by}")
+            f"COALESCE(SUM(cpu_seconds), 0), COALESCE(SUM(gpu_seconds), 0) FROM xce_archive_jobs{jw} "
+            f"GROUP BY project{job_by}")
     claims = (f"SELECT project, {claim_user}, COUNT(*), COALESCE(SUM(size_bytes * (released - created)), 0) "
               f"FROM xce_archive_claims{cw} GROUP BY project{claim_by}")
     return jobs, jp, claims, cp
@@ -355,9 +356,9 @@ def usage_sql(query: UsageQuery, ph: str) -> tuple[str, list[object], str, list[
 
 def merge_usage(job_rows: Sequence[Sequence], claim_rows: Sequence[Sequence]) -> list[Usage]:
     out: dict[tuple[str, str], Usage] = {}
-    for project, user, n, seconds, cpu in job_rows:
+    for project, user, n, seconds, cpu, gpu in job_rows:
         out[(project, user)] = Usage(project=project, user=user, jobs=int(n), slot_seconds=float(seconds),
-                                     cpu_seconds=float(cpu))
+                                     cpu_seconds=float(cpu), gpu_seconds=float(gpu))
     for project, user, n, byte_seconds in claim_rows:
         u = out.get((project, user), Usage(project=project, user=user))
         out[(project, user)] = dataclasses.replace(u, claims=int(n), claim_byte_seconds=float(byte_seconds))

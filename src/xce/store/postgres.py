@@ -87,6 +87,8 @@ SCHEMA = [
     )""",
     # an archive written before runs' usage was recorded
     "ALTER TABLE xce_archive_jobs ADD COLUMN IF NOT EXISTS cpu_seconds DOUBLE PRECISION",
+    # ... or before GPUs were devices
+    "ALTER TABLE xce_archive_jobs ADD COLUMN IF NOT EXISTS gpu_seconds DOUBLE PRECISION",
     "CREATE INDEX IF NOT EXISTS xce_archive_jobs_end ON xce_archive_jobs (end_time)",
     "CREATE INDEX IF NOT EXISTS xce_archive_jobs_user ON xce_archive_jobs (user_name, id)",
     "CREATE INDEX IF NOT EXISTS xce_archive_jobs_project ON xce_archive_jobs (project, id)",

@@ -91,7 +91,8 @@ CREATE TABLE IF NOT EXISTS xce_archive_jobs (
     end_time     REAL NOT NULL,
     position     INTEGER NOT NULL,
     doc          TEXT NOT NULL,
-    cpu_seconds  REAL
+    cpu_seconds  REAL,
+    gpu_seconds  REAL
 );
 CREATE INDEX IF NOT EXISTS xce_archive_jobs_end ON xce_archive_jobs (end_time);
 CREATE INDEX IF NOT EXISTS xce_archive_jobs_user ON xce_archive_jobs (user_name, id);
@@ -236,6 +237,8 @@ class SQLiteStore(Store):
             columns = {row[1] for row in self._db.execute("PRAGMA table_info(xce_archive_jobs)")}
             if "cpu_seconds" not in columns:  # an archive written before runs' usage was recorded
                 self._db.execute("ALTER TABLE xce_archive_jobs ADD COLUMN cpu_seconds REAL")
+            if "gpu_seconds" not in columns:  # ... or before GPUs were devices
+                self._db.execute("ALTER TABLE xce_archive_jobs ADD COLUMN gpu_seconds REAL")
             self._reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
         except sqlite3.Error as e:
             raise StoreUnavailable(f"cannot open SQLite store {path}: {e}") from e

@@ -107,6 +107,10 @@ class JobDoc(TypedDict):
     post_exec: Annotated[str | None, Limit(description="-Ep: run after its command ends")]
     pre_exec_failures: Annotated[int, Limit(description="runs whose -E failed (each requeued to another host)")]
     post_exec_exit: Annotated[int | None, Limit(description="the last run's -Ep exit code (null: it did not run)")]
+    gpu: Annotated[dict[str, Any] | None, Limit(description=(
+        "-gpu (or rusage[ngpus_physical=]): num (per host), mode, j_exclusive, gmodel, gmem (bytes)"))]
+    gpus: Annotated[dict[str, list[dict[str, Any]]], Limit(description=(
+        "the GPUs of its current (or last) run on each host: {id, uuid, model} each"))]
 
 
 class _Row(TypedDict):
@@ -326,3 +330,4 @@ class Dispatch(TypedDict):
     limit_grace: float | None  # SIGTERM to SIGKILL when the run limit ends it
     pre_exec: str | None  # -E: run before the command, as the job (sandbox.STEPS)
     post_exec: str | None  # -Ep: run after the command ends
+    gpus: list[dict[str, Any]]  # the GPUs it holds on this host: {id, uuid} each (CUDA_VISIBLE_DEVICES)

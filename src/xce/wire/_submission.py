@@ -156,6 +156,10 @@ class Submission:
     requeue_exit: Annotated[str, Limit(min_length=1, max_length=1000, description=(
         "LSF's -Q: exit codes that send the job back to the queue: CODE ..., all [~CODE ...], EXCLUDE(CODE ...) "
         "(requeued, and not to the same host); replaces the queue's requeue_exit_values"))] | None = None
+    gpu: Annotated[str, Limit(min_length=1, max_length=300, description=(
+        "LSF's -gpu: num=N[:mode=shared|exclusive_process][:j_exclusive=yes|no][:gmodel=NAME][:gmem=SIZE], N GPUs "
+        "on each of the job's hosts (gmem in bytes, or with a unit: 16Gi); rusage[ngpus_physical=N] in resreq "
+        "asks the same"))] | None = None
 
     def __init__(self, **given: Any) -> None:
         unknown = set(given) - set(FIELDS)

@@ -10,7 +10,13 @@ What a run's cgroup gives (DESIGN §12):
   killed for it ends EXIT "memory limit 100 MiB exceeded" (the cgroup's ``oom_kill`` count says so);
 - **CPU**: the run's slots on this host as whole cores (cpuset) where the worker's slots are its cores,
   else as a CPU quota (slots × the period);
-- **usage**: user and system CPU seconds of every process of the run, orphans included.
+- **usage**: user and system CPU seconds of every process of the run, orphans included;
+- **devices**: a run on a host with GPUs may not open the device nodes of the GPUs it does not hold
+  (``xce.worker.gpus.device_rules``), where the host mounts the v1 ``devices`` controller (v1 and
+  hybrid layouts).  Under cgroup v2 the same needs a BPF device program attached to the run's cgroup;
+  no well-kept Python library makes one without a compiler toolchain on every host, so v2 hosts have
+  no such rule yet: their runs are kept to their GPUs by ``CUDA_VISIBLE_DEVICES`` alone (the gap is
+  logged when the worker starts).
 
 Three layouts, by what the host mounts (``open_hierarchy``):
 
@@ -68,7 +74,7 @@ MODES = ("auto", "v2", "hybrid", "v1", "none")
 CPU_PERIOD_US = 100_000  # the kernel's default CFS period: a quota is written against it
 IDLE_KEPT = 256  # idle cgroups kept per shape (more are removed): more than a host runs at once
 V2_CONTROLLERS = ("memory", "cpu", "cpuset")
-V1_CONTROLLERS = ("freezer", "cpuacct", "memory", "cpu", "cpuset")
+V1_CONTROLLERS = ("freezer", "cpuacct", "memory", "cpu", "cpuset", "devices")
 
 
 class CgroupError(Exception):
@@ -82,6 +88,7 @@ class Limits:
     memory_bytes: int | None = None
     cores: tuple[int, ...] = ()  # cpuset: these CPUs only (empty: not bound)
     cpu_quota: float | None = None  # CPUs' worth of time per period (None: no quota)
+    deny_devices: tuple[str, ...] = ()  # devices cgroup rules (``c 195:3 rwm``): nodes the run may not open
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,7 @@ class RunCgroup:
     name: str = ""  # its directories' name in every hierarchy (r<N>)
     shape: tuple[str, ...] = ()  # the bases it joins: the runs it can serve again
     later: tuple[str, ...] = ()  # its CPU share's directories (v1): joined once the job has run a moment
+    devices: str | None = None  # the directory of its device rules (None: none), made for this run only
     cpu_base: tuple[float, float] = (0.0, 0.0)  # user, system CPU seconds of its earlier runs
     oom_base: int = 0  # OOM kills of its earlier runs
 
@@ -261,9 +269,10 @@ class Hierarchy:
     work poll's thread and end on their watchers'."""
 
     def __init__(self, host: str, layout: str, tree: _Place, cpuacct: _Place | None, memory: _Place | None,
-                 cpu: _Place | None, cpuset: _Place | None) -> None:
+                 cpu: _Place | None, cpuset: _Place | None, devices: _Place | None = None) -> None:
         self.host, self.layout = host, layout
         self.tree, self.cpuacct, self.memory, self.cpu, self.cpuset = tree, cpuacct, memory, cpu, cpuset
+        self.devices = devices  # the v1 devices controller (None: runs' device rules cannot be enforced)
         self._lock = threading.Lock()
         # shape (the bases joined) -> idle cgroups: as their last run had them, and the CPU (user, system)
         # and OOM kills they hold so far
@@ -286,7 +295,8 @@ class Hierarchy:
                      else tuple(sorted(os.sched_getaffinity(0))))  # the CPUs this worker's runs may be bound to
 
     def _places(self) -> list[_Place]:
-        return list(dict.fromkeys(p for p in (self.tree, self.cpuacct, self.memory, self.cpu, self.cpuset) if p))
+        return list(dict.fromkeys(p for p in (self.tree, self.cpuacct, self.memory, self.cpu, self.cpuset,
+                                              self.devices) if p))
 
     @property
     def binds_cores(self) -> bool:
@@ -299,6 +309,8 @@ class Hierarchy:
         if limits.memory_bytes is not None:
             places.append(self.memory)
         places.append(self.cpuset if limits.cores else (self.cpu if limits.cpu_quota is not None else None))
+        if limits.deny_devices:
+            places.append(self.devices)
         return tuple(dict.fromkeys(p.base for p in places if p is not None))
 
     def make(self, limits: Limits) -> RunCgroup:
@@ -306,7 +318,8 @@ class Hierarchy:
         with a memory limit: its OOM count and its charged memory start at nothing)."""
         shape = self._shape(limits)
         with self._lock:
-            idle = self._idle.get(shape) if limits.memory_bytes is None else None
+            # (a memory limit or device rules: always a new one, as the run's own)
+            idle = self._idle.get(shape) if limits.memory_bytes is None and not limits.deny_devices else None
             last, cpu_base, oom_base = idle.pop() if idle else (None, (0.0, 0.0), 0)
             if last is None:
                 self._made += 1
@@ -330,8 +343,11 @@ class Hierarchy:
         except OSError as e:
             self._rmdirs(made)
             raise CgroupError(f"cannot make cgroup {name}: {e.strerror}") from None
-        return self._run(name, shape, limits.memory_bytes if self.memory is not None else None,
-                         limits.cores if self.cpuset is not None else ())
+        rc = self._run(name, shape, limits.memory_bytes if self.memory is not None else None,
+                       limits.cores if self.cpuset is not None else ())
+        if limits.deny_devices and self.devices is not None:
+            return RunCgroup(**{**vars(rc), "devices": os.path.join(self.devices.base, name)})
+        return rc
 
     @staticmethod
     def _mkdirs(dirs: tuple[str, ...]) -> list[str]:
@@ -347,6 +363,10 @@ class Hierarchy:
 
     def _limit(self, name: str, limits: Limits) -> None:
         m, c, s = self.memory, self.cpu, self.cpuset
+        if limits.deny_devices and self.devices is not None:
+            d = os.path.join(self.devices.base, name)
+            for rule in limits.deny_devices:  # (a new cgroup: it starts with its parent's rules)
+                _write(f"{d}/devices.deny", rule)
         if limits.memory_bytes is not None and m is not None:
             d, n = os.path.join(m.base, name), str(int(limits.memory_bytes))
             if m.version == "v2":
@@ -421,7 +441,7 @@ class Hierarchy:
         with self._lock:
             self._held.discard(rc.name)
             idle = self._idle.setdefault(rc.shape, [])
-            keep = rc.memory is None and len(idle) < IDLE_KEPT and _empty(rc.control)
+            keep = rc.memory is None and rc.devices is None and len(idle) < IDLE_KEPT and _empty(rc.control)
             if keep:
                 idle.append((rc, held, rc.oom_base + used.oom_kills))
         if not keep:
@@ -479,7 +499,7 @@ class Hierarchy:
 
     def describe(self) -> str:
         parts = [f"tree {self.tree.version} at {self.tree.base}"]
-        for what in ("memory", "cpu", "cpuset"):
+        for what in ("memory", "cpu", "cpuset", "devices"):
             place = getattr(self, what)
             parts.append(f"{what} {place.version} at {place.base}" if place else f"no {what} limits")
         return f"cgroup {self.layout} (" + "; ".join(parts) + ")"
@@ -563,16 +583,16 @@ def open_hierarchy(host: str, mode: str = "auto", owner: str | None = None) -> H
         if mode == "hybrid":
             if not unified:
                 raise CgroupError("no cgroup2 hierarchy is mounted beside the v1 controllers")
-            p = _v1_places(subtree, {c: m for c, m in v1.items() if c in ("memory", "cpu", "cpuset")}, own)
+            p = _v1_places(subtree, {c: m for c, m in v1.items() if c in ("memory", "cpu", "cpuset", "devices")}, own)
             tree = _Place("v2", os.path.join(_inside(unified[0], own.get("", "/")), subtree))
             return Hierarchy(host, "hybrid", tree=tree, cpuacct=None, memory=p.get("memory"), cpu=p.get("cpu"),
-                             cpuset=p.get("cpuset"))
+                             cpuset=p.get("cpuset"), devices=p.get("devices"))
         missing = [c for c in ("freezer", "cpuacct") if c not in v1]
         if missing:
             raise CgroupError(f"the cgroup v1 hierarchies {', '.join(missing)} are not mounted")
         p = _v1_places(subtree, v1, own)
         return Hierarchy(host, "v1", tree=p["freezer"], cpuacct=p["cpuacct"], memory=p.get("memory"), cpu=p.get("cpu"),
-                         cpuset=p.get("cpuset"))
+                         cpuset=p.get("cpuset"), devices=p.get("devices"))
     except OSError as e:
         err = CgroupError(f"cgroups ({mode}) cannot be used: {e.strerror}"
                           + (" (the worker is not root)" if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else ""))

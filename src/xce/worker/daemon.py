@@ -41,6 +41,7 @@ from xce.transfers import TransferSite
 from xce.units import format_run_limit, format_size
 from xce.worker import control, sandbox, staging
 from xce.worker.cgroups import CgroupError, Hierarchy, Limits, RunCgroup, Usage
+from xce.worker.gpus import Gpu, device_rules
 from xce.worker.storage import StorageRoots
 from xce.wire import AgentOp, Dispatch
 
@@ -60,8 +61,9 @@ class Worker:
                  run_as_users: bool = False, providers: dict[str, Provider] | None = None,
                  storage_roots: list[str] | None = None, allow_system_users: bool = False,
                  transfers: TransferSite | None = None, cgroups: Hierarchy | None = None,
-                 allow_no_openat2: bool = False) -> None:
+                 allow_no_openat2: bool = False, gpus: list[Gpu] | None = None) -> None:
         self.host = host
+        self.gpus = list(gpus or ())  # found by NVML or configured (xce.worker.gpus): reported at registration
         # several controllers: calls follow the leader; every call the worker makes is idempotent
         # (runs are keyed by job and run number), so one whose answer was lost is sent again
         self.client = Client(url, token, timeout=DAEMON_TIMEOUT, retry_mutations=True)
@@ -216,11 +218,13 @@ class Worker:
         sent = control.clock()
         reply = self.client.post(f"/v1/hosts/{self.host}/register", {
             "slots": self.slots, "attrs": self.attrs, "counters": self.counters,
+            "gpus": [g.as_json() for g in self.gpus],
             "boot_id": self.boot_id, "running": running})
         self._confirmed(sent, reply)
         for k in reply.get("kill", []):
             self._end_now(k["job_id"], k["run"])
-        log.info("registered %s: %d slots, attrs %s, counters %s", self.host, self.slots, self.attrs, self.counters)
+        log.info("registered %s: %d slots, attrs %s, counters %s, GPUs %s", self.host, self.slots, self.attrs,
+                 self.counters, ",".join(str(g.id) for g in self.gpus) or "none")
 
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(self.heartbeat_interval):
@@ -334,7 +338,10 @@ class Worker:
             if self.bind_cores and len(self.free_cores) >= slots:
                 cores = tuple(sorted(self.free_cores)[:slots])
                 self.free_cores.difference_update(cores)
-        limits = Limits(memory_bytes=job.get("mem_limit"), cores=cores, cpu_quota=None if cores else float(slots))
+        # the GPUs it does not hold: their device nodes denied (none on a host without GPU device nodes)
+        deny = tuple(device_rules(self.gpus, [g["id"] for g in job.get("gpus") or []])) if self.gpus else ()
+        limits = Limits(memory_bytes=job.get("mem_limit"), cores=cores, cpu_quota=None if cores else float(slots),
+                        deny_devices=deny)
         try:
             rc = self.cgroups.make(limits)
         except CgroupError:

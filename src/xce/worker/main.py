@@ -38,7 +38,8 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
                counters: list[str] | None, work_dir: str | None, heartbeat: float,
                run_as_users: bool = False, provider_config: str | None = None,
                storage_roots: list[str] | None = None, allow_system_users: bool = False,
-               transfer_config: str | None = None, cgroups: str = "auto", allow_no_openat2: bool = False) -> int:
+               transfer_config: str | None = None, cgroups: str = "auto", allow_no_openat2: bool = False,
+               gpus: str | None = None) -> int:
     from xce.names import check_name
     from xce.errors import InvalidRequest
     from xce.transfers import TransferConfigError, load_daemon_site
@@ -62,11 +63,20 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
     if "mem" not in counters_given and (total := machine_memory()):
         counters_given["mem"] = total  # rusage[mem=...] reserves on it; -M and mem= limit a run's cgroup
     attrs_given = parse_pairs(attrs, "attr", numeric=False)
+    from xce.worker.gpus import GpuConfigError, source_for
+
+    try:
+        source = source_for(host, gpus)
+    except GpuConfigError as e:
+        raise WorkerConfigError(str(e)) from None
+    devices = source.devices() if source is not None else []
     roots = [_storage_root(r) for r in storage_roots or ()]
     providers = load_provisioner_config(provider_config).providers if provider_config else None
     logging.basicConfig(level=os.environ.get("XCE_LOG_LEVEL", "INFO"),
                         format=f"%(asctime)s worker[{host}] %(levelname)s %(message)s")
     log = logging.getLogger("xce.worker")
+    log.info("GPUs: %s", f"{len(devices)} ({source.name}): " + ", ".join(f"{g.id} {g.model}" for g in devices)
+             if source is not None else "none (no --gpus, and NVML finds no NVIDIA GPU)")
     work_dir = os.path.abspath(work_dir or os.path.join(os.path.expanduser("~"), ".xce", "worker", host))
     os.makedirs(work_dir, mode=0o755, exist_ok=True)
     if run_as_users:
@@ -77,13 +87,16 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
     worker = Worker(host, url, token, slots if slots is not None else (os.cpu_count() or 1), attrs_given,
                     counters_given, work_dir, heartbeat=heartbeat, run_as_users=run_as_users, providers=providers,
                     storage_roots=roots, allow_system_users=allow_system_users, transfers=transfers,
-                    allow_no_openat2=allow_no_openat2)
+                    allow_no_openat2=allow_no_openat2, gpus=devices)
     try:  # last: it makes this worker's cgroup directories, once everything else it was told is good
         hierarchy = open_hierarchy(host, cgroups, owner=work_dir)
     except CgroupError as e:
         raise WorkerConfigError(f"--cgroups {cgroups}: {e}") from None
     log.info("runs are confined by %s", hierarchy.describe() if hierarchy else
              "nothing but their process group (no cgroups: no memory or CPU limits)")
+    if any(g.minor is not None for g in devices) and (hierarchy is None or hierarchy.devices is None):
+        log.warning("GPUs here, but no v1 devices cgroup: a run is kept to its GPUs by CUDA_VISIBLE_DEVICES only "
+                    "(its cgroup cannot deny the others' /dev/nvidia* nodes)")
     worker.confine(hierarchy)
 
     def on_signal(signum, frame) -> None:

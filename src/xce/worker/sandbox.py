@@ -46,6 +46,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from xce.worker import gpus
 from xce.worker.cgroups import RunCgroup
 from xce.worker.storage import OutsideStorage, StorageRoots
 from xce.wire import Dispatch
@@ -176,7 +177,8 @@ def expand(pattern: str, job: Dispatch) -> str:
 
 # what the submitter's environment never sets in a job: who the job runs as is the execution host's
 # account, and a shell finds its directory itself (the job may start elsewhere: its workspace)
-HOST_OWNED = frozenset({"HOME", "USER", "LOGNAME", "PWD", "OLDPWD"})
+# and which GPUs it sees is the run's (a job submitted from inside a GPU job must not inherit its GPUs)
+HOST_OWNED = frozenset({"HOME", "USER", "LOGNAME", "PWD", "OLDPWD", *gpus.GPU_VARIABLES})
 # XCE's variables that may go with a job (where its cluster is); the others are the job's own, set
 # here, and one submitted from inside another job must not inherit its parent's (XCE_ARRAY_INDEX...)
 XCE_PASSED = frozenset({"XCE_CONFIG", "XCE_URL", "XCE_LOG_LEVEL"})
@@ -233,6 +235,7 @@ def job_env(job: Dispatch, host: str, workspace: str, home: str, hostfile: str |
                 "XCE_PROJECT": job["project"], "XCE_HOST": host, "XCE_HOSTS": " ".join(job["hosts"]),
                 "XCE_SLOTS": str(job["total_slots"]), "XCE_RUN": str(job["run"]),
                 "XCE_WORKSPACE": workspace})
+    env.update(gpus.job_env(job.get("gpus") or []))  # its GPUs only (CUDA_VISIBLE_DEVICES)
     if job["array_index"] is not None:
         env["XCE_ARRAY_INDEX"] = str(job["array_index"])
         env["XCE_ARRAY_JOBID"] = str(job["array_parent"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 
 class HostState(enum.StrEnum):
@@ -24,6 +25,10 @@ class Host:
     # job id -> slots held on this host, and job id -> counters held (kept by the job folds)
     held_slots: dict[str, int] = field(default_factory=dict)
     held_counters: dict[str, dict[str, float]] = field(default_factory=dict)
+    # its GPUs as its worker found them: {id, uuid, model, memory (bytes)} each, by id; and job id ->
+    # the GPUs a run holds here: {ids, exclusive (no other job may use them), gmem (bytes a GPU, or None)}
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+    held_gpus: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.state = HostState(self.state)

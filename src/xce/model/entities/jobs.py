@@ -104,6 +104,9 @@ class Job:
     post_exec: str | None = None  # -Ep: run after its command ends
     pre_exec_failures: int = 0  # runs whose -E failed (requeued elsewhere until MAX_PREEXEC_RETRY)
     post_exec_exit: int | None = None  # the last run's -Ep exit code (None: it did not run)
+    gpu: dict[str, Any] | None = None  # GPUs on each host: xce.jobspec_gpu.GpuRequest.as_json (None: none)
+    # host -> the GPU ids of the current run, or of the last one once it ended (who holds a GPU now: Host.held_gpus)
+    run_gpus: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def array_busy(self) -> bool:
