@@ -37,10 +37,10 @@ def _cgroup_dirs() -> dict[str, str]:
 def pytest_configure(config):
     """Each xdist worker process (and so every daemon it starts) moves into a cgroup of its own.
 
-    A worker daemon keeps its runs' cgroups under ``<its own cgroup>/xce-<host>`` and removes idle
-    ones it finds there when it starts (xce.worker.cgroups): two test processes running a ``host1``
-    each in the same cgroup would take each other's.  A cgroup per test process is what two hosts
-    are in production: separate places."""
+    A worker daemon keeps its runs' cgroups under ``<its own cgroup>/xce-<host>-<its work dir's hash>``
+    and removes idle ones it finds there when it starts (xce.worker.cgroups): the name keeps two
+    clusters' ``host1`` apart, and a cgroup per test process keeps each process's leftovers to itself,
+    as two hosts are in production: separate places."""
     name = os.environ.get("PYTEST_XDIST_WORKER")
     if not name or os.geteuid() != 0:
         return

@@ -174,11 +174,12 @@ def test_a_worker_that_stops_leaves_no_idle_cgroup_behind(cl):
     """Its pooled run cgroups, and its subtree once empty, go when it stops (SIGTERM): a host's worker
     stopped for good, or ``xce down``, leaves nothing in the hierarchies."""
     from tests.conftest import _cgroup_dirs
+    from xce.worker.cgroups import subtree_name
 
     w = cl.add_worker("h-stops", slots=1, attrs={"stops": "yes"})
     job_id = cl.submit("-R", "select[stops==yes]", "--", "true")
     assert cl.wait_state(job_id, "DONE")["hosts"] == ["h-stops"]
-    bases = [os.path.join(d, "xce-h-stops") for d in _cgroup_dirs().values()]
+    bases = [os.path.join(d, subtree_name("h-stops", w.work_dir)) for d in _cgroup_dirs().values()]
     # its idle run cgroup, kept for the next run
     assert any(os.path.isdir(b) and any(os.path.isdir(os.path.join(b, e)) for e in os.listdir(b)) for b in bases)
     w.stop()
