@@ -145,6 +145,15 @@ def test_jobs_and_claims_listings_limit_and_follow_pages(env, ctl):
     (["job", "show", "x1"], "invalid job id 'x1'"),
     (["submit", "-R", "select[mem>", "--", "true"], "at column 12"),
     (["submit", "-R", "rusage[mem=lots]", "--", "true"], "invalid amount 'lots'"),
+    # typos the controller used to be asked about (and refuse, exit 1): checked here with its own readers
+    (["submit", "-M", "lots", "--", "true"], "invalid memory limit 'lots'"),
+    (["submit", "--scratch", "lots:scratch", "--", "true"], "invalid --scratch size 'lots'"),
+    (["submit", "--stage-size", "lots", "--stage-in", "/etc/hostname", "--", "true"], "invalid --stage-size"),
+    (["submit", "-W", "soon", "--", "true"], "invalid run limit (-W) 'soon'"),
+    (["submit", "-W", "5", "-wa", "NOSIG", "-wt", "1", "--", "true"], "unknown signal 'NOSIG'"),
+    (["kill", "-s", "NOSIG", "1"], "unknown signal 'NOSIG'"),
+    (["claim", "create", "c", "--class", "simfs", "--size", "lots", "--access", "RWO"], "invalid size 'lots'"),
+    (["claim", "resize", "c", "lots"], "invalid size 'lots'"),
 ])
 def test_bad_usage_is_exit_2_with_one_clear_line(env, args, fragment):
     before = len(ok_json(env, "jobs"))
@@ -152,6 +161,31 @@ def test_bad_usage_is_exit_2_with_one_clear_line(env, args, fragment):
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert fragment in r.stderr and "Traceback" not in r.stderr
     assert len(ok_json(env, "jobs")) == before
+
+
+def test_an_invalid_state_is_named_among_the_valid_ones_in_plain_words(env):
+    for args, valid in ((["jobs", "--state", "FOO"], "'PEND', 'PSUSP', 'RUN'"),
+                        (["claim", "list", "--state", "FOO"], "'PENDING', 'PREPARING', 'READY'"),
+                        (["snapshot", "list", "--state", "FOO"], "'PENDING', 'READY'")):
+        r = xce(env, *args)
+        assert r.returncode == 2 and valid in r.stderr and "<" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args,code,exit_code", [
+    (["job", "show", "99999"], "not_found", 1),
+    (["jobs", "--state", "FOO"], "usage", 2),
+    (["nosuchcommand"], "usage", 2),
+    (["submit", "-M", "lots", "--", "true"], "usage", 2),
+    (["kill", "abc"], "usage", 2),
+])
+def test_json_errors_are_json_on_stdout_with_the_exit_code(env, args, code, exit_code):
+    for where in (["--json", *args], [args[0], "--json", *args[1:]]):
+        r = xce(env, *where)
+        assert r.returncode == exit_code and r.stderr == "", (where, r.stderr)
+        error = json.loads(r.stdout)["error"]
+        assert error["code"] == code and error["message"], error
+    r = cli({"XCE_URL": "http://127.0.0.1:9", "XCE_TOKEN": "x", "XCE_CONFIG": ""}, "--json", "jobs")
+    assert r.returncode == 1 and json.loads(r.stdout)["error"]["code"] == "unreachable"
 
 
 @pytest.mark.parametrize("args,fragment", [

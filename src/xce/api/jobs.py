@@ -33,6 +33,7 @@ from xce.model.history import visible_archived_job
 from xce.model.identity import User
 from xce.model import job_claims
 from xce.model.jobs import JobState, visible_job
+from xce.units import parse_signal
 from xce.wire import Submission
 
 
@@ -176,6 +177,6 @@ for _name, _decide in ACTIONS.items():
 async def signal_job(job_id: int, body: schemas.SignalRequest, request: Request, ctl: Ctl,
                      actor: User = Depends(authenticated)):
     """One signal to a running job's processes, once (``xce kill -s``, LSF's ``bkill -s``)."""
-    signum = jobs.parse_signal(body.signal)
+    signum = parse_signal(body.signal)
     return await act(request, ctl, actor, job_id,
                      lambda model: jobs.send_signal(model, actor, job_id, time.time(), signum))

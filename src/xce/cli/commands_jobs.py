@@ -15,7 +15,7 @@ import sys
 from typing import Any, Callable
 
 from xce import jobspec
-from xce.cli.base import Parser, positive_int
+from xce.cli.base import Parser, positive_int, signal_text
 from xce.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
 from xce.client import ApiError, Client
 from xce.client.states import JOB_PENDING, JobState
@@ -28,7 +28,7 @@ MAX_LIST_LIMIT = 10_000
 # GET /v1/history/jobs's default (xce.api.history)
 HIST_LIMIT = 100
 
-JOB_STATES = tuple(JobState)
+JOB_STATES = tuple(s.value for s in JobState)  # plain words: an enum member would print as its repr in "invalid choice"
 _JOB_ID = re.compile(r"^(\d+)(?:\[(\d+)\])?$")
 
 
@@ -96,7 +96,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         a = sub.add_parser(name, parents=[common], help=what)
         a.add_argument("ids", nargs="+", metavar="ID")
         if name == "kill":
-            a.add_argument("-s", "--signal", metavar="SIGNAL",
+            a.add_argument("-s", "--signal", metavar="SIGNAL", type=signal_text,
                            help="send this one signal (USR1, SIGTERM, 10) to the running jobs' processes, once, "
                                 "and nothing else (like bkill -s)")
         a.set_defaults(func=cmd_action, action=path)

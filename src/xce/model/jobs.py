@@ -28,7 +28,6 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-import signal as _signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -45,7 +44,7 @@ from xce.model.state import State
 from xce.model.transitions import check
 from xce.names import check_job_name, check_name
 from xce.resreq import ResReqError, parse_resreq
-from xce.units import format_run_limit, parse_amount, parse_run_limit
+from xce.units import format_run_limit, parse_run_limit, parse_signal
 from xce.wire import never_sent
 
 if TYPE_CHECKING:
@@ -600,28 +599,6 @@ def kill(model: State, actor: User, job_id: int, now: float, requeue: bool = Fal
         return [JobRequeued(time=now, job_id=job.id, run=job.run, reason=f"requeued by {by}")]
     return [JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value,
                         reason=f"killed by {by}")]
-
-
-def parse_mem_limit(text: str | None) -> int | None:
-    """``-M SIZE`` (``100Mi``, ``2G``, bytes) in bytes; None: no limit asked."""
-    if text is None:
-        return None
-    amount = parse_amount(text.strip())
-    if amount is None or amount != int(amount):
-        raise InvalidRequest(f"invalid memory limit {text[:40]!r}: expected a size such as 512Mi or 4G")
-    return int(amount)
-
-
-def parse_signal(text: str) -> int:
-    """``USR1``, ``SIGUSR1``, ``sigusr1`` or ``10`` as a signal number (Linux's, where jobs run)."""
-    name = text.strip().upper()
-    if name.isdigit() and 1 <= int(name) <= 64:
-        return int(name)
-    name = name if name.startswith("SIG") else f"SIG{name}"
-    number = getattr(_signal.Signals, name, None) if name.isidentifier() else None
-    if number is None:
-        raise InvalidRequest(f"unknown signal {text[:32]!r}: a name such as USR1, SIGTERM, or a number 1-64")
-    return int(number)
 
 
 def send_signal(model: State, actor: User, job_id: int, now: float, signal: int) -> list[Fact]:
