@@ -229,6 +229,12 @@ def test_hold_release_and_kill_pending_jobs(env):
     assert r.returncode == 1 and f"Job <{job_id}> is being terminated" in r.stdout and "99999" in r.stderr
     job = ok_json(env, "job", "show", str(job_id))
     assert (job["state"], job["exit_reason"]) == ("EXIT", "killed by admin")
+    # the history in text, as in --json: each state with its time, run and reason (the README promises it)
+    text = xce(env, "job", "show", str(job_id)).stdout
+    history = text[text.index("\nHistory:\n") + 1:].splitlines()[2:]
+    assert [line.split()[3] for line in history] == [h["state"] for h in job["history"]]
+    assert [h["state"] for h in job["history"]] == ["PSUSP", "PEND", "PSUSP", "EXIT"]
+    assert "submitted by admin" in history[0] and history[-1].endswith("killed by admin")
 
 
 def test_job_arrays_by_id_and_element(env):

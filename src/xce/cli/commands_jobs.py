@@ -313,6 +313,10 @@ def _show_one(job: dict[str, Any]) -> str:
         out += "\nClaims:\n" + "\n".join(f"  {line}" for line in sub.splitlines())
         if job.get("publish") == "symlink":
             out += "\n  (published as symlinks: the worker is not root, so no private mounts)"
+    if job.get("history"):
+        sub = table(("TIME", "STATE", "RUN", "REASON"),
+                    ((when(h["time"]), h["state"], h.get("run") or None, h.get("reason")) for h in job["history"]))
+        out += "\nHistory:\n" + "\n".join(f"  {line}" for line in sub.splitlines())
     return out
 
 
