@@ -84,6 +84,12 @@ def test_user_and_token_create_then_the_user_sees_only_their_jobs(env):
     assert r.returncode == 1 and r.stderr.strip() == "xce: user 'carol' is not an admin"
     r = xce(carol, "jobs", "-u", "admin")
     assert r.returncode == 1 and "only their own jobs" in r.stderr
+    for command in ("jobs", "hist"):  # -a from a user: their own jobs, and it says so (not everyone's, silently)
+        r = xce(carol, command, "-a")
+        assert r.returncode == 0 and "-a: only carol's jobs are shown (every user's: admins only)" in r.stderr, r.stderr
+    r = xce(carol, "--json", "jobs", "-a")
+    assert [j["id"] for j in json.loads(r.stdout)] == [mine] and "only carol's jobs" in r.stderr
+    assert "only" not in xce(env, "jobs", "-a").stderr
     r = xce(carol, "job", "show", "1")  # admin's job: looks like no job at all
     assert r.returncode == 1 and r.stderr.strip() == "xce: job 1 not found"
     r = xce(env, "user", "create", "carol")

@@ -167,6 +167,8 @@ def _fetch_jobs(ctx, args, path: str, params: list[tuple[str, Any]],
                 default_limit: int) -> tuple[list[dict], int | None]:
     """The newest ``--limit`` jobs of a listing (``default_limit`` if not given), or with ``--all-pages``
     every page; oldest first.  Also the limit asked for (None with ``--all-pages`` and no ``--limit``)."""
+    if args.all:
+        _only_yours(ctx)
     if args.all_pages:
         jobs = ctx.client().get_all(path, params, limit=args.limit)
         limit = args.limit
@@ -176,6 +178,14 @@ def _fetch_jobs(ctx, args, path: str, params: list[tuple[str, Any]],
             raise UsageError(f"--limit is at most {MAX_LIST_LIMIT} (--all-pages for more)")
         jobs = ctx.client().get(path, params + [("limit", limit)])
     return sorted(jobs, key=lambda j: j["id"]), limit
+
+
+def _only_yours(ctx) -> None:
+    """``-a`` from a user who is not an admin: the controller lists their own jobs (users see only theirs),
+    so say so on stderr rather than let the listing pass for everyone's."""
+    me = ctx.client().get("/v1/ping")
+    if me.get("role") != "admin":
+        print(f"(-a: only {me.get('user')}'s jobs are shown (every user's: admins only))", file=sys.stderr)
 
 
 def _show_jobs(ctx, args, jobs: list[dict], limit: int | None, nothing: str, columns: tuple[str, ...],
