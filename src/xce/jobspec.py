@@ -132,7 +132,10 @@ def _if_given(value: str | None, site: Site) -> str | None:
 
 
 def _stage_in(items: list[str], site: Site) -> tuple[str, ...]:
-    """Paths are read on the job's host: made absolute from here.  A URL or a remote is the
+    """Paths are read on the job's host: made absolute from here, and refused here when there is no
+    such file (a typo found at submission, not minutes later as the job's EXIT; a file this user may
+    not read is left to the stage-in, which says so).  ``NAME:path`` with no remote NAME is a path
+    too; when there is no such file either, the refusal names both.  A URL or a remote is the
     controller's to resolve for the job's project."""
     out = []
     for text in items:
@@ -140,8 +143,18 @@ def _stage_in(items: list[str], site: Site) -> tuple[str, ...]:
             out.append(text)
             continue
         src, sep, dest = text.partition(":")
-        site.local_sources.append(os.path.join(site.cwd, src))
-        out.append(os.path.join(site.cwd, src) + (f":{dest}" if sep else ""))
+        path = os.path.join(site.cwd, src)
+        try:
+            os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            if sep and re.match(r"^[a-z0-9][a-z0-9\-_.]{0,62}$", src):
+                raise JobSpecError(f"--stage-in {text}: {src} is not a remote (xce transfers list) nor a file "
+                                   f"here ({path})") from None
+            raise JobSpecError(f"--stage-in {text}: no such file or directory: {path}") from None
+        except OSError:
+            pass  # (not readable by this user: the stage-in itself says so, as a permanent error)
+        site.local_sources.append(path)
+        out.append(path + (f":{dest}" if sep else ""))
     return tuple(out)
 
 

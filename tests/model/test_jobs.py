@@ -11,6 +11,7 @@ from xce.errors import Conflict, InvalidRequest
 from xce.model.facts import JobKillRequested, JobSignalRequested, QueueDefined
 from xce.model import jobs
 from xce.model.jobs import JobSpec, JobState
+from xce.units import parse_mem_limit, parse_signal
 
 GRACEFUL_TOML = """
 [controller]
@@ -60,13 +61,13 @@ def test_the_grace_is_the_queues_own_when_it_has_one(w):
 def test_signals_are_numbered_orders_kept_per_run_and_only_for_a_running_process(w):
     job = w.running()
     for sig in ("USR1", "SIGUSR2", "10"):
-        w.commit(jobs.send_signal(w.model, ALICE, job.id, w.tick(), jobs.parse_signal(sig)))
+        w.commit(jobs.send_signal(w.model, ALICE, job.id, w.tick(), parse_signal(sig)))
     assert jobs.orders(job)["signals"] == [[1, 10], [2, 12], [3, 10]]
     for _ in range(jobs.MAX_SIGNAL_ORDERS):
         w.commit(jobs.send_signal(w.model, ALICE, job.id, w.tick(), 1))
     assert len(job.signal_orders) == jobs.MAX_SIGNAL_ORDERS and job.signal_orders[-1][0] == job.order_seq
     with pytest.raises(InvalidRequest, match="unknown signal"):
-        jobs.parse_signal("SIGNOPE")
+        parse_signal("SIGNOPE")
     pending = w.submit()
     with pytest.raises(Conflict, match="only a running job's processes can be signalled"):
         jobs.send_signal(w.model, ALICE, pending.id, w.tick(), 10)
@@ -114,9 +115,9 @@ def test_a_pending_job_cannot_be_stopped_or_resumed(w):
 
 
 def test_a_memory_limit_is_a_size_within_bounds(w):
-    assert jobs.parse_mem_limit("64Mi") == 64 << 20 and jobs.parse_mem_limit(None) is None
+    assert parse_mem_limit("64Mi") == 64 << 20 and parse_mem_limit(None) is None
     with pytest.raises(InvalidRequest, match="invalid memory limit"):
-        jobs.parse_mem_limit("lots")
+        parse_mem_limit("lots")
     with pytest.raises(InvalidRequest, match="between 4Mi and 1Pi"):
         jobs.submit(w.model, ALICE, JobSpec(command=["x"], mem_limit=1024), w.tick(), GRACEFUL)
     facts, job_id = jobs.submit(w.model, ALICE, JobSpec(command=["x"], mem_limit=64 << 20), w.tick(), GRACEFUL)
