@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.model.test_job_claims import ADMIN, ALICE, World
+from tests.model.test_job_claims import ADMIN, ALICE, CONFIG, World
 from xce.config import parse_config
 from xce.errors import Conflict, InvalidRequest
-from xce.model.facts import JobKillRequested, JobSignalRequested, QueueDefined
-from xce.model import jobs
+from xce.model.facts import HostRegistered, JobKillRequested, JobSignalRequested, QueueDefined
+from xce.model import job_claims, jobs
+from xce.model.job_claims import JobClaimsSpec
 from xce.model.jobs import JobSpec, JobState
 from xce.units import parse_mem_limit, parse_signal
 
@@ -182,3 +183,18 @@ def test_a_finished_job_keeps_no_environment_but_a_requeued_one_does(w):
     assert (job.state, job.env) == (JobState.PEND, {"A": "1"})
     w.commit(jobs.kill(w.model, ALICE, job_id, w.tick(), config=GRACEFUL))
     assert (job.state, job.env) == (JobState.EXIT, None)
+
+
+def test_a_select_naming_what_no_host_has_is_warned_of_and_what_one_has_is_not(w):
+    w.commit([HostRegistered(time=0, name="h3", slots=1, attrs={"zone": "a"}, counters={"gpu": 2.0})])
+
+    def warned(resreq: str) -> list[str]:
+        facts, job_id = job_claims.submit(w.model, ALICE, JobSpec(command=["true"], resreq=resreq),
+                                          JobClaimsSpec(), w.tick(), CONFIG)
+        w.commit(facts)
+        return jobs.submission_warnings(w.model, w.model.jobs[job_id])
+
+    assert warned("select[zone==a && gpu>1 && scratch>0]") == [] and warned("") == []
+    assert warned("select[zoen==a || (gpu && ssd)]") == [
+        "select[] names 'ssd', 'zoen', which no host has (as an attribute or a counter): the job waits until a host "
+        "has them (xce hosts lists what hosts have)"]

@@ -21,7 +21,7 @@ from xce.api.commands import mutate
 from xce.api.deps import Ctl
 from xce.api.paging import NEXT_CURSOR_DOC, cursor_query, limit_query, newest_first
 from xce.api.responses import JSONResponse
-from xce.api.views import job_brief_json, job_json
+from xce.api.views import job_brief_json, job_json, submitted_json
 from xce.controller import history as controller_history
 from xce.config import Config
 from xce.controller.core import Controller
@@ -71,7 +71,8 @@ async def submit_job(body: schemas.JobSubmitRequest, request: Request, ctl: Ctl,
     job_id = await mutate(request, actor, "job",
                           lambda model: job_claims.submit(model, actor, spec, claims, time.time(), ctl.config),
                           target_of=lambda new_id: f"job/{new_id}")
-    return JSONResponse(_job_json(ctl, ctl.model.jobs[job_id]), status_code=201)
+    job = ctl.model.jobs[job_id]
+    return JSONResponse(submitted_json(_job_json(ctl, job), jobs.submission_warnings(ctl.model, job)), status_code=201)
 
 
 router.add_api_route("/v1/jobs", submit_job, methods=["POST"], response_model=schemas.JobOut, status_code=201,

@@ -27,6 +27,12 @@ from xce.transfers import TransferSite
 from xce.wire import AgentOp, Dispatch
 
 
+def submitted_json(doc: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
+    """``POST /v1/jobs``'s answer: the job's document, and ``warnings`` when there are any
+    (``jobs.submission_warnings``)."""
+    return {**doc, "warnings": warnings} if warnings else doc
+
+
 def job_json(model: Model, job: Job, pending_reason: str | None = None,
              progress: Callable[[int], Any] | None = None) -> dict[str, Any]:
     """``pending_reason`` is the scheduler's latest word on a pending job (not a fact); ``progress``

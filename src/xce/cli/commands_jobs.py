@@ -127,6 +127,8 @@ def cmd_submit(args, ctx) -> int:
     submission = jobspec.submission(args, cwd=os.getcwd(), remote_names=remote_names, environ=os.environ,
                                     stdin=sys.stdin.read)
     job = ctx.client().submit(submission)
+    for warning in job.get("warnings") or ():  # submitted all the same (a select[] attribute no host has)
+        print(f"xce: warning: {warning}", file=sys.stderr)
     if ctx.json:
         print_json(job)
     else:

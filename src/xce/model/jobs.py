@@ -261,6 +261,27 @@ def job_environment(spec: JobSpec, site: ControllerConfig | None) -> dict[str, s
     return kept or None
 
 
+def submission_warnings(model: State, job: Job) -> list[str]:
+    """What a job just submitted names that no host here has, said back to its submitter without
+    refusing it (a host with it may yet join, or come back): the names its ``select[]`` reads that no
+    host has as an attribute or a counter, most likely a typo (``zoen==a``).  The job waits with
+    "no host matches select[...]" all the same."""
+    try:
+        names = parse_resreq(job.resreq).select.names if job.resreq else frozenset()
+    except ResReqError:
+        return []
+    unknown = set(names)
+    for host in model.hosts.values():
+        unknown -= host.attrs.keys() | host.counters.keys()
+        if not unknown:
+            return []
+    if not unknown:
+        return []
+    listed = ", ".join(repr(n) for n in sorted(unknown))
+    return [f"select[] names {listed}, which no host has (as an attribute or a counter): the job waits until "
+            f"a host has {'them' if len(unknown) > 1 else 'it'} (xce hosts lists what hosts have)"]
+
+
 def _run_limits(spec: JobSpec, queue: str, config: Config | None) -> dict[str, Any]:
     """-W (or the queue's run_limit), -We, -wa/-wt in the fact's terms (seconds, a signal number),
     checked against the queue's max_run_limit."""
