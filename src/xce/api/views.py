@@ -530,6 +530,11 @@ def inventory_json(new_orphans: int) -> dict[str, Any]:
     return {"new_orphans": new_orphans}
 
 
+def host_removed_json(name: str) -> dict[str, Any]:
+    """``DELETE /v1/hosts/{host}``'s answer."""
+    return {"name": name, "removed": True}
+
+
 def registered_json(kill: list[dict[str, Any]], fence: float) -> dict[str, Any]:
     """A registration's answer: runs the host has that are not its own any more (given up while it was
     away), to end now; and how long its runs' shepherds keep them past its last answered heartbeat."""

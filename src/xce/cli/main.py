@@ -41,8 +41,8 @@ COMMANDS = {
     **dict.fromkeys(("submit", "jobs", "job", "kill", "requeue", "hold", "release", "stop", "resume", "hist", "usage"),
                     "commands_jobs"),
     **dict.fromkeys(("claim", "claimclass", "orphans", "snapshot"), "commands_claims"),
-    **dict.fromkeys(("ping", "controllers", "queues", "apps", "projects", "hosts", "resources", "users", "user", "token",
-                     "audit"), "commands_admin"),
+    **dict.fromkeys(("ping", "controllers", "queues", "apps", "projects", "hosts", "host", "resources", "users", "user",
+                     "token", "audit"), "commands_admin"),
     **dict.fromkeys(("controller", "worker", "provisioner", "up", "down"), "commands_daemons"),
     "transfers": "commands_transfers",
 }
