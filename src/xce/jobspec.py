@@ -259,7 +259,7 @@ def _mem_limit(value: str | None, site: Site) -> str | None:
     return str(_lsf_bytes(value, site, "memory limit (-M)"))
 
 
-def _checked(check: Callable[[str], object]) -> Resolve:
+def _checked(check: Callable[[str], object]) -> Callable[[str | None, Site], str | None]:
     """A value sent as given, which the controller reads (and checks) again: checked here first with
     the controller's own reader (``xce.units``), so that a typo is bad usage said before anything is
     sent (exit 2), in the words the controller would have used."""
