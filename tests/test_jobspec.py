@@ -132,9 +132,20 @@ def test_stage_paths_urls_and_remotes(tmp_path):
               "--", "true", remotes=("bucket",))
     assert s.stage_in == ("https://h/x", "bucket:path/x") and s.stage_out == ("o:bucket:out/",)
     assert s.stage_size is None  # what a URL or a remote holds is not measured here
-    s = parse("--stage-in", "bucket:x", "--", "true")  # no such remote: a relative path and its DEST
-    assert s.stage_in == ("/home/u/run/bucket:x",)
-    assert parse("--stage-in", "/a", "--stage-size", "5G", "--", "true").stage_size == "5G"
+    (tmp_path / "bucket").write_bytes(b"y")
+    s = parse("--stage-in", "bucket:x", "--", "true", cwd=str(tmp_path))  # no such remote: a path and its DEST
+    assert s.stage_in == (f"{tmp_path}/bucket:x",)
+    assert parse("--stage-in", "/etc/hostname", "--stage-size", "5G", "--", "true").stage_size == "5G"
+
+
+def test_a_stage_in_source_that_is_not_here_nor_a_remote_is_refused_at_submission(tmp_path):
+    with pytest.raises(JobSpecError, match=f"--stage-in in.csv: no such file or directory: {tmp_path}/in.csv"):
+        parse("--stage-in", "in.csv", "--", "true", cwd=str(tmp_path))
+    with pytest.raises(JobSpecError, match="--stage-in /etc/hostname/x: no such file"):
+        parse("--stage-in", "/etc/hostname/x", "--", "true", cwd=str(tmp_path))
+    with pytest.raises(JobSpecError, match=r"--stage-in lab-s4:data/x: lab-s4 is not a remote \(xce transfers list\) "
+                                           rf"nor a file here \({tmp_path}/lab-s4\)"):
+        parse("--stage-in", "lab-s4:data/x", "--", "true", cwd=str(tmp_path), remotes=("lab-s3",))
 
 
 def test_a_second_r_merges_with_the_first_as_lsf_does():

@@ -149,16 +149,18 @@ def step(title: str) -> None:
 
 
 class Demo:
-    def __init__(self, state_dir: str) -> None:
+    """The story's commands, each printed as a line that can be pasted into a shell (every word quoted for
+    it; a job's script is a file, ``--script FILE``) while the demo's cluster is up."""
+
+    def __init__(self, state_dir: str, scripts: str) -> None:
+        self.scripts = scripts
         self.env = dict(os.environ, XCE_CONFIG=os.path.join(state_dir, "client.toml"))
         self.env.pop("XCE_URL", None)
         self.env.pop("XCE_TOKEN", None)
 
     def xce(self, *args: str, show: bool = True, check: bool = True) -> str:
         if show:
-            shown = [a if "\n" not in a else "'<script>'" for a in args]
-            print(f"$ xce {' '.join(shlex.quote(a) if a != chr(39) + '<script>' + chr(39) else a for a in shown)}",
-                  flush=True)
+            print(f"$ xce {shlex.join(args)}", flush=True)
         proc = subprocess.run(XCE + list(args), env=self.env, capture_output=True, text=True, timeout=120)
         if show and (proc.stdout or proc.stderr):
             print((proc.stdout + proc.stderr).rstrip(), flush=True)
@@ -170,8 +172,7 @@ class Demo:
         return json.loads(self.xce("--json", *args, show=False))
 
     def submit(self, *args: str) -> int:
-        shown = [a if "\n" not in a and len(a) < 60 else "'<script>'" for a in args]
-        print(f"$ xce submit {' '.join(shown)}", flush=True)
+        print(f"$ xce submit {shlex.join(args)}", flush=True)
         job = self.get("submit", *args)
         print(f"Job <{job['id']}> is submitted to queue <{job['queue']}>.", flush=True)
         return job["id"]
@@ -182,6 +183,13 @@ class Demo:
             if time.monotonic() > deadline:
                 raise SystemExit(f"demo: timed out waiting for {what}")
             time.sleep(0.2)
+
+    def script(self, name: str, text: str) -> str:
+        """A job script, written where a pasted command finds it."""
+        path = os.path.join(self.scripts, name)
+        with open(path, "w") as fh:
+            fh.write(text.lstrip("\n"))
+        return path
 
     def job(self, job_id: int) -> dict:
         return self.get("job", "show", str(job_id))
@@ -215,12 +223,14 @@ def main() -> int:
                                          "--listen", "127.0.0.1:0", "--config", controller_config,
                                          "--transfer-config", transfer_config],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            demo = Demo(state_dir)
+            demo = Demo(state_dir, out)
             try:
                 first = up.stdout.readline()
                 if not first.startswith("xce cluster up"):
                     raise SystemExit(f"demo: xce up failed: {first}{up.stdout.read()}")
                 print(first.rstrip())
+                print(f"$ export XCE_CONFIG={shlex.quote(demo.env['XCE_CONFIG'])}   # what every xce below reads",
+                      flush=True)
                 demo.xce("hosts")
                 demo.xce("claimclass", "list")
 
@@ -243,7 +253,7 @@ def main() -> int:
                 step("2. training: scratch, the checkpoint, metrics staged out to s3; requeued half-way, it resumes")
                 train = demo.submit("-J", "train", "-r", "--claim", "ckpt:rw", "--scratch", "2Gi",
                                     "--stage-out", "metrics.txt:s3://results/train/metrics.txt", "-o", f"{out}/train.out",
-                                    "--", "sh", "-c", TRAIN)
+                                    "--script", demo.script("train.sh", TRAIN))
                 demo.wait("training to reach step 3", lambda: os.path.exists(f"{out}/train.out")
                           and "step 3" in open(f"{out}/train.out").read())
                 demo.xce("job", "show", str(train))
@@ -251,10 +261,10 @@ def main() -> int:
                 demo.xce("claim", "snapshot", "ckpt", "ckpt-before-requeue", "--wait")
                 demo.xce("requeue", str(train))
                 demo.wait("training to end", lambda: demo.ended(train))
-                print(f"$ cat {out}/train.out")
+                print(f"$ cat {shlex.quote(out + '/train.out')}")
                 print(open(f"{out}/train.out").read().rstrip())
                 metrics = os.path.join(store.root, "results", "train", "metrics.txt")
-                print(f"$ cat {metrics}   # s3://results/train/metrics.txt, staged out by the run that finished")
+                print(f"$ cat {shlex.quote(metrics)}   # s3://results/train/metrics.txt, staged out by the run that finished")
                 print(open(metrics).read().rstrip())
                 demo.xce("snapshot", "list")
                 # the checkpoints grow: the claim grows with them, online, while it stays READY
@@ -265,9 +275,9 @@ def main() -> int:
 
                 step("3. three serving replicas read the weights; two analysis jobs read the dataset")
                 serve = demo.submit("-J", "serve[1-3]", "--app", "serve", "--claim", "weights:ro",
-                                    "-o", f"{out}/serve.%I", "--", "sh", "-c", SERVE)
+                                    "-o", f"{out}/serve.%I", "--script", demo.script("serve.sh", SERVE))
                 analyze = demo.submit("-J", "analyze[1-2]", "--claim", "dataset:ro", "-o", f"{out}/analyze.%I",
-                                      "--", "sh", "-c", ANALYZE)
+                                      "--script", demo.script("analyze.sh", ANALYZE))
                 demo.wait("serving and analysis", lambda: demo.ended(serve, analyze))
                 for name in ("serve.1", "serve.2", "serve.3", "analyze.1", "analyze.2"):
                     print(open(os.path.join(out, name)).read().rstrip())
@@ -276,12 +286,12 @@ def main() -> int:
                 demo.xce("claim", "create", "ft-weights", "--from-claim", "weights", "--access", "RWO", "--reclaim",
                          "delete", "--wait")
                 finetune = demo.submit("-J", "finetune", "--claim", "ft-weights:rw", "-o", f"{out}/finetune.out",
-                                       "--", "sh", "-c", FINETUNE)
+                                       "--script", demo.script("finetune.sh", FINETUNE))
                 demo.wait("the fine-tune", lambda: demo.ended(finetune))
                 print(open(f"{out}/finetune.out").read().rstrip())
                 ft_weights = demo.get("claim", "show", "ft-weights")["path"]
                 for label, path in (("the original", weights), ("the fine-tune's clone", ft_weights)):
-                    print(f"$ cat {path}/model.txt   # {label}")
+                    print(f"$ cat {shlex.quote(path + '/model.txt')}   # {label}")
                     print(open(os.path.join(path, "model.txt")).read().rstrip())
 
                 step("3c. serving from a node-local cache: the weights copied once to each host the replicas go to "
@@ -289,7 +299,7 @@ def main() -> int:
                 demo.xce("claim", "create", "weights-cache", "--class", "local", "--size", "10Gi", "--access", "ROX",
                          "--cache", "--source", "s3://models/llm-7b-v3/")
                 local = demo.submit("-J", "serve-local[1-3]", "-n", "4", "-R", "span[hosts=1]", "--claim",
-                                    "weights-cache", "-o", f"{out}/serve-local.%I", "--", "sh", "-c", SERVE_LOCAL)
+                                    "weights-cache", "-o", f"{out}/serve-local.%I", "--script", demo.script("serve-local.sh", SERVE_LOCAL))
                 demo.wait("serving from the cache", lambda: demo.ended(local))
                 for i in (1, 2, 3):
                     print(open(os.path.join(out, f"serve-local.{i}")).read().rstrip())

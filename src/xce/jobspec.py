@@ -132,7 +132,10 @@ def _if_given(value: str | None, site: Site) -> str | None:
 
 
 def _stage_in(items: list[str], site: Site) -> tuple[str, ...]:
-    """Paths are read on the job's host: made absolute from here.  A URL or a remote is the
+    """Paths are read on the job's host: made absolute from here, and refused here when there is no
+    such file (a typo found at submission, not minutes later as the job's EXIT; a file this user may
+    not read is left to the stage-in, which says so).  ``NAME:path`` with no remote NAME is a path
+    too; when there is no such file either, the refusal names both.  A URL or a remote is the
     controller's to resolve for the job's project."""
     out = []
     for text in items:
@@ -140,8 +143,18 @@ def _stage_in(items: list[str], site: Site) -> tuple[str, ...]:
             out.append(text)
             continue
         src, sep, dest = text.partition(":")
-        site.local_sources.append(os.path.join(site.cwd, src))
-        out.append(os.path.join(site.cwd, src) + (f":{dest}" if sep else ""))
+        path = os.path.join(site.cwd, src)
+        try:
+            os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            if sep and re.match(r"^[a-z0-9][a-z0-9\-_.]{0,62}$", src):
+                raise JobSpecError(f"--stage-in {text}: {src} is not a remote (xce transfers list) nor a file "
+                                   f"here ({path})") from None
+            raise JobSpecError(f"--stage-in {text}: no such file or directory: {path}") from None
+        except OSError:
+            pass  # (not readable by this user: the stage-in itself says so, as a permanent error)
+        site.local_sources.append(path)
+        out.append(path + (f":{dest}" if sep else ""))
     return tuple(out)
 
 
@@ -158,10 +171,10 @@ def _stage_out(items: list[str], site: Site) -> tuple[str, ...]:
 
 
 def _stage_size(value: str | None, site: Site) -> str | None:
-    """Given, or what the stage-in sources hold when every one is a path here (what URLs and remotes
-    hold is not measured here: give --stage-size, else [claims] stage_size)."""
+    """Given (checked, as ``_checked``), or what the stage-in sources hold when every one is a path here
+    (what URLs and remotes hold is not measured here: give --stage-size, else [claims] stage_size)."""
     if value:
-        return value
+        return _checked(_size("--stage-size"))(value, site)
     if site.local_sources and len(site.local_sources) == len(site.fields.get("stage_in") or ()):
         return str(stage_bytes(site.local_sources))
     return None
@@ -263,10 +276,14 @@ def _lsf_bytes(text: str, site: Site, what: str) -> int:
 
 
 def _mem_limit(value: str | None, site: Site) -> str | None:
-    """-M: XCE's sizes as given (the controller reads them: bare numbers are bytes), or on the bsub path
-    LSF's, in bytes."""
-    if value is None or site.lsf_unit is None:
-        return value
+    """-M: XCE's sizes as given (the controller reads them: bare numbers are bytes; checked here first,
+    as ``_checked``), or on the bsub path LSF's, in bytes."""
+    if value is None:
+        return None
+    if site.lsf_unit is None:
+        from xce.units import parse_mem_limit
+
+        return _checked(parse_mem_limit)(value, site)
     return str(_lsf_bytes(value, site, "memory limit (-M)"))
 
 
@@ -288,6 +305,54 @@ def _gpu(value: str | None, site: Site) -> str | None:
         return parse_gpu(value, size).text()
     except GpuRequestError as e:
         raise JobSpecError(e.message) from None
+
+
+def _checked(check: Callable[[str], object]) -> Callable[[str | None, Site], str | None]:
+    """A value sent as given, which the controller reads (and checks) again: checked here first with
+    the controller's own reader (``xce.units``), so that a typo is bad usage said before anything is
+    sent (exit 2), in the words the controller would have used."""
+    def resolve(value: str | None, site: Site) -> str | None:
+        if not value:
+            return value or None
+        from xce.errors import InvalidRequest
+
+        try:
+            check(value)
+        except (ValueError, InvalidRequest) as e:  # (the run limit's reader raises ValueError)
+            raise JobSpecError(str(e)) from None
+        return value
+    return resolve
+
+
+def _size(what: str) -> Callable[[str], object]:
+    def check(text: str) -> object:
+        from xce.units import parse_size
+
+        return parse_size(text, what)
+    return check
+
+
+def _run_limit(what: str) -> Callable[[str], object]:
+    def check(text: str) -> object:
+        from xce.units import parse_run_limit
+
+        return parse_run_limit(text, what)
+    return check
+
+
+def _signal_name(text: str) -> object:
+    from xce.units import parse_signal
+
+    return parse_signal(text)
+
+
+def _scratch(value: str | None, site: Site) -> str | None:
+    """``SIZE[:CLASS]``: the size checked here (the class is the controller's to know)."""
+    if not value:
+        return None
+    head, sep, _ = value.rpartition(":")
+    _checked(_size("--scratch size"))(head if sep else value, site)
+    return value
 
 
 def _script(value: str | None, site: Site) -> str | None:
@@ -427,13 +492,14 @@ OPTIONS: tuple[Option, ...] = (
            "any)", metavar="SIZE", resolve=_mem_limit, bsub=("-M",)),
     Option("hold", ("-H", "--hold"), "submit held (PSUSP) until released", kind="flag", bsub=("-H",)),
     Option("run_limit", ("-W", "--run-limit"), "end the run this long after it starts ([HH:]MM; the kill path), "
-           "EXIT with 'run limit H:MM reached' (default: the queue's)", metavar="[HH:]MM", bsub=("-W",)),
+           "EXIT with 'run limit H:MM reached' (default: the queue's)", metavar="[HH:]MM",
+           resolve=_checked(_run_limit("run limit (-W)")), bsub=("-W",)),
     Option("run_estimate", ("-We", "--run-estimate"), "how long the run is expected to take ([HH:]MM)",
-           metavar="[HH:]MM", bsub=("-We",)),
+           metavar="[HH:]MM", resolve=_checked(_run_limit("run estimate (-We)")), bsub=("-We",)),
     Option("warning_action", ("-wa", "--warning-action"), "a signal sent once, -wt before the run limit "
-           "(USR1, 10...)", metavar="SIGNAL", bsub=("-wa",)),
+           "(USR1, 10...)", metavar="SIGNAL", resolve=_checked(_signal_name), bsub=("-wa",)),
     Option("warning_time", ("-wt", "--warning-time"), "how long before the run limit the -wa signal comes "
-           "([HH:]MM)", metavar="[HH:]MM", bsub=("-wt",)),
+           "([HH:]MM)", metavar="[HH:]MM", resolve=_checked(_run_limit("warning time (-wt)")), bsub=("-wt",)),
     Option("dependency", ("-w", "--dependency"), "start only once this holds: done(ID|\"NAME\"), ended(), "
            "exit(ID[, OP CODE]), started(), post_done(), post_err(), numdone(ARRAY, OP N|*), numended(), "
            "numexit(); && || ! ( ); NAME may hold *; ID[INDEX] is an array element", metavar="EXPR",
@@ -459,7 +525,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("claims", ("--claim",), "a standalone claim the job uses, at $XCE_CLAIM_<NAME> (repeatable)",
            kind="append", metavar="NAME[:rw|ro]"),
     Option("scratch", ("--scratch",), "per-run scratch space, at $XCE_SCRATCH", metavar="SIZE[:CLASS]",
-           resolve=_if_given),
+           resolve=_scratch),
     Option("stage_in", ("--stage-in",), "copy SRC into $XCE_STAGE (as DEST) before the job starts; SRC a path, "
            "a URL (https://..., s3://...) or REMOTE:path (xce transfers list) (repeatable)", kind="append",
            metavar="SRC[:DEST]", resolve=_stage_in),

@@ -66,6 +66,19 @@ class Child:
     proc: subprocess.Popen
     log_path: str
 
+    def exited(self) -> str:
+        """Why it is gone, for the terminal: its exit status and the last line it logged (a daemon that
+        cannot start says why there: "xce controller: [Errno 98] Address already in use")."""
+        said = ""
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(max(0, os.fstat(fh.fileno()).st_size - 4096))
+                lines = [line.strip() for line in fh.read().decode(errors="replace").splitlines() if line.strip()]
+            said = f": {lines[-1][:500]}" if lines else ""
+        except OSError:
+            pass
+        return f"{self.name} exited with {self.proc.returncode}{said} (its log: {self.log_path})"
+
 
 def _write_private(path: str, text: str) -> None:
     fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -219,10 +232,12 @@ class LoopBtrfs:
 class LocalCluster:
     def __init__(self, state_dir: str, hosts: int, listen: str, config: str | None, slots: int,
                  provisioner_config: str | None = None, out=sys.stdout, btrfs: str | None = None,
-                 btrfs_loop: int | None = None, transfer_config: str | None = None, gpus: int | None = None) -> None:
+                 btrfs_loop: int | None = None, transfer_config: str | None = None, gpus: int | None = None,
+                 host_args: dict[str, list[str]] | None = None) -> None:
         self.state_dir = os.path.abspath(state_dir)
         # fake GPUs per host (xce worker --gpus 0..N-1); None: each worker asks NVML
         self.gpus = [] if gpus is None else ["--gpus", f"0-{gpus - 1}" if gpus else "none"]
+        self.host_args = host_args or {}  # each host's own worker options (xce up --attr/--counter)
         self.nhosts = hosts
         self.listen = listen
         self.config = os.path.abspath(config) if config else None
@@ -262,7 +277,7 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if child.proc.poll() is not None:
-                raise ClusterError(f"the controller exited with {child.proc.returncode}; see {child.log_path}")
+                raise ClusterError(child.exited())
             if os.path.exists(url_file) and os.path.exists(os.path.join(self.state_dir, "admin.token")):
                 with open(url_file) as fh:
                     return fh.read().strip()
@@ -388,7 +403,8 @@ class LocalCluster:
             self._spawn(f"worker-{host}", ["worker", "--host", host, "--controller", self.url,
                                            "--slots", str(self.slots), "--work-dir", work_dir,
                                            "--counter", f"scratch={SCRATCH_PER_HOST}", "--token-file", token_file,
-                                           *storage, *self.transfers, *self.gpus], env=env)
+                                           *storage, *self.transfers, *self.gpus, *self.host_args.get(host, [])],
+                        env=env)
         self._wait_hosts(admin)
 
     def _wait_hosts(self, admin: Client, timeout: float = 60.0) -> None:
@@ -397,7 +413,7 @@ class LocalCluster:
         while time.monotonic() < deadline:
             for c in self.children:
                 if c.proc.poll() is not None:
-                    raise ClusterError(f"{c.name} exited with {c.proc.returncode}; see {c.log_path}")
+                    raise ClusterError(c.exited())
             ok = {h["name"] for h in admin.get("/v1/hosts") if h["state"] == "OK"}
             if want <= ok:
                 return
@@ -457,9 +473,11 @@ class LocalCluster:
 
 def up(state_dir: str, hosts: int, listen: str, config: str | None, slots: int,
        provisioner_config: str | None = None, btrfs: str | None = None, btrfs_loop: int | None = None,
-       transfer_config: str | None = None, gpus: int | None = None) -> int:
+       transfer_config: str | None = None, gpus: int | None = None,
+       host_args: dict[str, list[str]] | None = None) -> int:
     cluster = LocalCluster(state_dir, hosts, listen, config, slots, provisioner_config, btrfs=btrfs,
-                           btrfs_loop=btrfs_loop, transfer_config=transfer_config, gpus=gpus)
+                           btrfs_loop=btrfs_loop, transfer_config=transfer_config, gpus=gpus,
+                           host_args=host_args)
     signal.signal(signal.SIGTERM, cluster.request_stop)
     signal.signal(signal.SIGINT, cluster.request_stop)
     try:

@@ -8,6 +8,7 @@ resource requirement parser can use it without loading the model or the schedule
 from __future__ import annotations
 
 import re
+import signal as _signal
 from typing import overload
 
 from xce.errors import InvalidRequest
@@ -88,7 +89,7 @@ def format_size(n: None, *, iec: bool = False, decimals: int | None = None) -> N
 
 
 def format_size(n: float | None, *, iec: bool = False, decimals: int | None = None) -> str | None:
-    """Bytes in binary units, four significant digits: ``10Gi``, ``512Mi``, ``1.5Ti``, ``512``, as
+    """Bytes in binary units, four significant digits: ``10Gi``, ``512Mi``, ``1.5Ti``, ``512B``, as
     people type a size (``parse_size`` reads it back).  None stays None (a table's empty cell).
 
     ``iec``: with the IEC symbols, for a message: ``64 MiB``, ``1.5 GiB``, ``512 B``.  ``decimals``:
@@ -100,9 +101,10 @@ def format_size(n: float | None, *, iec: bool = False, decimals: int | None = No
         if n >= scale:
             number = f"{n / scale:.4g}" if decimals is None else f"{n / scale:.{decimals}f}"
             return f"{number} {unit}B" if iec else number + unit
+    # under 1Ki too the unit is written (``3B``): a bare ``3`` beside ``1Gi`` in a column reads as 3 of anything
     if decimals is not None:
-        return f"{int(n)} B" if iec else str(int(n))
-    return f"{n:g} B" if iec else f"{n:g}"
+        return f"{int(n)} B" if iec else f"{int(n)}B"
+    return f"{n:g} B" if iec else f"{n:g}B"
 
 
 _RUN_LIMIT = re.compile(r"^(?:(\d{1,6}):)?(\d{1,7})$")
@@ -180,3 +182,26 @@ def parse_duration(value: str | int | float, what: str = "duration") -> float:
     if m is None:
         raise ValueError(f"invalid {what} {value!r}: use seconds or a number with s, m, h, d or w (5m, 12h, 7d)")
     return float(m.group(1)) * _DURATION_SECONDS[m.group(2) or "s"]
+
+
+def parse_mem_limit(text: str | None) -> int | None:
+    """``-M SIZE`` (``100Mi``, ``2G``, bytes) in bytes; None: no limit asked.  (Here, not in the model:
+    the job-spec parser checks -M with it before anything is sent.)"""
+    if text is None:
+        return None
+    amount = parse_amount(text.strip())
+    if amount is None or amount != int(amount):
+        raise InvalidRequest(f"invalid memory limit {text[:40]!r}: expected a size such as 512Mi or 4G")
+    return int(amount)
+
+
+def parse_signal(text: str) -> int:
+    """``USR1``, ``SIGUSR1``, ``sigusr1`` or ``10`` as a signal number (Linux's, where jobs run)."""
+    name = text.strip().upper()
+    if name.isdigit() and 1 <= int(name) <= 64:
+        return int(name)
+    name = name if name.startswith("SIG") else f"SIG{name}"
+    number = getattr(_signal.Signals, name, None) if name.isidentifier() else None
+    if number is None:
+        raise InvalidRequest(f"unknown signal {text[:32]!r}: a name such as USR1, SIGTERM, or a number 1-64")
+    return int(number)

@@ -84,6 +84,12 @@ def test_user_and_token_create_then_the_user_sees_only_their_jobs(env):
     assert r.returncode == 1 and r.stderr.strip() == "xce: user 'carol' is not an admin"
     r = xce(carol, "jobs", "-u", "admin")
     assert r.returncode == 1 and "only their own jobs" in r.stderr
+    for command in ("jobs", "hist"):  # -a from a user: their own jobs, and it says so (not everyone's, silently)
+        r = xce(carol, command, "-a")
+        assert r.returncode == 0 and "-a: only carol's jobs are shown (every user's: admins only)" in r.stderr, r.stderr
+    r = xce(carol, "--json", "jobs", "-a")
+    assert [j["id"] for j in json.loads(r.stdout)] == [mine] and "only carol's jobs" in r.stderr
+    assert "only" not in xce(env, "jobs", "-a").stderr
     r = xce(carol, "job", "show", "1")  # admin's job: looks like no job at all
     assert r.returncode == 1 and r.stderr.strip() == "xce: job 1 not found"
     r = xce(env, "user", "create", "carol")
@@ -145,6 +151,15 @@ def test_jobs_and_claims_listings_limit_and_follow_pages(env, ctl):
     (["job", "show", "x1"], "invalid job id 'x1'"),
     (["submit", "-R", "select[mem>", "--", "true"], "at column 12"),
     (["submit", "-R", "rusage[mem=lots]", "--", "true"], "invalid amount 'lots'"),
+    # typos the controller used to be asked about (and refuse, exit 1): checked here with its own readers
+    (["submit", "-M", "lots", "--", "true"], "invalid memory limit 'lots'"),
+    (["submit", "--scratch", "lots:scratch", "--", "true"], "invalid --scratch size 'lots'"),
+    (["submit", "--stage-size", "lots", "--stage-in", "/etc/hostname", "--", "true"], "invalid --stage-size"),
+    (["submit", "-W", "soon", "--", "true"], "invalid run limit (-W) 'soon'"),
+    (["submit", "-W", "5", "-wa", "NOSIG", "-wt", "1", "--", "true"], "unknown signal 'NOSIG'"),
+    (["kill", "-s", "NOSIG", "1"], "unknown signal 'NOSIG'"),
+    (["claim", "create", "c", "--class", "simfs", "--size", "lots", "--access", "RWO"], "invalid size 'lots'"),
+    (["claim", "resize", "c", "lots"], "invalid size 'lots'"),
 ])
 def test_bad_usage_is_exit_2_with_one_clear_line(env, args, fragment):
     before = len(ok_json(env, "jobs"))
@@ -152,6 +167,31 @@ def test_bad_usage_is_exit_2_with_one_clear_line(env, args, fragment):
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert fragment in r.stderr and "Traceback" not in r.stderr
     assert len(ok_json(env, "jobs")) == before
+
+
+def test_an_invalid_state_is_named_among_the_valid_ones_in_plain_words(env):
+    for args, valid in ((["jobs", "--state", "FOO"], "'PEND', 'PSUSP', 'RUN'"),
+                        (["claim", "list", "--state", "FOO"], "'PENDING', 'PREPARING', 'READY'"),
+                        (["snapshot", "list", "--state", "FOO"], "'PENDING', 'READY'")):
+        r = xce(env, *args)
+        assert r.returncode == 2 and valid in r.stderr and "<" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args,code,exit_code", [
+    (["job", "show", "99999"], "not_found", 1),
+    (["jobs", "--state", "FOO"], "usage", 2),
+    (["nosuchcommand"], "usage", 2),
+    (["submit", "-M", "lots", "--", "true"], "usage", 2),
+    (["kill", "abc"], "usage", 2),
+])
+def test_json_errors_are_json_on_stdout_with_the_exit_code(env, args, code, exit_code):
+    for where in (["--json", *args], [args[0], "--json", *args[1:]]):
+        r = xce(env, *where)
+        assert r.returncode == exit_code and r.stderr == "", (where, r.stderr)
+        error = json.loads(r.stdout)["error"]
+        assert error["code"] == code and error["message"], error
+    r = cli({"XCE_URL": "http://127.0.0.1:9", "XCE_TOKEN": "x", "XCE_CONFIG": ""}, "--json", "jobs")
+    assert r.returncode == 1 and json.loads(r.stdout)["error"]["code"] == "unreachable"
 
 
 @pytest.mark.parametrize("args,fragment", [
@@ -195,6 +235,12 @@ def test_hold_release_and_kill_pending_jobs(env):
     assert r.returncode == 1 and f"Job <{job_id}> is being terminated" in r.stdout and "99999" in r.stderr
     job = ok_json(env, "job", "show", str(job_id))
     assert (job["state"], job["exit_reason"]) == ("EXIT", "killed by admin")
+    # the history in text, as in --json: each state with its time, run and reason (the README promises it)
+    text = xce(env, "job", "show", str(job_id)).stdout
+    history = text[text.index("\nHistory:\n") + 1:].splitlines()[2:]
+    assert [line.split()[3] for line in history] == [h["state"] for h in job["history"]]
+    assert [h["state"] for h in job["history"]] == ["PSUSP", "PEND", "PSUSP", "EXIT"]
+    assert "submitted by admin" in history[0] and history[-1].endswith("killed by admin")
 
 
 def test_job_arrays_by_id_and_element(env):

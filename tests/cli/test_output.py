@@ -35,4 +35,5 @@ def test_size_binary_units():
     assert size(10 * 2**30) == "10Gi"
     assert size(512 * 2**20) == "512Mi"
     assert size(1.5 * 2**40) == "1.5Ti"
-    assert size(100) == "100"
+    assert size(100) == "100B"  # a unit under 1Ki too: a USED of 3 bytes beside SIZE 1Gi read as "3"
+    assert size(0) == "0B"

@@ -144,3 +144,29 @@ def test_controller_sigkill_during_a_burst_loses_nothing_and_starts_nothing_twic
         assert snapshot["leader_epoch"] == 2
     finally:
         cl.stop()
+
+
+def test_a_host_that_is_gone_is_removed_by_an_admin_and_not_while_anything_is_on_it(cluster):
+    h1 = cluster.add_worker("h1", slots=2, attrs={"box": "one"})
+    cluster.add_worker("h2", slots=2)
+    job = cluster.submit("-R", "select[box==one]", "--", "sleep", "300")
+    cluster.wait_state(job, "RUN")
+    r = cluster.xce("host", "remove", "h1", ok=False)
+    assert r.returncode == 1 and "host h1: host h1 is up (its worker heartbeats): stop its worker first" in r.stderr
+    h1.kill()
+    kill_jobs_of(h1.work_dir)
+    wait_for(lambda: host_state(cluster, "h1") == "UNAVAIL", what="h1 declared lost")
+    if cluster.job(job)["state"] == "RUN":  # (its fence may have run out already on a slow machine)
+        r = cluster.xce("host", "remove", "h1", ok=False)
+        assert r.returncode == 1 and f"host h1 still holds jobs {job}" in r.stderr, r.stderr
+    assert cluster.wait_state(job, "EXIT")["exit_reason"] == "host lost (h1)"
+    cluster.xce("user", "create", "dora")
+    dora = json.loads(cluster.xce("--json", "token", "create", "--user", "dora").stdout)["token"]
+    r = cluster.xce("host", "remove", "h1", ok=False, env={"XCE_TOKEN": dora})
+    assert r.returncode == 1 and "user 'dora' is not an admin" in r.stderr, r.stderr
+    assert cluster.xce("host", "remove", "h1").stdout == "Host <h1> is removed\n"
+    assert [h["name"] for h in json.loads(cluster.xce("--json", "hosts").stdout)] == ["h2"]
+    r = cluster.xce("--json", "host", "remove", "h1", ok=False)
+    assert r.returncode == 1 and json.loads(r.stdout)["error"]["message"] == "host 'h1' does not exist"
+    trail = json.loads(cluster.xce("--json", "audit", "--target", "host/h1").stdout)  # who removed it, and who could not
+    assert {(a["user"], a["result"]) for a in trail if a["action"].startswith("DELETE")} >= {("admin", "ok")}, trail

@@ -226,12 +226,13 @@ def test_template_claims_of_failed_and_killed_jobs_leave_nothing_behind(cl, tmp_
 
 def test_claim_refused_at_submission(cl):
     for args, fragment in ((["--claim", "nosuch"], "claim 'nosuch' not found"),
-                           (["--scratch", "lots"], "invalid --scratch size 'lots'"),
                            (["--scratch", "1Gi:nope"], "claim class 'nope' does not exist"),
                            (["--app", "nope"], "application profile 'nope' does not exist"),
                            (["--stage-out", "../etc:/tmp/x"], "must be a relative path inside the staging area")):
         r = cl.xce("submit", *args, "--", "true", ok=False)
         assert r.returncode == 1 and fragment in r.stderr, (args, r.stderr)
+    r = cl.xce("submit", "--scratch", "lots", "--", "true", ok=False)  # a typo: bad usage, said by the CLI
+    assert r.returncode == 2 and "invalid --scratch size 'lots'" in r.stderr, r.stderr
 
 
 def test_job_show_and_claim_show_tell_each_other(cl, tmp_path):

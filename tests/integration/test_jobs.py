@@ -5,6 +5,7 @@ host1: 4 slots, zone=a, gpu=2     host2: 4 slots, zone=b     host3: 2 slots, zon
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -82,6 +83,19 @@ def test_select_places_jobs_on_matching_hosts(cl):
                    what="pending reason")
     assert why.strip() == f"Job <{none}> PEND: no host matches select[zone==c]"
     cl.xce("kill", str(none))
+
+
+def test_a_select_naming_what_no_host_has_warns_and_is_submitted_all_the_same(cl):
+    r = cl.xce("submit", "-R", "select[zoen==a && gpu>0 && zone==a]", "--", "true")
+    assert r.stdout.startswith("Job <") and r.stderr == (
+        "xce: warning: select[] names 'zoen', which no host has (as an attribute or a counter): the job waits "
+        "until a host has it (xce hosts lists what hosts have)\n"), r.stderr
+    job = int(r.stdout.split("<")[1].split(">")[0])
+    assert cl.wait_state(job, "PEND")["state"] == "PEND"
+    cl.xce("kill", str(job))
+    r = cl.xce("--json", "submit", "-R", "select[zone==a && gpu]", "--", "true")  # names hosts have: no warning
+    assert r.stderr == "" and "warnings" not in json.loads(r.stdout)
+    cl.wait_state(json.loads(r.stdout)["id"], "DONE")
 
 
 def test_counters_are_reserved_exhausted_and_released(cl):

@@ -90,7 +90,7 @@ def test_kill_s_sends_that_one_signal_and_the_job_decides(cl, tmp_path):
     assert _lines(log) == ["ready", "usr1"]
     assert (ended["exit_code"], ended["exit_reason"]) == (4, "nonzero exit code 4"), "not a kill: no SIGKILL"
     r = cl.xce("kill", "-s", "NOPE", str(job), ok=False)
-    assert r.returncode == 1 and "unknown signal" in r.stderr
+    assert r.returncode == 2 and "unknown signal" in r.stderr  # a typo: bad usage, said by the CLI
 
 
 def test_a_job_over_its_memory_limit_ends_exit_with_the_reason(cl):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 
@@ -71,13 +72,19 @@ def test_up_runs_jobs_down_stops_everything_and_up_resumes(tmp_path):
             up.send_signal(signal.SIGTERM)
             up.wait(60)
 
-    up = start_up(state)  # resumes: same cluster, same jobs, workers rejoin with their tokens
+    # resumes: same cluster, same jobs, workers rejoin with their tokens; now with attributes and counters,
+    # on every host or on one (--attr/--counter [HOST:]K=V), so that the README's -R example can run
+    up = start_up(state, 2, "--attr", "zone=a", "--attr", "host2:gpu=h100", "--counter", "host1:licenses=2")
     try:
         jobs = json.loads(cli(env, "--json", "jobs").stdout)
         assert [(j["id"], j["name"], j["state"]) for j in jobs] == [(job, "first", "DONE")]
         ping = json.loads(cli(env, "--json", "ping").stdout)
         assert ping["leader_epoch"] == 2
-        again = json.loads(cli(env, "--json", "submit", "--", "true").stdout)["id"]
+        hosts = {h["name"]: h for h in json.loads(cli(env, "--json", "hosts").stdout)}
+        assert (hosts["host1"]["attrs"], hosts["host2"]["attrs"]) == ({"zone": "a"}, {"zone": "a", "gpu": "h100"})
+        assert (hosts["host1"]["counters"].get("licenses"), hosts["host2"]["counters"].get("licenses")) == (2, None)
+        again = json.loads(cli(env, "--json", "submit", "-n", "4", "-R", "select[zone==a] rusage[mem=64Mi] "
+                                "span[ptile=2]", "--", "true").stdout)["id"]
         assert again == job + 1
         wait_for(lambda: json.loads(cli(env, "--json", "job", "show", str(again)).stdout)["state"] == "DONE",
                  what="job after resume done")
@@ -96,3 +103,22 @@ def test_up_runs_jobs_down_stops_everything_and_up_resumes(tmp_path):
 def test_down_with_nothing_up_says_so(tmp_path):
     r = cli({}, "down", "--state-dir", str(tmp_path))
     assert r.returncode == 1 and "no cluster is up" in r.stderr
+
+
+def test_up_says_why_the_controller_could_not_start(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = cli({}, "up", "--hosts", "1", "--state-dir", str(tmp_path / "c"), "--listen", f"127.0.0.1:{port}")
+    assert r.returncode == 1 and "Address already in use" in r.stderr, r.stderr  # on the terminal, not only the log
+    assert processes_mentioning(str(tmp_path / "c")) == []
+
+
+def test_up_attr_and_counter_name_hosts_it_has(tmp_path):
+    for option in ("--attr", "--counter"):
+        r = cli({}, "up", "--hosts", "2", "--state-dir", str(tmp_path / "c"), option, "host3:zone=a")
+        assert r.returncode == 2 and "no host 'host3' here (host1..host2)" in r.stderr, r.stderr
+        r = cli({}, "up", "--hosts", "2", "--state-dir", str(tmp_path / "c"), option, "zone")
+        assert r.returncode == 2 and "expected [HOST:]NAME=VALUE" in r.stderr, r.stderr
+    assert not os.path.exists(tmp_path / "c")

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.model.test_job_claims import ADMIN, ALICE, World
+from tests.model.test_job_claims import ADMIN, ALICE, CONFIG, World
 from xce.config import parse_config
 from xce.errors import Conflict, InvalidRequest
-from xce.model.facts import JobKillRequested, JobSignalRequested, QueueDefined
-from xce.model import jobs
+from xce.model.facts import HostRegistered, JobKillRequested, JobSignalRequested, QueueDefined
+from xce.model import job_claims, jobs
+from xce.model.job_claims import JobClaimsSpec
 from xce.model.jobs import JobSpec, JobState
+from xce.units import parse_mem_limit, parse_signal
 
 GRACEFUL_TOML = """
 [controller]
@@ -60,13 +62,13 @@ def test_the_grace_is_the_queues_own_when_it_has_one(w):
 def test_signals_are_numbered_orders_kept_per_run_and_only_for_a_running_process(w):
     job = w.running()
     for sig in ("USR1", "SIGUSR2", "10"):
-        w.commit(jobs.send_signal(w.model, ALICE, job.id, w.tick(), jobs.parse_signal(sig)))
+        w.commit(jobs.send_signal(w.model, ALICE, job.id, w.tick(), parse_signal(sig)))
     assert jobs.orders(job)["signals"] == [[1, 10], [2, 12], [3, 10]]
     for _ in range(jobs.MAX_SIGNAL_ORDERS):
         w.commit(jobs.send_signal(w.model, ALICE, job.id, w.tick(), 1))
     assert len(job.signal_orders) == jobs.MAX_SIGNAL_ORDERS and job.signal_orders[-1][0] == job.order_seq
     with pytest.raises(InvalidRequest, match="unknown signal"):
-        jobs.parse_signal("SIGNOPE")
+        parse_signal("SIGNOPE")
     pending = w.submit()
     with pytest.raises(Conflict, match="only a running job's processes can be signalled"):
         jobs.send_signal(w.model, ALICE, pending.id, w.tick(), 10)
@@ -114,9 +116,9 @@ def test_a_pending_job_cannot_be_stopped_or_resumed(w):
 
 
 def test_a_memory_limit_is_a_size_within_bounds(w):
-    assert jobs.parse_mem_limit("64Mi") == 64 << 20 and jobs.parse_mem_limit(None) is None
+    assert parse_mem_limit("64Mi") == 64 << 20 and parse_mem_limit(None) is None
     with pytest.raises(InvalidRequest, match="invalid memory limit"):
-        jobs.parse_mem_limit("lots")
+        parse_mem_limit("lots")
     with pytest.raises(InvalidRequest, match="between 4Mi and 1Pi"):
         jobs.submit(w.model, ALICE, JobSpec(command=["x"], mem_limit=1024), w.tick(), GRACEFUL)
     facts, job_id = jobs.submit(w.model, ALICE, JobSpec(command=["x"], mem_limit=64 << 20), w.tick(), GRACEFUL)
@@ -181,3 +183,18 @@ def test_a_finished_job_keeps_no_environment_but_a_requeued_one_does(w):
     assert (job.state, job.env) == (JobState.PEND, {"A": "1"})
     w.commit(jobs.kill(w.model, ALICE, job_id, w.tick(), config=GRACEFUL))
     assert (job.state, job.env) == (JobState.EXIT, None)
+
+
+def test_a_select_naming_what_no_host_has_is_warned_of_and_what_one_has_is_not(w):
+    w.commit([HostRegistered(time=0, name="h3", slots=1, attrs={"zone": "a"}, counters={"gpu": 2.0})])
+
+    def warned(resreq: str) -> list[str]:
+        facts, job_id = job_claims.submit(w.model, ALICE, JobSpec(command=["true"], resreq=resreq),
+                                          JobClaimsSpec(), w.tick(), CONFIG)
+        w.commit(facts)
+        return jobs.submission_warnings(w.model, w.model.jobs[job_id])
+
+    assert warned("select[zone==a && gpu>1 && scratch>0]") == [] and warned("") == []
+    assert warned("select[zoen==a || (gpu && ssd)]") == [
+        "select[] names 'ssd', 'zoen', which no host has (as an attribute or a counter): the job waits until a host "
+        "has them (xce hosts lists what hosts have)"]

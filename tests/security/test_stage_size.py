@@ -70,11 +70,11 @@ def test_a_stage_in_larger_than_any_hosts_scratch_never_takes_a_host(cl, tmp_pat
 
 def test_the_stage_size_must_make_sense(cl, tmp_path):
     src = sparse(tmp_path / "d", 10)
-    for args, message in (
-            (["--stage-in", src, "--stage-size", "0"], "xce: invalid --stage-size '0': must be more than 0 bytes"),
-            (["--stage-size", "1Mi"], "xce: --stage-size needs --stage-in or --stage-out"),
-            (["--stage-in", src, "--stage-size", "lots"], "xce: invalid --stage-size")):
+    for args, message, code in (  # a malformed size is bad usage (2), found by the CLI; the rest refused (1)
+            (["--stage-in", src, "--stage-size", "0"], "xce: invalid --stage-size '0': must be more than 0 bytes", 2),
+            (["--stage-size", "1Mi"], "xce: --stage-size needs --stage-in or --stage-out", 1),
+            (["--stage-in", src, "--stage-size", "lots"], "xce: invalid --stage-size", 2)):
         r = cl.xce("submit", *args, "--", "true", ok=False)
-        assert r.returncode == 1 and r.stderr.strip().startswith(message), r.stderr
+        assert r.returncode == code and r.stderr.strip().startswith(message), r.stderr
     assert json.loads(cl.xce("--json", "jobs", "--state", "PEND").stdout) == []
     assert os.path.getsize(src) == 10

@@ -167,6 +167,14 @@ def test_a_transfer_past_its_timeout_is_killed_and_retryable(s3, tmp_path):
     (1, "https response error StatusCode: 403", ("ACCESS_DENIED", False)),
     (1, "x509: certificate signed by unknown authority", ("TLS", False)),
     (1, "connection reset by peer", ("TRANSFER_FAILED", True)),
+    # a URL whose host does not exist (rclone 1.6x's words, https and s3 backends): never retried forever
+    (1, 'Failed to copyto: failed to stat: Head "https://nosuch-host.invalid/file": dial tcp: lookup '
+        'nosuch-host.invalid on 10.255.255.53:53: no such host', ("NO_SUCH_HOST", False)),
+    (1, 'operation error S3: HeadObject, https response error StatusCode: 0, RequestID: , HostID: , request send '
+        'failed, Head "http://nosuch.invalid:9000/b/x": dial tcp: lookup nosuch.invalid: no such host',
+     ("NO_SUCH_HOST", False)),
+    # the resolver did not answer: a later attempt may pass
+    (1, 'dial tcp: lookup s3.example.com on 10.0.0.53:53: server misbehaving', ("TRANSFER_FAILED", True)),
 ])
 def test_exit_codes_are_permanent_or_retryable(code, text, expected):
     assert classify(code, text) == expected

@@ -22,7 +22,7 @@ from xce.api.commands import mutate
 from xce.api.deps import Ctl
 from xce.api.paging import NEXT_CURSOR_DOC, cursor_query, limit_query, newest_first
 from xce.api.responses import JSONResponse
-from xce.api.views import job_brief_json, job_json
+from xce.api.views import job_brief_json, job_json, submitted_json
 from xce.controller import history as controller_history
 from xce.config import Config
 from xce.controller.core import Controller
@@ -34,6 +34,7 @@ from xce.model.history import visible_archived_job
 from xce.model.identity import User
 from xce.model import job_changes, job_claims
 from xce.model.jobs import JobState, visible_job
+from xce.units import parse_signal
 from xce.wire import Submission
 
 
@@ -71,7 +72,8 @@ async def submit_job(body: schemas.JobSubmitRequest, request: Request, ctl: Ctl,
     job_id = await mutate(request, actor, "job",
                           lambda model: job_claims.submit(model, actor, spec, claims, time.time(), ctl.config),
                           target_of=lambda new_id: f"job/{new_id}")
-    return JSONResponse(_job_json(ctl, ctl.model.jobs[job_id]), status_code=201)
+    job = ctl.model.jobs[job_id]
+    return JSONResponse(submitted_json(_job_json(ctl, job), jobs.submission_warnings(ctl.model, job)), status_code=201)
 
 
 router.add_api_route("/v1/jobs", submit_job, methods=["POST"], response_model=schemas.JobOut, status_code=201,
@@ -214,6 +216,6 @@ async def job_output(job_id: int, ctl: Ctl, actor: User = Depends(authenticated)
 async def signal_job(job_id: int, body: schemas.SignalRequest, request: Request, ctl: Ctl,
                      actor: User = Depends(authenticated)):
     """One signal to a running job's processes, once (``xce kill -s``, LSF's ``bkill -s``)."""
-    signum = jobs.parse_signal(body.signal)
+    signum = parse_signal(body.signal)
     return await act(request, ctl, actor, job_id,
                      lambda model: jobs.send_signal(model, actor, job_id, time.time(), signum))

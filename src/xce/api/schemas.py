@@ -470,6 +470,11 @@ class RegisteredOut(KillOut):
     fence: float = Field(description="how long a run's shepherd keeps it past the worker's last answered heartbeat")
 
 
+class HostRemovedOut(BaseModel):
+    name: str = Field(description="the host removed from the cluster (xce host remove)")
+    removed: bool
+
+
 class HeartbeatOut(BaseModel):
     ok: bool
     fence: float

@@ -27,6 +27,12 @@ from xce.transfers import TransferSite
 from xce.wire import AgentOp, Dispatch
 
 
+def submitted_json(doc: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
+    """``POST /v1/jobs``'s answer: the job's document, and ``warnings`` when there are any
+    (``jobs.submission_warnings``)."""
+    return {**doc, "warnings": warnings} if warnings else doc
+
+
 def job_json(model: Model, job: Job, pending_reason: str | None = None,
              progress: Callable[[int], Any] | None = None) -> dict[str, Any]:
     """``pending_reason`` is the scheduler's latest word on a pending job (not a fact); ``progress``
@@ -539,6 +545,11 @@ def capabilities_json(changed: int, refused: dict[str, str]) -> dict[str, Any]:
 
 def inventory_json(new_orphans: int) -> dict[str, Any]:
     return {"new_orphans": new_orphans}
+
+
+def host_removed_json(name: str) -> dict[str, Any]:
+    """``DELETE /v1/hosts/{host}``'s answer."""
+    return {"name": name, "removed": True}
 
 
 def registered_json(kill: list[dict[str, Any]], fence: float) -> dict[str, Any]:

@@ -17,16 +17,16 @@ from starlette.responses import Response
 from pydantic import Field
 
 from xce.api import schemas
-from xce.api.auth import agent_identity, authenticated, recheck
+from xce.api.auth import admin, agent_identity, authenticated, recheck
 from xce.api.commands import mutate
 from xce.api.deps import Ctl, Monitor
 from xce.api.responses import JSONResponse
 from xce.api.schemas import Id, Int64, Strict
-from xce.api.views import (heartbeat_json, host_work_json, hosts_json, kill_json, registered_json, resources_json,
-                           runs_json, with_fence)
+from xce.api.views import (heartbeat_json, host_removed_json, host_work_json, hosts_json, kill_json, registered_json,
+                           resources_json, runs_json, with_fence)
 from xce.errors import Conflict, InvalidRequest
 from xce.model import Model
-from xce.model import dispatch
+from xce.model import dispatch, hosts
 from xce.model.hosts import HostState
 from xce.model.identity import User, speaks_for_host
 from xce.names import NAME_PATTERN
@@ -134,6 +134,14 @@ async def list_resources(ctl: Ctl, _: User = Depends(authenticated)):
     """Resource type descriptors with what the cluster has of each and what is in use."""
     await ctl.read_barrier()
     return JSONResponse(resources_json(ctl.model, ctl.config))
+
+
+@router.delete("/v1/hosts/{host}", response_model=schemas.HostRemovedOut)
+async def remove_host(host: HostName, request: Request, actor: User = Depends(admin)):
+    """An admin removes a host that is gone (``xce host remove``); refused, saying why, while its worker
+    heartbeats or anything is held or kept on it (``hosts.remove``)."""
+    await mutate(request, actor, f"host/{host}", lambda model: (hosts.remove(model, host, actor.name, time.time()), None))
+    return JSONResponse(host_removed_json(host))
 
 
 @router.post("/v1/hosts/{host}/register", response_model=schemas.RegisteredOut)

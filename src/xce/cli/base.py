@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import gettext
 
-from xce.cli.errors import EXIT_USAGE
+from xce.cli.errors import ParseError
 from xce.client import Client
+from xce.errors import InvalidRequest
 from xce.jobspec import positive_int  # noqa: F401  (the commands' type for counts, as submit's -n)
 
 # Start-up time matters for a command people (and scripts) run thousands of times.  argparse asks
@@ -18,9 +19,32 @@ if getattr(argparse, "_", None) is gettext.gettext:
     argparse._ = lambda message: message  # type: ignore[attr-defined]
 
 
+def size_text(text: str) -> str:
+    """An argument that is a size (``10Gi``), checked as the controller will read it and sent as given:
+    a typo is bad usage (exit 2), not a refusal."""
+    from xce.units import parse_size
+
+    try:
+        parse_size(text)
+    except InvalidRequest as e:
+        raise argparse.ArgumentTypeError(e.message) from None
+    return text
+
+
+def signal_text(text: str) -> str:
+    """An argument that is a signal (``USR1``, ``SIGTERM``, ``10``), checked as the controller reads it."""
+    from xce.units import parse_signal
+
+    try:
+        parse_signal(text)
+    except InvalidRequest as e:
+        raise argparse.ArgumentTypeError(e.message) from None
+    return text
+
+
 class Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2, never a traceback
-        self.exit(EXIT_USAGE, f"{self.prog}: {message}\n")
+    def error(self, message: str):  # one line, exit 2, never a traceback (xce.cli.main reports it)
+        raise ParseError(self.prog, message)
 
 
 class Context:

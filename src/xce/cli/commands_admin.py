@@ -1,15 +1,18 @@
-"""Cluster and identity commands: ``ping``, ``controllers``, ``queues``, ``apps``, ``projects``, ``hosts``, ``users``,
+"""Cluster and identity commands: ``ping``, ``controllers``, ``queues``, ``apps``, ``projects``, ``hosts``,
+``host remove``, ``users``,
 ``user create|disable|enable``, ``token create|list|revoke``, ``audit``."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from xce.cli.base import Parser, positive_int
 from urllib.parse import quote
 
-from xce.cli.errors import EXIT_OK
+from xce.cli.errors import EXIT_OK, EXIT_REFUSED
+from xce.client import ApiError
 from xce.cli.output import ago, amount, fields, parse_since, parse_until, print_json, print_table, size, when
 
 # GET /v1/audit's largest page (xce.api.audit; not imported: the CLI starts fast)
@@ -33,6 +36,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         .set_defaults(func=cmd_projects)
     sub.add_parser("hosts", parents=[common], help="worker hosts: state, slots, counters (like bhosts)") \
         .set_defaults(func=cmd_hosts)
+    host = sub.add_parser("host", parents=[common], help="one worker host: remove (admins)")
+    hsub = host.add_subparsers(dest="host_command", metavar="ACTION", required=True, parser_class=Parser)
+    hr = hsub.add_parser("remove", parents=[common], help="remove hosts that are gone from xce hosts (refused while "
+                                                          "a worker heartbeats there or jobs or claims are on it)")
+    hr.add_argument("names", nargs="+", metavar="HOST")
+    hr.set_defaults(func=cmd_host_remove)
     sub.add_parser("resources", parents=[common], help="resource types: attributes and counters, with use") \
         .set_defaults(func=cmd_resources)
     sub.add_parser("users", parents=[common], help="users and their roles (admins)") \
@@ -127,6 +136,26 @@ def cmd_projects(args, ctx) -> int:
 def _counters(h: dict[str, Any]) -> str:
     used = h["counters_used"]
     return " ".join(f"{k}={amount(used.get(k, 0))}/{amount(v)}" for k, v in sorted(h["counters"].items()))
+
+
+def cmd_host_remove(args, ctx) -> int:
+    """Each host in turn; a refusal is one line on stderr and the rest still go (exit 1 if any was refused)."""
+    client = ctx.client()
+    removed, refused = [], 0
+    for name in args.names:
+        try:
+            removed.append(client.delete(f"/v1/hosts/{quote(name, safe='')}"))
+        except ApiError as e:
+            if ctx.json:
+                raise
+            print(f"xce: host {name}: {e.message}", file=sys.stderr)
+            refused += 1
+            continue
+        if not ctx.json:
+            print(f"Host <{name}> is removed")
+    if ctx.json:
+        print_json(removed)
+    return EXIT_REFUSED if refused else EXIT_OK
 
 
 def cmd_hosts(args, ctx) -> int:

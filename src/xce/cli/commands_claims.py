@@ -8,14 +8,14 @@ import sys
 import time
 from typing import Any
 
-from xce.cli.base import Parser, positive_int
+from xce.cli.base import Parser, positive_int, size_text
 from xce.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
 from xce.client import ApiError, Client
 from xce.client.states import RESIZE_ENDED, ClaimState, ResizeState, SnapshotState
 from xce.cli.output import ago, fields, print_json, print_table, size, table, when
 
-CLAIM_STATES = tuple(ClaimState)
-SNAPSHOT_STATES = tuple(SnapshotState)
+CLAIM_STATES = tuple(s.value for s in ClaimState)  # plain words, as JOB_STATES
+SNAPSHOT_STATES = tuple(s.value for s in SnapshotState)
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     c = csub.add_parser("create", parents=[common], help="create a standalone claim")
     c.add_argument("name")
     c.add_argument("--class", dest="claim_class", help="claim class (xce claimclass list); a clone's: its source's")
-    c.add_argument("--size", help="e.g. 500Mi, 10Gi, 2T; a clone's: its source's (at least)")
+    c.add_argument("--size", type=size_text, help="e.g. 500Mi, 10Gi, 2T; a clone's: its source's (at least)")
     c.add_argument("--access", type=str.upper, choices=("RWO", "ROX", "RWX", "RWOP"),
                    help="required, but for a clone (default: its source's)")
     source = c.add_mutually_exclusive_group()
@@ -65,7 +65,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
     rs = csub.add_parser("resize", parents=[common], help="grow a READY claim (online if its class can)")
     rs.add_argument("name")
-    rs.add_argument("size", help="the new size, larger than the claim's: e.g. 20Gi")
+    rs.add_argument("size", type=size_text, help="the new size, larger than the claim's: e.g. 20Gi")
     rs.add_argument("--project", help="the claim's project (names are per project)")
     rs.add_argument("--wait", action="store_true", help="show progress until the resize is done (exit 1 if it failed)")
     rs.add_argument("--timeout", type=float, default=600.0, help="with --wait: give up after this many seconds")

@@ -130,6 +130,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     u.add_argument("--transfer-config", metavar="PATH",
                    help="remotes and their credentials ([transfers] TOML, mode 0600), given to the provisioner and "
                         "every worker")
+    u.add_argument("--attr", action="append", default=[], metavar="[HOST:]K=V",
+                   help="a host attribute for select[] (zone=a), on every host or on HOST alone (host2:zone=b) "
+                        "(repeatable)")
+    u.add_argument("--counter", action="append", default=[], metavar="[HOST:]NAME=AMOUNT",
+                   help="a consumable counter for rusage[] (mem=64Gi), on every host or on HOST alone "
+                        "(repeatable; each host has scratch=64Gi unless given)")
     u.set_defaults(func=cmd_up)
 
     d = sub.add_parser("down", help="stop the local cluster started by xce up")
@@ -205,8 +211,27 @@ def cmd_up(args, ctx) -> int:
             loop = parse_size(args.btrfs_loop, "--btrfs-loop size")
         except InvalidRequest as e:
             raise UsageError(str(e)) from None
+    per_host = _per_host(args.hosts, [("--attr", a) for a in args.attr] + [("--counter", c) for c in args.counter])
     return up(args.state_dir, args.hosts, args.listen, args.server_config, args.slots, args.provisioner_config,
-              btrfs=args.btrfs, btrfs_loop=loop, transfer_config=args.transfer_config, gpus=args.gpus)
+              btrfs=args.btrfs, btrfs_loop=loop, transfer_config=args.transfer_config, gpus=args.gpus,
+              host_args=per_host)
+
+
+def _per_host(hosts: int, given: list[tuple[str, str]]) -> dict[str, list[str]]:
+    """``xce up --attr/--counter [HOST:]K=V``: each host's own ``xce worker`` options (its worker checks
+    the values; here only that HOST is one of host1..hostN)."""
+    names = [f"host{i}" for i in range(1, hosts + 1)]
+    out: dict[str, list[str]] = {h: [] for h in names}
+    for option, text in given:
+        key, eq, value = text.partition("=")
+        host, colon, key = key.rpartition(":")
+        if not eq or not key:
+            raise UsageError(f"{option} {text!r}: expected [HOST:]NAME=VALUE")
+        if colon and host not in out:
+            raise UsageError(f"{option} {text!r}: no host {host!r} here (host1..host{hosts})")
+        for h in [host] if colon else names:
+            out[h] += [option, f"{key}={value}"]
+    return out
 
 
 def cmd_down(args, ctx) -> int:

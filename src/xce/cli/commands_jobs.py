@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from xce import jobspec
 from xce.jobspec_gpu import GpuRequest
-from xce.cli.base import Parser, positive_int
+from xce.cli.base import Parser, positive_int, signal_text
 from xce.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
 from xce.client import ApiError, Client
 from xce.client.states import JOB_PENDING, JobState
@@ -29,7 +29,7 @@ MAX_LIST_LIMIT = 10_000
 # GET /v1/history/jobs's default (xce.api.history)
 HIST_LIMIT = 100
 
-JOB_STATES = tuple(JobState)
+JOB_STATES = tuple(s.value for s in JobState)  # plain words: an enum member would print as its repr in "invalid choice"
 _JOB_ID = re.compile(r"^(\d+)(?:\[(\d+)\])?$")
 
 
@@ -103,7 +103,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         a = sub.add_parser(name, parents=[common], help=what)
         a.add_argument("ids", nargs="+", metavar="ID")
         if name == "kill":
-            a.add_argument("-s", "--signal", metavar="SIGNAL",
+            a.add_argument("-s", "--signal", metavar="SIGNAL", type=signal_text,
                            help="send this one signal (USR1, SIGTERM, 10) to the running jobs' processes, once, "
                                 "and nothing else (like bkill -s)")
         a.set_defaults(func=cmd_action, action=path)
@@ -134,6 +134,8 @@ def cmd_submit(args, ctx) -> int:
     submission = jobspec.submission(args, cwd=os.getcwd(), remote_names=remote_names, environ=os.environ,
                                     stdin=sys.stdin.read)
     job = ctx.client().submit(submission)
+    for warning in job.get("warnings") or ():  # submitted all the same (a select[] attribute no host has)
+        print(f"xce: warning: {warning}", file=sys.stderr)
     if ctx.json:
         print_json(job)
     else:
@@ -174,6 +176,8 @@ def _fetch_jobs(ctx, args, path: str, params: list[tuple[str, Any]],
                 default_limit: int) -> tuple[list[dict], int | None]:
     """The newest ``--limit`` jobs of a listing (``default_limit`` if not given), or with ``--all-pages``
     every page; oldest first.  Also the limit asked for (None with ``--all-pages`` and no ``--limit``)."""
+    if args.all:
+        _only_yours(ctx)
     if args.all_pages:
         jobs = ctx.client().get_all(path, params, limit=args.limit)
         limit = args.limit
@@ -183,6 +187,14 @@ def _fetch_jobs(ctx, args, path: str, params: list[tuple[str, Any]],
             raise UsageError(f"--limit is at most {MAX_LIST_LIMIT} (--all-pages for more)")
         jobs = ctx.client().get(path, params + [("limit", limit)])
     return sorted(jobs, key=lambda j: j["id"]), limit
+
+
+def _only_yours(ctx) -> None:
+    """``-a`` from a user who is not an admin: the controller lists their own jobs (users see only theirs),
+    so say so on stderr rather than let the listing pass for everyone's."""
+    me = ctx.client().get("/v1/ping")
+    if me.get("role") != "admin":
+        print(f"(-a: only {me.get('user')}'s jobs are shown (every user's: admins only))", file=sys.stderr)
 
 
 def _show_jobs(ctx, args, jobs: list[dict], limit: int | None, nothing: str, columns: tuple[str, ...],
@@ -333,6 +345,10 @@ def _show_one(job: dict[str, Any]) -> str:
         out += "\nClaims:\n" + "\n".join(f"  {line}" for line in sub.splitlines())
         if job.get("publish") == "symlink":
             out += "\n  (published as symlinks: the worker is not root, so no private mounts)"
+    if job.get("history"):
+        sub = table(("TIME", "STATE", "RUN", "REASON"),
+                    ((when(h["time"]), h["state"], h.get("run") or None, h.get("reason")) for h in job["history"]))
+        out += "\nHistory:\n" + "\n".join(f"  {line}" for line in sub.splitlines())
     return out
 
 

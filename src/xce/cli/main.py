@@ -1,6 +1,8 @@
 """``xce`` entry point: argument parsing, settings, and one place that turns failures into exit codes.
 
-Exit codes: 0 ok, 1 refused by the server (or unreachable), 2 bad usage.
+Exit codes: 0 ok, 1 refused by the server (or unreachable), 2 bad usage.  A failure is one line
+``xce: <message>`` on stderr; with ``--json`` anywhere before ``--``, it is the API's error shape
+``{"error": {"code", "message"}}`` on stdout instead (``xce.cli.errors``), bad usage included.
 Every command accepts ``--json`` (and ``--url/--token/--config``) before or
 after its name.  Commands live in ``xce.cli.commands_*`` modules, each of
 which adds its subparsers in ``register``; a command is a function
@@ -15,6 +17,7 @@ import sys
 import xce
 from xce.cli.base import Context, Parser
 from xce.cli.errors import EXIT_USAGE, CliError, UsageError, from_client
+from xce.cli.output import print_json
 from xce.client import ClientError
 from xce.jobspec import JobSpecError
 
@@ -38,8 +41,8 @@ COMMANDS = {
     **dict.fromkeys(("submit", "jobs", "job", "mod", "kill", "requeue", "hold", "release", "stop", "resume", "hist",
                      "usage"), "commands_jobs"),
     **dict.fromkeys(("claim", "claimclass", "orphans", "snapshot"), "commands_claims"),
-    **dict.fromkeys(("ping", "controllers", "queues", "apps", "projects", "hosts", "resources", "users", "user", "token",
-                     "audit"), "commands_admin"),
+    **dict.fromkeys(("ping", "controllers", "queues", "apps", "projects", "hosts", "host", "resources", "users", "user",
+                     "token", "audit"), "commands_admin"),
     **dict.fromkeys(("controller", "worker", "provisioner", "up", "down"), "commands_daemons"),
     "transfers": "commands_transfers",
 }
@@ -60,6 +63,12 @@ def build_parser(only: str | None = None) -> Parser:
     return p
 
 
+def _wants_json(argv: list[str]) -> bool:
+    """Is ``--json`` among the options (before a ``--``)?  Known before the command line parses, so
+    that a line that does not parse is reported in JSON too."""
+    return "--json" in (argv[:argv.index("--")] if "--" in argv else argv)
+
+
 def _command(argv: list[str]) -> str | None:
     """The command word of ``argv`` (global options may come first), if any."""
     it = iter(argv)
@@ -78,20 +87,26 @@ def main(argv: list[str] | None = None, *, parser: Parser | None = None) -> int:
     server, ``xce.cli.server``, builds them once)."""
     words = sys.argv[1:] if argv is None else argv
     parser = parser or build_parser(COMMANDS.get(_command(words) or ""))
-    args = parser.parse_args(words)
+    as_json = _wants_json(words)
+    try:
+        args = parser.parse_args(words)
+    except CliError as e:  # Parser.error: the line does not parse
+        return _report(e, as_json)
     func = getattr(args, "func", None)
     if func is None:
+        if as_json:
+            return _report(UsageError("no command given (xce --help lists them)"), as_json)
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     ctx = Context(args)
     try:
         return func(args, ctx)
     except ClientError as e:  # the boundary: the client's errors become the CLI's exit codes
-        return _report(from_client(e))
+        return _report(from_client(e), ctx.json)
     except CliError as e:
-        return _report(e)
+        return _report(e, ctx.json)
     except JobSpecError as e:  # a submission's arguments that mean nothing: bad usage
-        return _report(UsageError(e.message))
+        return _report(UsageError(e.message), ctx.json)
     except (LookupError, TypeError, AttributeError, ValueError) as e:
         if ctx.called is None:
             raise  # no controller was asked: a bug of ours, shown as one
@@ -99,15 +114,18 @@ def main(argv: list[str] | None = None, *, parser: Parser | None = None) -> int:
         # URL names something else, or something hostile; a message, not a traceback
         said = f"{type(e).__name__}: {e}"
         return _report(CliError(f"the controller at {ctx.called} sent an answer xce cannot read "
-                                f"({said[:200]})"))
+                                f"({said[:200]})"), ctx.json)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `xce jobs | head`
         return 0
 
 
-def _report(e: CliError) -> int:
-    print(f"xce: {e.message}", file=sys.stderr)
+def _report(e: CliError, as_json: bool = False) -> int:
+    if as_json:
+        print_json(e.document())
+    else:
+        print(e.line(), file=sys.stderr)
     return e.exit_code
 
 

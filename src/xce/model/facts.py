@@ -253,6 +253,15 @@ class HostStateChanged(Fact):
     reason: str = ""
 
 
+@fact("host.removed")
+@dataclass(frozen=True, slots=True)
+class HostRemoved(Fact):
+    """An admin removed a host that is gone (``xce host remove``): nothing held or kept on it."""
+
+    name: str
+    by: str
+
+
 # ---------------------------------------------------------------- job lifecycle
 
 

@@ -18,9 +18,9 @@ from xce.model import (
 from xce.model.facts import (
     AgentLeased, AttachmentAdded, AttachmentRemoved, AuditRecorded, ClaimCreated, ClaimDeleteRequested, ClaimOpFailed,
     ClaimOpIntent, ClaimOpSucceeded, ClaimPlaced, ClaimPurgeRequested, ClaimResizeRequested, ClaimResizeReserved,
-    ClassCapabilitiesReported, ClusterInitialized, Fact, HostRegistered, HostStateChanged, JobAllocated, JobFinished,
-    JobHeld, JobKillRequested, JobModified, JobProcessEnded, JobReleased, JobRequeued, JobResumed, JobSignalRequested, JobStarted,
-    JobSubmitted, JobSuspended, OrphanResolved, OrphanSeen, ProjectDefined, ProjectRemoved, QueueDefined,
+    ClassCapabilitiesReported, ClusterInitialized, Fact, HostRegistered, HostRemoved, HostStateChanged, JobAllocated,
+    JobFinished, JobHeld, JobKillRequested, JobModified, JobProcessEnded, JobReleased, JobRequeued, JobResumed,
+    JobSignalRequested, JobStarted, JobSubmitted, JobSuspended, OrphanResolved, OrphanSeen, ProjectDefined, ProjectRemoved, QueueDefined,
     RecordsRetired, ReplicaEvicted, ReplicaLost, ReplicaOpFailed, ReplicaOpIntent, ReplicaOpSucceeded, ReplicaPlaced, ReplicasAdded,
     SnapshotCreated, SnapshotDeleteRequested, SnapshotOpFailed, SnapshotOpIntent, SnapshotOpSucceeded, TokenIssued, TokenRevoked,
     UserDefined, UserDisabled,
@@ -47,6 +47,7 @@ FOLDS: dict[type[Fact], Callable[[State, Any], None]] = {
     AuditRecorded: audit.apply_audit_recorded,
     HostRegistered: _host_registered,
     HostStateChanged: hosts.apply_host_state_changed,
+    HostRemoved: hosts.apply_host_removed,
     JobAllocated: job_claims.apply_job_allocated,  # facts about a run: its claims too
     JobStarted: jobs.apply_job_started,
     JobFinished: job_claims.apply_job_finished,

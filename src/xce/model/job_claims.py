@@ -45,7 +45,7 @@ from xce.model.state import State
 from xce.names import check_name
 from xce.transfers.locations import Location, TransferRefused, split_stage_in, split_stage_out
 from xce.transfers.locations import resolve as resolve_location
-from xce.units import parse_size
+from xce.units import parse_mem_limit, parse_size
 from xce.wire import Submission
 
 if TYPE_CHECKING:
@@ -257,7 +257,7 @@ def request_specs(request: Submission) -> tuple[JobSpec, JobClaimsSpec]:
     spec = JobSpec(command=list(request.command), name=request.name, queue=request.queue, project=request.project,
                    slots=request.slots, resreq=request.resreq, cwd=request.cwd, stdout=request.stdout,
                    stderr=request.stderr, rerunnable=request.rerunnable, held=request.hold,
-                   request_id=request.request_id, mem_limit=jobs.parse_mem_limit(request.mem_limit),
+                   request_id=request.request_id, mem_limit=parse_mem_limit(request.mem_limit),
                    shell=request.shell, script=request.script, submit_dir=request.submit_dir,
                    env=dict(request.env) if request.env else None, env_all=request.env_all,
                    dependency=request.dependency, terminate_orphan=request.terminate_orphan,

@@ -29,7 +29,6 @@ import fnmatch
 import functools
 import os
 import re
-import signal as _signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -49,7 +48,7 @@ from xce.model.transitions import check
 from xce.names import check_job_name, check_name
 from xce.jobspec_gpu import GPU_RUSAGE, GpuRequest, GpuRequestError, job_request
 from xce.resreq import ResReq, ResReqError, parse_resreq
-from xce.units import format_run_limit, parse_amount, parse_run_limit
+from xce.units import format_run_limit, parse_run_limit, parse_signal
 from xce.wire import never_sent
 
 if TYPE_CHECKING:
@@ -288,6 +287,27 @@ def job_environment(spec: JobSpec, site: ControllerConfig | None) -> dict[str, s
     kept = {k: v for k, v in spec.env.items()
             if not never_sent(k, v) and not any(fnmatch.fnmatchcase(k, p) for p in private)}
     return kept or None
+
+
+def submission_warnings(model: State, job: Job) -> list[str]:
+    """What a job just submitted names that no host here has, said back to its submitter without
+    refusing it (a host with it may yet join, or come back): the names its ``select[]`` reads that no
+    host has as an attribute or a counter, most likely a typo (``zoen==a``).  The job waits with
+    "no host matches select[...]" all the same."""
+    try:
+        names = parse_resreq(job.resreq).select.names if job.resreq else frozenset()
+    except ResReqError:
+        return []
+    unknown = set(names)
+    for host in model.hosts.values():
+        unknown -= host.attrs.keys() | host.counters.keys()
+        if not unknown:
+            return []
+    if not unknown:
+        return []
+    listed = ", ".join(repr(n) for n in sorted(unknown))
+    return [f"select[] names {listed}, which no host has (as an attribute or a counter): the job waits until "
+            f"a host has {'them' if len(unknown) > 1 else 'it'} (xce hosts lists what hosts have)"]
 
 
 def _run_limits(spec: JobSpec, queue: str, config: Config | None) -> dict[str, Any]:
@@ -699,28 +719,6 @@ def kill(model: State, actor: User, job_id: int, now: float, requeue: bool = Fal
         return [JobRequeued(time=now, job_id=job.id, run=job.run, reason=f"requeued by {by}")]
     return [JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value,
                         reason=f"killed by {by}")]
-
-
-def parse_mem_limit(text: str | None) -> int | None:
-    """``-M SIZE`` (``100Mi``, ``2G``, bytes) in bytes; None: no limit asked."""
-    if text is None:
-        return None
-    amount = parse_amount(text.strip())
-    if amount is None or amount != int(amount):
-        raise InvalidRequest(f"invalid memory limit {text[:40]!r}: expected a size such as 512Mi or 4G")
-    return int(amount)
-
-
-def parse_signal(text: str) -> int:
-    """``USR1``, ``SIGUSR1``, ``sigusr1`` or ``10`` as a signal number (Linux's, where jobs run)."""
-    name = text.strip().upper()
-    if name.isdigit() and 1 <= int(name) <= 64:
-        return int(name)
-    name = name if name.startswith("SIG") else f"SIG{name}"
-    number = getattr(_signal.Signals, name, None) if name.isidentifier() else None
-    if number is None:
-        raise InvalidRequest(f"unknown signal {text[:32]!r}: a name such as USR1, SIGTERM, or a number 1-64")
-    return int(number)
 
 
 def send_signal(model: State, actor: User, job_id: int, now: float, signal: int) -> list[Fact]:

@@ -40,7 +40,8 @@ Exit codes (rclone's documented ones): 3 directory not found and 4 file not
 found are permanent, 5 temporary is retryable, 7 fatal permanent, 8 (a
 ``--max-transfer`` bound) permanent; 1 (not otherwise
 categorised) is read from the message: refused access (403, bad keys), a
-certificate not trusted: permanent; anything else retryable.  Stdlib only.
+certificate not trusted, a host name that does not resolve (NXDOMAIN): permanent;
+anything else retryable.  Stdlib only.
 """
 
 from __future__ import annotations
@@ -72,6 +73,10 @@ _DENIED = re.compile(r"StatusCode: 40[13]\b|AccessDenied|InvalidAccessKeyId|Sign
                      r"\bForbidden\b|\bUnauthorized\b|InvalidToken|ExpiredToken", re.I)
 _TLS = re.compile(r"x509:|certificate", re.I)
 _MISSING = re.compile(r"NoSuchBucket|NoSuchKey|directory not found|object not found|404 Not Found", re.I)
+# Go's resolver for a name that does not exist (NXDOMAIN): "dial tcp: lookup HOST on 10.0.0.53:53: no such
+# host".  A retry cannot make it exist; a resolver that failed to answer ("server misbehaving", "i/o
+# timeout") says something else, and stays retryable
+_NO_HOST = re.compile(r"\blookup \S+(?: on \S+)?: no such host\b", re.I)
 
 
 class TransferSetupError(Exception):
@@ -234,6 +239,8 @@ def classify(code: int, text: str) -> tuple[str, bool]:
         return "ACCESS_DENIED", False
     if _TLS.search(text):
         return "TLS", False
+    if _NO_HOST.search(text):
+        return "NO_SUCH_HOST", False
     if _MISSING.search(text):
         return "NOT_FOUND", False
     if code == 2:

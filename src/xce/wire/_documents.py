@@ -47,7 +47,13 @@ class JobClaimDoc(_MaybeClass, total=False):
 
 
 
-class JobDoc(TypedDict):
+class _SubmittedKeys(TypedDict, total=False):
+    warnings: Annotated[list[str], Limit(description=(
+        "POST /v1/jobs's answer only: what the submission names that no host has (a select[] attribute), "
+        "for its submitter; the job is submitted all the same"))]
+
+
+class JobDoc(_SubmittedKeys):
     """A job: ``GET /v1/jobs/{id}``, ``POST /v1/jobs``'s answer, ``xce --json job show``."""
 
     id: int
