@@ -75,8 +75,6 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
     logging.basicConfig(level=os.environ.get("XCE_LOG_LEVEL", "INFO"),
                         format=f"%(asctime)s worker[{host}] %(levelname)s %(message)s")
     log = logging.getLogger("xce.worker")
-    log.info("GPUs: %s", f"{len(devices)} ({source.name}): " + ", ".join(f"{g.id} {g.model}" for g in devices)
-             if source is not None else "none (no --gpus, and NVML finds no NVIDIA GPU)")
     work_dir = os.path.abspath(work_dir or os.path.join(os.path.expanduser("~"), ".xce", "worker", host))
     os.makedirs(work_dir, mode=0o755, exist_ok=True)
     if run_as_users:
@@ -88,6 +86,9 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
                     counters_given, work_dir, heartbeat=heartbeat, run_as_users=run_as_users, providers=providers,
                     storage_roots=roots, allow_system_users=allow_system_users, transfers=transfers,
                     allow_no_openat2=allow_no_openat2, gpus=devices)
+    # (said once what it was told is known good: a bad --controller is the first thing a typo shows)
+    log.info("GPUs: %s", f"{len(devices)} ({source.name}): " + ", ".join(f"{g.id} {g.model}" for g in devices)
+             if source is not None else "none (no --gpus, and NVML finds no NVIDIA GPU)")
     try:  # last: it makes this worker's cgroup directories, once everything else it was told is good
         hierarchy = open_hierarchy(host, cgroups, owner=work_dir)
     except CgroupError as e:
