@@ -312,3 +312,14 @@ class Dispatch(TypedDict):
     warn_signal: int | None  # sent once, warn_time seconds before the run limit (-wa)
     warn_time: float | None  # (-wt)
     limit_grace: float | None  # SIGTERM to SIGKILL when the run limit ends it
+
+
+class TaskDispatch(TypedDict):
+    """A task of a running job (``blaunch``) a worker is to start in the run's sandbox on its host
+    (``GET /v1/hosts/{host}/work``, ``tasks``)."""
+
+    run: Dispatch  # the run, as its worker on this host would start it (its env, claims, output)
+    task: int  # numbered within the run from 1
+    command: str  # one command line, for /bin/sh -c
+    cwd: str  # where blaunch was called ("": the run's own)
+    rendezvous: str  # ADDR:PORT on the job's first host (XCE_RDZV_HOST, XCE_RDZV_PORT)

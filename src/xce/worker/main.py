@@ -38,7 +38,8 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
                counters: list[str] | None, work_dir: str | None, heartbeat: float,
                run_as_users: bool = False, provider_config: str | None = None,
                storage_roots: list[str] | None = None, allow_system_users: bool = False,
-               transfer_config: str | None = None, cgroups: str = "auto", allow_no_openat2: bool = False) -> int:
+               transfer_config: str | None = None, cgroups: str = "auto", allow_no_openat2: bool = False,
+               address: str | None = None) -> int:
     from xce.names import check_name
     from xce.errors import InvalidRequest
     from xce.transfers import TransferConfigError, load_daemon_site
@@ -50,6 +51,8 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
         check_name("host", host)
     except InvalidRequest as e:
         raise WorkerConfigError(e.message) from None
+    if address is not None and (not address or any(c.isspace() or c in ",/@" for c in address)):
+        raise WorkerConfigError(f"--address {address!r}: expected a host name or an IP address")
     try:
         launcher()  # every run needs it: say so now, not at the first job
     except StartFailed as e:
@@ -77,7 +80,7 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
     worker = Worker(host, url, token, slots if slots is not None else (os.cpu_count() or 1), attrs_given,
                     counters_given, work_dir, heartbeat=heartbeat, run_as_users=run_as_users, providers=providers,
                     storage_roots=roots, allow_system_users=allow_system_users, transfers=transfers,
-                    allow_no_openat2=allow_no_openat2)
+                    allow_no_openat2=allow_no_openat2, address=address)
     try:  # last: it makes this worker's cgroup directories, once everything else it was told is good
         hierarchy = open_hierarchy(host, cgroups, owner=work_dir)
     except CgroupError as e:

@@ -46,7 +46,7 @@ from typing import Any
 
 from xce.worker.cgroups import RunCgroup
 from xce.worker.storage import OutsideStorage, StorageRoots
-from xce.wire import Dispatch
+from xce.wire import Dispatch, TaskDispatch
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -311,12 +311,17 @@ class Confinement:
     worker's operator allowed (``--allow-system-users``, ``--allow-no-openat2``)."""
 
     cgroup: RunCgroup | None = None
+    # a task's (blaunch) on its run's first host: it joins the run's cgroup, which the run's shepherd
+    # controls (freezes, and kills with the run); its own shepherd signals its process group
+    joins: RunCgroup | None = None
     lease: str | None = None  # the worker's lease file (``control.renew_lease``); None: never fenced
     allow_system_users: bool = False
     allow_no_openat2: bool = False
 
     def launcher_args(self) -> list[str]:
         args = self.cgroup.launcher_args() if self.cgroup is not None else []
+        if self.joins is not None:
+            args += [a for d in self.joins.dirs for a in ("--cgroup-join", d)]
         if self.lease is not None:
             args += ["--lease", self.lease]
         if self.allow_system_users:
@@ -327,25 +332,30 @@ class Confinement:
 
 
 def start(job: Dispatch, host: str, run_dir: str, workspace: str, output_dir: str,
-          roots: StorageRoots, run_as: RunAs | None = None, confinement: Confinement = Confinement()) -> Started:
+          roots: StorageRoots, run_as: RunAs | None = None, confinement: Confinement = Confinement(),
+          own_env: dict[str, str] | None = None, task: TaskDispatch | None = None) -> Started:
     """Create the workspace, write what the launcher reads, spawn the shepherd.  The working directory
     and the command are the launcher's to find, as the job's user: the worker (root) follows no path a
     user chose, and says only what it checked itself.  The job starts in ``cwd`` (``--cwd``: it must
     exist), else in the submission directory (``submit_dir``) or, where its user cannot enter that, in its
-    workspace (the launcher notes it: ``Started.notes``)."""
+    workspace (the launcher notes it: ``Started.notes``).  ``own_env``: what this start adds to the job's
+    environment (its rendezvous, its secret).  A ``task`` of the run (``blaunch``) runs its command line
+    in the run's sandbox on this host: the same user, environment, claims and workspace, starting where
+    blaunch was called (else as the run), its output appended to the run's."""
     os.makedirs(workspace, mode=0o700, exist_ok=True)
     if run_as is not None:
         os.chown(workspace, run_as.uid, run_as.gid)
-    cwd = job["cwd"] or job.get("submit_dir") or workspace
-    fallback = workspace if not job["cwd"] and job.get("submit_dir") else None
+    cwd = (task["cwd"] if task else "") or job["cwd"] or job.get("submit_dir") or workspace
+    fallback = workspace if cwd != workspace and (task or not job["cwd"]) else None
     home = run_as.home if run_as else os.environ.get("HOME", "/")
     env = job_env(job, host, workspace, home, write_hostfile(run_dir, job))
+    env.update(own_env or {})
     claims = job.get("claims") or []
     program = launcher()
     as_root = os.geteuid() == 0
     prepare_publish(claims, run_dir, roots, as_root)
     env.update(publish_env(claims, run_dir))
-    command = command_argv(job, run_dir, run_as)
+    command = [SHELL, "-c", task["command"]] if task else command_argv(job, run_dir, run_as)
     write_env(run_dir, env)
     default_out = os.path.join(output_dir, f"{job['display_id']}.out")
     stdout = expand(job["stdout"], job) if job["stdout"] else default_out

@@ -93,6 +93,11 @@ class Job:
     warn_signal: int | None = None  # -wa: sent once, warn_time seconds before the run limit
     warn_time: float | None = None  # -wt
     limit_grace: float | None = None  # SIGTERM to SIGKILL when the run limit ends a run (its queue's grace)
+    rendezvous: str = ""  # the current run's ADDR:PORT on its first host (XCE_RDZV_HOST, XCE_RDZV_PORT)
+    task_key: str = ""  # sha256 of the current run's secret, which its blaunch presents (xce.model.tasks)
+    # the current run's tasks on its hosts (blaunch): {task, host, command, cwd, keep_going, ended,
+    # exit_code, signal, reason}, in launch order (task i at index i - 1)
+    tasks: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def array_busy(self) -> bool:
