@@ -42,6 +42,7 @@ COMMANDS = {
                      "audit"), "commands_admin"),
     **dict.fromkeys(("controller", "worker", "provisioner", "up", "down"), "commands_daemons"),
     "transfers": "commands_transfers",
+    "launch": "commands_launch",
 }
 _TAKES_VALUE = ("--url", "--token", "--config")
 
