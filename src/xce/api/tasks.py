@@ -32,6 +32,8 @@ class LaunchRequest(Strict):
     command: Annotated[str, Field(min_length=1, max_length=128 * 1024)]  # one command line, for /bin/sh -c
     cwd: Annotated[str, Field(max_length=4096)] = ""  # where blaunch was called
     keep_going: bool = False  # the task's failure does not end the job
+    env: Annotated[dict[Annotated[str, Field(max_length=1024)], Annotated[str, Field(max_length=128 * 1024)]],
+                   Field(max_length=4096)] = Field(default_factory=dict)  # blaunch's environment
 
 
 class TaskOut(BaseModel):
@@ -83,7 +85,8 @@ async def launch(job_id: JobId, body: LaunchRequest, request: Request, ctl: Ctl)
         current, _ = _the_job(request, model, job_id)
         if current.run != run:
             raise tasks.refused(job_id)
-        facts = tasks.launch(model, current, body.host, body.command, body.cwd, body.keep_going, time.time())
+        facts = tasks.launch(model, current, body.host, body.command, body.cwd, body.keep_going, time.time(),
+                             body.env, ctl.config.controller)
         return facts, facts[0].task  # type: ignore[attr-defined]
 
     number = await mutate(request, user, f"job/{job_id}", decide)

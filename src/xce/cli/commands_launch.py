@@ -24,6 +24,7 @@ from typing import Any
 
 from xce.cli.errors import CliError, UsageError
 from xce.client import Client
+from xce.wire import never_sent
 
 WAIT = 30  # seconds each wait for a task's end may take (then asked again)
 TIMEOUT = WAIT + 15.0
@@ -78,7 +79,8 @@ def launch(args: argparse.Namespace, environ: Any = os.environ) -> int:
         cwd = ""
     client = Client(url, secret, timeout=TIMEOUT)
     try:
-        started = [client.post(f"/v1/jobs/{job}/tasks", {"host": h, "command": command, "cwd": cwd,
+        env = {k: v for k, v in environ.items() if not never_sent(k, v)}  # (the run's secret is XCE_JOB_TOKEN)
+        started = [client.post(f"/v1/jobs/{job}/tasks", {"host": h, "command": command, "cwd": cwd, "env": env,
                                                          "keep_going": args.keep_going}) for h in hosts]
         status = 0
         for task in started:

@@ -296,6 +296,7 @@ class TaskLaunched(Fact):
     command: str  # one command line, for /bin/sh -c (as rsh runs it: mpirun's quoting relies on it)
     cwd: str = ""
     keep_going: bool = False  # its failure does not end the job
+    env: dict[str, str] | None = None  # blaunch's environment, as the job's is kept (jobs.kept_environment)
 
 
 @fact("job.task_ended")

@@ -256,8 +256,13 @@ def job_environment(spec: JobSpec, site: ControllerConfig | None) -> dict[str, s
         return None
     if site is not None and site.job_environment == "clean" and spec.env_all:
         return None
+    return kept_environment(spec.env, site)
+
+
+def kept_environment(env: dict[str, str], site: ControllerConfig | None) -> dict[str, str] | None:
+    """``env`` less XCE's credentials and the variables the site marks private (a job's, a task's)."""
     private = site.private_env if site is not None else ()
-    kept = {k: v for k, v in spec.env.items()
+    kept = {k: v for k, v in env.items()
             if not never_sent(k, v) and not any(fnmatch.fnmatchcase(k, p) for p in private)}
     return kept or None
 

@@ -17,10 +17,12 @@ from __future__ import annotations
 import hmac
 from typing import Any
 
+from xce.config import ControllerConfig
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from xce.model.entities.jobs import RUNNING, Job
 from xce.model.facts import Fact, JobKillRequested, TaskEnded, TaskLaunched
 from xce.model.identity import hash_token
+from xce.model.jobs import kept_environment
 from xce.model.state import State
 
 __all__ = ["MAX_TASKS", "apply_task_ended", "apply_task_launched", "job_for_secret", "launch", "refused",
@@ -50,8 +52,10 @@ def job_for_secret(model: State, job_id: int, secret: str) -> Job:
     return job
 
 
-def launch(model: State, job: Job, host: str, command: str, cwd: str, keep_going: bool, now: float) -> list[Fact]:
-    """``blaunch HOST CMD`` inside ``job``: a task on one of the job's own hosts."""
+def launch(model: State, job: Job, host: str, command: str, cwd: str, keep_going: bool, now: float,
+           env: dict[str, str] | None = None, site: ControllerConfig | None = None) -> list[Fact]:
+    """``blaunch HOST CMD`` inside ``job``: a task on one of the job's own hosts, in blaunch's environment
+    (as LSF's: ``mpirun``'s daemons find their launcher on the caller's ``PATH``), kept as a job's is."""
     if host not in job.alloc_slots:
         raise Forbidden(f"host {host} is not one of job {job.display_id}'s hosts ({' '.join(job.hosts)})")
     if not command.strip():
@@ -59,7 +63,7 @@ def launch(model: State, job: Job, host: str, command: str, cwd: str, keep_going
     if len(job.tasks) >= MAX_TASKS:
         raise Conflict(f"job {job.display_id} launched {MAX_TASKS} tasks in this run: no more")
     return [TaskLaunched(time=now, job_id=job.id, run=job.run, task=len(job.tasks) + 1, host=host, command=command,
-                         cwd=cwd, keep_going=keep_going)]
+                         cwd=cwd, keep_going=keep_going, env=kept_environment(env or {}, site))]
 
 
 def task_of(job: Job, task: int) -> dict[str, Any]:
@@ -107,7 +111,7 @@ def apply_task_launched(model: State, f: TaskLaunched) -> None:
     job = model.jobs.get(f.job_id)
     if job is None or job.run != f.run or f.task != len(job.tasks) + 1:
         return  # OBSERVATION: another run's, or a repeated fact
-    job.tasks.append({"task": f.task, "host": f.host, "command": f.command, "cwd": f.cwd,
+    job.tasks.append({"task": f.task, "host": f.host, "command": f.command, "cwd": f.cwd, "env": f.env,
                       "keep_going": f.keep_going, "ended": False, "exit_code": None, "signal": None, "reason": ""})
 
 

@@ -322,4 +322,5 @@ class TaskDispatch(TypedDict):
     task: int  # numbered within the run from 1
     command: str  # one command line, for /bin/sh -c
     cwd: str  # where blaunch was called ("": the run's own)
+    env: dict[str, str] | None  # blaunch's environment (the job's part of the task's: as a job's is kept)
     rendezvous: str  # ADDR:PORT on the job's first host (XCE_RDZV_HOST, XCE_RDZV_PORT)

@@ -218,11 +218,14 @@ def write_hostfile(run_dir: str, job: Dispatch) -> str:
     return path
 
 
-def job_env(job: Dispatch, host: str, workspace: str, home: str, hostfile: str | None = None) -> dict[str, str]:
+def job_env(job: Dispatch, host: str, workspace: str, home: str, hostfile: str | None = None,
+            submitted: dict[str, str] | None = None) -> dict[str, str]:
     """The job's environment: a clean base, the submitter's variables over it (as the controller kept
-    them: private ones and tokens are gone), then the account's, LSF's and XCE's own, which none overrides."""
+    them: private ones and tokens are gone; a task's: its blaunch caller's), then the account's, LSF's and
+    XCE's own, which none overrides."""
     env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}
-    env.update((k, v) for k, v in (job.get("env") or {}).items() if _submitted(k))
+    given = job.get("env") if submitted is None else submitted
+    env.update((k, v) for k, v in (given or {}).items() if _submitted(k))
     env.update(lsf_env(job, hostfile))
     env.update({"HOME": home, "USER": job["user"], "LOGNAME": job["user"],
                 "XCE_JOBID": str(job["job_id"]), "XCE_JOB_NAME": job["name"], "XCE_QUEUE": job["queue"],
@@ -348,7 +351,7 @@ def start(job: Dispatch, host: str, run_dir: str, workspace: str, output_dir: st
     cwd = (task["cwd"] if task else "") or job["cwd"] or job.get("submit_dir") or workspace
     fallback = workspace if cwd != workspace and (task or not job["cwd"]) else None
     home = run_as.home if run_as else os.environ.get("HOME", "/")
-    env = job_env(job, host, workspace, home, write_hostfile(run_dir, job))
+    env = job_env(job, host, workspace, home, write_hostfile(run_dir, job), task["env"] or {} if task else None)
     env.update(own_env or {})
     claims = job.get("claims") or []
     program = launcher()
