@@ -18,7 +18,7 @@ import hmac
 from typing import Any
 
 from xce.config import ControllerConfig
-from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound, Unauthenticated
 from xce.model.entities.jobs import RUNNING, Job
 from xce.model.facts import Fact, JobKillRequested, TaskEnded, TaskLaunched
 from xce.model.identity import hash_token
@@ -36,10 +36,11 @@ def task_key(secret: str) -> str:
     return hash_token(secret)
 
 
-def refused(job_id: int) -> Forbidden:
-    """The one refusal of a caller that is not the running job ``job_id``: it tells nothing of another
-    user's job (no such job, not running, or the wrong secret: the same words)."""
-    return Forbidden(f"not the job {job_id}: blaunch runs inside a running job (its XCE_JOB_TOKEN)")
+def refused(job_id: int) -> Unauthenticated:
+    """The one refusal of a caller that is not the running job ``job_id`` (its credential is not that
+    run's secret): it tells nothing of another user's job (no such job, not running, or the wrong secret:
+    the same words)."""
+    return Unauthenticated(f"not the job {job_id}: blaunch runs inside a running job (its XCE_JOB_TOKEN)")
 
 
 def job_for_secret(model: State, job_id: int, secret: str) -> Job:

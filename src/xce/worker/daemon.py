@@ -182,13 +182,41 @@ class Worker:
                                  daemon=True, name=f"job-{key[0]}.{key[1]}").start()
             else:
                 self._finish(key, run_dir, data["workspace"])
+        known.update(self._recover_tasks())
         for name in os.listdir(self.jobs_dir):  # workspaces no run knows about: never started
             if name not in known:
                 sandbox.clean_workspace(os.path.join(self.jobs_dir, name))
         if self.cgroups is not None:  # the cgroups no adopted run holds go
             log.info("removed %d run cgroups of earlier lives", self.cgroups.recover())
 
-    def _adopt_cgroup(self, key: tuple[int, int], saved: dict[str, Any] | None) -> None:
+    def _recover_tasks(self) -> set[str]:
+        """After a restart: adopt the tasks still going, report those that ended; the names of the
+        workspaces they keep."""
+        known: set[str] = set()
+        for name in sorted(os.listdir(self.tasks.dir)):
+            task_dir = os.path.join(self.tasks.dir, name)
+            data = self._read_journal(task_dir)
+            if data is None:  # the mkdir happened, the intent did not: nothing was spawned
+                shutil.rmtree(task_dir, ignore_errors=True)
+                continue
+            key = (data["job_id"], data["run"], data["task"])
+            run = key[:2]
+            known.add(os.path.basename(data["workspace"]))
+            if not os.path.isdir(self._run_dir(*run)):  # not the run's first host: the tasks' workspace
+                self.tasks.workspaces.setdefault(run, data["workspace"])
+            own = RunCgroup.from_json(data["cgroup"]) if data.get("cgroup") else None
+            if own is not None:
+                self._adopt_cgroup(key, data["cgroup"])
+            self.tasks.adopt(key, task_dir)
+            if "failed" in data:
+                self._task_ended(key, own, {"exit_code": 127, "reason": data["failed"]})
+                continue
+            pid = sandbox.read_int(os.path.join(task_dir, "shepherd.pid"))
+            threading.Thread(target=self._watch_adopted_task, args=(key, pid, task_dir, own), daemon=True,
+                             name=f"task-{key[0]}.{key[1]}.{key[2]}").start()
+        return known
+
+    def _adopt_cgroup(self, key: tuple[int, ...], saved: dict[str, Any] | None) -> None:
         """The cgroup a run of an earlier life holds, as its journal kept it."""
         if self.cgroups is None or saved is None:
             return
@@ -492,7 +520,7 @@ class Worker:
             if main is None and self.cgroups is not None:
                 own = self._make_cgroup(key, job)
                 intent["cgroup"] = own.as_json() if own is not None else None
-            self._write_journal(task_dir, intent)  # intent before action
+            self._write_journal(task_dir, intent)  # intent before action (a failure below is written too)
             lease = control.lease_path(self.work_dir) if self.fence is not None else None
             confinement = sandbox.Confinement(cgroup=own, joins=main, lease=lease,
                                               allow_system_users=self.allow_system_users,
@@ -503,6 +531,7 @@ class Worker:
                                     confinement, own_env, task)
         except (sandbox.StartFailed, CgroupError, OSError) as e:
             reason = f"failed to start: {e}" if not isinstance(e, sandbox.StartFailed) else str(e)
+            self._write_journal(task_dir, dict(intent, failed=reason))
             self._task_ended(key, own, {"exit_code": 127, "reason": reason})
             return
         threading.Thread(target=self._watch_task, args=(key, started, task_dir, own), daemon=True,
@@ -512,6 +541,16 @@ class Worker:
                     own: RunCgroup | None) -> None:
         started.notes()  # (its exec, or its failure to get there)
         os.waitpid(started.pid, 0)
+        self._task_done(key, task_dir, own)
+
+    def _watch_adopted_task(self, key: tuple[int, int, int], pid: int | None, task_dir: str,
+                            own: RunCgroup | None) -> None:
+        while pid is not None and sandbox.shepherd_alive(pid, task_dir):  # not our child: we cannot wait for it
+            time.sleep(ADOPT_POLL)
+        self._task_done(key, task_dir, own)
+
+    def _task_done(self, key: tuple[int, int, int], task_dir: str, own: RunCgroup | None) -> None:
+        """The task's shepherd is gone: how it ended, to the controller."""
         status = sandbox.read_int(os.path.join(task_dir, "status"))
         if own is None:  # no cgroup of its own: what it left in its process group goes with it
             pgid = sandbox.read_int(os.path.join(task_dir, "pgid"))

@@ -42,6 +42,11 @@ class TaskRuns:
             self.running[key] = path
         return path
 
+    def adopt(self, key: TaskKey, path: str) -> None:
+        """A task of an earlier life of this worker (its directory is there)."""
+        with self._lock:
+            self.running[key] = path
+
     def finished(self, key: TaskKey) -> str | None:
         """The task ended; the workspace of its run to remove now (its run is over and this was its last task)."""
         with self._lock:
