@@ -20,11 +20,16 @@ from xce.api.responses import JSONResponse
 from xce.api.schemas import Strict
 from xce.errors import Unauthenticated
 from xce.model import Model, tasks
-from xce.model.entities.jobs import RUNNING, Job
+from xce.controller.core import Controller
+from xce.controller.hosts import HostMonitor
+from xce.model.entities.jobs import RUNNING, Job, JobState
 from xce.model.identity import Role, User
 from xce.names import NAME_PATTERN
 
 JobId = Annotated[int, Path(ge=1, le=2**63 - 1)]
+# seconds a call waits for its job's run to be reported started: the job's command may call blaunch
+# before its worker's report of the start is committed (and the run's secret known)
+START_WAIT = 30.0
 
 
 class LaunchRequest(Strict):
@@ -66,6 +71,16 @@ def _the_job(request: Request, model: Model, job_id: int) -> tuple[Job, User]:
     return job, user
 
 
+async def _started(ctl: Controller, monitor: HostMonitor, job_id: int) -> None:
+    """Until the job's dispatched run is reported started (or ``START_WAIT``): only then is its secret known."""
+    deadline = time.monotonic() + START_WAIT
+    await ctl.read_barrier()
+    while (job := ctl.model.jobs.get(job_id)) is not None and job.state is JobState.PEND and job.allocated \
+            and (left := deadline - time.monotonic()) > 0 and not monitor.tasks.closing:
+        await monitor.tasks.wait(left)
+        await ctl.read_barrier()
+
+
 def task_json(job: Job, task: dict[str, Any]) -> dict[str, Any]:
     return {"task": task["task"], "host": task["host"], "ended": task["ended"], "exit_code": task["exit_code"],
             "signal": task["signal"], "reason": task["reason"], "running": job.state in RUNNING}
@@ -75,9 +90,9 @@ router = APIRouter(tags=["tasks"], responses=schemas.ERRORS)
 
 
 @router.post("/v1/jobs/{job_id}/tasks", response_model=TaskOut, status_code=201)
-async def launch(job_id: JobId, body: LaunchRequest, request: Request, ctl: Ctl):
+async def launch(job_id: JobId, body: LaunchRequest, request: Request, ctl: Ctl, monitor: Monitor):
     """Start a task on one of the job's own hosts, in its run's sandbox there."""
-    await ctl.read_barrier()
+    await _started(ctl, monitor, job_id)
     job, user = _the_job(request, ctl.model, job_id)
     run = job.run
 
@@ -102,8 +117,8 @@ async def task_state(job_id: JobId, request: Request, ctl: Ctl, monitor: Monitor
     job, _ = _the_job(request, ctl.model, job_id)
     deadline = time.monotonic() + wait
     while not tasks.task_of(job, task)["ended"] and (left := deadline - time.monotonic()) > 0 \
-            and not monitor.task_ends.closing:
-        await monitor.task_ends.wait(left)
+            and not monitor.tasks.closing:
+        await monitor.tasks.wait(left)
         await ctl.read_barrier()
         job, _ = _the_job(request, ctl.model, job_id)  # (the run may have ended meanwhile: refused then)
     return JSONResponse(task_json(job, tasks.task_of(job, task)))
