@@ -28,7 +28,8 @@ ENV = {"PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
 
 @pytest.fixture(scope="module")
 def cl(tmp_path_factory):
-    c = make_job_cluster(tmp_path_factory.mktemp("multihost"), hosts=("host1", "host2"))
+    # a fence long enough to restart a worker with its runs and tasks kept (no test here loses a host)
+    c = make_job_cluster(tmp_path_factory.mktemp("multihost"), hosts=("host1", "host2"), host_timeout=15.0)
     yield c
     c.stop()
 
@@ -158,3 +159,20 @@ def test_the_run_secret_is_in_no_command_line_and_no_log(cl, tmp_path):
         assert logs and secret not in logs and secret not in json.dumps(cl.job(job))
     finally:
         cl.xce("kill", str(job))
+
+
+def test_a_restarted_worker_adopts_its_tasks_and_reports_their_end(cl, tmp_path):
+    go = tmp_path / "go"
+    job = cl.submit(*SPREAD, "--", "sh", "-c", f"blaunch host2 'echo up > {tmp_path}/up; "
+                                               f"while [ ! -e {go} ]; do sleep 0.05; done; exit 5'; echo blaunch=$?",
+                    env=ENV)
+    wait_for(lambda: (tmp_path / "up").exists(), what="the task on host2 up")
+    worker = cl.workers["host2"]
+    worker.kill()  # its task's shepherd lives on
+    worker.start()
+    go.touch()
+    done = cl.wait_state(job, "DONE", "EXIT")
+    with open(done["stdout"]) as fh:
+        assert fh.read() == "blaunch=5\n"  # the task's end, reported by the worker's next life
+    assert done["state"] == "EXIT" and done["exit_reason"] == "killed by task 1 on host2 (exit code 5)"
+    wait_for(lambda: not os.listdir(os.path.join(worker.work_dir, "tasks")), what="host2's tasks gone")
