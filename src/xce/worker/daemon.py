@@ -26,7 +26,6 @@ import logging
 import os
 import queue
 import shutil
-import signal
 import threading
 import time
 import uuid
@@ -423,12 +422,7 @@ class Worker:
         clean up, report how it ended."""
         rc = self.run_cgroups.get(key)
         if rc is None:  # no cgroup: whatever the job left behind in its process group goes with it
-            pgid = sandbox.read_int(os.path.join(run_dir, "pgid"))
-            if pgid is not None:
-                try:
-                    os.killpg(pgid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            sandbox.kill_group(run_dir)
         cg = self.cgroups.usage(rc) if rc is not None and self.cgroups is not None else None
         self._drop_cgroup(key, cg)
         sandbox.clean_workspace(workspace)
@@ -553,12 +547,7 @@ class Worker:
         """The task's shepherd is gone: how it ended, to the controller."""
         status = sandbox.read_int(os.path.join(task_dir, "status"))
         if own is None:  # no cgroup of its own: what it left in its process group goes with it
-            pgid = sandbox.read_int(os.path.join(task_dir, "pgid"))
-            if pgid is not None:
-                try:
-                    os.killpg(pgid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            sandbox.kill_group(task_dir)
         if status is None:
             end: dict[str, Any] = {"reason": f"lost: the task's shepherd on {self.host} died"}
         elif status in (sandbox.PUBLISH_FAILED, sandbox.LAUNCH_FAILED, sandbox.NOT_FOUND) and \

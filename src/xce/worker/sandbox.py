@@ -40,6 +40,7 @@ import fcntl
 import os
 import pwd
 import shutil
+import signal
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -451,6 +452,16 @@ def read_int(path: str) -> int | None:
     except OSError:
         return None
     return int(text) if text.lstrip("-").isdigit() else None
+
+
+def kill_group(run_dir: str) -> None:
+    """SIGKILL to what a run (or task) whose shepherd is gone left in its process group (RUN/pgid)."""
+    pgid = read_int(os.path.join(run_dir, "pgid"))
+    if pgid is not None:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def exit_status(status: int) -> tuple[int, int | None]:
