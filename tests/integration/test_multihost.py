@@ -176,3 +176,11 @@ def test_a_restarted_worker_adopts_its_tasks_and_reports_their_end(cl, tmp_path)
         assert fh.read() == "blaunch=5\n"  # the task's end, reported by the worker's next life
     assert done["state"] == "DONE"
     wait_for(lambda: not os.listdir(os.path.join(worker.work_dir, "tasks")), what="host2's tasks gone")
+
+
+def test_the_jobs_end_ends_its_tasks_on_every_host(cl, tmp_path):
+    done, _ = run_job(cl, f"blaunch host2 'echo $$ > {tmp_path}/pid; exec sleep 300' & "
+                          f"while [ ! -s {tmp_path}/pid ]; do sleep 0.05; done")
+    assert done["state"] == "DONE"  # its own process ended well: the task it left on host2 goes with it
+    pid = int((tmp_path / "pid").read_text())
+    wait_for(lambda: not process_alive(pid), what="the task on host2 gone with its job")

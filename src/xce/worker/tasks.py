@@ -27,7 +27,7 @@ class TaskRuns:
         self.running: dict[TaskKey, str] = {}  # task -> its directory
         self.ended: dict[TaskKey, None] = {}  # ended in this life, newest last (bounded): never started again
         self.workspaces: dict[tuple[int, int], str] = {}  # runs whose workspace here is the tasks' (not their first host)
-        self.over: set[tuple[int, int]] = set()  # runs the controller said are over
+        self.over: dict[tuple[int, int], None] = {}  # runs the controller said are over, newest last (bounded)
 
     def task_dir(self, key: TaskKey) -> str:
         return os.path.join(self.dir, "%d.%d.%d" % key)
@@ -69,7 +69,9 @@ class TaskRuns:
     def ended_runs(self, runs: list[tuple[int, int]]) -> list[str]:
         """The controller says ``runs`` are over: the workspaces to remove now (their tasks are gone)."""
         with self._lock:
-            self.over.update(runs)
+            self.over.update(dict.fromkeys(runs))
+            while len(self.over) > ENDED_KEPT:
+                del self.over[next(iter(self.over))]
             return [w for run in runs if (w := self._spent(run)) is not None]
 
     def _spent(self, run: tuple[int, int]) -> str | None:
