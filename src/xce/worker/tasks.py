@@ -64,7 +64,7 @@ class TaskRuns:
     def runs(self) -> set[tuple[int, int]]:
         """The runs this host has tasks or a tasks' workspace of (the work poll asks which are over)."""
         with self._lock:
-            return {k[:2] for k in self.running} | (set(self.workspaces) - self.over)
+            return {k[:2] for k in self.running} | set(self.workspaces).difference(self.over)
 
     def ended_runs(self, runs: list[tuple[int, int]]) -> list[str]:
         """The controller says ``runs`` are over: the workspaces to remove now (their tasks are gone)."""
