@@ -11,6 +11,7 @@ a cgroup of its own), through the CLI as a user would (issue 28).
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import time
@@ -178,7 +179,8 @@ def test_a_worker_that_stops_leaves_no_idle_cgroup_behind(cl):
     w = cl.add_worker("h-stops", slots=1, attrs={"stops": "yes"})
     job_id = cl.submit("-R", "select[stops==yes]", "--", "true")
     assert cl.wait_state(job_id, "DONE")["hosts"] == ["h-stops"]
-    bases = [os.path.join(d, "xce-h-stops") for d in _cgroup_dirs().values()]
+    # its subtree in each hierarchy: xce-HOST-<8 hex of its work directory> (worker/cgroups.py)
+    bases = [b for d in _cgroup_dirs().values() for b in glob.glob(os.path.join(d, "xce-h-stops-*"))]
     # its idle run cgroup, kept for the next run
     assert any(os.path.isdir(b) and any(os.path.isdir(os.path.join(b, e)) for e in os.listdir(b)) for b in bases)
     w.stop()
