@@ -26,6 +26,7 @@ from xce.cli.errors import CliError, UsageError
 from xce.client import Client
 from xce.wire import never_sent
 
+USAGE = '[-z "HOST..."] HOST COMMAND [ARG...]'
 WAIT = 30  # seconds each wait for a task's end may take (then asked again)
 TIMEOUT = WAIT + 15.0
 
@@ -59,9 +60,9 @@ def _hosts_and_command(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     else:
         hosts, words = words[:1], words[1:]
     if not hosts:
-        raise UsageError("no host given: blaunch [-z \"HOST...\"] HOST COMMAND [ARG...]")
+        raise UsageError(f"no host given (expected {USAGE})")
     if not words:
-        raise UsageError("no command given: blaunch [-z \"HOST...\"] HOST COMMAND [ARG...]")
+        raise UsageError(f"no command given (expected {USAGE})")
     return hosts, words
 
 
