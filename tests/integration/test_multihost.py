@@ -59,7 +59,12 @@ def test_blaunch_runs_a_task_on_each_host_and_returns_its_exit_status(cl, tmp_pa
     assert lines[:4] == [f"task 1 on host2 in {tmp_path}", "blaunch=3", "on the first host host1", "launch=0"]
     port = lines[4].split()[1]
     assert sorted(lines[4:6]) == [f"host1 {port}", f"host2 {port}"] and lines[6] == "z=0"
-    assert done["state"] == "DONE"
+    assert done["state"] == "DONE" and done["rendezvous"] == f"127.0.0.1:{port}"
+    assert [(t["task"], t["host"], t["ended"], t["exit_code"]) for t in done["tasks"]] == [
+        (1, "host2", True, 3), (2, "host1", True, 0), (3, "host1", True, 0), (4, "host2", True, 0)]
+    shown = cl.xce("job", "show", str(done["id"])).stdout
+    assert f"Rendezvous: 127.0.0.1:{port}" in shown or f"127.0.0.1:{port}" in shown
+    assert "1 on host2: exit code 3; 2 on host1: exit code 0" in shown
 
 
 def test_a_task_goes_only_to_the_jobs_own_hosts_and_only_the_job_may_ask(cl):
@@ -131,7 +136,9 @@ def test_mpirun_with_blaunch_runs_an_mpi4py_allreduce_over_two_hosts(cl, tmp_pat
               f"{sys.executable} allreduce.py")
     done, out = run_job(cl, mpirun, cwd=tmp_path, timeout=120)
     assert done["state"] == "DONE", out
-    assert out.splitlines() == [f"rank {r} of 4 on host{r // 2 + 1} sum 10" for r in range(4)]
+    # (mpirun may warn that its setpgid of an agent that had exec'd already failed: OpenMPI's race, harmless)
+    assert [line for line in out.splitlines() if not line.startswith("[")] == [
+        f"rank {r} of 4 on host{r // 2 + 1} sum 10" for r in range(4)]
 
 
 def test_a_torchrun_style_launcher_meets_at_the_rendezvous_with_one_agent_per_host(cl):

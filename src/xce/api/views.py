@@ -51,8 +51,12 @@ def job_json(model: Model, job: Job, pending_reason: str | None = None,
         "mem_limit": job.mem_limit, "usage": job.usage,
         "shell": job.shell, "script": job.script, "submit_dir": job.submit_dir, "note": job.run_note or None,
         "dependency": job.dependency, "terminate_orphan": job.terminate_orphan,
-        "run_limit": job.run_limit, "run_estimate": job.run_estimate,
+        "run_limit": job.run_limit, "run_estimate": job.run_estimate, "rendezvous": job.rendezvous or None,
+        "tasks": [{k: t[k] for k in TASK_FIELDS} for t in job.tasks],  # (not its environment)
     }
+
+
+TASK_FIELDS = ("task", "host", "command", "ended", "exit_code", "signal", "reason")
 
 
 def job_brief_json(job: Job) -> dict[str, Any]:

@@ -47,6 +47,18 @@ class JobClaimDoc(_MaybeClass, total=False):
 
 
 
+class TaskDoc(TypedDict):
+    """A task of a job's run on one of its hosts (``blaunch``)."""
+
+    task: int
+    host: str
+    command: str
+    ended: bool
+    exit_code: int | None
+    signal: int | None
+    reason: str
+
+
 class JobDoc(TypedDict):
     """A job: ``GET /v1/jobs/{id}``, ``POST /v1/jobs``'s answer, ``xce --json job show``."""
 
@@ -95,6 +107,9 @@ class JobDoc(TypedDict):
     terminate_orphan: Annotated[bool, Limit(description="-ti: ended if its dependency can never hold")]
     run_limit: Annotated[float | None, Limit(description="-W (or the queue's run_limit): seconds a run may last")]
     run_estimate: Annotated[float | None, Limit(description="-We: seconds a run is expected to take")]
+    rendezvous: Annotated[str | None, Limit(description="ADDR:PORT on the run's first host (XCE_RDZV_HOST, "
+                                                        "XCE_RDZV_PORT)")]
+    tasks: Annotated[list[TaskDoc], Limit(description="the run's tasks on its hosts (blaunch)")]
 
 
 class _Row(TypedDict):
