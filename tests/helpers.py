@@ -230,7 +230,7 @@ class WorkerProcess:
             self.token = daemon_token(self.ctl, self.host)
         token_file = write_token_file(os.path.join(self.work_dir, "token"), self.token)
         cmd = XCE + ["worker", "--host", self.host, "--controller", self.controllers or self.ctl.url,
-                     "--slots", str(self.slots),
+                     "--slots", str(self.slots), "--address", "127.0.0.1",
                      "--work-dir", self.work_dir, "--heartbeat", "0.5", "--token-file", token_file]
         cmd += [a for k, v in self.attrs.items() for a in ("--attr", f"{k}={v}")]
         cmd += [a for k, v in self.counters.items() for a in ("--counter", f"{k}={v}")]

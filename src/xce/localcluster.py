@@ -54,6 +54,7 @@ STOP_TIMEOUT = 30.0
 SCRATCH_PER_HOST = "64Gi"  # each host's scratch counter: what --scratch claims draw on
 BTRFS_LOOP_MIN = 128 << 20  # mkfs.btrfs refuses much smaller filesystems
 TOOL_TIMEOUT = 120.0  # seconds for one mkfs/mount/umount/btrfs command
+LOOPBACK = "127.0.0.1"  # where the local cluster's hosts reach each other (a job's rendezvous)
 
 
 class ClusterError(Exception):
@@ -400,7 +401,8 @@ class LocalCluster:
             work_dir = os.path.join(self.state_dir, "hosts", host)
             os.makedirs(work_dir, mode=0o755, exist_ok=True)
             token_file = self._daemon_token(admin, f"worker-{host}", host, os.path.join(work_dir, "token"))
-            self._spawn(f"worker-{host}", ["worker", "--host", host, "--controller", self.url,
+            # every host is this machine: the others reach a job's first host on loopback
+            self._spawn(f"worker-{host}", ["worker", "--host", host, "--controller", self.url, "--address", LOOPBACK,
                                            "--slots", str(self.slots), "--work-dir", work_dir,
                                            "--counter", f"scratch={SCRATCH_PER_HOST}", "--token-file", token_file,
                                            *storage, *self.transfers, *self.gpus, *self.host_args.get(host, [])],

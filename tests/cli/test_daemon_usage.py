@@ -18,6 +18,7 @@ def test_worker_refuses_a_malformed_counter_attr_storage_root_or_host(tmp_path):
     for extra, fragment in ((["--host", "h1", "--counter", "scratch=lots"], "invalid amount 'lots'"),
                             (["--host", "h1", "--attr", "Zone=a"], "expected NAME=VALUE"),
                             (["--host", "h1", "--storage-root", "relative/dir"], "--storage-root relative/dir"),
+                            (["--host", "h1", "--address", "a b"], "--address 'a b': expected a host name or an IP"),
                             (["--host", "H 1"], "invalid host name")):
         r = daemon(tmp_path, *base, *extra)
         assert r.returncode == 2, (extra, r.stderr)

@@ -22,7 +22,7 @@ from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import xce
-from xce.api import agents, audit, claims, history, identity, jobs, service, snapshots, transfers, workers
+from xce.api import agents, audit, claims, history, identity, jobs, service, snapshots, tasks, transfers, workers
 from xce.api.auth import SECURITY_SCHEME
 from xce.api.commands import audit_refusal
 from xce.api.metrics import Metrics
@@ -100,7 +100,7 @@ class RequestCounter:
 #: the OpenAPI document is the same either way (each router gives its routes their tags and the
 #: error answers, ``schemas.ERRORS``).
 ROUTERS = (jobs.router, workers.router, claims.router, snapshots.router, audit.router, history.router,
-           transfers.router, agents.router, service.router, identity.router)
+           transfers.router, agents.router, service.router, identity.router, tasks.router)
 
 
 def create_app(controller: Controller, on_leader: Callable[[], None] | None = None) -> FastAPI:

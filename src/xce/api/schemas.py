@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_typ
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from xce.names import NAME_PATTERN
-from xce.wire import AgentOp, ClaimDoc, Dispatch, HistoryRow, JobDoc, JobRow, Limit, SnapshotDoc, Submission
+from xce.wire import AgentOp, ClaimDoc, Dispatch, HistoryRow, JobDoc, JobRow, Limit, SnapshotDoc, Submission, TaskDispatch
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]
 Path = Annotated[str, Field(min_length=1, max_length=4096)]
@@ -496,11 +496,16 @@ class OrdersOut(BaseModel):
 
 
 DispatchOut = response_model(Dispatch, "DispatchOut")
+TaskDispatchOut = response_model(TaskDispatch, "TaskDispatchOut")
 
 
 class HostWorkOut(BaseModel):
     dispatch: list[DispatchOut]  # type: ignore[valid-type]
     orders: list[OrdersOut]
+    tasks: list[TaskDispatchOut] = Field(  # type: ignore[valid-type]
+        default_factory=list, description="tasks of running jobs (blaunch) to start on the host")
+    over: list[RunRefOut] = Field(default_factory=list, description="runs the host has tasks of that are over: "
+                                                                    "their tasks are to end now")
     fence: float | None = Field(None, description="absent for a host declared lost meanwhile")
 
 

@@ -24,7 +24,7 @@ from xce.model.pools import pool_use
 from xce.model.snapshots import Snapshot
 from xce.records import Usage
 from xce.transfers import TransferSite
-from xce.wire import AgentOp, Dispatch
+from xce.wire import AgentOp, Dispatch, TaskDispatch
 
 
 def submitted_json(doc: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
@@ -62,7 +62,12 @@ def job_json(model: Model, job: Job, pending_reason: str | None = None,
         "requeue_exit": job.requeue_exit, "requeues": job.requeues, "avoid_hosts": job.avoid_hosts,
         "pre_exec": job.pre_exec, "post_exec": job.post_exec, "pre_exec_failures": job.pre_exec_failures,
         "post_exec_exit": job.post_exec_exit, "gpu": job.gpu, "gpus": {h: job_gpus(model, job, h) for h in job.run_gpus},
+        "rendezvous": job.rendezvous or None,
+        "tasks": [{k: t[k] for k in TASK_FIELDS} for t in job.tasks],  # (not its environment)
     }
+
+
+TASK_FIELDS = ("task", "host", "command", "ended", "exit_code", "signal", "reason")
 
 
 def job_brief_json(job: Job) -> dict[str, Any]:
@@ -433,7 +438,14 @@ def host_work_json(model: Model, host: str, work: dispatch.HostWork) -> dict[str
     """A worker's work poll's answer: runs to start, and orders of its runs it has not seen (the
     route adds ``fence`` when the answer is word from the controller: ``with_fence``)."""
     return {"dispatch": [dispatch_json(model, job, host) for job in work.start],
-            "orders": [run_orders(job) for job in work.orders]}
+            "orders": [run_orders(job) for job in work.orders],
+            "tasks": [task_dispatch_json(model, job, task, host) for job, task in work.tasks]}
+
+
+def task_dispatch_json(model: Model, job: Job, task: dict[str, Any], host: str) -> TaskDispatch:
+    """A task as the worker on ``host`` starts it: in its run's sandbox there (``dispatch_json``)."""
+    return TaskDispatch(run=dispatch_json(model, job, host), task=task["task"], command=task["command"],
+                        cwd=task["cwd"], env=task["env"], rendezvous=job.rendezvous)
 
 
 def with_fence(answer: dict[str, Any], fence: float | None) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from xce.api.views import (heartbeat_json, host_removed_json, host_work_json, ho
                            resources_json, runs_json, with_fence)
 from xce.errors import Conflict, InvalidRequest
 from xce.model import Model
-from xce.model import dispatch, hosts
+from xce.model import dispatch, hosts, tasks
 from xce.model.hosts import HostState
 from xce.model.identity import User, speaks_for_host
 from xce.names import NAME_PATTERN
@@ -72,6 +72,8 @@ class StartedReport(Strict):
     stderr: Annotated[str, Field(max_length=4096)] = ""
     publish: Literal["", "bind", "symlink"] = ""
     note: Annotated[str, Field(max_length=8192)] = ""
+    rendezvous: Annotated[str, Field(max_length=300)] = ""
+    task_key: Annotated[str, Field(pattern="^([0-9a-f]{64})?$")] = ""
 
 
 class RunUsage(Strict):
@@ -96,15 +98,41 @@ class FinishedReport(Strict):
     post_exec_exit: Annotated[int, Field(ge=0, le=255)] | None = None  # its -Ep's exit code, when it ran
 
 
+class TaskEndReport(Strict):
+    job_id: Id
+    run: Int64
+    task: Annotated[int, Field(ge=1, le=2**31 - 1)]
+    exit_code: Int64 | None = None
+    signal: Annotated[int, Field(ge=0, le=255)] | None = None
+    reason: Annotated[str, Field(max_length=1024)] = ""
+
+
 class ReportsRequest(Strict):
     started: Annotated[list[StartedReport], Field(max_length=10_000)] = Field(default_factory=list)
     finished: Annotated[list[FinishedReport], Field(max_length=10_000)] = Field(default_factory=list)
+    tasks_finished: Annotated[list[TaskEndReport], Field(max_length=10_000)] = Field(default_factory=list)
 
 
-def host_work(model: Model, host: str, seen: dict[tuple[int, int], int] | None = None) -> dict[str, Any]:
+def host_work(model: Model, host: str, seen: dict[tuple[int, int], int] | None = None,
+              task_runs: set[tuple[int, int]] | None = None) -> dict[str, Any]:
     """What the worker on ``host`` is to do (``dispatch.work_for``: runs to start, orders it has not
-    ``seen``), as its work poll answers it."""
-    return host_work_json(model, host, dispatch.work_for(model, host, seen))
+    ``seen``, tasks to start; of the runs it has ``task_runs`` of, those over), as its work poll answers it."""
+    out = host_work_json(model, host, dispatch.work_for(model, host, seen))
+    out["over"] = runs_json(tasks.runs_over(model, task_runs or set()))
+    return out
+
+
+def parse_runs(items: list[str]) -> set[tuple[int, int]]:
+    """``JOB.RUN`` items: the runs a worker has tasks of."""
+    if len(items) > 100_000:
+        raise InvalidRequest("tasks: at most 100,000 runs")
+    out = set()
+    for item in items:
+        parts = item.split(".")
+        if len(parts) != 2 or not all(p.isdigit() and len(p) <= 18 for p in parts):
+            raise InvalidRequest(f"tasks: expected JOB.RUN, got {item[:64]!r}")
+        out.add((int(parts[0]), int(parts[1])))
+    return out
 
 
 def parse_seen(items: list[str]) -> dict[tuple[int, int], int]:
@@ -191,19 +219,22 @@ async def peek_answered(host: HostName, body: schemas.PeekAnswer, ctl: Ctl, acto
 async def work(host: HostName, request: Request, ctl: Ctl, monitor: Monitor, actor: User = Depends(agent_identity),
                wait: float = Query(0, ge=0, le=60),
                seen: list[str] = Query([], description="JOB.RUN.SEQ: the newest order of each run the "
-                                       "worker has passed on to its shepherd")):
+                                       "worker has passed on to its shepherd"),
+               tasks: list[str] = Query([], description="JOB.RUN: the runs the worker has tasks of (blaunch): "
+                                        "those over are answered in over")):
     speaks_for_host(actor, host)
     if host not in ctl.model.hosts:
         raise Conflict(f"host {host} is not registered: register first", code="reregister")
     monitor.seen(host)
     had = parse_seen(seen)
+    task_runs = parse_runs(tasks)
     await ctl.read_barrier()
-    out = host_work(ctl.model, host, had)
-    if not out["dispatch"] and not out["orders"] and wait > 0:
+    out = host_work(ctl.model, host, had, task_runs)
+    if not any(out[k] for k in ("dispatch", "orders", "tasks", "over")) and wait > 0:
         await monitor.work.wait(wait)
         await ctl.read_barrier()
         speaks_for_host(recheck(request), host)  # its token may have been revoked while it waited
-        out = host_work(ctl.model, host, had)
+        out = host_work(ctl.model, host, had, task_runs)
     h = ctl.model.hosts.get(host)
     # an answer is word from the controller, as a heartbeat's is (its runs' lease is renewed from when
     # the poll was sent); not to a host declared lost meanwhile, whose runs are being fenced
@@ -217,9 +248,10 @@ async def reports(host: HostName, body: ReportsRequest, request: Request, monito
     monitor.seen(host)
     started = [dispatch.Started(**s.model_dump()) for s in body.started]
     ended = [dispatch.Ended(**r.model_dump()) for r in body.finished]
+    tasks_ended = [dispatch.TaskEnd(**t.model_dump()) for t in body.tasks_finished]
 
     def decide(model: Model):
-        facts, kill = dispatch.runs_reported(model, host, started, ended, time.time())
+        facts, kill = dispatch.runs_reported(model, host, started, ended, time.time(), tasks_ended)
         return facts, runs_json(kill)
 
     return JSONResponse(kill_json(await mutate(request, actor, f"host/{host}", decide)))

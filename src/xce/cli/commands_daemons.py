@@ -67,6 +67,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="file holding the host's daemon token, mode 0600 (or XCE_TOKEN)")
     w.add_argument("--token", dest="command_line_token", help=argparse.SUPPRESS)  # refused: see TOKEN_ON_COMMAND_LINE
     w.add_argument("--slots", type=int, help="job slots (default: CPU count)")
+    w.add_argument("--address", metavar="ADDR",
+                   help="where this host's other hosts reach it: a multi-host job's rendezvous "
+                        "(XCE_RDZV_HOST) when this host is its first (default: the --host name)")
     w.add_argument("--attr", action="append", metavar="K=V", help="host attribute for select[] (repeatable)")
     w.add_argument("--counter", action="append", metavar="NAME=AMOUNT",
                    help="consumable counter for rusage[], e.g. scratch=100Gi (repeatable)")
@@ -179,7 +182,7 @@ def cmd_worker(args, ctx) -> int:
                           args.work_dir, args.heartbeat, args.run_as_users, args.provider_config,
                           args.storage_roots, allow_system_users=args.allow_system_users,
                           transfer_config=args.transfer_config, cgroups=args.cgroups,
-                          allow_no_openat2=args.allow_no_openat2, gpus=args.gpus)
+                          allow_no_openat2=args.allow_no_openat2, gpus=args.gpus, address=args.address)
     except (WorkerConfigError, ProvisionerConfigError) as e:
         raise UsageError(str(e)) from None
 

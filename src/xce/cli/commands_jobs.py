@@ -197,6 +197,17 @@ def _only_yours(ctx) -> None:
         print(f"(-a: only {me.get('user')}'s jobs are shown (every user's: admins only))", file=sys.stderr)
 
 
+def _task(task: dict) -> str:
+    """One task of the run, as job show lists it: "2 on host2: exit code 3"."""
+    if not task["ended"]:
+        how = "running"
+    elif task["signal"] is not None:
+        how = f"killed by signal {task['signal']}"
+    else:
+        how = f"exit code {task['exit_code']}"
+    return f"{task['task']} on {task['host']}: {how}" + (f" ({task['reason']})" if task["reason"] else "")
+
+
 def _show_jobs(ctx, args, jobs: list[dict], limit: int | None, nothing: str, columns: tuple[str, ...],
                row: Callable[[dict], tuple]) -> int:
     """A fetched listing as JSON or a table, saying when ``--limit`` cut it short."""
@@ -332,6 +343,8 @@ def _show_one(job: dict[str, Any]) -> str:
         ("Usage", _usage(job.get("usage")) or "omit"),
         ("Cwd", job["cwd"]), ("Submitted from", job.get("submit_dir")), ("Note", job.get("note")),
         ("Stdout", job["stdout"]), ("Stderr", job["stderr"]),
+        ("Rendezvous", job.get("rendezvous") or "omit"),
+        ("Tasks", "; ".join(_task(t) for t in job.get("tasks") or ()) or "omit"),
     ] if v != "omit"])
     if job["claims"]:
         rows = []

@@ -45,6 +45,7 @@ COMMANDS = {
                      "token", "audit"), "commands_admin"),
     **dict.fromkeys(("controller", "worker", "provisioner", "up", "down"), "commands_daemons"),
     "transfers": "commands_transfers",
+    "launch": "commands_launch",
 }
 _TAKES_VALUE = ("--url", "--token", "--config")
 

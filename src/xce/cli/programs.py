@@ -24,7 +24,7 @@ LSF = {
     "bhist": "xce.lsf.history:bhist_main", "bacct": "xce.lsf.history:bacct_main", "bpeek": "xce.lsf.bpeek:main",
     "bqueues": "xce.lsf.site:bqueues_main", "bhosts": "xce.lsf.site:bhosts_main", "lsid": "xce.lsf.site:lsid_main",
     "lsclusters": "xce.lsf.site:lsclusters_main", "badmin": "xce.lsf.site:badmin_main",
-    "bparams": "xce.lsf.site:bparams_main",
+    "bparams": "xce.lsf.site:bparams_main", "blaunch": "xce.lsf.blaunch:main",
 }
 
 Entry = Callable[[list[str]], int]

@@ -25,7 +25,7 @@ import time
 
 from xce.controller.commit import Outcome
 from xce.controller.core import Controller
-from xce.controller.longpoll import HOST_WORK_WAKE, Waker
+from xce.controller.longpoll import HOST_WORK_WAKE, TASK_WAKE, Waker
 from xce.errors import XceError
 from xce.model import Model
 from xce.model.facts import Fact, HostStateChanged
@@ -45,6 +45,7 @@ class HostMonitor:
         self.last_seen: dict[str, float] = {}
         self.lost_since: dict[str, float] = {}  # UNAVAIL hosts: when (monotonic) their fence began
         self.work = Waker(ctl, HOST_WORK_WAKE)  # the workers' long-polls for dispatches and orders
+        self.tasks = Waker(ctl, TASK_WAKE)  # blaunch's waits for its run's start and its tasks' ends
         ctl.listeners.leader.append(self._grace)
         ctl.listeners.background.append(self.run)
 

@@ -14,13 +14,16 @@ from xce.controller.core import Controller
 from xce.model.facts import (
     AgentLeased, AttachmentAdded, AttachmentRemoved, ClaimDeleteRequested, ClaimOpFailed, ClaimOpSucceeded, ClaimPlaced,
     ClaimPurgeRequested, ClaimResizeReserved, Fact, JobAllocated, JobFinished, JobKillRequested, JobProcessEnded,
-    JobRequeued, JobResumed, JobSignalRequested, JobSuspended, OrphanSeen, ReplicaOpFailed, ReplicaOpSucceeded,
-    ReplicaPlaced, SnapshotCreated, SnapshotDeleteRequested, SnapshotOpFailed, SnapshotOpSucceeded,
+    JobRequeued, JobResumed, JobSignalRequested, JobStarted, JobSuspended, OrphanSeen, ReplicaOpFailed, ReplicaOpSucceeded,
+    ReplicaPlaced, SnapshotCreated, SnapshotDeleteRequested, SnapshotOpFailed, SnapshotOpSucceeded, TaskEnded,
+    TaskLaunched,
 )
 
 # workers' polls for dispatches and runs' orders (the readiness gate opens when claims become READY/ATTACHED)
 HOST_WORK_WAKE = (JobAllocated, JobKillRequested, JobSignalRequested, JobSuspended, JobResumed,
-                  JobFinished, JobRequeued, ClaimOpSucceeded, ReplicaOpSucceeded)
+                  JobFinished, JobRequeued, ClaimOpSucceeded, ReplicaOpSucceeded, TaskLaunched)
+# blaunch's waits for its run's start (its secret is known then), its task's end, or its run's
+TASK_WAKE = (JobStarted, TaskEnded, JobFinished, JobRequeued, JobProcessEnded)
 # claim agents' polls: ops opened (a placed claim's create, a reserved resize's expand, a snapshot's create),
 # retried, or released
 AGENT_WAKE = (ClaimPlaced, ClaimResizeReserved, ClaimOpSucceeded, ClaimOpFailed, ClaimDeleteRequested,

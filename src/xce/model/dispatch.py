@@ -17,25 +17,26 @@ controller refuses is a run to kill, an end it decided already is nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from xce.errors import Conflict, InvalidRequest
-from xce.model import job_claims, jobs
+from xce.model import job_claims, jobs, tasks
 from xce.model.entities.jobs import RUNNING, Job, JobState
 from xce.model.facts import Fact, HostRegistered
 from xce.model.state import State
 
-__all__ = ["Ended", "HostWork", "Started", "mem_limit", "register", "runs_reported", "work_for"]
+__all__ = ["Ended", "HostWork", "Started", "TaskEnd", "mem_limit", "register", "runs_reported", "work_for"]
 
 
 @dataclass(frozen=True)
 class HostWork:
     start: list[Job] = field(default_factory=list)  # runs to start on the host: their gate is open
     orders: list[Job] = field(default_factory=list)  # running runs with an order the worker has not seen
+    tasks: list[tuple[Job, dict[str, Any]]] = field(default_factory=list)  # tasks to start on the host (blaunch)
 
     @property
     def empty(self) -> bool:
-        return not self.start and not self.orders
+        return not self.start and not self.orders and not self.tasks
 
 
 def work_for(model: State, host: str, seen: dict[tuple[int, int], int] | None = None) -> HostWork:
@@ -47,7 +48,14 @@ def work_for(model: State, host: str, seen: dict[tuple[int, int], int] | None = 
     out = HostWork()
     for key in h.held_slots:
         job = model.jobs.get(int(key))
-        if job is None or not job.hosts or job.hosts[0] != host:
+        if job is None or not job.hosts:
+            continue
+        if job.tasks:  # blaunch: a task on any of its hosts, and the run's orders go to its tasks there too
+            out.tasks.extend((job, t) for t in tasks.tasks_for(model, host, job))
+            if job.hosts[0] != host and job.state in RUNNING and job.order_seq > seen.get((job.id, job.run), 0) \
+                    and any(t["host"] == host for t in job.tasks):
+                out.orders.append(job)
+        if job.hosts[0] != host:
             continue
         if job.state is JobState.PEND and job_claims.blocker(model, job) is None:  # the readiness gate
             out.start.append(job)
@@ -93,6 +101,20 @@ class Started:
     stderr: str = ""
     publish: str = ""  # how the run's claims were published: "bind", "symlink"
     note: str = ""  # what it noted starting the run (a submission directory missing on its host)
+    rendezvous: str = ""  # ADDR:PORT reserved for the run on its first host
+    task_key: str = ""  # sha256 of the run's secret (``tasks.task_key``)
+
+
+@dataclass(frozen=True)
+class TaskEnd:
+    """A worker's word that a task of a run (``blaunch``) ended."""
+
+    job_id: int
+    run: int
+    task: int
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -112,7 +134,7 @@ class Ended:
 
 
 def runs_reported(model: State, host: str, started: list[Started], ended: list[Ended],
-                  now: float) -> tuple[list[Fact], list[tuple[int, int]]]:
+                  now: float, tasks_ended: Sequence[TaskEnd] = ()) -> tuple[list[Fact], list[tuple[int, int]]]:
     """A worker's reports: the facts of each, and the runs it started that are not its to run (the
     controller gave them up, or never dispatched them there), to kill."""
     facts: list[Fact] = []
@@ -120,7 +142,7 @@ def runs_reported(model: State, host: str, started: list[Started], ended: list[E
     for s in started:
         try:
             facts += jobs.report_started(model, host, s.job_id, s.run, s.pid, now, s.workspace, s.stdout, s.stderr,
-                                         s.publish, s.note)
+                                         s.publish, s.note, s.rendezvous, s.task_key)
         except Conflict:
             kill.append((s.job_id, s.run))
     for e in ended:
@@ -132,4 +154,9 @@ def runs_reported(model: State, host: str, started: list[Started], ended: list[E
                                                     e.reason, e.usage, e.pre_exec_failed, e.post_exec_exit)
         except Conflict:
             pass  # OBSERVATION: a report about a run the controller already decided: nothing to do
+    for t in tasks_ended:
+        try:
+            facts += tasks.report_ended(model, host, t.job_id, t.run, t.task, now, t.exit_code, t.signal, t.reason)
+        except Conflict:
+            pass  # OBSERVATION: a task of a run that is over
     return facts, kill

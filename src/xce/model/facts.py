@@ -298,6 +298,37 @@ class JobStarted(Fact):
     stderr: str = ""
     publish: str = ""  # how its claims were published: "bind" or "symlink" (worker not root)
     note: str = ""  # what the worker noted starting it (a submission directory missing on the host)
+    rendezvous: str = ""  # ADDR:PORT its first host reserved for it (XCE_RDZV_HOST, XCE_RDZV_PORT)
+    task_key: str = ""  # sha256 of the run's secret (XCE_JOB_TOKEN in its environment): blaunch's proof
+
+
+@fact("job.task_launched")
+@dataclass(frozen=True, slots=True)
+class TaskLaunched(Fact):
+    """A running job (``blaunch``, ``xce launch``) asked for a task on one of its hosts; that host's worker
+    starts it in the run's sandbox.  ``task`` numbers the run's tasks from 1."""
+
+    job_id: int
+    run: int
+    task: int
+    host: str
+    command: str  # one command line, for /bin/sh -c (as rsh runs it: mpirun's quoting relies on it)
+    cwd: str = ""
+    keep_going: bool = False  # its failure does not end the job
+    env: dict[str, str] | None = None  # blaunch's environment, as the job's is kept (jobs.kept_environment)
+
+
+@fact("job.task_ended")
+@dataclass(frozen=True, slots=True)
+class TaskEnded(Fact):
+    """A task's process ended (or could not start, or was lost with its host or worker)."""
+
+    job_id: int
+    run: int
+    task: int
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str = ""
 
 
 @fact("job.finished")

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from xce.errors import Unauthenticated
 from xce.model import (
     audit, capabilities, catalog, claims, dependencies, history, hosts, identity, job_changes, job_claims, jobs, ops,
-    orphans, snapshots,
+    orphans, snapshots, tasks,
 )
 from xce.model.facts import (
     AgentLeased, AttachmentAdded, AttachmentRemoved, AuditRecorded, ClaimCreated, ClaimDeleteRequested, ClaimOpFailed,
@@ -22,8 +22,8 @@ from xce.model.facts import (
     JobFinished, JobHeld, JobKillRequested, JobModified, JobProcessEnded, JobReleased, JobRequeued, JobResumed,
     JobSignalRequested, JobStarted, JobSubmitted, JobSuspended, OrphanResolved, OrphanSeen, ProjectDefined, ProjectRemoved, QueueDefined,
     RecordsRetired, ReplicaEvicted, ReplicaLost, ReplicaOpFailed, ReplicaOpIntent, ReplicaOpSucceeded, ReplicaPlaced, ReplicasAdded,
-    SnapshotCreated, SnapshotDeleteRequested, SnapshotOpFailed, SnapshotOpIntent, SnapshotOpSucceeded, TokenIssued, TokenRevoked,
-    UserDefined, UserDisabled,
+    SnapshotCreated, SnapshotDeleteRequested, SnapshotOpFailed, SnapshotOpIntent, SnapshotOpSucceeded, TaskEnded,
+    TaskLaunched, TokenIssued, TokenRevoked, UserDefined, UserDisabled,
 )
 from xce.model.entities.identity import User
 from xce.model.state import State
@@ -60,6 +60,8 @@ FOLDS: dict[type[Fact], Callable[[State, Any], None]] = {
     JobReleased: jobs.apply_job_released,
     JobModified: job_changes.apply_job_modified,
     JobProcessEnded: job_claims.apply_job_process_ended,
+    TaskLaunched: tasks.apply_task_launched,
+    TaskEnded: tasks.apply_task_ended,
     ClaimCreated: job_claims.apply_claim_created,  # a run's template claims join their run
     ClaimPlaced: claims.apply_claim_placed,
     ClaimOpIntent: claims.apply_claim_op_intent,

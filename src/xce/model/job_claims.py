@@ -43,6 +43,7 @@ from xce.model.facts import (
 )
 from xce.model.state import State
 from xce.names import check_name
+from xce.resreq import parse_resreq
 from xce.transfers.locations import Location, TransferRefused, split_stage_in, split_stage_out
 from xce.transfers.locations import resolve as resolve_location
 from xce.units import parse_mem_limit, parse_size
@@ -280,12 +281,28 @@ def submit(model: State, actor: User, spec: JobSpec, claims: JobClaimsSpec, now:
         if claims == JobClaimsSpec():
             return [], [], None
         refs, templates = resolve(model, config, actor, project, claims, queue)
+        check_one_host(model, refs, spec)
         return refs, templates, claims.app
 
     facts, job_id = jobs.submit(model, actor, spec, now, config, claims=resolve_in)
     if not facts:  # OBSERVATION: a retry of a submission already made (its request id): nothing new
         return facts, job_id
     return facts + early_claims(model, facts[0], now), job_id
+
+
+def check_one_host(model: State, refs: list[dict[str, Any]], spec: JobSpec) -> None:
+    """An RWO claim is read and written on one host at a time: a job whose request spreads it over
+    several (``-n 4 -R "span[ptile=2]"``) cannot have one, and is told so rather than squeezed onto one."""
+    rr = parse_resreq(spec.resreq)  # (jobs.submit checked it)
+    if rr.ptile is None or spec.slots <= rr.ptile:
+        return
+    for ref in refs:
+        claim = model.claims.get(ref["claim_id"])
+        if claim is not None and claim.access_mode is AccessMode.RWO:
+            hosts = -(-spec.slots // rr.ptile)
+            raise InvalidRequest(f"claim {ref['name']!r} is RWO (read-write on one host at a time): a job on "
+                                 f"{hosts} hosts (-n {spec.slots} with span[ptile={rr.ptile}]) cannot use it; use "
+                                 "an RWX or ROX claim, or keep the job on one host (span[hosts=1])")
 
 
 def early_fact(job_id: int, user: str, project: str, run: int, t: dict[str, Any], claim_id: int,

@@ -283,8 +283,13 @@ def job_environment(spec: JobSpec, site: ControllerConfig | None) -> dict[str, s
         return None
     if site is not None and site.job_environment == "clean" and spec.env_all:
         return None
+    return kept_environment(spec.env, site)
+
+
+def kept_environment(env: dict[str, str], site: ControllerConfig | None) -> dict[str, str] | None:
+    """``env`` less XCE's credentials and the variables the site marks private (a job's, a task's)."""
     private = site.private_env if site is not None else ()
-    kept = {k: v for k, v in spec.env.items()
+    kept = {k: v for k, v in env.items()
             if not never_sent(k, v) and not any(fnmatch.fnmatchcase(k, p) for p in private)}
     return kept or None
 
@@ -557,6 +562,8 @@ def apply_job_allocated(model: State, f: JobAllocated) -> Job | None:
     job.order_seq = 0  # a new run: its orders are numbered from 1
     job.signal_orders = []
     job.process_exit = None
+    job.rendezvous = job.task_key = ""  # the new run's, when it starts
+    job.tasks = []
     for host_name, n in f.slots.items():
         host = model.hosts.get(host_name)
         if host is not None:
@@ -586,6 +593,8 @@ def apply_job_started(model: State, f: JobStarted) -> None:
     job.stderr = f.stderr or job.stderr
     job.publish = f.publish
     job.run_note = f.note
+    job.rendezvous = f.rendezvous
+    job.task_key = f.task_key
     job.pending_reason = None
 
 
@@ -791,14 +800,16 @@ def release(model: State, actor: User, job_id: int, now: float) -> list[Fact]:
 
 
 def report_started(model: State, host: str, job_id: int, run: int, pid: int, now: float,
-                   workspace: str, stdout: str, stderr: str, publish: str = "", note: str = "") -> list[Fact]:
+                   workspace: str, stdout: str, stderr: str, publish: str = "", note: str = "",
+                   rendezvous: str = "", task_key: str = "") -> list[Fact]:
     job = model.jobs.get(job_id)
     if job is None or job.run != run or job.finished or host not in job.alloc_slots:
         raise Conflict(f"job {job_id} run {run} is not dispatched to {host}")
     if job.started:
         return []  # OBSERVATION: a repeated report
     return [JobStarted(time=now, job_id=job_id, run=run, host=host, pid=pid,
-                       workspace=workspace, stdout=stdout, stderr=stderr, publish=publish, note=note)]
+                       workspace=workspace, stdout=stdout, stderr=stderr, publish=publish, note=note,
+                       rendezvous=rendezvous, task_key=task_key)]
 
 
 def report_finished(model: State, host: str, job_id: int, run: int, now: float, exit_code: int | None,

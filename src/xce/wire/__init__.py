@@ -25,10 +25,10 @@ from xce.wire._submission import JOB_NAME_PATTERN, MAX_SCRIPT, NAME_PATTERN, TOK
 
 if TYPE_CHECKING:
     from xce.wire._documents import (AgentOp, ClaimDoc, Dispatch, HistoryRow, JobClaimDoc, JobDoc, JobRow, OpReport,
-                                     ReplicaDoc, RunUsage, SnapshotDoc)
+                                     ReplicaDoc, RunUsage, SnapshotDoc, TaskDispatch)
 
 _DOCUMENTS = ("AgentOp", "ClaimDoc", "Dispatch", "HistoryRow", "JobClaimDoc", "JobDoc", "JobRow", "OpReport",
-              "ReplicaDoc", "RunUsage", "SnapshotDoc")
+              "ReplicaDoc", "RunUsage", "SnapshotDoc", "TaskDispatch")
 
 
 def __getattr__(name: str) -> Any:
@@ -57,6 +57,7 @@ __all__ = [
     "RunUsage",
     "SnapshotDoc",
     "Submission",
+    "TaskDispatch",
     "TOKEN_SECRET",
     "never_sent",
 ]

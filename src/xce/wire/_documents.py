@@ -47,6 +47,18 @@ class JobClaimDoc(_MaybeClass, total=False):
 
 
 
+class TaskDoc(TypedDict):
+    """A task of a job's run on one of its hosts (``blaunch``)."""
+
+    task: int
+    host: str
+    command: str
+    ended: bool
+    exit_code: int | None
+    signal: int | None
+    reason: str
+
+
 class _SubmittedKeys(TypedDict, total=False):
     warnings: Annotated[list[str], Limit(description=(
         "POST /v1/jobs's answer only: what the submission names that no host has (a select[] attribute), "
@@ -117,6 +129,9 @@ class JobDoc(_SubmittedKeys):
         "-gpu (or rusage[ngpus_physical=]): num (per host), mode, j_exclusive, gmodel, gmem (bytes)"))]
     gpus: Annotated[dict[str, list[dict[str, Any]]], Limit(description=(
         "the GPUs of its current (or last) run on each host: {id, uuid, model} each"))]
+    rendezvous: Annotated[str | None, Limit(description="ADDR:PORT on the run's first host (XCE_RDZV_HOST, "
+                                                        "XCE_RDZV_PORT)")]
+    tasks: Annotated[list[TaskDoc], Limit(description="the run's tasks on its hosts (blaunch)")]
 
 
 class _Row(TypedDict):
@@ -337,3 +352,15 @@ class Dispatch(TypedDict):
     pre_exec: str | None  # -E: run before the command, as the job (sandbox.STEPS)
     post_exec: str | None  # -Ep: run after the command ends
     gpus: list[dict[str, Any]]  # the GPUs it holds on this host: {id, uuid} each (CUDA_VISIBLE_DEVICES)
+
+
+class TaskDispatch(TypedDict):
+    """A task of a running job (``blaunch``) a worker is to start in the run's sandbox on its host
+    (``GET /v1/hosts/{host}/work``, ``tasks``)."""
+
+    run: Dispatch  # the run, as its worker on this host would start it (its env, claims, output)
+    task: int  # numbered within the run from 1
+    command: str  # one command line, for /bin/sh -c
+    cwd: str  # where blaunch was called ("": the run's own)
+    env: dict[str, str] | None  # blaunch's environment (the job's part of the task's: as a job's is kept)
+    rendezvous: str  # ADDR:PORT on the job's first host (XCE_RDZV_HOST, XCE_RDZV_PORT)

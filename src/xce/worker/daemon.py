@@ -27,7 +27,6 @@ import logging
 import os
 import queue
 import shutil
-import signal
 import threading
 import time
 import uuid
@@ -42,8 +41,10 @@ from xce.units import format_run_limit, format_size
 from xce.worker import control, sandbox, staging
 from xce.worker.cgroups import CgroupError, Hierarchy, Limits, RunCgroup, Usage
 from xce.worker.gpus import Gpu, device_rules
+from xce.worker.rendezvous import Ports, new_secret
 from xce.worker.storage import StorageRoots
-from xce.wire import AgentOp, Dispatch
+from xce.worker.tasks import TaskRuns
+from xce.wire import AgentOp, Dispatch, TaskDispatch
 
 log = logging.getLogger("xce.worker")
 
@@ -61,9 +62,13 @@ class Worker:
                  run_as_users: bool = False, providers: dict[str, Provider] | None = None,
                  storage_roots: list[str] | None = None, allow_system_users: bool = False,
                  transfers: TransferSite | None = None, cgroups: Hierarchy | None = None,
-                 allow_no_openat2: bool = False, gpus: list[Gpu] | None = None) -> None:
+                 allow_no_openat2: bool = False, gpus: list[Gpu] | None = None,
+                 address: str | None = None) -> None:
         self.host = host
         self.gpus = list(gpus or ())  # found by NVML or configured (xce.worker.gpus): reported at registration
+        self.address = address or host  # where the other hosts reach this one (a run's XCE_RDZV_HOST)
+        self.url = url  # the controller(s): a run's blaunch calls them (XCE_JOB_URL)
+        self.ports = Ports()  # the rendezvous ports of the runs started here
         # several controllers: calls follow the leader; every call the worker makes is idempotent
         # (runs are keyed by job and run number), so one whose answer was lost is sent again
         self.client = Client(url, token, timeout=DAEMON_TIMEOUT, retry_mutations=True)
@@ -74,7 +79,7 @@ class Worker:
         self.allow_system_users = allow_system_users  # run as root / uid < UID_MIN too (sandbox.run_as_for)
         self.transfers = transfers  # remotes and their credentials (--transfer-config): stage-in/out of URLs
         self.allow_no_openat2 = allow_no_openat2
-        self.run_cgroups: dict[tuple[int, int], RunCgroup] = {}
+        self.run_cgroups: dict[tuple[int, ...], RunCgroup] = {}  # runs', and tasks' with a cgroup of their own
         self.confine(cgroups)
         self.applied: dict[tuple[int, int], int] = {}  # run -> the newest order passed on to its shepherd
         self.fence: float | None = None  # seconds a lease lasts (the controller says, in every answer)
@@ -83,7 +88,8 @@ class Worker:
         self.runs_dir = os.path.join(work_dir, "runs")
         self.jobs_dir = os.path.join(work_dir, "jobs")
         self.output_dir = os.path.join(work_dir, "output")
-        for d in (self.runs_dir, self.jobs_dir, self.output_dir):
+        self.tasks = TaskRuns(os.path.join(work_dir, "tasks"))  # tasks of runs (blaunch) on this host
+        for d in (self.runs_dir, self.jobs_dir, self.output_dir, self.tasks.dir):
             os.makedirs(d, exist_ok=True)
             os.chmod(d, 0o711)  # users reach their own workspace, claims and output, and list nobody's
         self.running: set[tuple[int, int]] = set()
@@ -159,6 +165,8 @@ class Worker:
             key = (data["job_id"], data["run"])
             known.add(os.path.basename(data["workspace"]))
             self._adopt_cgroup(key, data.get("cgroup"))
+            if data.get("rendezvous"):
+                self.ports.adopt(key, int(data["rendezvous"].rpartition(":")[2]))
             if "failed" in data:
                 self._reports.put(("finished", {"job_id": key[0], "run": key[1], "exit_code": 127,
                                                 "reason": data["failed"]}))
@@ -170,18 +178,48 @@ class Worker:
                     self.running.add(key)
                     self.applied[key] = control.applied(run_dir)
                 self._reports.put(("started", {"job_id": key[0], "run": key[1], "pid": pid,
-                                               "workspace": data["workspace"]}))
+                                               "workspace": data["workspace"],
+                                               "rendezvous": data.get("rendezvous", ""),
+                                               "task_key": data.get("task_key", "")}))
                 threading.Thread(target=self._watch_adopted, args=(key, pid, run_dir, data["workspace"]),
                                  daemon=True, name=f"job-{key[0]}.{key[1]}").start()
             else:
                 self._finish(key, run_dir, data["workspace"])
+        known.update(self._recover_tasks())
         for name in os.listdir(self.jobs_dir):  # workspaces no run knows about: never started
             if name not in known:
                 sandbox.clean_workspace(os.path.join(self.jobs_dir, name))
         if self.cgroups is not None:  # the cgroups no adopted run holds go
             log.info("removed %d run cgroups of earlier lives", self.cgroups.recover())
 
-    def _adopt_cgroup(self, key: tuple[int, int], saved: dict[str, Any] | None) -> None:
+    def _recover_tasks(self) -> set[str]:
+        """After a restart: adopt the tasks still going, report those that ended; the names of the
+        workspaces they keep."""
+        known: set[str] = set()
+        for name in sorted(os.listdir(self.tasks.dir)):
+            task_dir = os.path.join(self.tasks.dir, name)
+            data = self._read_journal(task_dir)
+            if data is None:  # the mkdir happened, the intent did not: nothing was spawned
+                shutil.rmtree(task_dir, ignore_errors=True)
+                continue
+            key = (data["job_id"], data["run"], data["task"])
+            run = key[:2]
+            known.add(os.path.basename(data["workspace"]))
+            if not os.path.isdir(self._run_dir(*run)):  # not the run's first host: the tasks' workspace
+                self.tasks.workspaces.setdefault(run, data["workspace"])
+            own = RunCgroup.from_json(data["cgroup"]) if data.get("cgroup") else None
+            if own is not None:
+                self._adopt_cgroup(key, data["cgroup"])
+            self.tasks.adopt(key, task_dir)
+            if "failed" in data:
+                self._task_ended(key, own, {"exit_code": 127, "reason": data["failed"]})
+                continue
+            pid = sandbox.read_int(os.path.join(task_dir, "shepherd.pid"))
+            threading.Thread(target=self._watch_adopted_task, args=(key, pid, task_dir, own), daemon=True,
+                             name=f"task-{key[0]}.{key[1]}.{key[2]}").start()
+        return known
+
+    def _adopt_cgroup(self, key: tuple[int, ...], saved: dict[str, Any] | None) -> None:
         """The cgroup a run of an earlier life holds, as its journal kept it."""
         if self.cgroups is None or saved is None:
             return
@@ -250,7 +288,8 @@ class Worker:
                 except queue.Empty:
                     break
             body = {"started": [r for k, r in batch if k == "started"],
-                    "finished": [r for k, r in batch if k == "finished"]}
+                    "finished": [r for k, r in batch if k == "finished"],
+                    "tasks_finished": [r for k, r in batch if k == "task_finished"]}
             delay = 0.2
             while True:
                 try:
@@ -263,6 +302,8 @@ class Worker:
                     delay = min(delay * 2, 5.0)
             for r in body["finished"]:  # the controller has it: the run's directory is done
                 shutil.rmtree(self._run_dir(r["job_id"], r["run"]), ignore_errors=True)
+            for r in body["tasks_finished"]:
+                shutil.rmtree(self.tasks.task_dir((r["job_id"], r["run"], r["task"])), ignore_errors=True)
             for k in reply.get("kill", []):
                 self._end_now(k["job_id"], k["run"])
 
@@ -302,6 +343,12 @@ class Worker:
             cgroup = self._make_cgroup(key, job)
             if cgroup is not None:
                 intent["cgroup"] = cgroup.as_json()
+            # the run's rendezvous here (its first host) and its secret, which only its environment holds
+            port = self.ports.reserve(key)
+            secret, task_key = new_secret()
+            intent.update(rendezvous=f"{self.address}:{port}", task_key=task_key)
+            own_env = {"XCE_RDZV_HOST": self.address, "XCE_RDZV_PORT": str(port), "XCE_JOB_TOKEN": secret,
+                       "XCE_JOB_URL": self.url}
             self._write_journal(run_dir, intent)  # intent before action
             if job.get("run_limit"):
                 control.set_run_limit(run_dir, job["run_limit"], job.get("warn_time"), job.get("warn_signal"),
@@ -312,10 +359,11 @@ class Worker:
                                               allow_system_users=self.allow_system_users,
                                               allow_no_openat2=self.allow_no_openat2)
             started = sandbox.start(job, self.host, run_dir, workspace, self.output_dir, self.storage, run_as,
-                                    confinement)
+                                    confinement, own_env)
         except (sandbox.StartFailed, CgroupError, OSError) as e:
             reason = f"failed to start: {e}" if not isinstance(e, sandbox.StartFailed) else str(e)
             self._drop_cgroup(key)
+            self.ports.release(key)
             sandbox.clean_workspace(workspace)
             self._write_journal(run_dir, dict(intent, failed=reason))
             self._ended(key)
@@ -324,10 +372,10 @@ class Worker:
             return
         with self._lock:
             self.running.add(key)
-        threading.Thread(target=self._watch_child, args=(key, started, run_dir), daemon=True,
+        threading.Thread(target=self._watch_child, args=(key, started, run_dir, intent), daemon=True,
                          name=f"job-{key[0]}.{key[1]}").start()
 
-    def _make_cgroup(self, key: tuple[int, int], job: Dispatch) -> RunCgroup | None:
+    def _make_cgroup(self, key: tuple[int, ...], job: Dispatch) -> RunCgroup | None:
         """The run's cgroup, its limits written: ``mem_limit`` (-M, or the mem it reserved here), and its
         slots here as whole cores (when this host's slots are its cores) or as a CPU quota."""
         if self.cgroups is None:
@@ -352,7 +400,7 @@ class Worker:
             self.run_cgroups[key] = rc
         return rc
 
-    def _drop_cgroup(self, key: tuple[int, int], used: Usage | None = None) -> None:
+    def _drop_cgroup(self, key: tuple[int, ...], used: Usage | None = None) -> None:
         """The run's cgroup idle again and its cores free (its processes are gone; ``used``: its usage)."""
         with self._lock:
             rc = self.run_cgroups.pop(key, None)
@@ -361,13 +409,15 @@ class Worker:
         if rc is not None and self.cgroups is not None:
             self.cgroups.give_back(rc, used)
 
-    def _watch_child(self, key: tuple[int, int], started: sandbox.Started, run_dir: str) -> None:
+    def _watch_child(self, key: tuple[int, int], started: sandbox.Started, run_dir: str,
+                     intent: dict[str, Any]) -> None:
         """Report the run started once its command was exec'd (with what the launcher noted: a working
         directory it could not use), then wait for its end."""
         note = started.notes()
         self._reports.put(("started", {"job_id": key[0], "run": key[1], "pid": started.pid,
                                        "workspace": started.workspace, "stdout": started.stdout,
-                                       "stderr": started.stderr, "publish": started.publish, "note": note}))
+                                       "stderr": started.stderr, "publish": started.publish, "note": note,
+                                       "rendezvous": intent["rendezvous"], "task_key": intent["task_key"]}))
         os.waitpid(started.pid, 0)  # the shepherd: it has written the job's status by now
         self._finish(key, run_dir, started.workspace)
 
@@ -381,12 +431,7 @@ class Worker:
         clean up, report how it ended."""
         rc = self.run_cgroups.get(key)
         if rc is None:  # no cgroup: whatever the job left behind in its process group goes with it
-            pgid = sandbox.read_int(os.path.join(run_dir, "pgid"))
-            if pgid is not None:
-                try:
-                    os.killpg(pgid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            sandbox.kill_group(run_dir)
         cg = self.cgroups.usage(rc) if rc is not None and self.cgroups is not None else None
         self._drop_cgroup(key, cg)
         pre_failed, post_exit = sandbox.exec_steps(workspace)
@@ -427,6 +472,7 @@ class Worker:
         self._reports.put(("finished", report))
 
     def _ended(self, key: tuple[int, int]) -> None:
+        self.ports.release(key)
         with self._lock:
             self.running.discard(key)
             self.applied.pop(key, None)
@@ -437,11 +483,14 @@ class Worker:
     def _pass_on(self, orders: dict[str, Any]) -> None:
         """The controller's orders for one of our runs, to its shepherd, each order once."""
         key = (orders["job_id"], orders["run"])
+        task_dirs = self.tasks.of_run(key)  # its tasks here (blaunch) are ordered as the run is
         with self._lock:
-            if key not in self.running or orders["seq"] <= self.applied.get(key, 0):
+            if (key not in self.running and not task_dirs) or orders["seq"] <= self.applied.get(key, 0):
                 return  # OBSERVATION: over, or passed on already (the answer raced our last poll's)
             self.applied[key] = orders["seq"]
-        control.pass_on(self._run_dir(*key), orders)
+            mine = key in self.running
+        for run_dir in ([self._run_dir(*key)] if mine else []) + task_dirs:
+            control.pass_on(run_dir, orders)
 
     def _end_now(self, job_id: int, run: int) -> None:
         """A run that is not this host's any more (the controller gave it up, or never gave it here): its
@@ -452,6 +501,92 @@ class Worker:
                 return
         log.warning("run %d.%d is not this host's any more (given up while this worker was away): ending it", *key)
         control.end_now(self._run_dir(*key))
+
+    # ------------------------------------------------------------ tasks (blaunch)
+
+    def _start_task(self, task: TaskDispatch) -> None:
+        """A task of a running job on this host, in the run's sandbox here: its first host's run's cgroup
+        (joined), else a cgroup of its own; the run's workspace here."""
+        job = task["run"]
+        run = (job["job_id"], job["run"])
+        key = (*run, task["task"])
+        if self.fence is not None and control.clock() >= self.lease_until:
+            return  # (as _start: its shepherd would fence it at once; the next answered poll has it again)
+        task_dir = self.tasks.claim(key)
+        if task_dir is None:
+            return  # started already, or its run is over
+        workspace = os.path.join(self.jobs_dir, f"{run[0]}.{run[1]}")
+        with self._lock:
+            main = self.run_cgroups.get(run) if run in self.running else None
+            first_host = run in self.running or run in self.ended
+        if not first_host:
+            self.tasks.workspaces.setdefault(run, workspace)
+        intent: dict[str, Any] = {"job_id": run[0], "run": run[1], "task": key[2], "workspace": workspace}
+        own: RunCgroup | None = None
+        try:
+            run_as = sandbox.run_as_for(job["user"], self.host, self.allow_system_users) if self.run_as_users else None
+            if main is None and self.cgroups is not None:
+                own = self._make_cgroup(key, job)
+                intent["cgroup"] = own.as_json() if own is not None else None
+            self._write_journal(task_dir, intent)  # intent before action (a failure below is written too)
+            lease = control.lease_path(self.work_dir) if self.fence is not None else None
+            confinement = sandbox.Confinement(cgroup=own, joins=main, lease=lease,
+                                              allow_system_users=self.allow_system_users,
+                                              allow_no_openat2=self.allow_no_openat2)
+            address, _, port = task["rendezvous"].rpartition(":")
+            own_env = {"XCE_TASK": str(key[2]), "XCE_RDZV_HOST": address, "XCE_RDZV_PORT": port}
+            started = sandbox.start(job, self.host, task_dir, workspace, self.output_dir, self.storage, run_as,
+                                    confinement, own_env, task)
+        except (sandbox.StartFailed, CgroupError, OSError) as e:
+            reason = f"failed to start: {e}" if not isinstance(e, sandbox.StartFailed) else str(e)
+            self._write_journal(task_dir, dict(intent, failed=reason))
+            self._task_ended(key, own, {"exit_code": 127, "reason": reason})
+            return
+        threading.Thread(target=self._watch_task, args=(key, started, task_dir, own), daemon=True,
+                         name=f"task-{key[0]}.{key[1]}.{key[2]}").start()
+
+    def _watch_task(self, key: tuple[int, int, int], started: sandbox.Started, task_dir: str,
+                    own: RunCgroup | None) -> None:
+        started.notes()  # (its exec, or its failure to get there)
+        os.waitpid(started.pid, 0)
+        self._task_done(key, task_dir, own)
+
+    def _watch_adopted_task(self, key: tuple[int, int, int], pid: int | None, task_dir: str,
+                            own: RunCgroup | None) -> None:
+        while pid is not None and sandbox.shepherd_alive(pid, task_dir):  # not our child: we cannot wait for it
+            time.sleep(ADOPT_POLL)
+        self._task_done(key, task_dir, own)
+
+    def _task_done(self, key: tuple[int, int, int], task_dir: str, own: RunCgroup | None) -> None:
+        """The task's shepherd is gone: how it ended, to the controller."""
+        status = sandbox.read_int(os.path.join(task_dir, "status"))
+        if own is None:  # no cgroup of its own: what it left in its process group goes with it
+            sandbox.kill_group(task_dir)
+        if status is None:
+            end: dict[str, Any] = {"reason": f"lost: the task's shepherd on {self.host} died"}
+        elif status in (sandbox.PUBLISH_FAILED, sandbox.LAUNCH_FAILED, sandbox.NOT_FOUND) and \
+                (err := sandbox.publish_error(task_dir) or sandbox.launch_error(task_dir)):
+            end = {"exit_code": status, "reason": f"failed to start: {err}"}
+        else:
+            exit_code, sig = sandbox.exit_status(status)
+            end = {"exit_code": exit_code, "signal": sig}
+        self._task_ended(key, own, end)
+
+    def _task_ended(self, key: tuple[int, int, int], own: RunCgroup | None, end: dict[str, Any]) -> None:
+        if own is not None:
+            self._drop_cgroup(key)
+        spent = self.tasks.finished(key)
+        if spent is not None:
+            sandbox.clean_workspace(spent)
+        self._reports.put(("task_finished", {"job_id": key[0], "run": key[1], "task": key[2], **end}))
+
+    def _runs_over(self, runs: list[tuple[int, int]]) -> None:
+        """The controller says these runs are over: their tasks here end now, their workspaces here go."""
+        for run in runs:
+            for task_dir in self.tasks.of_run(run):
+                control.end_now(task_dir)
+        for workspace in self.tasks.ended_runs(runs):
+            sandbox.clean_workspace(workspace)
 
     # ------------------------------------------------------------ main loop
 
@@ -507,9 +642,11 @@ class Worker:
         while not self._stop.is_set():
             with self._lock:  # the orders we have: the poll answers only newer ones
                 seen = [f"{j}.{r}.{seq}" for (j, r), seq in self.applied.items() if seq]
+            task_runs = [f"{j}.{r}" for j, r in sorted(self.tasks.runs())]
             sent = control.clock()
             try:
-                work = self.client.get(f"/v1/hosts/{self.host}/work", [("wait", POLL_WAIT), *(("seen", x) for x in seen)],
+                work = self.client.get(f"/v1/hosts/{self.host}/work", [("wait", POLL_WAIT), *(("seen", x) for x in seen),
+                                                                      *(("tasks", x) for x in task_runs)],
                                        timeout=POLL_WAIT + DAEMON_TIMEOUT)
             except ApiError as e:
                 if e.code == "reregister":
@@ -529,6 +666,9 @@ class Worker:
                 self._pass_on(orders)
             for job in work["dispatch"]:
                 self._start(job)
+            self._runs_over([(r["job_id"], r["run"]) for r in work.get("over", [])])
+            for task in work.get("tasks", []):
+                self._start_task(task)
 
     def stop(self) -> None:
         """Stop polling; running jobs are left to the next life of this worker to reconcile."""

@@ -39,7 +39,7 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
                run_as_users: bool = False, provider_config: str | None = None,
                storage_roots: list[str] | None = None, allow_system_users: bool = False,
                transfer_config: str | None = None, cgroups: str = "auto", allow_no_openat2: bool = False,
-               gpus: str | None = None) -> int:
+               gpus: str | None = None, address: str | None = None) -> int:
     from xce.names import check_name
     from xce.errors import InvalidRequest
     from xce.transfers import TransferConfigError, load_daemon_site
@@ -51,6 +51,8 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
         check_name("host", host)
     except InvalidRequest as e:
         raise WorkerConfigError(e.message) from None
+    if address is not None and (not address or any(c.isspace() or c in ",/@" for c in address)):
+        raise WorkerConfigError(f"--address {address!r}: expected a host name or an IP address")
     try:
         launcher()  # every run needs it: say so now, not at the first job
     except StartFailed as e:
@@ -85,7 +87,7 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
     worker = Worker(host, url, token, slots if slots is not None else (os.cpu_count() or 1), attrs_given,
                     counters_given, work_dir, heartbeat=heartbeat, run_as_users=run_as_users, providers=providers,
                     storage_roots=roots, allow_system_users=allow_system_users, transfers=transfers,
-                    allow_no_openat2=allow_no_openat2, gpus=devices)
+                    allow_no_openat2=allow_no_openat2, gpus=devices, address=address)
     # (said once what it was told is known good: a bad --controller is the first thing a typo shows)
     log.info("GPUs: %s", f"{len(devices)} ({source.name}): " + ", ".join(f"{g.id} {g.model}" for g in devices)
              if source is not None else "none (no --gpus, and NVML finds no NVIDIA GPU)")

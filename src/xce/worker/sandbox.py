@@ -41,6 +41,7 @@ import fcntl
 import os
 import pwd
 import shutil
+import signal
 import stat
 import sys
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ from typing import Any
 from xce.worker import gpus
 from xce.worker.cgroups import RunCgroup
 from xce.worker.storage import OutsideStorage, StorageRoots
-from xce.wire import Dispatch
+from xce.wire import Dispatch, TaskDispatch
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -222,11 +223,14 @@ def write_hostfile(run_dir: str, job: Dispatch) -> str:
     return path
 
 
-def job_env(job: Dispatch, host: str, workspace: str, home: str, hostfile: str | None = None) -> dict[str, str]:
+def job_env(job: Dispatch, host: str, workspace: str, home: str, hostfile: str | None = None,
+            submitted: dict[str, str] | None = None) -> dict[str, str]:
     """The job's environment: a clean base, the submitter's variables over it (as the controller kept
-    them: private ones and tokens are gone), then the account's, LSF's and XCE's own, which none overrides."""
+    them: private ones and tokens are gone; a task's: its blaunch caller's), then the account's, LSF's and
+    XCE's own, which none overrides."""
     env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}
-    env.update((k, v) for k, v in (job.get("env") or {}).items() if _submitted(k))
+    given = job.get("env") if submitted is None else submitted
+    env.update((k, v) for k, v in (given or {}).items() if _submitted(k))
     env.update(lsf_env(job, hostfile))
     env.update({"HOME": home, "USER": job["user"], "LOGNAME": job["user"],
                 # an element's: its array's id, as %J and LSB_JOBID say (the element: $XCE_JOBID[$XCE_ARRAY_INDEX])
@@ -374,12 +378,17 @@ class Confinement:
     worker's operator allowed (``--allow-system-users``, ``--allow-no-openat2``)."""
 
     cgroup: RunCgroup | None = None
+    # a task's (blaunch) on its run's first host: it joins the run's cgroup, which the run's shepherd
+    # controls (freezes, and kills with the run); its own shepherd signals its process group
+    joins: RunCgroup | None = None
     lease: str | None = None  # the worker's lease file (``control.renew_lease``); None: never fenced
     allow_system_users: bool = False
     allow_no_openat2: bool = False
 
     def launcher_args(self) -> list[str]:
         args = self.cgroup.launcher_args() if self.cgroup is not None else []
+        if self.joins is not None:
+            args += [a for d in self.joins.dirs for a in ("--cgroup-join", d)]
         if self.lease is not None:
             args += ["--lease", self.lease]
         if self.allow_system_users:
@@ -390,26 +399,31 @@ class Confinement:
 
 
 def start(job: Dispatch, host: str, run_dir: str, workspace: str, output_dir: str,
-          roots: StorageRoots, run_as: RunAs | None = None, confinement: Confinement = Confinement()) -> Started:
+          roots: StorageRoots, run_as: RunAs | None = None, confinement: Confinement = Confinement(),
+          own_env: dict[str, str] | None = None, task: TaskDispatch | None = None) -> Started:
     """Create the workspace, write what the launcher reads, spawn the shepherd.  The working directory
     and the command are the launcher's to find, as the job's user: the worker (root) follows no path a
     user chose, and says only what it checked itself.  The job starts in ``cwd`` (``--cwd``: it must
     exist), else in the submission directory (``submit_dir``) or, where its user cannot enter that, in its
-    workspace (the launcher notes it: ``Started.notes``)."""
+    workspace (the launcher notes it: ``Started.notes``).  ``own_env``: what this start adds to the job's
+    environment (its rendezvous, its secret).  A ``task`` of the run (``blaunch``) runs its command line
+    in the run's sandbox on this host: the same user, environment, claims and workspace, starting where
+    blaunch was called (else as the run), its output appended to the run's."""
     os.makedirs(workspace, mode=0o700, exist_ok=True)
     if run_as is not None:
         os.chown(workspace, run_as.uid, run_as.gid)
-    cwd = job["cwd"] or job.get("submit_dir") or workspace
-    fallback = workspace if not job["cwd"] and job.get("submit_dir") else None
+    cwd = (task["cwd"] if task else "") or job["cwd"] or job.get("submit_dir") or workspace
+    fallback = workspace if cwd != workspace and (task or not job["cwd"]) else None
     home = run_as.home if run_as else os.environ.get("HOME", "/")
-    env = job_env(job, host, workspace, home, write_hostfile(run_dir, job))
+    env = job_env(job, host, workspace, home, write_hostfile(run_dir, job), task["env"] or {} if task else None)
+    env.update(own_env or {})
     claims = job.get("claims") or []
     program = launcher()
     as_root = os.geteuid() == 0
     prepare_publish(claims, run_dir, roots, as_root)
     env.update(publish_env(claims, run_dir))
-    command = command_argv(job, run_dir, run_as)
-    if job.get("pre_exec") or job.get("post_exec"):
+    command = [SHELL, "-c", task["command"]] if task else command_argv(job, run_dir, run_as)
+    if not task and (job.get("pre_exec") or job.get("post_exec")):
         env.update({"XCE_PRE_EXEC": job.get("pre_exec") or "", "XCE_POST_EXEC": job.get("post_exec") or ""})
         command = [SHELL, "-c", STEPS, "xce-job", *command]
     write_env(run_dir, env)
@@ -504,6 +518,16 @@ def read_int(path: str) -> int | None:
     except OSError:
         return None
     return int(text) if text.lstrip("-").isdigit() else None
+
+
+def kill_group(run_dir: str) -> None:
+    """SIGKILL to what a run (or task) whose shepherd is gone left in its process group (RUN/pgid)."""
+    pgid = read_int(os.path.join(run_dir, "pgid"))
+    if pgid is not None:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def exit_status(status: int) -> tuple[int, int | None]:

@@ -107,6 +107,11 @@ class Job:
     gpu: dict[str, Any] | None = None  # GPUs on each host: xce.jobspec_gpu.GpuRequest.as_json (None: none)
     # host -> the GPU ids of the current run, or of the last one once it ended (who holds a GPU now: Host.held_gpus)
     run_gpus: dict[str, list[int]] = field(default_factory=dict)
+    rendezvous: str = ""  # the current run's ADDR:PORT on its first host (XCE_RDZV_HOST, XCE_RDZV_PORT)
+    task_key: str = ""  # sha256 of the current run's secret, which its blaunch presents (xce.model.tasks)
+    # the current run's tasks on its hosts (blaunch): {task, host, command, cwd, keep_going, ended,
+    # exit_code, signal, reason}, in launch order (task i at index i - 1)
+    tasks: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def array_busy(self) -> bool:

@@ -1,0 +1,124 @@
+"""Routes a running job calls to start tasks on its hosts (``blaunch``, ``xce launch``) and wait for them.
+
+A job is no user: it proves it is the job with its run's secret as the bearer token (``XCE_JOB_TOKEN``
+in its environment, ``xce.model.tasks``), which reaches these routes only and acts as the job's user
+in the audit trail.  No user token reaches them: a user cannot slip a task into a running job.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request
+from pydantic import BaseModel, Field
+
+from xce.api import schemas
+from xce.api.commands import mutate
+from xce.api.deps import Ctl, Monitor
+from xce.api.responses import JSONResponse
+from xce.api.schemas import Strict
+from xce.errors import Unauthenticated
+from xce.model import Model, tasks
+from xce.controller.core import Controller
+from xce.controller.hosts import HostMonitor
+from xce.model.entities.jobs import RUNNING, Job, JobState
+from xce.model.identity import Role, User
+from xce.names import NAME_PATTERN
+
+JobId = Annotated[int, Path(ge=1, le=2**63 - 1)]
+# seconds a call waits for its job's run to be reported started: the job's command may call blaunch
+# before its worker's report of the start is committed (and the run's secret known)
+START_WAIT = 30.0
+
+
+class LaunchRequest(Strict):
+    host: Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]
+    command: Annotated[str, Field(min_length=1, max_length=128 * 1024)]  # one command line, for /bin/sh -c
+    cwd: Annotated[str, Field(max_length=4096)] = ""  # where blaunch was called
+    keep_going: bool = False  # the task's failure does not end the job
+    env: Annotated[dict[Annotated[str, Field(max_length=1024)], Annotated[str, Field(max_length=128 * 1024)]],
+                   Field(max_length=4096)] = Field(default_factory=dict)  # blaunch's environment
+
+
+class TaskOut(BaseModel):
+    """A task of the job's current run."""
+
+    task: int
+    host: str
+    ended: bool = Field(description="its process ended (exit_code, signal and reason say how)")
+    exit_code: int | None
+    signal: int | None
+    reason: str
+    running: bool = Field(description="the job's run is still going (else the task ends with it)")
+
+
+def _secret(request: Request) -> str:
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not credentials.strip():
+        raise Unauthenticated("missing bearer token: blaunch runs inside a job (its XCE_JOB_TOKEN)")
+    return credentials.strip()
+
+
+def _the_job(request: Request, model: Model, job_id: int) -> tuple[Job, User]:
+    """The job the caller proves it is, and its user (the actor its requests are audited as)."""
+    ctl = request.app.state.controller
+    if not ctl.serving:
+        raise ctl.not_leader()
+    job = tasks.job_for_secret(model, job_id, _secret(request))
+    user = model.users.get(job.user) or User(name=job.user, role=Role.USER)
+    request.state.actor = user
+    return job, user
+
+
+async def _started(ctl: Controller, monitor: HostMonitor, job_id: int) -> None:
+    """Until the job's dispatched run is reported started (or ``START_WAIT``): only then is its secret known."""
+    deadline = time.monotonic() + START_WAIT
+    await ctl.read_barrier()
+    while (job := ctl.model.jobs.get(job_id)) is not None and job.state is JobState.PEND and job.allocated \
+            and (left := deadline - time.monotonic()) > 0 and not monitor.tasks.closing:
+        await monitor.tasks.wait(left)
+        await ctl.read_barrier()
+
+
+def task_json(job: Job, task: dict[str, Any]) -> dict[str, Any]:
+    return {"task": task["task"], "host": task["host"], "ended": task["ended"], "exit_code": task["exit_code"],
+            "signal": task["signal"], "reason": task["reason"], "running": job.state in RUNNING}
+
+
+router = APIRouter(tags=["tasks"], responses=schemas.ERRORS)
+
+
+@router.post("/v1/jobs/{job_id}/tasks", response_model=TaskOut, status_code=201)
+async def launch(job_id: JobId, body: LaunchRequest, request: Request, ctl: Ctl, monitor: Monitor):
+    """Start a task on one of the job's own hosts, in its run's sandbox there."""
+    await _started(ctl, monitor, job_id)
+    job, user = _the_job(request, ctl.model, job_id)
+    run = job.run
+
+    def decide(model: Model):
+        current, _ = _the_job(request, model, job_id)
+        if current.run != run:
+            raise tasks.refused(job_id)
+        facts = tasks.launch(model, current, body.host, body.command, body.cwd, body.keep_going, time.time(),
+                             body.env, ctl.config.controller)
+        return facts, facts[0].task  # type: ignore[attr-defined]
+
+    number = await mutate(request, user, f"job/{job_id}", decide)
+    return JSONResponse(task_json(job, ctl.model.jobs[job_id].tasks[number - 1]), status_code=201)
+
+
+@router.get("/v1/jobs/{job_id}/tasks/{task}", response_model=TaskOut)
+async def task_state(job_id: JobId, request: Request, ctl: Ctl, monitor: Monitor,
+                     task: Annotated[int, Path(ge=1, le=tasks.MAX_TASKS)],
+                     wait: float = Query(0, ge=0, le=60, description="seconds to wait for the task's end")):
+    """A task of the job's run; with ``wait``, once it ended (or the wait is over)."""
+    await ctl.read_barrier()
+    job, _ = _the_job(request, ctl.model, job_id)
+    deadline = time.monotonic() + wait
+    while not tasks.task_of(job, task)["ended"] and (left := deadline - time.monotonic()) > 0 \
+            and not monitor.tasks.closing:
+        await monitor.tasks.wait(left)
+        await ctl.read_barrier()
+        job, _ = _the_job(request, ctl.model, job_id)  # (the run may have ended meanwhile: refused then)
+    return JSONResponse(task_json(job, tasks.task_of(job, task)))

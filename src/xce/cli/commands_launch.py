@@ -1,0 +1,108 @@
+"""``xce launch`` and LSF's ``blaunch`` (one definition: ``add_arguments`` and ``launch``): run inside a
+job, start a task on each of the given hosts of the job through their workers, and wait for them.
+
+``blaunch [-n] [-z "HOST..."] [-u HOSTFILE] [HOST] COMMAND [ARG...]``, as LSF's: the task runs on each
+host in the job's sandbox there (its user, environment, workspace and claims; ``XCE_TASK`` numbers it),
+its output goes to the job's output, and blaunch exits with the task's exit status (the first failed
+task's, of several; 128+N for a task killed by signal N).  The command line is run by ``/bin/sh -c``,
+its words joined by spaces, as rsh and ssh run theirs (``mpirun --mca plm_rsh_agent blaunch`` quotes
+for a shell); ``-no-shell`` quotes each word so that it reaches the program as given.  A task that
+fails ends the job, unless ``--keep-going``.
+
+The job proves it is the job with its run's secret, which the worker wrote to its environment
+(``XCE_JOB_TOKEN``) and which is sent only as the bearer of these calls; ``XCE_JOB_URL`` names the
+controller(s), ``XCE_JOBID`` the job.  Standard input is not passed on (``-n`` is the only way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from typing import Any
+
+from xce.cli.errors import CliError, UsageError
+from xce.client import Client
+from xce.wire import never_sent
+
+USAGE = '[-z "HOST..."] HOST COMMAND [ARG...]'
+WAIT = 30  # seconds each wait for a task's end may take (then asked again)
+TIMEOUT = WAIT + 15.0
+
+
+class NotInJob(CliError):
+    """blaunch was run outside a job (no run secret in its environment)."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-n", dest="no_stdin", action="store_true", help="no standard input (the only way: accepted)")
+    p.add_argument("-z", dest="hosts", metavar='"HOST..."',
+                   help="the task on each of these hosts (one argument, space-separated), in parallel")
+    p.add_argument("-u", dest="host_file", metavar="HOSTFILE", help="the task on each host listed in this file")
+    p.add_argument("-no-shell", "--no-shell", dest="no_shell", action="store_true",
+                   help="pass each word to the program as given (default: one line for /bin/sh -c)")
+    p.add_argument("-use-login-shell", dest="login_shell", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--keep-going", action="store_true", help="a failed task does not end the job")
+    p.add_argument("words", nargs=argparse.REMAINDER, metavar="[HOST] COMMAND [ARG...]")
+
+
+def _hosts_and_command(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    words = list(args.words)
+    if args.hosts is not None or args.host_file is not None:
+        hosts = (args.hosts or "").split()
+        if args.host_file is not None:
+            try:
+                with open(args.host_file) as fh:
+                    hosts += fh.read().split()
+            except OSError as e:
+                raise CliError(f"cannot read host file {args.host_file}: {e.strerror}") from None
+    else:
+        hosts, words = words[:1], words[1:]
+    if not hosts:
+        raise UsageError(f"no host given (expected {USAGE})")
+    if not words:
+        raise UsageError(f"no command given (expected {USAGE})")
+    return hosts, words
+
+
+def launch(args: argparse.Namespace, environ: Any = os.environ) -> int:
+    """Start the tasks, wait for their ends; the exit status as a shell would give it."""
+    hosts, words = _hosts_and_command(args)
+    secret, url, job = environ.get("XCE_JOB_TOKEN"), environ.get("XCE_JOB_URL"), environ.get("XCE_JOBID")
+    if not secret or not url or not job or not job.isdigit():
+        raise NotInJob("not inside an XCE job (XCE_JOB_TOKEN, XCE_JOB_URL and XCE_JOBID are the job's): "
+                       "blaunch starts tasks of the job it runs in")
+    command = shlex.join(words) if args.no_shell else " ".join(words)
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = ""
+    client = Client(url, secret, timeout=TIMEOUT)
+    try:
+        env = {k: v for k, v in environ.items() if not never_sent(k, v)}  # (the run's secret is XCE_JOB_TOKEN)
+        started = [client.post(f"/v1/jobs/{job}/tasks", {"host": h, "command": command, "cwd": cwd, "env": env,
+                                                         "keep_going": args.keep_going}) for h in hosts]
+        status = 0
+        for task in started:
+            while not task["ended"]:
+                task = client.get(f"/v1/jobs/{job}/tasks/{task['task']}", [("wait", WAIT)])
+            code = 128 + task["signal"] if task["signal"] is not None else task["exit_code"]
+            if task["reason"]:
+                print(f"blaunch: task {task['task']} on {task['host']}: {task['reason']}", file=sys.stderr)
+            if code and not status:
+                status = code if 0 < code < 256 else 1
+        return status
+    finally:
+        client.close()
+
+
+def register(sub, common) -> None:
+    p = sub.add_parser("launch", parents=[common], help="inside a job: start a task on its hosts (as LSF's blaunch)",
+                       description=__doc__.split("\n\n")[1])
+    add_arguments(p)
+    p.set_defaults(func=cmd_launch)
+
+
+def cmd_launch(args, ctx) -> int:
+    return launch(args)
