@@ -402,13 +402,14 @@ def test_two_workers_of_one_host_name_under_one_parent_keep_out_of_each_others_c
         b.remove_all()
 
 
-def test_device_rules_keep_a_run_from_the_device_nodes_of_gpus_it_does_not_hold(tmp_path, v1):
-    """The devices cgroup as a run on a GPU host gets it: ``/dev/nvidia<N>`` of the GPUs it does not hold
-    denied (``gpus.device_rules``).  This machine has no NVIDIA device node, so the rule denies another
-    character device (``/dev/urandom``): the same rule, the same kernel path."""
-    if v1.devices is None:
-        pytest.skip("no v1 devices controller mounted here: device rules cannot be enforced (cgroup v2 hosts "
-                    "need a BPF device program: docs/decisions/gpus.md)")
+def test_device_rules_keep_a_run_from_the_device_nodes_of_gpus_it_does_not_hold(tmp_path, hierarchy):
+    """The device rules a run on a GPU host gets: ``/dev/nvidia<N>`` of the GPUs it does not hold denied
+    (``gpus.device_rules``), by the v1 devices controller (v1, hybrid) or a BPF device program on its v2
+    cgroup (``bpfdev``).  This machine has no NVIDIA device node, so the rule denies another character
+    device (``/dev/urandom``): the same rule, the same kernel path."""
+    v1 = hierarchy
+    if v1.devices is None and v1.tree.version != "v2":
+        pytest.skip("no v1 devices controller mounted here: device rules cannot be enforced")
     st = os.stat("/dev/urandom")
     rule = f"c {os.major(st.st_rdev)}:{os.minor(st.st_rdev)} rwm"
     run = Run(tmp_path, v1, Limits(deny_devices=(rule,)))

@@ -12,11 +12,8 @@ What a run's cgroup gives (DESIGN §12):
   else as a CPU quota (slots × the period);
 - **usage**: user and system CPU seconds of every process of the run, orphans included;
 - **devices**: a run on a host with GPUs may not open the device nodes of the GPUs it does not hold
-  (``xce.worker.gpus.device_rules``), where the host mounts the v1 ``devices`` controller (v1 and
-  hybrid layouts).  Under cgroup v2 the same needs a BPF device program attached to the run's cgroup;
-  no well-kept Python library makes one without a compiler toolchain on every host, so v2 hosts have
-  no such rule yet: their runs are kept to their GPUs by ``CUDA_VISIBLE_DEVICES`` alone (the gap is
-  logged when the worker starts).
+  (``xce.worker.gpus.device_rules``): the v1 ``devices`` controller's rules (v1 and hybrid layouts),
+  or under cgroup v2 a BPF device program attached to the run's cgroup (``xce.worker.bpfdev``).
 
 Three layouts, by what the host mounts (``open_hierarchy``):
 
@@ -67,6 +64,8 @@ import os
 import threading
 from dataclasses import dataclass
 from typing import Any
+
+from xce.worker import bpfdev
 
 log = logging.getLogger("xce.worker.cgroups")
 
@@ -345,9 +344,14 @@ class Hierarchy:
             raise CgroupError(f"cannot make cgroup {name}: {e.strerror}") from None
         rc = self._run(name, shape, limits.memory_bytes if self.memory is not None else None,
                        limits.cores if self.cpuset is not None else ())
-        if limits.deny_devices and self.devices is not None:
-            return RunCgroup(**{**vars(rc), "devices": os.path.join(self.devices.base, name)})
+        if limits.deny_devices and (rules := self._device_rules_place()) is not None:
+            return RunCgroup(**{**vars(rc), "devices": os.path.join(rules.base, name)})
         return rc
+
+    def _device_rules_place(self) -> _Place | None:
+        """Where runs' device rules go: the v1 devices controller, else the v2 tree (a BPF program,
+        ``xce.worker.bpfdev``); None: nowhere (a v1 host without the devices controller)."""
+        return self.devices if self.devices is not None else self.tree if self.tree.version == "v2" else None
 
     @staticmethod
     def _mkdirs(dirs: tuple[str, ...]) -> list[str]:
@@ -367,6 +371,8 @@ class Hierarchy:
             d = os.path.join(self.devices.base, name)
             for rule in limits.deny_devices:  # (a new cgroup: it starts with its parent's rules)
                 _write(f"{d}/devices.deny", rule)
+        elif limits.deny_devices and self.tree.version == "v2":
+            bpfdev.deny(os.path.join(self.tree.base, name), list(limits.deny_devices))
         if limits.memory_bytes is not None and m is not None:
             d, n = os.path.join(m.base, name), str(int(limits.memory_bytes))
             if m.version == "v2":

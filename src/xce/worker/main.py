@@ -97,7 +97,8 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
         raise WorkerConfigError(f"--cgroups {cgroups}: {e}") from None
     log.info("runs are confined by %s", hierarchy.describe() if hierarchy else
              "nothing but their process group (no cgroups: no memory or CPU limits)")
-    if any(g.minor is not None for g in devices) and (hierarchy is None or hierarchy.devices is None):
+    if any(g.minor is not None for g in devices) and (hierarchy is None or hierarchy.devices is None
+                                                     and hierarchy.tree.version != "v2"):
         log.warning("GPUs here, but no v1 devices cgroup: a run is kept to its GPUs by CUDA_VISIBLE_DEVICES only "
                     "(its cgroup cannot deny the others' /dev/nvidia* nodes)")
     worker.confine(hierarchy)
