@@ -46,6 +46,7 @@ from xce.model.facts import (
 from xce.model.claims import ClaimState, ResizeState
 from xce.model.hosts import HostState
 from xce.scheduler.core import schedule
+from xce.scheduler.plan import JobReservation
 from xce.controller.view import JobViews, build_view
 
 log = logging.getLogger("xce.scheduler")
@@ -84,6 +85,7 @@ class SchedulerLoop:
         # the latest cycle's reasons: pending jobs', and every pending job's when no host has room at all
         self.pending_reasons: dict[int, str] = {}
         self.idle_reason: str | None = None
+        self.reserved: dict[int, JobReservation] = {}  # the latest plan's reservations (backfill), by job
         # when the latest cycle planned only the first queue_depth pending jobs: what the others are
         # told, and what the latest full pass said of each
         self.beyond_depth_reason: str | None = None
@@ -158,8 +160,11 @@ class SchedulerLoop:
             await self.commit.execute(lambda m: Outcome(facts=dependencies.terminate_orphans(m, time.time())))
         idle = _no_room(model)
         if idle and not _claims_waiting(model):
-            # nothing can be placed: skip the view (O(pending jobs)), one reason fits them all
-            self.pending_reasons, self.claim_reasons, self.idle_reason = {}, {}, idle
+            # nothing can be placed: skip the view (O(pending jobs)), one reason fits them all but the
+            # reserved jobs' (their planned start stands: only an end, which frees a slot, moves it)
+            self.pending_reasons = {j: self.pending_reasons[j] for j in self.reserved
+                                    if j in self.pending_reasons and j in model.pending_jobs}
+            self.claim_reasons, self.idle_reason = {}, idle
             self.resize_reasons = {}
             self.beyond_depth_reason = None
             return None
@@ -177,6 +182,7 @@ class SchedulerLoop:
         plan = await asyncio.get_running_loop().run_in_executor(self._pool, schedule, view)
         self.cycles += 1
         self.pending_reasons = dict(plan.pending_reasons)
+        self.reserved = {r.job_id: r for r in plan.reservations}
         self._after_depth(view.pending_beyond, plan.room_left, full, depth)
         self.claim_reasons = dict(plan.claim_reasons)
         self.resize_reasons = dict(plan.resize_reasons)

@@ -9,18 +9,21 @@ from __future__ import annotations
 import heapq
 import time
 from types import MappingProxyType
+from typing import Mapping
 
 from xce.config import Config
 from xce.controller.observed import Observed
 from xce.model import Model
 from xce.model import capabilities
 from xce.model.claims import AccessMode, ClaimState, Mode, ReplicaState, ResizeState, Scope
+from xce.model.entities.hosts import Host
 from xce.model.hosts import HostState
 from xce.model.identity import hosts_locked_out
 from xce.model.job_claims import early_claim, node_counters, pool_needs
 from xce.model.jobs import Job
 from xce.scheduler.view import (
-    CachedReplica, CacheUse, ClaimUse, ClaimView, ClusterView, HostView, JobView, PoolView, ReplicaView, ResizeView,
+    CachedReplica, CacheUse, ClaimUse, ClaimView, ClusterView, HostView, JobView, Policy, PoolView, ReplicaView,
+    ResizeView,
 )
 
 MAKING = (ReplicaState.PENDING, ReplicaState.PREPARING)  # a replica being placed, made or filled
@@ -105,7 +108,7 @@ def _uses_claims(j: Job) -> bool:
 
 def _job_view(model: Model, j: Job, prio: dict[str, int]) -> JobView:
     return JobView(id=j.id, run=j.run, queue=j.queue, priority=prio.get(j.queue, 0), slots=j.slots,
-                   resreq=j.resreq, claims=_claim_uses(model, j) if _uses_claims(j) else (),
+                   resreq=j.resreq, run_limit=j.run_limit, project=j.project, user=j.user, claims=_claim_uses(model, j) if _uses_claims(j) else (),
                    node_counters=MappingProxyType(node_counters(j.templates)) if j.templates else
                    MappingProxyType({}), pool_needs=pool_needs(j.templates) if j.templates else ())
 
@@ -118,7 +121,9 @@ def build_view(model: Model, config: Config | None = None, observed: Observed | 
     the scheduler's order, or all: None; ``now``: the time tokens are judged at, for the hosts whose
     daemon credentials were taken back, which it leaves out: ``identity.hosts_locked_out``)."""
     hosts = []
-    locked = hosts_locked_out(model, time.time() if now is None else now)
+    now = time.time() if now is None else now
+    locked = hosts_locked_out(model, now)
+    reserving = config is not None and config.controller.reservation_depth > 0
     for h in model.hosts.values():
         if h.state is not HostState.OK or h.name in locked:
             continue
@@ -127,7 +132,8 @@ def build_view(model: Model, config: Config | None = None, observed: Observed | 
         hosts.append(HostView(name=h.name, slots_free=h.slots - h.slots_used,
                               attrs=MappingProxyType(dict(h.attrs)),
                               counters_total=MappingProxyType(dict(h.counters)),
-                              counters_free=MappingProxyType(free)))
+                              counters_free=MappingProxyType(free),
+                              releases=_releases(model, h, now) if reserving else ()))
     hosts.sort(key=lambda h: h.name)
     prio = {q.name: q.priority for q in model.queues.values()}
     views = views or JobViews()
@@ -143,10 +149,29 @@ def build_view(model: Model, config: Config | None = None, observed: Observed | 
         used = model.cluster_used()
         cluster = {name: total - used.get(name, 0.0) for name, total in config.cluster_counters().items()}
     evictable = _evictable(model)
+    policy = Policy(reservation_depth=config.controller.reservation_depth) if config is not None else Policy()
     return ClusterView(position=model.position, hosts=tuple(hosts), pending=pending, pools=pools,
                        pending_claims=claims, pending_resizes=resizes, pending_replicas=replicas, evictable=evictable,
                        cluster_free=MappingProxyType(cluster),
-                       pending_beyond=views.eligible - len(pending))
+                       pending_beyond=views.eligible - len(pending), now=now, policy=policy)
+
+
+def _releases(model: Model, host: Host, now: float) -> tuple[tuple[float, int, Mapping[str, float]], ...]:
+    """What the runs holding ``host`` give back, and when: at their start (or allocation, for one not
+    started yet) plus their ``-We`` estimate, else their run limit; a run past it gives back now.
+    Runs without either never give back anything the scheduler can plan a reservation with."""
+    out = []
+    for key, n in host.held_slots.items():
+        job = model.jobs.get(int(key))
+        if job is None:
+            continue
+        expected = job.run_estimate if job.run_estimate is not None else job.run_limit
+        if expected is None:
+            continue
+        begun = job.start_time if job.start_time is not None else job.alloc_time if job.alloc_time is not None \
+            else now
+        out.append((max(begun + expected, now), n, MappingProxyType(host.held_counters.get(key, {}))))
+    return tuple(out)
 
 
 def _claim_uses(model: Model, job) -> tuple[ClaimUse, ...]:

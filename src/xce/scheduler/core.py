@@ -1,4 +1,4 @@
-"""``plan = schedule(view)``: queue priority, then FCFS, from an immutable view of the cluster.
+"""``plan = schedule(view)``: queue priority, then FCFS or fair share, with backfill, from an immutable view.
 
 Pure: no I/O, no clock, no waiting; the same view always gives the same plan.
 
@@ -6,14 +6,16 @@ Placement.  Jobs are visited once, highest queue priority first and oldest
 first within a queue.  A job's candidate hosts are those matching its
 ``select`` (evaluated once per distinct ``select`` against the view),
 sorted by its ``order``; it takes the first hosts that fit, in that order.
-A job that does not fit never blocks later jobs (no reservation yet;
-backfill comes later).  ``rusage`` amounts are per slot (as LSF's per-task
-reservation).
+The order of jobs is ``order.pending_order``'s (queue priority, then oldest, or fair share).
+The first ``reservation_depth`` jobs that do not fit get a reservation, and later
+jobs take a host only where they delay none (``backfill.py``); with no
+reservations a job that does not fit never blocks later ones.  ``rusage``
+amounts are per slot (as LSF's per-task reservation).
 
 Cost.  Free capacity only shrinks during a cycle, so a host that cannot
 take something now never can later in the same cycle.  Two things use that:
 
-- a *shape* (resource string and slot count) keeps a cursor into its
+- a *shape* (resource string, slot count and, with reservations, run limit) keeps a cursor into its
   candidates, past the hosts that cannot take it, and once a shape did not
   fit at all every later job of that shape is pending at O(1);
 - hosts that *no* pending job of a kind (same candidates, same counters)
@@ -30,8 +32,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from xce.model.claims import AccessMode, ClaimState
+from xce.scheduler.backfill import INF, Reservations, reserved_reason
 from xce.scheduler.caches import CacheFills
 from xce.scheduler.claims import place_claims, place_replicas, reserve_resizes
+from xce.scheduler.order import pending_order
 from xce.scheduler.plan import Allocation, Plan
 from xce.resreq import ResReq, ResReqError, parse_resreq
 from xce.scheduler.view import ClusterView, HostView, JobView
@@ -87,8 +91,10 @@ _Order = tuple[tuple[str, bool], ...]  # a resreq's order[] section: (name, desc
 
 
 class _Cycle:
-    def __init__(self, view: ClusterView, least_rusage: dict[str, float]) -> None:
+    def __init__(self, view: ClusterView, least_rusage: dict[str, float], resv: Reservations) -> None:
         self.hosts = view.hosts
+        self.resv = resv
+        self.shadow = resv.shadow  # per host: the earliest reservation's start (inf: none)
         self.free_slots = [h.slots_free for h in view.hosts]
         self.free_ctr = [dict(h.counters_free) for h in view.hosts]
         self.offered = {k for h in view.hosts for k in h.counters_total}
@@ -113,23 +119,26 @@ class _Cycle:
             skip = self._skips[key] = _Skip(self, self.candidates(rr), counters)
         return skip
 
-    def fits(self, i: int, rusage: dict[str, float], want: int) -> int:
-        """How many of ``want`` slots host ``i`` can take now, counters included."""
+    def fits(self, i: int, rusage: dict[str, float], want: int, end: float = -INF) -> int:
+        """How many of ``want`` slots host ``i`` can take now, counters included, for a job that is over
+        by ``end`` (a later end may not take what a reservation holds)."""
         k = min(self.free_slots[i], want)
-        if k <= 0 or not rusage:
-            return max(k, 0)
-        free = self.free_ctr[i]
-        for name, per_slot in rusage.items():
-            k = min(k, int(free.get(name, 0.0) // per_slot))
-            if k <= 0:
-                return 0
-        return k
+        if k > 0 and rusage:
+            free = self.free_ctr[i]
+            for name, per_slot in rusage.items():
+                k = min(k, int(free.get(name, 0.0) // per_slot))
+                if k <= 0:
+                    return 0
+        if k > 0 and end > self.shadow[i]:
+            return self.resv.limit(i, end, k, rusage)
+        return max(k, 0)
 
-    def take(self, i: int, rusage: dict[str, float], n: int) -> dict[str, float]:
+    def take(self, i: int, rusage: dict[str, float], n: int, end: float) -> dict[str, float]:
         self.free_slots[i] -= n
         held = {name: per_slot * n for name, per_slot in rusage.items()}
         for name, amount in held.items():
             self.free_ctr[i][name] -= amount
+        self.resv.took(i, end, n, held)
         return held
 
 
@@ -162,16 +171,19 @@ def schedule(view: ClusterView) -> Plan:
             parsed[job.resreq] = host_rr
             for name, per_slot in host_rr.rusage.items():
                 least_rusage[name] = min(per_slot, least_rusage.get(name, per_slot))
-    cycle = _Cycle(view, least_rusage)
+    resv = Reservations(view.hosts, view.policy.reservation_depth, view.now)
+    cycle = _Cycle(view, least_rusage, resv)
     cluster_free = dict(view.cluster_free)
     pool_free = {p.name: p.free for p in view.pools}
     claimed = _Claimed()
     fills = CacheFills(view.evictable)
-    shapes: dict[tuple[str, int], _Shape] = {}
+    shapes: dict[tuple[str, int, float | None], _Shape] = {}
     allocations: list[Allocation] = []
     reasons: dict[int, str] = {}
-    for job in sorted(view.pending, key=lambda j: (-j.priority, j.id)):
+    order = pending_order(view)
+    for job in order:
         rr = parsed[job.resreq]
+        end = resv.end_of(job.run_limit)
         if isinstance(rr, ResReqError):
             reasons[job.id] = f"bad resource requirement: {rr}"
             continue
@@ -186,25 +198,30 @@ def schedule(view: ClusterView) -> Plan:
             reasons[job.id] = pools
             continue
         if job.claims or job.node_counters:  # constraints of its own: no shape to share
-            placed = _place_with_claims(cycle, rr, job, claimed)
+            placed = _place_with_claims(cycle, rr, job, claimed, end)
             if isinstance(placed, str):  # a cache of its may start a replica where it can go
+                if resv.made:
+                    placed = _held_back(cycle, placed, end, rr, _place_with_claims(cycle, rr, job, claimed, -INF))
                 reasons[job.id] = fills.consider(cycle, cycle.candidates(rr), dict(rr.rusage), job, placed)
                 continue
         else:
-            shape = shapes.setdefault((job.resreq, job.slots), _Shape())
+            shape = shapes.setdefault((job.resreq, job.slots, job.run_limit if resv.depth else None), _Shape())
             if shape.exhausted is not None:
-                reasons[job.id] = shape.exhausted
+                reasons[job.id] = _reserve(cycle, rr, job, shape.exhausted, cluster_need, pools)
                 continue
-            placed = _place(cycle, rr, job.slots, shape)
+            placed = _place(cycle, rr, job.slots, shape, end)
             if isinstance(placed, str):
-                shape.exhausted = reasons[job.id] = placed
+                if resv.made:
+                    placed = _held_back(cycle, placed, end, rr, _place(cycle, rr, job.slots, _Shape(), -INF))
+                shape.exhausted = placed
+                reasons[job.id] = _reserve(cycle, rr, job, placed, cluster_need, pools)
                 continue
         hosts = tuple(cycle.hosts[i].name for i, _ in placed)
         rusage = dict(rr.rusage)
         counters: dict[str, dict[str, float]] = {}
         slots: dict[str, int] = {}
         for i, taken in placed:
-            held = cycle.take(i, rusage, taken)
+            held = cycle.take(i, rusage, taken, end)
             slots[cycle.hosts[i].name] = taken
             if held:
                 counters[cycle.hosts[i].name] = held
@@ -216,6 +233,7 @@ def schedule(view: ClusterView) -> Plan:
                 held[name] = held.get(name, 0.0) + amount
         claimed.took(job, hosts)
         fills.placed(job, hosts)
+        order.placed(job)
         for n, v in cluster_need.items():
             cluster_free[n] -= v
         for kind, pool in pools.items():
@@ -229,11 +247,37 @@ def schedule(view: ClusterView) -> Plan:
     replicas += tuple(fills.placements)
     return Plan(position=view.position, allocations=tuple(allocations), pending_reasons=reasons,
                 placements=placements, claim_reasons={**claim_reasons, **replica_reasons}, resizes=resizes,
-                resize_reasons=resize_reasons, replicas=replicas,
+                resize_reasons=resize_reasons, replicas=replicas, reservations=tuple(resv.made),
                 room_left=any(n > 0 for n in cycle.free_slots))
 
 
-def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape) -> list[tuple[int, int]] | str:
+def _held_back(cycle: _Cycle, why: str, end: float, rr: ResReq, unreserved: list[tuple[int, int]] | str) -> str:
+    """Why a job that did not fit waits: a reservation it would delay, if it fits what is free now
+    (``unreserved``: its placement with the reservations set aside, else why it does not fit either)."""
+    if isinstance(unreserved, str):
+        return why
+    return cycle.resv.blocking(unreserved, end, rr.rusage) or why
+
+
+def _reserve(cycle: _Cycle, rr: ResReq, job: JobView, why: str, cluster_need: dict[str, float],
+             pools: dict[str, str]) -> str:
+    """A reservation for a job that does not fit now, while the cycle has room for one (the jobs it
+    gives one to: no claims of their own, no cluster or pool counters to plan in time); its reason."""
+    resv = cycle.resv
+    if not resv.room or cluster_need or pools or job.claims or job.node_counters or why.startswith("would delay"):
+        return why
+    cands = cycle.candidates(rr)
+    if not cands or any(n not in cycle.offered for n in rr.rusage):
+        return why
+    per_host = job.slots if rr.span_hosts == 1 else (rr.ptile or 0)
+    r = resv.reserve(job.id, cands, cycle.free_slots, cycle.free_ctr, rr.rusage, job.slots, per_host)
+    if r is None:
+        return f"{why}; no planned start: too few of its hosts are expected to free up (runs without a run " \
+               "limit are not counted on)"
+    return reserved_reason(r, resv.now, why)
+
+
+def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape, end: float) -> list[tuple[int, int]] | str:
     """Hosts and slot counts for one job, or the reason it cannot be placed now."""
     if not cycle.hosts:
         return "no hosts are available"
@@ -249,7 +293,7 @@ def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape) -> list[tuple[in
     # move the cursor past the hosts that can take nothing of this shape any more
     need_first = min(per_host, want) if per_host else 1
     pos = skip.next(shape.cursor)
-    while pos < len(cands) and cycle.fits(cands[pos], rusage, need_first) < need_first:
+    while pos < len(cands) and cycle.fits(cands[pos], rusage, need_first, end) < need_first:
         skip.passed(pos)
         pos = skip.next(pos + 1)
     shape.cursor = pos
@@ -258,7 +302,7 @@ def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape) -> list[tuple[in
     while pos < len(cands):
         i = cands[pos]
         need = min(per_host, remaining) if per_host else remaining
-        k = cycle.fits(i, rusage, need)
+        k = cycle.fits(i, rusage, need, end)
         if k > 0 and not (per_host and k < need):
             placed.append((i, k))
             remaining -= k
@@ -301,7 +345,8 @@ class _Claimed:
                 self.rwo.setdefault(use.claim_id, hosts[0])
 
 
-def _place_with_claims(cycle: _Cycle, rr: ResReq, job: JobView, claimed: _Claimed) -> list[tuple[int, int]] | str:
+def _place_with_claims(cycle: _Cycle, rr: ResReq, job: JobView, claimed: _Claimed,
+                       end: float) -> list[tuple[int, int]] | str:
     """Placement for a job with claims: only hosts every claim can follow to, all or nothing.
 
     Standalone claims: READY, reachable from the host, RWOP held by no other job, RWO kept on the
@@ -353,7 +398,7 @@ def _place_with_claims(cycle: _Cycle, rr: ResReq, job: JobView, claimed: _Claime
         need = min(per_host, remaining) if per_host else remaining
         if not placed and not node_room(i):
             continue
-        k = cycle.fits(i, rusage, need)
+        k = cycle.fits(i, rusage, need, end)
         if k > 0 and not (per_host and k < need):
             placed.append((i, k))
             remaining -= k

