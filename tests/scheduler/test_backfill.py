@@ -86,8 +86,12 @@ def test_no_planned_start_when_the_runs_in_the_way_have_no_run_limit():
     hosts = [dataclasses.replace(host("a", 4), slots_free=0), host("b", 2)]  # a's run has no limit
     plan = plan_for(hosts, [job(1, slots=4, resreq="span[hosts=1]"), job(2, limit=60), job(3)])
     assert plan.reservations == ()
-    assert "no planned start" in plan.pending_reasons[1]
+    assert plan.pending_reasons[1] == "span[hosts=1]: no single matching host has 4 free slots; 2 host(s) match"
     assert set(allocated(plan)) == {2, 3}  # nothing to delay
+    hosts = [busy(host("a", 4), (100, 1)), host("b", 2)]  # a's other three slots' run has no limit
+    hosts[0] = dataclasses.replace(hosts[0], slots_free=0)
+    plan = plan_for(hosts, [job(1, slots=4, resreq="span[hosts=1]"), job(2, limit=60)])
+    assert plan.reservations == () and "; no planned start: too few of its hosts" in plan.pending_reasons[1]
 
 
 def test_one_reservation_by_default_more_with_depth():

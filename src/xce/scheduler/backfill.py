@@ -99,11 +99,11 @@ class Reservations:
         return None
 
     def reserve(self, job_id: int, cands: list[int], free_slots: list[int], free_ctr: list[dict[str, float]],
-                rusage: Mapping[str, float], want: int, per_host: int) -> JobReservation | None:
+                rusage: Mapping[str, float], want: int, per_host: int) -> JobReservation | str | None:
         """Plan job ``job_id`` at the first expected end of a run after which ``want`` slots fit its
         candidate hosts ``cands`` (what the hosts have free now, less what earlier reservations hold,
-        plus what the runs there give back by then); hold them.  None: they never do (the runs
-        there have no run limit, or the hosts are too few)."""
+        plus what the runs there give back by then); hold them.  Else why not (their runs' limits never
+        free enough), or None when no run there has a limit to plan with."""
         avail_slots: dict[int, int] = {}
         avail_ctr: dict[int, dict[str, float]] = {}
         events: list[tuple[float, int, int, Mapping[str, float]]] = []
@@ -128,6 +128,8 @@ class Reservations:
         contrib = {i: fit(i) for i in cands}
         total = sum(contrib.values())
         start = self.now
+        if total < want and not events:
+            return None  # nothing in its way has a run limit: no time to plan with
         if total < want:
             events.sort(key=lambda e: e[0])
             for end, i, n, ctr in events:
@@ -142,7 +144,8 @@ class Reservations:
                     start = max(end, self.now)
                     break
             else:
-                return None
+                return "no planned start: too few of its hosts are expected to free up (runs without a run " \
+                       "limit are not counted on)"
         slots: dict[str, int] = {}
         remaining = want
         for i in cands:

@@ -272,9 +272,8 @@ def _reserve(cycle: _Cycle, rr: ResReq, job: JobView, why: str, cluster_need: di
     per_host = job.slots if rr.span_hosts == 1 else (rr.ptile or 0)
     r = resv.reserve(job.id, cands, cycle.free_slots, cycle.free_ctr, rr.rusage, job.slots, per_host)
     if r is None:
-        return f"{why}; no planned start: too few of its hosts are expected to free up (runs without a run " \
-               "limit are not counted on)"
-    return reserved_reason(r, resv.now, why)
+        return why
+    return f"{why}; {r}" if isinstance(r, str) else reserved_reason(r, resv.now, why)
 
 
 def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape, end: float) -> list[tuple[int, int]] | str:
