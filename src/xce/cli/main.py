@@ -35,7 +35,8 @@ def _common() -> argparse.ArgumentParser:
 # which module registers each command: a one-shot ``xce submit`` imports and builds only its own
 # module's parsers (tests/cli checks this table against the full parser)
 COMMANDS = {
-    **dict.fromkeys(("submit", "jobs", "job", "kill", "requeue", "hold", "release", "stop", "resume", "hist", "usage"),
+    **dict.fromkeys(("submit", "jobs", "job", "kill", "requeue", "hold", "release", "stop", "resume", "hist", "usage",
+                     "fairshare"),
                     "commands_jobs"),
     **dict.fromkeys(("claim", "claimclass", "orphans", "snapshot"), "commands_claims"),
     **dict.fromkeys(("ping", "controllers", "queues", "apps", "projects", "hosts", "resources", "users", "user", "token",

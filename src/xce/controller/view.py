@@ -14,7 +14,7 @@ from typing import Mapping
 from xce.config import Config
 from xce.controller.observed import Observed
 from xce.model import Model
-from xce.model import capabilities
+from xce.model import capabilities, fairshare
 from xce.model.claims import AccessMode, ClaimState, Mode, ReplicaState, ResizeState, Scope
 from xce.model.entities.hosts import Host
 from xce.model.hosts import HostState
@@ -22,8 +22,8 @@ from xce.model.identity import hosts_locked_out
 from xce.model.job_claims import early_claim, node_counters, pool_needs
 from xce.model.jobs import Job
 from xce.scheduler.view import (
-    CachedReplica, CacheUse, ClaimUse, ClaimView, ClusterView, HostView, JobView, Policy, PoolView, ReplicaView,
-    ResizeView,
+    CachedReplica, CacheUse, ClaimUse, ClaimView, ClusterView, FairShare, HostView, JobView, Policy, PoolView,
+    ReplicaView, ResizeView,
 )
 
 MAKING = (ReplicaState.PENDING, ReplicaState.PREPARING)  # a replica being placed, made or filled
@@ -44,11 +44,13 @@ class JobViews:
         self._kept: dict[int, tuple[Job, tuple[int, str, int, int, str], JobView]] = {}
         self.eligible = 0  # pending jobs the last call could have planned (dependencies and array limits allowing)
 
-    def pending(self, model: Model, prio: dict[str, int], depth: int | None = None) -> tuple[JobView, ...]:
-        """The views of the first ``depth`` pending jobs in the scheduler's order (all: None)."""
+    def pending(self, model: Model, prio: dict[str, int], depth: int | None = None,
+                per_owner: bool = False) -> tuple[JobView, ...]:
+        """The views of the first ``depth`` pending jobs in the scheduler's order (all: None; with
+        ``per_owner``, fair share's: the first ``depth`` of each user of each project)."""
         kept, self._kept = self._kept, {}
         views = []
-        ids, self.eligible = first_pending(model, prio, depth)
+        ids, self.eligible = first_pending(model, prio, depth, per_owner)
         for j in map(model.jobs.__getitem__, ids):
             key = (j.run, j.queue, prio.get(j.queue, 0), j.slots, j.resreq)
             hit = kept.get(j.id)
@@ -66,7 +68,8 @@ class JobViews:
         return tuple(views)
 
 
-def first_pending(model: Model, prio: dict[str, int], depth: int | None) -> tuple[list[int], int]:
+def first_pending(model: Model, prio: dict[str, int], depth: int | None,
+                  per_owner: bool = False) -> tuple[list[int], int]:
     """The ids of the first ``depth`` pending jobs in the order the scheduler takes them (highest
     queue priority, then oldest), or of all of them (None); in id order; and how many could be
     planned, at any depth.  Jobs whose dependency does
@@ -77,6 +80,17 @@ def first_pending(model: Model, prio: dict[str, int], depth: int | None) -> tupl
     ids = _within_array_limits(model, ids)
     if depth is None or len(ids) <= depth:
         return ids, len(ids)
+    if per_owner:  # fair share orders within a queue by owner: each one's oldest, not the queue's
+        jobs = model.jobs
+        count: dict[tuple[str, str, int], int] = {}
+        out = []
+        for i in ids:
+            j = jobs[i]
+            key = (j.project, j.user, prio.get(j.queue, 0))
+            n = count[key] = count.get(key, 0) + 1
+            if n <= depth:
+                out.append(i)
+        return out, len(ids)
     if len(set(prio.values())) <= 1:  # one priority for every queue (queues are never removed)
         return ids[:depth], len(ids)
     jobs = model.jobs
@@ -137,7 +151,7 @@ def build_view(model: Model, config: Config | None = None, observed: Observed | 
     hosts.sort(key=lambda h: h.name)
     prio = {q.name: q.priority for q in model.queues.values()}
     views = views or JobViews()
-    pending = views.pending(model, prio, depth)
+    pending = views.pending(model, prio, depth, per_owner=config is not None and config.fairshare)
     pools: tuple[PoolView, ...] = ()
     claims: tuple[ClaimView, ...] = ()
     resizes: tuple[ResizeView, ...] = ()
@@ -149,11 +163,47 @@ def build_view(model: Model, config: Config | None = None, observed: Observed | 
         used = model.cluster_used()
         cluster = {name: total - used.get(name, 0.0) for name, total in config.cluster_counters().items()}
     evictable = _evictable(model)
-    policy = Policy(reservation_depth=config.controller.reservation_depth) if config is not None else Policy()
+    policy = Policy(reservation_depth=config.controller.reservation_depth,
+                    fairshare=fairshare_view(model, config, now) if config.fairshare else None) \
+        if config is not None else Policy()
     return ClusterView(position=model.position, hosts=tuple(hosts), pending=pending, pools=pools,
                        pending_claims=claims, pending_resizes=resizes, pending_replicas=replicas, evictable=evictable,
                        cluster_free=MappingProxyType(cluster),
                        pending_beyond=views.eligible - len(pending), now=now, policy=policy)
+
+
+def fairshare_view(model: Model, config: Config, now: float) -> FairShare:
+    """Shares from the configuration; usage from the model (``xce.model.fairshare``), decayed to ``now``
+    and weighted by the configured factors, with what running jobs have used so far; the slots held."""
+    ctl = config.controller
+    factors = (ctl.fairshare_slot_factor, ctl.fairshare_gpu_factor, ctl.fairshare_claim_factor)
+    usage: dict[tuple[str, str], float] = {}
+    for p in model.projects.values():
+        for user in p.usage:
+            usage[(p.name, user)] = fairshare.weighted(fairshare.decayed(p, user, now), *factors)
+    running: dict[tuple[str, str], int] = {}
+    seen: set[str] = set()
+    for h in model.hosts.values():
+        for key in h.held_slots:
+            if key in seen:
+                continue
+            seen.add(key)
+            job = model.jobs.get(int(key))
+            if job is None:
+                continue
+            who = (job.project, job.user)
+            running[who] = running.get(who, 0) + job.slots
+            if job.start_time is not None and job.started:  # its run so far counts as it will when it ends
+                seconds = max(0.0, now - job.start_time)
+                gpus = sum(c.get(fairshare.GPU, 0.0) for c in job.alloc_counters.values())
+                usage[who] = usage.get(who, 0.0) + fairshare.weighted((seconds * job.slots, seconds * gpus, 0.0),
+                                                                       *factors)
+    return FairShare(project_shares=MappingProxyType({p.name: float(p.shares) for p in config.projects
+                                                      if p.shares is not None}),
+                     user_shares=MappingProxyType({p.name: MappingProxyType({u: float(s) for u, s in p.user_shares.items()})
+                                                   for p in config.projects if p.user_shares}),
+                     usage=MappingProxyType(usage), running=MappingProxyType(running),
+                     run_job_factor=ctl.fairshare_run_job_factor)
 
 
 def _releases(model: Model, host: Host, now: float) -> tuple[tuple[float, int, Mapping[str, float]], ...]:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from xce.depend import DependError, parse as parse_dependency
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
-from xce.model import dependencies
+from xce.model import dependencies, fairshare
 from xce.model.entities.identity import User
 from xce.model.entities.jobs import RUNNING, Job, JobState
 from xce.model.facts import (
@@ -485,6 +485,7 @@ def apply_job_finished(model: State, f: JobFinished) -> Job | None:
         return None
     if job.run != f.run or job.finished:
         return None  # OBSERVATION: another run's end, or decided already
+    fairshare.charge_run(model, job, f.time)
     _release(model, job)
     if f.usage is not None:
         job.usage = dict(f.usage)
@@ -506,6 +507,7 @@ def apply_job_requeued(model: State, f: JobRequeued) -> Job | None:
         return None
     if job.run != f.run:
         return None  # OBSERVATION: about another run (this one was allocated anew since)
+    fairshare.charge_run(model, job, f.time)
     _release(model, job)
     job.process_exit = None
     if f.usage is not None:

@@ -7,9 +7,16 @@ project, then the user within it, that is furthest below its share (``fairshare.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Protocol
 
+from xce.scheduler.fairshare import FairOrder
 from xce.scheduler.view import ClusterView, JobView
+
+
+class Order(Protocol):
+    def __iter__(self) -> Iterator[JobView]: ...
+
+    def placed(self, job: JobView) -> None: ...
 
 
 def queue_key(job: JobView) -> tuple[int, int]:
@@ -28,6 +35,8 @@ class _Fcfs:
         """The job visited last was placed (fair share counts it against its owners)."""
 
 
-def pending_order(view: ClusterView) -> _Fcfs:
+def pending_order(view: ClusterView) -> Order:
     """The pending jobs in the order a cycle visits them; ``placed(job)`` tells it a job was placed."""
+    if view.policy.fairshare is not None:
+        return FairOrder(view.pending, view.policy.fairshare)
     return _Fcfs(sorted(view.pending, key=queue_key))
