@@ -56,11 +56,8 @@ class Reservations:
         self.held_ctr: dict[int, dict[str, float]] = {}
         self.added: dict[int, list[tuple[float, int, Mapping[str, float]]]] = {}  # runs placed this cycle
         self.made: list[JobReservation] = []
+        self.room = depth > 0  # more jobs may get a reservation this cycle
 
-    @property
-    def room(self) -> bool:
-        """More jobs may get a reservation this cycle."""
-        return len(self.made) < self.depth
 
     def end_of(self, run_limit: float | None) -> float:
         """When a job started now is over at the latest (``inf``: it has no run limit)."""
@@ -159,6 +156,7 @@ class Reservations:
             self._hold(i, k, rusage, avail_slots[i], avail_ctr[i], job_id, start)
         reservation = JobReservation(job_id=job_id, start=start, slots=slots)
         self.made.append(reservation)
+        self.room = len(self.made) < self.depth
         return reservation
 
     def _hold(self, i: int, k: int, rusage: Mapping[str, float], avail_slots: int, avail_ctr: dict[str, float],

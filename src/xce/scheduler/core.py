@@ -62,7 +62,10 @@ class _Skip:
     def __init__(self, cycle: _Cycle, cands: list[int], counters: tuple[str, ...]) -> None:
         self.cycle, self.cands = cycle, cands
         self.least = [(name, cycle.least_rusage[name]) for name in counters]
-        self.nxt = list(range(len(cands) + 1))  # nxt[p] == p: not known to be dead
+        # nxt[p] == p: not known to be dead; hosts full from the start are (on a busy cluster, most)
+        free = cycle.free_slots
+        self.nxt = [p if free[i] > 0 else p + 1 for p, i in enumerate(cands)]
+        self.nxt.append(len(cands))
 
     def passed(self, pos: int) -> None:
         """The walk could not use the host at ``pos``: remember it if nothing of this kind can."""
@@ -87,6 +90,8 @@ class _Skip:
         return root
 
 
+_NONE: dict[str, float] = {}  # (read only) no cluster counters needed
+_NO_POOLS: dict[str, str] = {}  # (read only) no shared template claims
 _Order = tuple[tuple[str, bool], ...]  # a resreq's order[] section: (name, descending) each
 
 
@@ -181,19 +186,22 @@ def schedule(view: ClusterView) -> Plan:
     allocations: list[Allocation] = []
     reasons: dict[int, str] = {}
     order = pending_order(view)
+    now = view.now
     for job in order:
         rr = parsed[job.resreq]
-        end = resv.end_of(job.run_limit)
+        end = INF if job.run_limit is None else now + job.run_limit
         if isinstance(rr, ResReqError):
             reasons[job.id] = f"bad resource requirement: {rr}"
             continue
-        cluster_need = {n: v * job.slots for n, v in cluster_rusage.get(job.resreq, {}).items()}
-        short = [n for n, v in cluster_need.items() if cluster_free.get(n, 0.0) < v]
-        if short:
-            reasons[job.id] = "; ".join(f"cluster resource {n}: {max(cluster_free.get(n, 0.0), 0):g} free, "
-                                        f"{cluster_need[n]:g} needed" for n in short)
-            continue
-        pools = _pick_pools(job, pool_free)
+        per_slot = cluster_rusage.get(job.resreq)
+        cluster_need = {n: v * job.slots for n, v in per_slot.items()} if per_slot else _NONE
+        if cluster_need:
+            short = [n for n, v in cluster_need.items() if cluster_free.get(n, 0.0) < v]
+            if short:
+                reasons[job.id] = "; ".join(f"cluster resource {n}: {max(cluster_free.get(n, 0.0), 0):g} free, "
+                                            f"{cluster_need[n]:g} needed" for n in short)
+                continue
+        pools = _pick_pools(job, pool_free) if job.pool_needs else _NO_POOLS
         if isinstance(pools, str):
             reasons[job.id] = pools
             continue
@@ -205,9 +213,11 @@ def schedule(view: ClusterView) -> Plan:
                 reasons[job.id] = fills.consider(cycle, cycle.candidates(rr), dict(rr.rusage), job, placed)
                 continue
         else:
-            shape = shapes.setdefault((job.resreq, job.slots, job.run_limit if resv.depth else None), _Shape())
+            shape = shapes.get((job.resreq, job.slots, job.run_limit if resv.made else None)) or \
+                _new_shape(shapes, job, resv)
             if shape.exhausted is not None:
-                reasons[job.id] = _reserve(cycle, rr, job, shape.exhausted, cluster_need, pools)
+                reasons[job.id] = _reserve(cycle, rr, job, shape.exhausted, cluster_need, pools) if resv.room \
+                    else shape.exhausted
                 continue
             placed = _place(cycle, rr, job.slots, shape, end)
             if isinstance(placed, str):
@@ -239,7 +249,7 @@ def schedule(view: ClusterView) -> Plan:
         for kind, pool in pools.items():
             pool_free[pool] -= next(size for k, _, size in job.pool_needs if k == kind)
         allocations.append(Allocation(job_id=job.id, run=job.run, hosts=hosts, slots=slots, counters=counters,
-                                      cluster=cluster_need, pools=pools))
+                                      cluster=dict(cluster_need), pools=dict(pools)))
     resizes, resize_reasons = reserve_resizes(view, pool_free)  # what this cycle's allocations left
     placements, claim_reasons = place_claims(view, pool_free)  # ... and the resizes
     replicas, replica_reasons = place_replicas(view, {h.name: cycle.free_ctr[i] for i, h in enumerate(cycle.hosts)},
@@ -249,6 +259,19 @@ def schedule(view: ClusterView) -> Plan:
                 placements=placements, claim_reasons={**claim_reasons, **replica_reasons}, resizes=resizes,
                 resize_reasons=resize_reasons, replicas=replicas, reservations=tuple(resv.made),
                 room_left=any(n > 0 for n in cycle.free_slots))
+
+
+def _new_shape(shapes: dict[tuple[str, int, float | None], _Shape], job: JobView, resv: Reservations) -> _Shape:
+    """A job's shape, the first time it is met.  Before any reservation the run limit does not matter
+    (one shape for all); after, a shape per run limit, starting where the shape was when the first
+    reservation was made (what could not take it then cannot take it under a reservation either)."""
+    if not resv.made:
+        shape = shapes[(job.resreq, job.slots, None)] = _Shape()
+        return shape
+    base = shapes.get((job.resreq, job.slots, None))
+    shape = shapes[(job.resreq, job.slots, job.run_limit)] = \
+        _Shape(cursor=base.cursor, exhausted=base.exhausted) if base is not None else _Shape()
+    return shape
 
 
 def _held_back(cycle: _Cycle, why: str, end: float, rr: ResReq, unreserved: list[tuple[int, int]] | str) -> str:
