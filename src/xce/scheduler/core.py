@@ -193,8 +193,8 @@ def schedule(view: ClusterView) -> Plan:
         if isinstance(rr, ResReqError):
             reasons[job.id] = f"bad resource requirement: {rr}"
             continue
-        per_slot = cluster_rusage.get(job.resreq)
-        cluster_need = {n: v * job.slots for n, v in per_slot.items()} if per_slot else _NONE
+        cluster_per_slot = cluster_rusage.get(job.resreq)
+        cluster_need = {n: v * job.slots for n, v in cluster_per_slot.items()} if cluster_per_slot else _NONE
         if cluster_need:
             short = [n for n, v in cluster_need.items() if cluster_free.get(n, 0.0) < v]
             if short:
