@@ -110,3 +110,17 @@ def test_a_job_ending_after_the_reservation_on_other_hosts_is_not_held_back():
     hosts = [busy(host("a", 4), (1000, 4)), host("z", 2)]
     plan = plan_for(hosts, [job(1, slots=4, resreq="span[hosts=1] select[name==a]"), job(2, limit=5000)])
     assert allocated(plan) == {2: {"z": 1}}
+
+
+def test_a_job_keeps_its_reservation_when_fair_share_would_put_another_first():
+    from xce.scheduler.view import FairShare
+
+    share = FairShare(project_shares=MappingProxyType({"a": 1.0, "b": 1.0}), user_shares=MappingProxyType({}),
+                      usage=MappingProxyType({("a", "u"): 1e6}))
+    jobs = [dataclasses.replace(job(1, slots=8), project="a", user="u"),
+            dataclasses.replace(job(2, slots=8), project="b", user="u")]
+    view = ClusterView(position=1, hosts=tuple(two_hosts()), pending=tuple(jobs), now=NOW,
+                       policy=Policy(reservation_depth=1, fairshare=share))
+    assert [r.job_id for r in schedule(view).reservations] == [2]  # b is owed more
+    view = dataclasses.replace(view, policy=dataclasses.replace(view.policy, reserved=frozenset({1})))
+    assert [r.job_id for r in schedule(view).reservations] == [1]  # ... but 1 had it first

@@ -172,7 +172,7 @@ class SchedulerLoop:
         full = time.monotonic() >= self._full_pass_at
         depth = config.controller.queue_depth
         view = build_view(model, config, self.observed, self._views, depth=None if full else depth,
-                          now=time.time())
+                          now=time.time(), reserved=frozenset(self.reserved))
         if not view.pending and not view.pending_claims and not view.pending_resizes and not view.pending_replicas:
             self.pending_reasons = {}
             self.claim_reasons = {}

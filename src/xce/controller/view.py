@@ -128,12 +128,14 @@ def _job_view(model: Model, j: Job, prio: dict[str, int]) -> JobView:
 
 
 def build_view(model: Model, config: Config | None = None, observed: Observed | None = None,
-               views: JobViews | None = None, depth: int | None = None, now: float | None = None) -> ClusterView:
+               views: JobViews | None = None, depth: int | None = None, now: float | None = None,
+               reserved: frozenset[int] = frozenset()) -> ClusterView:
     """The scheduler's view of ``model`` at its position (``config``: pools and cluster counters;
     ``observed``: what providers report of the pools' capacity; ``views``: the pending jobs' views
     kept from the last view, if any; ``depth``: how many pending jobs it holds, the first in
     the scheduler's order, or all: None; ``now``: the time tokens are judged at, for the hosts whose
-    daemon credentials were taken back, which it leaves out: ``identity.hosts_locked_out``)."""
+    daemon credentials were taken back, which it leaves out: ``identity.hosts_locked_out``, and
+    reservations are planned from; ``reserved``: the jobs the previous plan reserved for)."""
     hosts = []
     now = time.time() if now is None else now
     locked = hosts_locked_out(model, now)
@@ -164,7 +166,8 @@ def build_view(model: Model, config: Config | None = None, observed: Observed | 
         cluster = {name: total - used.get(name, 0.0) for name, total in config.cluster_counters().items()}
     evictable = _evictable(model)
     policy = Policy(reservation_depth=config.controller.reservation_depth,
-                    fairshare=fairshare_view(model, config, now) if config.fairshare else None) \
+                    fairshare=fairshare_view(model, config, now) if config.fairshare else None,
+                    reserved=reserved) \
         if config is not None else Policy()
     return ClusterView(position=model.position, hosts=tuple(hosts), pending=pending, pools=pools,
                        pending_claims=claims, pending_resizes=resizes, pending_replicas=replicas, evictable=evictable,

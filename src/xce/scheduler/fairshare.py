@@ -63,10 +63,15 @@ class Tree:
 class FairOrder:
     """Pending jobs in fair share order within each queue priority (``order.pending_order``)."""
 
-    def __init__(self, jobs: tuple[JobView, ...], fs: FairShare) -> None:
+    def __init__(self, jobs: tuple[JobView, ...], fs: FairShare, reserved: frozenset[int] = frozenset()) -> None:
         self.tree = Tree(fs)
         self.levels: dict[int, dict[str, dict[str, deque[JobView]]]] = {}
+        self.first: dict[int, list[JobView]] = {}  # per queue priority: jobs reserved for, ahead of the rest
         for job in sorted(jobs, key=lambda j: j.id):
+            if job.id in reserved:
+                self.first.setdefault(job.priority, []).append(job)
+                self.levels.setdefault(job.priority, {})
+                continue
             self.levels.setdefault(job.priority, {}).setdefault(job.project, {}).setdefault(
                 job.user, deque()).append(job)
         self._placed = False
@@ -79,6 +84,8 @@ class FairOrder:
     def __iter__(self) -> Iterator[JobView]:
         tree = self.tree
         for level in sorted(self.levels, reverse=True):
+            for job in self.first.get(level, ()):
+                yield job
             projects = self.levels[level]
             users = {p: [(-tree.user_priority(p, u), q[0].id, u) for u, q in us.items()] for p, us in projects.items()}
             for heap in users.values():

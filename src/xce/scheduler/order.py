@@ -1,8 +1,10 @@
 """The order in which a cycle visits pending jobs: ``pending_order(view)``.
 
 One place for it, so that every rule about who goes first lives here: queue priority first (higher
-first); within a queue, oldest first, or, with fair share on (``Policy.fairshare``), the job of the
-project, then the user within it, that is furthest below its share (``fairshare.py``).
+first); within a queue priority, the jobs the previous cycle reserved for (``Policy.reserved``: a
+reservation, once made, is kept until its job starts), then the oldest first, or, with fair share on
+(``Policy.fairshare``), the job of the project, then the user within it, that is furthest below its
+share (``fairshare.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ def queue_key(job: JobView) -> tuple[int, int]:
     return (-job.priority, job.id)
 
 
+def _reserved_first(jobs: list[JobView], reserved: frozenset[int]) -> list[JobView]:
+    """``jobs`` (in queue order) with the reserved ones moved to the head of their queue priority."""
+    return sorted(jobs, key=lambda j: (-j.priority, j.id not in reserved)) if reserved else jobs
+
+
 class _Fcfs:
     def __init__(self, jobs: list[JobView]) -> None:
         self.jobs = jobs
@@ -37,6 +44,7 @@ class _Fcfs:
 
 def pending_order(view: ClusterView) -> Order:
     """The pending jobs in the order a cycle visits them; ``placed(job)`` tells it a job was placed."""
+    reserved = view.policy.reserved
     if view.policy.fairshare is not None:
-        return FairOrder(view.pending, view.policy.fairshare)
-    return _Fcfs(sorted(view.pending, key=queue_key))
+        return FairOrder(view.pending, view.policy.fairshare, reserved)
+    return _Fcfs(_reserved_first(sorted(view.pending, key=queue_key), reserved))

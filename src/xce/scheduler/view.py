@@ -164,7 +164,11 @@ class FairShare:
 class Policy:
     """How the scheduler chooses, from the configuration: ``reservation_depth`` pending jobs that do not
     fit get a reservation that lower jobs may not delay (0: none, greedy as before; 1: EASY backfill);
-    ``fairshare``: order within a queue by share and usage (None: oldest first)."""
+    ``fairshare``: order within a queue by share and usage (None: oldest first); ``reserved``: the jobs
+    the previous cycle reserved for (the scheduling loop's memory, not a fact)."""
 
     reservation_depth: int = 0
     fairshare: FairShare | None = None
+    # jobs the previous cycle gave a reservation: each keeps its place at the head of its queue priority,
+    # so a reservation is not lost to a job fair share puts ahead later (Maui's RESERVATIONPOLICY HIGHEST)
+    reserved: frozenset[int] = frozenset()
