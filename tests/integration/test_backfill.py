@@ -13,9 +13,7 @@ from tests.integration.conftest import make_cluster
 
 @pytest.fixture(scope="module")
 def cl(tmp_path_factory):
-    c = make_cluster(tmp_path_factory.mktemp("backfill"))
-    c.add_worker("host1", slots=4)
-    c.add_worker("host2", slots=4)
+    c = make_cluster(tmp_path_factory.mktemp("backfill"), hosts={"host1": 4, "host2": 4})
     yield c
     c.stop()
 

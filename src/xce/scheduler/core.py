@@ -90,6 +90,7 @@ class _Skip:
         return root
 
 
+_ANY_LIMIT = -1.0  # a shape's key before any reservation: every run limit alike (None is "no limit")
 _NONE: dict[str, float] = {}  # (read only) no cluster counters needed
 _NO_POOLS: dict[str, str] = {}  # (read only) no shared template claims
 _Order = tuple[tuple[str, bool], ...]  # a resreq's order[] section: (name, descending) each
@@ -106,6 +107,7 @@ class _Cycle:
         self.least_rusage = least_rusage  # counter -> smallest per-slot amount a pending job asks for
         self._candidates: dict[tuple[str, _Order], list[int]] = {}
         self._skips: dict[tuple[str, _Order, tuple[str, ...]], _Skip] = {}
+        self.shortages: dict[tuple[int, int], str] = {}  # (resreq parsed, slots) -> why it does not fit
 
     def candidates(self, rr: ResReq) -> list[int]:
         key = (rr.select.source, rr.order)
@@ -213,7 +215,7 @@ def schedule(view: ClusterView) -> Plan:
                 reasons[job.id] = fills.consider(cycle, cycle.candidates(rr), dict(rr.rusage), job, placed)
                 continue
         else:
-            shape = shapes.get((job.resreq, job.slots, job.run_limit if resv.made else None)) or \
+            shape = shapes.get((job.resreq, job.slots, job.run_limit if resv.made else _ANY_LIMIT)) or \
                 _new_shape(shapes, job, resv)
             if shape.exhausted is not None:
                 reasons[job.id] = _reserve(cycle, rr, job, shape.exhausted, cluster_need, pools) if resv.room \
@@ -221,8 +223,10 @@ def schedule(view: ClusterView) -> Plan:
                 continue
             placed = _place(cycle, rr, job.slots, shape, end)
             if isinstance(placed, str):
-                if resv.made:
-                    placed = _held_back(cycle, placed, end, rr, _place(cycle, rr, job.slots, _Shape(), -INF))
+                if resv.made:  # (what could not take its shape before any reservation still cannot)
+                    base = shapes.get((job.resreq, job.slots, _ANY_LIMIT))
+                    unreserved = _place(cycle, rr, job.slots, _Shape(cursor=base.cursor if base else 0), -INF)
+                    placed = _held_back(cycle, placed, end, rr, unreserved)
                 shape.exhausted = placed
                 reasons[job.id] = _reserve(cycle, rr, job, placed, cluster_need, pools)
                 continue
@@ -266,9 +270,9 @@ def _new_shape(shapes: dict[tuple[str, int, float | None], _Shape], job: JobView
     (one shape for all); after, a shape per run limit, starting where the shape was when the first
     reservation was made (what could not take it then cannot take it under a reservation either)."""
     if not resv.made:
-        shape = shapes[(job.resreq, job.slots, None)] = _Shape()
+        shape = shapes[(job.resreq, job.slots, _ANY_LIMIT)] = _Shape()
         return shape
-    base = shapes.get((job.resreq, job.slots, None))
+    base = shapes.get((job.resreq, job.slots, _ANY_LIMIT))
     shape = shapes[(job.resreq, job.slots, job.run_limit)] = \
         _Shape(cursor=base.cursor, exhausted=base.exhausted) if base is not None else _Shape()
     return shape
@@ -333,7 +337,11 @@ def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape, end: float) -> l
         else:
             skip.passed(pos)
         pos = skip.next(pos + 1)
-    return _shortage(cycle, rr, want, per_host, cands)
+    key = (id(rr), want)  # one reason per resource requirement and size: a shape per run limit shares it
+    why = cycle.shortages.get(key)
+    if why is None:
+        why = cycle.shortages[key] = _shortage(cycle, rr, want, per_host, cands)
+    return why
 
 
 def _pick_pools(job: JobView, pool_free: dict[str, int]) -> dict[str, str] | str:
