@@ -112,10 +112,11 @@ async def fairshare(ctl: Ctl, actor: User = Depends(authenticated)):
     slots held and dynamic priority, then its users'.  Users see their own projects; admins all."""
     await ctl.read_barrier()
     config, model = ctl.config, ctl.model
-    members: dict[str, set[str]] = {p.name: set() for p in config.projects if p.name in model.projects}
-    for u in config.users:
+    members: dict[str, set[str]] = {name: set() for name in model.projects}
+    for u in model.users.values():
         for p in u.projects:
-            members.setdefault(p, set()).add(u.name)
+            if p in members and not u.disabled:
+                members[p].add(u.name)
     rows = standings(fairshare_view(model, config, time.time()), members)
     if not actor.is_admin:
         rows = [r for r in rows if r[0] in actor.projects]
