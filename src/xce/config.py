@@ -164,6 +164,9 @@ class QueueConfig:
     # LSF's RUNLIMIT, [HH:]MM: the run limit of this queue's jobs that give no -W, and the most a -W may ask
     run_limit: str | None = None
     max_run_limit: str | None = None
+    # LSF's PREEMPTION: "PREEMPTIVE[low other]" (this queue's jobs may preempt those of the queues named,
+    # of lower priority) or "PREEMPTIVE" (every queue of lower priority); None: it preempts nothing
+    preemption: str | None = None
 
 
 @dataclass(frozen=True)
@@ -374,6 +377,16 @@ class Config:
     def app(self, name: str) -> AppConfig | None:
         return next((a for a in self.apps if a.name == name), None)
 
+    def preemptable(self) -> dict[str, frozenset[str]]:
+        """Queue -> the queues its jobs may preempt (``preemption``; only queues that preempt)."""
+        out = {}
+        for q in self.queues:
+            if q.preemption is not None:
+                named = parse_preemption(q.preemption)
+                out[q.name] = frozenset(named if named is not None else
+                                        (o.name for o in self.queues if o.priority < q.priority))
+        return out
+
     @property
     def fairshare(self) -> bool:
         """Fair share is on: some project sets ``shares`` or ``user_shares``."""
@@ -452,6 +465,20 @@ def _typed(cls: type[Table], raw: dict[str, Any], where: str) -> Table:
 
 # tables checked by type with pydantic (the others by hand, as they were first written)
 _TYPED: tuple[type, ...] = (QueueConfig, AppConfig)
+
+
+def parse_preemption(text: str) -> tuple[str, ...] | None:
+    """LSF's ``PREEMPTIVE[low other]``: the queues named (None for a bare ``PREEMPTIVE``: every queue of
+    lower priority)."""
+    m = re.fullmatch(r"\s*PREEMPTIVE\s*(?:\[([^\]]*)\])?\s*", text)
+    if m is None:
+        raise ValueError(f"preemption is \"PREEMPTIVE\" or \"PREEMPTIVE[queue ...]\", got {text!r}")
+    if m.group(1) is None:
+        return None
+    names = tuple(m.group(1).split())
+    if not names:
+        raise ValueError("preemption: PREEMPTIVE[] names no queue")
+    return names
 
 
 def parse_config(text: str, source: str = "<string>") -> Config:
@@ -535,6 +562,18 @@ def parse_config(text: str, source: str = "<string>") -> Config:
             raise ConfigError(f"{source}: queue {q.name!r}: {e}") from None
         if len(limits) == 2 and limits[0] > limits[1]:
             raise ConfigError(f"{source}: queue {q.name!r}: run_limit above max_run_limit")
+        if q.preemption is not None:
+            try:
+                named = parse_preemption(q.preemption)
+            except ValueError as e:
+                raise ConfigError(f"{source}: queue {q.name!r}: {e}") from None
+            prio = {other.name: other.priority for other in queues}
+            for name in named or ():
+                if name not in prio:
+                    raise ConfigError(f"{source}: queue {q.name!r}: preemption names unknown queue {name!r}")
+                if prio[name] >= q.priority:
+                    raise ConfigError(f"{source}: queue {q.name!r}: preemption: queue {name!r} is not of lower "
+                                      f"priority ({prio[name]} >= {q.priority})")
     if ctl.job_environment not in ("submitted", "clean"):
         raise ConfigError(f"{source} [controller]: job_environment is \"submitted\" or \"clean\", got "
                           f"{ctl.job_environment!r}")

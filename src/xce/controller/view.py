@@ -20,10 +20,10 @@ from xce.model.entities.hosts import Host
 from xce.model.hosts import HostState
 from xce.model.identity import hosts_locked_out
 from xce.model.job_claims import early_claim, node_counters, pool_needs
-from xce.model.jobs import Job
+from xce.model.jobs import Job, JobState
 from xce.scheduler.view import (
     CachedReplica, CacheUse, ClaimUse, ClaimView, ClusterView, FairShare, HostView, JobView, Policy, PoolView,
-    ReplicaView, ResizeView,
+    ReplicaView, ResizeView, RunningView,
 )
 
 MAKING = (ReplicaState.PENDING, ReplicaState.PREPARING)  # a replica being placed, made or filled
@@ -165,14 +165,37 @@ def build_view(model: Model, config: Config | None = None, observed: Observed | 
         used = model.cluster_used()
         cluster = {name: total - used.get(name, 0.0) for name, total in config.cluster_counters().items()}
     evictable = _evictable(model)
+    preemptable = config.preemptable() if config is not None else {}
     policy = Policy(reservation_depth=config.controller.reservation_depth,
                     fairshare=fairshare_view(model, config, now) if config.fairshare else None,
-                    reserved=reserved) \
+                    reserved=reserved, preemptable=MappingProxyType(preemptable)) \
         if config is not None else Policy()
     return ClusterView(position=model.position, hosts=tuple(hosts), pending=pending, pools=pools,
                        pending_claims=claims, pending_resizes=resizes, pending_replicas=replicas, evictable=evictable,
                        cluster_free=MappingProxyType(cluster),
-                       pending_beyond=views.eligible - len(pending), now=now, policy=policy)
+                       pending_beyond=views.eligible - len(pending), now=now, policy=policy,
+                       running=_running(model, prio, frozenset().union(*preemptable.values())) if preemptable
+                       else ())
+
+
+def _running(model: Model, prio: dict[str, int], queues: frozenset[str]) -> tuple[RunningView, ...]:
+    """The runs holding hosts in ``queues`` (those some queue may preempt): what a preemption may end."""
+    out = []
+    seen: set[str] = set()
+    for h in model.hosts.values():
+        for key in h.held_slots:
+            if key in seen:
+                continue
+            seen.add(key)
+            job = model.jobs.get(int(key))
+            if job is None or job.queue not in queues or not job.started:
+                continue
+            out.append(RunningView(job_id=job.id, run=job.run, queue=job.queue, priority=prio.get(job.queue, 0),
+                                   start=job.start_time or 0.0, slots=MappingProxyType(dict(job.alloc_slots)),
+                                   counters=MappingProxyType({k: MappingProxyType(v) for k, v in
+                                                              job.alloc_counters.items()}),
+                                   ending=job.kill_requested or job.state is JobState.STAGE_OUT))
+    return tuple(out)
 
 
 def fairshare_view(model: Model, config: Config, now: float) -> FairShare:

@@ -604,6 +604,25 @@ def kill(model: State, actor: User, job_id: int, now: float, requeue: bool = Fal
                         reason=f"killed by {by}")]
 
 
+def preempt(model: State, job_id: int, victims: tuple[tuple[int, int], ...], now: float,
+            config: Config | None = None) -> list[Fact]:
+    """The scheduler chose ``victims`` (job, run) for pending job ``job_id`` of a preemptive queue: each
+    still running that run, and not being ended already, is ended through the kill path (requeued if
+    rerunnable, else killed), with its queue's grace.  Nothing if the preemptor no longer waits."""
+    job = model.jobs.get(job_id)
+    if job is None or job.state is not JobState.PEND or job.allocated:
+        return []
+    out: list[Fact] = []
+    for victim_id, run in victims:
+        v = model.jobs.get(victim_id)
+        if v is None or v.run != run or v.state not in RUNNING or v.kill_requested:
+            continue
+        grace = config.terminate_grace(v.queue) if config is not None else None
+        out.append(JobKillRequested(time=now, job_id=v.id, run=v.run, by=f"preemption for job {job.id}",
+                                    requeue=v.rerunnable, grace=grace))
+    return out
+
+
 def parse_mem_limit(text: str | None) -> int | None:
     """``-M SIZE`` (``100Mi``, ``2G``, bytes) in bytes; None: no limit asked."""
     if text is None:

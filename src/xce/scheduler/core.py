@@ -37,6 +37,7 @@ from xce.scheduler.caches import CacheFills
 from xce.scheduler.claims import place_claims, place_replicas, reserve_resizes
 from xce.scheduler.order import pending_order
 from xce.scheduler.plan import Allocation, Plan
+from xce.scheduler.preemption import Victims
 from xce.resreq import ResReq, ResReqError, parse_resreq
 from xce.scheduler.view import ClusterView, HostView, JobView
 from xce.units import format_size
@@ -100,6 +101,8 @@ class _Cycle:
     def __init__(self, view: ClusterView, least_rusage: dict[str, float], resv: Reservations) -> None:
         self.hosts = view.hosts
         self.resv = resv
+        self.victims = Victims(view.hosts, view.running, view.policy.preemptable) if view.policy.preemptable \
+            else None
         self.shadow = resv.shadow  # per host: the earliest reservation's start (inf: none)
         self.free_slots = [h.slots_free for h in view.hosts]
         self.free_ctr = [dict(h.counters_free) for h in view.hosts]
@@ -218,8 +221,8 @@ def schedule(view: ClusterView) -> Plan:
             shape = shapes.get((job.resreq, job.slots, job.run_limit if resv.made else _ANY_LIMIT)) or \
                 _new_shape(shapes, job, resv)
             if shape.exhausted is not None:
-                reasons[job.id] = _reserve(cycle, rr, job, shape.exhausted, cluster_need, pools) if resv.room \
-                    else shape.exhausted
+                reasons[job.id] = _reserve(cycle, rr, job, shape.exhausted, cluster_need, pools) \
+                    if resv.room or cycle.victims is not None else shape.exhausted
                 continue
             placed = _place(cycle, rr, job.slots, shape, end)
             if isinstance(placed, str):
@@ -262,6 +265,7 @@ def schedule(view: ClusterView) -> Plan:
     return Plan(position=view.position, allocations=tuple(allocations), pending_reasons=reasons,
                 placements=placements, claim_reasons={**claim_reasons, **replica_reasons}, resizes=resizes,
                 resize_reasons=resize_reasons, replicas=replicas, reservations=tuple(resv.made),
+                preemptions=tuple(cycle.victims.made) if cycle.victims is not None else (),
                 room_left=any(n > 0 for n in cycle.free_slots))
 
 
@@ -288,15 +292,22 @@ def _held_back(cycle: _Cycle, why: str, end: float, rr: ResReq, unreserved: list
 
 def _reserve(cycle: _Cycle, rr: ResReq, job: JobView, why: str, cluster_need: dict[str, float],
              pools: dict[str, str]) -> str:
-    """A reservation for a job that does not fit now, while the cycle has room for one (the jobs it
-    gives one to: no claims of their own, no cluster or pool counters to plan in time); its reason."""
+    """Victims for a job of a preemptive queue that does not fit now (``preemption.py``), else a
+    reservation while the cycle has room for one (the jobs it gives either to: no claims of their own, no
+    cluster or pool counters to plan in time); its reason."""
     resv = cycle.resv
-    if not resv.room or cluster_need or pools or job.claims or job.node_counters or why.startswith("would delay"):
+    if cluster_need or pools or job.claims or job.node_counters:
         return why
     cands = cycle.candidates(rr)
     if not cands or any(n not in cycle.offered for n in rr.rusage):
         return why
     per_host = job.slots if rr.span_hosts == 1 else (rr.ptile or 0)
+    if cycle.victims is not None:  # a preemptive queue's job has runs ended for it rather than wait
+        said = cycle.victims.choose(job, cands, cycle.free_slots, cycle.free_ctr, rr.rusage, per_host)
+        if said is not None:
+            return said
+    if not resv.room or why.startswith("would delay"):
+        return why
     r = resv.reserve(job.id, cands, cycle.free_slots, cycle.free_ctr, rr.rusage, job.slots, per_host)
     if r is None:
         return why

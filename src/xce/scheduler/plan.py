@@ -69,6 +69,15 @@ class JobReservation:
 
 
 @dataclass(frozen=True, slots=True)
+class Preemption:
+    """Pending job ``job_id`` of a preemptive queue is to have ``victims`` (job, run) ended through the
+    kill path (requeued if rerunnable), so that it fits where their slots free."""
+
+    job_id: int
+    victims: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     position: int  # the log position of the view the plan was made from
     allocations: tuple[Allocation, ...] = ()
@@ -79,4 +88,5 @@ class Plan:
     resize_reasons: Mapping[int, str] = field(default_factory=dict)  # claim id -> why its resize waits
     replicas: tuple[ReplicaPlacement, ...] = ()  # node-local claims' replicas, their hosts' counters reserved
     reservations: tuple[JobReservation, ...] = ()  # the top pending jobs that did not fit (backfill)
+    preemptions: tuple[Preemption, ...] = ()  # runs to end for jobs of preemptive queues
     room_left: bool = False  # some host still has a free slot once the allocations are made

@@ -144,6 +144,7 @@ class ClusterView:
     cluster_free: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # cluster counters
     pending_beyond: int = 0  # pending jobs left out of ``pending``: behind the first queue_depth
     now: float = 0.0  # the time the view was taken: reservations are planned from it
+    running: tuple[RunningView, ...] = ()  # runs of queues some queue may preempt (only then)
     policy: Policy = field(default_factory=lambda: Policy())
 
 
@@ -172,3 +173,20 @@ class Policy:
     # jobs the previous cycle gave a reservation: each keeps its place at the head of its queue priority,
     # so a reservation is not lost to a job fair share puts ahead later (Maui's RESERVATIONPOLICY HIGHEST)
     reserved: frozenset[int] = frozenset()
+    # preemption ([[queues]] preemption = "PREEMPTIVE[low]"): queue -> the queues its jobs may preempt
+    preemptable: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, slots=True)
+class RunningView:
+    """A run holding hosts that a job of a preemptive queue may preempt: what it holds, since when, and
+    whether it is ending already (a kill asked: its slots are coming free)."""
+
+    job_id: int
+    run: int
+    queue: str
+    priority: int
+    start: float
+    slots: Mapping[str, int]
+    counters: Mapping[str, Mapping[str, float]] = field(default_factory=lambda: MappingProxyType({}))
+    ending: bool = False
