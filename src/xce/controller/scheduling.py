@@ -86,6 +86,7 @@ class SchedulerLoop:
         self.pending_reasons: dict[int, str] = {}
         self.idle_reason: str | None = None
         self.reserved: dict[int, JobReservation] = {}  # the latest plan's reservations (backfill), by job
+        self._preempts = bool(config.preemptable())  # a full cluster is when preemption is needed: always plan
         # when the latest cycle planned only the first queue_depth pending jobs: what the others are
         # told, and what the latest full pass said of each
         self.beyond_depth_reason: str | None = None
@@ -159,7 +160,7 @@ class SchedulerLoop:
         if model.dependency_blocked and dependencies.orphans(model):
             await self.commit.execute(lambda m: Outcome(facts=dependencies.terminate_orphans(m, time.time())))
         idle = _no_room(model)
-        if idle and not _claims_waiting(model):
+        if idle and not _claims_waiting(model) and not self._preempts:
             # nothing can be placed: skip the view (O(pending jobs)), one reason fits them all but the
             # reserved jobs' (their planned start stands: only an end, which frees a slot, moves it)
             self.pending_reasons = {j: self.pending_reasons[j] for j in self.reserved
