@@ -18,7 +18,8 @@ which a job arrives or ends:
   previous cycle's reservations kept (``Policy.reserved``);
 - through a reference EASY backfill written here (Lifka's: first come first served; the head job
   that does not fit gets the earliest start the running jobs' limits allow, on the hosts it would get
-  then; a later job starts now if it fits and ends by then, or fits in what the head job leaves).
+  then; a later job starts now if it fits and ends by then, or fits in what the head job leaves),
+  looking at as many of the oldest pending jobs as ours sees in all.
 
 It prints, over the window from 10% of the arrivals to the last one (always saturated):
 utilization of each (and ours over the reference's, goal >= 0.95); each project's part of the
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import itertools
 import os
 import random
 import sys
@@ -202,8 +204,12 @@ class ReferenceEasy(Sim):
         whole = [h for h, c in enumerate(cap) if c >= SLOTS][:job.slots // SLOTS]
         return {h: SLOTS for h in whole} if len(whole) == job.slots // SLOTS else None
 
+    def __init__(self, jobs: list[Job], hosts: int, lookahead: int) -> None:
+        super().__init__(jobs, hosts)
+        self.lookahead = lookahead
+
     def cycle(self, now: float) -> None:
-        queue = list(self.pending.values())
+        queue = list(itertools.islice(self.pending.values(), self.lookahead))  # as many as ours sees
         k = 0
         while k < len(queue):  # the head starts while it fits
             slots = self.place(queue[k], list(self.free))
@@ -257,7 +263,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=20_000)
     ap.add_argument("--hosts", type=int, default=128)
     ap.add_argument("--load", type=float, default=1.6, help="offered load, times the cluster's capacity")
-    ap.add_argument("--depth", type=int, default=200, help="pending jobs of each owner a cycle sees")
+    ap.add_argument("--depth", type=int, default=100, help="pending jobs of each owner a cycle sees (the "
+                    "reference sees as many in all, oldest first)")
     ap.add_argument("--half-life", type=float, default=6 * 3600.0, help="fair share usage's, simulated seconds")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
@@ -265,7 +272,8 @@ def main() -> None:
     runs = {}
     for name in ("ours", "reference"):
         jobs = trace(args.jobs, args.hosts, args.load, args.seed)
-        sim = Ours(jobs, args.hosts, args.depth, args.half_life) if name == "ours" else ReferenceEasy(jobs, args.hosts)
+        sim = Ours(jobs, args.hosts, args.depth, args.half_life) if name == "ours" else \
+            ReferenceEasy(jobs, args.hosts, args.depth * len(PROJECTS) * len(USERS))
         last = max(j.arrival for j in jobs)
         spent = sim.run(last, sim.cycle)
         runs[name] = (jobs, sim, spent)
