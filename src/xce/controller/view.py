@@ -9,7 +9,7 @@ from __future__ import annotations
 import heapq
 import time
 from types import MappingProxyType
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from xce.config import Config
 from xce.controller.observed import Observed
@@ -178,18 +178,23 @@ def build_view(model: Model, config: Config | None = None, observed: Observed | 
                        else ())
 
 
-def _running(model: Model, prio: dict[str, int], queues: frozenset[str]) -> tuple[RunningView, ...]:
-    """The runs holding hosts in ``queues`` (those some queue may preempt): what a preemption may end."""
-    out = []
+def _holding(model: Model) -> Iterator[Job]:
+    """Every job holding hosts (allocated, running, staging out), once."""
     seen: set[str] = set()
     for h in model.hosts.values():
         for key in h.held_slots:
-            if key in seen:
-                continue
-            seen.add(key)
-            job = model.jobs.get(int(key))
-            if job is None or job.queue not in queues or not job.started:
-                continue
+            if key not in seen:
+                seen.add(key)
+                job = model.jobs.get(int(key))
+                if job is not None:
+                    yield job
+
+
+def _running(model: Model, prio: dict[str, int], queues: frozenset[str]) -> tuple[RunningView, ...]:
+    """The runs holding hosts in ``queues`` (those some queue may preempt): what a preemption may end."""
+    out = []
+    for job in _holding(model):
+        if job.queue in queues and job.started:
             out.append(RunningView(job_id=job.id, run=job.run, queue=job.queue, priority=prio.get(job.queue, 0),
                                    start=job.start_time or 0.0, slots=MappingProxyType(dict(job.alloc_slots)),
                                    counters=MappingProxyType({k: MappingProxyType(v) for k, v in
@@ -208,22 +213,12 @@ def fairshare_view(model: Model, config: Config, now: float) -> FairShare:
         for user in p.usage:
             usage[(p.name, user)] = fairshare.weighted(fairshare.decayed(p, user, now), *factors)
     running: dict[tuple[str, str], int] = {}
-    seen: set[str] = set()
-    for h in model.hosts.values():
-        for key in h.held_slots:
-            if key in seen:
-                continue
-            seen.add(key)
-            job = model.jobs.get(int(key))
-            if job is None:
-                continue
-            who = (job.project, job.user)
-            running[who] = running.get(who, 0) + job.slots
-            if job.start_time is not None and job.started:  # its run so far counts as it will when it ends
-                seconds = max(0.0, now - job.start_time)
-                gpus = sum(c.get(fairshare.GPU, 0.0) for c in job.alloc_counters.values())
-                usage[who] = usage.get(who, 0.0) + fairshare.weighted((seconds * job.slots, seconds * gpus, 0.0),
-                                                                       *factors)
+    for job in _holding(model):
+        who = (job.project, job.user)
+        running[who] = running.get(who, 0) + job.slots
+        so_far = fairshare.run_usage(job, now)  # its run so far counts as it will when it ends
+        if so_far is not None:
+            usage[who] = usage.get(who, 0.0) + fairshare.weighted(so_far, *factors)
     return FairShare(project_shares=MappingProxyType({p.name: float(p.shares) for p in config.projects
                                                       if p.shares is not None}),
                      user_shares=MappingProxyType({p.name: MappingProxyType({u: float(s) for u, s in p.user_shares.items()})

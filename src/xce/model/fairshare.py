@@ -42,14 +42,21 @@ def charge(model: State, project: str, user: str, time: float, slot_s: float = 0
         u[1:] = [u[1] + slot_s * f, u[2] + gpu_s * f, u[3] + claim_byte_s * f]
 
 
-def charge_run(model: State, job: Job, end: float) -> None:
-    """The job's run lets its hosts go at ``end``: its slot-seconds and GPU-seconds since it started
-    (nothing for a run that never started, or a finished job requeued: charged when it ended)."""
+def run_usage(job: Job, until: float) -> tuple[float, float, float] | None:
+    """The slot-seconds and GPU-seconds of the job's run from its start to ``until`` (None for a run
+    that never started, or a finished job's: charged when it ended)."""
     if job.start_time is None or not job.started:
-        return
-    seconds = max(0.0, end - job.start_time)
+        return None
+    seconds = max(0.0, until - job.start_time)
     gpus = sum(c.get(GPU, 0.0) for c in job.alloc_counters.values())
-    charge(model, job.project, job.user, end, slot_s=seconds * job.slots, gpu_s=seconds * gpus)
+    return (seconds * job.slots, seconds * gpus, 0.0)
+
+
+def charge_run(model: State, job: Job, end: float) -> None:
+    """The job's run lets its hosts go at ``end``: charged its ``run_usage``."""
+    used = run_usage(job, end)
+    if used is not None:
+        charge(model, job.project, job.user, end, slot_s=used[0], gpu_s=used[1])
 
 
 def decayed(p: Project, user: str, now: float) -> tuple[float, float, float]:
