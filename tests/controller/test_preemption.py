@@ -15,20 +15,20 @@ from xce.model.jobs import JobSpec
 from xce.scheduler.core import schedule
 
 CONFIG = parse_config("""
-[[users]]
-name = "admin"
-role = "admin"
-[[queues]]
-name = "default"
-[[queues]]
-name = "low"
-priority = 10
 [[queues]]
 name = "high"
 priority = 60
 preemption = "PREEMPTIVE[low]"
+[[queues]]
+name = "low"
+priority = 10
+[[queues]]
+name = "default"
 [[projects]]
 name = "default"
+[[users]]
+name = "admin"
+role = "admin"
 """)
 
 
