@@ -65,3 +65,18 @@ def test_usage_survives_a_redefinition_and_a_snapshot():
     assert decayed(p, "alice", 400.0)[0] == pytest.approx(100.0)  # then once more in 200 s
     back = Model.from_snapshot(json.loads(m.snapshot_json()))
     assert back.projects["p"] == p
+
+
+def test_a_released_claims_byte_seconds_count_against_its_owner():
+    from tests.model.test_job_claims import ADMIN, PROVISIONER, World
+    from xce.model import claims
+
+    w = World()
+    claim = w.standalone("data")
+    created = claim.created
+    w.commit(claims.delete(w.model, ADMIN, "data", w.tick()))
+    w.run_agent(PROVISIONER)
+    assert claim.state is claims.ClaimState.RELEASED
+    released = claim.history[-1]["time"]
+    p = w.model.projects["default"]
+    assert decayed(p, claim.owner, released) == pytest.approx((0.0, 0.0, claim.size_bytes * (released - created)))
