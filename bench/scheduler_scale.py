@@ -29,6 +29,7 @@ the goal is at most 2x the plain cycle.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import random
 import sys
@@ -41,7 +42,8 @@ from xce.model import facts as F  # noqa: E402
 from xce.model import Model  # noqa: E402
 from xce.scheduler.core import schedule  # noqa: E402
 from xce.controller.view import build_view  # noqa: E402
-from xce.scheduler.view import ClusterView, JobView  # noqa: E402
+from xce.config import parse_config  # noqa: E402
+from xce.scheduler.view import ClusterView, JobView, Policy  # noqa: E402
 
 GiB = 2**30
 QUEUES = (("high", 100, 1), ("normal", 50, 6), ("low", 10, 3))  # name, priority, weight
@@ -63,10 +65,26 @@ SHAPES = (
 )
 
 
-def cluster_facts(n_hosts: int, n_jobs: int, seed: int) -> list[F.Fact]:
+# with --policy: run limits (seconds) drawn for every job, and projects with users for fair share
+LIMITS = (600.0, 1800.0, 3600.0, 4 * 3600.0)
+PROJECTS = (("default", 1), ("p1", 2), ("p2", 3), ("p3", 1))  # name, shares
+USERS = ("u1", "u2", "u3")
+POLICY_CONFIG = "[controller]\nreservation_depth = 1\n[[users]]\nname = \"admin\"\nrole = \"admin\"\n" + "".join(
+    f"[[users]]\nname = \"{u}\"\nprojects = [{', '.join(repr(p) for p, _ in PROJECTS)}]\n".replace("'", '"')
+    for u in USERS) + "".join(
+    f"[[projects]]\nname = \"{p}\"\nshares = {s}\nuser_shares = {{u1 = 2, u2 = 1}}\n" for p, s in PROJECTS)
+
+
+def cluster_facts(n_hosts: int, n_jobs: int, seed: int, policy: bool = False) -> list[F.Fact]:
     rnd = random.Random(seed)
     out: list[F.Fact] = [F.QueueDefined(time=0.0, name=q, priority=p) for q, p, _ in QUEUES]
-    out.append(F.ProjectDefined(time=0.0, name="default"))
+    out += [F.ProjectDefined(time=0.0, name=p) for p, _ in (PROJECTS if policy else PROJECTS[:1])]
+
+    def owner() -> dict:
+        """Who a job is: bench/default, or (policy) a random user of a random project, with a run limit."""
+        if not policy:
+            return {"user": "bench", "project": "default"}
+        return {"user": rnd.choice(USERS), "project": rnd.choice(PROJECTS)[0], "run_limit": rnd.choice(LIMITS)}
     hosts = []
     for i in range(n_hosts):
         name = f"h{i:05d}"
@@ -83,28 +101,49 @@ def cluster_facts(n_hosts: int, n_jobs: int, seed: int) -> list[F.Fact]:
     queue_names = [q for q, _, w in QUEUES for _ in range(w)]
     shape_pick = [(s, r) for w, s, r in SHAPES for _ in range(w)]
     job_id = 1
-    # a few running jobs (one on every fifth host) so that hosts are partly used
-    for name, slots in hosts[::5]:
-        n = slots // 2
-        out.append(F.JobSubmitted(time=1.0, id=job_id, name="running", user="bench", project="default",
-                                  queue="normal", command=["sleep", "1"], slots=n, resreq="rusage[mem=1G]"))
+    # a few running jobs (one on every fifth host) so that hosts are partly used; with the policy, the
+    # steady state a backlog of pending jobs means: every host busy, all but 0-2 of its slots held
+    for name, slots in (hosts if policy else hosts[::5]):
+        n = slots - rnd.randint(0, 2) if policy else slots // 2
+        out.append(F.JobSubmitted(time=1.0, id=job_id, name="running", queue="normal", command=["sleep", "1"],
+                                  slots=n, resreq="rusage[mem=1G]", **owner()))
         out.append(F.JobAllocated(time=1.0, job_id=job_id, run=1, hosts=[name], slots={name: n},
                                   counters={name: {"mem": float(n * 10**9)}}))
         out.append(F.JobStarted(time=1.0, job_id=job_id, run=1, host=name, pid=1))
         job_id += 1
     for _ in range(n_jobs):
         slots, resreq = rnd.choice(shape_pick)
-        out.append(F.JobSubmitted(time=2.0, id=job_id, name="j", user="bench", project="default",
-                                  queue=rnd.choice(queue_names), command=["true"], slots=slots, resreq=resreq))
+        out.append(F.JobSubmitted(time=2.0, id=job_id, name="j", queue=rnd.choice(queue_names), command=["true"],
+                                  slots=slots, resreq=resreq, **owner()))
         job_id += 1
     return out
 
 
-def build_model(n_hosts: int, n_jobs: int, seed: int) -> Model:
+def build_model(n_hosts: int, n_jobs: int, seed: int, policy: bool = False) -> Model:
     m = Model()
-    for pos, f in enumerate(cluster_facts(n_hosts, n_jobs, seed), start=1):
+    for pos, f in enumerate(cluster_facts(n_hosts, n_jobs, seed, policy), start=1):
         m.apply(pos, f)
     return m
+
+
+def measure_policy(n_hosts: int, n_jobs: int, seed: int, repeats: int) -> dict:
+    """One cycle with backfill (reservation_depth 1) and fair share (four projects, three users each)."""
+    model = build_model(n_hosts, n_jobs, seed, policy=True)
+    config = parse_config(POLICY_CONFIG)
+    now = 100.0  # the running jobs started at 1.0: their limits end between 601 and 14,401
+    t_view, view = best_of(lambda: build_view(model, config, now=now), repeats)
+    assert isinstance(view, ClusterView) and view.policy.fairshare is not None and view.policy.reservation_depth == 1
+    assert len(view.pending) == n_jobs
+    t_cycle, plan = best_of(lambda: schedule(view), repeats)
+    cpu = float("inf")  # on a loaded machine the wall time is mostly waiting: the CPU time too
+    for _ in range(repeats):
+        c0 = time.process_time()
+        schedule(view)
+        cpu = min(cpu, time.process_time() - c0)
+    t_plain, _ = best_of(lambda: schedule(dataclasses.replace(view, policy=Policy())), repeats)
+    held = sum(1 for r in plan.pending_reasons.values() if r.startswith("would delay"))
+    return {"hosts": n_hosts, "jobs": n_jobs, "cycle": t_cycle, "cpu": cpu, "view": t_view, "plain": t_plain,
+            "alloc": len(plan.allocations), "reserved": len(plan.reservations), "held": held}
 
 
 def best_of(fn, repeats: int) -> tuple[float, object]:
@@ -195,7 +234,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--gpus-only", action="store_true", help="only the GPU placement comparison")
+    ap.add_argument("--policy-only", action="store_true", help="only the backfill + fair share cycle")
     args = ap.parse_args()
+    if args.policy_only:
+        return policy(args)
 
     print(f"GPU placement: 10,000 pending GPU jobs on 1,000 hosts x 8 GPUs, best of {args.repeats}")
     print(f"{'jobs as':>12} {'cycle s':>9} {'allocs':>7} {'pending':>8} {'build_view s':>13}")
@@ -237,6 +279,20 @@ def main() -> None:
     shapes = len({(j.resreq, j.slots) for j in view.pending})
     print(f"\nstress, not the realistic mix: 10,000 jobs on 5,000 hosts with {shapes} distinct (resreq, -n) shapes: "
           f"cycle {t:.3f} s, {len(plan.allocations)} allocations")
+
+
+    policy(args)
+
+
+def policy(args) -> None:
+    reps = max(1, args.repeats - 2)
+    r = measure_policy(10_000, 100_000, args.seed, reps)
+    print(f"\nbackfill (reservation_depth 1) + fair share (4 projects x 3 users), run limits on every job, "
+          f"best of {reps}:\n{r['jobs']:,} pending on {r['hosts']:,} hosts: cycle {r['cycle']:.3f} s "
+          f"({'met' if r['cycle'] < 1.0 else 'NOT met'}: goal < 1 s; CPU {r['cpu']:.3f} s, load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs), the same view without the policy "
+          f"{r['plain']:.3f} s; build_view {r['view']:.3f} s; {r['alloc']} allocations, {r['reserved']} "
+          f"reservation(s), {r['held']} jobs held back by it")
 
 
 if __name__ == "__main__":

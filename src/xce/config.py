@@ -39,6 +39,19 @@ max_pending_jobs_per_user = 10000   # PEND and PSUSP jobs one user may have; mor
 max_array_size = 10000     # elements in one job array submission
 queue_depth = 1000         # pending jobs a scheduling cycle considers, highest priority then oldest first;
                            # deeper ones are reached by a full pass when a cycle leaves room unused
+# backfill: this many of the top pending jobs that do not fit get a reservation (hosts and a planned
+# start, from the run limits of the runs in their way); lower jobs start now only if they end before
+# it or leave it what it needs.  1 is EASY backfill, more is closer to conservative, 0 turns it off
+reservation_depth = 1
+# fair share (on when a [[projects]] table sets shares or user_shares): usage halves every
+# fairshare_half_life; it is slot-seconds x fairshare_slot_factor + gpu-seconds (the gpu counter) x
+# fairshare_gpu_factor + claim GiB-seconds x fairshare_claim_factor, plus fairshare_run_job_factor for
+# each slot held now (LSF's RUN_JOB_FACTOR)
+fairshare_half_life = "5h"
+fairshare_slot_factor = 1.0
+fairshare_gpu_factor = 1.0
+fairshare_claim_factor = 0.001
+fairshare_run_job_factor = 3.0
 # bounded history: DONE/EXIT jobs and RELEASED claims leave the live model this long after they
 # ended, into the store's archive (xce hist, xce job show, xce claim show and a listing by job id still
 # answer for them); an hour, as LSF's CLEAN_PERIOD, so listings show what ended lately
@@ -76,6 +89,8 @@ description = "default queue"
 [[projects]]
 name = "default"
 description = "default project"
+# shares = 2                          # fair share against the other projects (default 1)
+# user_shares = {alice = 2, bob = 1}  # and between its users (default 1)
 
 # Claims: storage pools (L2 counters the scheduler reserves claim sizes on) and claim classes.
 # A class names a provider; the provider's executable and private config (credentials) live in
@@ -155,12 +170,19 @@ class QueueConfig:
     # this many such requeues the job ends EXIT instead (None: no limit, as LSF's default)
     requeue_exit_values: str | None = None
     max_job_requeue: int | None = None
+    # LSF's PREEMPTION: "PREEMPTIVE[low other]" (this queue's jobs may preempt those of the queues named,
+    # of lower priority) or "PREEMPTIVE" (every queue of lower priority); None: it preempts nothing
+    preemption: str | None = None
 
 
 @dataclass(frozen=True)
 class ProjectConfig:
     name: str
     description: str = ""
+    # fair share (LSF's USER_SHARES, Slurm's fair-tree): the project's share against the other
+    # projects, its users' shares within it (None / not named: 1)
+    shares: float | None = None
+    user_shares: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -187,6 +209,16 @@ class ControllerConfig:
     # default_queue_depth): its cost, and the event loop's pause to build its snapshot, stop growing
     # with the backlog; a full pass follows a cycle that left room unused (xce.controller.scheduling)
     queue_depth: int = 1000
+    # backfill (xce.scheduler.backfill): the top pending jobs that do not fit and get a reservation
+    # (Maui's RESERVATIONDEPTH): 1 EASY backfill, more conservative, 0 none (greedy)
+    reservation_depth: int = 1
+    # fair share (xce.model.fairshare, xce.scheduler.fairshare): usage's half-life (Slurm's
+    # PriorityDecayHalfLife, LSF's HIST_HOURS) and the weights of its parts
+    fairshare_half_life: str | int | float = "5h"
+    fairshare_slot_factor: float = 1.0  # per slot-second
+    fairshare_gpu_factor: float = 1.0  # per GPU-second (the gpu counter held)
+    fairshare_claim_factor: float = 0.001  # per GiB-second of claims
+    fairshare_run_job_factor: float = 3.0  # per slot held now (LSF's RUN_JOB_FACTOR)
     # bounded history (xce.model.history): finished jobs and RELEASED claims older than this (a
     # duration, "5m", or seconds) leave the live model for the store's archive
     keep_finished: str | int | float = "1h"  # LSF's CLEAN_PERIOD
@@ -205,6 +237,10 @@ class ControllerConfig:
     private_env: tuple[str, ...] = ()  # name patterns that never go with a job (besides XCE's tokens)
     # LSF's MAX_USER_PRIORITY: -sp takes 1 to this (an admin may go beyond); a job without -sp has half
     max_user_priority: int = 100
+
+    @property
+    def fairshare_half_life_seconds(self) -> float:
+        return parse_duration(self.fairshare_half_life, "[controller] fairshare_half_life")
 
     @property
     def keep_finished_seconds(self) -> float:
@@ -349,6 +385,21 @@ class Config:
     def app(self, name: str) -> AppConfig | None:
         return next((a for a in self.apps if a.name == name), None)
 
+    def preemptable(self) -> dict[str, frozenset[str]]:
+        """Queue -> the queues its jobs may preempt (``preemption``; only queues that preempt)."""
+        out = {}
+        for q in self.queues:
+            if q.preemption is not None:
+                named = parse_preemption(q.preemption)
+                out[q.name] = frozenset(named if named is not None else
+                                        (o.name for o in self.queues if o.priority < q.priority))
+        return out
+
+    @property
+    def fairshare(self) -> bool:
+        """Fair share is on: some project sets ``shares`` or ``user_shares``."""
+        return any(p.shares is not None or p.user_shares for p in self.projects)
+
     def run_limits(self, queue: str) -> tuple[float | None, float | None]:
         """A job of ``queue``'s run limit when it gives none, and the most it may give, in seconds (None: none)."""
         q = next((q for q in self.queues if q.name == queue), None)
@@ -427,6 +478,20 @@ def _typed(cls: type[Table], raw: dict[str, Any], where: str) -> Table:
 _TYPED: tuple[type, ...] = (QueueConfig, AppConfig)
 
 
+def parse_preemption(text: str) -> tuple[str, ...] | None:
+    """LSF's ``PREEMPTIVE[low other]``: the queues named (None for a bare ``PREEMPTIVE``: every queue of
+    lower priority)."""
+    m = re.fullmatch(r"\s*PREEMPTIVE\s*(?:\[([^\]]*)\])?\s*", text)
+    if m is None:
+        raise ValueError(f"preemption is \"PREEMPTIVE\" or \"PREEMPTIVE[queue ...]\", got {text!r}")
+    if m.group(1) is None:
+        return None
+    names = tuple(m.group(1).split())
+    if not names:
+        raise ValueError("preemption: PREEMPTIVE[] names no queue")
+    return names
+
+
 def parse_config(text: str, source: str = "<string>") -> Config:
     try:
         raw = tomllib.loads(text)
@@ -470,6 +535,19 @@ def parse_config(text: str, source: str = "<string>") -> Config:
     if not any(u.role == "admin" for u in users):
         raise ConfigError(f"{source}: at least one user with role = \"admin\" is required")
     project_names = {p.name for p in projects}
+    user_names = {u.name for u in users}
+    for p in projects:
+        where = f"{source} [[projects]] {p.name!r}"
+        if p.shares is not None and (isinstance(p.shares, bool) or not isinstance(p.shares, (int, float))
+                                     or p.shares <= 0):
+            raise ConfigError(f"{where}: shares is a number > 0, got {p.shares!r}")
+        if not isinstance(p.user_shares, dict):
+            raise ConfigError(f"{where}: user_shares is a table of user = share ({{alice = 2, bob = 1}})")
+        for name, share in p.user_shares.items():
+            if name not in user_names:
+                raise ConfigError(f"{where}: user_shares names unknown user {name!r}")
+            if isinstance(share, bool) or not isinstance(share, (int, float)) or share <= 0:
+                raise ConfigError(f"{where}: user_shares: {name}'s share is a number > 0, got {share!r}")
     for u in users:
         missing = [p for p in u.projects if p not in project_names]
         if missing:
@@ -495,6 +573,18 @@ def parse_config(text: str, source: str = "<string>") -> Config:
             raise ConfigError(f"{source}: queue {q.name!r}: {e}") from None
         if len(limits) == 2 and limits[0] > limits[1]:
             raise ConfigError(f"{source}: queue {q.name!r}: run_limit above max_run_limit")
+        if q.preemption is not None:
+            try:
+                named = parse_preemption(q.preemption)
+            except ValueError as e:
+                raise ConfigError(f"{source}: queue {q.name!r}: {e}") from None
+            prio = {other.name: other.priority for other in queues}
+            for name in named or ():
+                if name not in prio:
+                    raise ConfigError(f"{source}: queue {q.name!r}: preemption names unknown queue {name!r}")
+                if prio[name] >= q.priority:
+                    raise ConfigError(f"{source}: queue {q.name!r}: preemption: queue {name!r} is not of lower "
+                                      f"priority ({prio[name]} >= {q.priority})")
         if q.requeue_exit_values is not None:
             try:
                 parse_exit_values(q.requeue_exit_values)
@@ -512,6 +602,14 @@ def parse_config(text: str, source: str = "<string>") -> Config:
     ctl = dataclasses.replace(ctl, private_env=tuple(ctl.private_env))
     if ctl.queue_depth < 1:
         raise ConfigError(f"{source} [controller]: queue_depth >= 1, got {ctl.queue_depth}")
+    if not isinstance(ctl.reservation_depth, int) or ctl.reservation_depth < 0:
+        raise ConfigError(f"{source} [controller]: reservation_depth >= 0 (0: no backfill reservations), "
+                          f"got {ctl.reservation_depth!r}")
+    if ctl.fairshare_half_life_seconds <= 0:
+        raise ConfigError(f"{source} [controller]: fairshare_half_life must be positive")
+    for key in ("fairshare_slot_factor", "fairshare_gpu_factor", "fairshare_claim_factor", "fairshare_run_job_factor"):
+        if not isinstance(getattr(ctl, key), (int, float)) or getattr(ctl, key) < 0:
+            raise ConfigError(f"{source} [controller]: {key} is a number >= 0, got {getattr(ctl, key)!r}")
     if ctl.advertise and not re.fullmatch(r"https?://[^/\s?#,@]+(/[^\s?#,]*)?", ctl.advertise):
         raise ConfigError(f"{source} [controller]: advertise must be http[s]://HOST[:PORT][/PREFIX], "
                           f"got {ctl.advertise!r}")

@@ -255,3 +255,15 @@ def test_metrics_count_live_finished_jobs_and_retired_records(ctl, tokens):
         wait_for(lambda: retired(c, ended["id"]), what="retirement")
     assert gauge("xce_retired_records") >= before + 1
     assert gauge("xce_jobs_finished_live") >= 0 and gauge("xce_claims_live") >= 0
+
+
+def test_fairshare_shows_each_user_their_own_projects(ctl, tokens):
+    with ctl.client(tokens["alice"]) as c:
+        doc = c.get("/v1/fairshare").json()
+    assert doc["enabled"] is False and doc["half_life"] == 5 * 3600  # no [[projects]] table sets shares
+    rows = {(r["project"], r["user"]): r for r in doc["rows"]}
+    assert {p for p, _ in rows} == {"default"}
+    assert rows[("default", None)]["share"] == 1.0 and ("default", "alice") in rows
+    assert all(r["priority"] > 0 and r["usage"] >= 0 for r in doc["rows"])
+    with ctl.client() as admin:
+        assert admin.get("/v1/fairshare").json()["rows"] == doc["rows"]  # one project: the same rows

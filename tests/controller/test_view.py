@@ -78,3 +78,22 @@ def test_the_view_offers_waiting_replicas_and_a_node_local_claims_ready_hosts_as
     job = w.submit(claims=("named",))
     [use] = next(j for j in build_view(w.model, CONFIG).pending if j.id == job.id).claims
     assert (use.state, use.reachable, use.replicated) == ("READY", frozenset({"h1"}), True)
+
+
+def test_hosts_carry_what_their_runs_give_back_and_when_for_reservations(w):
+    """Backfill plans from the runs' expected ends: start plus -We, else the run limit; none without either."""
+    from xce.model.facts import JobStarted
+
+    limited = w.submit()
+    limited.run_limit, limited.run_estimate = 600.0, None
+    estimated = w.submit()
+    estimated.run_limit, estimated.run_estimate = 3600.0, 120.0
+    unlimited = w.submit()
+    for job in (limited, estimated, unlimited):
+        w.apply(on(job, slots=1))
+        w.commit([JobStarted(time=1000.0, job_id=job.id, run=job.run, host="h1", pid=1)])
+    view = build_view(w.model, CONFIG, now=1100.0)
+    h1 = next(h for h in view.hosts if h.name == "h1")
+    assert sorted((end, n) for end, n, _ in h1.releases) == [(1120.0, 1), (1600.0, 1)]
+    assert view.now == 1100.0 and view.policy.reservation_depth == 1
+    assert build_view(w.model, CONFIG, now=1700.0).hosts[0].releases[0][0] == 1700.0  # past its end: now

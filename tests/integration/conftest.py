@@ -41,10 +41,15 @@ def cluster_config(host_timeout: float, fence_time: float | None = None) -> str:
     return TEST_CONFIG.format(host_timeout=host_timeout, fence_time=host_timeout if fence_time is None else fence_time)
 
 
-def make_cluster(root, host_timeout: float = 2.0) -> Cluster:
+def make_cluster(root, host_timeout: float = 2.0, hosts: dict[str, int] | None = None, extra: str = "") -> Cluster:
+    """A started cluster on TEST_CONFIG (``extra`` appended), with a worker for each of ``hosts``
+    (name -> slots)."""
     cfg = root / "xce.toml"
-    cfg.write_text(cluster_config(host_timeout))
-    return Cluster(str(root), config=str(cfg)).start()
+    cfg.write_text(cluster_config(host_timeout) + extra)
+    c = Cluster(str(root), config=str(cfg)).start()
+    for name, slots in (hosts or {}).items():
+        c.add_worker(name, slots=slots)
+    return c
 
 
 @pytest.fixture

@@ -97,4 +97,4 @@ def test_a_named_hosts_replica_short_of_room_evicts_caches_unused_replicas_there
     p = plan([holding("h1", 4, total=4 * GiB, free=0)], [],
              pending_replicas=(ReplicaView(claim_id=5, name="c", size=int(2 * GiB), counter="scratch",
                                            hosts=("h1",)),))
-    assert not p.replicas and p.claim_reasons[5] == "replicas of 2Gi wait: host h1 has 0 scratch free"
+    assert not p.replicas and p.claim_reasons[5] == "replicas of 2Gi wait: host h1 has 0B scratch free"

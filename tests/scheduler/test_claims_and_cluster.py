@@ -87,7 +87,7 @@ def test_claims_go_to_the_pool_with_room():
                           pools=(PoolView("a", 100, 10), PoolView("b", 100, 50)),
                           pending_claims=(ClaimView(1, "x", 40, ("a", "b")), ClaimView(2, "y", 40, ("a", "b")))))
     assert [(c.claim_id, c.pool) for c in p.placements] == [(1, "b")]
-    assert p.claim_reasons[2] == "no pool has room for 40: a has 10 free, b has 10 free"
+    assert p.claim_reasons[2] == "no pool has room for 40B: a has 10B free, b has 10B free"
 
 
 def test_standalone_placements_see_the_pool_room_the_cycles_allocations_took():

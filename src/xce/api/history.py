@@ -1,4 +1,5 @@
-"""History routes: ``GET /v1/history/jobs`` (``xce hist``) and ``GET /v1/usage`` (``xce usage``).
+"""History routes: ``GET /v1/history/jobs`` (``xce hist``), ``GET /v1/usage`` (``xce usage``) and
+``GET /v1/fairshare`` (``xce fairshare``: shares, decayed usage and priority).
 
 Both read the store's archive and the finished records still live, merged so that each record is
 counted once (``xce.controller.history``).  Users read their own jobs and usage; admins their own,
@@ -9,6 +10,7 @@ with ``limit``, ``cursor`` and ``X-Next-Cursor``, like every list that grows wit
 from __future__ import annotations
 
 import math
+import time
 from typing import Literal
 
 from fastapi import APIRouter, Depends, Query
@@ -18,8 +20,10 @@ from xce.api.auth import authenticated
 from xce.api.deps import Ctl
 from xce.api.paging import NEXT_CURSOR, NEXT_CURSOR_DOC, cursor_query, decode_cursor, encode_cursor
 from xce.api.responses import JSONResponse
-from xce.api.views import history_json, usage_json
+from xce.api.views import fairshare_json, history_json, usage_json
 from xce.controller import history as controller_history
+from xce.controller.view import fairshare_view
+from xce.scheduler.fairshare import standings
 from xce.errors import InvalidRequest
 from xce.model import history
 from xce.model.history import history_scope
@@ -100,3 +104,20 @@ async def usage(ctl: Ctl, actor: User = Depends(authenticated),
     if by == "user":
         rows = history.with_project_totals(rows)
     return JSONResponse([usage_json(u) for u in rows])
+
+
+@router.get("/v1/fairshare", response_model=schemas.FairShareOut)
+async def fairshare(ctl: Ctl, actor: User = Depends(authenticated)):
+    """Fair share standings (LSF's ``bhpart``, Slurm's ``sshare``): each project's share, decayed usage,
+    slots held and dynamic priority, then its users'.  Users see their own projects; admins all."""
+    await ctl.read_barrier()
+    config, model = ctl.config, ctl.model
+    members: dict[str, set[str]] = {name: set() for name in model.projects}
+    for u in model.users.values():
+        for p in u.projects:
+            if p in members and not u.disabled:
+                members[p].add(u.name)
+    rows = standings(fairshare_view(model, config, time.time()), members)
+    if not actor.is_admin:
+        rows = [r for r in rows if r[0] in actor.projects]
+    return JSONResponse(fairshare_json(config.fairshare, config.controller.fairshare_half_life_seconds, rows))

@@ -198,6 +198,24 @@ class UsageOut(BaseModel):
     claim_byte_hours: float
 
 
+class FairShareRowOut(BaseModel):
+    project: str
+    user: str | None = Field(None, description="null: the project's own row (its users' sum)")
+    share: float = Field(description="the share, as a fraction of its level (projects; a project's users)")
+    usage: float = Field(description="decayed, weighted usage: slot-seconds, GPU-seconds and claim GiB-seconds "
+                                     "times their factors, the runs going now included")
+    running_slots: int
+    priority: float = Field(description="dynamic priority: share / (usage + run_job_factor x (1 + running slots)); "
+                                        "higher goes first within a queue")
+
+
+class FairShareOut(BaseModel):
+    enabled: bool = Field(description="fair share orders the queues: some [[projects]] table sets shares or "
+                                      "user_shares (else oldest first)")
+    half_life: float = Field(description="seconds in which usage halves ([controller] fairshare_half_life)")
+    rows: list[FairShareRowOut]
+
+
 class QueueOut(BaseModel):
     name: str
     priority: int

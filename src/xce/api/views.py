@@ -130,6 +130,13 @@ def usage_json(u: Usage) -> dict[str, Any]:
             "claim_byte_hours": u.claim_byte_seconds / 3600}
 
 
+def fairshare_json(enabled: bool, half_life: float,
+                   rows: list[tuple[str, str | None, float, float, int, float]]) -> dict[str, Any]:
+    return {"enabled": enabled, "half_life": half_life,
+            "rows": [{"project": p, "user": u, "share": share, "usage": usage, "running_slots": held,
+                      "priority": prio} for p, u, share, usage, held, prio in rows]}
+
+
 def user_json(user: User) -> dict[str, Any]:
     return {"name": user.name, "role": user.role.value, "projects": user.projects,
             "host": user.host, "created": user.created, "disabled": user.disabled}

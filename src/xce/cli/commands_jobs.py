@@ -1,5 +1,5 @@
 """Job commands: ``submit``, ``jobs``, ``job show|why``, ``kill`` (``-s SIGNAL``), ``requeue``, ``hold``,
-``release``, ``stop``, ``resume``, and history: ``hist`` (``jobs --done``) and ``usage``.
+``release``, ``stop``, ``resume``, and history: ``hist`` (``jobs --done``), ``usage`` and ``fairshare``.
 
 Job ids on the command line are ``ID`` or ``ID[INDEX]`` (one element of an
 array).  An array's own id (its first element's id, as LSF prints it) means
@@ -77,6 +77,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     u.add_argument("--by-user", action="store_true",
                    help="each project's total (USER *) followed by a row per user (jobs and claims they own)")
     u.set_defaults(func=cmd_usage)
+
+    fs = sub.add_parser("fairshare", parents=[common],
+                        help="fair share: each project's and user's share, decayed usage, running slots and "
+                             "priority (like bhpart / sshare)")
+    fs.set_defaults(func=cmd_fairshare)
 
     job = sub.add_parser("job", parents=[common], help="one job: show, why")
     jsub = job.add_subparsers(dest="job_command", metavar="ACTION", required=True, parser_class=Parser)
@@ -274,6 +279,20 @@ def cmd_usage(args, ctx) -> int:
                            f"{u['slot_hours']:.2f}", f"{u['cpu_hours']:.2f}", f"{u.get('gpu_hours', 0.0):.2f}",
                            u["claims"],
                            f"{u['claim_byte_hours'] / 2**30:.2f}") for u in rows))
+    return EXIT_OK
+
+
+def cmd_fairshare(args, ctx) -> int:
+    doc = ctx.client().get("/v1/fairshare")
+    if ctx.json:
+        print_json(doc)
+        return EXIT_OK
+    if not doc["enabled"]:
+        print("Fair share is off (no [[projects]] table sets shares or user_shares): queues serve the oldest "
+              "job first", file=sys.stderr)
+    print_table(("PROJECT", "USER", "SHARE", "USAGE", "RUNNING", "PRIORITY"),
+                ((r["project"], r["user"] or "*", f"{r['share']:.3f}", f"{r['usage']:.0f}", r["running_slots"],
+                  f"{r['priority']:.6f}") for r in doc["rows"]))
     return EXIT_OK
 
 

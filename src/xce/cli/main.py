@@ -39,7 +39,7 @@ def _common() -> argparse.ArgumentParser:
 # module's parsers (tests/cli checks this table against the full parser)
 COMMANDS = {
     **dict.fromkeys(("submit", "jobs", "job", "mod", "kill", "requeue", "hold", "release", "stop", "resume", "hist",
-                     "usage"), "commands_jobs"),
+                     "usage", "fairshare"), "commands_jobs"),
     **dict.fromkeys(("claim", "claimclass", "orphans", "snapshot"), "commands_claims"),
     **dict.fromkeys(("ping", "controllers", "queues", "apps", "projects", "hosts", "host", "resources", "users", "user",
                      "token", "audit"), "commands_admin"),

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from xce.controller.commit import Outcome
 from xce.model import Model
 from xce.model import gpus as gpu_use
-from xce.model import job_claims
+from xce.model import job_claims, jobs
 from xce.model.claims import ClaimState
 from xce.controller.observed import Observed, pool_free
 from xce.model.claims import ResizeState
@@ -53,6 +53,8 @@ def apply_plan(model: Model, plan: Plan, now: float, config: Config | None = Non
         outcome.facts.extend(_apply_placements(model, plan, now, free, outcome.result))
     if plan.replicas:
         outcome.facts.extend(_apply_replicas(model, plan, now, outcome.facts, outcome.result))
+    for p in plan.preemptions:  # the victims' runs end through the kill path (jobs.preempt re-checks them)
+        outcome.facts.extend(jobs.preempt(model, p.job_id, p.victims, now, config))
     return outcome
 
 

@@ -36,7 +36,7 @@ def bootstrap_facts(model: Model, config: Config, now: float,
     if not scratch.cluster_id:
         add([ClusterInitialized(time=now, cluster_id=uuid.uuid4().hex)])
     for p in config.projects:
-        add(define_project(scratch, p.name, p.description, now))
+        add(define_project(scratch, p.name, p.description, now, config.controller.fairshare_half_life_seconds))
     configured = {p.name for p in config.projects}
     for name in sorted(set(scratch.projects) - configured):  # its live claims show up in xce orphans
         add(remove_project(scratch, name, now))

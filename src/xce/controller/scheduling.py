@@ -46,6 +46,7 @@ from xce.model.facts import (
 from xce.model.claims import ClaimState, ResizeState
 from xce.model.hosts import HostState
 from xce.scheduler.core import schedule
+from xce.scheduler.plan import JobReservation
 from xce.controller.view import JobViews, build_view
 
 log = logging.getLogger("xce.scheduler")
@@ -84,6 +85,8 @@ class SchedulerLoop:
         # the latest cycle's reasons: pending jobs', and every pending job's when no host has room at all
         self.pending_reasons: dict[int, str] = {}
         self.idle_reason: str | None = None
+        self.reserved: dict[int, JobReservation] = {}  # the latest plan's reservations (backfill), by job
+        self._preempts = bool(config.preemptable())  # a full cluster is when preemption is needed: always plan
         # when the latest cycle planned only the first queue_depth pending jobs: what the others are
         # told, and what the latest full pass said of each
         self.beyond_depth_reason: str | None = None
@@ -157,9 +160,12 @@ class SchedulerLoop:
         if model.dependency_blocked and dependencies.orphans(model):
             await self.commit.execute(lambda m: Outcome(facts=dependencies.terminate_orphans(m, time.time())))
         idle = _no_room(model)
-        if idle and not _claims_waiting(model):
-            # nothing can be placed: skip the view (O(pending jobs)), one reason fits them all
-            self.pending_reasons, self.claim_reasons, self.idle_reason = {}, {}, idle
+        if idle and not _claims_waiting(model) and not self._preempts:
+            # nothing can be placed: skip the view (O(pending jobs)), one reason fits them all but the
+            # reserved jobs' (their planned start stands: only an end, which frees a slot, moves it)
+            self.pending_reasons = {j: self.pending_reasons[j] for j in self.reserved
+                                    if j in self.pending_reasons and j in model.pending_jobs}
+            self.claim_reasons, self.idle_reason = {}, idle
             self.resize_reasons = {}
             self.beyond_depth_reason = None
             return None
@@ -167,7 +173,7 @@ class SchedulerLoop:
         full = time.monotonic() >= self._full_pass_at
         depth = config.controller.queue_depth
         view = build_view(model, config, self.observed, self._views, depth=None if full else depth,
-                          now=time.time())
+                          now=time.time(), reserved=frozenset(self.reserved))
         if not view.pending and not view.pending_claims and not view.pending_resizes and not view.pending_replicas:
             self.pending_reasons = {}
             self.claim_reasons = {}
@@ -177,10 +183,11 @@ class SchedulerLoop:
         plan = await asyncio.get_running_loop().run_in_executor(self._pool, schedule, view)
         self.cycles += 1
         self.pending_reasons = dict(plan.pending_reasons)
+        self.reserved = {r.job_id: r for r in plan.reservations}
         self._after_depth(view.pending_beyond, plan.room_left, full, depth)
         self.claim_reasons = dict(plan.claim_reasons)
         self.resize_reasons = dict(plan.resize_reasons)
-        if not (plan.allocations or plan.placements or plan.resizes or plan.replicas):
+        if not (plan.allocations or plan.placements or plan.resizes or plan.replicas or plan.preemptions):
             return None
         observed, apply = self.observed, self.apply
         result: ApplyResult = await self.commit.execute(lambda m: apply(m, plan, time.time(), config, observed))

@@ -9,21 +9,23 @@ from __future__ import annotations
 import heapq
 import time
 from types import MappingProxyType
+from typing import Iterator, Mapping
 
 from xce.config import Config
 from xce.controller.observed import Observed
 from xce.model import Model
-from xce.model import capabilities
+from xce.model import capabilities, fairshare
 from xce.model.claims import AccessMode, ClaimState, Mode, ReplicaState, ResizeState, Scope
+from xce.model.entities.hosts import Host
 from xce.model.hosts import HostState
 from xce.model.identity import hosts_locked_out
 from xce.model.job_claims import early_claim, node_counters, pool_needs
-from xce.model.jobs import Job, held_exclusively
+from xce.model.jobs import Job, JobState, held_exclusively
 from xce.jobspec_gpu import GpuRequest
 from xce.model.entities.hosts import Host
 from xce.scheduler.view import (
-    CachedReplica, CacheUse, ClaimUse, ClaimView, ClusterView, GpuView, HostView, JobView, PoolView, ReplicaView,
-    ResizeView,
+    CachedReplica, CacheUse, ClaimUse, ClaimView, ClusterView, FairShare, GpuView, HostView, JobView, Policy,
+    PoolView, ReplicaView, ResizeView, RunningView,
 )
 
 MAKING = (ReplicaState.PENDING, ReplicaState.PREPARING)  # a replica being placed, made or filled
@@ -45,12 +47,13 @@ class JobViews:
         self.eligible = 0  # pending jobs the last call could have planned (dependencies and array limits allowing)
 
     def pending(self, model: Model, prio: dict[str, int], depth: int | None = None,
-                now: float | None = None) -> tuple[JobView, ...]:
-        """The views of the first ``depth`` pending jobs in the scheduler's order (all: None) that may
-        start at ``now`` (None: whatever their begin time)."""
+                now: float | None = None, per_owner: bool = False) -> tuple[JobView, ...]:
+        """The views of the first ``depth`` pending jobs in the scheduler's order (all: None; with
+        ``per_owner``, fair share's: the first ``depth`` of each user of each project) that may start
+        at ``now`` (None: whatever their begin time)."""
         kept, self._kept = self._kept, {}
         views = []
-        ids, self.eligible = first_pending(model, prio, depth, now)
+        ids, self.eligible = first_pending(model, prio, depth, now, per_owner)
         for j in map(model.jobs.__getitem__, ids):
             key = (j.run, j.queue, prio.get(j.queue, 0), j.slots, j.resreq, j.user_priority)
             hit = kept.get(j.id)
@@ -69,7 +72,7 @@ class JobViews:
 
 
 def first_pending(model: Model, prio: dict[str, int], depth: int | None,
-                  now: float | None = None) -> tuple[list[int], int]:
+                  now: float | None = None, per_owner: bool = False) -> tuple[list[int], int]:
     """The ids of the first ``depth`` pending jobs in the order the scheduler takes them (highest
     queue priority, then highest ``-sp``, then oldest), or of all of them (None); in id order; and how
     many could be planned, at any depth.  Jobs whose dependency does not hold are not planned
@@ -83,6 +86,17 @@ def first_pending(model: Model, prio: dict[str, int], depth: int | None,
     ids = _within_array_limits(model, ids)
     if depth is None or len(ids) <= depth:
         return ids, len(ids)
+    if per_owner:  # fair share orders within a queue by owner: each one's oldest, not the queue's
+        jobs = model.jobs
+        count: dict[tuple[str, str, int], int] = {}
+        out = []
+        for i in ids:
+            j = jobs[i]
+            key = (j.project, j.user, prio.get(j.queue, 0))
+            n = count[key] = count.get(key, 0) + 1
+            if n <= depth:
+                out.append(i)
+        return out, len(ids)
     # one priority for every queue (queues are never removed) and one -sp for every pending job: oldest first
     if len(set(prio.values())) <= 1 and len(model.pending_priorities) <= 1:
         return ids[:depth], len(ids)
@@ -116,7 +130,7 @@ def _uses_claims(j: Job) -> bool:
 
 def _job_view(model: Model, j: Job, prio: dict[str, int]) -> JobView:
     return JobView(id=j.id, run=j.run, queue=j.queue, priority=prio.get(j.queue, 0), slots=j.slots,
-                   resreq=j.resreq, claims=_claim_uses(model, j) if _uses_claims(j) else (),
+                   resreq=j.resreq, run_limit=j.run_limit, project=j.project, user=j.user, claims=_claim_uses(model, j) if _uses_claims(j) else (),
                    node_counters=MappingProxyType(node_counters(j.templates)) if j.templates else
                    MappingProxyType({}), pool_needs=pool_needs(j.templates) if j.templates else (),
                    user_priority=j.user_priority, exclusive=j.exclusive, avoid=frozenset(j.avoid_hosts),
@@ -124,14 +138,18 @@ def _job_view(model: Model, j: Job, prio: dict[str, int]) -> JobView:
 
 
 def build_view(model: Model, config: Config | None = None, observed: Observed | None = None,
-               views: JobViews | None = None, depth: int | None = None, now: float | None = None) -> ClusterView:
+               views: JobViews | None = None, depth: int | None = None, now: float | None = None,
+               reserved: frozenset[int] = frozenset()) -> ClusterView:
     """The scheduler's view of ``model`` at its position (``config``: pools and cluster counters;
     ``observed``: what providers report of the pools' capacity; ``views``: the pending jobs' views
     kept from the last view, if any; ``depth``: how many pending jobs it holds, the first in
     the scheduler's order, or all: None; ``now``: the time tokens are judged at, for the hosts whose
-    daemon credentials were taken back, which it leaves out: ``identity.hosts_locked_out``)."""
+    daemon credentials were taken back, which it leaves out: ``identity.hosts_locked_out``, and
+    reservations are planned from; ``reserved``: the jobs the previous plan reserved for)."""
     hosts = []
-    locked = hosts_locked_out(model, time.time() if now is None else now)
+    now = time.time() if now is None else now
+    locked = hosts_locked_out(model, now)
+    reserving = config is not None and config.controller.reservation_depth > 0
     for h in model.hosts.values():
         if h.state is not HostState.OK or h.name in locked:
             continue
@@ -141,11 +159,12 @@ def build_view(model: Model, config: Config | None = None, observed: Observed | 
                               attrs=MappingProxyType(dict(h.attrs)),
                               counters_total=MappingProxyType(dict(h.counters)),
                               counters_free=MappingProxyType(free), idle=not h.held_slots,
-                              gpus=gpu_views(h) if h.gpus else ()))
+                              gpus=gpu_views(h) if h.gpus else (),
+                              releases=_releases(model, h, now) if reserving else ()))
     hosts.sort(key=lambda h: h.name)
     prio = {q.name: q.priority for q in model.queues.values()}
     views = views or JobViews()
-    pending = views.pending(model, prio, depth, time.time() if now is None else now)
+    pending = views.pending(model, prio, depth, now, per_owner=config is not None and config.fairshare)
     pools: tuple[PoolView, ...] = ()
     claims: tuple[ClaimView, ...] = ()
     resizes: tuple[ResizeView, ...] = ()
@@ -157,10 +176,84 @@ def build_view(model: Model, config: Config | None = None, observed: Observed | 
         used = model.cluster_used()
         cluster = {name: total - used.get(name, 0.0) for name, total in config.cluster_counters().items()}
     evictable = _evictable(model)
+    preemptable = config.preemptable() if config is not None else {}
+    policy = Policy(reservation_depth=config.controller.reservation_depth,
+                    fairshare=fairshare_view(model, config, now) if config.fairshare else None,
+                    reserved=reserved, preemptable=MappingProxyType(preemptable)) \
+        if config is not None else Policy()
     return ClusterView(position=model.position, hosts=tuple(hosts), pending=pending, pools=pools,
                        pending_claims=claims, pending_resizes=resizes, pending_replicas=replicas, evictable=evictable,
                        cluster_free=MappingProxyType(cluster),
-                       pending_beyond=views.eligible - len(pending))
+                       pending_beyond=views.eligible - len(pending), now=now, policy=policy,
+                       running=_running(model, prio, frozenset().union(*preemptable.values())) if preemptable
+                       else ())
+
+
+def _holding(model: Model) -> Iterator[Job]:
+    """Every job holding hosts (allocated, running, staging out), once."""
+    seen: set[str] = set()
+    for h in model.hosts.values():
+        for key in h.held_slots:
+            if key not in seen:
+                seen.add(key)
+                job = model.jobs.get(int(key))
+                if job is not None:
+                    yield job
+
+
+def _running(model: Model, prio: dict[str, int], queues: frozenset[str]) -> tuple[RunningView, ...]:
+    """The runs holding hosts in ``queues`` (those some queue may preempt): what a preemption may end."""
+    out = []
+    for job in _holding(model):
+        if job.queue in queues and job.started:
+            out.append(RunningView(job_id=job.id, run=job.run, queue=job.queue, priority=prio.get(job.queue, 0),
+                                   start=job.start_time or 0.0, slots=MappingProxyType(dict(job.alloc_slots)),
+                                   counters=MappingProxyType({k: MappingProxyType(v) for k, v in
+                                                              job.alloc_counters.items()}),
+                                   ending=job.kill_requested or job.state is JobState.STAGE_OUT))
+    return tuple(out)
+
+
+def fairshare_view(model: Model, config: Config, now: float) -> FairShare:
+    """Shares from the configuration; usage from the model (``xce.model.fairshare``), decayed to ``now``
+    and weighted by the configured factors, with what running jobs have used so far; the slots held."""
+    ctl = config.controller
+    factors = (ctl.fairshare_slot_factor, ctl.fairshare_gpu_factor, ctl.fairshare_claim_factor)
+    usage: dict[tuple[str, str], float] = {}
+    for p in model.projects.values():
+        for user in p.usage:
+            usage[(p.name, user)] = fairshare.weighted(fairshare.decayed(p, user, now), *factors)
+    running: dict[tuple[str, str], int] = {}
+    for job in _holding(model):
+        who = (job.project, job.user)
+        running[who] = running.get(who, 0) + job.slots
+        so_far = fairshare.run_usage(job, now)  # its run so far counts as it will when it ends
+        if so_far is not None:
+            usage[who] = usage.get(who, 0.0) + fairshare.weighted(so_far, *factors)
+    return FairShare(project_shares=MappingProxyType({p.name: float(p.shares) for p in config.projects
+                                                      if p.shares is not None}),
+                     user_shares=MappingProxyType({p.name: MappingProxyType({u: float(s) for u, s in p.user_shares.items()})
+                                                   for p in config.projects if p.user_shares}),
+                     usage=MappingProxyType(usage), running=MappingProxyType(running),
+                     run_job_factor=ctl.fairshare_run_job_factor)
+
+
+def _releases(model: Model, host: Host, now: float) -> tuple[tuple[float, int, Mapping[str, float]], ...]:
+    """What the runs holding ``host`` give back, and when: at their start (or allocation, for one not
+    started yet) plus their ``-We`` estimate, else their run limit; a run past it gives back now.
+    Runs without either never give back anything the scheduler can plan a reservation with."""
+    out = []
+    for key, n in host.held_slots.items():
+        job = model.jobs.get(int(key))
+        if job is None:
+            continue
+        expected = job.run_estimate if job.run_estimate is not None else job.run_limit
+        if expected is None:
+            continue
+        begun = job.start_time if job.start_time is not None else job.alloc_time if job.alloc_time is not None \
+            else now
+        out.append((max(begun + expected, now), n, MappingProxyType(host.held_counters.get(key, {}))))
+    return tuple(out)
 
 
 def gpu_views(h: Host) -> tuple[GpuView, ...]:

@@ -156,6 +156,7 @@ class QueueDefined(Fact):
 class ProjectDefined(Fact):
     name: str
     description: str = ""
+    usage_half_life: float | None = None  # fair share's decay ([controller] fairshare_half_life); None: as it was
 
 
 @fact("project.removed")

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from xce.depend import DependError, parse as parse_dependency
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from xce.exitvalues import ExitValuesError, RequeueRule, parse as parse_exit_values
-from xce.model import dependencies
+from xce.model import dependencies, fairshare
 from xce.model.entities.hosts import Host
 from xce.model.entities.identity import User
 from xce.model.entities.jobs import RUNNING, Job, JobState
@@ -605,6 +605,7 @@ def apply_job_finished(model: State, f: JobFinished) -> Job | None:
         return None
     if job.run != f.run or job.finished:
         return None  # OBSERVATION: another run's end, or decided already
+    fairshare.charge_run(model, job, f.time)
     _release(model, job)
     if f.usage is not None:
         job.usage = dict(f.usage)
@@ -628,6 +629,7 @@ def apply_job_requeued(model: State, f: JobRequeued) -> Job | None:
         return None
     if job.run != f.run:
         return None  # OBSERVATION: about another run (this one was allocated anew since)
+    fairshare.charge_run(model, job, f.time)
     _release(model, job)
     job.process_exit = None
     if f.usage is not None:
@@ -728,6 +730,25 @@ def kill(model: State, actor: User, job_id: int, now: float, requeue: bool = Fal
         return [JobRequeued(time=now, job_id=job.id, run=job.run, reason=f"requeued by {by}")]
     return [JobFinished(time=now, job_id=job.id, run=job.run, state=JobState.EXIT.value,
                         reason=f"killed by {by}")]
+
+
+def preempt(model: State, job_id: int, victims: tuple[tuple[int, int], ...], now: float,
+            config: Config | None = None) -> list[Fact]:
+    """The scheduler chose ``victims`` (job, run) for pending job ``job_id`` of a preemptive queue: each
+    still running that run, and not being ended already, is ended through the kill path (requeued if
+    rerunnable, else killed), with its queue's grace.  Nothing if the preemptor no longer waits."""
+    job = model.jobs.get(job_id)
+    if job is None or job.state is not JobState.PEND or job.allocated:
+        return []
+    out: list[Fact] = []
+    for victim_id, run in victims:
+        v = model.jobs.get(victim_id)
+        if v is None or v.run != run or v.state not in RUNNING or v.kill_requested:
+            continue
+        grace = config.terminate_grace(v.queue) if config is not None else None
+        out.append(JobKillRequested(time=now, job_id=v.id, run=v.run, by=f"preemption for job {job.id}",
+                                    requeue=v.rerunnable, grace=grace))
+    return out
 
 
 def send_signal(model: State, actor: User, job_id: int, now: float, signal: int) -> list[Fact]:

@@ -33,7 +33,7 @@ class Room(Protocol):
     free_slots: list[int]
     free_ctr: list[dict[str, float]]
 
-    def fits(self, i: int, rusage: dict[str, float], want: int) -> int: ...
+    def fits(self, i: int, rusage: dict[str, float], want: int, end: float = ...) -> int: ...
 
 
 class CacheFills:

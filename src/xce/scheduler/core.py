@@ -1,19 +1,21 @@
-"""``plan = schedule(view)``: queue priority, then ``-sp``, then FCFS, from an immutable view of the cluster.
+"""``plan = schedule(view)``: queue priority, then ``-sp``, then FCFS or fair share, with backfill, from an
+immutable view.
 
 Pure: no I/O, no clock, no waiting; the same view always gives the same plan.
 
-Placement.  Jobs are visited once, highest queue priority first, then the
-highest user priority (``-sp``), oldest first among equals (``job_order``).  A job's candidate hosts are those matching its
-``select`` (evaluated once per distinct ``select`` against the view),
-sorted by its ``order``; it takes the first hosts that fit, in that order.
-A job that does not fit never blocks later jobs (no reservation yet;
-backfill comes later).  ``rusage`` amounts are per slot (as LSF's per-task
-reservation).
+Placement.  Jobs are visited once, in ``order.pending_order``'s order: queue priority first, then
+(FCFS) the highest user priority (``-sp``), oldest first among equals, or (fair share) the owner
+furthest below its share, each owner's highest ``-sp`` first.  A job's candidate hosts are those
+matching its ``select`` (evaluated once per distinct ``select`` against the view), sorted by its
+``order``; it takes the first hosts that fit, in that order.  The first ``reservation_depth`` jobs that
+do not fit get a reservation, and later jobs take a host only where they delay none (``backfill.py``);
+with no reservations a job that does not fit never blocks later ones.  ``rusage`` amounts are per slot
+(as LSF's per-task reservation).
 
 Cost.  Free capacity only shrinks during a cycle, so a host that cannot
 take something now never can later in the same cycle.  Two things use that:
 
-- a *shape* (resource string and slot count) keeps a cursor into its
+- a *shape* (resource string, slot count and, with reservations, run limit) keeps a cursor into its
   candidates, past the hosts that cannot take it, and once a shape did not
   fit at all every later job of that shape is pending at O(1);
 - hosts that *no* pending job of a kind (same candidates, same counters)
@@ -31,10 +33,13 @@ from types import MappingProxyType
 
 from xce.model.claims import AccessMode, ClaimState
 from xce.jobspec_gpu import GPU_RUSAGE, GpuRequest
+from xce.scheduler.backfill import INF, Reservations, reserved_reason
 from xce.scheduler.caches import CacheFills
 from xce.scheduler.claims import place_claims, place_replicas, reserve_resizes
 from xce.scheduler.devices import Devices
+from xce.scheduler.order import pending_order
 from xce.scheduler.plan import Allocation, Plan
+from xce.scheduler.preemption import Victims
 from xce.resreq import ResReq, ResReqError, parse_resreq
 from xce.scheduler.view import ClusterView, HostView, JobView
 from xce.units import format_size
@@ -60,7 +65,10 @@ class _Skip:
     def __init__(self, cycle: _Cycle, cands: list[int], counters: tuple[str, ...]) -> None:
         self.cycle, self.cands = cycle, cands
         self.least = [(name, cycle.least_rusage[name]) for name in counters]
-        self.nxt = list(range(len(cands) + 1))  # nxt[p] == p: not known to be dead
+        # nxt[p] == p: not known to be dead; hosts full from the start are (on a busy cluster, most)
+        free = cycle.free_slots
+        self.nxt = [p if free[i] > 0 else p + 1 for p, i in enumerate(cands)]
+        self.nxt.append(len(cands))
 
     def passed(self, pos: int) -> None:
         """The walk could not use the host at ``pos``: remember it if nothing of this kind can."""
@@ -85,12 +93,19 @@ class _Skip:
         return root
 
 
+_ANY_LIMIT = -1.0  # a shape's key before any reservation: every run limit alike (None is "no limit")
+_NONE: dict[str, float] = {}  # (read only) no cluster counters needed
+_NO_POOLS: dict[str, str] = {}  # (read only) no shared template claims
 _Order = tuple[tuple[str, bool], ...]  # a resreq's order[] section: (name, descending) each
 
 
 class _Cycle:
-    def __init__(self, view: ClusterView, least_rusage: dict[str, float]) -> None:
+    def __init__(self, view: ClusterView, least_rusage: dict[str, float], resv: Reservations) -> None:
         self.hosts = view.hosts
+        self.resv = resv
+        self.victims = Victims(view.hosts, view.running, view.policy.preemptable) if view.policy.preemptable \
+            else None
+        self.shadow = resv.shadow  # per host: the earliest reservation's start (inf: none)
         self.free_slots = [h.slots_free for h in view.hosts]
         self.idle = [h.idle for h in view.hosts]  # nothing held on it, nor taken this cycle (-x may go there)
         self.free_ctr = [dict(h.counters_free) for h in view.hosts]
@@ -99,6 +114,7 @@ class _Cycle:
         self.devices = Devices(view.hosts)  # GPUs: xce.scheduler.devices
         self._candidates: dict[tuple[str, _Order], list[int]] = {}
         self._skips: dict[tuple[str, _Order, tuple[str, ...]], _Skip] = {}
+        self.shortages: dict[tuple[int, int], str] = {}  # (resreq parsed, slots) -> why it does not fit
 
     def candidates(self, rr: ResReq) -> list[int]:
         key = (rr.select.source, rr.order)
@@ -117,9 +133,11 @@ class _Cycle:
             skip = self._skips[key] = _Skip(self, self.candidates(rr), counters)
         return skip
 
-    def fits(self, i: int, rusage: dict[str, float], want: int, gpu: GpuRequest | None = None) -> int:
-        """How many of ``want`` slots host ``i`` can take now, counters included (and ``gpu``: its
-        GPUs, per host: none if it has too few free)."""
+    def fits(self, i: int, rusage: dict[str, float], want: int, end: float = -INF,
+             gpu: GpuRequest | None = None) -> int:
+        """How many of ``want`` slots host ``i`` can take now, counters included (and ``gpu``: its GPUs,
+        per host: none if it has too few free), for a job that is over by ``end`` (a later end may not
+        take what a reservation holds)."""
         k = min(self.free_slots[i], want)
         if gpu is not None and k > 0:
             if gpu.any_idle:  # (the common request, without a call)
@@ -127,21 +145,23 @@ class _Cycle:
                     return 0
             elif not self.devices.fits(i, gpu):
                 return 0
-        if k <= 0 or not rusage:
-            return max(k, 0)
-        free = self.free_ctr[i]
-        for name, per_slot in rusage.items():
-            k = min(k, int(free.get(name, 0.0) // per_slot))
-            if k <= 0:
-                return 0
-        return k
+        if k > 0 and rusage:
+            free = self.free_ctr[i]
+            for name, per_slot in rusage.items():
+                k = min(k, int(free.get(name, 0.0) // per_slot))
+                if k <= 0:
+                    return 0
+        if k > 0 and end > self.shadow[i]:
+            return self.resv.limit(i, end, k, rusage)
+        return max(k, 0)
 
-    def take(self, i: int, rusage: dict[str, float], n: int) -> dict[str, float]:
+    def take(self, i: int, rusage: dict[str, float], n: int, end: float) -> dict[str, float]:
         self.idle[i] = False
         self.free_slots[i] -= n
         held = {name: per_slot * n for name, per_slot in rusage.items()}
         for name, amount in held.items():
             self.free_ctr[i][name] -= amount
+        self.resv.took(i, end, n, held)
         return held
 
 
@@ -177,44 +197,61 @@ def schedule(view: ClusterView) -> Plan:
             parsed[job.resreq] = host_rr
             for name, per_slot in host_rr.rusage.items():
                 least_rusage[name] = min(per_slot, least_rusage.get(name, per_slot))
-    cycle = _Cycle(view, least_rusage)
+    resv = Reservations(view.hosts, view.policy.reservation_depth, view.now)
+    cycle = _Cycle(view, least_rusage, resv)
     cluster_free = dict(view.cluster_free)
     pool_free = {p.name: p.free for p in view.pools}
     claimed = _Claimed()
     fills = CacheFills(view.evictable)
-    shapes: dict[tuple[str, int, tuple[int, str, bool, str | None, int | None] | None], _Shape] = {}
+    shapes: dict[tuple[object, int, float | None], _Shape] = {}
     allocations: list[Allocation] = []
     reasons: dict[int, str] = {}
-    for job in sorted(view.pending, key=job_order):
+    order = pending_order(view)
+    now = view.now
+    for job in order:
         rr = parsed[job.resreq]
+        end = INF if job.run_limit is None else now + job.run_limit
         if isinstance(rr, ResReqError):
             reasons[job.id] = f"bad resource requirement: {rr}"
             continue
-        cluster_need = {n: v * job.slots for n, v in cluster_rusage.get(job.resreq, {}).items()}
-        short = [n for n, v in cluster_need.items() if cluster_free.get(n, 0.0) < v]
-        if short:
-            reasons[job.id] = "; ".join(f"cluster resource {n}: {max(cluster_free.get(n, 0.0), 0):g} free, "
-                                        f"{cluster_need[n]:g} needed" for n in short)
-            continue
-        pools = _pick_pools(job, pool_free)
+        cluster_per_slot = cluster_rusage.get(job.resreq)
+        cluster_need = {n: v * job.slots for n, v in cluster_per_slot.items()} if cluster_per_slot else _NONE
+        if cluster_need:
+            short = [n for n, v in cluster_need.items() if cluster_free.get(n, 0.0) < v]
+            if short:
+                reasons[job.id] = "; ".join(f"cluster resource {n}: {max(cluster_free.get(n, 0.0), 0):g} free, "
+                                            f"{cluster_need[n]:g} needed" for n in short)
+                continue
+        pools = _pick_pools(job, pool_free) if job.pool_needs else _NO_POOLS
         if isinstance(pools, str):
             reasons[job.id] = pools
             continue
-        if job.claims or job.node_counters or job.exclusive or job.avoid:  # constraints of its own: no shape to share
-            placed = _place_with_claims(cycle, rr, job, claimed)
+        if job.claims or job.node_counters or job.exclusive or job.avoid:  # constraints of its own: no shape
+            placed = _place_with_claims(cycle, rr, job, claimed, end)
             if isinstance(placed, str):  # a cache of its may start a replica where it can go
+                if resv.made:
+                    placed = _held_back(cycle, placed, end, rr, _place_with_claims(cycle, rr, job, claimed, -INF))
                 reasons[job.id] = fills.consider(cycle, cycle.candidates(rr), dict(rr.rusage), job, placed)
                 continue
         else:
-            shape = shapes.setdefault((job.resreq, job.slots, job.gpu.key if job.gpu is not None else None), _Shape())
+            kind = job.resreq if job.gpu is None else (job.resreq, job.gpu.key)  # what its shape is of
+            shape = shapes.get((kind, job.slots, job.run_limit if resv.made else _ANY_LIMIT)) or \
+                _new_shape(shapes, kind, job, resv)
             if shape.exhausted is not None:
-                reasons[job.id] = shape.exhausted
+                reasons[job.id] = _reserve(cycle, rr, job, shape.exhausted, cluster_need, pools) \
+                    if resv.room or cycle.victims is not None else shape.exhausted
                 continue
-            placed = _place(cycle, rr, job.slots, shape, job.gpu)
+            placed = _place(cycle, rr, job.slots, shape, end, job.gpu)
             if isinstance(placed, str):
                 if job.gpu is not None:
                     placed = _gpu_shortage(cycle, rr, job.gpu, placed)
-                shape.exhausted = reasons[job.id] = placed
+                if resv.made:  # (what could not take its shape before any reservation still cannot)
+                    base = shapes.get((kind, job.slots, _ANY_LIMIT))
+                    unreserved = _place(cycle, rr, job.slots, _Shape(cursor=base.cursor if base else 0), -INF,
+                                        job.gpu)
+                    placed = _held_back(cycle, placed, end, rr, unreserved)
+                shape.exhausted = placed
+                reasons[job.id] = _reserve(cycle, rr, job, placed, cluster_need, pools)
                 continue
         hosts = tuple(cycle.hosts[i].name for i, _ in placed)
         rusage = dict(rr.rusage)
@@ -222,7 +259,7 @@ def schedule(view: ClusterView) -> Plan:
         slots: dict[str, int] = {}
         gpus: dict[str, tuple[int, ...]] = {}
         for i, taken in placed:
-            held = cycle.take(i, rusage, taken)
+            held = cycle.take(i, rusage, taken, end)
             slots[cycle.hosts[i].name] = taken
             if job.gpu is not None:
                 gpus[cycle.hosts[i].name] = tuple(cycle.devices.take(i, job.gpu))
@@ -239,12 +276,13 @@ def schedule(view: ClusterView) -> Plan:
                 cycle.free_slots[i] = 0
         claimed.took(job, hosts)
         fills.placed(job, hosts)
+        order.placed(job)
         for n, v in cluster_need.items():
             cluster_free[n] -= v
         for kind, pool in pools.items():
             pool_free[pool] -= next(size for k, _, size in job.pool_needs if k == kind)
         allocations.append(Allocation(job_id=job.id, run=job.run, hosts=hosts, slots=slots, counters=counters,
-                                      cluster=cluster_need, pools=pools, gpus=gpus))
+                                      cluster=dict(cluster_need), pools=dict(pools), gpus=gpus))
     resizes, resize_reasons = reserve_resizes(view, pool_free)  # what this cycle's allocations left
     placements, claim_reasons = place_claims(view, pool_free)  # ... and the resizes
     replicas, replica_reasons = place_replicas(view, {h.name: cycle.free_ctr[i] for i, h in enumerate(cycle.hosts)},
@@ -252,16 +290,58 @@ def schedule(view: ClusterView) -> Plan:
     replicas += tuple(fills.placements)
     return Plan(position=view.position, allocations=tuple(allocations), pending_reasons=reasons,
                 placements=placements, claim_reasons={**claim_reasons, **replica_reasons}, resizes=resizes,
-                resize_reasons=resize_reasons, replicas=replicas,
+                resize_reasons=resize_reasons, replicas=replicas, reservations=tuple(resv.made),
+                preemptions=tuple(cycle.victims.made) if cycle.victims is not None else (),
                 room_left=any(n > 0 for n in cycle.free_slots))
 
 
-def job_order(job: JobView) -> tuple[int, int, int]:
-    """The order jobs are visited in: queue priority, then -sp, highest first; then the oldest."""
-    return -job.priority, -job.user_priority, job.id
+def _new_shape(shapes: dict[tuple[object, int, float | None], _Shape], kind: object, job: JobView,
+               resv: Reservations) -> _Shape:
+    """A job's shape, the first time it is met.  Before any reservation the run limit does not matter
+    (one shape for all); after, a shape per run limit, starting where the shape was when the first
+    reservation was made (what could not take it then cannot take it under a reservation either)."""
+    if not resv.made:
+        shape = shapes[(kind, job.slots, _ANY_LIMIT)] = _Shape()
+        return shape
+    base = shapes.get((kind, job.slots, _ANY_LIMIT))
+    shape = shapes[(kind, job.slots, job.run_limit)] = \
+        _Shape(cursor=base.cursor, exhausted=base.exhausted) if base is not None else _Shape()
+    return shape
 
 
-def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape,
+def _held_back(cycle: _Cycle, why: str, end: float, rr: ResReq, unreserved: list[tuple[int, int]] | str) -> str:
+    """Why a job that did not fit waits: a reservation it would delay, if it fits what is free now
+    (``unreserved``: its placement with the reservations set aside, else why it does not fit either)."""
+    if isinstance(unreserved, str):
+        return why
+    return cycle.resv.blocking(unreserved, end, rr.rusage) or why
+
+
+def _reserve(cycle: _Cycle, rr: ResReq, job: JobView, why: str, cluster_need: dict[str, float],
+             pools: dict[str, str]) -> str:
+    """Victims for a job of a preemptive queue that does not fit now (``preemption.py``), else a
+    reservation while the cycle has room for one (the jobs it gives either to: no claims of their own, no
+    cluster or pool counters to plan in time); its reason."""
+    resv = cycle.resv
+    if cluster_need or pools or job.claims or job.node_counters or job.gpu is not None:
+        return why  # (GPUs are not planned in time yet: a GPU job is placed around reservations, as these)
+    cands = cycle.candidates(rr)
+    if not cands or any(n not in cycle.offered for n in rr.rusage):
+        return why
+    per_host = job.slots if rr.span_hosts == 1 else (rr.ptile or 0)
+    if cycle.victims is not None:  # a preemptive queue's job has runs ended for it rather than wait
+        said = cycle.victims.choose(job, cands, cycle.free_slots, cycle.free_ctr, rr.rusage, per_host)
+        if said is not None:
+            return said
+    if not resv.room or why.startswith("would delay"):
+        return why
+    r = resv.reserve(job.id, cands, cycle.free_slots, cycle.free_ctr, rr.rusage, job.slots, per_host)
+    if r is None:
+        return why
+    return f"{why}; {r}" if isinstance(r, str) else reserved_reason(r, resv.now, why)
+
+
+def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape, end: float,
            gpu: GpuRequest | None = None) -> list[tuple[int, int]] | str:
     """Hosts and slot counts for one job (with ``gpu``: GPUs free on each), or the reason it cannot be
     placed now."""
@@ -279,7 +359,7 @@ def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape,
     # move the cursor past the hosts that can take nothing of this shape any more
     need_first = min(per_host, want) if per_host else 1
     pos = skip.next(shape.cursor)
-    while pos < len(cands) and cycle.fits(cands[pos], rusage, need_first, gpu) < need_first:
+    while pos < len(cands) and cycle.fits(cands[pos], rusage, need_first, end, gpu) < need_first:
         skip.passed(pos)
         pos = skip.next(pos + 1)
     shape.cursor = pos
@@ -288,7 +368,7 @@ def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape,
     while pos < len(cands):
         i = cands[pos]
         need = min(per_host, remaining) if per_host else remaining
-        k = cycle.fits(i, rusage, need, gpu)
+        k = cycle.fits(i, rusage, need, end, gpu)
         if k > 0 and not (per_host and k < need):
             placed.append((i, k))
             remaining -= k
@@ -297,7 +377,11 @@ def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape,
         else:
             skip.passed(pos)
         pos = skip.next(pos + 1)
-    return _shortage(cycle, rr, want, per_host, cands)
+    key = (id(rr), want)  # one reason per resource requirement and size: a shape per run limit shares it
+    why = cycle.shortages.get(key)
+    if why is None:
+        why = cycle.shortages[key] = _shortage(cycle, rr, want, per_host, cands)
+    return why
 
 
 def _gpu_shortage(cycle: _Cycle, rr: ResReq, gpu: GpuRequest, why: str) -> str:
@@ -343,7 +427,8 @@ class _Claimed:
                 self.rwo.setdefault(use.claim_id, hosts[0])
 
 
-def _place_with_claims(cycle: _Cycle, rr: ResReq, job: JobView, claimed: _Claimed) -> list[tuple[int, int]] | str:
+def _place_with_claims(cycle: _Cycle, rr: ResReq, job: JobView, claimed: _Claimed,
+                       end: float) -> list[tuple[int, int]] | str:
     """Placement for a job with constraints of its own: only hosts every claim can follow to, all or
     nothing, and none it must avoid; an exclusive job (-x) only on idle hosts.
 
@@ -405,7 +490,7 @@ def _place_with_claims(cycle: _Cycle, rr: ResReq, job: JobView, claimed: _Claime
         need = min(per_host, remaining) if per_host else remaining
         if not placed and not node_room(i):
             continue
-        k = cycle.fits(i, rusage, need, job.gpu)
+        k = cycle.fits(i, rusage, need, end, job.gpu)
         if k > 0 and not (per_host and k < need):
             placed.append((i, k))
             remaining -= k

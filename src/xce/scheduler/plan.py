@@ -54,6 +54,31 @@ class Reservation:
 
 
 @dataclass(frozen=True, slots=True)
+class JobReservation:
+    """Pending job ``job_id`` is planned to start at ``start`` on ``hosts`` (``slots`` each): lower jobs
+    start now only if they end before it or leave it enough (backfill).  Not a decision the applier
+    commits: the scheduler makes it again every cycle from the runs' limits, and says it in the job's
+    pending reason."""
+
+    job_id: int
+    start: float
+    slots: Mapping[str, int]
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return tuple(self.slots)
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """Pending job ``job_id`` of a preemptive queue is to have ``victims`` (job, run) ended through the
+    kill path (requeued if rerunnable), so that it fits where their slots free."""
+
+    job_id: int
+    victims: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     position: int  # the log position of the view the plan was made from
     allocations: tuple[Allocation, ...] = ()
@@ -63,4 +88,6 @@ class Plan:
     resizes: tuple[Reservation, ...] = ()
     resize_reasons: Mapping[int, str] = field(default_factory=dict)  # claim id -> why its resize waits
     replicas: tuple[ReplicaPlacement, ...] = ()  # node-local claims' replicas, their hosts' counters reserved
+    reservations: tuple[JobReservation, ...] = ()  # the top pending jobs that did not fit (backfill)
+    preemptions: tuple[Preemption, ...] = ()  # runs to end for jobs of preemptive queues
     room_left: bool = False  # some host still has a free slot once the allocations are made

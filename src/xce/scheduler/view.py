@@ -37,6 +37,10 @@ class HostView:
     counters_free: Mapping[str, float]
     idle: bool = False  # no job holds anything on it: an exclusive job (-x) may start here
     gpus: tuple[GpuView, ...] = ()
+    # what the runs holding it give back and when they are expected to end (their run limits or
+    # estimates): (end, slots, counters) each, ends finite; a run with no limit is not here (it never
+    # gives back anything the scheduler can plan with).  Only built when reservations are on.
+    releases: tuple[tuple[float, int, Mapping[str, float]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +97,9 @@ class JobView:
     claims: tuple[ClaimUse, ...] = ()
     node_counters: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # on the first host
     pool_needs: tuple[tuple[str, tuple[str, ...], int], ...] = ()  # shared template claims: (kind, pools, size)
+    run_limit: float | None = None  # seconds a run may last (-W or the queue's run_limit); None: no limit
+    project: str = ""
+    user: str = ""
     user_priority: int = 0  # -sp: its order within its queue, higher first
     exclusive: bool = False  # -x: only on idle hosts, and nothing else on them this cycle
     avoid: frozenset[str] = frozenset()  # hosts it must not go to (-Q EXCLUDE(), a failed pre-exec)
@@ -157,3 +164,50 @@ class ClusterView:
     evictable: tuple[CachedReplica, ...] = ()  # caches' unattached READY replicas
     cluster_free: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # cluster counters
     pending_beyond: int = 0  # pending jobs left out of ``pending``: behind the first queue_depth
+    now: float = 0.0  # the time the view was taken: reservations are planned from it
+    running: tuple[RunningView, ...] = ()  # runs of queues some queue may preempt (only then)
+    policy: Policy = field(default_factory=lambda: Policy())
+
+
+@dataclass(frozen=True, slots=True)
+class FairShare:
+    """Who is owed what ([[projects]] ``shares`` and ``user_shares``), and what each has used: decayed,
+    weighted usage (``xce.model.fairshare``) plus what runs now, per project and per (project, user).
+    Projects and users not named have a share of 1."""
+
+    project_shares: Mapping[str, float]
+    user_shares: Mapping[str, Mapping[str, float]]  # project -> user -> share
+    usage: Mapping[tuple[str, str], float]  # (project, user) -> weighted usage so far
+    running: Mapping[tuple[str, str], int] = field(default_factory=lambda: MappingProxyType({}))  # slots held now
+    run_job_factor: float = 3.0  # weight of a slot held now (LSF's RUN_JOB_FACTOR), in usage units
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """How the scheduler chooses, from the configuration: ``reservation_depth`` pending jobs that do not
+    fit get a reservation that lower jobs may not delay (0: none, greedy as before; 1: EASY backfill);
+    ``fairshare``: order within a queue by share and usage (None: oldest first); ``reserved``: the jobs
+    the previous cycle reserved for (the scheduling loop's memory, not a fact)."""
+
+    reservation_depth: int = 0
+    fairshare: FairShare | None = None
+    # jobs the previous cycle gave a reservation: each keeps its place at the head of its queue priority,
+    # so a reservation is not lost to a job fair share puts ahead later (Maui's RESERVATIONPOLICY HIGHEST)
+    reserved: frozenset[int] = frozenset()
+    # preemption ([[queues]] preemption = "PREEMPTIVE[low]"): queue -> the queues its jobs may preempt
+    preemptable: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, slots=True)
+class RunningView:
+    """A run holding hosts that a job of a preemptive queue may preempt: what it holds, since when, and
+    whether it is ending already (a kill asked: its slots are coming free)."""
+
+    job_id: int
+    run: int
+    queue: str
+    priority: int
+    start: float
+    slots: Mapping[str, int]
+    counters: Mapping[str, Mapping[str, float]] = field(default_factory=lambda: MappingProxyType({}))
+    ending: bool = False

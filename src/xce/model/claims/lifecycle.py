@@ -38,7 +38,7 @@ check requests and return facts; the ``apply_*`` folds are pure and total.
 
 from __future__ import annotations
 
-from xce.model import audit, ops
+from xce.model import audit, fairshare, ops
 from xce.model.facts import (
     AttachmentAdded, AttachmentRemoved, ClaimCreated, ClaimDeleteRequested, ClaimOpFailed, ClaimOpIntent,
     ClaimOpSucceeded, ClaimPlaced, ClaimPurgeRequested, ClaimResizeRequested, ClaimResizeReserved, ReplicaEvicted,
@@ -88,6 +88,9 @@ def _set_state(model: State, claim: Claim, new: ClaimState, time: float, reason:
     claim.history.append({"state": new.value, "time": time, "reason": reason})
     audit.record(model, time, by, "claim.state", f"claim/{claim.name}", new.value,
                  f"{old.value} -> {new.value}: {reason}")
+    if new is ClaimState.RELEASED:  # its byte-seconds count against its owner's fair share
+        fairshare.charge(model, claim.project, claim.owner, time,
+                         claim_byte_s=claim.size_bytes * max(0.0, time - claim.created))
     if new is ClaimState.RELEASED and claim.form is ClaimForm.STANDALONE:
         key = name_key(claim.project, claim.name)
         if model.claim_names.get(key) == claim.id:

@@ -1,0 +1,186 @@
+"""Reservations for the top pending jobs that do not fit, and what lower jobs may take around them.
+
+EASY backfill by default (``[controller] reservation_depth = 1``, as Maui's ``RESERVATIONDEPTH``);
+a deeper ``reservation_depth`` gives that many jobs a reservation, for behaviour closer to
+conservative backfill; 0 turns reservations off (greedy: a stream of small jobs may starve a wide one).
+
+A reservation is planned from the runs holding the job's candidate hosts: each gives its slots and
+counters back at its expected end (``HostView.releases``: its start plus its ``-We`` estimate, else its
+run limit); the start is the first such end at which the job fits on what is free then.  Runs
+without a run limit give nothing back the scheduler can count on.  The reservation then *holds* on
+its hosts what the job will need, from its start on (with no end: a later reservation never counts
+on an earlier one's hosts coming back, which keeps the rule one comparison per host).
+
+Per host ``i``:
+
+- ``shadow[i]``: the earliest start of a reservation on it (``inf``: none);
+- ``spare[i]``: what it has at and after every reservation's start beyond what the reservations hold
+  (slots, and each counter): what runs still going then may use.
+
+A job ending by ``shadow[i]`` (now plus its run limit) may take what host ``i`` has free now; a
+job that ends later, or has no run limit, only up to ``spare[i]``, which it then uses up.  The
+applier re-checks only capacity, as for every allocation: a reservation is the scheduler's word,
+made again every cycle, never a fact.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Mapping
+
+from xce.scheduler.plan import JobReservation
+from xce.scheduler.view import HostView
+
+INF = float("inf")
+
+
+def clock(t: float, now: float) -> str:
+    """``14:05`` (local time), with the day when it is not today's."""
+    when = time.localtime(t)
+    return time.strftime("%H:%M" if time.localtime(now)[:3] == when[:3] else "%b %d %H:%M", when)
+
+
+class Reservations:
+    """The reservations made in one cycle, and what each host keeps for them."""
+
+    def __init__(self, hosts: tuple[HostView, ...], depth: int, now: float) -> None:
+        self.hosts = hosts
+        self.depth = depth
+        self.now = now
+        n = len(hosts)
+        self.shadow = [INF] * n
+        self.spare_slots = [0] * n
+        self.spare_ctr: list[dict[str, float]] = [{} for _ in range(n)] if depth else []
+        self.first: dict[int, tuple[int, float]] = {}  # host -> (job, start) of its earliest reservation
+        self.held_slots: dict[int, int] = {}
+        self.held_ctr: dict[int, dict[str, float]] = {}
+        self.added: dict[int, list[tuple[float, int, Mapping[str, float]]]] = {}  # runs placed this cycle
+        self.made: list[JobReservation] = []
+        self.room = depth > 0  # more jobs may get a reservation this cycle
+
+
+    def end_of(self, run_limit: float | None) -> float:
+        """When a job started now is over at the latest (``inf``: it has no run limit)."""
+        return self.now + run_limit if run_limit is not None else INF
+
+    def limit(self, i: int, end: float, k: int, rusage: Mapping[str, float]) -> int:
+        """How many of ``k`` slots host ``i`` may give a job that ends at ``end`` without delaying a
+        reservation (``k`` already fits what the host has free now)."""
+        if end <= self.shadow[i]:
+            return k
+        k = min(k, self.spare_slots[i])
+        if k > 0 and rusage:
+            spare = self.spare_ctr[i]
+            for name, per_slot in rusage.items():
+                k = min(k, int(spare.get(name, 0.0) // per_slot))
+        return max(k, 0)
+
+    def took(self, i: int, end: float, n: int, held: Mapping[str, float]) -> None:
+        """A job ending at ``end`` took ``n`` slots and ``held`` of host ``i`` now."""
+        if not self.depth:
+            return
+        if end > self.shadow[i]:
+            self.spare_slots[i] -= n
+            spare = self.spare_ctr[i]
+            for name, amount in held.items():
+                spare[name] = spare.get(name, 0.0) - amount
+        if end < INF:
+            self.added.setdefault(i, []).append((end, n, held))
+
+    def blocking(self, placed: list[tuple[int, int]], end: float, rusage: Mapping[str, float]) -> str | None:
+        """Why a placement that fits what is free now is held back: the first reservation it would delay."""
+        for i, k in placed:
+            if self.limit(i, end, k, rusage) < k:
+                job_id, start = self.first[i]
+                return f"would delay job {job_id}'s reservation at {clock(start, self.now)} on {self.hosts[i].name}"
+        return None
+
+    def reserve(self, job_id: int, cands: list[int], free_slots: list[int], free_ctr: list[dict[str, float]],
+                rusage: Mapping[str, float], want: int, per_host: int) -> JobReservation | str | None:
+        """Plan job ``job_id`` at the first expected end of a run after which ``want`` slots fit its
+        candidate hosts ``cands`` (what the hosts have free now, less what earlier reservations hold,
+        plus what the runs there give back by then); hold them.  Else why not (their runs' limits never
+        free enough), or None when no run there has a limit to plan with."""
+        avail_slots: dict[int, int] = {}
+        avail_ctr: dict[int, dict[str, float]] = {}
+        events: list[tuple[float, int, int, Mapping[str, float]]] = []
+        for i in cands:
+            held = self.held_ctr.get(i, {})
+            avail_slots[i] = free_slots[i] - self.held_slots.get(i, 0)
+            avail_ctr[i] = {name: v - held.get(name, 0.0) for name, v in free_ctr[i].items()}
+            for end, n, ctr in self.hosts[i].releases:
+                events.append((end, i, n, ctr))
+            for end, n, ctr in self.added.get(i, ()):
+                events.append((end, i, n, ctr))
+
+        def fit(i: int) -> int:
+            k = min(avail_slots[i], want)
+            for name, per_slot in rusage.items():
+                k = min(k, int(avail_ctr[i].get(name, 0.0) // per_slot))
+            if per_host:
+                need = min(per_host, want)
+                return need if k >= need else 0
+            return max(k, 0)
+
+        contrib = {i: fit(i) for i in cands}
+        total = sum(contrib.values())
+        start = self.now
+        if total < want and not events:
+            return None  # nothing in its way has a run limit: no time to plan with
+        if total < want:
+            events.sort(key=lambda e: e[0])
+            for end, i, n, ctr in events:
+                avail_slots[i] += n
+                got = avail_ctr[i]
+                for name, amount in ctr.items():
+                    got[name] = got.get(name, 0.0) + amount
+                k = fit(i)
+                total += k - contrib[i]
+                contrib[i] = k
+                if total >= want:
+                    start = max(end, self.now)
+                    break
+            else:
+                return "no planned start: too few of its hosts are expected to free up (runs without a run " \
+                       "limit are not counted on)"
+        slots: dict[str, int] = {}
+        remaining = want
+        for i in cands:
+            if remaining == 0:
+                break
+            k = min(contrib[i], remaining, per_host or remaining)
+            if k <= 0:
+                continue
+            remaining -= k
+            slots[self.hosts[i].name] = k
+            self._hold(i, k, rusage, avail_slots[i], avail_ctr[i], job_id, start)
+        reservation = JobReservation(job_id=job_id, start=start, slots=slots)
+        self.made.append(reservation)
+        self.room = len(self.made) < self.depth
+        return reservation
+
+    def _hold(self, i: int, k: int, rusage: Mapping[str, float], avail_slots: int, avail_ctr: dict[str, float],
+              job_id: int, start: float) -> None:
+        self.held_slots[i] = self.held_slots.get(i, 0) + k
+        held = self.held_ctr.setdefault(i, {})
+        take = {name: per_slot * k for name, per_slot in rusage.items()}
+        for name, amount in take.items():
+            held[name] = held.get(name, 0.0) + amount
+        left_slots = avail_slots - k  # what the host has at the start beyond every hold
+        left_ctr = {name: v - take.get(name, 0.0) for name, v in avail_ctr.items()}
+        if self.shadow[i] == INF:
+            self.spare_slots[i], self.spare_ctr[i] = left_slots, left_ctr
+        else:  # what an earlier reservation left is now shared with this one's hold
+            self.spare_slots[i] = min(self.spare_slots[i] - k, left_slots)
+            spare = self.spare_ctr[i]
+            for name in set(spare) | set(left_ctr):
+                spare[name] = min(spare.get(name, 0.0) - take.get(name, 0.0), left_ctr.get(name, 0.0))
+        if start < self.shadow[i]:
+            self.shadow[i] = start
+            self.first[i] = (job_id, start)
+
+
+def reserved_reason(r: JobReservation, now: float, why: str) -> str:
+    """What ``xce job why`` says of a job with a reservation: its planned start and hosts, and why not now."""
+    hosts = ", ".join(f"{h}" + (f" ({n} slots)" if n != 1 else "") for h, n in r.slots.items())
+    return f"planned start {clock(r.start, now)} on {hosts} (reserved; lower jobs backfill only around it); now: {why}"

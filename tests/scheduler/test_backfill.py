@@ -1,0 +1,126 @@
+"""Backfill with reservations (``xce.scheduler.backfill``) on hand-built views: the top job that does
+not fit is planned at the first expected end that frees enough, and lower jobs start now only if
+they end before it or leave it what it needs."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import MappingProxyType
+
+from xce.scheduler.backfill import clock
+from xce.scheduler.core import schedule
+from xce.scheduler.plan import Plan
+from xce.scheduler.view import ClusterView, HostView, JobView, Policy
+
+from tests.scheduler.test_core import allocated, check_plan, host
+
+NOW = 1_800_000_000.0
+
+
+def busy(h: HostView, *runs: tuple[float, int]) -> HostView:
+    """``h`` with runs on it: (seconds from now to their expected end, slots) each."""
+    used = sum(n for _, n in runs)
+    return dataclasses.replace(h, slots_free=h.slots_free - used,
+                               releases=tuple((NOW + t, n, MappingProxyType({})) for t, n in runs))
+
+
+def job(id: int, slots: int = 1, limit: float | None = None, resreq: str = "") -> JobView:
+    return JobView(id=id, run=0, queue="normal", priority=50, slots=slots, resreq=resreq, run_limit=limit)
+
+
+def plan_for(hosts: list[HostView], jobs: list[JobView], depth: int = 1) -> Plan:
+    view = ClusterView(position=1, hosts=tuple(hosts), pending=tuple(jobs), now=NOW,
+                       policy=Policy(reservation_depth=depth))
+    plan = schedule(view)
+    check_plan(view, plan)
+    return plan
+
+
+def two_hosts() -> list[HostView]:
+    # a: full until +1000 s; b: 2 of 4 slots busy until +300 s
+    return [busy(host("a", 4), (1000, 4)), busy(host("b", 4), (300, 2))]
+
+
+def test_the_top_job_that_does_not_fit_gets_a_reservation_at_the_first_end_that_frees_enough():
+    plan = plan_for(two_hosts(), [job(1, slots=8)])
+    (r,) = plan.reservations
+    assert (r.job_id, r.start, dict(r.slots)) == (1, NOW + 1000, {"a": 4, "b": 4})
+    assert plan.pending_reasons[1].startswith(f"planned start {clock(NOW + 1000, NOW)} on a (4 slots), b (4 slots)")
+
+
+def test_a_small_job_backfills_only_when_it_ends_before_the_reservation():
+    plan = plan_for(two_hosts(), [job(1, slots=8), job(2, limit=500), job(3, limit=2000), job(4)])
+    assert allocated(plan) == {2: {"b": 1}}
+    why = f"would delay job 1's reservation at {clock(NOW + 1000, NOW)} on b"
+    assert plan.pending_reasons[3] == why
+    assert plan.pending_reasons[4] == why  # no run limit: it may run past any reservation
+
+
+def test_without_reservations_the_stream_of_small_jobs_goes_first():
+    plan = plan_for(two_hosts(), [job(1, slots=8), job(2, limit=500), job(3, limit=2000)], depth=0)
+    assert allocated(plan) == {2: {"b": 1}, 3: {"b": 1}}
+    assert plan.reservations == ()
+
+
+def test_a_long_job_may_take_what_the_reservation_leaves_on_its_hosts():
+    # the reserved job needs 6 of b's 8 slots; 2 stay spare after its start
+    hosts = [busy(host("b", 8), (600, 4))]
+    plan = plan_for(hosts, [job(1, slots=6, resreq="span[hosts=1]"), job(2, limit=5000), job(3, limit=5000),
+                            job(4, limit=5000), job(5, limit=100)])
+    assert plan.reservations[0].start == NOW + 600
+    assert allocated(plan) == {2: {"b": 1}, 3: {"b": 1}, 5: {"b": 1}}
+    assert plan.pending_reasons[4].startswith("would delay job 1's reservation")
+
+
+def test_counters_are_held_for_the_reservation_as_slots_are():
+    h = dataclasses.replace(host("g", 8, counters={"gpu": 4.0}, free={"gpu": 1.0}), slots_free=4,
+                            releases=((NOW + 900, 4, MappingProxyType({"gpu": 3.0})),))
+    plan = plan_for([h], [job(1, slots=2, resreq="rusage[gpu=2]"), job(2, limit=3600),
+                          job(3, limit=3600, resreq="rusage[gpu=1]")])
+    assert plan.reservations[0].start == NOW + 900
+    assert allocated(plan) == {2: {"g": 1}}  # a CPU job is not in the GPUs' way
+    assert plan.pending_reasons[3] == f"would delay job 1's reservation at {clock(NOW + 900, NOW)} on g"
+
+
+def test_no_planned_start_when_the_runs_in_the_way_have_no_run_limit():
+    hosts = [dataclasses.replace(host("a", 4), slots_free=0), host("b", 2)]  # a's run has no limit
+    plan = plan_for(hosts, [job(1, slots=4, resreq="span[hosts=1]"), job(2, limit=60), job(3)])
+    assert plan.reservations == ()
+    assert plan.pending_reasons[1] == "span[hosts=1]: no single matching host has 4 free slots; 2 host(s) match"
+    assert set(allocated(plan)) == {2, 3}  # nothing to delay
+    hosts = [busy(host("a", 4), (100, 1)), host("b", 2)]  # a's other three slots' run has no limit
+    hosts[0] = dataclasses.replace(hosts[0], slots_free=0)
+    plan = plan_for(hosts, [job(1, slots=4, resreq="span[hosts=1]"), job(2, limit=60)])
+    assert plan.reservations == () and "; no planned start: too few of its hosts" in plan.pending_reasons[1]
+
+
+def test_one_reservation_by_default_more_with_depth():
+    hosts = [busy(host("a", 4), (1000, 4)), busy(host("b", 4), (2000, 4)), host("c", 1)]
+    jobs = [job(1, slots=4, resreq="span[hosts=1]"), job(2, slots=4, resreq="span[hosts=1]"), job(3, limit=1500)]
+    easy = plan_for(hosts, jobs, depth=1)
+    assert [r.job_id for r in easy.reservations] == [1]
+    assert easy.pending_reasons[2].startswith("span[hosts=1]: no single")  # no reservation of its own
+    deep = plan_for(hosts, jobs, depth=2)
+    assert [(r.job_id, r.start, tuple(r.slots)) for r in deep.reservations] == [(1, NOW + 1000, ("a",)),
+                                                                               (2, NOW + 2000, ("b",))]
+    assert allocated(deep) == {3: {"c": 1}}
+
+
+def test_a_job_ending_after_the_reservation_on_other_hosts_is_not_held_back():
+    hosts = [busy(host("a", 4), (1000, 4)), host("z", 2)]
+    plan = plan_for(hosts, [job(1, slots=4, resreq="span[hosts=1] select[name==a]"), job(2, limit=5000)])
+    assert allocated(plan) == {2: {"z": 1}}
+
+
+def test_a_job_keeps_its_reservation_when_fair_share_would_put_another_first():
+    from xce.scheduler.view import FairShare
+
+    share = FairShare(project_shares=MappingProxyType({"a": 1.0, "b": 1.0}), user_shares=MappingProxyType({}),
+                      usage=MappingProxyType({("a", "u"): 1e6}))
+    jobs = [dataclasses.replace(job(1, slots=8), project="a", user="u"),
+            dataclasses.replace(job(2, slots=8), project="b", user="u")]
+    view = ClusterView(position=1, hosts=tuple(two_hosts()), pending=tuple(jobs), now=NOW,
+                       policy=Policy(reservation_depth=1, fairshare=share))
+    assert [r.job_id for r in schedule(view).reservations] == [2]  # b is owed more
+    view = dataclasses.replace(view, policy=dataclasses.replace(view.policy, reserved=frozenset({1})))
+    assert [r.job_id for r in schedule(view).reservations] == [1]  # ... but 1 had it first
