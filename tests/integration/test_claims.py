@@ -242,9 +242,9 @@ def test_users_see_and_change_only_their_projects_claims(cl):
 
 
 @pytest.mark.parametrize("args,status,fragment", [
-    (["--size", "-5", "--access", "RWO"], 1, "invalid size '-5'"),
-    (["--size", "lots", "--access", "RWO"], 1, "invalid size 'lots'"),
-    (["--size", "0", "--access", "RWO"], 1, "must be more than 0 bytes"),
+    (["--size", "-5", "--access", "RWO"], 2, "invalid size '-5'"),  # bad usage, found before anything is sent
+    (["--size", "lots", "--access", "RWO"], 2, "invalid size 'lots'"),
+    (["--size", "0", "--access", "RWO"], 2, "must be more than 0 bytes"),
     (["--size", "1Gi", "--access", "RWZ"], 2, "invalid choice: 'RWZ'"),
     (["--size", "1Gi", "--access", "RWO", "--class", "nope"], 1, "claim class 'nope' does not exist"),
     (["--size", "1Gi", "--access", "RWO", "--class", "readonly"], 1,

@@ -77,7 +77,7 @@ def test_snapshots_take_room_in_their_pool_and_one_that_does_not_fit_is_refused(
                                           "access_mode": "RWO"}).status_code == 201
         waiting = wait_for(lambda: (m := c.get("/v1/claims/more").json())["waiting"] and m, what="a reason")
         assert waiting["state"] == "PENDING", waiting
-        assert "no pool has room for 1Gi: small has 0 free" in waiting["waiting"], waiting
+        assert "no pool has room for 1Gi: small has 0B free" in waiting["waiting"], waiting
         assert c.delete("/v1/claims/more").status_code == 202
         assert c.delete("/v1/snapshots/s1").status_code == 202
     wait_snapshot(cl, "s1", "RELEASED")

@@ -25,6 +25,7 @@ from xce.controller.hosts import HostMonitor
 from xce.model.entities.jobs import RUNNING, Job, JobState
 from xce.model.identity import Role, User
 from xce.names import NAME_PATTERN
+from xce.wire import JOB_SECRET_PREFIX
 
 JobId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 # seconds a call waits for its job's run to be reported started: the job's command may call blaunch
@@ -54,9 +55,11 @@ class TaskOut(BaseModel):
 
 
 def _secret(request: Request) -> str:
+    """The run's secret the caller presents: refused at once if it is none (a user's token, nothing),
+    before any wait for a run's start."""
     scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not credentials.strip():
-        raise Unauthenticated("missing bearer token: blaunch runs inside a job (its XCE_JOB_TOKEN)")
+    if scheme.lower() != "bearer" or not credentials.strip().startswith(JOB_SECRET_PREFIX):
+        raise Unauthenticated("not a job's secret: blaunch runs inside a job (its XCE_JOB_TOKEN)")
     return credentials.strip()
 
 
@@ -92,6 +95,7 @@ router = APIRouter(tags=["tasks"], responses=schemas.ERRORS)
 @router.post("/v1/jobs/{job_id}/tasks", response_model=TaskOut, status_code=201)
 async def launch(job_id: JobId, body: LaunchRequest, request: Request, ctl: Ctl, monitor: Monitor):
     """Start a task on one of the job's own hosts, in its run's sandbox there."""
+    _secret(request)  # (no wait for a caller that is no job)
     await _started(ctl, monitor, job_id)
     job, user = _the_job(request, ctl.model, job_id)
     run = job.run

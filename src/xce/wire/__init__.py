@@ -21,7 +21,8 @@ stand-alone contract allows it; ``pyproject.toml``), so users' notebooks get it 
 
 from typing import TYPE_CHECKING, Any
 
-from xce.wire._submission import JOB_NAME_PATTERN, MAX_SCRIPT, NAME_PATTERN, TOKEN_SECRET, Limit, Submission, never_sent
+from xce.wire._submission import (JOB_NAME_PATTERN, JOB_SECRET_PREFIX, MAX_SCRIPT, NAME_PATTERN, TOKEN_SECRET, Limit,
+                                  Submission, never_sent)
 
 if TYPE_CHECKING:
     from xce.wire._documents import (AgentOp, ClaimDoc, Dispatch, HistoryRow, JobClaimDoc, JobDoc, JobRow, OpReport,

@@ -45,6 +45,9 @@ MAX_SCRIPT = 1 << 20
 
 
 TOKEN_SECRET = r"xce_([0-9a-f]{1,32})_[A-Za-z0-9_-]+"  # an XCE token's secret (xce.model.identity makes them)
+# how a run's own secret begins (XCE_JOB_TOKEN, made by its worker; blaunch presents it): the task routes
+# refuse at once a credential that is not one, rather than wait for a run's start to judge it
+JOB_SECRET_PREFIX = "xcejob_"
 _token_in: Callable[[str], Any] | None = None
 
 

@@ -15,6 +15,8 @@ import secrets
 import socket
 import threading
 
+from xce.wire import JOB_SECRET_PREFIX
+
 __all__ = ["Ports", "new_secret"]
 
 SECRET_BYTES = 32
@@ -23,7 +25,7 @@ SECRET_BYTES = 32
 def new_secret() -> tuple[str, str]:
     """A run's secret (``XCE_JOB_TOKEN``), which its ``blaunch`` presents to the controller, and its
     sha256, which is all the worker reports of it (the controller keeps tokens so: ``identity.hash_token``)."""
-    secret = secrets.token_urlsafe(SECRET_BYTES)
+    secret = JOB_SECRET_PREFIX + secrets.token_urlsafe(SECRET_BYTES)
     return secret, hashlib.sha256(secret.encode()).hexdigest()
 
 
