@@ -160,6 +160,12 @@ def test_jobs_and_claims_listings_limit_and_follow_pages(env, ctl):
     (["kill", "-s", "NOSIG", "1"], "unknown signal 'NOSIG'"),
     (["claim", "create", "c", "--class", "simfs", "--size", "lots", "--access", "RWO"], "invalid size 'lots'"),
     (["claim", "resize", "c", "lots"], "invalid size 'lots'"),
+    # names the controller checks, checked here (one with a blank could not even be a URL's path)
+    (["user", "create", "bad name"], "invalid user name 'bad name'"),
+    (["claim", "create", "Bad", "--class", "simfs", "--size", "1Gi", "--access", "RWO"], "invalid claim name 'Bad'"),
+    (["claim", "snapshot", "c1", "x y"], "invalid snapshot name 'x y'"),
+    (["claim", "delete", "x/y"], "invalid claim name 'x/y'"),
+    (["host", "remove", "Host 1"], "invalid host name 'Host 1'"),
 ])
 def test_bad_usage_is_exit_2_with_one_clear_line(env, args, fragment):
     before = len(ok_json(env, "jobs"))

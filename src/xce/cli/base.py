@@ -31,6 +31,22 @@ def size_text(text: str) -> str:
     return text
 
 
+def name_of(kind: str):
+    """An argparse type: a name of ``kind`` (claim, snapshot, user, host), checked as the controller checks
+    it (``xce.names``): a typo is bad usage (exit 2) said before anything is sent, and never a path the
+    request could not carry (a blank in a URL)."""
+    from xce.names import check_name
+
+    def check(text: str) -> str:
+        try:
+            return check_name(kind, text)
+        except InvalidRequest as e:
+            raise argparse.ArgumentTypeError(e.message) from None
+
+    check.__name__ = f"{kind} name"  # (argparse names the type so in its message)
+    return check
+
+
 def signal_text(text: str) -> str:
     """An argument that is a signal (``USR1``, ``SIGTERM``, ``10``), checked as the controller reads it."""
     from xce.units import parse_signal

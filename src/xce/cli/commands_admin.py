@@ -8,7 +8,7 @@ import argparse
 import sys
 from typing import Any
 
-from xce.cli.base import Parser, positive_int
+from xce.cli.base import Parser, name_of, positive_int
 from urllib.parse import quote
 
 from xce.cli.errors import EXIT_OK, EXIT_REFUSED
@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     hsub = host.add_subparsers(dest="host_command", metavar="ACTION", required=True, parser_class=Parser)
     hr = hsub.add_parser("remove", parents=[common], help="remove hosts that are gone from xce hosts (refused while "
                                                           "a worker heartbeats there or jobs or claims are on it)")
-    hr.add_argument("names", nargs="+", metavar="HOST")
+    hr.add_argument("names", nargs="+", metavar="HOST", type=name_of("host"))
     hr.set_defaults(func=cmd_host_remove)
     sub.add_parser("resources", parents=[common], help="resource types: attributes and counters, with use") \
         .set_defaults(func=cmd_resources)
@@ -50,7 +50,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     user = sub.add_parser("user", parents=[common], help="manage users (admins)")
     usub = user.add_subparsers(dest="user_command", metavar="ACTION", required=True, parser_class=Parser)
     uc = usub.add_parser("create", parents=[common], help="create a user")
-    uc.add_argument("name")
+    uc.add_argument("name", type=name_of("user"))
     uc.add_argument("--role", choices=("user", "admin", "daemon", "metrics"), default="user",
                     help="daemon: a worker (with --host) or the provisioner; metrics: may only scrape /metrics")
     uc.add_argument("--project", action="append", dest="projects", metavar="PROJECT",
@@ -60,7 +60,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     for action, text in (("disable", "refuse every token of a user until enabled again (jobs are untouched)"),
                          ("enable", "let a disabled user's tokens work again")):
         ud = usub.add_parser(action, parents=[common], help=text)
-        ud.add_argument("name")
+        ud.add_argument("name", type=name_of("user"))
         ud.set_defaults(func=cmd_user_disable, disable=action == "disable")
 
     token = sub.add_parser("token", parents=[common], help="API tokens: create (admins), list and revoke")

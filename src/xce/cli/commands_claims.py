@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any
 
-from xce.cli.base import Parser, positive_int, size_text
+from xce.cli.base import Parser, name_of, positive_int, size_text
 from xce.cli.errors import EXIT_OK, EXIT_REFUSED, UsageError
 from xce.client import ApiError, Client
 from xce.client.states import RESIZE_ENDED, ClaimState, ResizeState, SnapshotState
@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     claim = sub.add_parser("claim", parents=[common], help="standalone claims: create, list, show, delete")
     csub = claim.add_subparsers(dest="claim_command", metavar="ACTION", required=True, parser_class=Parser)
     c = csub.add_parser("create", parents=[common], help="create a standalone claim")
-    c.add_argument("name")
+    c.add_argument("name", type=name_of("claim"))
     c.add_argument("--class", dest="claim_class", help="claim class (xce claimclass list); a clone's: its source's")
     c.add_argument("--size", type=size_text, help="e.g. 500Mi, 10Gi, 2T; a clone's: its source's (at least)")
     c.add_argument("--access", type=str.upper, choices=("RWO", "ROX", "RWX", "RWOP"),
@@ -81,7 +81,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         rp.set_defaults(func=cmd_warm if action == "warm" else cmd_evict)
 
     d = csub.add_parser("delete", parents=[common], help="delete a claim (its reclaim policy decides the object's fate)")
-    d.add_argument("name")
+    d.add_argument("name", type=name_of("claim"))
     d.add_argument("--project", help="the claim's project (names are per project)")
     d.add_argument("--wait", action="store_true", help="show progress until RELEASED (exit 1 if FAILED)")
     d.add_argument("--timeout", type=float, default=600.0)
@@ -89,8 +89,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
     sn = csub.add_parser("snapshot", parents=[common],
                          help="take a read-only point-in-time snapshot of a claim (xce snapshot list)")
-    sn.add_argument("claim")
-    sn.add_argument("snapshot", help="the snapshot's name (per project, like claims')")
+    sn.add_argument("claim", type=name_of("claim"))
+    sn.add_argument("snapshot", type=name_of("snapshot"), help="the snapshot's name (per project, like claims')")
     sn.add_argument("--project", help="the claim's project (names are per project)")
     sn.add_argument("--wait", action="store_true", help="show progress until READY or FAILED (exit 1 if FAILED)")
     sn.add_argument("--timeout", type=float, default=600.0)
