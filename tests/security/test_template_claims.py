@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 
+import httpx
 import pytest
 
 from tests.helpers import cli, wait_for
@@ -44,7 +45,11 @@ def test_the_next_jobs_template_claims_cannot_be_squatted_or_stolen(cl, tmp_path
                 "--wait")
         assert r.returncode == 0, r.stderr
         r = cli(bob, "claim", "create", f"j{victim}.1:{kind}", "--class", "simfs", "--size", "1Mi", "--access", "RWX")
-        assert r.returncode == 1 and "name: String should match pattern" in r.stderr, r.stderr
+        assert r.returncode == 2 and "invalid claim name" in r.stderr, r.stderr  # the CLI's own check: bad usage
+        # ... and the controller's, for a client that does not check (the API straight)
+        r = httpx.post(f"{cl.ctl.url}/v1/claims", headers={"Authorization": f"Bearer {bob['XCE_TOKEN']}"},
+                       json={"name": f"j{victim}.1:{kind}", "class": "simfs", "size": "1Mi", "access_mode": "RWX"})
+        assert r.status_code == 422 and "String should match pattern" in r.text, r.text
     bob_claims = {c["name"]: c for c in json.loads(cli(bob, "--json", "claim", "list").stdout)}
     for c in bob_claims.values():
         with open(os.path.join(c["path"], "bobs"), "w") as fh:
