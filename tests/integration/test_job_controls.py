@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tests.helpers import Cluster, wait_for
-from tests.integration.conftest import cluster_config
+from tests.integration.conftest import make_cluster
 
 QUEUES = """
 [[queues]]
@@ -28,12 +28,7 @@ max_job_requeue = 5
 
 @pytest.fixture(scope="module")
 def cl(tmp_path_factory):
-    root = tmp_path_factory.mktemp("controls")
-    cfg = root / "xce.toml"
-    cfg.write_text(cluster_config(2.0) + QUEUES)
-    c = Cluster(str(root), config=str(cfg)).start()
-    c.add_worker("host1", slots=2)
-    c.add_worker("host2", slots=2)
+    c = make_cluster(tmp_path_factory.mktemp("controls"), hosts={"host1": 2, "host2": 2}, extra=QUEUES)
     yield c
     c.stop()
 

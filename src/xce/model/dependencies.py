@@ -71,7 +71,7 @@ def _visible(actor: User, job: Job) -> bool:
     return actor.is_admin or job.user == actor.name
 
 
-def _array_or_job(model: State, job: Job) -> list[int]:
+def array_or_job(model: State, job: Job) -> list[int]:
     """Every element of the array whose first element ``job`` is; else ``job`` alone."""
     if job.array_parent != job.id:
         return [job.id]
@@ -90,8 +90,8 @@ def _target_jobs(model: State, actor: User, target: dict[str, Any]) -> list[int]
             raise NotFound(f"dependency names job {label}, which is not in the system (a job that finished "
                            "more than the history's keep time ago has left it)")
         if "index" not in target:
-            return _array_or_job(model, job)
-        element = next((model.jobs[i] for i in _array_or_job(model, job)
+            return array_or_job(model, job)
+        element = next((model.jobs[i] for i in array_or_job(model, job)
                         if model.jobs[i].array_index == target["index"]), None)
         if element is None:
             raise NotFound(f"dependency names {label}: job {target['id']} has no element {target['index']}")
@@ -104,7 +104,7 @@ def _target_jobs(model: State, actor: User, target: dict[str, Any]) -> list[int]
         return sorted(j.id for j in mine)
     latest = max(mine, key=lambda j: j.id)  # JOB_DEP_LAST_SUB=1: the most recent submission of that name
     first = model.jobs.get(latest.array_parent) if latest.array_parent is not None else latest
-    return _array_or_job(model, first or latest)
+    return array_or_job(model, first or latest)
 
 
 def check_tree(tree: Tree) -> None:

@@ -60,7 +60,7 @@ def modify(model: State, actor: User, job_id: int, changes: JobChanges, now: flo
     if changes.array_limit is not None and job.array_parent is None:
         raise InvalidRequest(f"job {job.display_id} is not an array: it has no array limit (%N)")
     whole = job.array_parent == job.id and (changes.whole_array or changes.array_limit is not None)
-    targets = _elements(model, job) if whole else [job]
+    targets = [model.jobs[i] for i in dependencies.array_or_job(model, job)] if whole else [job]
     # an array's limit is the array's: every element that has not ended counts against it
     ids = [j.id for j in targets if j.state in WAITING and not j.allocated or
            (changes.array_limit is not None and not j.finished)]
@@ -74,16 +74,6 @@ def modify(model: State, actor: User, job_id: int, changes: JobChanges, now: flo
 def _waiting(job: Job) -> bool:
     """Waits in its queue with nothing allocated: what a modification changes."""
     return job.state in WAITING and not job.allocated
-
-
-def _elements(model: State, job: Job) -> list[Job]:
-    """An array's elements, by id from its first on (ids id..id+n-1; a retired one has left the model)."""
-    out = []
-    i = job.id
-    while (j := model.jobs.get(i)) is not None and j.array_parent == job.array_parent:
-        out.append(j)
-        i += 1
-    return out
 
 
 def _checked(model: State, actor: User, job: Job, changes: JobChanges, config: Config | None) -> dict[str, Any]:
