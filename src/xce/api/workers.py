@@ -230,8 +230,15 @@ async def work(host: HostName, request: Request, ctl: Ctl, monitor: Monitor, act
     task_runs = parse_runs(tasks)
     await ctl.read_barrier()
     out = host_work(ctl.model, host, had, task_runs)
-    if not any(out[k] for k in ("dispatch", "orders", "tasks", "over")) and wait > 0:
-        await monitor.work.wait(wait)
+    # A commit that wakes the waits may be another host's work: this host's poll then waits on for the
+    # rest of its time rather than answer empty (one round trip a host for every allocation and end
+    # anywhere in the cluster, which cost the controller a third of its requests).
+    deadline = time.monotonic() + wait
+    while not any(out[k] for k in ("dispatch", "orders", "tasks", "over")) and not monitor.work.closing:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        await monitor.work.wait(left)
         await ctl.read_barrier()
         speaks_for_host(recheck(request), host)  # its token may have been revoked while it waited
         out = host_work(ctl.model, host, had, task_runs)
