@@ -75,8 +75,14 @@ def array_or_job(model: State, job: Job) -> list[int]:
     """Every element of the array whose first element ``job`` is; else ``job`` alone."""
     if job.array_parent != job.id:
         return [job.id]
-    ids, job_id = [], job.id
-    while (element := model.jobs.get(job_id)) is not None and element.array_parent == job.id:
+    return array_elements(model, job.id)
+
+
+def array_elements(model: State, parent: int) -> list[int]:
+    """The ids of the live elements of the array whose first element is ``parent``: an array's
+    elements take consecutive ids from its first, so the walk stops at the first id that is not one."""
+    ids, job_id = [], parent
+    while (element := model.jobs.get(job_id)) is not None and element.array_parent == parent:
         ids.append(job_id)
         job_id += 1
     return ids

@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from xce.errors import Conflict, InvalidRequest, NotFound
+from xce.model import dependencies
 from xce.model.facts import RecordsRetired
 from xce.model.claims import Claim, ClaimForm, ClaimState, may_see, name_key
 from xce.model.jobs import request_key
@@ -93,7 +94,7 @@ def retirable(model: State, now: float, keep: float, limit: int = RETIRE_BATCH) 
         if parent in seen_arrays:
             continue
         seen_arrays.add(parent)
-        elements = array_elements(model, parent)
+        elements = [model.jobs[i] for i in dependencies.array_elements(model, parent)]
         if elements and all(job_ok(e) for e in elements) and (not jobs or len(jobs) + len(elements) <= limit):
             jobs.extend(e.id for e in elements)
     retiring = set(jobs)
@@ -118,16 +119,6 @@ def retirable(model: State, now: float, keep: float, limit: int = RETIRE_BATCH) 
     if not jobs and not claims:
         return None
     return RecordsRetired(time=now, jobs=jobs, claims=sorted(set(claims)))
-
-
-def array_elements(model: State, parent: int) -> list[Job]:
-    """The live elements of the array whose first element is ``parent`` (their ids follow it)."""
-    out: list[Job] = []
-    job_id = parent
-    while (job := model.jobs.get(job_id)) is not None and job.array_parent == parent:
-        out.append(job)
-        job_id += 1
-    return out
 
 
 def retiring(model: State, f: RecordsRetired) -> tuple[list[Job], list[Claim]]:
