@@ -47,7 +47,9 @@ def test_a_hosts_poll_waits_through_other_hosts_allocations_and_answers_with_its
         for _ in range(4):
             job = submit(api, "a")
             work = api.get("/v1/hosts/h1/work", params={"wait": 20}).json()  # answers once h1 has work
-            assert job in [d["job_id"] for d in work["dispatch"]]
+            assert [d["job_id"] for d in work["dispatch"]] == [job]
+            r = api.post("/v1/hosts/h1/reports", json={"started": [{"job_id": job, "run": 1, "pid": 4242}]})
+            assert r.status_code == 200, r.text  # started: h1's next poll waits again
         assert not answers, f"h2's poll answered before h2 had work: {answers}"
         mine = submit(api, "b")
         poller.join(60)
