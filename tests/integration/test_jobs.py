@@ -224,3 +224,15 @@ def test_cluster_counters_and_unknown_resources(cl):
     cl.wait_state(b, "DONE")
     r = cl.xce("submit", "-R", "rusage[unobtainium=1]", "--", "true", ok=False)
     assert r.returncode == 1 and "unknown resource unobtainium in rusage[]" in r.stderr
+
+
+def test_kill_with_json_reports_every_outcome_on_stdout_refusals_included(cl, out):
+    job_id = cl.submit("--", "sleep", "300")
+    r = cl.xce("--json", "kill", str(job_id), "999999", ok=False)
+    assert r.returncode == 1, r.stderr  # one was refused: the rest still happened
+    assert r.stderr == ""
+    killed, missing = json.loads(r.stdout)
+    assert killed["id"] == job_id
+    assert missing["job"] == "999999" and missing["error"]["code"] == "not_found", missing
+    assert "999999" in missing["error"]["message"]
+    cl.wait_state(job_id, "EXIT")

@@ -465,15 +465,26 @@ _DONE_WORDS = {"kill": "is being terminated", "requeue": "is requeued", "hold": 
 
 def cmd_action(args, ctx) -> int:
     """Act on each id; one line per job, and one for a whole array (as LSF's bkill); exit 1 if any was
-    refused (the rest still happen)."""
+    refused (the rest still happen).  With ``--json`` one list: each job as it is after the action, and
+    each refusal in the API's error shape with the id it was for (``{"job": ID, "error": {code, message}}``),
+    in the order given, so a script reads every outcome from stdout."""
     client = ctx.client()
-    results, refused = [], 0
+    results: list[dict] = []
+    refused = 0
+
+    def refuse(what: str, named: str, e: ApiError) -> None:
+        nonlocal refused
+        refused += 1
+        if ctx.json:
+            results.append({"job": what, "error": {"code": e.code, "message": e.message}})
+        else:
+            print(f"xce: {named}: {e.message}", file=sys.stderr)
+
     for text in args.ids:
         try:
             targets = resolve(client, text)
         except ApiError as e:
-            print(f"xce: {text}: {e.message}", file=sys.stderr)
-            refused += 1
+            refuse(text, text, e)
             continue
         signal = getattr(args, "signal", None)
         action, body = ("signal", {"signal": signal}) if signal else (args.action, {})
@@ -482,8 +493,7 @@ def cmd_action(args, ctx) -> int:
             try:
                 after = client.post(f"/v1/jobs/{job['id']}/{action}", body)
             except ApiError as e:
-                print(f"xce: job <{job['display_id']}>: {e.message}", file=sys.stderr)
-                refused += 1
+                refuse(job["display_id"], f"job <{job['display_id']}>", e)
                 continue
             results.append(after)
             done += 1
