@@ -210,6 +210,7 @@ def claim_json(claim: Claim, reason: str | None = None, *, resize_reason: str | 
         "stage_in": claim.stage_in, "stage_out": claim.stage_out,
         "replicas": [replica_json(r) for r in claim.replicas], "replicas_ready": len(claim.ready_hosts()),
         "replicas_to_place": claim.replicas_to_place, "cache": claim.cache,
+        "snapshot_on_preempt": claim.snapshot_on_preempt,
     }
 
 
