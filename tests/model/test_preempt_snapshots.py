@@ -11,7 +11,7 @@ from tests.model.test_job_claims import ADMIN, CONFIG, PROVISIONER, RETRIES, Wor
 from xce.errors import InvalidRequest
 from xce.model import capabilities, claims, jobs, snapshots, status
 from xce.model.claims import AttachmentState, ClaimState, OpKind
-from xce.model.facts import ClaimPlaced, JobKillRequested
+from xce.model.facts import JobKillRequested
 from xce.model.jobs import Job, JobState
 from xce.model.snapshots import SnapshotResult, SnapshotState
 
@@ -26,15 +26,7 @@ class PreemptWorld(World):
                                         {**CAN, "create_snapshot": can_snapshot}, self.tick()))
 
     def ckpt(self, name: str = "ckpt", access: str = "RWO", on_preempt: bool = True) -> claims.Claim:
-        facts, claim_id = claims.create(self.model, CONFIG, ADMIN,
-                                        claims.ClaimSpec(name=name, class_name="vol", size="1Gi", access_mode=access,
-                                                         snapshot_on_preempt=on_preempt), self.tick())
-        self.commit(facts)
-        self.commit([ClaimPlaced(time=self.tick(), claim_id=claim_id, pool="p")])
-        self.run_agent(PROVISIONER)
-        claim = self.model.claims[claim_id]
-        assert claim.state is ClaimState.READY
-        return claim
+        return self.standalone(name, access=access, snapshot_on_preempt=on_preempt)
 
     def preempt(self, job: Job, preemptor: int = 99) -> None:
         """The applier's order (``jobs.preempt``'s fact), then the worker's word that the process ended."""

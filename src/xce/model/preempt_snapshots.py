@@ -28,6 +28,8 @@ option asked to keep.
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from xce.model import jobs, snapshots
 from xce.model.entities.claims import AccessMode, ClaimState
 from xce.model.entities.jobs import Job
@@ -37,6 +39,7 @@ from xce.model.state import State
 __all__ = ["apply_snapshot_op_failed", "apply_snapshot_op_succeeded", "snapshot_name", "take"]
 
 NAME_MAX = 63
+SnapshotResultFact = SnapshotOpSucceeded | SnapshotOpFailed
 
 
 def snapshot_name(model: State, project: str, claim_name: str, job_id: int, run: int) -> str:
@@ -94,17 +97,16 @@ def _told(model: State, snapshot_id: int, time: float) -> None:
                              f"({snap.last_error}); the claim is attached again without it")
 
 
-def apply_snapshot_op_succeeded(model: State, f: SnapshotOpSucceeded) -> None:
-    before = model.snapshots.get(f.snapshot_id)
-    was_made = before is not None and before.being_made
-    snapshots.apply_snapshot_op_succeeded(model, f)
-    if was_made:
-        _told(model, f.snapshot_id, f.time)
+def _telling(fold: Callable[[State, Any], None]) -> Callable[[State, SnapshotResultFact], None]:
+    """``fold`` (the snapshots' own fold of an op's result), then the victim told if its snapshot ended."""
+    def told_after(model: State, f: SnapshotResultFact) -> None:
+        before = model.snapshots.get(f.snapshot_id)
+        was_made = before is not None and before.being_made
+        fold(model, f)
+        if was_made:
+            _told(model, f.snapshot_id, f.time)
+    return told_after
 
 
-def apply_snapshot_op_failed(model: State, f: SnapshotOpFailed) -> None:
-    before = model.snapshots.get(f.snapshot_id)
-    was_made = before is not None and before.being_made
-    snapshots.apply_snapshot_op_failed(model, f)
-    if was_made:
-        _told(model, f.snapshot_id, f.time)
+apply_snapshot_op_succeeded = _telling(snapshots.apply_snapshot_op_succeeded)
+apply_snapshot_op_failed = _telling(snapshots.apply_snapshot_op_failed)
