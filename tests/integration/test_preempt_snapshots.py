@@ -97,7 +97,7 @@ def test_a_preempted_job_resumes_from_the_checkpoint_its_claim_was_snapshotted_w
     r = cl.xce("claim", "create", "ckpt", "--class", "simfs", "--size", "1Gi", "--access", "RWO",
                "--snapshot-on-preempt", "--wait", env=alice)
     shown = cl.xce("claim", "show", "ckpt", env=alice).stdout
-    assert any(line.startswith("Snapshot on preempt:") and "yes" in line for line in shown.splitlines()), shown
+    assert "On preemption:   snapshotted before it is attached again (--snapshot-on-preempt)" in shown, shown
     assert json.loads(cl.xce("--json", "claim", "show", "ckpt", env=alice).stdout)["snapshot_on_preempt"] is True
     data = cl.claim("ckpt")["path"]
     victim = cl.submit("-q", "low", "-n", "2", "-r", "--claim", "ckpt", "--", "sh", "-c", JOB, env=alice)

@@ -442,7 +442,7 @@ def show_text(c: dict[str, Any], snapshots: list[dict[str, Any]] = ()) -> str:
         ("Populated from", c.get("populate_from")),
         ("Cache", "yes: replicas made where its jobs go; unused ones evicted, least recently used first, when "
                   "their host's room is needed" if c.get("cache") else None),
-        ("Snapshot on preempt", "yes: a preempted job's run has it snapshotted before it is attached again"
+        ("On preemption", "snapshotted before it is attached again (--snapshot-on-preempt)"
          if c.get("snapshot_on_preempt") else None),
         ("Transfer", _transfer_text(c.get("transfer"))),
         ("Reachable hosts", ",".join(r["host"] for r in c["replicas"] if r["state"] == ClaimState.READY)
