@@ -127,6 +127,9 @@ def test_a_preempted_job_resumes_from_the_checkpoint_its_claim_was_snapshotted_w
     snap = json.loads(cl.xce("--json", "snapshot", "show", name, env=alice).stdout)
     assert (snap["state"], snap["claim"], snap["owner"], snap["project"]) == ("READY", "ckpt", "alice", "team-a")
     assert snap["attempts"] == 4, "three busy answers, then taken"
+    assert snap["preempted"] == {"job_id": victim, "run": 1}
+    shown = cl.xce("snapshot", "show", name, env=alice).stdout
+    assert f"Taken for:   job {victim} run 1, preempted" in shown, shown
     taken = next(h["time"] for h in snap["history"] if h["state"] == "READY")
     run2 = [h for h in done["history"] if h.get("run") == 2 and h["state"] == "RUN"]
     assert run2 and run2[0]["time"] >= taken, (run2, snap["history"])

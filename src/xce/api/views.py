@@ -242,6 +242,7 @@ def snapshot_json(snap: Snapshot) -> dict[str, Any]:
         "op_ids": sorted({o["op_id"] for o in snap.ops} | ({op.op_id} if op else set())),
         "delete_requested": snap.delete_requested, "data_exists": snap.data_exists, "waiting": snap.waiting(),
         "history": snap.history, "ops": snap.ops,
+        "preempted": {"job_id": snap.job_id, "run": snap.run} if snap.job_id is not None else None,
     }
 
 

@@ -341,6 +341,8 @@ def snapshot_text(s: dict[str, Any]) -> str:
     out = fields([
         ("Snapshot", f"{s['name']} (id {s['id']})"), ("State", s["state"]), ("Waiting", s["waiting"]),
         ("Of claim", f"{s['claim']} (id {s['claim_id']})"), ("Class", s["class"]),
+        ("Taken for", f"job {s['preempted']['job_id']} run {s['preempted']['run']}, preempted"
+         if s.get("preempted") else None),
         ("Size", size(s["size_bytes"]) + (f", {size(s['actual_bytes'])} taken" if s["actual_bytes"] else "")),
         ("Owner", s["owner"]), ("Project", s["project"]), ("Handle", s["handle"]),
         ("Data exists", "yes" if s["data_exists"] else "no"),

@@ -269,6 +269,8 @@ class SnapshotDoc(_Operated):
     state: str  # xce.client.states.SnapshotState
     size_bytes: int
     actual_bytes: int | None
+    preempted: Annotated[dict[str, Any] | None, Limit(description="a snapshot taken because a run was preempted "
+                                                                  "(--snapshot-on-preempt): {job_id, run}; else null")]
 
 
 class _AgentOpKeys(TypedDict):
