@@ -160,6 +160,8 @@ def test_jobs_and_claims_listings_limit_and_follow_pages(env, ctl):
     (["kill", "-s", "NOSIG", "1"], "unknown signal 'NOSIG'"),
     (["claim", "create", "c", "--class", "simfs", "--size", "lots", "--access", "RWO"], "invalid size 'lots'"),
     (["claim", "resize", "c", "lots"], "invalid size 'lots'"),
+    (["claim", "create", "c", "--class", "simfs", "--size", "1Gi", "--access", "RWX", "--snapshot-on-preempt"],
+     "--snapshot-on-preempt is for RWO claims (written by one host at a time), not RWX"),
     # names the controller checks, checked here (one with a blank could not even be a URL's path)
     (["user", "create", "bad name"], "invalid user name 'bad name'"),
     (["claim", "create", "Bad", "--class", "simfs", "--size", "1Gi", "--access", "RWO"], "invalid claim name 'Bad'"),

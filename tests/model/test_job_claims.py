@@ -97,11 +97,12 @@ class World:
 
     # ------------------------------------------------------------ claims and agents
 
-    def standalone(self, name: str, access: str = "RWO", project: str = "default") -> claims.Claim:
-        """A READY standalone claim, the way the scheduler and the provisioner make one."""
+    def standalone(self, name: str, access: str = "RWO", project: str = "default", **spec) -> claims.Claim:
+        """A READY standalone claim, the way the scheduler and the provisioner make one (``spec``: more of
+        its ``ClaimSpec``)."""
         facts, claim_id = claims.create(self.model, CONFIG, ADMIN,
                                         claims.ClaimSpec(name=name, class_name="vol", size="1Gi", access_mode=access,
-                                                         project=project),
+                                                         project=project, **spec),
                                         self.tick())
         self.commit(facts)
         self.commit([ClaimPlaced(time=self.tick(), claim_id=claim_id, pool="p")])

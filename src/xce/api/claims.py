@@ -58,7 +58,7 @@ async def create_claim(body: schemas.ClaimCreateRequest, request: Request, ctl: 
     spec = ClaimSpec(name=body.name, class_name=body.claim_class, size=body.size, access_mode=body.access_mode,
                      reclaim_policy=body.reclaim_policy, params=dict(body.params), project=body.project,
                      populate_from=body.populate_from, hosts=tuple(body.hosts), replicas=body.replicas,
-                     cache=body.cache)
+                     cache=body.cache, snapshot_on_preempt=body.snapshot_on_preempt)
 
     def decide(model: Model):
         if body.from_snapshot is not None or body.from_claim is not None:

@@ -10,7 +10,7 @@ import keyword
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints, is_typeddict
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from xce.names import NAME_PATTERN
 from xce.wire import AgentOp, ClaimDoc, Dispatch, HistoryRow, JobDoc, JobRow, Limit, SnapshotDoc, Submission, TaskDispatch
@@ -338,6 +338,16 @@ class ClaimCreateRequest(Strict):
                           "capacity (instead of hosts)")
     cache: bool = Field(False, description="a node-scope ROX claim with a source: replicas made on demand where its "
                                            "jobs go, unused ones evicted least recently used when room is needed")
+    snapshot_on_preempt: bool = Field(
+        False, description="an RWO claim of a class that takes snapshots: a run preempted while it has the claim "
+                           "attached has it snapshotted (<claim>-preempt-<job>-r<run>) before it is attached again")
+
+    @model_validator(mode="after")
+    def _snapshot_on_preempt_is_rwo(self) -> ClaimCreateRequest:
+        if self.snapshot_on_preempt and self.access_mode not in (None, "RWO"):
+            raise ValueError(f"snapshot_on_preempt is for RWO claims (written by one host at a time), not "
+                             f"{self.access_mode}")
+        return self
 
 
 class SnapshotCreateRequest(Strict):

@@ -210,6 +210,7 @@ def claim_json(claim: Claim, reason: str | None = None, *, resize_reason: str | 
         "stage_in": claim.stage_in, "stage_out": claim.stage_out,
         "replicas": [replica_json(r) for r in claim.replicas], "replicas_ready": len(claim.ready_hosts()),
         "replicas_to_place": claim.replicas_to_place, "cache": claim.cache,
+        "snapshot_on_preempt": claim.snapshot_on_preempt,
     }
 
 
@@ -241,6 +242,7 @@ def snapshot_json(snap: Snapshot) -> dict[str, Any]:
         "op_ids": sorted({o["op_id"] for o in snap.ops} | ({op.op_id} if op else set())),
         "delete_requested": snap.delete_requested, "data_exists": snap.data_exists, "waiting": snap.waiting(),
         "history": snap.history, "ops": snap.ops,
+        "preempted": {"job_id": snap.job_id, "run": snap.run} if snap.job_id is not None else None,
     }
 
 

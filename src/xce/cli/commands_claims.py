@@ -41,6 +41,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     c.add_argument("--cache", action="store_true",
                    help="a node-scope ROX claim with --source: replicas made where its jobs go, unused ones evicted "
                         "(least recently used) when their host's room is needed")
+    c.add_argument("--snapshot-on-preempt", action="store_true",
+                   help="an RWO claim of a class that takes snapshots: when a job using it is preempted, the claim "
+                        "is snapshotted (CLAIM-preempt-JOB-rRUN) before it is attached again")
     c.add_argument("--reclaim", choices=("retain", "delete"), help="default: the class's")
     c.add_argument("--param", action="append", metavar="K=V", help="a class parameter (repeatable)")
     c.add_argument("--project", help="default: your first project")
@@ -183,13 +186,16 @@ def cmd_create(args, ctx) -> int:
                    if v is None]
         if missing:
             raise UsageError(f"claim create: {', '.join(missing)} required (unless --from-snapshot or --from-claim)")
+    if args.snapshot_on_preempt and args.access not in (None, "RWO"):
+        raise UsageError(f"claim create: --snapshot-on-preempt is for RWO claims (written by one host at a time), "
+                         f"not {args.access}")
     params = _params(args.param)
     client = ctx.client()
     claim = client.create_claim(args.name, claim_class=args.claim_class, size=args.size, access_mode=args.access,
                                 reclaim_policy=args.reclaim, params=params, project=args.project,
                                 from_snapshot=args.from_snapshot, from_claim=args.from_claim,
                                 populate_from=args.source, hosts=args.hosts or (), replicas=args.replicas,
-                                cache=args.cache)
+                                cache=args.cache, snapshot_on_preempt=args.snapshot_on_preempt)
     if not args.wait:
         if ctx.json:
             print_json(claim)
@@ -335,6 +341,8 @@ def snapshot_text(s: dict[str, Any]) -> str:
     out = fields([
         ("Snapshot", f"{s['name']} (id {s['id']})"), ("State", s["state"]), ("Waiting", s["waiting"]),
         ("Of claim", f"{s['claim']} (id {s['claim_id']})"), ("Class", s["class"]),
+        ("Taken for", f"job {s['preempted']['job_id']} run {s['preempted']['run']}, preempted"
+         if s.get("preempted") else None),
         ("Size", size(s["size_bytes"]) + (f", {size(s['actual_bytes'])} taken" if s["actual_bytes"] else "")),
         ("Owner", s["owner"]), ("Project", s["project"]), ("Handle", s["handle"]),
         ("Data exists", "yes" if s["data_exists"] else "no"),
@@ -436,6 +444,8 @@ def show_text(c: dict[str, Any], snapshots: list[dict[str, Any]] = ()) -> str:
         ("Populated from", c.get("populate_from")),
         ("Cache", "yes: replicas made where its jobs go; unused ones evicted, least recently used first, when "
                   "their host's room is needed" if c.get("cache") else None),
+        ("On preemption", "snapshotted before it is attached again (--snapshot-on-preempt)"
+         if c.get("snapshot_on_preempt") else None),
         ("Transfer", _transfer_text(c.get("transfer"))),
         ("Reachable hosts", ",".join(r["host"] for r in c["replicas"] if r["state"] == ClaimState.READY)
          if c.get("replicas") else "all" if c["reachable_hosts"] is None and c["state"] == ClaimState.READY

@@ -249,7 +249,8 @@ class Client:
                      params: dict[str, str] | None = None, project: str | None = None,
                      from_snapshot: str | None = None, from_claim: str | None = None,
                      populate_from: str | None = None, hosts: Iterable[str] = (),
-                     replicas: int | None = None, cache: bool = False) -> ClaimDoc:
+                     replicas: int | None = None, cache: bool = False,
+                     snapshot_on_preempt: bool = False) -> ClaimDoc:
         """Create a standalone claim (``POST /v1/claims``); returns it PENDING.
 
         ``size``: bytes or ``"10Gi"``; ``access_mode``: RWO, ROX, RWX or RWOP; ``reclaim_policy``:
@@ -260,7 +261,8 @@ class Client:
         ``hosts`` / ``replicas``: a node-scope class's claim, a replica on each of these hosts, or on this
         many hosts the scheduler chooses (its ``replicas`` list each one; READY while one is).  ``cache``: a
         node-scope ROX claim with a source whose replicas are made where its jobs go (and evicted, unused
-        and least recently used, when their host's room is needed).
+        and least recently used, when their host's room is needed).  ``snapshot_on_preempt``: an RWO claim
+        that a run preempted while it has it attached has snapshotted before it is attached again.
         Follow it with ``wait_claim(claim["id"])`` to wait until it is READY.
         """
         body: dict[str, Any] = {"name": name, "params": dict(params or {})}
@@ -268,6 +270,8 @@ class Client:
             body["hosts"] = list(hosts)
         if cache:
             body["cache"] = True
+        if snapshot_on_preempt:
+            body["snapshot_on_preempt"] = True
         for key, value in (("class", claim_class), ("size", size), ("access_mode", access_mode),
                            ("reclaim_policy", reclaim_policy), ("project", project),
                            ("from_snapshot", from_snapshot), ("from_claim", from_claim),

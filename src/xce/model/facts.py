@@ -390,6 +390,7 @@ class JobKillRequested(Fact):
     by: str
     requeue: bool = False
     grace: float | None = None
+    preemptor: int | None = None  # added later: the pending job the run is preempted for (None: not preemption)
 
 
 @fact("job.signal_requested")
@@ -489,6 +490,7 @@ class ClaimCreated(Fact):
     replicas_to_place: int = 0
     cache: bool = False  # a node-local ROX claim whose replicas are made on demand, where its jobs go
     counter: str | None = None  # a cache: the host counter its replicas are reserved on (its class's, then)
+    snapshot_on_preempt: bool = False  # added later: snapshotted when a run that had it is preempted
 
 
 @fact("claim.placed")
@@ -719,6 +721,10 @@ class SnapshotCreated(Fact):
     size_bytes: int  # the claim's size: the least a claim made from it can have
     access_mode: str  # the claim's: what a clone takes unless told otherwise
     pool: str | None = None  # the claim's pool, where its bytes are reserved (None: logs from before)
+    # added later: a snapshot taken because run ``run`` of job ``job_id`` was preempted (the claim's
+    # ``--snapshot-on-preempt``): made once that run's attachments are gone, before the claim is attached again
+    job_id: int | None = None
+    run: int | None = None
 
 
 @fact("snapshot.op_intent")

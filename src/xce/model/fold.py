@@ -13,7 +13,7 @@ from typing import Any, Callable
 from xce.errors import Unauthenticated
 from xce.model import (
     audit, capabilities, catalog, claims, dependencies, history, hosts, identity, job_changes, job_claims, jobs, ops,
-    orphans, snapshots, tasks,
+    orphans, preempt_snapshots, snapshots, tasks,
 )
 from xce.model.facts import (
     AgentLeased, AttachmentAdded, AttachmentRemoved, AuditRecorded, ClaimCreated, ClaimDeleteRequested, ClaimOpFailed,
@@ -84,8 +84,8 @@ FOLDS: dict[type[Fact], Callable[[State, Any], None]] = {
     ClassCapabilitiesReported: capabilities.apply_class_capabilities,
     SnapshotCreated: snapshots.apply_snapshot_created,
     SnapshotOpIntent: snapshots.apply_snapshot_op_intent,
-    SnapshotOpSucceeded: snapshots.apply_snapshot_op_succeeded,
-    SnapshotOpFailed: snapshots.apply_snapshot_op_failed,
+    SnapshotOpSucceeded: preempt_snapshots.apply_snapshot_op_succeeded,  # (a preempted run is told)
+    SnapshotOpFailed: preempt_snapshots.apply_snapshot_op_failed,
     SnapshotDeleteRequested: snapshots.apply_snapshot_delete_requested,
     OrphanSeen: orphans.apply_orphan_seen,
     OrphanResolved: orphans.apply_orphan_resolved,

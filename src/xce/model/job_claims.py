@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from xce.model import claims
-from xce.model import jobs
+from xce.model import jobs, preempt_snapshots
 from xce.model.jobs import JobSpec, finish_after_stage_out
 from xce.model.claims import (
     AccessMode, Attachment, AttachmentState, Claim, ClaimForm, ClaimState, Mode, ReplicaState, Scope,
@@ -385,12 +385,14 @@ def apply_job_allocated(model: State, f: JobAllocated) -> None:
 def apply_job_finished(model: State, f: JobFinished) -> None:
     if (job := jobs.apply_job_finished(model, f)) is not None:
         release_for_run(model, job, f.time, host_lost=f.host_lost)
+        preempt_snapshots.take(model, job, f.time)
         release_early(model, job, f.time)
 
 
 def apply_job_requeued(model: State, f: JobRequeued) -> None:
     if (job := jobs.apply_job_requeued(model, f)) is not None:
         release_for_run(model, job, f.time, host_lost=f.host_lost)
+        preempt_snapshots.take(model, job, f.time)
         restage_early(model, job, f.time)
 
 

@@ -481,6 +481,12 @@ def _set_state(model: State, job: Job, new: JobState, time: float, reason: str) 
     _index(model, job)
 
 
+def note(job: Job, time: float, reason: str) -> None:
+    """A history entry that changes no state: what the job's owner should read about its run (a
+    snapshot taken, or failed, after it was preempted)."""
+    job.history.append({"state": job.state.value, "time": time, "run": job.run, "reason": reason})
+
+
 def _count_waiting(model: State, user: str, delta: int) -> None:
     n = model.waiting_by_user.get(user, 0) + delta
     if n:
@@ -559,6 +565,7 @@ def apply_job_allocated(model: State, f: JobAllocated) -> Job | None:
     job.pending_reason = f"dispatching to {f.hosts[0]}" if f.hosts else None
     job.kill_requested = job.kill_requeue = False
     job.kill_grace = None
+    job.kill_preemptor = None
     job.order_seq = 0  # a new run: its orders are numbered from 1
     job.signal_orders = []
     job.process_exit = None
@@ -669,6 +676,8 @@ def apply_job_kill_requested(model: State, f: JobKillRequested) -> None:
     job.kill_requested = True
     job.kill_requeue = f.requeue
     job.kill_by = f.by
+    if job.kill_preemptor is None:  # preempted it stays, whatever kill follows: its end is a preemption's
+        job.kill_preemptor = f.preemptor
 
 
 def apply_job_signal_requested(model: State, f: JobSignalRequested) -> None:
@@ -747,7 +756,7 @@ def preempt(model: State, job_id: int, victims: tuple[tuple[int, int], ...], now
             continue
         grace = config.terminate_grace(v.queue) if config is not None else None
         out.append(JobKillRequested(time=now, job_id=v.id, run=v.run, by=f"preemption for job {job.id}",
-                                    requeue=v.rerunnable, grace=grace))
+                                    requeue=v.rerunnable, grace=grace, preemptor=job.id))
     return out
 
 

@@ -14,7 +14,8 @@ import time
 from typing import Any
 
 from xce.model import dependencies, job_claims
-from xce.model.entities.claims import Claim, ClaimForm, ClaimState
+from xce.model.claims.agents import snapshot_first
+from xce.model.entities.claims import AttachmentState, Claim, ClaimForm, ClaimState
 from xce.model.entities.jobs import Job, JobState
 from xce.model.entities.ops import Op, OpKind
 from xce.model.state import State
@@ -67,6 +68,9 @@ def blocking(model: State, job: Job, now: float | None = None) -> str | None:
     claim, a = b.claim, b.attachment
     assert claim is not None
     if a is not None:
+        if (snap := snapshot_first(model, claim)) is not None and a.state is AttachmentState.ATTACHING:
+            return f"claim {claim.name}: snapshot {snap.name} before re-attach ({snap.state.value}" + (
+                f", attempt {snap.op.attempts}" if snap.op is not None and snap.op.attempts else "") + ")"
         return "waiting for claim " + describe(claim, a.op, a.last_error, a.state.value, f" on {a.host}", now)
     return "waiting for claim " + describe(claim, claim.op, claim.last_error, claim.state.value, now=now)
 

@@ -7,7 +7,8 @@ until the job fits on its candidate hosts with what is free and what they hold; 
 the job fits without is given back, the last taken first.  Runs already ending (a kill asked, by an
 earlier preemption or anyone) count as free, for the first job that waits for them: it takes no more.
 A run is preempted for (or waited for by) one job per cycle.  The plan carries the decision (``Preemption``); ending the
-victims through the kill path is the applier's (not wired yet: see docs/scheduling.md).
+victims through the kill path is the applier's (``jobs.preempt``); snapshotting their ``--snapshot-on-preempt``
+claims is the model's, as it folds their end (``xce.model.preempt_snapshots``).
 """
 
 from __future__ import annotations

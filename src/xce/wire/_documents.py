@@ -250,6 +250,9 @@ class ClaimDoc(_Operated):
     replicas_ready: int  # how many replicas are READY: the claim is READY while one is
     replicas_to_place: int  # replicas still to be placed on hosts the scheduler chooses (--replicas N)
     cache: bool  # a cache (--cache): replicas made where its jobs go, unused ones evicted when room is needed
+    snapshot_on_preempt: Annotated[bool, Limit(description="--snapshot-on-preempt: a run preempted while it has "
+                                                           "the claim attached has it snapshotted (<claim>-preempt-"
+                                                           "<job>-r<run>) before it is attached again")]
     stage_in: list[Any]
     stage_out: list[Any]
 
@@ -266,6 +269,8 @@ class SnapshotDoc(_Operated):
     state: str  # xce.client.states.SnapshotState
     size_bytes: int
     actual_bytes: int | None
+    preempted: Annotated[dict[str, Any] | None, Limit(description="a snapshot taken because a run was preempted "
+                                                                  "(--snapshot-on-preempt): {job_id, run}; else null")]
 
 
 class _AgentOpKeys(TypedDict):

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from xce.model import ops
 from xce.model.entities.claims import Attachment, Claim, Replica
-from xce.model.entities.ops import Op
+from xce.model.entities.ops import Op, OpKind
+from xce.model.entities.snapshots import Snapshot
 from xce.model.facts import ClaimOpFailed, ClaimOpIntent, ClaimOpSucceeded, Fact
 from xce.model.ops import OpenOp, check_epoch, lease, retry_delay
 from xce.model.state import State
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLAIM_OPS", "OpResult", "check_epoch", "due_ops", "held_ops", "holds", "lease", "next_due", "record_intent",
-    "record_result", "retry_delay",
+    "record_result", "retry_delay", "snapshot_first",
 ]
 
 
@@ -63,7 +64,10 @@ class ClaimOps:
     def open(self, model: State) -> Iterator[OpenOp[Claim]]:
         for claim_id in sorted(model.open_ops):
             claim = model.claims[claim_id]
+            gated = snapshot_first(model, claim) is not None
             for op, attachment in claim.open_ops():
+                if gated and op.kind is OpKind.ATTACH and op.epoch is None:
+                    continue  # the snapshot first (a preempted run's), then the next attachment
                 yield OpenOp(claim, op, attachment, claim.agent_for(attachment))
 
     def find(self, model: State, owner_id: int, op_id: str) -> OpenOp[Claim] | None:
@@ -82,6 +86,16 @@ class ClaimOps:
 
 
 CLAIM_OPS = ClaimOps()
+
+
+def snapshot_first(model: State, claim: Claim) -> Snapshot | None:
+    """The snapshot an attachment of ``claim`` waits for (None: none): one opened because a run that
+    had the claim attached was preempted (``xce.model.preempt_snapshots``), while it is being made.
+    READY, FAILED for good or deleted, it holds nothing back."""
+    if claim.snapshot_before_attach is None:
+        return None
+    snap = model.snapshots.get(claim.snapshot_before_attach)
+    return snap if snap is not None and snap.being_made else None
 
 
 def due_ops(model: State, agent: str, now: float,

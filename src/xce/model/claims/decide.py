@@ -58,6 +58,7 @@ class ClaimSpec:
     hosts: tuple[str, ...] = ()
     replicas: int | None = None
     cache: bool = False  # a node-local ROX claim filled from its source, its replicas made where its jobs go
+    snapshot_on_preempt: bool = False  # snapshotted when a run that had it attached is preempted
 
 
 def live_by_name(model: State, project: str, name: str) -> Claim | None:
@@ -118,6 +119,8 @@ def create(model: State, config: Config, actor: User, spec: ClaimSpec, now: floa
         raise InvalidRequest(f"claim class {cls.name!r} does not allow access mode {mode.value} "
                              f"(allowed: {', '.join(cls.access_modes)})")
     check_holds_standalone(cls, spec)
+    if spec.snapshot_on_preempt:
+        check_snapshot_on_preempt(model, cls, mode)
     if spec.cache:
         check_cache(cls, spec, mode)
     policy_text = spec.reclaim_policy or cls.reclaim_policy
@@ -163,7 +166,21 @@ def create(model: State, config: Config, actor: User, spec: ClaimSpec, now: floa
                          source=source.as_record() if source is not None else None,
                          populate_from=populate_from, replica_hosts=list(spec.hosts),
                          replicas_to_place=spec.replicas or 0, cache=spec.cache,
-                         counter=cls.counter if spec.cache else None)], claim_id
+                         counter=cls.counter if spec.cache else None,
+                         snapshot_on_preempt=spec.snapshot_on_preempt)], claim_id
+
+
+def check_snapshot_on_preempt(model: State, cls: ClaimClassConfig, mode: AccessMode) -> None:
+    """``--snapshot-on-preempt``: an RWO claim (one host writes it: a preempted run's is the last word
+    before the next run's) of a shared class whose provider takes snapshots.  Refused as bad input,
+    nothing created, otherwise: a claim that says it is snapshotted must be."""
+    if mode is not AccessMode.RWO:
+        raise InvalidRequest(f"--snapshot-on-preempt is for RWO claims (written by one host at a time), not "
+                             f"{mode.value}")
+    try:
+        capabilities.require(model, cls, "create_snapshot")
+    except Conflict as e:
+        raise InvalidRequest(f"--snapshot-on-preempt: {e.message}") from None
 
 
 MAX_REPLICAS = 64  # replicas of one node-local claim

@@ -465,7 +465,7 @@ def apply_claim_created(model: State, f: ClaimCreated) -> bool:
                   stage_in=[list(x) for x in f.stage_in], stage_out=[list(x) for x in f.stage_out],
                   source=dict(f.source) if f.source is not None else None, populate_from=f.populate_from,
                   early=f.early, replicas_to_place=f.replicas_to_place, cache=f.cache,
-                  counter=f.counter,
+                  counter=f.counter, snapshot_on_preempt=f.snapshot_on_preempt,
                   replicas=[Replica(no=i, host=h, created=f.time,
                                     history=[{"state": ReplicaState.PENDING.value, "time": f.time,
                                               "reason": "created"}])

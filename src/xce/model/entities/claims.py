@@ -223,6 +223,10 @@ class Claim:
     # demand, and unattached ones evicted least recently used when their host's counter is needed
     cache: bool = False
     counter: str | None = None  # a cache's: the host counter its replicas are reserved on (its class's at creation)
+    # ``--snapshot-on-preempt`` (RWO, a class that can snapshot): a run preempted while it had the claim
+    # attached has it snapshotted before it is attached again (``xce.model.preempt_snapshots``)
+    snapshot_on_preempt: bool = False
+    snapshot_before_attach: int | None = None  # that snapshot: attaches wait while it is being made
 
     def __post_init__(self) -> None:
         self.form = ClaimForm(self.form)

@@ -62,6 +62,7 @@ class Job:
     kill_requested: bool = False
     kill_requeue: bool = False
     kill_by: str = ""  # who asked for the kill (for the exit reason)
+    kill_preemptor: int | None = None  # the run is being ended by preemption, for this pending job
     kill_grace: float | None = None  # seconds from SIGTERM to SIGKILL, chosen when the kill was asked
     order_seq: int = 0  # orders given to the current run's processes (kill, signals, stop, resume)
     signal_orders: list[list[int]] = field(default_factory=list)  # [seq, signal]: xce kill -s, newest last

@@ -54,6 +54,10 @@ class Snapshot:
     deleted_by: str | None = None
     data_exists: bool = False  # a provider object exists (or may: a create_snapshot was attempted)
     history: list[dict[str, Any]] = field(default_factory=list)  # {state, time, reason}
+    # a snapshot taken because run ``run`` of job ``job_id`` was preempted: its create waits for that
+    # run's attachments of the claim to be gone (``xce.model.preempt_snapshots``)
+    job_id: int | None = None
+    run: int | None = None
     ops: list[dict[str, Any]] = field(default_factory=list)  # every attempt, as claims keep them
 
     def __post_init__(self) -> None:

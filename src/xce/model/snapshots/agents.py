@@ -25,7 +25,7 @@ from xce.model.state import State
 if TYPE_CHECKING:
     from xce.config import ClaimsConfig
 
-__all__ = ["SNAPSHOT_OPS", "SnapshotResult", "due_ops", "held_ops", "next_due", "record_intent", "record_result"]
+__all__ = ["SNAPSHOT_OPS", "SnapshotResult", "detaching", "due_ops", "held_ops", "next_due", "record_intent", "record_result"]
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class SnapshotOps:
     def open(self, model: State) -> Iterator[OpenOp[Snapshot]]:
         for snapshot_id in sorted(model.open_snapshot_ops):
             snap = model.snapshots[snapshot_id]
-            if snap.op is not None:
+            if snap.op is not None and not detaching(model, snap):
                 yield OpenOp(snap, snap.op, None, SHARED_AGENT)
 
     def find(self, model: State, owner_id: int, op_id: str) -> OpenOp[Snapshot] | None:
@@ -71,6 +71,17 @@ class SnapshotOps:
 
 
 SNAPSHOT_OPS = SnapshotOps()
+
+
+def detaching(model: State, snap: Snapshot) -> bool:
+    """A preempted run's snapshot waits while an op of that run's attachments of its claim is open (their
+    detach: the run's last writes are in before the snapshot is taken; a detach that failed for good
+    holds it back no longer)."""
+    if snap.job_id is None or not snap.being_made or (snap.op is not None and snap.op.epoch is not None):
+        return False
+    claim = model.claims.get(snap.claim_id)
+    return claim is not None and any((a.job_id, a.run) == (snap.job_id, snap.run) and a.op is not None
+                                     for a in claim.attachments)
 
 
 def due_ops(model: State, agent: str, now: float, limit: int = 1000) -> list[tuple[Snapshot, Op]]:

@@ -90,9 +90,10 @@ def apply_snapshot_created(model: State, f: SnapshotCreated) -> None:
         return  # ids and live names are unique: the decide functions never make it otherwise
     snap = Snapshot(id=f.snapshot_id, name=f.name, project=f.project, owner=f.owner, claim_id=f.claim_id,
                     claim_name=f.claim_name, class_name=f.class_name, size_bytes=f.size_bytes,
-                    access_mode=f.access_mode, created=f.time, pool=f.pool)
+                    access_mode=f.access_mode, created=f.time, pool=f.pool, job_id=f.job_id, run=f.run)
+    why = f"job {f.job_id} run {f.run} was preempted" if f.job_id is not None else f"asked for by {f.owner}"
     snap.history.append({"state": SnapshotState.PENDING.value, "time": f.time,
-                         "reason": f"snapshot of claim {f.claim_name} asked for by {f.owner}"})
+                         "reason": f"snapshot of claim {f.claim_name}: {why}"})
     model.snapshots[snap.id] = snap
     model.snapshot_names[key] = snap.id
     audit.record(model, f.time, f.owner, "snapshot.state", f"snapshot/{f.name}", SnapshotState.PENDING.value,
