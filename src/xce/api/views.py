@@ -12,6 +12,7 @@ from xce.controller.core import Controller
 from xce.controller.leadership import Peer
 from xce.model import agents, dispatch
 from xce.model.audit import AuditRecord
+from xce.model.claims.replicas import must_exist
 from xce.model.claims import CLAIM_SOURCE, Attachment, Claim, ClaimState, Op, OpKind, Replica, ResizeState, live_by_name
 from xce.model.hosts import HostState
 from xce.model.identity import Token, User
@@ -247,7 +248,7 @@ def snapshot_json(snap: Snapshot) -> dict[str, Any]:
 def orphan_json(o: Orphan, now: float) -> dict[str, Any]:
     return {"kind": "provider_object", "handle": o.handle, "class": o.class_name, "provider": o.provider,
             "claim_id": o.claim_id, "tags": o.tags, "size_bytes": o.size_bytes, "first_seen": o.first_seen,
-            "age": round(now - o.first_seen, 1), "retain": o.retain, "object_kind": o.kind}
+            "age": round(now - o.first_seen, 1), "retain": o.retain, "object_kind": o.kind, "host": o.host}
 
 
 # ---------------------------------------------------------------- service, catalog, identities
@@ -481,6 +482,8 @@ def agent_op_json(model: Model, config: Config, claim: Claim, op: Op,
               "xce.reclaim": claim.reclaim_policy.value, "xce.project": claim.project, "xce.owner": claim.owner})
     if op.kind is OpKind.CREATE and claim.source is not None:  # a clone: the provider copies its source
         out["source_handle"] = claim.source["handle"]
+    if isinstance(attachment, Replica) and (expected := must_exist(claim, attachment, op)) is not None:
+        out["must_exist"] = expected  # a lost host's replica, with data only jobs wrote: checked, not remade
     if op.kind in (OpKind.STAGE_IN, OpKind.STAGE_OUT):  # done by the node agent itself, as the job's user
         job = model.jobs.get(claim.job_id) if claim.job_id is not None else None
         out["user"] = job.user if job is not None else claim.owner
@@ -513,9 +516,10 @@ def snapshot_op_json(model: Model, config: Config, snap: Snapshot, op: Op) -> Ag
 
 
 def agent_orphan_json(o: Orphan) -> dict[str, Any]:
-    """An orphan due for release, as the provisioner releases it (by its handle, tagged op id)."""
+    """An orphan due for release, as its agent releases it (by its handle, tagged op id; a node object
+    with its host)."""
     return {"handle": o.handle, "class_name": o.class_name, "provider": o.provider, "claim_id": o.claim_id,
-            "op_id": f"orphan.{o.handle}", "tags": o.tags}
+            "op_id": f"orphan.{o.handle}", "tags": o.tags, "host": o.host}
 
 
 def agent_work_json(model: Model, config: Config, agent: str, work: agents.Work, held: bool = False) -> dict[str, Any]:

@@ -530,8 +530,8 @@ def cmd_orphans(args, ctx) -> int:
     if not orphans:
         print("No orphans found", file=sys.stderr)
         return EXIT_OK
-    print_table(("KIND", "OBJECT", "CLASS", "CLAIM", "AGE", "WHAT NEXT"),
-                ((o["kind"], o.get("handle") or o.get("name"), o["class"], o.get("claim_id"),
+    print_table(("KIND", "OBJECT", "CLASS", "HOST", "CLAIM", "AGE", "WHAT NEXT"),
+                ((o["kind"], o.get("handle") or o.get("name"), o["class"], o.get("host") or "-", o.get("claim_id"),
                   ago(o["age"]).replace(" ago", ""),
                   o.get("reason") or ("retained (tagged retain): never released" if o.get("retain")
                                       else f"released in {o['releases_in']:.0f}s" if o["releases_in"]

@@ -295,6 +295,7 @@ class AgentOp(_AgentOpKeys, total=False):
     user: str  # stage_in, stage_out: done as the job's user; a replica's populate: as its claim's owner
     items: list[Any]  # stage_in, stage_out: what to copy
     source: str | None  # populate: the URL or REMOTE:path to fill the claim (or the replica) from
+    must_exist: str  # a replica's create re-driven on its host's return: the object it must find, not make
 
 
 class _OpReportKeys(TypedDict):

@@ -27,7 +27,7 @@ from xce.model.claims.lifecycle import (
     apply_attachment_removed, apply_claim_created, apply_claim_delete_requested, apply_claim_op_failed,
     apply_claim_op_intent, apply_claim_op_succeeded, apply_claim_placed, apply_claim_purge_requested,
     apply_claim_resize_requested, apply_claim_resize_reserved, apply_replica_op_failed, apply_replica_op_intent,
-    apply_replica_evicted, apply_replica_lost, apply_replica_op_succeeded, apply_replica_placed, apply_replicas_added,
+    apply_replica_evicted, apply_replica_lost, apply_replica_object_gone, apply_replica_op_succeeded, apply_replica_placed, apply_replicas_added,
     begin_stage_out, detach, keep_data, release_template, replicas_host_returned,
 )
 from xce.agentnames import SHARED_AGENT, node_agent
@@ -49,7 +49,7 @@ __all__ = [
     "apply_attachment_removed", "apply_claim_created", "apply_claim_delete_requested", "apply_claim_op_failed",
     "apply_claim_op_intent", "apply_claim_op_succeeded", "apply_claim_placed", "apply_claim_purge_requested",
     "apply_claim_resize_requested", "apply_claim_resize_reserved", "apply_replica_op_failed",
-    "apply_replica_evicted", "apply_replica_lost", "apply_replica_op_intent", "apply_replica_op_succeeded", "apply_replica_placed",
+    "apply_replica_evicted", "apply_replica_lost", "apply_replica_object_gone", "apply_replica_op_intent", "apply_replica_op_succeeded", "apply_replica_placed",
     "apply_replicas_added",
     "begin_stage_out", "check_epoch", "check_fits_a_pool", "check_quota", "class_or_404", "create", "delete",
     "detach", "due_ops", "evict", "held_ops", "holds", "keep_data", "lease", "live_by_name", "may_see", "name_key",
