@@ -561,25 +561,28 @@ class ClaimAgent:
                 log.warning("%d new orphan(s) in class %s", out["new_orphans"], cls["name"])
 
     def scan_node(self, classes: list[dict[str, Any]]) -> None:
-        """A node agent's scan: its host's objects of each node-scope class whose provider it has.  No
-        report goes out between a listing and its inventory (``_report_lock``): a replica the controller
-        has READY when the inventory comes had its object when the listing was taken."""
+        """A node agent's scan: its host's node objects, listed once per provider it has and sent for each
+        node-scope class of that provider.  No report goes out between a listing and its inventories
+        (``_report_lock``): a replica the controller has READY then had its object when it was listed."""
+        by_provider: dict[str, list[str]] = {}
         for cls in classes:
-            if cls["scope"] != "node" or cls["provider"] not in self.providers:
-                continue
-            provider = self.providers[cls["provider"]]
+            if cls["scope"] == "node" and cls["provider"] in self.providers:
+                by_provider.setdefault(cls["provider"], []).append(cls["name"])
+        for name, class_names in by_provider.items():
+            provider = self.providers[name]
             with self._orphan_lock, self._report_lock:
-                reply = self._list(provider, cls["name"], self.host)
+                reply = self._list(provider, class_names[0], self.host)
                 if not reply.ok:
-                    log.warning("list on %s failed: %s %s", cls["name"], reply.error_code, reply.message)
+                    log.warning("list on %s failed: %s %s", name, reply.error_code, reply.message)
                     continue
                 objects = [{"handle": o.get("handle"), "tags": o.get("tags") or {}, "size_bytes": o.get("size_bytes"),
                             "created": o.get("created"), "used_bytes": o.get("used_bytes"),
                             "kind": o.get("kind") or "volume"} for o in reply.objects or []]
-                out = self._call("POST", "/inventory", {"epoch": self.epoch, "class_name": cls["name"],
-                                                        "provider": provider.name, "objects": objects})
-            if out.get("new_orphans"):
-                log.warning("%d new orphan(s) of class %s on %s", out["new_orphans"], cls["name"], self.host)
+                new = sum(self._call("POST", "/inventory", {"epoch": self.epoch, "class_name": class_name,
+                                                            "provider": name, "objects": objects}
+                                     ).get("new_orphans", 0) for class_name in class_names)
+            if new:
+                log.warning("%d new orphan(s) of provider %s on %s", new, name, self.host)
 
     def _scan_loop(self) -> None:
         while not self._stop.wait(self.scan_interval):
