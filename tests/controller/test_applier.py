@@ -27,7 +27,7 @@ from xce.model.jobs import Job, JobSpec, JobState
 from xce.scheduler.plan import Allocation, Placement, Plan, ReplicaPlacement
 
 GiB = 2**30
-CONFIG = parse_config("""
+CONFIG_TEXT = """
 [[users]]
 name = "admin"
 role = "admin"
@@ -65,7 +65,8 @@ claims = [{ name = "kv-cache", claim_class = "vol", size = "1Gi" }]
 [[apps]]
 name = "big"
 claims = [{ name = "kv-cache", claim_class = "vol", size = "6Gi" }]
-""")
+"""
+CONFIG = parse_config(CONFIG_TEXT)
 ADMIN = User(name="admin", role=Role.ADMIN, projects=["default"])
 
 
@@ -444,6 +445,21 @@ def test_a_cache_s_replica_on_demand_evicts_an_unused_one_and_never_one_a_job_of
     assert w.model.hosts["h1"].counters_used() == {"scratch": 30.0 * GiB}, "the evicted one's bytes went to new's"
     result = apply_replicas(w, ReplicaPlacement(new.id, "h1", "scratch", 30 * GiB, on_demand=True))
     assert result.claims_rejected == {new.id: "claim changed since the scheduler's view"}, "one replica a host"
+
+
+def test_a_cache_s_replica_on_demand_is_rechecked_against_its_projects_quota(w):
+    config = parse_config(CONFIG_TEXT + '[[quotas]]\nproject = "default"\nclaim_class = "cached"\nmax_bytes = "70Gi"\n')
+    old, new = cached(w, "old"), cached(w, "new")  # 60Gi charged: each cache its size, from its creation
+    outcome = apply_plan(w.model, Plan(position=w.model.position, replicas=(
+        ReplicaPlacement(old.id, "h1", "scratch", 30 * GiB, on_demand=True),
+        ReplicaPlacement(old.id, "h2", "scratch", 30 * GiB, on_demand=True),
+        ReplicaPlacement(new.id, "h2", "scratch", 30 * GiB, on_demand=True))), w.tick(), config)
+    w.commit(outcome.facts)
+    assert outcome.result.claims_rejected == {old.id: "quota exceeded for project default, class cached: at most "
+                                                      "70Gi, 60Gi in use, 30Gi asked"}
+    assert [r.host for r in old.replicas] == ["h1"] and [r.host for r in new.replicas] == ["h2"], \
+        "each cache's first replica is charged already"
+    assert claims.quota_use(w.model, "default", "cached") == (2, 60 * 2**30)
 
 
 def test_exclusive_jobs_hosts_to_avoid_and_begin_times_are_checked_again(w):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 
 import pytest
 
@@ -211,6 +212,33 @@ def test_a_lost_hosts_replica_is_lost_until_its_worker_is_back_and_has_refilled_
     assert len(creates) == 1, "re-driven by the op id that made it"
     cl.xce("claim", "delete", "served")
     cl.wait_claim("served", "RELEASED")
+
+
+def test_a_lost_hosts_replica_with_no_source_whose_object_vanished_is_failed_and_the_other_serves(site, tmp_path):
+    cl = site.cl
+    cl.xce("claim", "create", "notes", "--class", "local", "--size", "64Mi", "--access", "RWX",
+           "--hosts", "host1,host2")
+    rs = wait_for(lambda: (r := settled(cl, "notes", 2)) and all(x["state"] == "READY" for x in r.values()) and r,
+                  timeout=60, what="both replicas READY")
+    lost = cl.workers["host2"]
+    lost.kill()
+    kill_jobs_of(lost.work_dir)
+    wait_for(lambda: replicas(cl, "notes")["host2"]["state"] == "LOST", timeout=60, what="host2's replica LOST")
+    shutil.rmtree(os.path.dirname(rs["host2"]["path"]))  # its object went with the host's disk
+    lost.start()
+    back = wait_for(lambda: (r := replicas(cl, "notes")["host2"])["state"] in ("READY", "FAILED") and r,
+                    timeout=90, what="host2's replica checked")
+    assert back["state"] == "FAILED", "not READY and empty: the data jobs wrote there is gone"
+    assert back["last_error"] == "object gone while host2 was lost: its data is lost"
+    assert not os.path.exists(os.path.dirname(rs["host2"]["path"])), "nothing made anew"
+    claim = cl.claim("notes")
+    assert claim["state"] == "READY" and claim["replicas_ready"] == 1
+    assert "object gone while host2 was lost: its data is lost" in cl.xce("claim", "show", "notes").stdout
+    out = tmp_path / "where"
+    job = cl.submit("--claim", "notes", "-o", str(out), "--", "sh", "-c", 'echo "on $XCE_HOST"')
+    assert cl.wait_state(job, "DONE")["hosts"] == ["host1"], "host1 serves on"
+    cl.xce("claim", "delete", "notes")
+    cl.wait_claim("notes", "RELEASED")
 
 
 def test_replicas_filled_from_a_shared_claim_which_stays_while_they_are_its_readers(site):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from tests.scheduler.test_claims_and_cluster import host, job, plan
-from xce.scheduler.view import CachedReplica, CacheUse, ClaimUse, HostView
+from xce.scheduler.view import CachedReplica, CacheUse, ClaimUse, HostView, QuotaRoom
 
 GiB = 2.0**30
 
@@ -98,3 +98,35 @@ def test_a_named_hosts_replica_short_of_room_evicts_caches_unused_replicas_there
              pending_replicas=(ReplicaView(claim_id=5, name="c", size=int(2 * GiB), counter="scratch",
                                            hosts=("h1",)),))
     assert not p.replicas and p.claim_reasons[5] == "replicas of 2Gi wait: host h1 has 0B scratch free"
+
+
+def test_a_replica_on_demand_is_charged_on_the_quota_and_none_starts_when_the_quota_is_short():
+    room = QuotaRoom(left=3 * GiB, quota="quota of project a: at most 5Gi, 2Gi in use")
+    p = plan(hosts(0, 4, 4), [job(i, claims=[cache(ready={"h1"})]) for i in (1, 2)],
+             cache_quotas=MappingProxyType({7: room}))
+    # job 2 would wait for job 1's replica on h2 (its slots promised there: 4 for 1) but h2 has 4 free: it waits
+    assert [r.host for r in p.replicas] == ["h2"]
+    assert p.pending_reasons[2].endswith("waiting for its replica on h2 to be filled")
+    big = [job(i, slots=4, claims=[cache(ready={"h1"})]) for i in (1, 2)]
+    p = plan(hosts(0, 4, 4), big, cache_quotas=MappingProxyType({7: room}))
+    assert [r.host for r in p.replicas] == ["h2"], "3Gi left: one 2Gi replica, not two"
+    assert p.pending_reasons[2] == ("claim weights: replicas READY on h1, none with room; no replica starts: quota of "
+                                    "project a: at most 5Gi, 2Gi in use, a replica is charged 2Gi")
+
+
+def test_a_quota_with_room_for_none_starts_none_and_says_why():
+    room = QuotaRoom(left=1 * GiB, quota="quota of project a, class local: at most 2Gi, 1Gi in use")
+    p = plan(hosts(0, 4), [job(1, claims=[cache(ready={"h1"})])], cache_quotas=MappingProxyType({7: room}))
+    assert not p.replicas and not p.allocations
+    assert "no replica starts: quota of project a, class local: at most 2Gi, 1Gi in use" in p.pending_reasons[1]
+    waiting = plan(hosts(0, 4), [job(1, claims=[cache(ready={"h1"}, filling={"h2"})])],
+                   cache_quotas=MappingProxyType({7: room}))
+    assert waiting.pending_reasons[1].endswith("waiting for its replica on h2 to be filled"), "charged already"
+
+
+def test_a_caches_first_replica_is_charged_already_so_it_starts_on_a_full_quota():
+    room = QuotaRoom(left=0, quota="quota of project a: at most 2Gi, 2Gi in use", prepaid=True)
+    p = plan(hosts(0, 4, 4), [job(i, slots=4, claims=[cache()]) for i in (1, 2)],
+             cache_quotas=MappingProxyType({7: room}))
+    assert [r.host for r in p.replicas] == ["h2"], "the first: charged from the cache's creation"
+    assert "no replica starts: quota of project a" in p.pending_reasons[2], "a second would be charged 2Gi more"

@@ -10,7 +10,9 @@ has, ``CacheFills.consider`` looks at the hosts it could go to instead:
   after evicting other caches' unattached replicas there, least recently used first: a replica starts
   there (a ``ReplicaPlacement`` with ``on_demand``) and the job waits for it.
 
-The job's slots are not held while the replica fills (as a shared-class stage-in holds none): the job
+A replica started on demand is charged the cache's size on its project's quota: when the tightest quota
+covering the cache's class has less left (``ClusterView.cache_quotas``, less what the cycle's replicas
+took already), none starts and the job waits, saying so.  The job's slots are not held while the replica fills (as a shared-class stage-in holds none): the job
 stays pending and is placed on the host, like any other, once the replica is READY.  Within a cycle the
 slots jobs wait for on a host are counted (``promised``), so a second job that would not fit there
 starts a replica elsewhere rather than waiting for the same one.  A replica that a job placed in the
@@ -19,11 +21,14 @@ same cycle uses is never evicted, nor one attached (the view leaves those out); 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Protocol
 
 from xce.model.claims import ClaimState
 from xce.scheduler.plan import ReplicaPlacement
-from xce.scheduler.view import CachedReplica, HostView, JobView
+from xce.scheduler.view import CachedReplica, HostView, JobView, QuotaRoom
+from xce.units import format_size
 
 
 class Room(Protocol):
@@ -40,7 +45,10 @@ class CacheFills:
     """One cycle's on-demand replicas, the slots jobs wait for on the hosts they fill on, and the
     replicas evicted to make room."""
 
-    def __init__(self, evictable: tuple[CachedReplica, ...]) -> None:
+    def __init__(self, evictable: tuple[CachedReplica, ...],
+                 quotas: Mapping[int, QuotaRoom] = MappingProxyType({})) -> None:
+        self.quotas = quotas
+        self.charged: dict[str, float] = {}  # quota -> bytes this cycle's replicas are charged on it
         self.placements: list[ReplicaPlacement] = []
         self.started: dict[int, set[str]] = {}  # claim -> hosts a replica of it starts on in this cycle
         self.promised: dict[str, int] = {}  # host -> slots jobs waiting for its fills expect there
@@ -92,6 +100,12 @@ class CacheFills:
                 best = (key, i, victims)
         if best is None:
             return reason
+        quota = self.quotas.get(use.claim_id)
+        cost = 0 if quota is None or quota.prepaid and not started else cache.size
+        if quota is not None and cost > quota.left - self.charged.get(quota.quota, 0.0):
+            return f"{head}; no replica starts: {quota.quota}, a replica is charged {format_size(int(cache.size))}"
+        if quota is not None:
+            self.charged[quota.quota] = self.charged.get(quota.quota, 0.0) + cost
         _, i, victims = best
         name = room.hosts[i].name
         self.evict(victims, name, room.free_ctr[i])

@@ -202,7 +202,7 @@ def schedule(view: ClusterView) -> Plan:
     cluster_free = dict(view.cluster_free)
     pool_free = {p.name: p.free for p in view.pools}
     claimed = _Claimed()
-    fills = CacheFills(view.evictable)
+    fills = CacheFills(view.evictable, view.cache_quotas)
     shapes: dict[tuple[object, int, float | None], _Shape] = {}
     allocations: list[Allocation] = []
     reasons: dict[int, str] = {}
