@@ -1,7 +1,7 @@
 """Node-local claims filled from an object store or a shared claim, caches, and host loss, on a real cluster: an
 S3 server (``rclone serve s3``) on loopback, the controller, the provisioner, three workers (simfs node objects)
 with a ``--transfer-config`` holding the remote's keys, but host3's without remote ``store`` (its populates fail
-for good, naming the remote).
+for good, naming the remote).  Project ``team-b`` (bob) may hold 64Mi of class ``local``: one cache replica of 64Mi.
 
 host1..host3 have 4 slots and 4Gi of ``scratch``; class ``local`` is node-scope on that counter.
 """
@@ -9,6 +9,7 @@ host1..host3 have 4 slots and 4Gi of ``scratch``; class ``local`` is node-scope 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 
@@ -21,6 +22,11 @@ from tests.integration.test_node_local_claims import LOCAL, objects_of, replicas
 from tests.transfer_servers import S3Server
 
 CONFIG = JOB_CONFIG + LOCAL + """
+[[quotas]]
+project = "team-b"
+claim_class = "local"
+max_bytes = "64Mi"
+
 [transfers]
 public_schemes = ["https"]
 
@@ -182,6 +188,35 @@ def test_a_cache_makes_replicas_where_its_jobs_go_and_evicts_unused_ones_but_nev
     for name in ("llama", "mistral"):
         cl.xce("claim", "delete", name)
         cl.wait_claim(name, "RELEASED")
+
+
+def test_a_cache_grows_on_demand_only_within_its_projects_quota_and_the_job_says_why_it_waits(site, tmp_path):
+    cl = site.cl
+    with cl.api() as api:
+        bob = {"XCE_TOKEN": api.post("/v1/tokens", json={"user": "bob"}).json()["token"]}
+
+    def show() -> dict:
+        return json.loads(cl.xce("--json", "claim", "show", "quota", env=bob).stdout)
+
+    cl.xce("claim", "create", "quota", "--class", "local", "--size", "64Mi", "--access", "ROX", "--cache",
+           "--source", "s3://models/llama/", env=bob)
+    cl.xce("claim", "warm", "quota", "--hosts", "host1", env=bob)  # its first replica: charged from its creation
+    wait_for(lambda: [r["state"] for r in show()["replicas"]] == ["READY"], timeout=60, what="host1's replica READY")
+    gate = tmp_path / "gate"
+    full = cl.submit("-n", "4", "-R", "select[node==n1] span[hosts=1]", "--", "sh", "-c",
+                     f"while [ ! -e {gate} ]; do sleep 0.1; done")
+    cl.wait_state(full, "RUN")  # host1, the replica's host, has no slot free: a replica would start elsewhere
+    waits = json.loads(cl.xce("--json", "submit", "--claim", "quota", "--", "true", env=bob).stdout)["id"]
+    why = wait_for(lambda: "no replica starts" in (t := cl.xce("job", "why", str(waits), env=bob).stdout) and t,
+                   what="why bob's job waits")
+    assert "claim quota: replicas READY on host1, none with room; no replica starts: quota of project team-b, " \
+           "class local: at most 64Mi, 64Mi in use, a replica is charged 64Mi" in why, why
+    assert [r["host"] for r in show()["replicas"]] == ["host1"] and cl.job(waits)["state"] == "PEND"
+    cl.xce("kill", str(waits))
+    gate.write_text("")
+    cl.wait_state(full, "DONE")
+    cl.xce("claim", "delete", "quota", env=bob)
+    wait_for(lambda: show()["state"] == "RELEASED", what="the cache released")
 
 
 def test_a_lost_hosts_replica_is_lost_until_its_worker_is_back_and_has_refilled_what_went_missing(site, tmp_path):

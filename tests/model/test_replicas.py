@@ -20,7 +20,7 @@ from xce.model.identity import Role, User
 from xce.model.state import State
 from xce.model.transitions import ImpossibleTransition
 
-CONFIG = parse_config("""
+CONFIG_TEXT = """
 [[users]]
 name = "admin"
 role = "admin"
@@ -45,7 +45,8 @@ counter = "scratch"
 name = "bare"
 provider = "simfs"
 scope = "node"
-""")
+"""
+CONFIG = parse_config(CONFIG_TEXT)
 ALICE = User(name="alice", role=Role.USER, projects=["a"])
 
 
@@ -566,3 +567,21 @@ def test_a_populated_lost_replica_is_made_again_rather_than_checked(w):
     w.commit([HostRegistered(time=w.tick(), name="h1", slots=4, counters={"scratch": 10.0 * GiB})])
     [redo] = w.take("h1")
     assert claims.replicas.must_exist(w.model.claims[claim_id], w.replica(claim_id, "h1"), redo.op) is None
+
+
+QUOTA = parse_config(CONFIG_TEXT + '[[quotas]]\nproject = "a"\nclaim_class = "scratch"\nmax_bytes = "3Gi"\n')
+
+
+def test_a_cache_is_charged_its_size_once_per_replica_its_first_from_its_creation(w):
+    facts, claim_id = create(w.model, QUOTA, ALICE, ClaimSpec("c", "scratch", "1Gi", "ROX", cache=True,
+                                                               populate_from="https://example.org/w/"), w.tick())
+    w.commit(facts)
+    assert claims.quota_left(w.model, QUOTA, "a", "scratch") == (2 * GiB, "quota of project a, class scratch: at "
+                                                                          "most 3Gi, 1Gi in use")
+    w.commit(claims.warm(w.model, QUOTA, ALICE, "c", ("h1", "h2"), w.tick())[0])  # the first is paid for
+    assert claims.quota_left(w.model, QUOTA, "a", "scratch")[0] == GiB
+    with pytest.raises(Conflict, match="quota exceeded for project a, class scratch: at most 3Gi, 2Gi in use, "
+                                       "2Gi asked"):
+        claims.warm(w.model, QUOTA, ALICE, "c", ("h3", "h4"), w.tick())
+    w.commit(claims.warm(w.model, QUOTA, ALICE, "c", ("h3",), w.tick())[0])
+    assert claims.quota_left(w.model, QUOTA, "a", "scratch")[0] == 0

@@ -247,7 +247,9 @@ def warm(model: State, config: Config, actor: User, name: str, hosts: tuple[str,
                            code="exists")
     if claim.replica_count + len(hosts) > MAX_REPLICAS:
         raise InvalidRequest(f"a claim has at most {MAX_REPLICAS} replicas: {name!r} has {claim.replica_count}")
-    check_quota(model, config, claim.project, claim.class_name, claim.size_bytes * len(hosts), new_claims=0)
+    # (a cache with no replica was charged its first from its creation)
+    more = claim.replica_charge + max(claim.size_bytes, claim.actual_bytes or 0) * (len(hosts) - 1)
+    check_quota(model, config, claim.project, claim.class_name, more, new_claims=0)
     return [ReplicasAdded(time=now, claim_id=claim.id, hosts=list(hosts), by=actor.name)], claim.id
 
 
