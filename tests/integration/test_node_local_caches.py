@@ -328,3 +328,22 @@ def test_a_worker_sigkilled_mid_populate_leaves_one_object_filled_by_the_same_op
     assert [o["result"] for o in populates].count("started") == 2 and populates[-1]["result"] == "ok"
     cl.xce("claim", "delete", "big")
     cl.wait_claim("big", "RELEASED")
+
+
+def test_a_replica_being_filled_shows_how_far_its_worker_has_copied(site):
+    cl = site.cl
+    cl.xce("claim", "create", "slow", "--class", "local", "--size", "64Mi", "--access", "ROX",
+           "--hosts", "host1,host2", "--source", "store-slow:models/big.bin")
+    show = lambda: json.loads(cl.xce("--json", "claim", "show", "slow").stdout)  # noqa: E731
+    seen = wait_for(lambda: [r for r in show()["replicas"] if (r.get("progress") or {}).get("bytes")] or None,
+                    timeout=60, interval=0.2, what="a replica's fill with bytes copied")
+    p = seen[0]["progress"]
+    assert 0 < p["bytes"] <= len(site.big) and p["total_bytes"] == len(site.big), p
+    assert p["op_id"] == seen[0]["op"]["op_id"] and seen[0]["state"] == "PREPARING"
+    text = cl.xce("claim", "show", "slow").stdout
+    assert "PROGRESS" in text and " of 8.0 MiB" in text, text
+    done = wait_for(lambda: (rs := show()["replicas"]) and all(r["state"] == "READY" for r in rs) and rs,
+                    timeout=90, what="both replicas filled")
+    assert all(r["progress"] is None for r in done), "kept only while its op is open"
+    cl.xce("claim", "delete", "slow")
+    cl.wait_claim("slow", "RELEASED")

@@ -176,9 +176,11 @@ def resize_json(claim: Claim, reason: str | None = None) -> dict[str, Any] | Non
 
 
 def claim_json(claim: Claim, reason: str | None = None, *, resize_reason: str | None = None,
-               used_bytes: int | None = None, transfer: dict[str, Any] | None = None) -> dict[str, Any]:
+               used_bytes: int | None = None, transfer: dict[str, Any] | None = None,
+               replica_transfers: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """A claim as the API shows it.  ``reason`` is the scheduler's word on an unplaced claim (and
-    ``resize_reason`` on a resize waiting for room); ``used_bytes`` what its provider last listed."""
+    ``resize_reason`` on a resize waiting for room); ``used_bytes`` what its provider last listed;
+    ``transfer`` its own op's latest transfer reading, ``replica_transfers`` its replicas' (by host)."""
     op = claim.op
     waiting = claim.waiting()
     if reason and (claim.state is ClaimState.PENDING and not claim.placed
@@ -209,16 +211,18 @@ def claim_json(claim: Claim, reason: str | None = None, *, resize_reason: str | 
         "history": claim.history, "ops": claim.ops,
         # a staging claim's items, as resolved at submission: paths, URLs, REMOTE:path (never credentials)
         "stage_in": claim.stage_in, "stage_out": claim.stage_out,
-        "replicas": [replica_json(r) for r in claim.replicas], "replicas_ready": len(claim.ready_hosts()),
+        "replicas": [replica_json(r, (replica_transfers or {}).get(r.host)) for r in claim.replicas],
+        "replicas_ready": len(claim.ready_hosts()),
         "replicas_to_place": claim.replicas_to_place, "cache": claim.cache,
     }
 
 
-def replica_json(r: Replica) -> dict[str, Any]:
-    """One host's copy of a node-local claim (``wire.ReplicaDoc``)."""
+def replica_json(r: Replica, progress: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One host's copy of a node-local claim (``wire.ReplicaDoc``); ``progress``: its worker's latest
+    reading of the transfer filling it (a reading, not a fact: ``controller/observed.py``)."""
     return {"host": r.host, "state": r.state.value, "placed": r.placed, "handle": r.handle, "path": r.path,
             "attempts": r.attempts, "last_error": r.last_error, "op": op_summary(r.op), "history": r.history,
-            "last_used": r.last_used}
+            "last_used": r.last_used, "progress": progress}
 
 
 def op_summary(op: Op | None) -> dict[str, Any] | None:

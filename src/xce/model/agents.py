@@ -46,7 +46,7 @@ from xce.model.state import State
 if TYPE_CHECKING:
     from xce.config import ClaimsConfig, Config
 
-__all__ = ["IntentRef", "Reported", "Work", "capabilities", "has_work", "held", "intents", "inventory", "next_due",
+__all__ = ["IntentRef", "Reported", "Work", "capabilities", "has_work", "held", "holds_transfer", "intents", "inventory", "next_due",
            "record_intents", "report", "take", "takes_readings", "work"]
 
 
@@ -115,6 +115,14 @@ class IntentRef:
     op_id: str
     claim_id: int
     snapshot_id: int | None = None
+
+
+def holds_transfer(model: State, agent: str, epoch: int, claim_id: int, op_id: str) -> bool:
+    """Whether ``agent`` in ``epoch`` holds the open op ``op_id`` of the claim or of one of its replicas:
+    whose transfer readings (bytes copied) count."""
+    book = claims_book(model, claim_id, op_id)
+    o = ops.holder(book, model, agent, epoch, claim_id, op_id)
+    return o is not None and (o.part is None or book is claims.REPLICA_OPS)
 
 
 def record_intents(model: State, agent: str, epoch: int, refs: list[IntentRef],

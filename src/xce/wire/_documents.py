@@ -212,6 +212,7 @@ class ReplicaDoc(TypedDict):
     op: OpSummary | None
     history: list[dict[str, Any]]
     last_used: float | None  # READY, or a job's use there began or ended (a cache evicts the oldest unused)
+    progress: dict[str, Any] | None  # while it is filled: {op_id, bytes, total_bytes, rate, time}, its worker's latest
 
 
 class ClaimDoc(_Operated):
