@@ -130,3 +130,19 @@ def test_a_caches_first_replica_is_charged_already_so_it_starts_on_a_full_quota(
              cache_quotas=MappingProxyType({7: room}))
     assert [r.host for r in p.replicas] == ["h2"], "the first: charged from the cache's creation"
     assert "no replica starts: quota of project a" in p.pending_reasons[2], "a second would be charged 2Gi more"
+
+
+def test_hosts_chosen_for_replicas_are_made_room_on_by_evicting_caches_unused_replicas_when_too_few_have_it():
+    from xce.scheduler.view import ReplicaView
+    evictable = (CachedReplica(claim_id=8, host="h2", counter="scratch", size=int(2 * GiB), last_used=5.0),
+                 CachedReplica(claim_id=9, host="h3", counter="scratch", size=int(1 * GiB), last_used=1.0))
+    want = (ReplicaView(claim_id=5, name="c", size=int(2 * GiB), counter="scratch", more=2),)
+    p = plan([holding("h1", 4, total=4 * GiB, free=3 * GiB), holding("h2", 4, total=4 * GiB, free=0),
+              holding("h3", 4, total=4 * GiB, free=1 * GiB)], [], evictable=evictable, pending_replicas=want)
+    assert [(r.host, r.evict) for r in p.replicas] == [("h1", ()), ("h3", (9,))], \
+        "h1 has room; h3 once cache 9's replica goes (one eviction as for h2, and h3 has more room already)"
+    assert 5 not in p.claim_reasons
+    p = plan([holding("h1", 4, total=4 * GiB, free=3 * GiB), holding("h2", 4, total=4 * GiB, free=0)], [],
+             pending_replicas=want)
+    assert [r.host for r in p.replicas] == ["h1"]
+    assert p.claim_reasons[5] == "replicas of 2Gi wait: 1 more host with 2Gi scratch free wanted, none left"
