@@ -146,3 +146,21 @@ def test_hosts_chosen_for_replicas_are_made_room_on_by_evicting_caches_unused_re
              pending_replicas=want)
     assert [r.host for r in p.replicas] == ["h1"]
     assert p.claim_reasons[5] == "replicas of 2Gi wait: 1 more host with 2Gi scratch free wanted, none left"
+
+
+def test_a_jobs_scratch_short_everywhere_evicts_caches_unused_replicas_on_one_host_and_the_job_waits_for_them():
+    evictable = (CachedReplica(claim_id=8, host="h1", counter="scratch", size=int(2 * GiB), last_used=5.0),
+                 CachedReplica(claim_id=9, host="h2", counter="scratch", size=int(1 * GiB), last_used=9.0),
+                 CachedReplica(claim_id=10, host="h2", counter="scratch", size=int(1 * GiB), last_used=1.0))
+    two = [holding("h1", 4, total=4 * GiB, free=1 * GiB), holding("h2", 4, total=4 * GiB, free=1 * GiB)]
+    p = plan(two, [job(1, node_counters={"scratch": 3 * GiB}), job(2, node_counters={"scratch": 3 * GiB})],
+             evictable=evictable)
+    assert not p.allocations, "it waits for the releases"
+    assert [(e.claim_id, e.host, e.job_id) for e in p.evictions] == [(8, "h1", 1), (10, "h2", 2), (9, "h2", 2)], \
+        "job 1: one eviction on h1; job 2: h2's, least recently used first (h1's is job 1's already)"
+    assert p.pending_reasons[1] == ("no matching host has 3Gi scratch free for its template claims; evicting 1 "
+                                    "unused cache replica on h1 for its template claims: it goes there once they "
+                                    "are released")
+    p = plan(two, [job(1, node_counters={"scratch": 4 * GiB})],
+             evictable=evictable[:1])
+    assert not p.evictions and p.pending_reasons[1].endswith("; 2 host(s) match"), "not even with all of them"

@@ -52,7 +52,7 @@ def apply_plan(model: Model, plan: Plan, now: float, config: Config | None = Non
                 free[f.pool] -= f.size_bytes
         outcome.facts.extend(_apply_resizes(model, plan, now, free, outcome.result))
         outcome.facts.extend(_apply_placements(model, plan, now, free, outcome.result))
-    if plan.replicas:
+    if plan.replicas or plan.evictions:
         outcome.facts.extend(_apply_replicas(model, plan, now, outcome.facts, outcome.result, config))
     for p in plan.preemptions:  # the victims' runs end through the kill path (jobs.preempt re-checks them)
         outcome.facts.extend(jobs.preempt(model, p.job_id, p.victims, now, config))
@@ -64,7 +64,8 @@ def _apply_replicas(model: Model, plan: Plan, now: float, accepted: list[Fact], 
     """Re-check each replica placement: the claim still wants a replica on that host, and the host is
     available with room on the counter (less what this plan's accepted allocations took, plus what the
     caches' replicas it evicts free); a cache's replica started on demand fits its project's quota (less
-    what this plan's earlier ones are charged).  An eviction holds only if that replica is still READY, unattached,
+    what this plan's earlier ones are charged).  Then the evictions for jobs' template claims, each
+    re-checked as those for replicas are.  An eviction holds only if that replica is still READY, unattached,
     idle, and no allocation of this plan attaches it."""
     taken: dict[str, dict[str, float]] = {}
     attaching: set[tuple[int, str]] = set()
@@ -110,6 +111,14 @@ def _apply_replicas(model: Model, plan: Plan, now: float, accepted: list[Fact], 
         facts.append(ReplicaPlaced(time=now, claim_id=p.claim_id, host=p.host, counter=p.counter,
                                    size_bytes=claim.size_bytes))
         result.claims_placed.append(p.claim_id)
+    gone = {(f.claim_id, f.host) for f in facts if isinstance(f, ReplicaEvicted)}
+    for e in plan.evictions:  # for jobs' template claims: each still idle, and attached by none of this plan's jobs
+        v = model.claims.get(e.claim_id)
+        if v is not None and (v.id, e.host) not in gone and _evictable(v, e.host, attaching):
+            gone.add((v.id, e.host))
+            facts.append(ReplicaEvicted(time=now, claim_id=v.id, host=e.host, by="scheduler", make_room=True,
+                                        reason=f"least recently used: its room on {e.host} went to job {e.job_id}'s "
+                                               "template claims"))
     return facts
 
 
