@@ -219,16 +219,22 @@ def test_a_cache_grows_on_demand_only_within_its_projects_quota_and_the_job_says
     wait_for(lambda: show()["state"] == "RELEASED", what="the cache released")
 
 
-def test_a_lost_hosts_replica_is_lost_until_its_worker_is_back_and_has_refilled_what_went_missing(site, tmp_path):
-    cl = site.cl
-    cl.xce("claim", "create", "served", "--class", "local", "--size", "64Mi", "--access", "ROX",
-           "--hosts", "host1,host2", "--source", "s3://models/llama/")
-    rs = wait_for(lambda: (r := settled(cl, "served", 2)) and all(x["state"] == "READY" for x in r.values()) and r,
-                  timeout=90, what="both replicas filled")
+def ready_then_host2_lost(cl, name: str, *args: str):
+    """Claim ``name`` (64Mi of ``local``, ``args`` more) with READY replicas on host1 and host2, then host2's
+    worker and jobs SIGKILLed until its replica is LOST: (the replicas as they were READY, host2's worker)."""
+    cl.xce("claim", "create", name, "--class", "local", "--size", "64Mi", "--hosts", "host1,host2", *args)
+    rs = wait_for(lambda: (r := settled(cl, name, 2)) and all(x["state"] == "READY" for x in r.values()) and r,
+                  timeout=90, what="both replicas READY")
     lost = cl.workers["host2"]
     lost.kill()
     kill_jobs_of(lost.work_dir)
-    wait_for(lambda: replicas(cl, "served")["host2"]["state"] == "LOST", timeout=60, what="host2's replica LOST")
+    wait_for(lambda: replicas(cl, name)["host2"]["state"] == "LOST", timeout=60, what="host2's replica LOST")
+    return rs, lost
+
+
+def test_a_lost_hosts_replica_is_lost_until_its_worker_is_back_and_has_refilled_what_went_missing(site, tmp_path):
+    cl = site.cl
+    rs, lost = ready_then_host2_lost(cl, "served", "--access", "ROX", "--source", "s3://models/llama/")
     claim = cl.claim("served")
     assert claim["state"] == "READY" and claim["replicas_ready"] == 1
     assert "host2  LOST" in cl.xce("claim", "show", "served").stdout.replace("    ", "  ")
@@ -251,14 +257,7 @@ def test_a_lost_hosts_replica_is_lost_until_its_worker_is_back_and_has_refilled_
 
 def test_a_lost_hosts_replica_with_no_source_whose_object_vanished_is_failed_and_the_other_serves(site, tmp_path):
     cl = site.cl
-    cl.xce("claim", "create", "notes", "--class", "local", "--size", "64Mi", "--access", "RWX",
-           "--hosts", "host1,host2")
-    rs = wait_for(lambda: (r := settled(cl, "notes", 2)) and all(x["state"] == "READY" for x in r.values()) and r,
-                  timeout=60, what="both replicas READY")
-    lost = cl.workers["host2"]
-    lost.kill()
-    kill_jobs_of(lost.work_dir)
-    wait_for(lambda: replicas(cl, "notes")["host2"]["state"] == "LOST", timeout=60, what="host2's replica LOST")
+    rs, lost = ready_then_host2_lost(cl, "notes", "--access", "RWX")
     shutil.rmtree(os.path.dirname(rs["host2"]["path"]))  # its object went with the host's disk
     lost.start()
     back = wait_for(lambda: (r := replicas(cl, "notes")["host2"])["state"] in ("READY", "FAILED") and r,
