@@ -1,7 +1,7 @@
 """Node-local claims filled from an object store or a shared claim, caches, and host loss, on a real cluster: an
 S3 server (``rclone serve s3``) on loopback, the controller, the provisioner, three workers (simfs node objects)
 with a ``--transfer-config`` holding the remote's keys, but host3's without remote ``store`` (its populates fail
-for good, naming the remote).  Project ``team-b`` (bob) may hold 64Mi of class ``local``: one cache replica of 64Mi.
+for good, naming the remote); a job's scratch short everywhere evicts a cache's unused replica.  Project ``team-b`` (bob) may hold 64Mi of class ``local``: one cache replica of 64Mi.
 
 host1..host3 have 4 slots and 4Gi of ``scratch``; class ``local`` is node-scope on that counter.
 """
@@ -346,3 +346,25 @@ def test_a_replica_being_filled_shows_how_far_its_worker_has_copied(site):
     assert all(r["progress"] is None for r in done), "kept only while its op is open"
     cl.xce("claim", "delete", "slow")
     cl.wait_claim("slow", "RELEASED")
+
+
+def test_a_jobs_scratch_short_on_every_host_evicts_a_caches_unused_replica_and_runs_there(site, tmp_path):
+    cl = site.cl
+    cl.xce("claim", "create", "roomy", "--class", "local", "--size", "3Gi", "--access", "ROX", "--cache",
+           "--source", "s3://models/llama/")
+    cl.xce("claim", "warm", "roomy", "--hosts", "host1,host2")  # 3Gi of each one's 4Gi scratch (host3 has no store)
+    wait_for(lambda: (r := settled(cl, "roomy", 2)) and all(x["state"] == "READY" for x in r.values()), timeout=90,
+             what="two replicas READY")
+    out = tmp_path / "where"
+    job = cl.submit("--scratch", "2Gi", "-R", "select[node!=n3]", "-o", str(out), "--", "sh", "-c",
+                    'echo "on $XCE_HOST"')
+    host = cl.wait_state(job, "DONE", timeout=60)["hosts"][0]
+    assert read(out) == f"on {host}\n"
+    evicted = replicas(cl, "roomy")[host]
+    assert evicted["state"] in ("RELEASING", "RELEASED"), evicted
+    assert any(f"least recently used: its room on {host} went to job {job}'s template claims" in h["reason"]
+               for h in evicted["history"]), evicted["history"]
+    rest = {h: r["state"] for h, r in replicas(cl, "roomy").items() if h != host}
+    assert rest == {h: "READY" for h in ("host1", "host2") if h != host}, "one eviction was enough"
+    cl.xce("claim", "delete", "roomy")
+    cl.wait_claim("roomy", "RELEASED")
