@@ -1,7 +1,8 @@
 """Node-local claims filled from an object store or a shared claim, caches, and host loss, on a real cluster: an
 S3 server (``rclone serve s3``) on loopback, the controller, the provisioner, three workers (simfs node objects)
 with a ``--transfer-config`` holding the remote's keys, but host3's without remote ``store`` (its populates fail
-for good, naming the remote); a job's scratch short everywhere evicts a cache's unused replica.  Project ``team-b`` (bob) may hold 64Mi of class ``local``: one cache replica of 64Mi.
+for good, naming the remote).  Project ``team-b`` (bob) may hold 64Mi of class ``local``: one cache replica of
+64Mi.
 
 host1..host3 have 4 slots and 4Gi of ``scratch``; class ``local`` is node-scope on that counter.
 """
