@@ -88,7 +88,22 @@ class CacheBench(Bench):
         return r.json()
 
     def get(self, path: str) -> dict:
-        return self.api.client.get(path).json()
+        """``path``'s document, asked again while the controller cannot answer (a box loaded by 32 copies
+        of the object may keep it from answering for a while: a 503 or a timeout is not the bench's end)."""
+        said = ""
+        while True:
+            try:
+                r = self.api.client.get(path)
+                if r.status_code == 200:
+                    return r.json()
+                why = f"{r.status_code} {r.text[:200]}"
+            except Exception as e:  # (httpx's timeouts and connection errors)
+                why = f"{type(e).__name__}: {e}"
+            if why != said:
+                log(f"GET {path}: {why}; asking again")
+                said = why
+            self.left()
+            time.sleep(1.0)
 
     def wait_done(self, ids: list[int]) -> list[dict]:
         jobs: dict[int, dict] = {}

@@ -111,6 +111,14 @@ _RUN_LIMIT = re.compile(r"^(?:(\d{1,6}):)?(\d{1,7})$")
 MAX_RUN_LIMIT = 365 * 86400.0
 
 
+def format_transfer(done: int, total: int | None, rate: float | None) -> str:
+    """A transfer's progress in words: ``1.2 GiB of 4.0 GiB, 310 MiB/s`` (total and rate when known)."""
+    text = format_size(done, iec=True, decimals=1)
+    if total:
+        text += f" of {format_size(total, iec=True, decimals=1)}"
+    return text + (f", {format_size(rate, iec=True, decimals=0)}/s" if rate else "")
+
+
 def parse_run_limit(text: str | int | float, what: str = "run limit") -> float:
     """LSF's ``[HH:]MM`` (``-W 90``, ``-W 1:30``; a number: minutes) -> seconds, at least a minute."""
     if isinstance(text, bool):

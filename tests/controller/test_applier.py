@@ -17,17 +17,17 @@ from xce.model import Model
 from xce.model import claims
 from xce.model.facts import (
     ClaimCreated, ClaimDeleteRequested, ClaimPlaced, ClaimResizeReserved, HostRegistered, HostStateChanged,
-    JobAllocated, JobFinished, ProjectDefined, QueueDefined,
+    JobAllocated, JobFinished, ProjectDefined, QueueDefined, ReplicaEvicted,
 )
 from xce.model import agents, job_claims, jobs
 from xce.model.claims import ClaimState
 from xce.model.identity import Role, User
 from xce.model.job_claims import JobClaimsSpec
 from xce.model.jobs import Job, JobSpec, JobState
-from xce.scheduler.plan import Allocation, Placement, Plan, ReplicaPlacement
+from xce.scheduler.plan import Allocation, Eviction, Placement, Plan, ReplicaPlacement
 
 GiB = 2**30
-CONFIG = parse_config("""
+CONFIG_TEXT = """
 [[users]]
 name = "admin"
 role = "admin"
@@ -65,7 +65,8 @@ claims = [{ name = "kv-cache", claim_class = "vol", size = "1Gi" }]
 [[apps]]
 name = "big"
 claims = [{ name = "kv-cache", claim_class = "vol", size = "6Gi" }]
-""")
+"""
+CONFIG = parse_config(CONFIG_TEXT)
 ADMIN = User(name="admin", role=Role.ADMIN, projects=["default"])
 
 
@@ -444,6 +445,45 @@ def test_a_cache_s_replica_on_demand_evicts_an_unused_one_and_never_one_a_job_of
     assert w.model.hosts["h1"].counters_used() == {"scratch": 30.0 * GiB}, "the evicted one's bytes went to new's"
     result = apply_replicas(w, ReplicaPlacement(new.id, "h1", "scratch", 30 * GiB, on_demand=True))
     assert result.claims_rejected == {new.id: "claim changed since the scheduler's view"}, "one replica a host"
+
+
+def test_evictions_for_a_jobs_template_claims_are_rechecked_and_give_the_bytes_back_at_once(w):
+    old = cached(w, "old")
+    apply_replicas(w, ReplicaPlacement(old.id, "h1", "scratch", 30 * GiB, on_demand=True),
+                   ReplicaPlacement(old.id, "h2", "scratch", 30 * GiB, on_demand=True))
+    for h in ("h1", "h2"):
+        make_ready(w, old, h)
+        agent = claims.node_agent(h)
+        facts, work = agents.take(w.model, agent, w.model.agent_epochs[agent], 10, w.now, 300.0)
+        w.commit(facts)
+        w.commit(agents.report(w.model, CONFIG.claims, agent, w.model.agent_epochs[agent],
+                               [claims.OpResult(work.replica_ops[0].op.op_id, old.id, True)], [], w.tick(),
+                               random.Random(1)).facts)
+    reader = w.submit(claims=("old",))
+    outcome = apply_plan(w.model, Plan(position=w.model.position, allocations=(on(reader, "h2"),),
+                                       evictions=(Eviction(old.id, "h1", 99), Eviction(old.id, "h2", 99))),
+                         w.tick(), CONFIG)
+    w.commit(outcome.facts)
+    [evicted] = [f for f in outcome.facts if isinstance(f, ReplicaEvicted)]
+    assert (evicted.host, evicted.make_room) == ("h1", True), "h2's is attached by the plan's job: kept"
+    assert evicted.reason == "least recently used: its room on h1 went to job 99's template claims"
+    assert w.model.hosts["h1"].counters_used() == {}, "its bytes free at once, its object released after"
+    assert old.replica_on("h1").state is claims.ReplicaState.RELEASING
+
+
+def test_a_cache_s_replica_on_demand_is_rechecked_against_its_projects_quota(w):
+    config = parse_config(CONFIG_TEXT + '[[quotas]]\nproject = "default"\nclaim_class = "cached"\nmax_bytes = "70Gi"\n')
+    old, new = cached(w, "old"), cached(w, "new")  # 60Gi charged: each cache its size, from its creation
+    outcome = apply_plan(w.model, Plan(position=w.model.position, replicas=(
+        ReplicaPlacement(old.id, "h1", "scratch", 30 * GiB, on_demand=True),
+        ReplicaPlacement(old.id, "h2", "scratch", 30 * GiB, on_demand=True),
+        ReplicaPlacement(new.id, "h2", "scratch", 30 * GiB, on_demand=True))), w.tick(), config)
+    w.commit(outcome.facts)
+    assert outcome.result.claims_rejected == {old.id: "quota exceeded for project default, class cached: at most "
+                                                      "70Gi, 60Gi in use, 30Gi asked"}
+    assert [r.host for r in old.replicas] == ["h1"] and [r.host for r in new.replicas] == ["h2"], \
+        "each cache's first replica is charged already"
+    assert claims.quota_use(w.model, "default", "cached") == (2, 60 * 2**30)
 
 
 def test_exclusive_jobs_hosts_to_avoid_and_begin_times_are_checked_again(w):

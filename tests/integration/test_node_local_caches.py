@@ -1,7 +1,8 @@
 """Node-local claims filled from an object store or a shared claim, caches, and host loss, on a real cluster: an
 S3 server (``rclone serve s3``) on loopback, the controller, the provisioner, three workers (simfs node objects)
 with a ``--transfer-config`` holding the remote's keys, but host3's without remote ``store`` (its populates fail
-for good, naming the remote).
+for good, naming the remote).  Project ``team-b`` (bob) may hold 64Mi of class ``local``: one cache replica of
+64Mi.
 
 host1..host3 have 4 slots and 4Gi of ``scratch``; class ``local`` is node-scope on that counter.
 """
@@ -9,7 +10,9 @@ host1..host3 have 4 slots and 4Gi of ``scratch``; class ``local`` is node-scope 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import shutil
 
 import pytest
 
@@ -20,6 +23,11 @@ from tests.integration.test_node_local_claims import LOCAL, objects_of, replicas
 from tests.transfer_servers import S3Server
 
 CONFIG = JOB_CONFIG + LOCAL + """
+[[quotas]]
+project = "team-b"
+claim_class = "local"
+max_bytes = "64Mi"
+
 [transfers]
 public_schemes = ["https"]
 
@@ -183,16 +191,51 @@ def test_a_cache_makes_replicas_where_its_jobs_go_and_evicts_unused_ones_but_nev
         cl.wait_claim(name, "RELEASED")
 
 
-def test_a_lost_hosts_replica_is_lost_until_its_worker_is_back_and_has_refilled_what_went_missing(site, tmp_path):
+def test_a_cache_grows_on_demand_only_within_its_projects_quota_and_the_job_says_why_it_waits(site, tmp_path):
     cl = site.cl
-    cl.xce("claim", "create", "served", "--class", "local", "--size", "64Mi", "--access", "ROX",
-           "--hosts", "host1,host2", "--source", "s3://models/llama/")
-    rs = wait_for(lambda: (r := settled(cl, "served", 2)) and all(x["state"] == "READY" for x in r.values()) and r,
-                  timeout=90, what="both replicas filled")
+    with cl.api() as api:
+        bob = {"XCE_TOKEN": api.post("/v1/tokens", json={"user": "bob"}).json()["token"]}
+
+    def show() -> dict:
+        return json.loads(cl.xce("--json", "claim", "show", "quota", env=bob).stdout)
+
+    cl.xce("claim", "create", "quota", "--class", "local", "--size", "64Mi", "--access", "ROX", "--cache",
+           "--source", "s3://models/llama/", env=bob)
+    cl.xce("claim", "warm", "quota", "--hosts", "host1", env=bob)  # its first replica: charged from its creation
+    wait_for(lambda: [r["state"] for r in show()["replicas"]] == ["READY"], timeout=60, what="host1's replica READY")
+    gate = tmp_path / "gate"
+    full = cl.submit("-n", "4", "-R", "select[node==n1] span[hosts=1]", "--", "sh", "-c",
+                     f"while [ ! -e {gate} ]; do sleep 0.1; done")
+    cl.wait_state(full, "RUN")  # host1, the replica's host, has no slot free: a replica would start elsewhere
+    waits = json.loads(cl.xce("--json", "submit", "--claim", "quota", "--", "true", env=bob).stdout)["id"]
+    why = wait_for(lambda: "no replica starts" in (t := cl.xce("job", "why", str(waits), env=bob).stdout) and t,
+                   what="why bob's job waits")
+    assert "claim quota: replicas READY on host1, none with room; no replica starts: quota of project team-b, " \
+           "class local: at most 64Mi, 64Mi in use, a replica is charged 64Mi" in why, why
+    assert [r["host"] for r in show()["replicas"]] == ["host1"] and cl.job(waits)["state"] == "PEND"
+    cl.xce("kill", str(waits))
+    gate.write_text("")
+    cl.wait_state(full, "DONE")
+    cl.xce("claim", "delete", "quota", env=bob)
+    wait_for(lambda: show()["state"] == "RELEASED", what="the cache released")
+
+
+def ready_then_host2_lost(cl, name: str, *args: str):
+    """Claim ``name`` (64Mi of ``local``, ``args`` more) with READY replicas on host1 and host2, then host2's
+    worker and jobs SIGKILLed until its replica is LOST: (the replicas as they were READY, host2's worker)."""
+    cl.xce("claim", "create", name, "--class", "local", "--size", "64Mi", "--hosts", "host1,host2", *args)
+    rs = wait_for(lambda: (r := settled(cl, name, 2)) and all(x["state"] == "READY" for x in r.values()) and r,
+                  timeout=90, what="both replicas READY")
     lost = cl.workers["host2"]
     lost.kill()
     kill_jobs_of(lost.work_dir)
-    wait_for(lambda: replicas(cl, "served")["host2"]["state"] == "LOST", timeout=60, what="host2's replica LOST")
+    wait_for(lambda: replicas(cl, name)["host2"]["state"] == "LOST", timeout=60, what="host2's replica LOST")
+    return rs, lost
+
+
+def test_a_lost_hosts_replica_is_lost_until_its_worker_is_back_and_has_refilled_what_went_missing(site, tmp_path):
+    cl = site.cl
+    rs, lost = ready_then_host2_lost(cl, "served", "--access", "ROX", "--source", "s3://models/llama/")
     claim = cl.claim("served")
     assert claim["state"] == "READY" and claim["replicas_ready"] == 1
     assert "host2  LOST" in cl.xce("claim", "show", "served").stdout.replace("    ", "  ")
@@ -211,6 +254,26 @@ def test_a_lost_hosts_replica_is_lost_until_its_worker_is_back_and_has_refilled_
     assert len(creates) == 1, "re-driven by the op id that made it"
     cl.xce("claim", "delete", "served")
     cl.wait_claim("served", "RELEASED")
+
+
+def test_a_lost_hosts_replica_with_no_source_whose_object_vanished_is_failed_and_the_other_serves(site, tmp_path):
+    cl = site.cl
+    rs, lost = ready_then_host2_lost(cl, "notes", "--access", "RWX")
+    shutil.rmtree(os.path.dirname(rs["host2"]["path"]))  # its object went with the host's disk
+    lost.start()
+    back = wait_for(lambda: (r := replicas(cl, "notes")["host2"])["state"] in ("READY", "FAILED") and r,
+                    timeout=90, what="host2's replica checked")
+    assert back["state"] == "FAILED", "not READY and empty: the data jobs wrote there is gone"
+    assert back["last_error"] == "object gone while host2 was lost: its data is lost"
+    assert not os.path.exists(os.path.dirname(rs["host2"]["path"])), "nothing made anew"
+    claim = cl.claim("notes")
+    assert claim["state"] == "READY" and claim["replicas_ready"] == 1
+    assert "object gone while host2 was lost: its data is lost" in cl.xce("claim", "show", "notes").stdout
+    out = tmp_path / "where"
+    job = cl.submit("--claim", "notes", "-o", str(out), "--", "sh", "-c", 'echo "on $XCE_HOST"')
+    assert cl.wait_state(job, "DONE")["hosts"] == ["host1"], "host1 serves on"
+    cl.xce("claim", "delete", "notes")
+    cl.wait_claim("notes", "RELEASED")
 
 
 def test_replicas_filled_from_a_shared_claim_which_stays_while_they_are_its_readers(site):
@@ -265,3 +328,44 @@ def test_a_worker_sigkilled_mid_populate_leaves_one_object_filled_by_the_same_op
     assert [o["result"] for o in populates].count("started") == 2 and populates[-1]["result"] == "ok"
     cl.xce("claim", "delete", "big")
     cl.wait_claim("big", "RELEASED")
+
+
+def test_a_replica_being_filled_shows_how_far_its_worker_has_copied(site):
+    cl = site.cl
+    cl.xce("claim", "create", "slow", "--class", "local", "--size", "64Mi", "--access", "ROX",
+           "--hosts", "host1,host2", "--source", "store-slow:models/big.bin")
+    show = lambda: json.loads(cl.xce("--json", "claim", "show", "slow").stdout)  # noqa: E731
+    seen = wait_for(lambda: [r for r in show()["replicas"] if (r.get("progress") or {}).get("bytes")] or None,
+                    timeout=60, interval=0.2, what="a replica's fill with bytes copied")
+    p = seen[0]["progress"]
+    assert 0 < p["bytes"] <= len(site.big) and p["total_bytes"] == len(site.big), p
+    assert p["op_id"] == seen[0]["op"]["op_id"] and seen[0]["state"] == "PREPARING"
+    text = cl.xce("claim", "show", "slow").stdout
+    assert "PROGRESS" in text and " of 8.0 MiB" in text, text
+    done = wait_for(lambda: (rs := show()["replicas"]) and all(r["state"] == "READY" for r in rs) and rs,
+                    timeout=90, what="both replicas filled")
+    assert all(r["progress"] is None for r in done), "kept only while its op is open"
+    cl.xce("claim", "delete", "slow")
+    cl.wait_claim("slow", "RELEASED")
+
+
+def test_a_jobs_scratch_short_on_every_host_evicts_a_caches_unused_replica_and_runs_there(site, tmp_path):
+    cl = site.cl
+    cl.xce("claim", "create", "roomy", "--class", "local", "--size", "3Gi", "--access", "ROX", "--cache",
+           "--source", "s3://models/llama/")
+    cl.xce("claim", "warm", "roomy", "--hosts", "host1,host2")  # 3Gi of each one's 4Gi scratch (host3 has no store)
+    wait_for(lambda: (r := settled(cl, "roomy", 2)) and all(x["state"] == "READY" for x in r.values()), timeout=90,
+             what="two replicas READY")
+    out = tmp_path / "where"
+    job = cl.submit("--scratch", "2Gi", "-R", "select[node!=n3]", "-o", str(out), "--", "sh", "-c",
+                    'echo "on $XCE_HOST"')
+    host = cl.wait_state(job, "DONE", timeout=60)["hosts"][0]
+    assert read(out) == f"on {host}\n"
+    evicted = replicas(cl, "roomy")[host]
+    assert evicted["state"] in ("RELEASING", "RELEASED"), evicted
+    assert any(f"least recently used: its room on {host} went to job {job}'s template claims" in h["reason"]
+               for h in evicted["history"]), evicted["history"]
+    rest = {h: r["state"] for h, r in replicas(cl, "roomy").items() if h != host}
+    assert rest == {h: "READY" for h in ("host1", "host2") if h != host}, "one eviction was enough"
+    cl.xce("claim", "delete", "roomy")
+    cl.wait_claim("roomy", "RELEASED")

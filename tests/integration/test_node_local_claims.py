@@ -1,6 +1,8 @@
 """Node-local standalone claims on a real cluster (controller, provisioner, three workers, simfs node
 objects): a replica on each named host made by that host's worker, jobs placed only where a replica is
-READY, deletion releasing every replica, and a worker SIGKILLed mid-create leaving one object per replica.
+READY, deletion releasing every replica, a worker SIGKILLed mid-create leaving one object per replica, and the
+workers' orphan scans of their node objects (both ways: an object no claim owns is released, a READY replica
+whose object is gone is noticed).
 
 host1..host3 have 4 slots and 4Gi of ``scratch``; class ``local`` is node-scope on that counter.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import signal
 
 import pytest
@@ -45,6 +48,10 @@ def objects_of(cl, claim_id: int) -> dict[str, list[str]]:
 
 def replicas(cl, name: str) -> dict[str, dict]:
     return {r["host"]: r for r in cl.claim(name)["replicas"]}
+
+
+def orphans(cl) -> list[dict]:
+    return json.loads(cl.xce("--json", "orphans").stdout)
 
 
 def all_ready(cl, name: str) -> dict[str, dict] | None:
@@ -167,3 +174,46 @@ def test_warm_adds_a_replica_and_evict_releases_one_but_not_while_a_job_there_us
     assert "the last replica of claim 'shards': delete the claim instead" in last.stderr, last.stderr
     cl.xce("claim", "delete", "shards")
     cl.wait_claim("shards", "RELEASED")
+
+
+def test_an_object_planted_in_a_workers_root_for_no_claim_is_released_and_a_replicas_never_touched(cl):
+    cl.xce("claim", "create", "kept", "--class", "local", "--size", "64Mi", "--access", "RWO", "--hosts", "host1")
+    ready = wait_for(lambda: all_ready(cl, "kept"), what="host1's replica READY")["host1"]
+    with open(os.path.join(ready["path"], "model.bin"), "w") as fh:
+        fh.write("weights")
+    nodes = os.path.join(cl.workers["host1"].work_dir, "simfs", "nodes", "host1")
+    with open(os.path.join(nodes, ready["handle"], "meta.json")) as fh:
+        cluster = json.load(fh)["tags"]["xce.cluster"]
+    planted = os.path.join(nodes, "v99999-0badc0ffee")  # of claim 99999, which does not exist
+    os.makedirs(os.path.join(planted, "data"))
+    with open(os.path.join(planted, "meta.json"), "w") as fh:
+        json.dump({"handle": "v99999-0badc0ffee", "size_bytes": 1, "created": 0, "class": "local", "params": {},
+                   "attachments": [], "tags": {"xce.cluster": cluster, "xce.claim": "99999",
+                                               "xce.op": "c99999.r1.create.1"}}, fh)
+    seen = wait_for(lambda: [o for o in orphans(cl) if o.get("handle") == "v99999-0badc0ffee"],
+                    what="the planted object reported as an orphan")
+    assert seen[0]["host"] == "host1" and seen[0]["claim_id"] == 99999
+    wait_for(lambda: not os.path.exists(planted), what="the planted object released by host1's worker")
+    wait_for(lambda: not [o for o in orphans(cl) if o.get("handle") == "v99999-0badc0ffee"],
+             what="the orphan resolved")
+    assert replicas(cl, "kept")["host1"]["state"] == "READY"
+    with open(os.path.join(ready["path"], "model.bin")) as fh:
+        assert fh.read() == "weights", "the replica's object is never touched"
+    audit = cl.xce("--json", "audit", "--action", "orphan").stdout
+    assert "v99999-0badc0ffee" in audit and "released" in audit
+    cl.xce("claim", "delete", "kept")
+    cl.wait_claim("kept", "RELEASED")
+
+
+def test_a_ready_replicas_object_gone_from_its_host_is_failed_its_data_lost(cl):
+    cl.xce("claim", "create", "gone", "--class", "local", "--size", "64Mi", "--access", "RWO",
+           "--hosts", "host1,host2")
+    rs = wait_for(lambda: len(all_ready(cl, "gone") or {}) == 2 and all_ready(cl, "gone"), what="both READY")
+    shutil.rmtree(os.path.dirname(rs["host2"]["path"]))  # someone removed host2's object
+    failed = wait_for(lambda: (r := replicas(cl, "gone")["host2"])["state"] == "FAILED" and r,
+                      what="host2's replica noticed")
+    assert failed["last_error"] == "object gone from host2: its data is lost"
+    claim = cl.claim("gone")
+    assert claim["state"] == "READY" and claim["replicas_ready"] == 1
+    cl.xce("claim", "delete", "gone")
+    cl.wait_claim("gone", "RELEASED")

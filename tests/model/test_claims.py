@@ -337,11 +337,29 @@ class ClaimMachine(RuleBasedStateMachine):
         """The node agent reports every replica op its epoch holds."""
         agent = claims.node_agent(host)
         for o in agents.held(self.model, agent, 100).replica_ops:
+            gone = outcome == "permanent" and o.part is not None and claims.replicas.must_exist(o.owner, o.part, o.op)
             r = claims.OpResult(o.op.op_id, o.owner.id, outcome == "ok", handle=f"n-{o.owner.id}-{host}",
-                                path=f"/n/{host}/{o.owner.id}", code="E", retryable=outcome == "retry")
+                                path=f"/n/{host}/{o.owner.id}", code="DATA_LOST" if gone else "E",
+                                retryable=outcome == "retry")
             done = agents.report(self.model, RETRIES, agent, self.node_epochs[host], [r], [], self.tick(), self.rng)
             assert not done.refused, done.refused
             self.commit(done.facts)
+
+    @rule(host=HOSTS, vanish=st.booleans(), stray=st.booleans())
+    def node_agent_lists(self, host, vanish, stray):
+        """The node agent's orphan scan of its host: the objects its replicas made (one vanished, maybe: a
+        READY one's is made again or FAILED), and maybe one no claim owns (an orphan of that host)."""
+        objects = [{"handle": r.handle, "tags": {"xce.cluster": "k", "xce.claim": str(c.id)}}
+                   for c in self.model.claims.values() if c.class_name == "loc" for r in c.replicas
+                   if r.host == host and r.handle is not None and r.data_exists]
+        if vanish and objects:
+            objects.pop(0)
+        if stray:
+            objects.append({"handle": f"stray-{host}", "tags": {"xce.cluster": "k", "xce.claim": "999"}})
+        self.try_(lambda: agents.inventory(self.model, claims.node_agent(host), self.node_epochs[host], "loc", "simfs",
+                                           objects, self.tick()))
+        for o in self.model.orphans.values():
+            assert o.handle.startswith("stray-") or o.host is None, "a replica's object is never an orphan"
 
     @rule()
     def replicas_go_well(self):

@@ -20,7 +20,7 @@ from xce.model.identity import Role, User
 from xce.model.state import State
 from xce.model.transitions import ImpossibleTransition
 
-CONFIG = parse_config("""
+CONFIG_TEXT = """
 [[users]]
 name = "admin"
 role = "admin"
@@ -45,7 +45,8 @@ counter = "scratch"
 name = "bare"
 provider = "simfs"
 scope = "node"
-""")
+"""
+CONFIG = parse_config(CONFIG_TEXT)
 ALICE = User(name="alice", role=Role.USER, projects=["a"])
 
 
@@ -465,3 +466,122 @@ def test_a_replica_source_may_be_a_ready_shared_claim_of_the_project_which_stays
     assert w.model.claims[claim_id].populate_from == "claim:corpus"
     with pytest.raises(Conflict, match="'corpus' is the source of node-local claim\\(s\\) copy"):
         claims.delete(w.model, ALICE, "corpus", w.tick())
+
+
+def _objects(claim_id: int, *handles: str) -> list[dict]:
+    return [{"handle": h, "tags": {"xce.cluster": "k", "xce.claim": str(claim_id), "xce.op": f"c{claim_id}.r1.create.1"}}
+            for h in handles]
+
+
+def test_a_hosts_listing_finds_its_node_orphans_which_only_its_agent_releases_after_the_grace(w):
+    claim_id = w.create(hosts=("h1",))
+    w.place(claim_id, "h1")
+    w.run(claim_id, "h1")
+    made = f"n{claim_id}-h1"
+    stray = {"handle": "n99-stray", "tags": {"xce.cluster": "k", "xce.claim": "99", "xce.op": "c99.r1.create.1"}}
+    facts = w.commit(agents.inventory(w.model, "node:h1", w.epochs["h1"], "scratch", "simfs",
+                                      [*_objects(claim_id, made), stray], w.tick()))
+    assert [(f.handle, f.host) for f in facts] == [("n99-stray", "h1")], "the replica's object is owned"
+    orphan = w.model.orphans["n99-stray"]
+    assert orphan.host == "h1" and orphan.claim_id == 99
+    assert agents.work(w.model, "node:h1", w.now, 10, 300.0).orphans == [], "not before the grace"
+    later = w.now + 301
+    assert agents.work(w.model, "shared", later, 10, 300.0).orphans == [], "not the provisioner's"
+    assert agents.work(w.model, "node:h2", later, 10, 300.0).orphans == [], "not another host's"
+    assert [o.handle for o in agents.work(w.model, "node:h1", later, 10, 300.0).orphans] == ["n99-stray"]
+    assert agents.has_work(w.model, "node:h1", later, 300.0)
+    # another host's listing, or the provisioner's, does not say it is gone
+    assert agents.inventory(w.model, "node:h2", w.epochs["h2"], "scratch", "simfs", [], w.tick()) == []
+    assert agents.report(w.model, RETRIES, "node:h2", w.epochs["h2"], [], ["n99-stray"], later,
+                         random.Random(1)).facts == [], "only its host's agent says it released it"
+    done = agents.report(w.model, RETRIES, "node:h1", w.epochs["h1"], [], ["n99-stray"], later, random.Random(1))
+    w.commit(done.facts)
+    assert "n99-stray" not in w.model.orphans
+    assert w.replica(claim_id, "h1").state is ReplicaState.READY, "never touched"
+
+
+def test_an_object_whose_create_is_in_flight_is_not_an_orphan(w):
+    claim_id = w.create(hosts=("h1",))
+    w.place(claim_id, "h1")
+    [o] = w.take("h1")  # its intent committed: the provider may be making it now
+    assert agents.inventory(w.model, "node:h1", w.epochs["h1"], "scratch", "simfs",
+                            _objects(claim_id, "half-made"), w.tick()) == []
+
+
+def _ready(w, claim_id: int, *hosts: str) -> None:
+    for h in hosts:
+        w.place(claim_id, h)
+        w.run(claim_id, h)
+        if w.model.claims[claim_id].populate_from is not None:
+            [populate] = w.take(h)
+            w.report(h, claim_id, populate.op.op_id)
+
+
+def test_a_ready_replica_whose_object_is_not_listed_is_failed_its_data_lost_and_the_others_serve(w):
+    claim_id = w.create(hosts=("h1", "h2"))
+    _ready(w, claim_id, "h1", "h2")
+    claim = w.model.claims[claim_id]
+    w.commit(agents.inventory(w.model, "node:h2", w.epochs["h2"], "scratch", "simfs", [], w.tick()))
+    r2 = w.replica(claim_id, "h2")
+    assert r2.state is ReplicaState.FAILED and r2.last_error == "object gone from h2: its data is lost"
+    assert claim.state is ClaimState.READY and claim.ready_hosts() == ["h1"]
+    assert not r2.data_exists, "nothing to release"
+    assert w.commit(agents.inventory(w.model, "node:h1", w.epochs["h1"], "scratch", "simfs",
+                                     _objects(claim_id, f"n{claim_id}-h1"), w.tick())) == [], "listed: kept"
+
+
+def test_a_populated_ready_replica_whose_object_is_not_listed_is_made_and_filled_again(w):
+    claim_id = w.create(hosts=("h1",), populate_from="https://example.org/w/")
+    _ready(w, claim_id, "h1")
+    w.commit(agents.inventory(w.model, "node:h1", w.epochs["h1"], "scratch", "simfs", [], w.tick()))
+    r1 = w.replica(claim_id, "h1")
+    assert r1.state is ReplicaState.PREPARING and r1.op.op_id == f"c{claim_id}.r1.create.1"
+    w.run(claim_id, "h1")
+    [populate] = w.take("h1")
+    w.report("h1", claim_id, populate.op.op_id)
+    assert r1.state is ReplicaState.READY
+
+
+def test_a_lost_hosts_replica_with_no_source_must_find_its_object_and_is_failed_if_it_is_gone(w):
+    from xce.model.job_claims import host_lost
+    claim_id = w.create(hosts=("h1", "h2"))
+    _ready(w, claim_id, "h1", "h2")
+    claim = w.model.claims[claim_id]
+    w.commit(host_lost(w.model, "h2", w.tick()))
+    w.commit([HostRegistered(time=w.tick(), name="h2", slots=4, counters={"scratch": 10.0 * GiB})])
+    r2 = w.replica(claim_id, "h2")
+    [check] = w.take("h2")
+    assert claims.replicas.must_exist(claim, r2, check.op) == f"n{claim_id}-h2", "checked, not made anew"
+    w.report("h2", claim_id, check.op.op_id, ok=False, code="DATA_LOST", retryable=False,
+             message=f"object n{claim_id}-h2 is gone from h2: its data is lost")
+    assert r2.state is ReplicaState.FAILED and r2.last_error == "object gone while h2 was lost: its data is lost"
+    assert r2.history[-1]["reason"] == r2.last_error
+    assert claim.state is ClaimState.READY and claim.ready_hosts() == ["h1"], "h1 serves on"
+
+
+def test_a_populated_lost_replica_is_made_again_rather_than_checked(w):
+    from xce.model.job_claims import host_lost
+    claim_id = w.create(hosts=("h1",), populate_from="https://example.org/w/")
+    _ready(w, claim_id, "h1")
+    w.commit(host_lost(w.model, "h1", w.tick()))
+    w.commit([HostRegistered(time=w.tick(), name="h1", slots=4, counters={"scratch": 10.0 * GiB})])
+    [redo] = w.take("h1")
+    assert claims.replicas.must_exist(w.model.claims[claim_id], w.replica(claim_id, "h1"), redo.op) is None
+
+
+QUOTA = parse_config(CONFIG_TEXT + '[[quotas]]\nproject = "a"\nclaim_class = "scratch"\nmax_bytes = "3Gi"\n')
+
+
+def test_a_cache_is_charged_its_size_once_per_replica_its_first_from_its_creation(w):
+    facts, claim_id = create(w.model, QUOTA, ALICE, ClaimSpec("c", "scratch", "1Gi", "ROX", cache=True,
+                                                               populate_from="https://example.org/w/"), w.tick())
+    w.commit(facts)
+    assert claims.quota_left(w.model, QUOTA, "a", "scratch") == (2 * GiB, "quota of project a, class scratch: at "
+                                                                          "most 3Gi, 1Gi in use")
+    w.commit(claims.warm(w.model, QUOTA, ALICE, "c", ("h1", "h2"), w.tick())[0])  # the first is paid for
+    assert claims.quota_left(w.model, QUOTA, "a", "scratch")[0] == GiB
+    with pytest.raises(Conflict, match="quota exceeded for project a, class scratch: at most 3Gi, 2Gi in use, "
+                                       "2Gi asked"):
+        claims.warm(w.model, QUOTA, ALICE, "c", ("h3", "h4"), w.tick())
+    w.commit(claims.warm(w.model, QUOTA, ALICE, "c", ("h3",), w.tick())[0])
+    assert claims.quota_left(w.model, QUOTA, "a", "scratch")[0] == 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from tests.scheduler.test_claims_and_cluster import host, job, plan
-from xce.scheduler.view import CachedReplica, CacheUse, ClaimUse, HostView
+from xce.scheduler.view import CachedReplica, CacheUse, ClaimUse, HostView, QuotaRoom
 
 GiB = 2.0**30
 
@@ -98,3 +98,69 @@ def test_a_named_hosts_replica_short_of_room_evicts_caches_unused_replicas_there
              pending_replicas=(ReplicaView(claim_id=5, name="c", size=int(2 * GiB), counter="scratch",
                                            hosts=("h1",)),))
     assert not p.replicas and p.claim_reasons[5] == "replicas of 2Gi wait: host h1 has 0B scratch free"
+
+
+def test_a_replica_on_demand_is_charged_on_the_quota_and_none_starts_when_the_quota_is_short():
+    room = QuotaRoom(left=3 * GiB, quota="quota of project a: at most 5Gi, 2Gi in use")
+    p = plan(hosts(0, 4, 4), [job(i, claims=[cache(ready={"h1"})]) for i in (1, 2)],
+             cache_quotas=MappingProxyType({7: room}))
+    # job 2 would wait for job 1's replica on h2 (its slots promised there: 4 for 1) but h2 has 4 free: it waits
+    assert [r.host for r in p.replicas] == ["h2"]
+    assert p.pending_reasons[2].endswith("waiting for its replica on h2 to be filled")
+    big = [job(i, slots=4, claims=[cache(ready={"h1"})]) for i in (1, 2)]
+    p = plan(hosts(0, 4, 4), big, cache_quotas=MappingProxyType({7: room}))
+    assert [r.host for r in p.replicas] == ["h2"], "3Gi left: one 2Gi replica, not two"
+    assert p.pending_reasons[2] == ("claim weights: replicas READY on h1, none with room; no replica starts: quota of "
+                                    "project a: at most 5Gi, 2Gi in use, a replica is charged 2Gi")
+
+
+def test_a_quota_with_room_for_none_starts_none_and_says_why():
+    room = QuotaRoom(left=1 * GiB, quota="quota of project a, class local: at most 2Gi, 1Gi in use")
+    p = plan(hosts(0, 4), [job(1, claims=[cache(ready={"h1"})])], cache_quotas=MappingProxyType({7: room}))
+    assert not p.replicas and not p.allocations
+    assert "no replica starts: quota of project a, class local: at most 2Gi, 1Gi in use" in p.pending_reasons[1]
+    waiting = plan(hosts(0, 4), [job(1, claims=[cache(ready={"h1"}, filling={"h2"})])],
+                   cache_quotas=MappingProxyType({7: room}))
+    assert waiting.pending_reasons[1].endswith("waiting for its replica on h2 to be filled"), "charged already"
+
+
+def test_a_caches_first_replica_is_charged_already_so_it_starts_on_a_full_quota():
+    room = QuotaRoom(left=0, quota="quota of project a: at most 2Gi, 2Gi in use", prepaid=True)
+    p = plan(hosts(0, 4, 4), [job(i, slots=4, claims=[cache()]) for i in (1, 2)],
+             cache_quotas=MappingProxyType({7: room}))
+    assert [r.host for r in p.replicas] == ["h2"], "the first: charged from the cache's creation"
+    assert "no replica starts: quota of project a" in p.pending_reasons[2], "a second would be charged 2Gi more"
+
+
+def test_hosts_chosen_for_replicas_are_made_room_on_by_evicting_caches_unused_replicas_when_too_few_have_it():
+    from xce.scheduler.view import ReplicaView
+    evictable = (CachedReplica(claim_id=8, host="h2", counter="scratch", size=int(2 * GiB), last_used=5.0),
+                 CachedReplica(claim_id=9, host="h3", counter="scratch", size=int(1 * GiB), last_used=1.0))
+    want = (ReplicaView(claim_id=5, name="c", size=int(2 * GiB), counter="scratch", more=2),)
+    p = plan([holding("h1", 4, total=4 * GiB, free=3 * GiB), holding("h2", 4, total=4 * GiB, free=0),
+              holding("h3", 4, total=4 * GiB, free=1 * GiB)], [], evictable=evictable, pending_replicas=want)
+    assert [(r.host, r.evict) for r in p.replicas] == [("h1", ()), ("h3", (9,))], \
+        "h1 has room; h3 once cache 9's replica goes (one eviction as for h2, and h3 has more room already)"
+    assert 5 not in p.claim_reasons
+    p = plan([holding("h1", 4, total=4 * GiB, free=3 * GiB), holding("h2", 4, total=4 * GiB, free=0)], [],
+             pending_replicas=want)
+    assert [r.host for r in p.replicas] == ["h1"]
+    assert p.claim_reasons[5] == "replicas of 2Gi wait: 1 more host with 2Gi scratch free wanted, none left"
+
+
+def test_a_jobs_scratch_short_everywhere_evicts_caches_unused_replicas_on_one_host_and_the_job_waits_for_them():
+    evictable = (CachedReplica(claim_id=8, host="h1", counter="scratch", size=int(2 * GiB), last_used=5.0),
+                 CachedReplica(claim_id=9, host="h2", counter="scratch", size=int(1 * GiB), last_used=9.0),
+                 CachedReplica(claim_id=10, host="h2", counter="scratch", size=int(1 * GiB), last_used=1.0))
+    two = [holding("h1", 4, total=4 * GiB, free=1 * GiB), holding("h2", 4, total=4 * GiB, free=1 * GiB)]
+    p = plan(two, [job(1, node_counters={"scratch": 3 * GiB}), job(2, node_counters={"scratch": 3 * GiB})],
+             evictable=evictable)
+    assert not p.allocations, "it waits for the releases"
+    assert [(e.claim_id, e.host, e.job_id) for e in p.evictions] == [(8, "h1", 1), (10, "h2", 2), (9, "h2", 2)], \
+        "job 1: one eviction on h1; job 2: h2's, least recently used first (h1's is job 1's already)"
+    assert p.pending_reasons[1] == ("no matching host has 3Gi scratch free for its template claims; evicting 1 "
+                                    "unused cache replica on h1 for its template claims: it goes there once they "
+                                    "are released")
+    p = plan(two, [job(1, node_counters={"scratch": 4 * GiB})],
+             evictable=evictable[:1])
+    assert not p.evictions and p.pending_reasons[1].endswith("; 2 host(s) match"), "not even with all of them"

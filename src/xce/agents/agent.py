@@ -21,6 +21,12 @@ can do (``capabilities``) once it holds its lease and at every scan: resizes,
 snapshots and clones are offered by it.  Snapshot ops come in the same work as claim ops, with a ``snapshot_id``
 that their intents and results carry back.
 
+Orphan scans: the provisioner lists each shared class's objects, a node agent its host's node objects
+of each node-scope class it has the provider of (replicas' and jobs' claims'), and the controller
+decides which are orphans (and, from a node agent's listing, which READY replicas lost their object);
+each releases its own orphans once due.  A node agent takes its listing and sends it with no report
+between them: a replica READY at the controller then had its object when the listing was taken.
+
 The agent keeps no state of its own: everything it needs to resume is in the
 controller.  Restarted, it takes a new epoch, and the controller hands it
 the ops whose intents an older epoch committed but never reported: it runs
@@ -45,6 +51,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from xce.agentnames import node_host
 from xce.client import ApiError, Client, ClientError
 from xce.providers.contract import ProviderReply, ProviderRequest
 from xce.providers.runner import run_provider, run_simfs_in_process
@@ -166,6 +173,7 @@ class ClaimAgent:
                  local_ops: dict[str, LocalOp] | None = None, on_dispatch: OnDispatch | None = None) -> None:
         self.client = client
         self.agent = agent
+        self.host = node_host(agent)  # a node agent's host (None: the provisioner)
         self.providers = providers
         self.local_ops = local_ops or {}
         self.on_dispatch = on_dispatch
@@ -371,7 +379,10 @@ class ClaimAgent:
                 raise _Refused("NO_PROVIDER", f"this agent has no provider {items[0].get('provider')!r} "
                                               "configured", retryable=False)
             started = time.monotonic()
-            replies = provider.run(self.cluster_id, [request_for(i) for i in items])
+            missing = self._missing(provider, items)
+            run = [i for i in items if i["op_id"] not in missing]
+            ran = iter(provider.run(self.cluster_id, [request_for(i) for i in run]) if run else [])
+            replies = [missing[i["op_id"]] if i["op_id"] in missing else next(ran) for i in items]
             log.debug("%s: %d ops (%s) in %.3fs", provider.name, len(items),
                       ",".join(sorted({i["op"] for i in items})), time.monotonic() - started)
         except _Refused as e:
@@ -396,12 +407,39 @@ class ClaimAgent:
             if permit:
                 self._inflight.release()
 
+    def _list(self, provider: Provider, class_name: str, host: str | None) -> ProviderReply:
+        req = ProviderRequest(op_id=f"list.{uuid.uuid4().hex[:12]}", op="list", class_name=class_name, host=host)
+        return provider.run(self.cluster_id, [req])[0]
+
+    def _missing(self, provider: Provider, items: list[AgentOp]) -> dict[str, ProviderReply]:
+        """The replies of ops that must find their object (``must_exist``: a lost host's replica that only
+        jobs filled) and do not: it is gone, and so is its data (``DATA_LOST``, for good).  The others run."""
+        out: dict[str, ProviderReply] = {}
+        listings: dict[tuple[str, str | None], ProviderReply] = {}
+        for i in items:
+            if not i.get("must_exist"):
+                continue
+            key = (i.get("class_name", ""), i.get("host"))
+            if key not in listings:
+                listings[key] = self._list(provider, *key)
+            listing = listings[key]
+            if not listing.ok:
+                out[i["op_id"]] = ProviderReply(op_id=i["op_id"], ok=False, error_code=listing.error_code or "ERROR",
+                                                retryable=True, message=f"cannot check {i['must_exist']}: "
+                                                                        f"{listing.message}")
+            elif i["must_exist"] not in {o.get("handle") for o in listing.objects or []}:
+                out[i["op_id"]] = ProviderReply(op_id=i["op_id"], ok=False, error_code="DATA_LOST", retryable=False,
+                                                message=f"object {i['must_exist']} is gone from {i.get('host')}: "
+                                                        "its data is lost")
+        return out
+
     def _release_orphans(self, provider: Provider | None, items: list[dict[str, Any]]) -> None:
         try:
             if provider is None:
                 return
             requests = [ProviderRequest(op_id=i["op_id"], op="release", class_name=i["class_name"],
-                                        handle=i["handle"], tags=dict(i.get("tags") or {})) for i in items]
+                                        handle=i["handle"], host=i.get("host"), tags=dict(i.get("tags") or {}))
+                        for i in items]
             with self._orphan_lock:  # an inventory taken now would see them gone before we say why
                 replies = provider.run(self.cluster_id, requests)
                 done = [i["handle"] for i, r in zip(items, replies) if r.ok]
@@ -494,6 +532,9 @@ class ClaimAgent:
     def scan(self) -> None:
         """List every class's provider objects and hand them to the controller to find orphans."""
         classes = self.client.get("/v1/claimclasses")
+        if self.host is not None:
+            self.scan_node(classes)
+            return
         self.report_capabilities(classes)
         capacity: dict[str, tuple[int | None, int | None]] = {}
         for cls in classes:
@@ -519,6 +560,30 @@ class ClaimAgent:
             if out.get("new_orphans"):
                 log.warning("%d new orphan(s) in class %s", out["new_orphans"], cls["name"])
 
+    def scan_node(self, classes: list[dict[str, Any]]) -> None:
+        """A node agent's scan: its host's node objects, listed once per provider it has and sent for each
+        node-scope class of that provider.  No report goes out between a listing and its inventories
+        (``_report_lock``): a replica the controller has READY then had its object when it was listed."""
+        by_provider: dict[str, list[str]] = {}
+        for cls in classes:
+            if cls["scope"] == "node" and cls["provider"] in self.providers:
+                by_provider.setdefault(cls["provider"], []).append(cls["name"])
+        for name, class_names in by_provider.items():
+            provider = self.providers[name]
+            with self._orphan_lock, self._report_lock:
+                reply = self._list(provider, class_names[0], self.host)
+                if not reply.ok:
+                    log.warning("list on %s failed: %s %s", name, reply.error_code, reply.message)
+                    continue
+                objects = [{"handle": o.get("handle"), "tags": o.get("tags") or {}, "size_bytes": o.get("size_bytes"),
+                            "created": o.get("created"), "used_bytes": o.get("used_bytes"),
+                            "kind": o.get("kind") or "volume"} for o in reply.objects or []]
+                new = sum(self._call("POST", "/inventory", {"epoch": self.epoch, "class_name": class_name,
+                                                            "provider": name, "objects": objects}
+                                     ).get("new_orphans", 0) for class_name in class_names)
+            if new:
+                log.warning("%d new orphan(s) of provider %s on %s", new, name, self.host)
+
     def _scan_loop(self) -> None:
         while not self._stop.wait(self.scan_interval):
             try:
@@ -542,6 +607,7 @@ class ClaimAgent:
                 self._stop.wait(1.0)
         if self.inventory_classes:
             threading.Thread(target=self._scan_loop, daemon=True, name="orphan-scan").start()
+        if self.inventory_classes and self.host is None:
             # at once, not a scan interval later: resize, snapshot and clone requests wait on it
             threading.Thread(target=self._first_capabilities, daemon=True, name="capabilities").start()
         reporter = threading.Thread(target=self._reporter, daemon=True, name="reporter")

@@ -201,7 +201,7 @@ async def report_progress(agent: AgentName, body: schemas.ProgressRequest, ctl: 
     now = time.time()
     taken = 0
     for item in body.items:
-        if not claims.holds(ctl.model, agent, body.epoch, item.claim_id, item.op_id):
+        if not agents.holds_transfer(ctl.model, agent, body.epoch, item.claim_id, item.op_id):
             continue  # over already, or not this agent's: a stale reading is dropped
         ctl.observed.report_progress(ctl.model, item.claim_id, item.op_id, item.bytes, item.total_bytes, item.rate, now)
         taken += 1

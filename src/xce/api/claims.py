@@ -42,10 +42,12 @@ router = APIRouter(tags=["claims"], responses=schemas.ERRORS)
 def _claim_json(ctl: Controller, claim: claims.Claim) -> dict[str, Any]:
     """A live claim's document, with the scheduler's word on it and the provider's readings."""
     reading = ctl.observed.progress(ctl.model, claim.id)
+    filling = {r.host: p.as_json() for r in claim.replicas
+               if r.op is not None and (p := ctl.observed.replica_progress(ctl.model, claim.id, r.host)) is not None}
     return claim_json(claim, ctl.scheduling.claim_reason(claim.id),
                       resize_reason=ctl.scheduling.resize_reason(claim.id),
                       used_bytes=ctl.observed.used_bytes(claim.id),
-                      transfer=reading.as_json() if reading is not None else None)
+                      transfer=reading.as_json() if reading is not None else None, replica_transfers=filling)
 
 
 def _show(ctl: Controller, claim_id: int, status: int = 200) -> JSONResponse:

@@ -430,6 +430,7 @@ class OrphanOut(BaseModel):
     age: float
     retain: bool | None = None
     object_kind: str | None = None
+    host: str | None = None  # a node object's host (None: a shared object)
     releases_in: float | None = None
     name: str | None = None
     state: str | None = None
@@ -654,7 +655,7 @@ class LeaseOut(BaseModel):
 
 
 class AgentOrphanOut(BaseModel):
-    """An orphan due for release, as the provisioner releases it."""
+    """An orphan due for release, as its agent releases it (a node object's: its host's node agent)."""
 
     handle: str
     class_name: str
@@ -662,6 +663,7 @@ class AgentOrphanOut(BaseModel):
     claim_id: int | None
     op_id: str
     tags: dict[str, str]
+    host: str | None = None
 
 
 class AgentWorkOut(BaseModel):

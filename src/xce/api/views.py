@@ -12,6 +12,7 @@ from xce.controller.core import Controller
 from xce.controller.leadership import Peer
 from xce.model import agents, dispatch
 from xce.model.audit import AuditRecord
+from xce.model.claims.replicas import must_exist
 from xce.model.claims import CLAIM_SOURCE, Attachment, Claim, ClaimState, Op, OpKind, Replica, ResizeState, live_by_name
 from xce.model.hosts import HostState
 from xce.model.identity import Token, User
@@ -175,9 +176,11 @@ def resize_json(claim: Claim, reason: str | None = None) -> dict[str, Any] | Non
 
 
 def claim_json(claim: Claim, reason: str | None = None, *, resize_reason: str | None = None,
-               used_bytes: int | None = None, transfer: dict[str, Any] | None = None) -> dict[str, Any]:
+               used_bytes: int | None = None, transfer: dict[str, Any] | None = None,
+               replica_transfers: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """A claim as the API shows it.  ``reason`` is the scheduler's word on an unplaced claim (and
-    ``resize_reason`` on a resize waiting for room); ``used_bytes`` what its provider last listed."""
+    ``resize_reason`` on a resize waiting for room); ``used_bytes`` what its provider last listed;
+    ``transfer`` its own op's latest transfer reading, ``replica_transfers`` its replicas' (by host)."""
     op = claim.op
     waiting = claim.waiting()
     if reason and (claim.state is ClaimState.PENDING and not claim.placed
@@ -208,17 +211,19 @@ def claim_json(claim: Claim, reason: str | None = None, *, resize_reason: str | 
         "history": claim.history, "ops": claim.ops,
         # a staging claim's items, as resolved at submission: paths, URLs, REMOTE:path (never credentials)
         "stage_in": claim.stage_in, "stage_out": claim.stage_out,
-        "replicas": [replica_json(r) for r in claim.replicas], "replicas_ready": len(claim.ready_hosts()),
+        "replicas": [replica_json(r, (replica_transfers or {}).get(r.host)) for r in claim.replicas],
+        "replicas_ready": len(claim.ready_hosts()),
         "replicas_to_place": claim.replicas_to_place, "cache": claim.cache,
         "snapshot_on_preempt": claim.snapshot_on_preempt,
     }
 
 
-def replica_json(r: Replica) -> dict[str, Any]:
-    """One host's copy of a node-local claim (``wire.ReplicaDoc``)."""
+def replica_json(r: Replica, progress: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One host's copy of a node-local claim (``wire.ReplicaDoc``); ``progress``: its worker's latest
+    reading of the transfer filling it (a reading, not a fact: ``controller/observed.py``)."""
     return {"host": r.host, "state": r.state.value, "placed": r.placed, "handle": r.handle, "path": r.path,
             "attempts": r.attempts, "last_error": r.last_error, "op": op_summary(r.op), "history": r.history,
-            "last_used": r.last_used}
+            "last_used": r.last_used, "progress": progress}
 
 
 def op_summary(op: Op | None) -> dict[str, Any] | None:
@@ -249,7 +254,7 @@ def snapshot_json(snap: Snapshot) -> dict[str, Any]:
 def orphan_json(o: Orphan, now: float) -> dict[str, Any]:
     return {"kind": "provider_object", "handle": o.handle, "class": o.class_name, "provider": o.provider,
             "claim_id": o.claim_id, "tags": o.tags, "size_bytes": o.size_bytes, "first_seen": o.first_seen,
-            "age": round(now - o.first_seen, 1), "retain": o.retain, "object_kind": o.kind}
+            "age": round(now - o.first_seen, 1), "retain": o.retain, "object_kind": o.kind, "host": o.host}
 
 
 # ---------------------------------------------------------------- service, catalog, identities
@@ -483,6 +488,8 @@ def agent_op_json(model: Model, config: Config, claim: Claim, op: Op,
               "xce.reclaim": claim.reclaim_policy.value, "xce.project": claim.project, "xce.owner": claim.owner})
     if op.kind is OpKind.CREATE and claim.source is not None:  # a clone: the provider copies its source
         out["source_handle"] = claim.source["handle"]
+    if isinstance(attachment, Replica) and (expected := must_exist(claim, attachment, op)) is not None:
+        out["must_exist"] = expected  # a lost host's replica, with data only jobs wrote: checked, not remade
     if op.kind in (OpKind.STAGE_IN, OpKind.STAGE_OUT):  # done by the node agent itself, as the job's user
         job = model.jobs.get(claim.job_id) if claim.job_id is not None else None
         out["user"] = job.user if job is not None else claim.owner
@@ -515,9 +522,10 @@ def snapshot_op_json(model: Model, config: Config, snap: Snapshot, op: Op) -> Ag
 
 
 def agent_orphan_json(o: Orphan) -> dict[str, Any]:
-    """An orphan due for release, as the provisioner releases it (by its handle, tagged op id)."""
+    """An orphan due for release, as its agent releases it (by its handle, tagged op id; a node object
+    with its host)."""
     return {"handle": o.handle, "class_name": o.class_name, "provider": o.provider, "claim_id": o.claim_id,
-            "op_id": f"orphan.{o.handle}", "tags": o.tags}
+            "op_id": f"orphan.{o.handle}", "tags": o.tags, "host": o.host}
 
 
 def agent_work_json(model: Model, config: Config, agent: str, work: agents.Work, held: bool = False) -> dict[str, Any]:

@@ -225,6 +225,13 @@ def resize_line(c: dict[str, Any]) -> str:
     return line
 
 
+def _filled(p: dict[str, Any] | None) -> str | None:
+    """A replica's fill as its worker last read it: ``12.0 MiB of 64.0 MiB, 2 MiB/s``."""
+    from xce.units import format_transfer
+
+    return format_transfer(int(p.get("bytes") or 0), p.get("total_bytes"), p.get("rate")) if p else None
+
+
 def _replicas_line(c: dict[str, Any]) -> str:
     return ", ".join(f"{r['host']} {r['state']}" for r in c.get("replicas") or [] if r["state"] != "RELEASED") \
         or "none"
@@ -458,8 +465,8 @@ def show_text(c: dict[str, Any], snapshots: list[dict[str, Any]] = ()) -> str:
     if c.get("stderr_tail"):
         out += "\nProvider stderr (tail):\n" + "\n".join(f"  {line}" for line in c["stderr_tail"].splitlines()[-10:])
     if c.get("replicas") or c.get("replicas_to_place"):
-        rows = table(("HOST", "STATE", "PATH", "ATTEMPTS", "LAST USED", "LAST ERROR"),
-                     [(r["host"], r["state"], r["path"], r["attempts"],
+        rows = table(("HOST", "STATE", "PROGRESS", "PATH", "ATTEMPTS", "LAST USED", "LAST ERROR"),
+                     [(r["host"], r["state"], _filled(r.get("progress")), r["path"], r["attempts"],
                        ago(time.time() - r["last_used"]) if r.get("last_used") else None, r["last_error"])
                       for r in c["replicas"]])
         out += "\nReplicas:\n" + "\n".join(f"  {line}" for line in rows.splitlines())
@@ -540,8 +547,8 @@ def cmd_orphans(args, ctx) -> int:
     if not orphans:
         print("No orphans found", file=sys.stderr)
         return EXIT_OK
-    print_table(("KIND", "OBJECT", "CLASS", "CLAIM", "AGE", "WHAT NEXT"),
-                ((o["kind"], o.get("handle") or o.get("name"), o["class"], o.get("claim_id"),
+    print_table(("KIND", "OBJECT", "CLASS", "HOST", "CLAIM", "AGE", "WHAT NEXT"),
+                ((o["kind"], o.get("handle") or o.get("name"), o["class"], o.get("host") or "-", o.get("claim_id"),
                   ago(o["age"]).replace(" ago", ""),
                   o.get("reason") or ("retained (tagged retain): never released" if o.get("retain")
                                       else f"released in {o['releases_in']:.0f}s" if o["releases_in"]

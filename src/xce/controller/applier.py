@@ -17,7 +17,8 @@ from xce.model import job_claims, jobs
 from xce.model.claims import ClaimState
 from xce.controller.observed import Observed, pool_free
 from xce.model.claims import ResizeState
-from xce.model.claims import Claim, ReplicaState
+from xce.model.claims import Claim, ReplicaState, check_quota
+from xce.errors import Conflict
 from xce.model.facts import (
     ClaimCreated, ClaimPlaced, ClaimResizeReserved, Fact, JobAllocated, ReplicaEvicted, ReplicaPlaced,
 )
@@ -51,17 +52,20 @@ def apply_plan(model: Model, plan: Plan, now: float, config: Config | None = Non
                 free[f.pool] -= f.size_bytes
         outcome.facts.extend(_apply_resizes(model, plan, now, free, outcome.result))
         outcome.facts.extend(_apply_placements(model, plan, now, free, outcome.result))
-    if plan.replicas:
-        outcome.facts.extend(_apply_replicas(model, plan, now, outcome.facts, outcome.result))
+    if plan.replicas or plan.evictions:
+        outcome.facts.extend(_apply_replicas(model, plan, now, outcome.facts, outcome.result, config))
     for p in plan.preemptions:  # the victims' runs end through the kill path (jobs.preempt re-checks them)
         outcome.facts.extend(jobs.preempt(model, p.job_id, p.victims, now, config))
     return outcome
 
 
-def _apply_replicas(model: Model, plan: Plan, now: float, accepted: list[Fact], result: ApplyResult) -> list[Fact]:
+def _apply_replicas(model: Model, plan: Plan, now: float, accepted: list[Fact], result: ApplyResult,
+                    config: Config | None = None) -> list[Fact]:
     """Re-check each replica placement: the claim still wants a replica on that host, and the host is
     available with room on the counter (less what this plan's accepted allocations took, plus what the
-    caches' replicas it evicts free).  An eviction holds only if that replica is still READY, unattached,
+    caches' replicas it evicts free); a cache's replica started on demand fits its project's quota (less
+    what this plan's earlier ones are charged).  Then the evictions for jobs' template claims, each
+    re-checked as those for replicas are.  An eviction holds only if that replica is still READY, unattached,
     idle, and no allocation of this plan attaches it."""
     taken: dict[str, dict[str, float]] = {}
     attaching: set[tuple[int, str]] = set()
@@ -72,6 +76,8 @@ def _apply_replicas(model: Model, plan: Plan, now: float, accepted: list[Fact], 
                     taken.setdefault(host_name, {})[name] = taken.get(host_name, {}).get(name, 0.0) + amount
             attaching.update((a["claim_id"], a["host"]) for a in f.attachments)
     more: dict[int, int] = {}  # claim -> hosts chosen for it in this plan so far
+    charged: dict[str, int] = {}  # project -> bytes this plan's on-demand replicas are charged so far
+    on_demand: set[int] = set()  # caches this plan started a replica of already
     locked = hosts_locked_out(model, now)
     facts: list[Fact] = []
     for p in plan.replicas:
@@ -81,11 +87,23 @@ def _apply_replicas(model: Model, plan: Plan, now: float, accepted: list[Fact], 
                     if v is None or not _evictable(v, p.host, attaching)), None)
         freed = sum(v.size_bytes for v in victims if v is not None)
         why = why or _replica_short(model, claim, p, more, taken, locked, freed)
+        cost = 0
+        if why is None and claim is not None and p.on_demand and config is not None:
+            cost = claim.replica_charge if claim.id not in on_demand else claim.size_bytes
+            try:
+                if cost:
+                    check_quota(model, config, claim.project, claim.class_name, cost + charged.get(claim.project, 0),
+                                new_claims=0)
+            except Conflict as e:
+                why = e.message
         if why is not None or claim is None:
             result.claims_rejected[p.claim_id] = why or "claim changed since the scheduler's view"
             continue
         if not p.on_demand and p.host not in claim.unplaced_hosts():
             more[claim.id] = more.get(claim.id, 0) + 1
+        if p.on_demand:
+            charged[claim.project] = charged.get(claim.project, 0) + cost
+            on_demand.add(claim.id)
         taken.setdefault(p.host, {})[p.counter] = taken.get(p.host, {}).get(p.counter, 0.0) + claim.size_bytes - freed
         facts += [ReplicaEvicted(time=now, claim_id=v.id, host=p.host, by="scheduler", make_room=True,
                                  reason=f"least recently used: its room on {p.host} went to claim {claim.name}'s "
@@ -93,6 +111,14 @@ def _apply_replicas(model: Model, plan: Plan, now: float, accepted: list[Fact], 
         facts.append(ReplicaPlaced(time=now, claim_id=p.claim_id, host=p.host, counter=p.counter,
                                    size_bytes=claim.size_bytes))
         result.claims_placed.append(p.claim_id)
+    gone = {(f.claim_id, f.host) for f in facts if isinstance(f, ReplicaEvicted)}
+    for e in plan.evictions:  # for jobs' template claims: each still idle, and attached by none of this plan's jobs
+        v = model.claims.get(e.claim_id)
+        if v is not None and (v.id, e.host) not in gone and _evictable(v, e.host, attaching):
+            gone.add((v.id, e.host))
+            facts.append(ReplicaEvicted(time=now, claim_id=v.id, host=e.host, by="scheduler", make_room=True,
+                                        reason=f"least recently used: its room on {e.host} went to job {e.job_id}'s "
+                                               "template claims"))
     return facts
 
 

@@ -15,7 +15,8 @@ total, rate), sent by the agent running it every few seconds (rclone's stats int
 tick would put thousands of records into the log for each large transfer, all of them stale the
 moment the next one arrives, and none a decision; what *is* decided (the op succeeded, failed, is
 retried) is a fact as always.  A reading is kept only while its op is the claim's open op, and is
-lost with the leader: the next tick after a failover brings it back.
+lost with the leader: the next tick after a failover brings it back.  A node-local claim's replicas are
+filled each by its host's worker: their readings are kept per replica, as long as that replica's op is open.
 
 A pool's room: its configured capacity is the cap (and the fallback when no provider reports one);
 a provider that reports a smaller ``capacity_bytes`` lowers it; what is free is that capacity less
@@ -85,19 +86,37 @@ class Observed:
     capacity: dict[str, Capacity] = field(default_factory=dict)  # class name -> its provider's reading
     used: dict[int, Used] = field(default_factory=dict)  # claim id -> its object's used bytes
     transfers: dict[int, Progress] = field(default_factory=dict)  # claim id -> its open op's transfer
+    replica_transfers: dict[tuple[int, str], Progress] = field(default_factory=dict)  # (claim id, host) -> its populate
 
     def report_progress(self, model: Model, claim_id: int, op_id: str, copied: int, total: int | None,
                         rate: float | None, now: float) -> None:
-        """A reading of a transfer in flight (the caller checked the agent holds the op's intent)."""
-        self.transfers[claim_id] = Progress(op_id, copied, total, rate, now)
+        """A reading of a transfer in flight, the claim's own op's or one of its replicas' (the caller checked
+        the agent holds the op's intent)."""
+        claim = model.claims.get(claim_id)
+        replica = claim.replica_by_op(op_id) if claim is not None else None
+        if replica is not None:
+            self.replica_transfers[(claim_id, replica.host)] = Progress(op_id, copied, total, rate, now)
+        else:
+            self.transfers[claim_id] = Progress(op_id, copied, total, rate, now)
         for cid in [c for c, p in self.transfers.items() if self.progress(model, c) is None]:
             del self.transfers[cid]  # its op is over: kept no longer than the op is open
+        for key in [k for k in self.replica_transfers if self.replica_progress(model, *k) is None]:
+            del self.replica_transfers[key]
 
     def progress(self, model: Model, claim_id: int) -> Progress | None:
         """The transfer of the claim's open op (None: no reading, or the op it was about is over)."""
         p = self.transfers.get(claim_id)
         claim = model.claims.get(claim_id)
         if p is None or claim is None or claim.op is None or claim.op.op_id != p.op_id:
+            return None
+        return p
+
+    def replica_progress(self, model: Model, claim_id: int, host: str) -> Progress | None:
+        """The transfer of the open op of the claim's replica on ``host`` (None: no reading, or it is over)."""
+        p = self.replica_transfers.get((claim_id, host))
+        claim = model.claims.get(claim_id)
+        r = claim.replica_on(host) if claim is not None else None
+        if p is None or r is None or r.op is None or r.op.op_id != p.op_id:
             return None
         return p
 

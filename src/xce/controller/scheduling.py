@@ -187,7 +187,7 @@ class SchedulerLoop:
         self._after_depth(view.pending_beyond, plan.room_left, full, depth)
         self.claim_reasons = dict(plan.claim_reasons)
         self.resize_reasons = dict(plan.resize_reasons)
-        if not (plan.allocations or plan.placements or plan.resizes or plan.replicas or plan.preemptions):
+        if not (plan.allocations or plan.placements or plan.resizes or plan.replicas or plan.evictions or plan.preemptions):
             return None
         observed, apply = self.observed, self.apply
         result: ApplyResult = await self.commit.execute(lambda m: apply(m, plan, time.time(), config, observed))

@@ -15,7 +15,7 @@ from xce.config import Config
 from xce.controller.observed import Observed
 from xce.model import Model
 from xce.model import capabilities, fairshare
-from xce.model.claims import AccessMode, ClaimState, Mode, ReplicaState, ResizeState, Scope
+from xce.model.claims import AccessMode, ClaimState, Mode, ReplicaState, ResizeState, Scope, quota_left
 from xce.model.entities.hosts import Host
 from xce.model.hosts import HostState
 from xce.model.identity import hosts_locked_out
@@ -24,7 +24,7 @@ from xce.model.jobs import Job, JobState, held_exclusively
 from xce.jobspec_gpu import GpuRequest
 from xce.model.entities.hosts import Host
 from xce.scheduler.view import (
-    CachedReplica, CacheUse, ClaimUse, ClaimView, ClusterView, FairShare, GpuView, HostView, JobView, Policy,
+    CachedReplica, CacheUse, ClaimUse, QuotaRoom, ClaimView, ClusterView, FairShare, GpuView, HostView, JobView, Policy,
     PoolView, ReplicaView, ResizeView, RunningView,
 )
 
@@ -176,6 +176,7 @@ def build_view(model: Model, config: Config | None = None, observed: Observed | 
         used = model.cluster_used()
         cluster = {name: total - used.get(name, 0.0) for name, total in config.cluster_counters().items()}
     evictable = _evictable(model)
+    cache_quotas = _cache_quotas(model, config) if config is not None else {}
     preemptable = config.preemptable() if config is not None else {}
     policy = Policy(reservation_depth=config.controller.reservation_depth,
                     fairshare=fairshare_view(model, config, now) if config.fairshare else None,
@@ -183,6 +184,7 @@ def build_view(model: Model, config: Config | None = None, observed: Observed | 
         if config is not None else Policy()
     return ClusterView(position=model.position, hosts=tuple(hosts), pending=pending, pools=pools,
                        pending_claims=claims, pending_resizes=resizes, pending_replicas=replicas, evictable=evictable,
+                       cache_quotas=MappingProxyType(cache_quotas),
                        cluster_free=MappingProxyType(cluster),
                        pending_beyond=views.eligible - len(pending), now=now, policy=policy,
                        running=_running(model, prio, frozenset().union(*preemptable.values())) if preemptable
@@ -348,6 +350,16 @@ def _evictable(model: Model) -> tuple[CachedReplica, ...]:
                 for r in c.replicas if r.state is ReplicaState.READY and r.op is None and r.host not in attached
                 and r.counter is not None]
     return tuple(out)
+
+
+def _cache_quotas(model: Model, config: Config) -> dict[int, QuotaRoom]:
+    """Each live cache's room on its project's tightest quota (``claims.quota_left``), where one limits it."""
+    out = {}
+    for c in model.claims.values():
+        if c.cache and c.live and not c.delete_requested and \
+                (left := quota_left(model, config, c.project, c.class_name)) is not None:
+            out[c.id] = QuotaRoom(left=float(left[0]), quota=left[1], prepaid=c.replica_count == 0)
+    return out
 
 
 def _replica_views(model: Model, config: Config) -> tuple[ReplicaView, ...]:

@@ -30,6 +30,7 @@ from xce.agentnames import SHARED_AGENT, node_host
 from xce.errors import Conflict
 from xce.model import claims
 from xce.model.capabilities import ClassReport, report_classes
+from xce.model.claims.replicas import vanished
 from xce.model import dispatch, job_claims, ops
 from xce.model import snapshots
 from xce.model.entities.claims import Claim
@@ -45,7 +46,7 @@ from xce.model.state import State
 if TYPE_CHECKING:
     from xce.config import ClaimsConfig, Config
 
-__all__ = ["IntentRef", "Reported", "Work", "capabilities", "has_work", "held", "intents", "inventory", "next_due",
+__all__ = ["IntentRef", "Reported", "Work", "capabilities", "has_work", "held", "holds_transfer", "intents", "inventory", "next_due",
            "record_intents", "report", "take", "takes_readings", "work"]
 
 
@@ -70,20 +71,26 @@ def claims_book(model: State, claim_id: int, op_id: str) -> ops.Book[Claim, Any]
     return claims.REPLICA_OPS if claims.REPLICA_OPS.find(model, claim_id, op_id) is not None else claims.CLAIM_OPS
 
 
+def _releases_orphans(agent: str) -> bool:
+    """The provisioner releases shared objects' orphans, each node agent its host's."""
+    return agent == SHARED_AGENT or node_host(agent) is not None
+
+
 def work(model: State, agent: str, now: float, limit: int, orphan_grace: float) -> Work:
-    """The ops due to ``agent`` now, at most ``limit`` of them, and the provisioner's orphans due."""
+    """The ops due to ``agent`` now, at most ``limit`` of them, and the orphans due that it releases
+    (the provisioner's, or a node agent's host's)."""
     out = Work(claim_ops=ops.due(claims.CLAIM_OPS, model, agent, now, limit))
     out.replica_ops = ops.due(claims.REPLICA_OPS, model, agent, now, limit - len(out.claim_ops))
     out.snapshot_ops = ops.due(snapshots.SNAPSHOT_OPS, model, agent, now,
                                limit - len(out.claim_ops) - len(out.replica_ops))
-    if agent == SHARED_AGENT:
-        out.orphans = due_for_release(model, orphan_grace, now)[:limit]
+    if _releases_orphans(agent):
+        out.orphans = due_for_release(model, orphan_grace, now, node_host(agent))[:limit]
     return out
 
 
 def has_work(model: State, agent: str, now: float, orphan_grace: float) -> bool:
     return bool(any(ops.due(book, model, agent, now, 1) for book in BOOKS)
-                or agent == SHARED_AGENT and due_for_release(model, orphan_grace, now))
+                or _releases_orphans(agent) and due_for_release(model, orphan_grace, now, node_host(agent)))
 
 
 def next_due(model: State, agent: str) -> float | None:
@@ -108,6 +115,14 @@ class IntentRef:
     op_id: str
     claim_id: int
     snapshot_id: int | None = None
+
+
+def holds_transfer(model: State, agent: str, epoch: int, claim_id: int, op_id: str) -> bool:
+    """Whether ``agent`` in ``epoch`` holds the open op ``op_id`` of the claim or of one of its replicas:
+    whose transfer readings (bytes copied) count."""
+    book = claims_book(model, claim_id, op_id)
+    o = ops.holder(book, model, agent, epoch, claim_id, op_id)
+    return o is not None and (o.part is None or book is claims.REPLICA_OPS)
 
 
 def record_intents(model: State, agent: str, epoch: int, refs: list[IntentRef],
@@ -171,7 +186,7 @@ class Reported:
 def report(model: State, cfg: ClaimsConfig, agent: str, epoch: int, results: list[claims.OpResult],
            orphans_released: list[str], now: float, rng: random.Random) -> Reported:
     """An agent's report: its results of every kind (a result with ``snapshot_id`` is a snapshot's op),
-    and, from the provisioner, the orphans it released."""
+    and the orphans it released (the provisioner's, a node agent's host's)."""
     ops.check_epoch(model, agent, epoch)
     claim_results: list[claims.OpResult] = []
     replica_results: list[claims.OpResult] = []
@@ -200,8 +215,9 @@ def report(model: State, cfg: ClaimsConfig, agent: str, epoch: int, results: lis
             facts += ops.record_result(snapshots.SNAPSHOT_OPS, model, cfg, agent, epoch, result, now, rng)
         except Conflict as e:
             refused[r.op_id] = e.message
-    if agent == SHARED_AGENT:
-        facts += [OrphanResolved(time=now, handle=h, how="released") for h in orphans_released if h in model.orphans]
+    if _releases_orphans(agent):
+        facts += [OrphanResolved(time=now, handle=h, how="released") for h in orphans_released
+                  if h in model.orphans and model.orphans[h].host == node_host(agent)]
     return Reported(facts, refused, used)
 
 
@@ -214,9 +230,16 @@ def takes_readings(config: Config, agent: str, class_name: str, provider: str) -
 
 def inventory(model: State, agent: str, epoch: int, class_name: str, provider: str, objects: list[dict[str, Any]],
               now: float) -> list[Fact]:
-    """What the provider of ``class_name`` listed (``orphans.inventory``: orphans seen, and gone)."""
+    """What the provider of ``class_name`` listed (``orphans.inventory``: orphans seen, and gone); from a
+    node agent, its host's node objects, and so also its READY replicas whose object is gone
+    (``replicas.vanished``)."""
     ops.check_epoch(model, agent, epoch)
-    return orphan_inventory(model, class_name, provider, objects, now)
+    host = node_host(agent)
+    facts = orphan_inventory(model, class_name, provider, objects, now, host)
+    if host is not None:
+        facts += vanished(model, host, class_name,
+                                          {str(o.get("handle")) for o in objects if o.get("handle")}, now)
+    return facts
 
 
 def capabilities(model: State, config: Config, agent: str, epoch: int, reports: list[ClassReport],

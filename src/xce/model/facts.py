@@ -588,6 +588,18 @@ class ReplicaLost(Fact):
     host: str
 
 
+@fact("claim.replica_object_gone")
+@dataclass(frozen=True, slots=True)
+class ReplicaObjectGone(Fact):
+    """A READY replica's object was not in its host's listing (its worker's orphan scan): its data is
+    gone.  A populated claim's replica is made and filled again; any other's is FAILED (its data, written
+    by jobs, cannot be made again)."""
+
+    claim_id: int
+    host: str
+    handle: str
+
+
 @fact("claim.replica_op_intent")
 @dataclass(frozen=True, slots=True)
 class ReplicaOpIntent(Fact):
@@ -780,6 +792,7 @@ class OrphanSeen(Fact):
     tags: dict[str, str] = field(default_factory=dict)
     size_bytes: int | None = None
     kind: str = "volume"  # as the provider listed it: "volume" or "snapshot" (added later: a default)
+    host: str | None = None  # a node object's host, as its worker listed it (None: a shared object)
 
 
 @fact("orphan.resolved")

@@ -21,7 +21,7 @@ from xce.model.facts import (
     ClassCapabilitiesReported, ClusterInitialized, Fact, HostRegistered, HostRemoved, HostStateChanged, JobAllocated,
     JobFinished, JobHeld, JobKillRequested, JobModified, JobProcessEnded, JobReleased, JobRequeued, JobResumed,
     JobSignalRequested, JobStarted, JobSubmitted, JobSuspended, OrphanResolved, OrphanSeen, ProjectDefined, ProjectRemoved, QueueDefined,
-    RecordsRetired, ReplicaEvicted, ReplicaLost, ReplicaOpFailed, ReplicaOpIntent, ReplicaOpSucceeded, ReplicaPlaced, ReplicasAdded,
+    RecordsRetired, ReplicaEvicted, ReplicaLost, ReplicaObjectGone, ReplicaOpFailed, ReplicaOpIntent, ReplicaOpSucceeded, ReplicaPlaced, ReplicasAdded,
     SnapshotCreated, SnapshotDeleteRequested, SnapshotOpFailed, SnapshotOpIntent, SnapshotOpSucceeded, TaskEnded,
     TaskLaunched, TokenIssued, TokenRevoked, UserDefined, UserDisabled,
 )
@@ -71,6 +71,7 @@ FOLDS: dict[type[Fact], Callable[[State, Any], None]] = {
     ReplicasAdded: claims.apply_replicas_added,
     ReplicaEvicted: claims.apply_replica_evicted,
     ReplicaLost: claims.apply_replica_lost,
+    ReplicaObjectGone: claims.apply_replica_object_gone,
     ReplicaOpIntent: claims.apply_replica_op_intent,
     ReplicaOpSucceeded: claims.apply_replica_op_succeeded,
     ReplicaOpFailed: claims.apply_replica_op_failed,

@@ -10,6 +10,10 @@ with the time it was first seen, reported by ``xce orphans``, and released
 by the provisioner once older than the grace period, unless it is tagged
 ``xce.reclaim=retain``.  Nothing is released without that record.
 
+Node objects (a node-scope class's, under a worker's storage roots: replicas' and template claims') are
+listed by that host's worker (its node agent) and released by it, under the same rules: an orphan
+records its ``host``, and a host's listing only resolves that host's orphans.
+
 Claim orphans are live claims with no owner: their project is gone, or they
 are template claims whose job has ended or vanished.
 """
@@ -54,8 +58,9 @@ def _owner(model: State, kind: str, tags: dict[str, str]) -> Claim | Snapshot | 
 
 
 def inventory(model: State, class_name: str, provider: str, objects: list[dict[str, Any]],
-              now: float) -> list[Fact]:
-    """What the provider listed for ``class_name``: new orphans, and orphans no longer there."""
+              now: float, host: str | None = None) -> list[Fact]:
+    """What the provider listed for ``class_name`` (with ``host``: that host's node objects, as its
+    worker listed them): new orphans, and orphans no longer there."""
     facts: list[Fact] = []
     listed = set()
     for obj in objects:
@@ -70,15 +75,17 @@ def inventory(model: State, class_name: str, provider: str, objects: list[dict[s
         size = obj.get("size_bytes")
         facts.append(OrphanSeen(time=now, handle=handle, class_name=class_name, provider=provider,
                                 claim_id=_tag_id(tags, "xce.claim"), tags=tags,
-                                size_bytes=size if isinstance(size, int) else None, kind=kind))
+                                size_bytes=size if isinstance(size, int) else None, kind=kind, host=host))
     for o in model.orphans.values():
-        if o.class_name == class_name and o.handle not in listed:
+        if o.class_name == class_name and o.host == host and o.handle not in listed:
             facts.append(OrphanResolved(time=now, handle=o.handle, how="gone"))
     return facts
 
 
-def due_for_release(model: State, grace: float, now: float) -> list[Orphan]:
-    return [o for o in model.orphans.values() if not o.retain and now - o.first_seen >= grace
+def due_for_release(model: State, grace: float, now: float, host: str | None = None) -> list[Orphan]:
+    """The orphans older than the grace that still no record owns: the provisioner's (``host`` None), or
+    that host's worker's."""
+    return [o for o in model.orphans.values() if o.host == host and not o.retain and now - o.first_seen >= grace
             and not _owns(_owner(model, o.kind, o.tags), o.handle, o.tags.get("xce.op"))]
 
 
@@ -108,9 +115,9 @@ def apply_orphan_seen(model: State, f: OrphanSeen) -> None:
         return
     model.orphans[f.handle] = Orphan(handle=f.handle, class_name=f.class_name, provider=f.provider,
                                      claim_id=f.claim_id, first_seen=f.time, tags=dict(f.tags),
-                                     size_bytes=f.size_bytes, kind=f.kind)
+                                     size_bytes=f.size_bytes, kind=f.kind, host=f.host)
     what = f"snapshot {f.tags.get('xce.snapshot', '?')} of claim {f.claim_id}" if f.kind == "snapshot" \
-        else f"object of claim {f.claim_id}"
+        else f"object of claim {f.claim_id}" + (f" on {f.host}" if f.host else "")
     _audit(model, f.time, "seen", f.handle, f"{f.class_name} {what} has no owner")
 
 

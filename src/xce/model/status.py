@@ -19,7 +19,7 @@ from xce.model.entities.claims import AttachmentState, Claim, ClaimForm, ClaimSt
 from xce.model.entities.jobs import Job, JobState
 from xce.model.entities.ops import Op, OpKind
 from xce.model.state import State
-from xce.units import format_size
+from xce.units import format_transfer
 
 __all__ = ["array_limit_reason", "blocking", "blocking_stage_out", "dependency_reason", "describe", "staging_text", "status_reason"]
 
@@ -44,11 +44,8 @@ def staging_text(claim: Claim, progress: dict[str, Any] | None, now: float | Non
     verb = "populating" if claim.populate_from is not None and claim.form is ClaimForm.STANDALONE else \
         "staging out" if claim.op is not None and claim.op.kind is OpKind.STAGE_OUT else "staging in"
     if progress is not None and claim.op is not None and progress.get("op_id") == claim.op.op_id:
-        text = f"{verb}: {format_size(int(progress.get('bytes') or 0), iec=True, decimals=1)}"
-        if progress.get("total_bytes"):
-            text += f" of {format_size(int(progress['total_bytes']), iec=True, decimals=1)}"
-        if progress.get("rate"):
-            text += f", {format_size(float(progress['rate']), iec=True, decimals=0)}/s"
+        text = f"{verb}: " + format_transfer(int(progress.get("bytes") or 0), progress.get("total_bytes"),
+                                             progress.get("rate"))
         return text + (f" (attempt {claim.op.attempts})" if claim.op.attempts > 1 else "")
     if claim.state is ClaimState.FAILED:
         return f"{verb} failed: {claim.last_error}"

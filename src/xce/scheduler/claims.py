@@ -73,7 +73,8 @@ def place_replicas(view: ClusterView, host_free: Mapping[str, dict[str, float]],
     """Each waiting replica on a host with room on its claim's counter, oldest claim first;
     ``host_free``: each available host's counters free once this cycle's allocations took theirs
     (taken from here too, so two replicas never share the last bytes).  A named host short of room
-    gets it by evicting caches' unused replicas there, least recently used first (``fills``)."""
+    gets it by evicting caches' unused replicas there, least recently used first (``fills``); so do the
+    hosts ``--replicas N`` chooses when fewer than N have room as they are."""
     out: list[ReplicaPlacement] = []
     reasons: dict[int, str] = {}
     for r in sorted(view.pending_replicas, key=lambda r: r.claim_id):
@@ -106,8 +107,17 @@ def place_replicas(view: ClusterView, host_free: Mapping[str, dict[str, float]],
                           key=lambda h: (-room(h), h))[:r.more]
             for host in fits:
                 take(host)
-            if len(fits) < r.more:
-                left = r.more - len(fits)
+            made = len(fits)
+            if made < r.more and fills is not None:  # room made by evicting caches' unused replicas, fewest first
+                options = [(len(v), -room(h), h, v) for h in host_free if h not in chosen and h not in fits
+                           and r.counter in host_free[h] and (v := fills.victims(r.claim_id, r.counter, h,
+                                                                               r.size - room(h)))]
+                for _, _, host, victims in sorted(options, key=lambda o: o[:3])[:r.more - made]:
+                    fills.evict(victims, host, host_free[host])
+                    take(host, tuple(v.claim_id for v in victims))
+                    made += 1
+            if made < r.more:
+                left = r.more - made
                 short.append(f"{left} more host{'s' if left != 1 else ''} with {format_size(r.size)} {r.counter} "
                              f"free wanted, none left")
         if short:

@@ -202,7 +202,7 @@ def schedule(view: ClusterView) -> Plan:
     cluster_free = dict(view.cluster_free)
     pool_free = {p.name: p.free for p in view.pools}
     claimed = _Claimed()
-    fills = CacheFills(view.evictable)
+    fills = CacheFills(view.evictable, view.cache_quotas)
     shapes: dict[tuple[object, int, float | None], _Shape] = {}
     allocations: list[Allocation] = []
     reasons: dict[int, str] = {}
@@ -227,7 +227,7 @@ def schedule(view: ClusterView) -> Plan:
             reasons[job.id] = pools
             continue
         if job.claims or job.node_counters or job.exclusive or job.avoid:  # constraints of its own: no shape
-            placed = _place_with_claims(cycle, rr, job, claimed, end)
+            placed = _place_with_claims(cycle, rr, job, claimed, end, fills)
             if isinstance(placed, str):  # a cache of its may start a replica where it can go
                 if resv.made:
                     placed = _held_back(cycle, placed, end, rr, _place_with_claims(cycle, rr, job, claimed, -INF))
@@ -290,7 +290,8 @@ def schedule(view: ClusterView) -> Plan:
     replicas += tuple(fills.placements)
     return Plan(position=view.position, allocations=tuple(allocations), pending_reasons=reasons,
                 placements=placements, claim_reasons={**claim_reasons, **replica_reasons}, resizes=resizes,
-                resize_reasons=resize_reasons, replicas=replicas, reservations=tuple(resv.made),
+                resize_reasons=resize_reasons, replicas=replicas, evictions=tuple(fills.evictions),
+                reservations=tuple(resv.made),
                 preemptions=tuple(cycle.victims.made) if cycle.victims is not None else (),
                 room_left=any(n > 0 for n in cycle.free_slots))
 
@@ -428,13 +429,14 @@ class _Claimed:
 
 
 def _place_with_claims(cycle: _Cycle, rr: ResReq, job: JobView, claimed: _Claimed,
-                       end: float) -> list[tuple[int, int]] | str:
+                       end: float, fills: CacheFills | None = None) -> list[tuple[int, int]] | str:
     """Placement for a job with constraints of its own: only hosts every claim can follow to, all or
     nothing, and none it must avoid; an exclusive job (-x) only on idle hosts.
 
     Standalone claims: READY, reachable from the host, RWOP held by no other job, RWO kept on the
     host its other users are on (and the job on one host).  Template claims: their host counters
-    (``scratch``) free on the first host.
+    (``scratch``) free on the first host; with ``fills``, where no host has them free, caches' unused
+    replicas are evicted to make room (``CacheFills.make_scratch_room``).
     """
     allowed: set[str] | None = None
     single = rr.span_hosts == 1
@@ -500,7 +502,9 @@ def _place_with_claims(cycle: _Cycle, rr: ResReq, job: JobView, claimed: _Claime
         return (f"{restricted}: " if restricted else "") + cycle.devices.reason(cands, job.gpu)
     if job.node_counters and not any(node_room(i) for i in cands):
         room = ", ".join(f"{format_size(v)} {n}" for n, v in job.node_counters.items())
-        return f"no matching host has {room} free for its template claims; {len(cands)} host(s) match"
+        evicting = fills.make_scratch_room(cycle, cands, job, rusage) if fills is not None else None
+        return f"no matching host has {room} free for its template claims" + \
+            (f"; {evicting}" if evicting else f"; {len(cands)} host(s) match")
     if restricted and all(cycle.free_slots[i] <= 0 for i in cands):  # where its claims are, every slot is taken
         return f"{restricted}; " + ("full" if len(cands) == 1 else "both full" if len(cands) == 2 else
                                     f"all {len(cands)} full")

@@ -44,6 +44,16 @@ class ReplicaPlacement:
 
 
 @dataclass(frozen=True, slots=True)
+class Eviction:
+    """Release cache ``claim_id``'s unattached replica on ``host``: its bytes on the host's counter go to
+    job ``job_id``'s template claims (``--scratch``), which waits for them and is placed there after."""
+
+    claim_id: int
+    host: str
+    job_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class Reservation:
     """Reserve claim ``claim_id``'s resize to ``size`` bytes in its ``pool`` (None: no pool)."""
 
@@ -88,6 +98,7 @@ class Plan:
     resizes: tuple[Reservation, ...] = ()
     resize_reasons: Mapping[int, str] = field(default_factory=dict)  # claim id -> why its resize waits
     replicas: tuple[ReplicaPlacement, ...] = ()  # node-local claims' replicas, their hosts' counters reserved
+    evictions: tuple[Eviction, ...] = ()  # caches' unused replicas released for jobs' template claims
     reservations: tuple[JobReservation, ...] = ()  # the top pending jobs that did not fit (backfill)
     preemptions: tuple[Preemption, ...] = ()  # runs to end for jobs of preemptive queues
     room_left: bool = False  # some host still has a free slot once the allocations are made

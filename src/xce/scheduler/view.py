@@ -69,6 +69,16 @@ class CachedReplica:
 
 
 @dataclass(frozen=True, slots=True)
+class QuotaRoom:
+    """What a cache's project may still be charged under its tightest quota covering the cache's class: a
+    replica started on demand is charged the cache's size (the scheduler starts none that does not fit)."""
+
+    left: float  # bytes
+    quota: str  # that quota in words ("quota of project a: at most 2Gi, 2Gi in use"); also its key
+    prepaid: bool = False  # the cache has no replica: its first is charged already (from its creation)
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimUse:
     """A standalone claim a pending job references, with what constrains where the job can go."""
 
@@ -162,6 +172,7 @@ class ClusterView:
     pending_resizes: tuple[ResizeView, ...] = ()
     pending_replicas: tuple[ReplicaView, ...] = ()
     evictable: tuple[CachedReplica, ...] = ()  # caches' unattached READY replicas
+    cache_quotas: Mapping[int, QuotaRoom] = field(default_factory=lambda: MappingProxyType({}))  # by cache claim id
     cluster_free: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # cluster counters
     pending_beyond: int = 0  # pending jobs left out of ``pending``: behind the first queue_depth
     now: float = 0.0  # the time the view was taken: reservations are planned from it

@@ -212,6 +212,7 @@ class ReplicaDoc(TypedDict):
     op: OpSummary | None
     history: list[dict[str, Any]]
     last_used: float | None  # READY, or a job's use there began or ended (a cache evicts the oldest unused)
+    progress: dict[str, Any] | None  # while it is filled: {op_id, bytes, total_bytes, rate, time}, its worker's latest
 
 
 class ClaimDoc(_Operated):
@@ -300,6 +301,7 @@ class AgentOp(_AgentOpKeys, total=False):
     user: str  # stage_in, stage_out: done as the job's user; a replica's populate: as its claim's owner
     items: list[Any]  # stage_in, stage_out: what to copy
     source: str | None  # populate: the URL or REMOTE:path to fill the claim (or the replica) from
+    must_exist: str  # a replica's create re-driven on its host's return: the object it must find, not make
 
 
 class _OpReportKeys(TypedDict):

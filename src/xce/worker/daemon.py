@@ -104,11 +104,12 @@ class Worker:
             providers = default_node_providers(work_dir, set_owner=run_as_users)
         # claim data is published into jobs (and staged into) only from these directories
         self.storage = StorageRoots.of(providers, storage_roots or ())
-        # the node agent: prepares and releases this host's node-scope claims, stages files in and out
+        # the node agent: prepares and releases this host's node-scope claims, stages files in and out,
+        # lists its node objects (orphan scans) and releases its orphans
         # (its reports' answers name the runs whose claims it just made ready: started at once, as if the
         # work poll had said so, rather than after a wake-up of that poll)
         self.node_agent = ClaimAgent(self.client, node_agent(host), providers,  # one client: one view of the leader
-                                     inventory_classes=False, local_ops={
+                                     local_ops={
                                          "stage_in": self._stage, "stage_out": self._stage,
                                          "populate": self._populate},
                                      on_dispatch=self._dispatched)

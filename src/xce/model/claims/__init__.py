@@ -19,7 +19,7 @@ from xce.model.claims.agents import (
     retry_delay,
 )
 from xce.model.claims.decide import (
-    CLAIM_SOURCE, ClaimSpec, add_attachment, check_fits_a_pool, check_quota, class_or_404, create, delete, evict, live_by_name,
+    CLAIM_SOURCE, ClaimSpec, add_attachment, check_fits_a_pool, check_quota, class_or_404, create, delete, evict, live_by_name, quota_left,
     may_see, purge, quota_use, remove_attachment, resize, visible, visible_by_id, warm,
 )
 from xce.model.claims.lifecycle import (
@@ -27,7 +27,7 @@ from xce.model.claims.lifecycle import (
     apply_attachment_removed, apply_claim_created, apply_claim_delete_requested, apply_claim_op_failed,
     apply_claim_op_intent, apply_claim_op_succeeded, apply_claim_placed, apply_claim_purge_requested,
     apply_claim_resize_requested, apply_claim_resize_reserved, apply_replica_op_failed, apply_replica_op_intent,
-    apply_replica_evicted, apply_replica_lost, apply_replica_op_succeeded, apply_replica_placed, apply_replicas_added,
+    apply_replica_evicted, apply_replica_lost, apply_replica_object_gone, apply_replica_op_succeeded, apply_replica_placed, apply_replicas_added,
     begin_stage_out, detach, keep_data, release_template, replicas_host_returned,
 )
 from xce.agentnames import SHARED_AGENT, node_agent
@@ -49,9 +49,9 @@ __all__ = [
     "apply_attachment_removed", "apply_claim_created", "apply_claim_delete_requested", "apply_claim_op_failed",
     "apply_claim_op_intent", "apply_claim_op_succeeded", "apply_claim_placed", "apply_claim_purge_requested",
     "apply_claim_resize_requested", "apply_claim_resize_reserved", "apply_replica_op_failed",
-    "apply_replica_evicted", "apply_replica_lost", "apply_replica_op_intent", "apply_replica_op_succeeded", "apply_replica_placed",
+    "apply_replica_evicted", "apply_replica_lost", "apply_replica_object_gone", "apply_replica_op_intent", "apply_replica_op_succeeded", "apply_replica_placed",
     "apply_replicas_added",
-    "begin_stage_out", "check_epoch", "check_fits_a_pool", "check_quota", "class_or_404", "create", "delete",
+    "begin_stage_out", "check_epoch", "check_fits_a_pool", "check_quota", "quota_left", "class_or_404", "create", "delete",
     "detach", "due_ops", "evict", "held_ops", "holds", "keep_data", "lease", "live_by_name", "may_see", "name_key",
     "next_due", "node_agent", "purge",
     "quota_use", "record_intent", "record_result", "release_template", "replicas_host_returned", "remove_attachment", "resize", "retry_delay",

@@ -9,6 +9,7 @@ changes nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
@@ -29,7 +30,7 @@ from xce.transfers.locations import resolve as resolve_location
 from xce.units import format_size, parse_size
 
 if TYPE_CHECKING:
-    from xce.config import ClaimClassConfig, Config
+    from xce.config import ClaimClassConfig, Config, QuotaConfig
 
 
 def class_or_404(config: Config, name: str) -> ClaimClassConfig:
@@ -263,7 +264,9 @@ def warm(model: State, config: Config, actor: User, name: str, hosts: tuple[str,
                            code="exists")
     if claim.replica_count + len(hosts) > MAX_REPLICAS:
         raise InvalidRequest(f"a claim has at most {MAX_REPLICAS} replicas: {name!r} has {claim.replica_count}")
-    check_quota(model, config, claim.project, claim.class_name, claim.size_bytes * len(hosts), new_claims=0)
+    # (a cache with no replica was charged its first from its creation)
+    more = claim.replica_charge + max(claim.size_bytes, claim.actual_bytes or 0) * (len(hosts) - 1)
+    check_quota(model, config, claim.project, claim.class_name, more, new_claims=0)
     return [ReplicasAdded(time=now, claim_id=claim.id, hosts=list(hosts), by=actor.name)], claim.id
 
 
@@ -358,14 +361,19 @@ def quota_use(model: State, project: str, class_name: str | None) -> tuple[int, 
     return count, total
 
 
-def check_quota(model: State, config: Config, project: str, class_name: str, size: int, new_claims: int = 1) -> None:
-    """``size`` more bytes (and ``new_claims`` more claims: 0 for a resize or a snapshot, which are
-    charged bytes but are no claims) for ``project`` in ``class_name``."""
+def _quotas(model: State, config: Config, project: str, class_name: str) -> Iterator[tuple[QuotaConfig, int, int, str]]:
+    """Each quota of ``project`` that covers ``class_name``: (quota, claims, bytes charged, its scope in words)."""
     for q in config.quotas:
         if q.project != project or q.claim_class not in ("*", class_name):
             continue
         claims, total = quota_use(model, project, None if q.claim_class == "*" else class_name)
-        scope = f"project {project}" + ("" if q.claim_class == "*" else f", class {class_name}")
+        yield q, claims, total, f"project {project}" + ("" if q.claim_class == "*" else f", class {class_name}")
+
+
+def check_quota(model: State, config: Config, project: str, class_name: str, size: int, new_claims: int = 1) -> None:
+    """``size`` more bytes (and ``new_claims`` more claims: 0 for a resize or a snapshot, which are
+    charged bytes but are no claims) for ``project`` in ``class_name``."""
+    for q, claims, total, scope in _quotas(model, config, project, class_name):
         if new_claims and q.max_claims is not None and claims + new_claims > q.max_claims:
             raise Conflict(f"quota exceeded for {scope}: at most {q.max_claims} claims, {claims} in use",
                            code="quota_exceeded")
@@ -373,6 +381,17 @@ def check_quota(model: State, config: Config, project: str, class_name: str, siz
         if limit is not None and total + size > limit:
             raise Conflict(f"quota exceeded for {scope}: at most {format_size(limit)}, {format_size(total)} in use, "
                            f"{format_size(size)} asked", code="quota_exceeded")
+
+
+def quota_left(model: State, config: Config, project: str, class_name: str) -> tuple[int, str] | None:
+    """The bytes ``project`` may still be charged in ``class_name`` under its tightest quota, with that
+    quota in words (None: no quota limits its bytes).  A cache's replica started on demand is charged
+    its size: the scheduler starts none that would not fit."""
+    tightest: tuple[int, str] | None = None
+    for q, _, total, scope in _quotas(model, config, project, class_name):
+        if (limit := q.max_bytes_value) is not None and (tightest is None or limit - total < tightest[0]):
+            tightest = (limit - total, f"quota of {scope}: at most {format_size(limit)}, {format_size(total)} in use")
+    return tightest
 
 
 def check_fits_a_pool(config: Config, cls: ClaimClassConfig, size: int, what: str) -> None:

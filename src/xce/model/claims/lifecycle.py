@@ -42,7 +42,7 @@ from xce.model import audit, fairshare, ops
 from xce.model.facts import (
     AttachmentAdded, AttachmentRemoved, ClaimCreated, ClaimDeleteRequested, ClaimOpFailed, ClaimOpIntent,
     ClaimOpSucceeded, ClaimPlaced, ClaimPurgeRequested, ClaimResizeRequested, ClaimResizeReserved, ReplicaEvicted,
-    ReplicaLost, ReplicaOpFailed, ReplicaOpIntent, ReplicaOpSucceeded, ReplicaPlaced, ReplicasAdded,
+    ReplicaLost, ReplicaObjectGone, ReplicaOpFailed, ReplicaOpIntent, ReplicaOpSucceeded, ReplicaPlaced, ReplicasAdded,
 )
 from xce.model.claims import replicas
 from xce.model.entities.claims import (
@@ -282,6 +282,26 @@ def apply_replica_lost(model: State, f: ReplicaLost) -> None:
     _settle(model, claim, f.time, f"replica on {f.host} lost with its host", "-")
 
 
+def apply_replica_object_gone(model: State, f: ReplicaObjectGone) -> None:
+    """A READY replica's object was not in its host's listing: a populated claim's is made again under the
+    op id that made it and filled again (READY once it is); any other's data, written by jobs, is lost:
+    FAILED, and the other replicas serve on."""
+    claim = model.claims.get(f.claim_id)
+    r = claim.replica_on(f.host) if claim is not None else None
+    if claim is None or r is None or r.state is not ReplicaState.READY or r.handle != f.handle or r.op is not None:
+        return  # OBSERVATION: it changed since the listing was decided on; nothing to do
+    if claim.populate_from is not None and not claim.delete_requested:
+        replicas.set_state(model, claim, r, ReplicaState.PREPARING, f.time,
+                           f"object {f.handle} gone from {f.host}: made and filled again", "-")
+        replicas.redrive_create(model, claim, r)
+    else:
+        r.data_exists = False
+        r.last_error = f"object gone from {f.host}: its data is lost"
+        replicas.set_state(model, claim, r, ReplicaState.FAILED, f.time, r.last_error, "-")
+    _settle(model, claim, f.time, f"replica on {f.host}: its object is gone", "-")
+    _advance_delete(model, claim, f.time)
+
+
 def replicas_host_returned(model: State, host: str, time: float) -> None:
     """Fold helper: ``host`` registered again.  Each of its LOST replicas is checked by its worker: its
     create re-driven by the op id that made it (the same object if intact, else a new one), then its
@@ -399,7 +419,11 @@ def apply_replica_op_failed(model: State, f: ReplicaOpFailed) -> None:
         return
     replicas.close_op(model, claim, r)
     why = f"{op.kind.value} failed after {op.attempts} attempt{'s' if op.attempts != 1 else ''}: {r.last_error}"
-    if op.kind is OpKind.CREATE:  # a permanent error made nothing (a crash's leftover: the orphan scan's)
+    if op.kind is OpKind.CREATE and f.code == replicas.DATA_LOST:  # a lost host's replica, checked on its return
+        r.data_exists = False
+        r.last_error = f"object gone while {r.host} was lost: its data is lost"
+        replicas.set_state(model, claim, r, ReplicaState.FAILED, f.time, r.last_error, agent)
+    elif op.kind is OpKind.CREATE:  # a permanent error made nothing (a crash's leftover: the orphan scan's)
         r.data_exists = False
         replicas.set_state(model, claim, r, ReplicaState.FAILED, f.time, why, agent)
     elif op.kind is OpKind.POPULATE:  # the object exists, its data is incomplete: the other replicas serve on

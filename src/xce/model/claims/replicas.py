@@ -11,6 +11,7 @@ States (``ReplicaState``), one machine per replica, on its host::
                       FAILED ──(deleted)──▶ RELEASING / RELEASED
     READY ──(host lost)──▶ LOST ──(host back: its create re-driven by the same op id)──▶ PREPARING
                              └──(deleted, evicted)──▶ RELEASING
+    READY ──(its object gone from its host's listing)──▶ PREPARING (populated: made again) | FAILED
 
 A replica is PENDING until the scheduler reserves its size on its host's counter of the claim's
 class (``ReplicaPlaced``), which opens its ``create`` op; a claim with a source (``--source``) then
@@ -25,7 +26,12 @@ A READY replica whose host is declared lost is LOST: no job is placed there.  Wh
 again its replica's ``create`` is opened again *with the op id that made it*: the provider, idempotent by
 op id, answers with the same object if it is intact, or makes it anew if it is gone; a populated claim's
 ``populate`` follows (rclone copies only what is missing: nothing, if it is intact).  READY again only
-then.
+then.  A replica of a claim with no source cannot be filled again: its data was written by jobs.  Its
+re-driven create names the object it expects (``must_exist``): its worker checks its host's listing
+first, and a missing object fails it for good (``DATA_LOST``): FAILED, "object gone while host2 was
+lost: its data is lost", while the other replicas serve on.  The same holds while the host is up: a
+READY replica whose object its worker's orphan scan does not list (``vanished``) is made again if
+populated, FAILED if not (``ReplicaObjectGone``).
 """
 
 from __future__ import annotations
@@ -36,18 +42,21 @@ from xce.agentnames import node_agent
 from xce.model import audit, ops
 from xce.model.entities.claims import Claim, Replica, ReplicaState
 from xce.model.entities.ops import Op, OpKind
-from xce.model.facts import Fact, ReplicaOpFailed, ReplicaOpIntent, ReplicaOpSucceeded
+from xce.model.facts import Fact, ReplicaObjectGone, ReplicaOpFailed, ReplicaOpIntent, ReplicaOpSucceeded
 from xce.model.ops import OpenOp
 from xce.model.state import State
 from xce.model.transitions import check
 
-__all__ = ["REPLICA_OPS", "REPLICA_TRANSITIONS", "ReplicaOps", "close_op", "open_op", "set_state"]
+__all__ = ["DATA_LOST", "REPLICA_OPS", "REPLICA_TRANSITIONS", "ReplicaOps", "close_op", "must_exist", "open_op",
+           "set_state", "vanished"]
+
+DATA_LOST = "DATA_LOST"  # the error code of a re-driven create whose object is gone (``must_exist``)
 
 R = ReplicaState
 REPLICA_TRANSITIONS: dict[ReplicaState, frozenset[ReplicaState]] = {
     R.PENDING: frozenset({R.PREPARING, R.FAILED, R.RELEASED}),
     R.PREPARING: frozenset({R.READY, R.FAILED, R.RELEASING}),
-    R.READY: frozenset({R.RELEASING, R.LOST}),
+    R.READY: frozenset({R.RELEASING, R.LOST, R.PREPARING, R.FAILED}),
     R.LOST: frozenset({R.PREPARING, R.RELEASING}),
     R.RELEASING: frozenset({R.RELEASED, R.FAILED}),
     R.FAILED: frozenset({R.RELEASING, R.RELEASED}),
@@ -86,6 +95,25 @@ def redrive_create(model: State, claim: Claim, replica: Replica) -> None:
     n = replica.op_counts.get(OpKind.CREATE.value, 1)
     replica.op = Op(op_id=f"c{claim.id}.r{replica.no}.{OpKind.CREATE.value}.{n}", kind=OpKind.CREATE)
     model.open_replica_ops.add(claim.id)
+
+
+def must_exist(claim: Claim, replica: Replica, op: Op) -> str | None:
+    """The object a replica's create must find rather than make (None: it may make it): a re-driven
+    create (its host is back) of a claim with no source, whose data only its jobs wrote."""
+    if op.kind is OpKind.CREATE and replica.handle is not None and claim.populate_from is None:
+        return replica.handle
+    return None
+
+
+def vanished(model: State, host: str, class_name: str, listed: set[str], now: float) -> list[Fact]:
+    """What ``host``'s listing of ``class_name``'s node objects says of its READY replicas: each whose
+    object it does not list is gone (its worker takes the listing and reports it with no op result
+    between them, so a replica READY here had its object before the listing was taken)."""
+    return [ReplicaObjectGone(time=now, claim_id=claim.id, host=host, handle=r.handle)
+            for claim in model.claims.values() if claim.replicated and claim.class_name == class_name
+            for r in claim.replicas
+            if r.host == host and r.state is ReplicaState.READY and r.op is None and r.handle is not None
+            and r.handle not in listed]
 
 
 def close_op(model: State, claim: Claim, replica: Replica) -> None:

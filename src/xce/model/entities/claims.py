@@ -258,6 +258,12 @@ class Claim:
         """The replicas it has or will have (each holds its size on its host): released ones are gone."""
         return sum(r.state is not ReplicaState.RELEASED for r in self.replicas) + self.replicas_to_place
 
+    @property
+    def replica_charge(self) -> int:
+        """What one more replica adds to its quota charge (``charged_bytes``): nothing for the first, which a
+        claim is charged from its creation, its size for each after."""
+        return max(self.size_bytes, self.actual_bytes or 0) if self.replica_count > 0 else 0
+
     def replica_on(self, host: str) -> Replica | None:
         """Its replica on ``host`` that is not RELEASED (a host holds one at a time)."""
         return next((r for r in self.replicas if r.host == host and r.state is not ReplicaState.RELEASED), None)

@@ -15,6 +15,7 @@ class Orphan:
     tags: dict[str, str] = field(default_factory=dict)
     size_bytes: int | None = None
     kind: str = "volume"  # or "snapshot"
+    host: str | None = None  # a node object's host: its worker lists it and releases it (None: the provisioner's)
 
     @property
     def retain(self) -> bool:
