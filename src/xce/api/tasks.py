@@ -7,6 +7,7 @@ in the audit trail.  No user token reaches them: a user cannot slip a task into 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Annotated, Any
 
@@ -18,7 +19,8 @@ from xce.api.commands import mutate
 from xce.api.deps import Ctl, Monitor
 from xce.api.responses import JSONResponse
 from xce.api.schemas import Strict
-from xce.errors import Unauthenticated
+from xce.controller.peeks import TASK_OUTPUT
+from xce.errors import Conflict, Unauthenticated, Unavailable
 from xce.model import Model, tasks
 from xce.controller.core import Controller
 from xce.controller.hosts import HostMonitor
@@ -31,6 +33,9 @@ JobId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 # seconds a call waits for its job's run to be reported started: the job's command may call blaunch
 # before its worker's report of the start is committed (and the run's secret known)
 START_WAIT = 30.0
+RELAY_LIMIT = 1 << 20  # bytes of a task's output one answer carries at most (its stdout and stderr together)
+RELAY_WAIT = 20.0  # seconds a read of a task's output is held for output, at most (and a third of the lease)
+ANSWER_MARGIN = 5.0  # seconds the worker has to answer past that
 
 
 class LaunchRequest(Strict):
@@ -52,6 +57,24 @@ class TaskOut(BaseModel):
     signal: int | None
     reason: str
     running: bool = Field(description="the job's run is still going (else the task ends with it)")
+
+
+class TaskOutputOut(BaseModel):
+    """What a task wrote since the offsets asked (base64), relayed from its host; ``eof``: all of it."""
+
+    out: str = Field(description="its stdout from the offset asked, base64")
+    err: str = Field(description="its stderr from the offset asked, base64")
+    eof: bool = Field(description="the task ended and this is the last of its output")
+
+
+class SignalRequest(Strict):
+    signal: Annotated[int, Field(ge=1, le=64)]
+
+
+def relay_limit(max_body_bytes: int) -> int:
+    """Bytes of output one answer may carry: ``RELAY_LIMIT``, or less where the worker's answer (base64 in
+    JSON) would not fit in a request body the controller takes."""
+    return max(1024, min(RELAY_LIMIT, (max_body_bytes - 4096) * 3 // 4))
 
 
 def _secret(request: Request) -> str:
@@ -109,6 +132,7 @@ async def launch(job_id: JobId, body: LaunchRequest, request: Request, ctl: Ctl,
         return facts, facts[0].task  # type: ignore[attr-defined]
 
     number = await mutate(request, user, f"job/{job_id}", decide)
+    monitor.launchers.heard_from((job_id, run, number))  # its lease begins
     return JSONResponse(task_json(job, ctl.model.jobs[job_id].tasks[number - 1]), status_code=201)
 
 
@@ -120,9 +144,63 @@ async def task_state(job_id: JobId, request: Request, ctl: Ctl, monitor: Monitor
     await ctl.read_barrier()
     job, _ = _the_job(request, ctl.model, job_id)
     deadline = time.monotonic() + wait
-    while not tasks.task_of(job, task)["ended"] and (left := deadline - time.monotonic()) > 0 \
-            and not monitor.tasks.closing:
-        await monitor.tasks.wait(left)
-        await ctl.read_barrier()
-        job, _ = _the_job(request, ctl.model, job_id)  # (the run may have ended meanwhile: refused then)
+    with monitor.launchers.asking_for((job_id, job.run, task)):
+        while not tasks.task_of(job, task)["ended"] and (left := deadline - time.monotonic()) > 0 \
+                and not monitor.tasks.closing:
+            await monitor.tasks.wait(left)
+            await ctl.read_barrier()
+            job, _ = _the_job(request, ctl.model, job_id)  # (the run may have ended meanwhile: refused then)
     return JSONResponse(task_json(job, tasks.task_of(job, task)))
+
+
+@router.get("/v1/jobs/{job_id}/tasks/{task}/output", response_model=TaskOutputOut)
+async def task_output(job_id: JobId, request: Request, ctl: Ctl, monitor: Monitor,
+                      task: Annotated[int, Path(ge=1, le=tasks.MAX_TASKS)],
+                      out: int = Query(0, ge=0, le=2**62, description="from this byte of its stdout"),
+                      err: int = Query(0, ge=0, le=2**62, description="from this byte of its stderr"),
+                      wait: float = Query(0, ge=0, le=60, description="seconds to wait for output")):
+    """A task's output from the offsets given, relayed from its host's worker (``blaunch`` writes it to its
+    own stdout and stderr, as LSF's does); with ``wait``, once there is some (or the wait is over).  Each
+    ask renews the lease of the task's launcher."""
+    await ctl.read_barrier()
+    job, _ = _the_job(request, ctl.model, job_id)
+    host = tasks.task_of(job, task)["host"]
+    hold = min(wait, RELAY_WAIT, monitor.launchers.lease / 3)
+    with monitor.launchers.asking_for((job_id, job.run, task)):
+        ask = ctl.peeks.ask(host, TASK_OUTPUT, job_id=job_id, run=job.run, task=task, out=out, err=err,
+                            limit=relay_limit(ctl.config.controller.max_body_bytes), wait=hold)
+        if ask is None:
+            raise Unavailable(f"host {host} has too many output reads waiting: try again", code="busy")
+        try:
+            reply = await asyncio.wait_for(asyncio.shield(ask.answer), hold + ANSWER_MARGIN)
+        except TimeoutError:
+            reply = {}  # OBSERVATION: its worker did not answer (restarting, cut off): nothing yet, asked again
+        finally:
+            ctl.peeks.forget(host, ask)
+    if reply.get("error"):
+        raise Conflict(f"task {task}'s output on {host}: {reply['error']}", code="no_output")
+    eof = bool(reply.get("eof"))
+    if reply.get("missing"):  # none there: not started yet, or read to its end (an answer lost on its way)
+        await ctl.read_barrier()
+        job, _ = _the_job(request, ctl.model, job_id)
+        eof = tasks.task_of(job, task)["ended"]
+    return JSONResponse({"out": reply.get("data", ""), "err": reply.get("err_data", ""), "eof": eof})
+
+
+@router.post("/v1/jobs/{job_id}/tasks/{task}/signal", response_model=TaskOut)
+async def signal_task(job_id: JobId, body: SignalRequest, request: Request, ctl: Ctl,
+                      task: Annotated[int, Path(ge=1, le=tasks.MAX_TASKS)]):
+    """A signal blaunch got, to its task (LSF's blaunch passes SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and
+    SIGUSR2 on to its tasks): once, through the run's orders to the task's host."""
+    await ctl.read_barrier()
+    job, user = _the_job(request, ctl.model, job_id)
+    run = job.run
+
+    def decide(model: Model):
+        current, _ = _the_job(request, model, job_id)
+        if current.run != run:
+            raise tasks.refused(job_id)
+        return tasks.signal_task(current, task, body.signal, time.time()), None
+
+    await mutate(request, user, f"job/{job_id}", decide)
+    return JSONResponse(task_json(ctl.model.jobs[job_id], tasks.task_of(ctl.model.jobs[job_id], task)))

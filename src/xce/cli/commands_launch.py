@@ -3,8 +3,12 @@ job, start a task on each of the given hosts of the job through their workers, a
 
 ``blaunch [-n] [-z "HOST..."] [-u HOSTFILE] [HOST] COMMAND [ARG...]``, as LSF's: the task runs on each
 host in the job's sandbox there (its user, environment, workspace and claims; ``XCE_TASK`` numbers it),
-its output goes to the job's output, and blaunch exits with the task's exit status (the first failed
-task's, of several; 128+N for a task killed by signal N).  The command line is run by ``/bin/sh -c``,
+its stdout and stderr come back to blaunch, which writes them to its own (the job's output: a host that
+cannot reach the job's output file runs tasks all the same), and blaunch exits with the task's exit
+status once it has all its output (the first failed task's, of several; 128+N for a task killed by
+signal N).  SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to blaunch are passed on to its
+tasks; a blaunch that dies otherwise (SIGKILL) has its tasks killed when it stops asking for them (the
+controller's ``launcher_lease``).  The command line is run by ``/bin/sh -c``,
 its words joined by spaces, as rsh and ssh run theirs (``mpirun --mca plm_rsh_agent blaunch`` quotes
 for a shell); ``-no-shell`` quotes each word so that it reaches the program as given.  A task that
 fails ends the job, unless ``--keep-going``.
@@ -17,18 +21,26 @@ controller(s), ``XCE_JOBID`` the job.  Standard input is not passed on (``-n`` i
 from __future__ import annotations
 
 import argparse
+import base64
 import os
+import queue
 import shlex
+import signal
 import sys
+import threading
+import time
 from typing import Any
 
 from xce.cli.errors import CliError, UsageError
-from xce.client import Client
+from xce.client import ApiError, Client
 from xce.wire import never_sent
 
 USAGE = '[-z "HOST..."] HOST COMMAND [ARG...]'
-WAIT = 30  # seconds each wait for a task's end may take (then asked again)
+WAIT = 30  # seconds each wait for a task's end or output may take (then asked again)
 TIMEOUT = WAIT + 15.0
+RETRY = 0.2  # seconds before a read the controller could not serve (busy, no answer) is asked again
+# what blaunch passes on to its tasks, as LSF's does
+PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
 class NotInJob(CliError):
@@ -79,14 +91,28 @@ def launch(args: argparse.Namespace, environ: Any = os.environ) -> int:
     except OSError:
         cwd = ""
     client = Client(url, secret, timeout=TIMEOUT)
+    signals: queue.SimpleQueue[int] = queue.SimpleQueue()
+    previous = {sig: signal.signal(sig, lambda n, _: signals.put(n)) for sig in PASSED_ON}
     try:
         env = {k: v for k, v in environ.items() if not never_sent(k, v)}  # (the run's secret is XCE_JOB_TOKEN)
         started = [client.post(f"/v1/jobs/{job}/tasks", {"host": h, "command": command, "cwd": cwd, "env": env,
                                                          "keep_going": args.keep_going}) for h in hosts]
+        relays = [_Relay(client, job, task) for task in started]
+        for r in relays:
+            r.start()
+        while any(r.is_alive() for r in relays):
+            try:
+                sig = signals.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            for r in relays:
+                if r.is_alive():
+                    r.pass_on(sig)
         status = 0
-        for task in started:
-            while not task["ended"]:
-                task = client.get(f"/v1/jobs/{job}/tasks/{task['task']}", [("wait", WAIT)])
+        for r in relays:
+            if r.failed is not None:
+                raise r.failed
+            task = r.task
             code = 128 + task["signal"] if task["signal"] is not None else task["exit_code"]
             if task["reason"]:
                 print(f"blaunch: task {task['task']} on {task['host']}: {task['reason']}", file=sys.stderr)
@@ -94,7 +120,61 @@ def launch(args: argparse.Namespace, environ: Any = os.environ) -> int:
                 status = code if 0 < code < 256 else 1
         return status
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         client.close()
+
+
+class _Relay(threading.Thread):
+    """One task: its output, relayed from its host to blaunch's stdout and stderr in order and whole (asked
+    from the offsets written), then its end.  Each ask keeps the task's launcher lease."""
+
+    def __init__(self, client: Client, job: str, task: dict[str, Any]) -> None:
+        super().__init__(daemon=True, name=f"task-{task['task']}")
+        self.client, self.job, self.task = client, job, task
+        self.path = f"/v1/jobs/{job}/tasks/{task['task']}"
+        self.failed: Exception | None = None
+        self._writable = {1: True, 2: True}
+
+    def run(self) -> None:
+        try:
+            offsets = [0, 0]
+            while True:
+                got = self._ask(f"{self.path}/output", [("out", offsets[0]), ("err", offsets[1]), ("wait", WAIT)])
+                for i, (fd, name) in enumerate(((1, "out"), (2, "err"))):
+                    data = base64.b64decode(got[name])
+                    self._write(fd, data)
+                    offsets[i] += len(data)
+                if got["eof"]:
+                    break
+            while not self.task["ended"]:
+                self.task = self._ask(self.path, [("wait", WAIT)])
+        except Exception as e:  # (said by the main thread)
+            self.failed = e
+
+    def _ask(self, path: str, params: list[tuple[str, Any]]) -> Any:
+        while True:
+            try:
+                return self.client.get(path, params)
+            except ApiError as e:
+                if e.status != 503 or e.code not in ("busy", "no_answer"):
+                    raise
+            time.sleep(RETRY)
+
+    def _write(self, fd: int, data: bytes) -> None:
+        """All of ``data`` to ``fd``; a stream that cannot be written any more (closed) is drained still."""
+        view = memoryview(data)
+        while view and self._writable[fd]:
+            try:
+                view = view[os.write(fd, view):]
+            except OSError:
+                self._writable[fd] = False
+
+    def pass_on(self, sig: int) -> None:
+        try:
+            self.client.post(f"{self.path}/signal", {"signal": int(sig)})
+        except ApiError as e:
+            print(f"blaunch: could not pass signal {int(sig)} on to task {self.task['task']}: {e}", file=sys.stderr)
 
 
 def register(sub, common) -> None:

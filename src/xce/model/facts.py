@@ -395,12 +395,15 @@ class JobKillRequested(Fact):
 @fact("job.signal_requested")
 @dataclass(frozen=True, slots=True)
 class JobSignalRequested(Fact):
-    """``xce kill -s SIGNAL``: that one signal to the run's processes, once; nothing follows it."""
+    """``xce kill -s SIGNAL``: that one signal to the run's processes, once; nothing follows it.  With
+    ``task``: to that task of the run only (its ``blaunch`` passing on a signal it got, or SIGKILL when
+    its ``blaunch`` is gone: ``tasks.launchers_lost``)."""
 
     job_id: int
     run: int
     by: str
     signal: int
+    task: int | None = None
 
 
 @fact("job.suspended")

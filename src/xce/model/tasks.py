@@ -10,23 +10,29 @@ accepted for that run only, on that job's own hosts, while it runs; it is a fact
 for; a failed task ends the job unless it was launched with ``keep_going``.  The run's end ends its
 tasks: a worker that polls with tasks of a run that is not running any more is told to end them
 (``runs_over``).
+
+A task lives no longer than its ``blaunch``: a signal blaunch gets (SIGINT, SIGTERM, SIGHUP, SIGQUIT,
+SIGUSR1, SIGUSR2) is passed on to its task (``signal_task``), and a task whose blaunch stopped asking
+for it (killed, even by SIGKILL: the controller's ``launchers`` lease lapsed) is killed
+(``launchers_lost``), each an order of the run for that task only (``JobSignalRequested.task``).
 """
 
 from __future__ import annotations
 
 import hmac
+from signal import SIGKILL
 from typing import Any
 
 from xce.config import ControllerConfig
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound, Unauthenticated
 from xce.model.entities.jobs import RUNNING, Job
-from xce.model.facts import Fact, JobKillRequested, TaskEnded, TaskLaunched
+from xce.model.facts import Fact, JobKillRequested, JobSignalRequested, TaskEnded, TaskLaunched
 from xce.model.identity import hash_token
 from xce.model.jobs import kept_environment
 from xce.model.state import State
 
-__all__ = ["MAX_TASKS", "apply_task_ended", "apply_task_launched", "job_for_secret", "launch", "refused",
-           "report_ended", "runs_over", "task_key", "task_of", "tasks_for"]
+__all__ = ["MAX_TASKS", "apply_task_ended", "apply_task_launched", "job_for_secret", "launch", "launchers_lost",
+           "live_tasks", "refused", "report_ended", "runs_over", "signal_task", "task_key", "task_of", "tasks_for"]
 
 MAX_TASKS = 10_000  # tasks one run may launch (each is a fact and a line of the job's document)
 
@@ -71,6 +77,36 @@ def task_of(job: Job, task: int) -> dict[str, Any]:
     if not 1 <= task <= len(job.tasks):
         raise NotFound(f"job {job.display_id} has no task {task} in this run")
     return job.tasks[task - 1]
+
+
+def signal_task(job: Job, task: int, signal: int, now: float) -> list[Fact]:
+    """``blaunch`` got ``signal``: to its task, once (nothing when the task has ended already)."""
+    t = task_of(job, task)
+    if not 1 <= signal <= 64:
+        raise InvalidRequest(f"signal {signal} is not a signal number (1-64)")
+    if t["ended"]:
+        return []
+    return [JobSignalRequested(time=now, job_id=job.id, run=job.run, by=f"blaunch of task {task}", signal=signal,
+                               task=task)]
+
+
+def live_tasks(job: Job) -> list[int]:
+    """The tasks of ``job``'s run that have not ended and were not killed (their launcher's lease is kept;
+    not those of a run being killed: they end with it)."""
+    if job.state not in RUNNING or job.kill_requested:
+        return []
+    return [t["task"] for t in job.tasks if not t["ended"] and not t.get("killed")]
+
+
+def launchers_lost(model: State, job_id: int, lapsed: list[int], now: float) -> list[Fact]:
+    """The launchers (``blaunch``) of these tasks stopped asking for them: each task is killed, once (as
+    LSF's tasks end with their blaunch; the task's end then ends the job, unless ``keep_going``)."""
+    job = model.jobs.get(job_id)
+    if job is None:
+        return []
+    live = set(live_tasks(job))
+    return [JobSignalRequested(time=now, job_id=job.id, run=job.run, signal=SIGKILL, task=task,
+                               by=f"task {task}'s launcher (blaunch) gone") for task in lapsed if task in live]
 
 
 def report_ended(model: State, host: str, job_id: int, run: int, task: int, now: float, exit_code: int | None,

@@ -85,14 +85,17 @@ def applied(run_dir: str) -> int:
     return int(text) if text.isdigit() else 0
 
 
-def pass_on(run_dir: str, orders: dict[str, Any]) -> bool:
-    """Write what the controller ordered the run (``model.jobs.orders``) for its shepherd, wake it, and
-    record the order number; False when the run's shepherd is gone (nothing to tell)."""
+def pass_on(run_dir: str, orders: dict[str, Any], task: int | None = None) -> bool:
+    """Write what the controller ordered the run (``model.jobs.orders``) for its shepherd (or its ``task``'s,
+    in the task's directory), wake it, and record the order number; False when the shepherd is gone
+    (nothing to tell).  A signal for one task (``[seq, signal, task]``: its blaunch's) goes to that task's
+    shepherd only."""
     if orders["kill"] is not None and not os.path.exists(os.path.join(run_dir, KILL)):
         grace = orders["kill"]["grace"]
         _write(os.path.join(run_dir, KILL), f"{10.0 if grace is None else float(grace):g}\n")
-    if orders["signals"]:
-        _write(os.path.join(run_dir, SIGNALS), "".join(f"{seq} {sig}\n" for seq, sig in orders["signals"]))
+    signals = [(seq, sig) for seq, sig, *to in orders["signals"] if not to or to[0] == task]
+    if signals:
+        _write(os.path.join(run_dir, SIGNALS), "".join(f"{seq} {sig}\n" for seq, sig in signals))
     _write(os.path.join(run_dir, FREEZE), "1\n" if orders["suspend"] else "0\n")
     woke = wake(run_dir)
     _write(os.path.join(run_dir, ORDERS), f"{orders['seq']}\n")

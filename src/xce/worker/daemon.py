@@ -41,6 +41,7 @@ from xce.units import format_run_limit, format_size
 from xce.worker import control, sandbox, staging
 from xce.worker.cgroups import CgroupError, Hierarchy, Limits, RunCgroup, Usage
 from xce.worker.gpus import Gpu, device_rules
+from xce.worker.relay import Relay
 from xce.worker.rendezvous import Ports, new_secret
 from xce.worker.storage import StorageRoots
 from xce.worker.tasks import TaskRuns
@@ -89,7 +90,10 @@ class Worker:
         self.jobs_dir = os.path.join(work_dir, "jobs")
         self.output_dir = os.path.join(work_dir, "output")
         self.tasks = TaskRuns(os.path.join(work_dir, "tasks"))  # tasks of runs (blaunch) on this host
-        for d in (self.runs_dir, self.jobs_dir, self.output_dir, self.tasks.dir):
+        # their output, relayed to their blaunch through the controller
+        self.relay = Relay(os.path.join(work_dir, "spool"), self.tasks.is_running, self.tasks.has_ended,
+                           self._answer_peek)
+        for d in (self.runs_dir, self.jobs_dir, self.output_dir, self.tasks.dir, self.relay.dir):
             os.makedirs(d, exist_ok=True)
             os.chmod(d, 0o711)  # users reach their own workspace, claims and output, and list nobody's
         self.running: set[tuple[int, int]] = set()
@@ -489,8 +493,10 @@ class Worker:
                 return  # OBSERVATION: over, or passed on already (the answer raced our last poll's)
             self.applied[key] = orders["seq"]
             mine = key in self.running
-        for run_dir in ([self._run_dir(*key)] if mine else []) + task_dirs:
-            control.pass_on(run_dir, orders)
+        if mine:
+            control.pass_on(self._run_dir(*key), orders)
+        for task, task_dir in task_dirs.items():
+            control.pass_on(task_dir, orders, task)
 
     def _end_now(self, job_id: int, run: int) -> None:
         """A run that is not this host's any more (the controller gave it up, or never gave it here): its
@@ -535,8 +541,9 @@ class Worker:
                                               allow_no_openat2=self.allow_no_openat2)
             address, _, port = task["rendezvous"].rpartition(":")
             own_env = {"XCE_TASK": str(key[2]), "XCE_RDZV_HOST": address, "XCE_RDZV_PORT": port}
+            spool = self.relay.make(key, run_as.uid if run_as else None, run_as.gid if run_as else None)
             started = sandbox.start(job, self.host, task_dir, workspace, self.output_dir, self.storage, run_as,
-                                    confinement, own_env, task)
+                                    confinement, own_env, task, output=spool)
         except (sandbox.StartFailed, CgroupError, OSError) as e:
             reason = f"failed to start: {e}" if not isinstance(e, sandbox.StartFailed) else str(e)
             self._write_journal(task_dir, dict(intent, failed=reason))
@@ -583,8 +590,9 @@ class Worker:
     def _runs_over(self, runs: list[tuple[int, int]]) -> None:
         """The controller says these runs are over: their tasks here end now, their workspaces here go."""
         for run in runs:
-            for task_dir in self.tasks.of_run(run):
+            for task_dir in self.tasks.of_run(run).values():
                 control.end_now(task_dir)
+            self.relay.drop_run(run)  # (its blaunch is gone with it)
         for workspace in self.tasks.ended_runs(runs):
             sandbox.clean_workspace(workspace)
 
@@ -601,6 +609,7 @@ class Worker:
                    threading.Thread(target=self._reporter_loop, daemon=True, name="reporter"),
                    threading.Thread(target=self._poll_loop, daemon=True, name="poll"),
                    threading.Thread(target=self._peek_loop, daemon=True, name="peeks"),
+                   threading.Thread(target=self.relay.run, args=(self._stop,), daemon=True, name="relay"),
                    threading.Thread(target=self.node_agent.run, daemon=True, name="node-agent")]
         for t in threads:
             t.start()
@@ -612,18 +621,26 @@ class Worker:
         return 0
 
     def _peek_loop(self) -> None:
-        """Answer the controller's questions about the output of runs here (``bpeek``)."""
+        """Answer the controller's questions about the output of runs here (``bpeek``) and hand those
+        about tasks' output (blaunch's relay) to the relay, which holds them until there is output."""
         while not self._stop.is_set():
             try:
-                asked = self.client.get(f"/v1/hosts/{self.host}/peeks", {"wait": POLL_WAIT},
+                asked = self.client.get(f"/v1/hosts/{self.host}/peeks",
+                                        [("wait", POLL_WAIT), *(("held", i) for i in self.relay.held())],
                                         timeout=POLL_WAIT + DAEMON_TIMEOUT)
             except ClientError as e:
                 log.warning("peek poll failed, retrying in 1s: %s", e.message)
                 self._stop.wait(1.0)
                 continue
             for a in asked or []:
-                reply = self._peek(a)
-                self._try(lambda: self.client.post(f"/v1/hosts/{self.host}/peeks", reply))
+                if a.get("kind") == "task_output":
+                    self.relay.ask(a)
+                else:
+                    reply = self._peek(a)
+                    self._try(lambda: self._answer_peek(reply))
+
+    def _answer_peek(self, reply: dict[str, Any]) -> None:
+        self.client.post(f"/v1/hosts/{self.host}/peeks", reply)
 
     def _peek(self, asked: dict[str, Any]) -> dict[str, Any]:
         key = (asked["job_id"], asked["run"])
@@ -642,7 +659,7 @@ class Worker:
         while not self._stop.is_set():
             with self._lock:  # the orders we have: the poll answers only newer ones
                 seen = [f"{j}.{r}.{seq}" for (j, r), seq in self.applied.items() if seq]
-            task_runs = [f"{j}.{r}" for j, r in sorted(self.tasks.runs())]
+            task_runs = [f"{j}.{r}" for j, r in sorted(self.tasks.runs() | self.relay.runs())]
             sent = control.clock()
             try:
                 work = self.client.get(f"/v1/hosts/{self.host}/work", [("wait", POLL_WAIT), *(("seen", x) for x in seen),

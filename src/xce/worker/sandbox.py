@@ -400,7 +400,8 @@ class Confinement:
 
 def start(job: Dispatch, host: str, run_dir: str, workspace: str, output_dir: str,
           roots: StorageRoots, run_as: RunAs | None = None, confinement: Confinement = Confinement(),
-          own_env: dict[str, str] | None = None, task: TaskDispatch | None = None) -> Started:
+          own_env: dict[str, str] | None = None, task: TaskDispatch | None = None,
+          output: tuple[str, str] | None = None) -> Started:
     """Create the workspace, write what the launcher reads, spawn the shepherd.  The working directory
     and the command are the launcher's to find, as the job's user: the worker (root) follows no path a
     user chose, and says only what it checked itself.  The job starts in ``cwd`` (``--cwd``: it must
@@ -408,7 +409,8 @@ def start(job: Dispatch, host: str, run_dir: str, workspace: str, output_dir: st
     workspace (the launcher notes it: ``Started.notes``).  ``own_env``: what this start adds to the job's
     environment (its rendezvous, its secret).  A ``task`` of the run (``blaunch``) runs its command line
     in the run's sandbox on this host: the same user, environment, claims and workspace, starting where
-    blaunch was called (else as the run), its output appended to the run's."""
+    blaunch was called (else as the run).  ``output``: the files its stdout and stderr go to instead of the
+    job's (a task's spool, relayed to its blaunch: ``relay``)."""
     os.makedirs(workspace, mode=0o700, exist_ok=True)
     if run_as is not None:
         os.chown(workspace, run_as.uid, run_as.gid)
@@ -427,15 +429,10 @@ def start(job: Dispatch, host: str, run_dir: str, workspace: str, output_dir: st
         env.update({"XCE_PRE_EXEC": job.get("pre_exec") or "", "XCE_POST_EXEC": job.get("post_exec") or ""})
         command = [SHELL, "-c", STEPS, "xce-job", *command]
     write_env(run_dir, env)
-    default_out = os.path.join(output_dir, f"{job['display_id']}.out")
-    stdout = expand(job["stdout"], job) if job["stdout"] else default_out
-    stderr = expand(job["stderr"], job) if job["stderr"] else stdout
-    stdout, stderr = (p if os.path.isabs(p) else os.path.join(cwd, p) for p in (stdout, stderr))
-    for p in {os.path.dirname(stdout), os.path.dirname(stderr)}:
-        if not os.path.isdir(p):
-            raise StartFailed(f"failed to start: output directory {p} does not exist on {host}")
-    if not job["stdout"]:
-        _precreate(default_out, run_as)
+    if output is not None:
+        stdout, stderr = output
+    else:
+        stdout, stderr = _output_files(job, host, cwd, output_dir, run_as)
     argv = launch_argv(program, run_dir, cwd, stdout, stderr, command, as_root, run_as, confinement,
                        cwd_fallback=fallback, report=True)
     read_end, write_end = _report_pipe()
@@ -448,6 +445,21 @@ def start(job: Dispatch, host: str, run_dir: str, workspace: str, output_dir: st
         os.close(write_end)
     how = ("bind" if as_root else "symlink") if claims else ""
     return Started(pid=pid, workspace=workspace, stdout=stdout, stderr=stderr, publish=how, report=read_end)
+
+
+def _output_files(job: Dispatch, host: str, cwd: str, output_dir: str, run_as: RunAs | None) -> tuple[str, str]:
+    """The job's stdout and stderr files (``-o``, ``-e``: ``%J`` and ``%I`` expanded, relative to its
+    working directory), its default output made safe first."""
+    default_out = os.path.join(output_dir, f"{job['display_id']}.out")
+    stdout = expand(job["stdout"], job) if job["stdout"] else default_out
+    stderr = expand(job["stderr"], job) if job["stderr"] else stdout
+    stdout, stderr = (p if os.path.isabs(p) else os.path.join(cwd, p) for p in (stdout, stderr))
+    for p in {os.path.dirname(stdout), os.path.dirname(stderr)}:
+        if not os.path.isdir(p):
+            raise StartFailed(f"failed to start: output directory {p} does not exist on {host}")
+    if not job["stdout"]:
+        _precreate(default_out, run_as)
+    return stdout, stderr
 
 
 REPORT_FD = 3  # the shepherd's --report descriptor
