@@ -7,6 +7,7 @@ launcher (``rdzv_launcher.py``) whose agents meet at the rendezvous."""
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import shutil
@@ -263,3 +264,12 @@ def test_a_blaunch_killed_with_sigkill_has_its_task_killed(cl, tmp_path):
     done = cl.wait_state(job, "EXIT", timeout=LEASE + 60)
     assert done["exit_reason"] == "killed by task 1 on host2 (signal 9)"
     wait_for(lambda: not any(process_alive(p) for p in pids), what="no task process left on host2")
+
+
+def test_blaunchs_standard_input_goes_to_its_task_and_n_gives_it_none(cl, tmp_path):
+    # ~1.3 MB through the task's input pipe (64 KiB at a time: the task's reads are the backpressure)
+    numbers = "".join(f"{i}\n" for i in range(1, 200001))
+    done, out = run_job(cl, "printf 'one\\ntwo\\n' | blaunch host2 'cat; echo read all'; "
+                            "seq 1 200000 | blaunch host2 md5sum; echo ignored | blaunch -n host2 'cat; echo none'")
+    assert done["state"] == "DONE"
+    assert out.splitlines() == ["one", "two", "read all", f"{hashlib.md5(numbers.encode()).hexdigest()}  -", "none"]

@@ -19,7 +19,7 @@ from xce.api.commands import mutate
 from xce.api.deps import Ctl, Monitor
 from xce.api.responses import JSONResponse
 from xce.api.schemas import Strict
-from xce.controller.peeks import TASK_OUTPUT
+from xce.controller.peeks import TASK_INPUT, TASK_OUTPUT
 from xce.errors import Conflict, Unauthenticated, Unavailable
 from xce.model import Model, tasks
 from xce.controller.core import Controller
@@ -43,6 +43,7 @@ class LaunchRequest(Strict):
     command: Annotated[str, Field(min_length=1, max_length=128 * 1024)]  # one command line, for /bin/sh -c
     cwd: Annotated[str, Field(max_length=4096)] = ""  # where blaunch was called
     keep_going: bool = False  # the task's failure does not end the job
+    stdin: bool = False  # blaunch sends its standard input (POST .../input); else the task reads nothing (-n)
     env: Annotated[dict[Annotated[str, Field(max_length=1024)], Annotated[str, Field(max_length=128 * 1024)]],
                    Field(max_length=4096)] = Field(default_factory=dict)  # blaunch's environment
 
@@ -65,6 +66,17 @@ class TaskOutputOut(BaseModel):
     out: str = Field(description="its stdout from the offset asked, base64")
     err: str = Field(description="its stderr from the offset asked, base64")
     eof: bool = Field(description="the task ended and this is the last of its output")
+
+
+class InputRequest(Strict):
+    offset: Annotated[int, Field(ge=0, le=2**62)]  # where ``data`` begins in blaunch's standard input
+    data: Annotated[str, Field(max_length=512 * 1024)] = ""  # base64
+    eof: bool = False  # the input ends after ``data``
+
+
+class InputOut(BaseModel):
+    accepted: int = Field(description="bytes of the input the task's host has taken so far (send from there)")
+    closed: bool = Field(description="the task takes no more input (it ended)")
 
 
 class SignalRequest(Strict):
@@ -128,7 +140,7 @@ async def launch(job_id: JobId, body: LaunchRequest, request: Request, ctl: Ctl,
         if current.run != run:
             raise tasks.refused(job_id)
         facts = tasks.launch(model, current, body.host, body.command, body.cwd, body.keep_going, time.time(),
-                             body.env, ctl.config.controller)
+                             body.env, ctl.config.controller, body.stdin)
         return facts, facts[0].task  # type: ignore[attr-defined]
 
     number = await mutate(request, user, f"job/{job_id}", decide)
@@ -185,6 +197,31 @@ async def task_output(job_id: JobId, request: Request, ctl: Ctl, monitor: Monito
         job, _ = _the_job(request, ctl.model, job_id)
         eof = tasks.task_of(job, task)["ended"]
     return JSONResponse({"out": reply.get("data", ""), "err": reply.get("err_data", ""), "eof": eof})
+
+
+@router.post("/v1/jobs/{job_id}/tasks/{task}/input", response_model=InputOut)
+async def task_input(job_id: JobId, body: InputRequest, request: Request, ctl: Ctl, monitor: Monitor,
+                     task: Annotated[int, Path(ge=1, le=tasks.MAX_TASKS)]):
+    """blaunch's standard input for its task, from ``offset``: the task's host takes what its task's input
+    pipe has room for (held a while when it has none: the task reads slowly) and says how much it has."""
+    await ctl.read_barrier()
+    job, _ = _the_job(request, ctl.model, job_id)
+    host = tasks.task_of(job, task)["host"]
+    hold = min(RELAY_WAIT, monitor.launchers.lease / 3)
+    with monitor.launchers.asking_for((job_id, job.run, task)):
+        ask = ctl.peeks.ask(host, TASK_INPUT, job_id=job_id, run=job.run, task=task, offset=body.offset,
+                            data=body.data, eof=body.eof, wait=hold)
+        if ask is None:
+            raise Unavailable(f"host {host} has too many reads and writes waiting: try again", code="busy")
+        try:
+            reply = await asyncio.wait_for(asyncio.shield(ask.answer), hold + ANSWER_MARGIN)
+        except TimeoutError:
+            raise Unavailable(f"the worker on {host} did not answer: try again", code="no_answer") from None
+        finally:
+            ctl.peeks.forget(host, ask)
+    if reply.get("error"):
+        raise Conflict(f"task {task}'s input on {host}: {reply['error']}", code="no_input")
+    return JSONResponse({"accepted": reply.get("offset", body.offset), "closed": bool(reply.get("eof"))})
 
 
 @router.post("/v1/jobs/{job_id}/tasks/{task}/signal", response_model=TaskOut)

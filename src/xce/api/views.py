@@ -452,7 +452,8 @@ def host_work_json(model: Model, host: str, work: dispatch.HostWork) -> dict[str
 def task_dispatch_json(model: Model, job: Job, task: dict[str, Any], host: str) -> TaskDispatch:
     """A task as the worker on ``host`` starts it: in its run's sandbox there (``dispatch_json``)."""
     return TaskDispatch(run=dispatch_json(model, job, host), task=task["task"], command=task["command"],
-                        cwd=task["cwd"], env=task["env"], rendezvous=job.rendezvous)
+                        cwd=task["cwd"], env=task["env"], rendezvous=job.rendezvous,
+                        stdin=bool(task.get("stdin")))
 
 
 def with_fence(answer: dict[str, Any], fence: float | None) -> dict[str, Any]:

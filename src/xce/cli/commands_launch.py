@@ -8,14 +8,17 @@ cannot reach the job's output file runs tasks all the same), and blaunch exits w
 status once it has all its output (the first failed task's, of several; 128+N for a task killed by
 signal N).  SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to blaunch are passed on to its
 tasks; a blaunch that dies otherwise (SIGKILL) has its tasks killed when it stops asking for them (the
-controller's ``launcher_lease``).  The command line is run by ``/bin/sh -c``,
+controller's ``launcher_lease``).  blaunch's standard input goes to its tasks (each gets all of it), as
+LSF's does; ``-n``: they read nothing (/dev/null), which a blaunch in a loop that reads its own input wants.  The command line is run by ``/bin/sh -c``,
 its words joined by spaces, as rsh and ssh run theirs (``mpirun --mca plm_rsh_agent blaunch`` quotes
 for a shell); ``-no-shell`` quotes each word so that it reaches the program as given.  A task that
 fails ends the job, unless ``--keep-going``.
 
 The job proves it is the job with its run's secret, which the worker wrote to its environment
 (``XCE_JOB_TOKEN``) and which is sent only as the bearer of these calls; ``XCE_JOB_URL`` names the
-controller(s), ``XCE_JOBID`` the job.  Standard input is not passed on (``-n`` is the only way).
+controller(s), ``XCE_JOBID`` the job.  blaunch may run in the warm CLI server's worker process
+(``cli/server.py``), which must be left with no thread: each task's relay is a thread that ends with its
+task, and standard input is read by the main thread.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import argparse
 import base64
 import os
 import queue
+import select
 import shlex
 import signal
 import sys
@@ -38,6 +42,7 @@ from xce.wire import never_sent
 USAGE = '[-z "HOST..."] HOST COMMAND [ARG...]'
 WAIT = 30  # seconds each wait for a task's end or output may take (then asked again)
 TIMEOUT = WAIT + 15.0
+INPUT_CHUNK = 256 * 1024  # bytes of standard input sent at once
 RETRY = 0.2  # seconds before a read the controller could not serve (busy, no answer) is asked again
 # what blaunch passes on to its tasks, as LSF's does
 PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
@@ -48,7 +53,8 @@ class NotInJob(CliError):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-n", dest="no_stdin", action="store_true", help="no standard input (the only way: accepted)")
+    p.add_argument("-n", dest="no_stdin", action="store_true",
+                   help="the tasks read nothing (/dev/null), not blaunch's standard input")
     p.add_argument("-z", dest="hosts", metavar='"HOST..."',
                    help="the task on each of these hosts (one argument, space-separated), in parallel")
     p.add_argument("-u", dest="host_file", metavar="HOSTFILE", help="the task on each host listed in this file")
@@ -96,13 +102,17 @@ def launch(args: argparse.Namespace, environ: Any = os.environ) -> int:
     try:
         env = {k: v for k, v in environ.items() if not never_sent(k, v)}  # (the run's secret is XCE_JOB_TOKEN)
         started = [client.post(f"/v1/jobs/{job}/tasks", {"host": h, "command": command, "cwd": cwd, "env": env,
-                                                         "keep_going": args.keep_going}) for h in hosts]
+                                                         "keep_going": args.keep_going, "stdin": not args.no_stdin})
+                   for h in hosts]
         relays = [_Relay(client, job, task) for task in started]
         for r in relays:
             r.start()
+        stdin = _Input(client, relays) if not args.no_stdin else None
         while any(r.is_alive() for r in relays):
+            if stdin is not None and not stdin.done:
+                stdin.step(0.1)
             try:
-                sig = signals.get(timeout=0.1)
+                sig = signals.get(timeout=0.1 if stdin is None or stdin.done else 0)
             except queue.Empty:
                 continue
             for r in relays:
@@ -123,6 +133,51 @@ def launch(args: argparse.Namespace, environ: Any = os.environ) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         client.close()
+
+
+class _Input:
+    """blaunch's standard input to each of its tasks, chunk by chunk from the offset each has taken (the
+    task's host takes what its input pipe has room for), then its end."""
+
+    def __init__(self, client: Client, relays: list[_Relay]) -> None:
+        self.client, self.relays = client, relays
+        self.sent = 0  # bytes read from stdin and taken by every task still taking input
+        self.done = False
+        self._open = {r.path for r in relays}  # tasks that still take input
+
+    def step(self, wait: float) -> None:
+        """Send what stdin has now (waiting up to ``wait`` for it); its end once it has none."""
+        try:
+            ready, _, _ = select.select([0], [], [], wait)
+            if not ready:
+                return
+            data = os.read(0, INPUT_CHUNK)
+        except (OSError, ValueError):  # closed: no input
+            data = b""
+        for path in sorted(self._open):
+            self._send(path, data)
+        self.sent += len(data)
+        if not data or not self._open:
+            self.done = True
+
+    def _send(self, path: str, data: bytes) -> None:
+        offset, end = self.sent, self.sent + len(data)
+        while True:
+            try:
+                got = self.client.post(f"{path}/input", {"offset": offset, "eof": not data,
+                                                          "data": base64.b64encode(data[offset - self.sent:]).decode()})
+            except ApiError as e:
+                if e.status == 503 and e.code in ("busy", "no_answer"):
+                    time.sleep(RETRY)
+                    continue
+                print(f"blaunch: standard input to {path.rsplit('/', 1)[1]}: {e}", file=sys.stderr)
+                got = {"accepted": offset, "closed": True}
+            if got["closed"]:
+                self._open.discard(path)
+                return
+            offset = max(self.sent, min(end, got["accepted"]))
+            if offset >= end and data:
+                return
 
 
 class _Relay(threading.Thread):

@@ -23,6 +23,7 @@ from typing import Any
 MAX_WAITING = 256  # questions held for one host at once: beyond them a read is refused (busy)
 PEEK = "peek"  # a running job's output, from an offset (job_id, run, offset, limit)
 TASK_OUTPUT = "task_output"  # a task's stdout and stderr, from offsets (job_id, run, task, out, err, limit, wait)
+TASK_INPUT = "task_input"  # blaunch's stdin for a task, from an offset (job_id, run, task, offset, data, eof, wait)
 
 
 @dataclass

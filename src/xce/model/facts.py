@@ -316,6 +316,7 @@ class TaskLaunched(Fact):
     command: str  # one command line, for /bin/sh -c (as rsh runs it: mpirun's quoting relies on it)
     cwd: str = ""
     keep_going: bool = False  # its failure does not end the job
+    stdin: bool = False  # it reads what its blaunch sends it (blaunch's stdin); else nothing (-n)
     env: dict[str, str] | None = None  # blaunch's environment, as the job's is kept (jobs.kept_environment)
 
 

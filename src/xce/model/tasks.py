@@ -60,7 +60,7 @@ def job_for_secret(model: State, job_id: int, secret: str) -> Job:
 
 
 def launch(model: State, job: Job, host: str, command: str, cwd: str, keep_going: bool, now: float,
-           env: dict[str, str] | None = None, site: ControllerConfig | None = None) -> list[Fact]:
+           env: dict[str, str] | None = None, site: ControllerConfig | None = None, stdin: bool = False) -> list[Fact]:
     """``blaunch HOST CMD`` inside ``job``: a task on one of the job's own hosts, in blaunch's environment
     (as LSF's: ``mpirun``'s daemons find their launcher on the caller's ``PATH``), kept as a job's is."""
     if host not in job.alloc_slots:
@@ -70,7 +70,7 @@ def launch(model: State, job: Job, host: str, command: str, cwd: str, keep_going
     if len(job.tasks) >= MAX_TASKS:
         raise Conflict(f"job {job.display_id} launched {MAX_TASKS} tasks in this run: no more")
     return [TaskLaunched(time=now, job_id=job.id, run=job.run, task=len(job.tasks) + 1, host=host, command=command,
-                         cwd=cwd, keep_going=keep_going, env=kept_environment(env or {}, site))]
+                         cwd=cwd, keep_going=keep_going, env=kept_environment(env or {}, site), stdin=stdin)]
 
 
 def task_of(job: Job, task: int) -> dict[str, Any]:
@@ -149,7 +149,7 @@ def apply_task_launched(model: State, f: TaskLaunched) -> None:
     if job is None or job.run != f.run or f.task != len(job.tasks) + 1:
         return  # OBSERVATION: another run's, or a repeated fact
     job.tasks.append({"task": f.task, "host": f.host, "command": f.command, "cwd": f.cwd, "env": f.env,
-                      "keep_going": f.keep_going, "ended": False, "exit_code": None, "signal": None, "reason": ""})
+                      "keep_going": f.keep_going, "stdin": f.stdin, "ended": False, "exit_code": None, "signal": None, "reason": ""})
 
 
 def apply_task_ended(model: State, f: TaskEnded) -> None:

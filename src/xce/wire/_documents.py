@@ -364,3 +364,4 @@ class TaskDispatch(TypedDict):
     cwd: str  # where blaunch was called ("": the run's own)
     env: dict[str, str] | None  # blaunch's environment (the job's part of the task's: as a job's is kept)
     rendezvous: str  # ADDR:PORT on the job's first host (XCE_RDZV_HOST, XCE_RDZV_PORT)
+    stdin: bool  # it reads what its blaunch sends (a FIFO the worker fills); else nothing (blaunch -n)

@@ -9,6 +9,7 @@ temporary name, then a rename), and then writes a byte to ``RUN/wake``, a FIFO t
 - ``RUN/freeze``: ``1`` or ``0`` (``xce stop`` / ``xce resume``);
 - ``RUN/orders``: the newest order number the worker has passed on (for itself: a restarted worker
   tells the controller which orders it has, so none is passed on twice);
+- ``TASK/stdin``: a task's standard input is over (its shepherd closes its write end of the task's FIFO);
 - ``RUN/limit``: ``LIMIT WARN SIGNUM GRACE``, written before the shepherd starts: the run limit in
   seconds from the job's start (``-W``), when before it the warning signal comes (0: none), and the
   kill path's grace.  The shepherd keeps the time itself, so the limit holds while the worker restarts.
@@ -42,6 +43,7 @@ USAGE = "usage"
 FENCED = "fenced"
 LIMIT = "limit"
 LIMITED = "limited"
+STDIN = "stdin"
 
 
 def clock() -> float:
@@ -124,6 +126,12 @@ def end_now(run_dir: str) -> bool:
     if not os.path.exists(os.path.join(run_dir, KILL)):
         _write(os.path.join(run_dir, KILL), "0\n")
     return wake(run_dir)
+
+
+def end_input(task_dir: str) -> bool:
+    """A task's standard input is over (``TASK/stdin``): its shepherd closes its write end of the task's FIFO."""
+    _write(os.path.join(task_dir, STDIN), "end\n")
+    return wake(task_dir)
 
 
 def wake(run_dir: str) -> bool:

@@ -92,7 +92,7 @@ class Worker:
         self.tasks = TaskRuns(os.path.join(work_dir, "tasks"))  # tasks of runs (blaunch) on this host
         # their output, relayed to their blaunch through the controller
         self.relay = Relay(os.path.join(work_dir, "spool"), self.tasks.is_running, self.tasks.has_ended,
-                           self._answer_peek)
+                           self._answer_peek, self._end_input)
         for d in (self.runs_dir, self.jobs_dir, self.output_dir, self.tasks.dir, self.relay.dir):
             os.makedirs(d, exist_ok=True)
             os.chmod(d, 0o711)  # users reach their own workspace, claims and output, and list nobody's
@@ -362,8 +362,11 @@ class Worker:
             confinement = sandbox.Confinement(cgroup=cgroup, lease=lease,
                                               allow_system_users=self.allow_system_users,
                                               allow_no_openat2=self.allow_no_openat2)
-            started = sandbox.start(job, self.host, run_dir, workspace, self.output_dir, self.storage, run_as,
-                                    confinement, own_env)
+            try:  # the port's lock goes to the shepherd: the reservation lasts as long as the run
+                started = sandbox.start(job, self.host, run_dir, workspace, self.output_dir, self.storage, run_as,
+                                        confinement, own_env, hold=self.ports.lock_fd(key))
+            finally:
+                self.ports.handed_over(key)
         except (sandbox.StartFailed, CgroupError, OSError) as e:
             reason = f"failed to start: {e}" if not isinstance(e, sandbox.StartFailed) else str(e)
             self._drop_cgroup(key)
@@ -541,9 +544,11 @@ class Worker:
                                               allow_no_openat2=self.allow_no_openat2)
             address, _, port = task["rendezvous"].rpartition(":")
             own_env = {"XCE_TASK": str(key[2]), "XCE_RDZV_HOST": address, "XCE_RDZV_PORT": port}
-            spool = self.relay.make(key, run_as.uid if run_as else None, run_as.gid if run_as else None)
+            stdin = bool(task.get("stdin"))
+            spool = self.relay.make(key, run_as.uid if run_as else None, run_as.gid if run_as else None, stdin)
             started = sandbox.start(job, self.host, task_dir, workspace, self.output_dir, self.storage, run_as,
-                                    confinement, own_env, task, output=spool)
+                                    confinement, own_env, task, output=spool,
+                                    stdin=self.relay.input_path(key) if stdin else None)
         except (sandbox.StartFailed, CgroupError, OSError) as e:
             reason = f"failed to start: {e}" if not isinstance(e, sandbox.StartFailed) else str(e)
             self._write_journal(task_dir, dict(intent, failed=reason))
@@ -586,6 +591,12 @@ class Worker:
         if spent is not None:
             sandbox.clean_workspace(spent)
         self._reports.put(("task_finished", {"job_id": key[0], "run": key[1], "task": key[2], **end}))
+
+    def _end_input(self, key: tuple[int, int, int]) -> None:
+        """blaunch's input for the task is over: its shepherd closes its write end of the task's FIFO."""
+        task_dir = self.tasks.of_run(key[:2]).get(key[2])
+        if task_dir is not None:
+            control.end_input(task_dir)
 
     def _runs_over(self, runs: list[tuple[int, int]]) -> None:
         """The controller says these runs are over: their tasks here end now, their workspaces here go."""
@@ -633,7 +644,7 @@ class Worker:
                 self._stop.wait(1.0)
                 continue
             for a in asked or []:
-                if a.get("kind") == "task_output":
+                if a.get("kind") in ("task_output", "task_input"):
                     self.relay.ask(a)
                 else:
                     reply = self._peek(a)

@@ -15,6 +15,14 @@ would have held it; the part blaunch has taken is given back to the file system 
 punched before the offset asked, where the file system can).  Ordered and whole: blaunch asks from the
 offsets it has written, so an answer lost on its way (a controller that failed over) is read again.
 Survives a restart of the worker: the spool is a file, the offsets are blaunch's.
+
+The other way, blaunch's standard input goes to its task (unless ``blaunch -n``): the task reads a FIFO
+(``spool/<job>.<run>.<task>.in``, the job user's) whose write end its shepherd holds, so it never reads an
+early end while this worker restarts.  blaunch sends its input in chunks from the offset the worker says it
+has taken (kept in ``.in.taken``, so a restarted worker says the same); the worker writes what the FIFO has
+room for (its buffer is the bound, the task's reads the backpressure: an ask is held while it is full), and
+at the input's end tells the shepherd to close its write end (``end_input``), after which the task reads the
+end once it has read the rest.
 """
 
 from __future__ import annotations
@@ -55,10 +63,12 @@ class Relay:
     this life of the worker; ``answer`` sends an answer."""
 
     def __init__(self, directory: str, running: Callable[[TaskKey], bool], ended: Callable[[TaskKey], bool],
-                 answer: Callable[[dict[str, Any]], None]) -> None:
+                 answer: Callable[[dict[str, Any]], None],
+                 end_input: Callable[[TaskKey], None] = lambda key: None) -> None:
         self.dir = directory
         self._running = running
         self._ended = ended  # it ended in this life of the worker (its spool, if any, is final)
+        self._end_input = end_input  # tell the task's shepherd its input is over (it closes its write end)
         self._answer = answer
         self._held: dict[int, _Held] = {}
         self._lock = threading.Lock()
@@ -68,9 +78,19 @@ class Relay:
         base = os.path.join(self.dir, "%d.%d.%d" % key)
         return base + ".out", base + ".err"
 
-    def make(self, key: TaskKey, uid: int | None, gid: int | None) -> tuple[str, str]:
-        """The task's spool files, empty, the job user's and 0600 (its launcher opens them as that user)."""
+    def input_path(self, key: TaskKey) -> str:
+        return os.path.join(self.dir, "%d.%d.%d.in" % key)
+
+    def make(self, key: TaskKey, uid: int | None, gid: int | None, stdin: bool = False) -> tuple[str, str]:
+        """The task's spool files, empty, the job user's and 0600 (its launcher opens them as that user); with
+        ``stdin``, its input FIFO too."""
         made = self.paths(key)
+        if stdin:
+            fifo = self.input_path(key)
+            _unlink(fifo)
+            os.mkfifo(fifo, 0o600)
+            if uid is not None and gid is not None:
+                os.chown(fifo, uid, gid, follow_symlinks=False)
         for path in made:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             try:
@@ -118,7 +138,8 @@ class Relay:
                 self._wake.clear()
                 continue
             for h in held:
-                reply = self.read(h.ask, final=time.monotonic() >= h.until)
+                final = time.monotonic() >= h.until
+                reply = self.write(h.ask, final) if h.ask.get("kind") == "task_input" else self.read(h.ask, final)
                 if reply is not None:
                     with self._lock:
                         self._held.pop(h.ask["id"], None)
@@ -172,6 +193,60 @@ class Relay:
             _unlink(err_path)
         return {"id": ask["id"], "offset": ask["out"], "data": base64.b64encode(out).decode(),
                 "err_offset": ask["err"], "err_data": base64.b64encode(err).decode(), "eof": eof}
+
+
+    def write(self, ask: dict[str, Any], final: bool = False) -> dict[str, Any] | None:
+        """blaunch's input for a task from ``offset``: the answer says how much of it the task's FIFO has taken
+        (``offset``) and, with ``eof``, that the task takes no more; None when it is to be held (the FIFO is
+        full, or the task has not started here yet, and the ask's wait is not over)."""
+        key = (ask["job_id"], ask["run"], ask["task"])
+        fifo = self.input_path(key)
+        taken = _read_taken(fifo)
+        closed = {"id": ask["id"], "offset": taken, "eof": True}
+        if ask["offset"] != taken:  # (an answer lost on its way: blaunch sends again from what was taken)
+            return {"id": ask["id"], "offset": taken}
+        data = base64.b64decode(ask.get("data") or "")
+        if not data:
+            if not ask.get("eof"):
+                return {"id": ask["id"], "offset": taken}
+            if not self._running(key):
+                return closed if self._ended(key) or final else None
+            self._end_input(key)
+            return closed
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as e:
+            if e.errno not in (errno.ENXIO, errno.ENOENT):  # (ENXIO: no reader, ENOENT: no FIFO, yet or any more)
+                return {"id": ask["id"], "error": f"cannot write its input: {e.strerror or e}"}
+            return closed if self._ended(key) else ({"id": ask["id"], "offset": taken} if final else None)
+        try:
+            if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+                return {"id": ask["id"], "error": "its input is not a FIFO"}
+            written = os.write(fd, data)
+        except BlockingIOError:  # full: the task has not read what it has
+            written = 0
+        except BrokenPipeError:
+            return closed
+        finally:
+            os.close(fd)
+        if not written:
+            return {"id": ask["id"], "offset": taken} if final else None
+        _write_taken(fifo, taken + written)
+        return {"id": ask["id"], "offset": taken + written}
+
+
+def _read_taken(fifo: str) -> int:
+    try:
+        with open(fifo + ".taken") as fh:
+            return int(fh.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def _write_taken(fifo: str, taken: int) -> None:
+    with open(fifo + ".taken.w", "w") as fh:
+        fh.write(f"{taken}\n")
+    os.replace(fifo + ".taken.w", fifo + ".taken")
 
 
 def _open(path: str) -> int:
