@@ -122,3 +122,35 @@ def test_a_runs_spools_go_when_it_is_over(relay):
     relay.make((8, 1, 1), None, None)
     relay.drop_run((7, 1))
     assert relay.runs() == {(8, 1)}
+
+
+def put(id_: int = 1, offset: int = 0, data: bytes = b"", eof: bool = False) -> dict:
+    return {"id": id_, "kind": "task_input", "job_id": KEY[0], "run": KEY[1], "task": KEY[2], "offset": offset,
+            "data": base64.b64encode(data).decode(), "eof": eof, "wait": 0}
+
+
+def test_input_goes_into_the_tasks_fifo_as_far_as_it_has_room_and_its_end_to_the_shepherd(tmp_path):
+    tasks, ended_input = Tasks(), []
+    relay = Relay(str(tmp_path), tasks.running.__contains__, tasks.ended.__contains__, lambda _: None,
+                  ended_input.append)
+    tasks.running.add(KEY)
+    relay.make(KEY, None, None, stdin=True)
+    fifo = relay.input_path(KEY)
+    assert relay.write(put(data=b"early")) is None  # no shepherd holds it yet (the task is starting): held
+    reader = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # the shepherd's end, as xce-launch --stdin opens it
+    try:
+        assert relay.write(put(data=b"abc")) == {"id": 1, "offset": 3}
+        assert relay.write(put(offset=1, data=b"bc")) == {"id": 1, "offset": 3}  # (sent again: from what was taken)
+        big = b"x" * (1 << 20)
+        taken = relay.write(put(offset=3, data=big))["offset"] - 3
+        assert 0 < taken < len(big)  # the pipe's room, no more
+        assert relay.write(put(offset=3 + taken, data=big[taken:])) is None  # full: held until the task reads
+        assert relay.write(put(offset=3 + taken, data=big[taken:]), final=True) == {"id": 1, "offset": 3 + taken}
+        assert os.read(reader, 3) == b"abc"
+        assert relay.write(put(offset=3 + taken, eof=True)) == {"id": 1, "offset": 3 + taken, "eof": True}
+        assert ended_input == [KEY]
+    finally:
+        os.close(reader)
+    tasks.running.discard(KEY)
+    tasks.ended.add(KEY)
+    assert relay.write(put(offset=3 + taken, data=b"late"))["eof"]  # ended: it takes no more
