@@ -352,6 +352,7 @@ class Dispatch(TypedDict):
     pre_exec: str | None  # -E: run before the command, as the job (sandbox.STEPS)
     post_exec: str | None  # -Ep: run after the command ends
     gpus: list[dict[str, Any]]  # the GPUs it holds on this host: {id, uuid} each (CUDA_VISIBLE_DEVICES)
+    gpu_mode: str  # -gpu's mode ("shared", "exclusive_process"; "" without GPUs): the devices' compute mode
 
 
 class TaskDispatch(TypedDict):

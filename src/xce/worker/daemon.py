@@ -40,7 +40,7 @@ from xce.transfers import TransferSite
 from xce.units import format_run_limit, format_size
 from xce.worker import control, sandbox, staging
 from xce.worker.cgroups import CgroupError, Hierarchy, Limits, RunCgroup, Usage
-from xce.worker.gpus import Gpu, device_rules
+from xce.worker.gpus import DEFAULT_MODE, EXCLUSIVE_PROCESS, DeviceSource, Gpu, device_rules
 from xce.worker.relay import Relay
 from xce.worker.rendezvous import Ports, new_secret
 from xce.worker.storage import StorageRoots
@@ -64,9 +64,10 @@ class Worker:
                  storage_roots: list[str] | None = None, allow_system_users: bool = False,
                  transfers: TransferSite | None = None, cgroups: Hierarchy | None = None,
                  allow_no_openat2: bool = False, gpus: list[Gpu] | None = None,
-                 address: str | None = None) -> None:
+                 address: str | None = None, gpu_source: DeviceSource | None = None) -> None:
         self.host = host
         self.gpus = list(gpus or ())  # found by NVML or configured (xce.worker.gpus): reported at registration
+        self.gpu_source = gpu_source  # where they were found: their compute modes are set there
         self.address = address or host  # where the other hosts reach this one (a run's XCE_RDZV_HOST)
         self.url = url  # the controller(s): a run's blaunch calls them (XCE_JOB_URL)
         self.ports = Ports()  # the rendezvous ports of the runs started here
@@ -353,7 +354,11 @@ class Worker:
             intent.update(rendezvous=f"{self.address}:{port}", task_key=task_key)
             own_env = {"XCE_RDZV_HOST": self.address, "XCE_RDZV_PORT": str(port), "XCE_JOB_TOKEN": secret,
                        "XCE_JOB_URL": self.url}
+            exclusive = [g["id"] for g in job.get("gpus") or []] if job.get("gpu_mode") == EXCLUSIVE_PROCESS else []
+            if exclusive:
+                intent["compute_mode"] = exclusive  # (given back at the run's end, by this life or the next)
             self._write_journal(run_dir, intent)  # intent before action
+            self._compute_mode(key, exclusive, EXCLUSIVE_PROCESS)
             if job.get("run_limit"):
                 control.set_run_limit(run_dir, job["run_limit"], job.get("warn_time"), job.get("warn_signal"),
                                       job.get("limit_grace"))
@@ -371,6 +376,7 @@ class Worker:
             reason = f"failed to start: {e}" if not isinstance(e, sandbox.StartFailed) else str(e)
             self._drop_cgroup(key)
             self.ports.release(key)
+            self._compute_mode(key, intent.get("compute_mode") or [], DEFAULT_MODE)
             sandbox.clean_workspace(workspace)
             self._write_journal(run_dir, dict(intent, failed=reason))
             self._ended(key)
@@ -381,6 +387,17 @@ class Worker:
             self.running.add(key)
         threading.Thread(target=self._watch_child, args=(key, started, run_dir, intent), daemon=True,
                          name=f"job-{key[0]}.{key[1]}").start()
+
+    def _compute_mode(self, key: tuple[int, int], ids: list[int], mode: str) -> None:
+        """The run's GPUs to compute ``mode`` (``-gpu mode=exclusive_process``, and back at its end).  A
+        failure is said and the run goes on: the scheduler's sharing rule still keeps other jobs off them."""
+        if not ids or self.gpu_source is None:
+            return
+        try:
+            self.gpu_source.set_compute_mode(ids, mode)
+        except Exception as e:  # NVMLError_NoPermission (not root), _NotSupported (a GeForce)...
+            log.warning("run %d.%d: could not set GPUs %s to compute mode %s: %s", *key,
+                        ",".join(map(str, ids)), mode, e)
 
     def _make_cgroup(self, key: tuple[int, ...], job: Dispatch) -> RunCgroup | None:
         """The run's cgroup, its limits written: ``mem_limit`` (-M, or the mem it reserved here), and its
@@ -439,6 +456,7 @@ class Worker:
         rc = self.run_cgroups.get(key)
         if rc is None:  # no cgroup: whatever the job left behind in its process group goes with it
             sandbox.kill_group(run_dir)
+        self._compute_mode(key, (self._read_journal(run_dir) or {}).get("compute_mode") or [], DEFAULT_MODE)
         cg = self.cgroups.usage(rc) if rc is not None and self.cgroups is not None else None
         self._drop_cgroup(key, cg)
         pre_failed, post_exit = sandbox.exec_steps(workspace)
