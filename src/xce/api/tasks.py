@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, Callable
 
 from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel, Field
@@ -25,6 +25,7 @@ from xce.model import Model, tasks
 from xce.controller.core import Controller
 from xce.controller.hosts import HostMonitor
 from xce.model.entities.jobs import RUNNING, Job, JobState
+from xce.model.facts import Fact
 from xce.model.identity import Role, User
 from xce.names import NAME_PATTERN
 from xce.wire import JOB_SECRET_PREFIX
@@ -89,6 +90,30 @@ def relay_limit(max_body_bytes: int) -> int:
     return max(1024, min(RELAY_LIMIT, (max_body_bytes - 4096) * 3 // 4))
 
 
+def _of_the_run(request: Request, job_id: int, run: int, act: Callable[[Model, Job], tuple[list[Fact], Any]]):
+    """``act``'s decision for the job's run ``run`` only: a new run of the job (its new secret) is another caller."""
+    def decide(model: Model) -> tuple[list[Fact], Any]:
+        current, _ = _the_job(request, model, job_id)
+        if current.run != run:
+            raise tasks.refused(job_id)
+        return act(model, current)
+    return decide
+
+
+async def _ask_worker(ctl: Controller, host: str, hold: float, kind: str, **question: Any) -> dict[str, Any] | None:
+    """A question about a task for ``host``'s worker, which may hold it ``hold`` seconds (for output, or room
+    for input); its answer, or None when the worker did not answer (``ANSWER_MARGIN`` past the hold)."""
+    ask = ctl.peeks.ask(host, kind, wait=hold, **question)
+    if ask is None:
+        raise Unavailable(f"host {host} has too many output reads and input writes waiting: try again", code="busy")
+    try:
+        return await asyncio.wait_for(asyncio.shield(ask.answer), hold + ANSWER_MARGIN)
+    except TimeoutError:
+        return None
+    finally:
+        ctl.peeks.forget(host, ask)
+
+
 def _secret(request: Request) -> str:
     """The run's secret the caller presents: refused at once if it is none (a user's token, nothing),
     before any wait for a run's start."""
@@ -135,15 +160,12 @@ async def launch(job_id: JobId, body: LaunchRequest, request: Request, ctl: Ctl,
     job, user = _the_job(request, ctl.model, job_id)
     run = job.run
 
-    def decide(model: Model):
-        current, _ = _the_job(request, model, job_id)
-        if current.run != run:
-            raise tasks.refused(job_id)
+    def act(model: Model, current: Job):
         facts = tasks.launch(model, current, body.host, body.command, body.cwd, body.keep_going, time.time(),
                              body.env, ctl.config.controller, body.stdin)
         return facts, facts[0].task  # type: ignore[attr-defined]
 
-    number = await mutate(request, user, f"job/{job_id}", decide)
+    number = await mutate(request, user, f"job/{job_id}", _of_the_run(request, job_id, run, act))
     monitor.launchers.heard_from((job_id, run, number))  # its lease begins
     return JSONResponse(task_json(job, ctl.model.jobs[job_id].tasks[number - 1]), status_code=201)
 
@@ -177,18 +199,11 @@ async def task_output(job_id: JobId, request: Request, ctl: Ctl, monitor: Monito
     await ctl.read_barrier()
     job, _ = _the_job(request, ctl.model, job_id)
     host = tasks.task_of(job, task)["host"]
-    hold = min(wait, RELAY_WAIT, monitor.launchers.lease / 3)
     with monitor.launchers.asking_for((job_id, job.run, task)):
-        ask = ctl.peeks.ask(host, TASK_OUTPUT, job_id=job_id, run=job.run, task=task, out=out, err=err,
-                            limit=relay_limit(ctl.config.controller.max_body_bytes), wait=hold)
-        if ask is None:
-            raise Unavailable(f"host {host} has too many output reads waiting: try again", code="busy")
-        try:
-            reply = await asyncio.wait_for(asyncio.shield(ask.answer), hold + ANSWER_MARGIN)
-        except TimeoutError:
-            reply = {}  # OBSERVATION: its worker did not answer (restarting, cut off): nothing yet, asked again
-        finally:
-            ctl.peeks.forget(host, ask)
+        # (no answer from its worker, restarting or cut off: nothing yet, asked again)
+        reply = await _ask_worker(ctl, host, min(wait, RELAY_WAIT, monitor.launchers.lease / 3), TASK_OUTPUT,
+                                  job_id=job_id, run=job.run, task=task, out=out, err=err,
+                                  limit=relay_limit(ctl.config.controller.max_body_bytes)) or {}
     if reply.get("error"):
         raise Conflict(f"task {task}'s output on {host}: {reply['error']}", code="no_output")
     eof = bool(reply.get("eof"))
@@ -207,18 +222,12 @@ async def task_input(job_id: JobId, body: InputRequest, request: Request, ctl: C
     await ctl.read_barrier()
     job, _ = _the_job(request, ctl.model, job_id)
     host = tasks.task_of(job, task)["host"]
-    hold = min(RELAY_WAIT, monitor.launchers.lease / 3)
     with monitor.launchers.asking_for((job_id, job.run, task)):
-        ask = ctl.peeks.ask(host, TASK_INPUT, job_id=job_id, run=job.run, task=task, offset=body.offset,
-                            data=body.data, eof=body.eof, wait=hold)
-        if ask is None:
-            raise Unavailable(f"host {host} has too many reads and writes waiting: try again", code="busy")
-        try:
-            reply = await asyncio.wait_for(asyncio.shield(ask.answer), hold + ANSWER_MARGIN)
-        except TimeoutError:
-            raise Unavailable(f"the worker on {host} did not answer: try again", code="no_answer") from None
-        finally:
-            ctl.peeks.forget(host, ask)
+        reply = await _ask_worker(ctl, host, min(RELAY_WAIT, monitor.launchers.lease / 3), TASK_INPUT,
+                                  job_id=job_id, run=job.run, task=task, offset=body.offset, data=body.data,
+                                  eof=body.eof)
+    if reply is None:
+        raise Unavailable(f"the worker on {host} did not answer: try again", code="no_answer")
     if reply.get("error"):
         raise Conflict(f"task {task}'s input on {host}: {reply['error']}", code="no_input")
     return JSONResponse({"accepted": reply.get("offset", body.offset), "closed": bool(reply.get("eof"))})
@@ -231,13 +240,6 @@ async def signal_task(job_id: JobId, body: SignalRequest, request: Request, ctl:
     SIGUSR2 on to its tasks): once, through the run's orders to the task's host."""
     await ctl.read_barrier()
     job, user = _the_job(request, ctl.model, job_id)
-    run = job.run
-
-    def decide(model: Model):
-        current, _ = _the_job(request, model, job_id)
-        if current.run != run:
-            raise tasks.refused(job_id)
-        return tasks.signal_task(current, task, body.signal, time.time()), None
-
-    await mutate(request, user, f"job/{job_id}", decide)
+    await mutate(request, user, f"job/{job_id}", _of_the_run(
+        request, job_id, job.run, lambda _, current: (tasks.signal_task(current, task, body.signal, time.time()), None)))
     return JSONResponse(task_json(ctl.model.jobs[job_id], tasks.task_of(ctl.model.jobs[job_id], task)))
