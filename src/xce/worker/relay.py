@@ -46,6 +46,7 @@ log = logging.getLogger("xce.worker.relay")
 
 TaskKey = tuple[int, int, int]  # job, run, task
 TICK = 0.05  # seconds between looks at the spools of held asks
+HELD_SAID = 256  # (the controller's peeks.MAX_WAITING)
 PUNCH_EVERY = 1 << 20  # bytes taken by blaunch before they are given back to the file system
 _FALLOC_FL_KEEP_SIZE, _FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
@@ -117,8 +118,10 @@ class Relay:
                 _unlink(os.path.join(self.dir, name))
 
     def held(self) -> list[int]:
+        """The asks held here, the newest ``HELD_SAID`` (what the peek poll tells the controller not to hand
+        over again: it holds no more than that for a host)."""
         with self._lock:
-            return list(self._held)
+            return list(self._held)[-HELD_SAID:]
 
     def ask(self, ask: dict[str, Any]) -> None:
         """A read of a task's output: answered now if there is something to say, else held."""
