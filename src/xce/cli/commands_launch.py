@@ -42,7 +42,7 @@ from xce.wire import never_sent
 USAGE = '[-z "HOST..."] HOST COMMAND [ARG...]'
 WAIT = 30  # seconds each wait for a task's end or output may take (then asked again)
 TIMEOUT = WAIT + 15.0
-INPUT_CHUNK = 256 * 1024  # bytes of standard input sent at once
+INPUT_CHUNK = 384 * 1024  # bytes of standard input sent at once (base64: the most an input request takes)
 RETRY = 0.2  # seconds before a read the controller could not serve (busy, no answer) is asked again
 # what blaunch passes on to its tasks, as LSF's does
 PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)

@@ -31,6 +31,7 @@ import base64
 import ctypes
 import ctypes.util
 import errno
+import fcntl
 import logging
 import os
 import stat
@@ -46,6 +47,7 @@ log = logging.getLogger("xce.worker.relay")
 
 TaskKey = tuple[int, int, int]  # job, run, task
 TICK = 0.05  # seconds between looks at the spools of held asks
+PIPE_BYTES = 1 << 20  # a task's input pipe's room: the bound of what waits for the task to read it
 HELD_SAID = 256  # (the controller's peeks.MAX_WAITING)
 PUNCH_EVERY = 1 << 20  # bytes taken by blaunch before they are given back to the file system
 _FALLOC_FL_KEEP_SIZE, _FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
@@ -225,6 +227,7 @@ class Relay:
         try:
             if not stat.S_ISFIFO(os.fstat(fd).st_mode):
                 return {"id": ask["id"], "error": "its input is not a FIFO"}
+            _widen(fd)
             written = os.write(fd, data)
         except BlockingIOError:  # full: the task has not read what it has
             written = 0
@@ -236,6 +239,16 @@ class Relay:
             return {"id": ask["id"], "offset": taken} if final else None
         _write_taken(fifo, taken + written)
         return {"id": ask["id"], "offset": taken + written}
+
+
+def _widen(fd: int) -> None:
+    """The task's input pipe holds up to ``PIPE_BYTES`` (the kernel's 64 KiB by default: a round trip of
+    blaunch's for each), where the system's pipe-max-size allows."""
+    try:
+        if fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) < PIPE_BYTES:
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except OSError:
+        pass
 
 
 def _read_taken(fifo: str) -> int:
