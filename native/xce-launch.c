@@ -43,6 +43,15 @@
  * (its notes, "note: ..." lines, or why it failed) and closes it: the worker learns that the command
  * was exec'd, or not, without waiting for the run to end.
  *
+ * With --stdin FIFO (a task's standard input, which the worker fills from its blaunch: xce/worker/relay.py),
+ * the job reads FIFO (opened as its user) and the shepherd holds a write end of it, so that the job never
+ * reads an early end while the worker restarts; the shepherd closes it when RUN/stdin appears (the
+ * worker wrote the input's last byte), and the job then reads the end.
+ *
+ * With --hold FD (an open file the worker locked: a machine-wide reservation such as the run's rendezvous
+ * port), the shepherd keeps FD open for as long as it lives, and the job does not get it (close-on-exec):
+ * the reservation lasts exactly as long as the run's shepherd, across restarts of the worker.
+ *
  * What the shepherd does while the job runs (DESIGN §12: one kill path; runs fenced like claim agents).
  * It waits in poll() on the job's end (a signalfd for SIGCHLD), on RUN/wake (a FIFO the worker writes
  * a byte to after it changed a control file) and on its deadlines:
@@ -159,6 +168,8 @@ struct launch {
     const char *lease;
     const char *cwd_fallback; /* where the job starts when CWD does not exist (its workspace) */
     int report;               /* --report FD, or -1 */
+    int hold;                 /* --hold FD, or -1: kept open by the shepherd, not given to the job */
+    const char *stdin_fifo;   /* --stdin FIFO: the job's standard input (else the shepherd's, /dev/null) */
     const char *cwd, *out, *err;
     char **argv; /* the command */
 };
@@ -166,7 +177,7 @@ struct launch {
 static void usage(void) {
     fprintf(stderr, "usage: xce-launch xce-shepherd RUN [--mount-ns] [--user UID GID GROUPS] [--allow-system-user] "
                     "[--allow-no-openat2] [--cgroup v1|v2 DIR] [--cgroup-join DIR]... [--cgroup-later DIR]... "
-                    "[--lease FILE] [--cwd-fallback DIR] [--report FD] "
+                    "[--lease FILE] [--cwd-fallback DIR] [--report FD] [--hold FD] [--stdin FIFO] "
                     "CWD STDOUT STDERR -- CMD [ARG...]\n");
     exit(2);
 }
@@ -183,6 +194,7 @@ static int parse_id(const char *text, unsigned long *out) {
 static void parse(int argc, char **argv, struct launch *l) {
     int i = 1;
     l->report = -1;
+    l->hold = -1;
     if (argc < 3 || strcmp(argv[i++], "xce-shepherd") != 0) usage();
     l->run = argv[i++];
     for (; i < argc && strncmp(argv[i], "--", 2) == 0 && argv[i][2]; i++) {
@@ -223,6 +235,11 @@ static void parse(int argc, char **argv, struct launch *l) {
         } else if (strcmp(argv[i], "--report") == 0 && i + 1 < argc) {
             if (parse_id(argv[++i], &v) || v < 3 || v > 1024) usage();
             l->report = (int)v;
+        } else if (strcmp(argv[i], "--stdin") == 0 && i + 1 < argc) {
+            l->stdin_fifo = argv[++i];
+        } else if (strcmp(argv[i], "--hold") == 0 && i + 1 < argc) {
+            if (parse_id(argv[++i], &v) || v < 3 || v > 1024) usage();
+            l->hold = (int)v;
         } else {
             usage();
         }
@@ -474,6 +491,13 @@ static void job(const struct launch *l, const char *born_in, char **env) {
         dprintf(messages, "note: the submission directory %s cannot be entered on this host (%s): the job "
                           "started in its workspace %s\n", l->cwd, strerror(e), l->cwd_fallback);
     }
+    if (l->stdin_fifo) { /* (the shepherd holds a writer: the open does not wait, a read does) */
+        struct stat st;
+        int in = open(l->stdin_fifo, O_RDONLY | O_NONBLOCK | O_NOFOLLOW);
+        if (in < 0 || fstat(in, &st) != 0 || !S_ISFIFO(st.st_mode) || fcntl(in, F_SETFL, 0) != 0 || dup2(in, 0) < 0)
+            launch_failed("cannot open standard input %s: %s", l->stdin_fifo, strerror(errno));
+        if (in != 0) close(in);
+    }
     int out = open_output(l->out);
     if (out < 0) launch_failed("cannot open output file %s: %s", l->out, strerror(errno));
     if (dup2(out, 1) < 0) launch_failed("cannot open output file %s: %s", l->out, strerror(errno));
@@ -512,6 +536,7 @@ static void keep_message(const char *run, const char *name, const char *text, si
 /* ------------------------------------------------------------------ the shepherd: the job's processes */
 
 static const struct launch *L;
+static int stdin_writer = -1; /* our write end of the job's --stdin FIFO, until RUN/stdin says it is over */
 static pid_t job_pid; /* the job's own process, and its process group */
 
 static int64_t now_ns(void) { /* CLOCK_BOOTTIME: it goes on while the host is suspended */
@@ -691,6 +716,10 @@ static void apply_control(struct control *c) {
         int want = buf[0] == '1';
         if (want != c->frozen) freeze(want), c->frozen = want;
     }
+    if (stdin_writer >= 0 && read_run(L->run, "stdin", buf, sizeof buf) >= 0) {
+        close(stdin_writer); /* the input's end: once the job has read what is left, it reads the end */
+        stdin_writer = -1;
+    }
 }
 
 /* Wait for the job, acting on control files, the kill's grace and the lease meanwhile; the job's wait
@@ -767,6 +796,8 @@ int main(int argc, char **argv) {
     parse(argc, argv, &l);
     L = &l;
     if (l.report >= 0 && fcntl(l.report, F_SETFD, FD_CLOEXEC) != 0) l.report = -1;
+    if (l.hold >= 0) fcntl(l.hold, F_SETFD, FD_CLOEXEC); /* ours: the job's exec closes its copy */
+    if (l.stdin_fifo) stdin_writer = open(l.stdin_fifo, O_RDWR | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
     char **env = job_environment(l.run);
     /* without it the run is not adopted after a worker restart, but it still runs and reports */
     write_run_file(l.run, "shepherd.pid", getpid());

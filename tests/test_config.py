@@ -52,3 +52,9 @@ def test_trusted_proxies_are_addresses_or_networks_and_none_by_default():
     for bad in ('"10.0.0.5"', '["*"]', '["proxy.example"]', "[5]"):
         with pytest.raises(ConfigError, match="trusted_proxies"):
             parse_config(DEFAULT_CONFIG.replace("[controller]\n", f"[controller]\ntrusted_proxies = {bad}\n", 1))
+
+
+def test_the_launcher_lease_is_30s_by_default_and_at_least_a_second():
+    assert parse_config(DEFAULT_CONFIG).controller.launcher_lease == 30.0
+    with pytest.raises(ConfigError, match="1 <= launcher_lease <= 86400"):
+        parse_config(DEFAULT_CONFIG.replace("launcher_lease = 30.0", "launcher_lease = 0.5"))

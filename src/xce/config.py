@@ -34,6 +34,9 @@ host_timeout = 10.0        # seconds without a heartbeat before a host is UNAVAI
 # elsewhere) only host_timeout + fence_time + fence_margin seconds after it last heard from the host
 fence_time = 30.0
 fence_margin = 5.0
+# a task's blaunch (xce launch) polls for its output and end; a task whose blaunch has not polled for
+# launcher_lease seconds (killed, even by SIGKILL) is killed (the job ends with it, unless --keep-going)
+launcher_lease = 30.0
 terminate_grace = 10.0     # seconds from a kill's SIGINT + SIGTERM to its SIGKILL (a queue may set its own)
 max_pending_jobs_per_user = 10000   # PEND and PSUSP jobs one user may have; more are refused
 max_array_size = 10000     # elements in one job array submission
@@ -201,6 +204,9 @@ class ControllerConfig:
     # host's runs up host_timeout + fence_time + fence_margin after it last heard from the host
     fence_time: float = 30.0
     fence_margin: float = 5.0
+    # a task whose launcher (blaunch) has not asked for its output or end for this long is killed
+    # (xce.controller.launchers): its launcher is gone, even one killed with SIGKILL
+    launcher_lease: float = 30.0
     terminate_grace: float = 10.0  # a kill's SIGINT + SIGTERM to its SIGKILL, unless the queue says
     # one user cannot flood the scheduler or the model: refused at submission with the limit named
     max_pending_jobs_per_user: int = 10_000
@@ -563,6 +569,8 @@ def parse_config(text: str, source: str = "<string>") -> Config:
     if ctl.host_timeout <= 0 or ctl.fence_time < 1 or ctl.fence_margin < 0 or not 0 <= ctl.terminate_grace <= 86400:
         raise ConfigError(f"{source} [controller]: host_timeout > 0, fence_time >= 1, fence_margin >= 0, "
                           "0 <= terminate_grace <= 86400")
+    if not 1 <= ctl.launcher_lease <= 86400:
+        raise ConfigError(f"{source} [controller]: 1 <= launcher_lease <= 86400")
     for q in queues:
         if q.terminate_grace is not None and not 0 <= q.terminate_grace <= 86400:
             raise ConfigError(f"{source}: queue {q.name!r}: 0 <= terminate_grace <= 86400")

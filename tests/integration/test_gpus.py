@@ -98,14 +98,24 @@ def test_shared_jobs_share_gpus_and_exclusive_ones_wait(cl, tmp_path):
     release(cl, tmp_path, alone)
 
 
+def compute_mode(cl: Cluster, gpu: str) -> str:
+    path = os.path.join(cl.workers["host1"].work_dir, "gpus", f"gpu{gpu}.compute_mode")
+    return open(path).read().strip() if os.path.exists(path) else "default"
+
+
 def test_exclusive_process_mode_keeps_its_gpus_from_shared_jobs(cl, tmp_path):
     excl = hold(cl, tmp_path, "num=3:mode=exclusive_process")
-    assert len(seen(cl, tmp_path, excl)[0].split(",")) == 3
+    mine = seen(cl, tmp_path, excl)[0].split(",")
+    assert len(mine) == 3
+    # the devices' compute mode is set while it runs (the fake devices record what NVML would be told)
+    assert [compute_mode(cl, g) for g in mine] == ["exclusive_process"] * 3
     shared = hold(cl, tmp_path, "num=2:j_exclusive=no")
     assert reason(cl, shared, "gpu:") == "gpu: 1 of 4 shareable on host1"
     one = hold(cl, tmp_path, "num=1:j_exclusive=no")  # the one GPU no exclusive job holds
     assert seen(cl, tmp_path, one)[0] not in seen(cl, tmp_path, excl)[0].split(",")
+    assert compute_mode(cl, seen(cl, tmp_path, one)[0]) == "default"  # a shared job's GPU keeps the default
     release(cl, tmp_path, excl)
+    assert [compute_mode(cl, g) for g in mine] == ["default"] * 3  # given back at the run's end
     seen(cl, tmp_path, shared)
     release(cl, tmp_path, one, shared)
 

@@ -40,12 +40,13 @@ ROOT = os.geteuid() == 0
 
 
 def make_job_cluster(root, hosts=("host1", "host2", "host3"), host_timeout: float = 2.0,
-                     extra_config: str = "") -> Cluster:
+                     extra_config: str = "", launcher_lease: float = 30.0) -> Cluster:
     """``host_timeout`` is also the fence time: 2 s for the tests that lose a host; longer for those that
     restart daemons and expect the runs kept (a restart takes seconds on a busy machine).
-    ``extra_config``: more of the configuration (classes of a test's own)."""
+    ``extra_config``: more of the configuration (classes of a test's own); ``launcher_lease``: the
+    controller's (a blaunch's tasks end that long after it stopped asking for them)."""
     cfg = root / "xce.toml"
-    cfg.write_text(CONFIG.replace("host_timeout = 2.0", f"host_timeout = {host_timeout}")
+    cfg.write_text(CONFIG.replace("host_timeout = 2.0", f"host_timeout = {host_timeout}\nlauncher_lease = {launcher_lease}")
                    .replace("fence_time = 2.0", f"fence_time = {host_timeout}") + extra_config)
     cl = Cluster(str(root), config=str(cfg)).start()
     near3 = root / "simfs-near3"

@@ -7,9 +7,11 @@ launcher (``rdzv_launcher.py``) whose agents meet at the rendezvous."""
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -24,12 +26,15 @@ LAUNCHER = os.path.join(os.path.dirname(__file__), "rdzv_launcher.py")
 SPREAD = ("-n", "4", "-R", "span[ptile=2]")  # two hosts, two slots each
 # jobs find blaunch on their PATH, as a site's do (the submitter's environment goes with the job)
 ENV = {"PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+LEASE = 5.0  # the cluster's launcher_lease
 
 
 @pytest.fixture(scope="module")
 def cl(tmp_path_factory):
     # a fence long enough to restart a worker with its runs and tasks kept (no test here loses a host)
-    c = make_job_cluster(tmp_path_factory.mktemp("multihost"), hosts=("host1", "host2"), host_timeout=15.0)
+    # and a short launcher lease: a blaunch killed by SIGKILL has its tasks killed within seconds
+    c = make_job_cluster(tmp_path_factory.mktemp("multihost"), hosts=("host1", "host2"), host_timeout=15.0,
+                         launcher_lease=LEASE)
     yield c
     c.stop()
 
@@ -191,3 +196,80 @@ def test_the_jobs_end_ends_its_tasks_on_every_host(cl, tmp_path):
     assert done["state"] == "DONE"  # its own process ended well: the task it left on host2 goes with it
     pid = int((tmp_path / "pid").read_text())
     wait_for(lambda: not process_alive(pid), what="the task on host2 gone with its job")
+
+
+def spool(cl, host: str) -> list[str]:
+    return os.listdir(os.path.join(cl.workers[host].work_dir, "spool"))
+
+
+def test_a_tasks_output_comes_back_to_blaunch_when_its_host_cannot_reach_the_jobs_output(cl, tmp_path):
+    # the job's output directory is moved away once the job has its files open: no task's host reaches the
+    # path any more (a cluster without a shared file system), and blaunch writes what its task wrote
+    there, moved = tmp_path / "out", tmp_path / "moved"
+    there.mkdir()
+    job = cl.submit(*SPREAD, "-o", f"{there}/%J.out", "-e", f"{there}/%J.err", "--", "sh", "-c",
+                    f"mv {there} {moved}; blaunch --keep-going host2 'echo out from $XCE_HOST; echo err from $XCE_HOST >&2; "
+                    "exit 3'; echo blaunch=$?", env=ENV)
+    done = cl.wait_state(job, "DONE", "EXIT")
+    assert (moved / f"{job}.err").read_text() == "err from host2\n"
+    assert (moved / f"{job}.out").read_text() == "out from host2\nblaunch=3\n"
+    assert done["state"] == "DONE" and done["tasks"][0]["exit_code"] == 3
+    wait_for(lambda: not spool(cl, "host2"), what="host2's spool gone once blaunch had all of it")
+
+
+def test_large_task_output_arrives_whole_and_in_order(cl, tmp_path):
+    # ~5.9 MB on stdout and ~1.2 MB on stderr: many answers of the relay, each from the offsets written
+    done, out = run_job(cl, "blaunch host2 'seq 1 800000; seq 1 200000 >&2'; echo blaunch=$?", "-e",
+                        f"{tmp_path}/err", cwd=tmp_path)
+    assert done["state"] == "DONE"
+    assert out == "".join(f"{i}\n" for i in range(1, 800001)) + "blaunch=0\n"
+    assert (tmp_path / "err").read_text() == "".join(f"{i}\n" for i in range(1, 200001))
+
+
+def _blaunch_in_background(cl, tmp_path, task: str, *args: str) -> int:
+    """A job whose blaunch runs in the background with a task on host2; (the job, once the task is up)."""
+    job = cl.submit(*SPREAD, "--", "sh", "-c", f"blaunch {' '.join(args)} host2 '{task}' & echo $! > {tmp_path}/blaunch; "
+                                               "wait $!; echo blaunch=$?; sleep 300", env=ENV)
+    wait_for(lambda: all((tmp_path / n).exists() and (tmp_path / n).read_text().strip()
+                         for n in ("blaunch", "task", "escaped")), what="blaunch and its task up")
+    return job
+
+
+# a task on host2 that answers SIGTERM and SIGUSR1 by exiting, with a daemon that left its process group
+TRAPPING = ("setsid sh -c \"echo \\$\\$ > {d}/escaped; exec sleep 300\" & "
+            "trap \"echo got TERM; exit 7\" TERM; trap \"echo got USR1; exit 8\" USR1; echo $$ > {d}/task; "
+            "while :; do sleep 0.1; done")
+
+
+@pytest.mark.parametrize("sig, said, code", [(signal.SIGTERM, "got TERM", 7), (signal.SIGUSR1, "got USR1", 8)])
+def test_a_signal_to_blaunch_is_passed_on_to_its_task(cl, tmp_path, sig, said, code):
+    job = _blaunch_in_background(cl, tmp_path, TRAPPING.format(d=tmp_path), "--keep-going")
+    pids = [int((tmp_path / n).read_text()) for n in ("task", "escaped")]
+    os.kill(int((tmp_path / "blaunch").read_text()), sig)
+    try:
+        wait_for(lambda: not any(process_alive(p) for p in pids), what="the task on host2 ended by the signal")
+        wait_for(lambda: f"blaunch={code}" in open(cl.job(job)["stdout"]).read(), what="blaunch's exit")
+        lines = open(cl.job(job)["stdout"]).read().splitlines()  # (and the shell's word of its sleep killed)
+        assert lines.index(said) < lines.index(f"blaunch={code}")
+    finally:
+        cl.xce("kill", str(job))
+
+
+def test_a_blaunch_killed_with_sigkill_has_its_task_killed(cl, tmp_path):
+    task = f"setsid sh -c \"echo \\$\\$ > {tmp_path}/escaped; exec sleep 300\" & echo $$ > {tmp_path}/task; exec sleep 300"
+    job = _blaunch_in_background(cl, tmp_path, task)
+    pids = [int((tmp_path / n).read_text()) for n in ("task", "escaped")]
+    os.kill(int((tmp_path / "blaunch").read_text()), signal.SIGKILL)
+    # its lease lapses: the task is killed, which ends the job (a failed task, without --keep-going)
+    done = cl.wait_state(job, "EXIT", timeout=LEASE + 60)
+    assert done["exit_reason"] == "killed by task 1 on host2 (signal 9)"
+    wait_for(lambda: not any(process_alive(p) for p in pids), what="no task process left on host2")
+
+
+def test_blaunchs_standard_input_goes_to_its_task_and_n_gives_it_none(cl, tmp_path):
+    # ~1.3 MB through the task's input pipe (64 KiB at a time: the task's reads are the backpressure)
+    numbers = "".join(f"{i}\n" for i in range(1, 200001))
+    done, out = run_job(cl, "printf 'one\\ntwo\\n' | blaunch host2 'cat; echo read all'; "
+                            "seq 1 200000 | blaunch host2 md5sum; echo ignored | blaunch -n host2 'cat; echo none'")
+    assert done["state"] == "DONE"
+    assert out.splitlines() == ["one", "two", "read all", f"{hashlib.md5(numbers.encode()).hexdigest()}  -", "none"]

@@ -119,3 +119,30 @@ def test_an_rwo_claim_is_refused_for_a_job_across_hosts(w):
     for claim, slots, resreq in (("rwo", 2, "span[ptile=2]"), ("rwo", 4, "span[hosts=1]"), ("rwo", 4, ""),
                                  ("shared", 4, "span[ptile=2]"), ("ref", 4, "span[ptile=1]")):
         assert submit(claim, slots, resreq)[0]
+
+
+def test_a_signal_blaunch_got_goes_to_its_task_only_as_an_order_of_the_run(w):
+    job = running(w)
+    first, second = launch(w, job), launch(w, job, "h1")
+    w.commit(tasks.signal_task(job, second, 15, w.tick()))
+    assert jobs.orders(job)["signals"] == [[job.order_seq, 15, second]]  # the task's, not the run's
+    assert not job.tasks[second - 1].get("killed")
+    w.commit([TaskEnded(time=w.tick(), job_id=job.id, run=job.run, task=first, exit_code=0)])
+    assert tasks.signal_task(job, first, 15, w.tick()) == []  # it has ended: nothing to pass on
+    with pytest.raises(InvalidRequest, match="signal 99"):
+        tasks.signal_task(job, second, 99, w.tick())
+
+
+def test_a_task_whose_launcher_is_gone_is_killed_once(w):
+    job = running(w)
+    first, second = launch(w, job), launch(w, job)
+    assert tasks.live_tasks(job) == [first, second]
+    facts = tasks.launchers_lost(w.model, job.id, [first], w.tick())
+    w.commit(facts)
+    assert jobs.orders(job)["signals"] == [[job.order_seq, 9, first]] and job.tasks[first - 1]["killed"]
+    assert tasks.live_tasks(job) == [second]  # its lease is no longer kept
+    assert tasks.launchers_lost(w.model, job.id, [first], w.tick()) == []  # level-triggered: not twice
+    # its end (SIGKILL) ends the job, as any failed task's does
+    w.commit(tasks.report_ended(w.model, "h2", job.id, job.run, first, w.tick(), None, 9))
+    assert job.kill_requested and job.kill_by == f"task {first} on h2 (signal 9)"
+    assert tasks.live_tasks(job) == []  # (a run being killed keeps no lease: it ends)

@@ -35,6 +35,7 @@ class FakeNvml:
 
     def __init__(self) -> None:
         self.open = 0
+        self.modes: dict[int, int] = {}
 
     def nvmlInit(self):
         self.open += 1
@@ -59,6 +60,12 @@ class FakeNvml:
 
     def nvmlDeviceGetMinorNumber(self, h):
         return 7 - h
+
+    NVML_COMPUTEMODE_DEFAULT, NVML_COMPUTEMODE_EXCLUSIVE_PROCESS = 0, 3  # (pynvml's values)
+
+    def nvmlDeviceSetComputeMode(self, h, mode):
+        assert self.open == 1
+        self.modes[h] = mode
 
 
 def test_nvml_devices_read_each_gpu_and_close_the_library():
@@ -90,3 +97,20 @@ def test_device_rules_deny_the_other_gpus_nodes_where_they_exist():
     assert device_rules(devices, [1], fake_stat) == ["c 195:0 rwm", "c 195:2 rwm"]
     assert device_rules(devices, None, fake_stat) == ["c 195:0 rwm", "c 195:1 rwm", "c 195:2 rwm"]
     assert device_rules(devices, [0, 1, 2, 3], fake_stat) == []
+
+
+def test_exclusive_process_is_set_through_nvml_and_given_back():
+    nvml = FakeNvml()
+    NvmlDevices(nvml).set_compute_mode([1], gpus.EXCLUSIVE_PROCESS)
+    assert nvml.modes == {1: 3} and nvml.open == 0
+    NvmlDevices(nvml).set_compute_mode([1], gpus.DEFAULT_MODE)
+    assert nvml.modes == {1: 0}
+
+
+def test_fake_devices_record_their_compute_mode(tmp_path):
+    fake = ConfiguredDevices("host1", [0, 1], record=str(tmp_path / "gpus"))
+    fake.set_compute_mode([1], gpus.EXCLUSIVE_PROCESS)
+    assert fake.modes == {1: "exclusive_process"}
+    assert (tmp_path / "gpus" / "gpu1.compute_mode").read_text() == "exclusive_process\n"
+    with pytest.raises(gpus.GpuConfigError):
+        fake.set_compute_mode([7], gpus.EXCLUSIVE_PROCESS)

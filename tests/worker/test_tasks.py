@@ -14,7 +14,7 @@ def test_a_task_starts_once_and_its_runs_workspace_goes_with_the_last_task_of_a_
     assert runs.claim((7, 1, 1)) is None  # started already
     runs.claim((7, 1, 2))
     runs.workspaces[(7, 1)] = "/ws/7.1"
-    assert runs.runs() == {(7, 1)} and runs.of_run((7, 1)) == [first, os.path.join(tmp_path, "7.1.2")]
+    assert runs.runs() == {(7, 1)} and runs.of_run((7, 1)) == {1: first, 2: os.path.join(tmp_path, "7.1.2")}
     assert runs.ended_runs([(7, 1)]) == []  # over, but a task still runs: the workspace stays
     assert runs.finished((7, 1, 1)) is None
     assert runs.finished((7, 1, 2)) == "/ws/7.1"  # the last one: the workspace goes

@@ -113,6 +113,11 @@ class PeekAnswer(Strict):
     size: Annotated[int, Field(ge=0, le=2**62)] = 0
     data: Annotated[str, Field(max_length=6 << 20)] = ""
     error: Annotated[str, Field(max_length=1024)] = ""
+    # a task's output (blaunch's relay): data is its stdout from offset, err_data its stderr from err_offset
+    err_offset: Annotated[int, Field(ge=0, le=2**62)] = 0
+    err_data: Annotated[str, Field(max_length=6 << 20)] = ""
+    eof: bool = False  # the task ended here and this is the last of its output
+    missing: bool = False  # no output of the task here (not started yet, or read to its end already)
 
 
 class SignalRequest(Strict):

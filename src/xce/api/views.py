@@ -434,7 +434,8 @@ def dispatch_json(model: Model, job: Job, host: str) -> Dispatch:
                     mem_limit=dispatch.mem_limit(job, host), alloc_slots=job.alloc_slots, shell=job.shell,
                     script=job.script, submit_dir=job.submit_dir, env=job.env, run_limit=job.run_limit,
                     warn_signal=job.warn_signal, warn_time=job.warn_time, limit_grace=job.limit_grace,
-                    pre_exec=job.pre_exec, post_exec=job.post_exec, gpus=job_gpus(model, job, host))
+                    pre_exec=job.pre_exec, post_exec=job.post_exec, gpus=job_gpus(model, job, host),
+                    gpu_mode=str((job.gpu or {}).get("mode", "")))
 
 
 def job_gpus(model: Model, job: Job, host: str) -> list[dict[str, Any]]:
@@ -459,7 +460,8 @@ def host_work_json(model: Model, host: str, work: dispatch.HostWork) -> dict[str
 def task_dispatch_json(model: Model, job: Job, task: dict[str, Any], host: str) -> TaskDispatch:
     """A task as the worker on ``host`` starts it: in its run's sandbox there (``dispatch_json``)."""
     return TaskDispatch(run=dispatch_json(model, job, host), task=task["task"], command=task["command"],
-                        cwd=task["cwd"], env=task["env"], rendezvous=job.rendezvous)
+                        cwd=task["cwd"], env=task["env"], rendezvous=job.rendezvous,
+                        stdin=bool(task.get("stdin")))
 
 
 def with_fence(answer: dict[str, Any], fence: float | None) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from xce.api.schemas import Id, Int64, Strict
 from xce.api.views import (heartbeat_json, host_removed_json, host_work_json, hosts_json, kill_json, registered_json,
                            resources_json, runs_json, with_fence)
 from xce.errors import Conflict, InvalidRequest
+from xce.controller.peeks import MAX_WAITING
 from xce.model import Model
 from xce.model import dispatch, hosts, tasks
 from xce.model.hosts import HostState
@@ -199,13 +200,17 @@ async def heartbeat(host: HostName, ctl: Ctl, monitor: Monitor, actor: User = De
     return JSONResponse(heartbeat_json(monitor.fence))
 
 
-@router.get("/v1/hosts/{host}/peeks", response_model=list[dict[str, int]])
+@router.get("/v1/hosts/{host}/peeks", response_model=list[dict[str, int | str]])
 async def peeks_asked(host: HostName, ctl: Ctl, monitor: Monitor, actor: User = Depends(agent_identity),
-                      wait: float = Query(0, ge=0, le=60)):
-    """The output reads this host's worker is asked (``bpeek``): id, job_id, run, offset, limit."""
+                      wait: float = Query(0, ge=0, le=60),
+                      held: list[int] = Query([], max_length=MAX_WAITING,
+                                              description="the reads the worker holds already (a task's, "
+                                                          "until it has output)")):
+    """The output reads this host's worker is asked: ``kind`` ``peek`` (``bpeek``: id, job_id, run, offset,
+    limit) or ``task_output`` (blaunch's relay: id, job_id, run, task, out, err, limit, wait)."""
     speaks_for_host(actor, host)
     monitor.seen(host)
-    return JSONResponse(await ctl.peeks.asked(host, wait))
+    return JSONResponse(await ctl.peeks.asked(host, wait, frozenset(held)))
 
 
 @router.post("/v1/hosts/{host}/peeks", status_code=204)

@@ -25,6 +25,7 @@ import time
 
 from xce.controller.commit import Outcome
 from xce.controller.core import Controller
+from xce.controller.launchers import Launchers
 from xce.controller.longpoll import HOST_WORK_WAKE, TASK_WAKE, Waker
 from xce.errors import XceError
 from xce.model import Model
@@ -46,6 +47,7 @@ class HostMonitor:
         self.lost_since: dict[str, float] = {}  # UNAVAIL hosts: when (monotonic) their fence began
         self.work = Waker(ctl, HOST_WORK_WAKE)  # the workers' long-polls for dispatches and orders
         self.tasks = Waker(ctl, TASK_WAKE)  # blaunch's waits for its run's start and its tasks' ends
+        self.launchers = Launchers(ctl)  # a task lives no longer than its blaunch asks for it
         ctl.listeners.leader.append(self._grace)
         ctl.listeners.background.append(self.run)
 

@@ -1,11 +1,16 @@
-"""Reads of a running job's output, asked of the worker on its host (``bpeek``, ``xce job peek``).
+"""Reads of output asked of the worker on its host: a running job's (``bpeek``, ``xce job peek``) and a
+task's (``blaunch`` relays its remote tasks' output to its own, as LSF's does).
 
-A job's output is written on its host; the controller has no copy and keeps none.  A peek is a
-question the controller holds for the host's worker, which long-polls for them (``GET
-/v1/hosts/{host}/peeks``), reads the run's output through its process (``/proc/PID/fd/1``: the file the
-job itself opened, as its user, so no path the user chose is followed as root) and answers (``POST``).
-The asker waits a bounded while for the answer.  Volatile, as ``observed`` readings are: never a fact,
-lost with the leader (the asker asks again).
+A job's and a task's output are written on their host; the controller has no copy and keeps none.  A
+read is a question the controller holds for the host's worker, which long-polls for them (``GET
+/v1/hosts/{host}/peeks``) and answers (``POST``): a peek through the run's process
+(``/proc/PID/fd/1``: the file the job itself opened, as its user, so no path the user chose is followed
+as root), a task's output from the spool its worker keeps for it (``xce.worker.relay``), held by the
+worker until there is some (a long poll).  The asker waits a bounded while for the answer.  Volatile, as
+``observed`` readings are: never a fact, lost with the leader (the asker asks again).
+
+Bounded: at most ``MAX_WAITING`` questions per host, each answered with at most the bytes it asked for
+(``limit``); an answer is handed to its asker and dropped, so the controller holds no more than that.
 """
 
 from __future__ import annotations
@@ -15,21 +20,21 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-MAX_WAITING = 256  # questions held for one host at once: beyond them a peek is refused (busy)
+MAX_WAITING = 256  # questions held for one host at once: beyond them a read is refused (busy)
+PEEK = "peek"  # a running job's output, from an offset (job_id, run, offset, limit)
+TASK_OUTPUT = "task_output"  # a task's stdout and stderr, from offsets (job_id, run, task, out, err, limit, wait)
+TASK_INPUT = "task_input"  # blaunch's stdin for a task, from an offset (job_id, run, task, offset, data, eof, wait)
 
 
 @dataclass
 class Ask:
     id: int
-    job_id: int
-    run: int
-    offset: int
-    limit: int
+    question: dict[str, Any]  # its kind and what it asks (PEEK, TASK_OUTPUT)
     answer: asyncio.Future[dict[str, Any]] = field(
         repr=False, default_factory=lambda: asyncio.get_running_loop().create_future())
 
     def as_json(self) -> dict[str, Any]:
-        return {"id": self.id, "job_id": self.job_id, "run": self.run, "offset": self.offset, "limit": self.limit}
+        return {"id": self.id, **self.question}
 
 
 class Peeks:
@@ -40,12 +45,12 @@ class Peeks:
         self._asked: dict[str, dict[int, Ask]] = {}
         self._wake: dict[str, asyncio.Event] = {}
 
-    def ask(self, host: str, job_id: int, run: int, offset: int, limit: int) -> Ask | None:
+    def ask(self, host: str, kind: str, **question: Any) -> Ask | None:
         """A question for ``host``'s worker (None: too many wait for it already)."""
         waiting = self._asked.setdefault(host, {})
         if len(waiting) >= MAX_WAITING:
             return None
-        a = Ask(next(self._ids), job_id, run, offset, limit)
+        a = Ask(next(self._ids), {"kind": kind, **question})
         waiting[a.id] = a
         self._event(host).set()
         return a
@@ -54,16 +59,20 @@ class Peeks:
         """The asker stopped waiting (answered, or timed out)."""
         self._asked.get(host, {}).pop(ask.id, None)
 
-    async def asked(self, host: str, wait: float) -> list[dict[str, Any]]:
-        """What ``host``'s worker is asked now, waiting up to ``wait`` seconds for a question."""
+    async def asked(self, host: str, wait: float, held: frozenset[int] = frozenset()) -> list[dict[str, Any]]:
+        """What ``host``'s worker is asked now, but for the questions it ``held`` (it holds a task's read
+        until there is output), waiting up to ``wait`` seconds for a question."""
         event = self._event(host)
-        if not self._asked.get(host) and wait > 0:
+        if not self._new(host, held) and wait > 0:
             event.clear()
             try:
                 await asyncio.wait_for(event.wait(), wait)
             except TimeoutError:
                 pass
-        return [a.as_json() for a in self._asked.get(host, {}).values()]
+        return [a.as_json() for a in self._new(host, held)]
+
+    def _new(self, host: str, held: frozenset[int]) -> list[Ask]:
+        return [a for a in self._asked.get(host, {}).values() if a.id not in held]
 
     def answer(self, host: str, peek_id: int, reply: dict[str, Any]) -> bool:
         """The worker's answer to one of its questions (False: nobody waits for it any more)."""

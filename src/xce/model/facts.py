@@ -316,6 +316,7 @@ class TaskLaunched(Fact):
     command: str  # one command line, for /bin/sh -c (as rsh runs it: mpirun's quoting relies on it)
     cwd: str = ""
     keep_going: bool = False  # its failure does not end the job
+    stdin: bool = False  # it reads what its blaunch sends it (blaunch's stdin); else nothing (-n)
     env: dict[str, str] | None = None  # blaunch's environment, as the job's is kept (jobs.kept_environment)
 
 
@@ -396,12 +397,15 @@ class JobKillRequested(Fact):
 @fact("job.signal_requested")
 @dataclass(frozen=True, slots=True)
 class JobSignalRequested(Fact):
-    """``xce kill -s SIGNAL``: that one signal to the run's processes, once; nothing follows it."""
+    """``xce kill -s SIGNAL``: that one signal to the run's processes, once; nothing follows it.  With
+    ``task``: to that task of the run only (its ``blaunch`` passing on a signal it got, or SIGKILL when
+    its ``blaunch`` is gone: ``tasks.launchers_lost``)."""
 
     job_id: int
     run: int
     by: str
     signal: int
+    task: int | None = None
 
 
 @fact("job.suspended")

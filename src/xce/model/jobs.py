@@ -30,6 +30,7 @@ import functools
 import os
 import re
 from dataclasses import dataclass
+from signal import SIGKILL
 from typing import TYPE_CHECKING, Any, Callable
 
 from xce.depend import DependError, parse as parse_dependency
@@ -684,7 +685,14 @@ def apply_job_signal_requested(model: State, f: JobSignalRequested) -> None:
     job = _ordered(model, f.job_id, f.run)
     if job is None:
         return
-    job.signal_orders = [*job.signal_orders, [job.order_seq, f.signal]][-MAX_SIGNAL_ORDERS:]
+    if f.task is None:
+        job.signal_orders = [*job.signal_orders, [job.order_seq, f.signal]][-MAX_SIGNAL_ORDERS:]
+        return
+    if not 1 <= f.task <= len(job.tasks):
+        return  # OBSERVATION: no such task of this run (folds are total)
+    job.signal_orders = [*job.signal_orders, [job.order_seq, f.signal, f.task]][-MAX_SIGNAL_ORDERS:]
+    if f.signal == SIGKILL:
+        job.tasks[f.task - 1]["killed"] = True  # (ordered once: tasks.launchers_lost)
 
 
 def apply_job_suspended(model: State, f: JobSuspended) -> None:

@@ -10,23 +10,29 @@ accepted for that run only, on that job's own hosts, while it runs; it is a fact
 for; a failed task ends the job unless it was launched with ``keep_going``.  The run's end ends its
 tasks: a worker that polls with tasks of a run that is not running any more is told to end them
 (``runs_over``).
+
+A task lives no longer than its ``blaunch``: a signal blaunch gets (SIGINT, SIGTERM, SIGHUP, SIGQUIT,
+SIGUSR1, SIGUSR2) is passed on to its task (``signal_task``), and a task whose blaunch stopped asking
+for it (killed, even by SIGKILL: the controller's ``launchers`` lease lapsed) is killed
+(``launchers_lost``), each an order of the run for that task only (``JobSignalRequested.task``).
 """
 
 from __future__ import annotations
 
 import hmac
+from signal import SIGKILL
 from typing import Any
 
 from xce.config import ControllerConfig
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound, Unauthenticated
 from xce.model.entities.jobs import RUNNING, Job
-from xce.model.facts import Fact, JobKillRequested, TaskEnded, TaskLaunched
+from xce.model.facts import Fact, JobKillRequested, JobSignalRequested, TaskEnded, TaskLaunched
 from xce.model.identity import hash_token
 from xce.model.jobs import kept_environment
 from xce.model.state import State
 
-__all__ = ["MAX_TASKS", "apply_task_ended", "apply_task_launched", "job_for_secret", "launch", "refused",
-           "report_ended", "runs_over", "task_key", "task_of", "tasks_for"]
+__all__ = ["MAX_TASKS", "apply_task_ended", "apply_task_launched", "job_for_secret", "launch", "launchers_lost",
+           "live_tasks", "refused", "report_ended", "runs_over", "signal_task", "task_key", "task_of", "tasks_for"]
 
 MAX_TASKS = 10_000  # tasks one run may launch (each is a fact and a line of the job's document)
 
@@ -54,7 +60,7 @@ def job_for_secret(model: State, job_id: int, secret: str) -> Job:
 
 
 def launch(model: State, job: Job, host: str, command: str, cwd: str, keep_going: bool, now: float,
-           env: dict[str, str] | None = None, site: ControllerConfig | None = None) -> list[Fact]:
+           env: dict[str, str] | None = None, site: ControllerConfig | None = None, stdin: bool = False) -> list[Fact]:
     """``blaunch HOST CMD`` inside ``job``: a task on one of the job's own hosts, in blaunch's environment
     (as LSF's: ``mpirun``'s daemons find their launcher on the caller's ``PATH``), kept as a job's is."""
     if host not in job.alloc_slots:
@@ -64,13 +70,43 @@ def launch(model: State, job: Job, host: str, command: str, cwd: str, keep_going
     if len(job.tasks) >= MAX_TASKS:
         raise Conflict(f"job {job.display_id} launched {MAX_TASKS} tasks in this run: no more")
     return [TaskLaunched(time=now, job_id=job.id, run=job.run, task=len(job.tasks) + 1, host=host, command=command,
-                         cwd=cwd, keep_going=keep_going, env=kept_environment(env or {}, site))]
+                         cwd=cwd, keep_going=keep_going, env=kept_environment(env or {}, site), stdin=stdin)]
 
 
 def task_of(job: Job, task: int) -> dict[str, Any]:
     if not 1 <= task <= len(job.tasks):
         raise NotFound(f"job {job.display_id} has no task {task} in this run")
     return job.tasks[task - 1]
+
+
+def signal_task(job: Job, task: int, signal: int, now: float) -> list[Fact]:
+    """``blaunch`` got ``signal``: to its task, once (nothing when the task has ended already)."""
+    t = task_of(job, task)
+    if not 1 <= signal <= 64:
+        raise InvalidRequest(f"signal {signal} is not a signal number (1-64)")
+    if t["ended"]:
+        return []
+    return [JobSignalRequested(time=now, job_id=job.id, run=job.run, by=f"blaunch of task {task}", signal=signal,
+                               task=task)]
+
+
+def live_tasks(job: Job) -> list[int]:
+    """The tasks of ``job``'s run that have not ended and were not killed (their launcher's lease is kept;
+    not those of a run being killed: they end with it)."""
+    if job.state not in RUNNING or job.kill_requested:
+        return []
+    return [t["task"] for t in job.tasks if not t["ended"] and not t.get("killed")]
+
+
+def launchers_lost(model: State, job_id: int, lapsed: list[int], now: float) -> list[Fact]:
+    """The launchers (``blaunch``) of these tasks stopped asking for them: each task is killed, once (as
+    LSF's tasks end with their blaunch; the task's end then ends the job, unless ``keep_going``)."""
+    job = model.jobs.get(job_id)
+    if job is None:
+        return []
+    live = set(live_tasks(job))
+    return [JobSignalRequested(time=now, job_id=job.id, run=job.run, signal=SIGKILL, task=task,
+                               by=f"task {task}'s launcher (blaunch) gone") for task in lapsed if task in live]
 
 
 def report_ended(model: State, host: str, job_id: int, run: int, task: int, now: float, exit_code: int | None,
@@ -113,7 +149,7 @@ def apply_task_launched(model: State, f: TaskLaunched) -> None:
     if job is None or job.run != f.run or f.task != len(job.tasks) + 1:
         return  # OBSERVATION: another run's, or a repeated fact
     job.tasks.append({"task": f.task, "host": f.host, "command": f.command, "cwd": f.cwd, "env": f.env,
-                      "keep_going": f.keep_going, "ended": False, "exit_code": None, "signal": None, "reason": ""})
+                      "keep_going": f.keep_going, "stdin": f.stdin, "ended": False, "exit_code": None, "signal": None, "reason": ""})
 
 
 def apply_task_ended(model: State, f: TaskEnded) -> None:

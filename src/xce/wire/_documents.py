@@ -359,6 +359,7 @@ class Dispatch(TypedDict):
     pre_exec: str | None  # -E: run before the command, as the job (sandbox.STEPS)
     post_exec: str | None  # -Ep: run after the command ends
     gpus: list[dict[str, Any]]  # the GPUs it holds on this host: {id, uuid} each (CUDA_VISIBLE_DEVICES)
+    gpu_mode: str  # -gpu's mode ("shared", "exclusive_process"; "" without GPUs): the devices' compute mode
 
 
 class TaskDispatch(TypedDict):
@@ -371,3 +372,4 @@ class TaskDispatch(TypedDict):
     cwd: str  # where blaunch was called ("": the run's own)
     env: dict[str, str] | None  # blaunch's environment (the job's part of the task's: as a job's is kept)
     rendezvous: str  # ADDR:PORT on the job's first host (XCE_RDZV_HOST, XCE_RDZV_PORT)
+    stdin: bool  # it reads what its blaunch sends (a FIFO the worker fills); else nothing (blaunch -n)

@@ -9,6 +9,7 @@ temporary name, then a rename), and then writes a byte to ``RUN/wake``, a FIFO t
 - ``RUN/freeze``: ``1`` or ``0`` (``xce stop`` / ``xce resume``);
 - ``RUN/orders``: the newest order number the worker has passed on (for itself: a restarted worker
   tells the controller which orders it has, so none is passed on twice);
+- ``TASK/stdin``: a task's standard input is over (its shepherd closes its write end of the task's FIFO);
 - ``RUN/limit``: ``LIMIT WARN SIGNUM GRACE``, written before the shepherd starts: the run limit in
   seconds from the job's start (``-W``), when before it the warning signal comes (0: none), and the
   kill path's grace.  The shepherd keeps the time itself, so the limit holds while the worker restarts.
@@ -42,6 +43,7 @@ USAGE = "usage"
 FENCED = "fenced"
 LIMIT = "limit"
 LIMITED = "limited"
+STDIN = "stdin"
 
 
 def clock() -> float:
@@ -85,14 +87,17 @@ def applied(run_dir: str) -> int:
     return int(text) if text.isdigit() else 0
 
 
-def pass_on(run_dir: str, orders: dict[str, Any]) -> bool:
-    """Write what the controller ordered the run (``model.jobs.orders``) for its shepherd, wake it, and
-    record the order number; False when the run's shepherd is gone (nothing to tell)."""
+def pass_on(run_dir: str, orders: dict[str, Any], task: int | None = None) -> bool:
+    """Write what the controller ordered the run (``model.jobs.orders``) for its shepherd (or its ``task``'s,
+    in the task's directory), wake it, and record the order number; False when the shepherd is gone
+    (nothing to tell).  A signal for one task (``[seq, signal, task]``: its blaunch's) goes to that task's
+    shepherd only."""
     if orders["kill"] is not None and not os.path.exists(os.path.join(run_dir, KILL)):
         grace = orders["kill"]["grace"]
         _write(os.path.join(run_dir, KILL), f"{10.0 if grace is None else float(grace):g}\n")
-    if orders["signals"]:
-        _write(os.path.join(run_dir, SIGNALS), "".join(f"{seq} {sig}\n" for seq, sig in orders["signals"]))
+    signals = [(seq, sig) for seq, sig, *to in orders["signals"] if not to or to[0] == task]
+    if signals:
+        _write(os.path.join(run_dir, SIGNALS), "".join(f"{seq} {sig}\n" for seq, sig in signals))
     _write(os.path.join(run_dir, FREEZE), "1\n" if orders["suspend"] else "0\n")
     woke = wake(run_dir)
     _write(os.path.join(run_dir, ORDERS), f"{orders['seq']}\n")
@@ -121,6 +126,12 @@ def end_now(run_dir: str) -> bool:
     if not os.path.exists(os.path.join(run_dir, KILL)):
         _write(os.path.join(run_dir, KILL), "0\n")
     return wake(run_dir)
+
+
+def end_input(task_dir: str) -> bool:
+    """A task's standard input is over (``TASK/stdin``): its shepherd closes its write end of the task's FIFO."""
+    _write(os.path.join(task_dir, STDIN), "end\n")
+    return wake(task_dir)
 
 
 def wake(run_dir: str) -> bool:

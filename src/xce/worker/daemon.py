@@ -40,7 +40,8 @@ from xce.transfers import TransferSite
 from xce.units import format_run_limit, format_size
 from xce.worker import control, sandbox, staging
 from xce.worker.cgroups import CgroupError, Hierarchy, Limits, RunCgroup, Usage
-from xce.worker.gpus import Gpu, device_rules
+from xce.worker.gpus import DEFAULT_MODE, EXCLUSIVE_PROCESS, DeviceSource, Gpu, device_rules
+from xce.worker.relay import Relay
 from xce.worker.rendezvous import Ports, new_secret
 from xce.worker.storage import StorageRoots
 from xce.worker.tasks import TaskRuns
@@ -63,9 +64,10 @@ class Worker:
                  storage_roots: list[str] | None = None, allow_system_users: bool = False,
                  transfers: TransferSite | None = None, cgroups: Hierarchy | None = None,
                  allow_no_openat2: bool = False, gpus: list[Gpu] | None = None,
-                 address: str | None = None) -> None:
+                 address: str | None = None, gpu_source: DeviceSource | None = None) -> None:
         self.host = host
         self.gpus = list(gpus or ())  # found by NVML or configured (xce.worker.gpus): reported at registration
+        self.gpu_source = gpu_source  # where they were found: their compute modes are set there
         self.address = address or host  # where the other hosts reach this one (a run's XCE_RDZV_HOST)
         self.url = url  # the controller(s): a run's blaunch calls them (XCE_JOB_URL)
         self.ports = Ports()  # the rendezvous ports of the runs started here
@@ -89,7 +91,10 @@ class Worker:
         self.jobs_dir = os.path.join(work_dir, "jobs")
         self.output_dir = os.path.join(work_dir, "output")
         self.tasks = TaskRuns(os.path.join(work_dir, "tasks"))  # tasks of runs (blaunch) on this host
-        for d in (self.runs_dir, self.jobs_dir, self.output_dir, self.tasks.dir):
+        # their output, relayed to their blaunch through the controller
+        self.relay = Relay(os.path.join(work_dir, "spool"), self.tasks.is_running, self.tasks.has_ended,
+                           self._answer_peek, self._end_input)
+        for d in (self.runs_dir, self.jobs_dir, self.output_dir, self.tasks.dir, self.relay.dir):
             os.makedirs(d, exist_ok=True)
             os.chmod(d, 0o711)  # users reach their own workspace, claims and output, and list nobody's
         self.running: set[tuple[int, int]] = set()
@@ -350,7 +355,11 @@ class Worker:
             intent.update(rendezvous=f"{self.address}:{port}", task_key=task_key)
             own_env = {"XCE_RDZV_HOST": self.address, "XCE_RDZV_PORT": str(port), "XCE_JOB_TOKEN": secret,
                        "XCE_JOB_URL": self.url}
+            exclusive = [g["id"] for g in job.get("gpus") or []] if job.get("gpu_mode") == EXCLUSIVE_PROCESS else []
+            if exclusive:
+                intent["compute_mode"] = exclusive  # (given back at the run's end, by this life or the next)
             self._write_journal(run_dir, intent)  # intent before action
+            self._compute_mode(key, exclusive, EXCLUSIVE_PROCESS)
             if job.get("run_limit"):
                 control.set_run_limit(run_dir, job["run_limit"], job.get("warn_time"), job.get("warn_signal"),
                                       job.get("limit_grace"))
@@ -359,12 +368,16 @@ class Worker:
             confinement = sandbox.Confinement(cgroup=cgroup, lease=lease,
                                               allow_system_users=self.allow_system_users,
                                               allow_no_openat2=self.allow_no_openat2)
-            started = sandbox.start(job, self.host, run_dir, workspace, self.output_dir, self.storage, run_as,
-                                    confinement, own_env)
+            try:  # the port's lock goes to the shepherd: the reservation lasts as long as the run
+                started = sandbox.start(job, self.host, run_dir, workspace, self.output_dir, self.storage, run_as,
+                                        confinement, own_env, hold=self.ports.lock_fd(key))
+            finally:
+                self.ports.handed_over(key)
         except (sandbox.StartFailed, CgroupError, OSError) as e:
             reason = f"failed to start: {e}" if not isinstance(e, sandbox.StartFailed) else str(e)
             self._drop_cgroup(key)
             self.ports.release(key)
+            self._compute_mode(key, intent.get("compute_mode") or [], DEFAULT_MODE)
             sandbox.clean_workspace(workspace)
             self._write_journal(run_dir, dict(intent, failed=reason))
             self._ended(key)
@@ -375,6 +388,17 @@ class Worker:
             self.running.add(key)
         threading.Thread(target=self._watch_child, args=(key, started, run_dir, intent), daemon=True,
                          name=f"job-{key[0]}.{key[1]}").start()
+
+    def _compute_mode(self, key: tuple[int, int], ids: list[int], mode: str) -> None:
+        """The run's GPUs to compute ``mode`` (``-gpu mode=exclusive_process``, and back at its end).  A
+        failure is said and the run goes on: the scheduler's sharing rule still keeps other jobs off them."""
+        if not ids or self.gpu_source is None:
+            return
+        try:
+            self.gpu_source.set_compute_mode(ids, mode)
+        except Exception as e:  # NVMLError_NoPermission (not root), _NotSupported (a GeForce)...
+            log.warning("run %d.%d: could not set GPUs %s to compute mode %s: %s", *key,
+                        ",".join(map(str, ids)), mode, e)
 
     def _make_cgroup(self, key: tuple[int, ...], job: Dispatch) -> RunCgroup | None:
         """The run's cgroup, its limits written: ``mem_limit`` (-M, or the mem it reserved here), and its
@@ -433,6 +457,7 @@ class Worker:
         rc = self.run_cgroups.get(key)
         if rc is None:  # no cgroup: whatever the job left behind in its process group goes with it
             sandbox.kill_group(run_dir)
+        self._compute_mode(key, (self._read_journal(run_dir) or {}).get("compute_mode") or [], DEFAULT_MODE)
         cg = self.cgroups.usage(rc) if rc is not None and self.cgroups is not None else None
         self._drop_cgroup(key, cg)
         pre_failed, post_exit = sandbox.exec_steps(workspace)
@@ -490,8 +515,10 @@ class Worker:
                 return  # OBSERVATION: over, or passed on already (the answer raced our last poll's)
             self.applied[key] = orders["seq"]
             mine = key in self.running
-        for run_dir in ([self._run_dir(*key)] if mine else []) + task_dirs:
-            control.pass_on(run_dir, orders)
+        if mine:
+            control.pass_on(self._run_dir(*key), orders)
+        for task, task_dir in task_dirs.items():
+            control.pass_on(task_dir, orders, task)
 
     def _end_now(self, job_id: int, run: int) -> None:
         """A run that is not this host's any more (the controller gave it up, or never gave it here): its
@@ -536,8 +563,11 @@ class Worker:
                                               allow_no_openat2=self.allow_no_openat2)
             address, _, port = task["rendezvous"].rpartition(":")
             own_env = {"XCE_TASK": str(key[2]), "XCE_RDZV_HOST": address, "XCE_RDZV_PORT": port}
+            stdin = bool(task.get("stdin"))
+            spool = self.relay.make(key, run_as.uid if run_as else None, run_as.gid if run_as else None, stdin)
             started = sandbox.start(job, self.host, task_dir, workspace, self.output_dir, self.storage, run_as,
-                                    confinement, own_env, task)
+                                    confinement, own_env, task, output=spool,
+                                    stdin=self.relay.input_path(key) if stdin else None)
         except (sandbox.StartFailed, CgroupError, OSError) as e:
             reason = f"failed to start: {e}" if not isinstance(e, sandbox.StartFailed) else str(e)
             self._write_journal(task_dir, dict(intent, failed=reason))
@@ -581,11 +611,18 @@ class Worker:
             sandbox.clean_workspace(spent)
         self._reports.put(("task_finished", {"job_id": key[0], "run": key[1], "task": key[2], **end}))
 
+    def _end_input(self, key: tuple[int, int, int]) -> None:
+        """blaunch's input for the task is over: its shepherd closes its write end of the task's FIFO."""
+        task_dir = self.tasks.of_run(key[:2]).get(key[2])
+        if task_dir is not None:
+            control.end_input(task_dir)
+
     def _runs_over(self, runs: list[tuple[int, int]]) -> None:
         """The controller says these runs are over: their tasks here end now, their workspaces here go."""
         for run in runs:
-            for task_dir in self.tasks.of_run(run):
+            for task_dir in self.tasks.of_run(run).values():
                 control.end_now(task_dir)
+            self.relay.drop_run(run)  # (its blaunch is gone with it)
         for workspace in self.tasks.ended_runs(runs):
             sandbox.clean_workspace(workspace)
 
@@ -602,6 +639,7 @@ class Worker:
                    threading.Thread(target=self._reporter_loop, daemon=True, name="reporter"),
                    threading.Thread(target=self._poll_loop, daemon=True, name="poll"),
                    threading.Thread(target=self._peek_loop, daemon=True, name="peeks"),
+                   threading.Thread(target=self.relay.run, args=(self._stop,), daemon=True, name="relay"),
                    threading.Thread(target=self.node_agent.run, daemon=True, name="node-agent")]
         for t in threads:
             t.start()
@@ -613,18 +651,26 @@ class Worker:
         return 0
 
     def _peek_loop(self) -> None:
-        """Answer the controller's questions about the output of runs here (``bpeek``)."""
+        """Answer the controller's questions about the output of runs here (``bpeek``) and hand those
+        about tasks' output (blaunch's relay) to the relay, which holds them until there is output."""
         while not self._stop.is_set():
             try:
-                asked = self.client.get(f"/v1/hosts/{self.host}/peeks", {"wait": POLL_WAIT},
+                asked = self.client.get(f"/v1/hosts/{self.host}/peeks",
+                                        [("wait", POLL_WAIT), *(("held", i) for i in self.relay.held())],
                                         timeout=POLL_WAIT + DAEMON_TIMEOUT)
             except ClientError as e:
                 log.warning("peek poll failed, retrying in 1s: %s", e.message)
                 self._stop.wait(1.0)
                 continue
             for a in asked or []:
-                reply = self._peek(a)
-                self._try(lambda: self.client.post(f"/v1/hosts/{self.host}/peeks", reply))
+                if a.get("kind") in ("task_output", "task_input"):
+                    self.relay.ask(a)
+                else:
+                    reply = self._peek(a)
+                    self._try(lambda: self._answer_peek(reply))
+
+    def _answer_peek(self, reply: dict[str, Any]) -> None:
+        self.client.post(f"/v1/hosts/{self.host}/peeks", reply)
 
     def _peek(self, asked: dict[str, Any]) -> dict[str, Any]:
         key = (asked["job_id"], asked["run"])
@@ -643,7 +689,7 @@ class Worker:
         while not self._stop.is_set():
             with self._lock:  # the orders we have: the poll answers only newer ones
                 seen = [f"{j}.{r}.{seq}" for (j, r), seq in self.applied.items() if seq]
-            task_runs = [f"{j}.{r}" for j, r in sorted(self.tasks.runs())]
+            task_runs = [f"{j}.{r}" for j, r in sorted(self.tasks.runs() | self.relay.runs())]
             sent = control.clock()
             try:
                 work = self.client.get(f"/v1/hosts/{self.host}/work", [("wait", POLL_WAIT), *(("seen", x) for x in seen),

@@ -10,6 +10,11 @@ Two sources, one interface:
   --gpus N`` gives each host ``0..N-1``), for test and laptop clusters: fake devices with a UUID made
   from the host and the id, a model name that says they are fake, and no device node.
 
+A run asking for ``mode=exclusive_process`` has its GPUs set to that compute mode for as long as it runs
+(``set_compute_mode``: NVML's ``nvmlDeviceSetComputeMode``, as LSF does, so the driver lets one process
+have each; the worker runs as root, which NVML requires), and back to ``default`` at its end; fake devices
+record the mode (``ConfiguredDevices.record``), behind the same interface.
+
 A run sees only its own GPUs: ``CUDA_VISIBLE_DEVICES`` is their ids, comma-separated, as LSF sets it
 (ids are NVML's indices, which follow the PCI bus order; ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` makes CUDA
 number them the same way), ``NVIDIA_VISIBLE_DEVICES`` the same for container runtimes, and
@@ -32,6 +37,8 @@ log = logging.getLogger("xce.worker.gpus")
 FAKE_MODEL = "XCE fake GPU"
 FAKE_MEMORY = 16 * 2**30
 GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "XCE_GPUS", "XCE_GPU_UUIDS")
+EXCLUSIVE_PROCESS = "exclusive_process"  # -gpu mode=exclusive_process: the compute mode set on the run's GPUs
+DEFAULT_MODE = "default"  # NVML's NVML_COMPUTEMODE_DEFAULT, the mode a run's GPUs are given back in
 
 
 class GpuConfigError(ValueError):
@@ -57,6 +64,10 @@ class DeviceSource(Protocol):
     name: str  # for the log: "nvml", "configured"
 
     def devices(self) -> list[Gpu]: ...
+
+    def set_compute_mode(self, ids: list[int], mode: str) -> None:
+        """The compute mode of GPUs ``ids``: ``EXCLUSIVE_PROCESS`` or ``DEFAULT_MODE``."""
+        ...
 
 
 class NvmlDevices:
@@ -86,14 +97,37 @@ class NvmlDevices:
         finally:
             n.nvmlShutdown()
 
+    def set_compute_mode(self, ids: list[int], mode: str) -> None:
+        n = self.nvml
+        value = n.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS if mode == EXCLUSIVE_PROCESS else n.NVML_COMPUTEMODE_DEFAULT
+        n.nvmlInit()
+        try:
+            for index in ids:
+                n.nvmlDeviceSetComputeMode(n.nvmlDeviceGetHandleByIndex(index), value)
+        finally:
+            n.nvmlShutdown()
+
 
 class ConfiguredDevices:
     """Fake GPUs with the ids given (``--gpus 0,1,2,3``): same interface as NVML's."""
 
     name = "configured"
 
-    def __init__(self, host: str, ids: list[int], model: str = FAKE_MODEL, memory: int = FAKE_MEMORY) -> None:
+    def __init__(self, host: str, ids: list[int], model: str = FAKE_MODEL, memory: int = FAKE_MEMORY,
+                 record: str | None = None) -> None:
         self.host, self.ids, self.model, self.memory = host, ids, model, memory
+        self.record = record  # a directory where each device's compute mode is written (gpu<ID>.compute_mode)
+        self.modes: dict[int, str] = {}
+
+    def set_compute_mode(self, ids: list[int], mode: str) -> None:
+        for index in ids:
+            if index not in self.ids:
+                raise GpuConfigError(f"no GPU {index} here")
+            self.modes[index] = mode
+            if self.record is not None:
+                os.makedirs(self.record, mode=0o755, exist_ok=True)
+                with open(os.path.join(self.record, f"gpu{index}.compute_mode"), "w") as fh:
+                    fh.write(mode + "\n")
 
     def devices(self) -> list[Gpu]:
         return [Gpu(id=i, uuid=f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{i}.{self.host}.gpu.xce')}",
@@ -133,12 +167,12 @@ def nvml_present() -> bool:
     return True
 
 
-def source_for(host: str, gpus: str | None) -> DeviceSource | None:
-    """The worker's device source: configured ids when ``--gpus`` is given (``none``: no GPUs), else NVML
-    where it loads, else none."""
+def source_for(host: str, gpus: str | None, record: str | None = None) -> DeviceSource | None:
+    """The worker's device source: configured ids when ``--gpus`` is given (``none``: no GPUs; their compute
+    modes recorded in ``record``), else NVML where it loads, else none."""
     if gpus is not None:
         ids = parse_ids(gpus)
-        return ConfiguredDevices(host, ids) if ids else None
+        return ConfiguredDevices(host, ids, record=record) if ids else None
     return NvmlDevices() if nvml_present() else None
 
 

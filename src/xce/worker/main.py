@@ -67,8 +67,9 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
     attrs_given = parse_pairs(attrs, "attr", numeric=False)
     from xce.worker.gpus import GpuConfigError, source_for
 
+    work_dir = os.path.abspath(work_dir or os.path.join(os.path.expanduser("~"), ".xce", "worker", host))
     try:
-        source = source_for(host, gpus)
+        source = source_for(host, gpus, record=os.path.join(work_dir, "gpus"))
     except GpuConfigError as e:
         raise WorkerConfigError(str(e)) from None
     devices = source.devices() if source is not None else []
@@ -77,7 +78,6 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
     logging.basicConfig(level=os.environ.get("XCE_LOG_LEVEL", "INFO"),
                         format=f"%(asctime)s worker[{host}] %(levelname)s %(message)s")
     log = logging.getLogger("xce.worker")
-    work_dir = os.path.abspath(work_dir or os.path.join(os.path.expanduser("~"), ".xce", "worker", host))
     os.makedirs(work_dir, mode=0o755, exist_ok=True)
     if run_as_users:
         closed = [d for d in _parents(work_dir) if not os.stat(d).st_mode & 0o001]
@@ -87,7 +87,7 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
     worker = Worker(host, url, token, slots if slots is not None else (os.cpu_count() or 1), attrs_given,
                     counters_given, work_dir, heartbeat=heartbeat, run_as_users=run_as_users, providers=providers,
                     storage_roots=roots, allow_system_users=allow_system_users, transfers=transfers,
-                    allow_no_openat2=allow_no_openat2, gpus=devices, address=address)
+                    allow_no_openat2=allow_no_openat2, gpus=devices, address=address, gpu_source=source)
     # (said once what it was told is known good: a bad --controller is the first thing a typo shows)
     log.info("GPUs: %s", f"{len(devices)} ({source.name}): " + ", ".join(f"{g.id} {g.model}" for g in devices)
              if source is not None else "none (no --gpus, and NVML finds no NVIDIA GPU)")

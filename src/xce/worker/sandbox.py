@@ -400,7 +400,8 @@ class Confinement:
 
 def start(job: Dispatch, host: str, run_dir: str, workspace: str, output_dir: str,
           roots: StorageRoots, run_as: RunAs | None = None, confinement: Confinement = Confinement(),
-          own_env: dict[str, str] | None = None, task: TaskDispatch | None = None) -> Started:
+          own_env: dict[str, str] | None = None, task: TaskDispatch | None = None,
+          output: tuple[str, str] | None = None, hold: int | None = None, stdin: str | None = None) -> Started:
     """Create the workspace, write what the launcher reads, spawn the shepherd.  The working directory
     and the command are the launcher's to find, as the job's user: the worker (root) follows no path a
     user chose, and says only what it checked itself.  The job starts in ``cwd`` (``--cwd``: it must
@@ -408,7 +409,10 @@ def start(job: Dispatch, host: str, run_dir: str, workspace: str, output_dir: st
     workspace (the launcher notes it: ``Started.notes``).  ``own_env``: what this start adds to the job's
     environment (its rendezvous, its secret).  A ``task`` of the run (``blaunch``) runs its command line
     in the run's sandbox on this host: the same user, environment, claims and workspace, starting where
-    blaunch was called (else as the run), its output appended to the run's."""
+    blaunch was called (else as the run).  ``output``: the files its stdout and stderr go to instead of the
+    job's (a task's spool, relayed to its blaunch: ``relay``).  ``hold``: an open file the shepherd keeps as
+    long as it lives (the lock of the run's rendezvous port: ``rendezvous.Ports``); ``stdin``: the FIFO a
+    task reads (its blaunch's input: ``relay``), else the job reads nothing (/dev/null)."""
     os.makedirs(workspace, mode=0o700, exist_ok=True)
     if run_as is not None:
         os.chown(workspace, run_as.uid, run_as.gid)
@@ -427,20 +431,16 @@ def start(job: Dispatch, host: str, run_dir: str, workspace: str, output_dir: st
         env.update({"XCE_PRE_EXEC": job.get("pre_exec") or "", "XCE_POST_EXEC": job.get("post_exec") or ""})
         command = [SHELL, "-c", STEPS, "xce-job", *command]
     write_env(run_dir, env)
-    default_out = os.path.join(output_dir, f"{job['display_id']}.out")
-    stdout = expand(job["stdout"], job) if job["stdout"] else default_out
-    stderr = expand(job["stderr"], job) if job["stderr"] else stdout
-    stdout, stderr = (p if os.path.isabs(p) else os.path.join(cwd, p) for p in (stdout, stderr))
-    for p in {os.path.dirname(stdout), os.path.dirname(stderr)}:
-        if not os.path.isdir(p):
-            raise StartFailed(f"failed to start: output directory {p} does not exist on {host}")
-    if not job["stdout"]:
-        _precreate(default_out, run_as)
+    if output is not None:
+        stdout, stderr = output
+    else:
+        stdout, stderr = _output_files(job, host, cwd, output_dir, run_as)
     argv = launch_argv(program, run_dir, cwd, stdout, stderr, command, as_root, run_as, confinement,
-                       cwd_fallback=fallback, report=True)
+                       cwd_fallback=fallback, report=True, hold=hold is not None, stdin=stdin)
     read_end, write_end = _report_pipe()
     try:
-        pid = spawn_shepherd(argv, {}, report=write_end)  # the launcher (root) runs with no user's environment
+        # the launcher (root) runs with no user's environment
+        pid = spawn_shepherd(argv, {}, report=write_end, hold=hold)
     except BaseException:
         os.close(read_end)
         raise
@@ -450,7 +450,23 @@ def start(job: Dispatch, host: str, run_dir: str, workspace: str, output_dir: st
     return Started(pid=pid, workspace=workspace, stdout=stdout, stderr=stderr, publish=how, report=read_end)
 
 
+def _output_files(job: Dispatch, host: str, cwd: str, output_dir: str, run_as: RunAs | None) -> tuple[str, str]:
+    """The job's stdout and stderr files (``-o``, ``-e``: ``%J`` and ``%I`` expanded, relative to its
+    working directory), its default output made safe first."""
+    default_out = os.path.join(output_dir, f"{job['display_id']}.out")
+    stdout = expand(job["stdout"], job) if job["stdout"] else default_out
+    stderr = expand(job["stderr"], job) if job["stderr"] else stdout
+    stdout, stderr = (p if os.path.isabs(p) else os.path.join(cwd, p) for p in (stdout, stderr))
+    for p in {os.path.dirname(stdout), os.path.dirname(stderr)}:
+        if not os.path.isdir(p):
+            raise StartFailed(f"failed to start: output directory {p} does not exist on {host}")
+    if not job["stdout"]:
+        _precreate(default_out, run_as)
+    return stdout, stderr
+
+
 REPORT_FD = 3  # the shepherd's --report descriptor
+HOLD_FD = 4  # the shepherd's --hold descriptor (the file it keeps open: rendezvous.Ports' lock)
 
 
 def _report_pipe() -> tuple[int, int]:
@@ -465,14 +481,17 @@ def _report_pipe() -> tuple[int, int]:
     return read_end, write_end
 
 
-def spawn_shepherd(argv: list[str], env: dict[str, str], report: int | None = None) -> int:
+def spawn_shepherd(argv: list[str], env: dict[str, str], report: int | None = None, hold: int | None = None) -> int:
     """Spawn the launcher's ``argv`` in its own session, ``report`` (a pipe's write end) as its
-    ``REPORT_FD``; the shepherd's pid."""
+    ``REPORT_FD`` and ``hold`` as its ``HOLD_FD`` (neither may be those numbers: they are dup'd onto them);
+    the shepherd's pid."""
     actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
                (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
                (os.POSIX_SPAWN_DUP2, 1, 2)]
     if report is not None:
         actions.append((os.POSIX_SPAWN_DUP2, report, REPORT_FD))
+    if hold is not None:
+        actions.append((os.POSIX_SPAWN_DUP2, hold, HOLD_FD))
     try:
         return os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True)
     except OSError as e:
@@ -481,7 +500,8 @@ def spawn_shepherd(argv: list[str], env: dict[str, str], report: int | None = No
 
 def launch_argv(program: str, run_dir: str, cwd: str, stdout: str, stderr: str, command: list[str],
                 as_root: bool, run_as: RunAs | None, confinement: Confinement = Confinement(), *,
-                cwd_fallback: str | None = None, report: bool = False) -> list[str]:
+                cwd_fallback: str | None = None, report: bool = False, hold: bool = False,
+                stdin: str | None = None) -> list[str]:
     """The launcher's arguments for one run (see native/xce-launch.c): ``xce-shepherd RUN`` first, which
     ``shepherd_alive`` knows it by; as root a private mount namespace, with RUN/mounts bound in it;
     ``cwd_fallback``: where the job starts if its user cannot enter ``cwd``; ``report``: the shepherd says on
@@ -496,6 +516,10 @@ def launch_argv(program: str, run_dir: str, cwd: str, stdout: str, stderr: str, 
         argv += ["--cwd-fallback", cwd_fallback]
     if report:
         argv += ["--report", str(REPORT_FD)]
+    if hold:
+        argv += ["--hold", str(HOLD_FD)]
+    if stdin is not None:
+        argv += ["--stdin", stdin]
     return argv + [cwd, stdout, stderr, "--", *command]
 
 

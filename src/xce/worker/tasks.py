@@ -42,6 +42,16 @@ class TaskRuns:
             self.running[key] = path
         return path
 
+    def is_running(self, key: TaskKey) -> bool:
+        """Its shepherd is there (or about to be: its directory is made)."""
+        with self._lock:
+            return key in self.running
+
+    def has_ended(self, key: TaskKey) -> bool:
+        """It ended in this life of the worker, or its run is over."""
+        with self._lock:
+            return key in self.ended or key[:2] in self.over
+
     def adopt(self, key: TaskKey, path: str) -> None:
         """A task of an earlier life of this worker (its directory is there)."""
         with self._lock:
@@ -56,10 +66,10 @@ class TaskRuns:
                 del self.ended[next(iter(self.ended))]
             return self._spent(key[:2])
 
-    def of_run(self, run: tuple[int, int]) -> list[str]:
-        """The directories of ``run``'s tasks still running here."""
+    def of_run(self, run: tuple[int, int]) -> dict[int, str]:
+        """``run``'s tasks still running here: their numbers and directories."""
         with self._lock:
-            return [d for k, d in self.running.items() if k[:2] == run]
+            return {k[2]: d for k, d in self.running.items() if k[:2] == run}
 
     def runs(self) -> set[tuple[int, int]]:
         """The runs this host has tasks or a tasks' workspace of (the work poll asks which are over)."""

@@ -65,7 +65,7 @@ class Job:
     kill_preemptor: int | None = None  # the run is being ended by preemption, for this pending job
     kill_grace: float | None = None  # seconds from SIGTERM to SIGKILL, chosen when the kill was asked
     order_seq: int = 0  # orders given to the current run's processes (kill, signals, stop, resume)
-    signal_orders: list[list[int]] = field(default_factory=list)  # [seq, signal]: xce kill -s, newest last
+    signal_orders: list[list[int]] = field(default_factory=list)  # [seq, signal] (xce kill -s), [seq, signal, task] (to a task), newest last
     mem_limit: int | None = None  # -M: bytes each host's part of a run may use
     shell: bool = False  # command is one command line for /bin/sh -c
     script: str | None = None  # the job is this script (bsub < job.sh); command its arguments
