@@ -25,6 +25,7 @@ made again every cycle, never a fact.
 
 from __future__ import annotations
 
+import heapq
 import time
 from typing import Mapping
 
@@ -100,41 +101,53 @@ class Reservations:
         """Plan job ``job_id`` at the first expected end of a run after which ``want`` slots fit its
         candidate hosts ``cands`` (what the hosts have free now, less what earlier reservations hold,
         plus what the runs there give back by then); hold them.  Else why not (their runs' limits never
-        free enough), or None when no run there has a limit to plan with."""
-        avail_slots: dict[int, int] = {}
-        avail_ctr: dict[int, dict[str, float]] = {}
-        events: list[tuple[float, int, int, Mapping[str, float]]] = []
-        for i in cands:
-            held = self.held_ctr.get(i, {})
-            avail_slots[i] = free_slots[i] - self.held_slots.get(i, 0)
-            avail_ctr[i] = {name: v - held.get(name, 0.0) for name, v in free_ctr[i].items()}
-            for end, n, ctr in self.hosts[i].releases:
-                events.append((end, i, n, ctr))
-            for end, n, ctr in self.added.get(i, ()):
-                events.append((end, i, n, ctr))
+        free enough), or None when no run there has a limit to plan with.
 
-        def fit(i: int) -> int:
-            k = min(avail_slots[i], want)
+        Cost: one pass over the candidates for what fits now (no copy of a host's counters unless an
+        earlier reservation holds some of them), then the runs' ends taken from a heap, earliest first,
+        only until the job fits (a host's counters are copied once one of its runs ends): at 10,000
+        candidates, sorting every end and copying every host's counters was most of a reservation's
+        cost, and a wide job usually fits after a few ends."""
+        need = min(per_host, want) if per_host else 0
+
+        def fit(slots: int, ctr: Mapping[str, float]) -> int:
+            k = min(slots, want)
             for name, per_slot in rusage.items():
-                k = min(k, int(avail_ctr[i].get(name, 0.0) // per_slot))
+                k = min(k, int(ctr.get(name, 0.0) // per_slot))
             if per_host:
-                need = min(per_host, want)
                 return need if k >= need else 0
             return max(k, 0)
 
-        contrib = {i: fit(i) for i in cands}
+        avail_slots: dict[int, int] = {}
+        avail_ctr: dict[int, Mapping[str, float]] = {}  # a host's own copy once a run of it ends
+        contrib: dict[int, int] = {}
+        events: list[tuple[float, int, int, int, Mapping[str, float]]] = []  # (end, seq, host, slots, counters)
+        for i in cands:
+            held = self.held_ctr.get(i)
+            avail_slots[i] = free_slots[i] - self.held_slots.get(i, 0)
+            avail_ctr[i] = {name: v - held.get(name, 0.0) for name, v in free_ctr[i].items()} if held else free_ctr[i]
+            contrib[i] = fit(avail_slots[i], avail_ctr[i])
+            for end, n, ctr in self.hosts[i].releases:
+                events.append((end, len(events), i, n, ctr))
+            for end, n, ctr in self.added.get(i, ()):
+                events.append((end, len(events), i, n, ctr))
         total = sum(contrib.values())
         start = self.now
         if total < want and not events:
             return None  # nothing in its way has a run limit: no time to plan with
         if total < want:
-            events.sort(key=lambda e: e[0])
-            for end, i, n, ctr in events:
+            heapq.heapify(events)  # (seq: equal ends in the candidates' order, as a stable sort gives them)
+            grown: dict[int, dict[str, float]] = {}  # hosts whose counters a run's end gave back to
+            while events:
+                end, _, i, n, ctr = heapq.heappop(events)
                 avail_slots[i] += n
-                got = avail_ctr[i]
+                got = grown.get(i)
+                if got is None:
+                    got = grown[i] = dict(avail_ctr[i])
+                    avail_ctr[i] = got
                 for name, amount in ctr.items():
                     got[name] = got.get(name, 0.0) + amount
-                k = fit(i)
+                k = fit(avail_slots[i], got)
                 total += k - contrib[i]
                 contrib[i] = k
                 if total >= want:
@@ -159,7 +172,7 @@ class Reservations:
         self.room = len(self.made) < self.depth
         return reservation
 
-    def _hold(self, i: int, k: int, rusage: Mapping[str, float], avail_slots: int, avail_ctr: dict[str, float],
+    def _hold(self, i: int, k: int, rusage: Mapping[str, float], avail_slots: int, avail_ctr: Mapping[str, float],
               job_id: int, start: float) -> None:
         self.held_slots[i] = self.held_slots.get(i, 0) + k
         held = self.held_ctr.setdefault(i, {})
