@@ -160,17 +160,21 @@ class _Cycle:
                 if k <= 0:
                     return 0
         if k > 0 and end > self.shadow[i]:
-            return self.resv.limit(i, end, k, rusage)
+            return self.resv.limit(i, end, k, rusage, gpu, self.devices.idle[i])
         return max(k, 0)
 
-    def take(self, i: int, rusage: dict[str, float], n: int, end: float) -> dict[str, float]:
+    def take(self, i: int, rusage: dict[str, float], n: int, end: float,
+             gpu: GpuRequest | None = None) -> tuple[dict[str, float], tuple[int, ...]]:
+        """Take ``n`` slots of host ``i``, their counters and (``gpu``) GPUs outside those a reservation
+        holds if the job ends after it: what it holds, and its GPUs."""
         self.idle[i] = False
         self.free_slots[i] -= n
         held = {name: per_slot * n for name, per_slot in rusage.items()}
         for name, amount in held.items():
             self.free_ctr[i][name] -= amount
-        self.resv.took(i, end, n, held)
-        return held
+        gpus = tuple(self.devices.take(i, gpu, self.resv.avoid_gpus(i, end))) if gpu is not None else ()
+        self.resv.took(i, end, n, held, gpus)
+        return held, gpus
 
 
 def _order_value(h: HostView, name: str) -> float:
@@ -241,7 +245,8 @@ def schedule(view: ClusterView) -> Plan:
             placed = _place_with_claims(cycle, rr, job, claimed, end)
             if isinstance(placed, str):  # a cache of its may start a replica where it can go
                 if resv.made:
-                    placed = _held_back(cycle, placed, end, rr, _place_with_claims(cycle, rr, job, claimed, -INF))
+                    placed = _held_back(cycle, placed, end, rr, _place_with_claims(cycle, rr, job, claimed, -INF),
+                                    job.gpu)
                 reasons[job.id] = fills.consider(cycle, cycle.candidates(rr), dict(rr.rusage), job, placed)
                 continue
         else:
@@ -264,7 +269,7 @@ def schedule(view: ClusterView) -> Plan:
                     base = shapes.get((kind, job.slots, _ANY_LIMIT))
                     unreserved = _place(cycle, rr, job.slots, _Shape(cursor=base.cursor if base else 0), -INF,
                                         job.gpu)
-                    placed = _held_back(cycle, placed, end, rr, unreserved)
+                    placed = _held_back(cycle, placed, end, rr, unreserved, job.gpu)
                 shape.exhausted = placed
                 reasons[job.id] = _reserve(cycle, rr, job, placed, cluster_need, pools)
                 continue
@@ -274,10 +279,10 @@ def schedule(view: ClusterView) -> Plan:
         slots: dict[str, int] = {}
         gpus: dict[str, tuple[int, ...]] = {}
         for i, taken in placed:
-            held = cycle.take(i, rusage, taken, end)
+            held, devices = cycle.take(i, rusage, taken, end, job.gpu)
             slots[cycle.hosts[i].name] = taken
             if job.gpu is not None:
-                gpus[cycle.hosts[i].name] = tuple(cycle.devices.take(i, job.gpu))
+                gpus[cycle.hosts[i].name] = devices
             if held:
                 counters[cycle.hosts[i].name] = held
         if job.node_counters:  # template claims live on the first host
@@ -324,33 +329,36 @@ def _new_shape(shapes: dict[tuple[object, int, float | None], _Shape], kind: obj
     return shape
 
 
-def _held_back(cycle: _Cycle, why: str, end: float, rr: ResReq, unreserved: list[tuple[int, int]] | str) -> str:
+def _held_back(cycle: _Cycle, why: str, end: float, rr: ResReq, unreserved: list[tuple[int, int]] | str,
+               gpu: GpuRequest | None) -> str:
     """Why a job that did not fit waits: a reservation it would delay, if it fits what is free now
     (``unreserved``: its placement with the reservations set aside, else why it does not fit either)."""
     if isinstance(unreserved, str):
         return why
-    return cycle.resv.blocking(unreserved, end, rr.rusage) or why
+    return cycle.resv.blocking(unreserved, end, rr.rusage, gpu, cycle.devices.idle) or why
 
 
 def _reserve(cycle: _Cycle, rr: ResReq, job: JobView, why: str, cluster_need: dict[str, float],
              pools: dict[str, str]) -> str:
     """Victims for a job of a preemptive queue that does not fit now (``preemption.py``), else a
     reservation while the cycle has room for one (the jobs it gives either to: no claims of their own, no
-    cluster or pool counters to plan in time); its reason."""
+    cluster or pool counters to plan in time, GPUs only as the common request, ``GpuRequest.any_idle``);
+    its reason."""
     resv = cycle.resv
-    if cluster_need or pools or job.claims or job.node_counters or job.gpu is not None:
-        return why  # (GPUs are not planned in time yet: a GPU job is placed around reservations, as these)
+    if cluster_need or pools or job.claims or job.node_counters or (job.gpu is not None and not job.gpu.any_idle):
+        return why  # (not planned in time: such a job is placed around reservations)
     cands = cycle.candidates(rr)
     if not cands or any(n not in cycle.offered for n in rr.rusage):
         return why
     per_host = job.slots if rr.span_hosts == 1 else (rr.ptile or 0)
-    if cycle.victims is not None:  # a preemptive queue's job has runs ended for it rather than wait
+    if cycle.victims is not None and job.gpu is None:  # a preemptive queue's job has runs ended for it rather than wait
         said = cycle.victims.choose(job, cands, cycle.free_slots, cycle.free_ctr, rr.rusage, per_host)
         if said is not None:
             return said
     if not resv.room or why.startswith("would delay"):
         return why
-    r = resv.reserve(job.id, cands, cycle.free_slots, cycle.free_ctr, rr.rusage, job.slots, per_host)
+    r = resv.reserve(job.id, cands, cycle.free_slots, cycle.free_ctr, rr.rusage, job.slots, per_host, job.gpu,
+                     cycle.devices.idle)
     if r is None:
         return why
     return f"{why}; {r}" if isinstance(r, str) else reserved_reason(r, resv.now, why)
