@@ -191,3 +191,12 @@ def test_shared_gpu_jobs_get_no_reservation_and_keep_off_reserved_gpus_past_the_
     assert not plan.allocations
     plan = plan_for(hosts, [gpu_job(1, 1, limit=3600, gpu="num=4:j_exclusive=no")])
     assert not plan.reservations
+
+
+def test_a_long_gpu_job_gets_an_idle_gpu_the_reservation_does_not_hold_even_if_a_lower_id_is_idle():
+    # 5 of 8 busy until +1000, 5-7 idle: the 7-GPU job holds 0-4 and then 5, 6; a long job gets 7, a short one 5
+    hosts = [gpu_busy("g", 8, 16, held=(0, 1, 2, 3, 4), until=1000)]
+    jobs = [gpu_job(1, 7, limit=3600), gpu_job(2, 1, limit=5000), gpu_job(3, 1, limit=500)]
+    plan = plan_for(hosts, jobs)
+    assert [r.job_id for r in plan.reservations] == [1]
+    assert {a.job_id: dict(a.gpus) for a in plan.allocations} == {2: {"g": (7,)}, 3: {"g": (5,)}}
