@@ -122,6 +122,7 @@ class _Cycle:
         self.devices = Devices(view.hosts)  # GPUs: xce.scheduler.devices
         self._candidates: dict[tuple[str, _Order], list[int]] = {}
         self._skips: dict[tuple[str, _Order, tuple[str, ...]], _Skip] = {}
+        self._walks: dict[int, tuple[list[int], dict[str, float], _Skip] | str] = {}  # id(resreq) -> _walk's
         self.shortages: dict[tuple[int, int], str] = {}  # (resreq parsed, slots) -> why it does not fit
 
     def candidates(self, rr: ResReq) -> list[int]:
@@ -140,6 +141,26 @@ class _Cycle:
         if skip is None:
             skip = self._skips[key] = _Skip(self, self.candidates(rr), counters)
         return skip
+
+    def walk(self, rr: ResReq) -> tuple[list[int], dict[str, float], _Skip] | str:
+        """What a walk for ``rr`` needs (its candidates, its counters per slot, its kind's skip), or why
+        no host can take it at all: once per resource requirement a cycle, not once per placement."""
+        walk = self._walks.get(id(rr))
+        if walk is None:
+            walk = self._walks[id(rr)] = self._walk(rr)
+        return walk
+
+    def _walk(self, rr: ResReq) -> tuple[list[int], dict[str, float], _Skip] | str:
+        if not self.hosts:
+            return "no hosts are available"
+        cands = self.candidates(rr)
+        if not cands:
+            return f"no host matches select[{rr.select.source}]" if rr.select.source else "no hosts are available"
+        missing = [n for n in rr.rusage if n not in self.offered]
+        if missing:
+            return f"no host offers counter {', '.join(sorted(missing))}"
+        rusage = dict(rr.rusage)
+        return cands, rusage, self.skip(rr, tuple(sorted(rusage)))
 
     def fits(self, i: int, rusage: dict[str, float], want: int, end: float = -INF,
              gpu: GpuRequest | None = None) -> int:
@@ -368,16 +389,10 @@ def _place(cycle: _Cycle, rr: ResReq, want: int, shape: _Shape, end: float,
            gpu: GpuRequest | None = None) -> list[tuple[int, int]] | str:
     """Hosts and slot counts for one job (with ``gpu``: GPUs free on each), or the reason it cannot be
     placed now."""
-    if not cycle.hosts:
-        return "no hosts are available"
-    cands = cycle.candidates(rr)
-    if not cands:
-        return f"no host matches select[{rr.select.source}]" if rr.select.source else "no hosts are available"
-    missing = [n for n in rr.rusage if n not in cycle.offered]
-    if missing:
-        return f"no host offers counter {', '.join(sorted(missing))}"
-    rusage = dict(rr.rusage)
-    skip = cycle.skip(rr, tuple(sorted(rusage)))
+    walk = cycle.walk(rr)
+    if isinstance(walk, str):
+        return walk
+    cands, rusage, skip = walk
     per_host = want if rr.span_hosts == 1 else (rr.ptile or 0)
     # move the cursor past the hosts that can take nothing of this shape any more
     need_first = min(per_host, want) if per_host else 1
