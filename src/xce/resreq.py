@@ -26,6 +26,7 @@ text is never evaluated as Python.
 from __future__ import annotations
 
 import functools
+import operator
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -128,8 +129,9 @@ def _truthy(name: str) -> Pred:
     return pred
 
 
-_CMP = {"==": lambda a, b: a == b, "=": lambda a, b: a == b, "!=": lambda a, b: a != b,
-        "<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+# (the operator module's functions: a select[] runs once per host and term, 10,000s of times a cycle)
+_CMP = {"==": operator.eq, "=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+        ">": operator.gt, ">=": operator.ge}
 
 
 def _compare(name: str, op: str, value: str, number: float | None) -> Pred:
@@ -150,9 +152,12 @@ def _compare(name: str, op: str, value: str, number: float | None) -> Pred:
             return cmp(v, number)
         return numeric
 
+    if op not in ("==", "=", "!="):
+        return lambda attrs, counters: False  # text is only ever equal or not
+
     def textual(attrs: Attrs, counters: Counters) -> bool:
         raw = attrs.get(name)
-        return raw is not None and cmp(raw, value) if op in ("==", "=", "!=") else False
+        return raw is not None and cmp(raw, value)
     return textual
 
 
@@ -160,6 +165,9 @@ def _any(preds: list[Pred]) -> Pred:
     """One closure over a whole ``a || b || c`` chain: evaluation depth does not grow with its length."""
     if len(preds) == 1:
         return preds[0]
+    if len(preds) == 2:  # (the common case, without a generator per call)
+        a, b = preds
+        return lambda x, y: a(x, y) or b(x, y)
     items = tuple(preds)
     return lambda x, y: any(p(x, y) for p in items)
 
@@ -167,6 +175,9 @@ def _any(preds: list[Pred]) -> Pred:
 def _all(preds: list[Pred]) -> Pred:
     if len(preds) == 1:
         return preds[0]
+    if len(preds) == 2:
+        a, b = preds
+        return lambda x, y: a(x, y) and b(x, y)
     items = tuple(preds)
     return lambda x, y: all(p(x, y) for p in items)
 

@@ -97,3 +97,22 @@ def test_hosts_carry_what_their_runs_give_back_and_when_for_reservations(w):
     assert sorted((end, n) for end, n, _ in h1.releases) == [(1120.0, 1), (1600.0, 1)]
     assert view.now == 1100.0 and view.policy.reservation_depth == 1
     assert build_view(w.model, CONFIG, now=1700.0).hosts[0].releases[0][0] == 1700.0  # past its end: now
+
+
+def test_hosts_carry_the_gpus_their_runs_give_back_and_when(w):
+    """GPUs are planned in time as slots are: a run holding GPUs exclusively gives them back at its
+    expected end; one sharing them does not count (its GPU comes free only with its last sharer)."""
+    from tests.controller.test_applier import GiB, HostRegistered, gpu_job, gpus_on
+    from xce.model.facts import JobStarted
+
+    w.commit([HostRegistered(time=0, name="g1", slots=8, gpus=[
+        {"id": i, "uuid": f"GPU-{i}", "model": "NVIDIA A100", "memory": 80 * GiB} for i in range(4)])])
+    exclusive, shared = gpu_job(w, "num=2"), gpu_job(w, "num=1:j_exclusive=no")
+    for job in (exclusive, shared):
+        job.run_limit = 600.0
+    w.apply(gpus_on(exclusive, (0, 1)), gpus_on(shared, (2,)))
+    for job in (exclusive, shared):
+        w.commit([JobStarted(time=1000.0, job_id=job.id, run=job.run, host="g1", pid=1)])
+    g1 = next(h for h in build_view(w.model, CONFIG, now=1100.0).hosts if h.name == "g1")
+    assert g1.gpu_releases == ((1600.0, (0, 1)),)
+    assert sorted(end for end, _, _ in g1.releases) == [1600.0, 1600.0]

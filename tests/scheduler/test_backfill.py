@@ -7,10 +7,11 @@ from __future__ import annotations
 import dataclasses
 from types import MappingProxyType
 
+from xce.jobspec_gpu import parse_gpu
 from xce.scheduler.backfill import clock
 from xce.scheduler.core import schedule
 from xce.scheduler.plan import Plan
-from xce.scheduler.view import ClusterView, HostView, JobView, Policy
+from xce.scheduler.view import ClusterView, GpuView, HostView, JobView, Policy
 
 from tests.scheduler.test_core import allocated, check_plan, host
 
@@ -124,3 +125,78 @@ def test_a_job_keeps_its_reservation_when_fair_share_would_put_another_first():
     assert [r.job_id for r in schedule(view).reservations] == [2]  # b is owed more
     view = dataclasses.replace(view, policy=dataclasses.replace(view.policy, reserved=frozenset({1})))
     assert [r.job_id for r in schedule(view).reservations] == [1]  # ... but 1 had it first
+
+
+# ---------------------------------------------------------------- GPUs planned in time
+
+
+def gpu_busy(name: str, gpus: int, slots: int, held: tuple[int, ...], until: float) -> HostView:
+    """A host with ``gpus`` GPUs and ``slots`` slots, a run holding the GPUs ``held`` exclusively (and one
+    slot each) until ``until`` seconds from now."""
+    devices = tuple(GpuView(id=d, model="NVIDIA A100-SXM4-80GB", memory=80 * 2**30, exclusive=d in held)
+                    for d in range(gpus))
+    return dataclasses.replace(busy(host(name, slots), (until, len(held))), gpus=devices,
+                               gpu_releases=((NOW + until, held),))
+
+
+def gpu_job(id: int, num: int, limit: float | None = None, gpu: str | None = None) -> JobView:
+    return dataclasses.replace(job(id, limit=limit), gpu=parse_gpu(gpu or f"num={num}"))
+
+
+def test_a_gpu_job_gets_a_reservation_and_short_gpu_jobs_backfill_only_when_they_end_before_it():
+    hosts = [gpu_busy("g", 4, 8, held=(0, 1, 2), until=1000)]
+    jobs = [gpu_job(1, 4, limit=3600), gpu_job(2, 1, limit=2000), gpu_job(3, 1), gpu_job(4, 1, limit=500)]
+    plan = plan_for(hosts, jobs)
+    (r,) = plan.reservations
+    assert (r.job_id, r.start, dict(r.slots)) == (1, NOW + 1000, {"g": 1})
+    assert plan.pending_reasons[1].startswith(f"planned start {clock(NOW + 1000, NOW)} on g (reserved;")
+    why = f"would delay job 1's reservation at {clock(NOW + 1000, NOW)} on g"
+    assert plan.pending_reasons[2] == why
+    assert plan.pending_reasons[3] == why  # no run limit: it may run past any reservation
+    assert {a.job_id: dict(a.gpus) for a in plan.allocations} == {4: {"g": (3,)}}  # over by the start
+
+
+def test_without_reservations_the_small_gpu_jobs_take_the_idle_gpu():
+    hosts = [gpu_busy("g", 4, 8, held=(0, 1, 2), until=1000)]
+    plan = plan_for(hosts, [gpu_job(1, 4, limit=3600), gpu_job(3, 1, limit=2000)], depth=0)
+    assert not plan.reservations
+    assert allocated(plan) == {3: {"g": 1}}
+
+
+def test_a_long_gpu_job_takes_the_gpus_the_reservation_leaves():
+    # 6 of 8 GPUs busy until +1000: the 4-GPU job is planned on 4 of those, so the 2 idle now stay usable
+    hosts = [gpu_busy("g", 8, 16, held=(0, 1, 2, 3, 4, 5), until=1000)]
+    jobs = [gpu_job(1, 4, limit=3600), gpu_job(2, 1, limit=5000), gpu_job(3, 1, limit=5000), gpu_job(4, 1, limit=5000)]
+    plan = plan_for(hosts, jobs)
+    assert [(r.job_id, r.start) for r in plan.reservations] == [(1, NOW + 1000)]
+    assert {a.job_id: dict(a.gpus) for a in plan.allocations} == {2: {"g": (6,)}, 3: {"g": (7,)}}
+    assert plan.pending_reasons[4].startswith("gpu: 0 of 8 free on g")
+
+
+def test_a_long_gpu_job_does_not_take_a_gpu_the_reservation_holds():
+    # 3 of 4 busy until +1000 and 1 idle: the 4-GPU job needs the idle one too; a 1-GPU job without a
+    # reservation in its way (on another host) still starts
+    hosts = [gpu_busy("g", 4, 8, held=(0, 1, 2), until=1000), gpu_busy("h", 4, 8, held=(0, 1, 2, 3), until=9000)]
+    jobs = [gpu_job(1, 4, limit=3600), gpu_job(2, 1, limit=5000)]
+    plan = plan_for(hosts, jobs)
+    assert [(r.job_id, r.start, tuple(r.slots)) for r in plan.reservations] == [(1, NOW + 1000, ("g",))]
+    assert not plan.allocations
+    assert plan.pending_reasons[2] == f"would delay job 1's reservation at {clock(NOW + 1000, NOW)} on g"
+
+
+def test_shared_gpu_jobs_get_no_reservation_and_keep_off_reserved_gpus_past_the_start():
+    hosts = [gpu_busy("g", 4, 8, held=(0, 1, 2), until=1000)]
+    plan = plan_for(hosts, [gpu_job(1, 4, limit=3600), gpu_job(2, 1, limit=5000, gpu="num=1:j_exclusive=no")])
+    assert [r.job_id for r in plan.reservations] == [1]
+    assert not plan.allocations
+    plan = plan_for(hosts, [gpu_job(1, 1, limit=3600, gpu="num=4:j_exclusive=no")])
+    assert not plan.reservations
+
+
+def test_a_long_gpu_job_gets_an_idle_gpu_the_reservation_does_not_hold_even_if_a_lower_id_is_idle():
+    # 5 of 8 busy until +1000, 5-7 idle: the 7-GPU job holds 0-4 and then 5, 6; a long job gets 7, a short one 5
+    hosts = [gpu_busy("g", 8, 16, held=(0, 1, 2, 3, 4), until=1000)]
+    jobs = [gpu_job(1, 7, limit=3600), gpu_job(2, 1, limit=5000), gpu_job(3, 1, limit=500)]
+    plan = plan_for(hosts, jobs)
+    assert [r.job_id for r in plan.reservations] == [1]
+    assert {a.job_id: dict(a.gpus) for a in plan.allocations} == {2: {"g": (7,)}, 3: {"g": (5,)}}

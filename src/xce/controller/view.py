@@ -160,7 +160,8 @@ def build_view(model: Model, config: Config | None = None, observed: Observed | 
                               counters_total=MappingProxyType(dict(h.counters)),
                               counters_free=MappingProxyType(free), idle=not h.held_slots,
                               gpus=gpu_views(h) if h.gpus else (),
-                              releases=_releases(model, h, now) if reserving else ()))
+                              releases=_releases(model, h, now) if reserving else (),
+                              gpu_releases=_gpu_releases(model, h, now) if reserving and h.held_gpus else ()))
     hosts.sort(key=lambda h: h.name)
     prio = {q.name: q.priority for q in model.queues.values()}
     views = views or JobViews()
@@ -240,21 +241,38 @@ def fairshare_view(model: Model, config: Config, now: float) -> FairShare:
                      run_job_factor=ctl.fairshare_run_job_factor)
 
 
+def _expected_end(model: Model, key: str, now: float) -> float | None:
+    """When the run of job ``key`` holding a host gives it back: at its start (or allocation, for one
+    not started yet) plus its ``-We`` estimate, else its run limit; a run past it gives back now.  None
+    for a run without either: it never gives back anything the scheduler can plan a reservation with."""
+    job = model.jobs.get(int(key))
+    if job is None:
+        return None
+    expected = job.run_estimate if job.run_estimate is not None else job.run_limit
+    if expected is None:
+        return None
+    begun = job.start_time if job.start_time is not None else job.alloc_time if job.alloc_time is not None else now
+    return max(begun + expected, now)
+
+
 def _releases(model: Model, host: Host, now: float) -> tuple[tuple[float, int, Mapping[str, float]], ...]:
-    """What the runs holding ``host`` give back, and when: at their start (or allocation, for one not
-    started yet) plus their ``-We`` estimate, else their run limit; a run past it gives back now.
-    Runs without either never give back anything the scheduler can plan a reservation with."""
+    """What the runs holding ``host`` give back, and when (``_expected_end``)."""
     out = []
     for key, n in host.held_slots.items():
-        job = model.jobs.get(int(key))
-        if job is None:
-            continue
-        expected = job.run_estimate if job.run_estimate is not None else job.run_limit
-        if expected is None:
-            continue
-        begun = job.start_time if job.start_time is not None else job.alloc_time if job.alloc_time is not None \
-            else now
-        out.append((max(begun + expected, now), n, MappingProxyType(host.held_counters.get(key, {}))))
+        end = _expected_end(model, key, now)
+        if end is not None:
+            out.append((end, n, MappingProxyType(host.held_counters.get(key, {}))))
+    return tuple(out)
+
+
+def _gpu_releases(model: Model, host: Host, now: float) -> tuple[tuple[float, tuple[int, ...]], ...]:
+    """The GPUs the runs holding ``host`` exclusively give back, and when (``_expected_end``).  A shared
+    GPU is not planned with: it comes free only when its last sharer ends."""
+    out = []
+    for key, held in host.held_gpus.items():
+        end = _expected_end(model, key, now) if held["exclusive"] else None
+        if end is not None:
+            out.append((end, tuple(held["ids"])))
     return tuple(out)
 
 

@@ -18,20 +18,31 @@ Per host ``i``:
   (slots, and each counter): what runs still going then may use.
 
 A job ending by ``shadow[i]`` (now plus its run limit) may take what host ``i`` has free now; a
-job that ends later, or has no run limit, only up to ``spare[i]``, which it then uses up.  The
+job that ends later, or has no run limit, only up to ``spare[i]``, which it then uses up.
+
+GPUs are planned as devices, the way slots are: a run holding GPUs exclusively gives its devices back
+at its expected end (``HostView.gpu_releases``), and a reserved GPU job holds the devices it will
+need (``held_gpus[i]``: those not free now first, so that what is idle now stays usable) from its
+start; a later-ending job may take a host's idle GPUs only outside them.  Only the common GPU request
+(exclusive, any model and memory: ``GpuRequest.any_idle``) gets a reservation; a job asking shared
+GPUs, a model or memory is placed around reservations, and not at all on a host whose GPUs one holds
+if it would run past it.  The
 applier re-checks only capacity, as for every allocation: a reservation is the scheduler's word,
 made again every cycle, never a fact.
 """
 
 from __future__ import annotations
 
+import heapq
 import time
-from typing import Mapping
+from typing import Mapping, Sequence
 
+from xce.jobspec_gpu import GpuRequest
 from xce.scheduler.plan import JobReservation
 from xce.scheduler.view import HostView
 
 INF = float("inf")
+_NONE: Mapping[str, float] = {}  # (read only) no counters
 
 
 def clock(t: float, now: float) -> str:
@@ -55,6 +66,8 @@ class Reservations:
         self.held_slots: dict[int, int] = {}
         self.held_ctr: dict[int, dict[str, float]] = {}
         self.added: dict[int, list[tuple[float, int, Mapping[str, float]]]] = {}  # runs placed this cycle
+        self.added_gpus: dict[int, list[tuple[float, tuple[int, ...]]]] = {}  # ... and the GPUs they hold
+        self.held_gpus: dict[int, set[int]] = {}  # host -> the GPUs its reservations hold from their start
         self.made: list[JobReservation] = []
         self.room = depth > 0  # more jobs may get a reservation this cycle
 
@@ -63,11 +76,15 @@ class Reservations:
         """When a job started now is over at the latest (``inf``: it has no run limit)."""
         return self.now + run_limit if run_limit is not None else INF
 
-    def limit(self, i: int, end: float, k: int, rusage: Mapping[str, float]) -> int:
+    def limit(self, i: int, end: float, k: int, rusage: Mapping[str, float], gpu: GpuRequest | None = None,
+              idle: Sequence[int] = ()) -> int:
         """How many of ``k`` slots host ``i`` may give a job that ends at ``end`` without delaying a
-        reservation (``k`` already fits what the host has free now)."""
+        reservation (``k`` already fits what the host has free now; with ``gpu``, its GPUs among the
+        host's ``idle`` ones)."""
         if end <= self.shadow[i]:
             return k
+        if gpu is not None and not self.gpus_fit(i, gpu, idle):
+            return 0
         k = min(k, self.spare_slots[i])
         if k > 0 and rusage:
             spare = self.spare_ctr[i]
@@ -75,10 +92,25 @@ class Reservations:
                 k = min(k, int(spare.get(name, 0.0) // per_slot))
         return max(k, 0)
 
-    def took(self, i: int, end: float, n: int, held: Mapping[str, float]) -> None:
-        """A job ending at ``end`` took ``n`` slots and ``held`` of host ``i`` now."""
+    def gpus_fit(self, i: int, gpu: GpuRequest, idle: Sequence[int]) -> bool:
+        """Whether a job running past host ``i``'s reservations finds its GPUs outside those they hold."""
+        held = self.held_gpus.get(i)
+        if not held:
+            return True
+        if not gpu.any_idle:  # (shared, or a model or memory asked: kept off a host whose GPUs are reserved)
+            return False
+        return sum(1 for d in idle if d not in held) >= gpu.num
+
+    def avoid_gpus(self, i: int, end: float) -> frozenset[int]:
+        """The GPUs of host ``i`` a job ending at ``end`` must not take (those a reservation holds)."""
+        return frozenset(self.held_gpus.get(i, ())) if end > self.shadow[i] else frozenset()
+
+    def took(self, i: int, end: float, n: int, held: Mapping[str, float], gpus: tuple[int, ...] = ()) -> None:
+        """A job ending at ``end`` took ``n`` slots, ``held`` and the GPUs ``gpus`` of host ``i`` now."""
         if not self.depth:
             return
+        if gpus and end < INF:
+            self.added_gpus.setdefault(i, []).append((end, gpus))
         if end > self.shadow[i]:
             self.spare_slots[i] -= n
             spare = self.spare_ctr[i]
@@ -87,54 +119,84 @@ class Reservations:
         if end < INF:
             self.added.setdefault(i, []).append((end, n, held))
 
-    def blocking(self, placed: list[tuple[int, int]], end: float, rusage: Mapping[str, float]) -> str | None:
+    def blocking(self, placed: list[tuple[int, int]], end: float, rusage: Mapping[str, float],
+                 gpu: GpuRequest | None = None, idle: Sequence[Sequence[int]] = ()) -> str | None:
         """Why a placement that fits what is free now is held back: the first reservation it would delay."""
         for i, k in placed:
-            if self.limit(i, end, k, rusage) < k:
+            if self.limit(i, end, k, rusage, gpu, idle[i] if gpu is not None else ()) < k:
                 job_id, start = self.first[i]
                 return f"would delay job {job_id}'s reservation at {clock(start, self.now)} on {self.hosts[i].name}"
         return None
 
     def reserve(self, job_id: int, cands: list[int], free_slots: list[int], free_ctr: list[dict[str, float]],
-                rusage: Mapping[str, float], want: int, per_host: int) -> JobReservation | str | None:
+                rusage: Mapping[str, float], want: int, per_host: int, gpu: GpuRequest | None = None,
+                idle: Sequence[Sequence[int]] = ()) -> JobReservation | str | None:
         """Plan job ``job_id`` at the first expected end of a run after which ``want`` slots fit its
         candidate hosts ``cands`` (what the hosts have free now, less what earlier reservations hold,
         plus what the runs there give back by then); hold them.  Else why not (their runs' limits never
-        free enough), or None when no run there has a limit to plan with."""
-        avail_slots: dict[int, int] = {}
-        avail_ctr: dict[int, dict[str, float]] = {}
-        events: list[tuple[float, int, int, Mapping[str, float]]] = []
-        for i in cands:
-            held = self.held_ctr.get(i, {})
-            avail_slots[i] = free_slots[i] - self.held_slots.get(i, 0)
-            avail_ctr[i] = {name: v - held.get(name, 0.0) for name, v in free_ctr[i].items()}
-            for end, n, ctr in self.hosts[i].releases:
-                events.append((end, i, n, ctr))
-            for end, n, ctr in self.added.get(i, ()):
-                events.append((end, i, n, ctr))
+        free enough), or None when no run there has a limit to plan with.  With ``gpu`` (an ``any_idle``
+        request), each host must also have ``gpu.num`` GPUs by then: ``idle`` now (per host) and not
+        held by an earlier reservation, or given back by the runs holding them.
 
-        def fit(i: int) -> int:
-            k = min(avail_slots[i], want)
+        Cost: one pass over the candidates for what fits now (no copy of a host's counters unless an
+        earlier reservation holds some of them), then the runs' ends taken from a heap, earliest first,
+        only until the job fits (a host's counters are copied once one of its runs ends): at 10,000
+        candidates, sorting every end and copying every host's counters was most of a reservation's
+        cost, and a wide job usually fits after a few ends."""
+        need = min(per_host, want) if per_host else 0
+
+        gpus: dict[int, set[int]] = {}  # host -> the GPUs it has for the job by the time being planned
+
+        def fit(slots: int, ctr: Mapping[str, float], i: int) -> int:
+            if gpu is not None and len(gpus[i]) < gpu.num:
+                return 0
+            k = min(slots, want)
             for name, per_slot in rusage.items():
-                k = min(k, int(avail_ctr[i].get(name, 0.0) // per_slot))
+                k = min(k, int(ctr.get(name, 0.0) // per_slot))
             if per_host:
-                need = min(per_host, want)
                 return need if k >= need else 0
             return max(k, 0)
 
-        contrib = {i: fit(i) for i in cands}
+        avail_slots: dict[int, int] = {}
+        avail_ctr: dict[int, Mapping[str, float]] = {}  # a host's own copy once a run of it ends
+        contrib: dict[int, int] = {}
+        # (end, seq, host, slots, counters, GPUs)
+        events: list[tuple[float, int, int, int, Mapping[str, float], tuple[int, ...]]] = []
+        for i in cands:
+            held = self.held_ctr.get(i)
+            avail_slots[i] = free_slots[i] - self.held_slots.get(i, 0)
+            avail_ctr[i] = {name: v - held.get(name, 0.0) for name, v in free_ctr[i].items()} if held else free_ctr[i]
+            if gpu is not None:
+                gpus[i] = set(idle[i]).difference(self.held_gpus.get(i, ()))
+            contrib[i] = fit(avail_slots[i], avail_ctr[i], i)
+            for end, n, ctr in self.hosts[i].releases:
+                events.append((end, len(events), i, n, ctr, ()))
+            for end, n, ctr in self.added.get(i, ()):
+                events.append((end, len(events), i, n, ctr, ()))
+            if gpu is not None:
+                for end, ids in self.hosts[i].gpu_releases:
+                    events.append((end, len(events), i, 0, _NONE, ids))
+                for end, ids in self.added_gpus.get(i, ()):
+                    events.append((end, len(events), i, 0, _NONE, ids))
         total = sum(contrib.values())
         start = self.now
         if total < want and not events:
             return None  # nothing in its way has a run limit: no time to plan with
         if total < want:
-            events.sort(key=lambda e: e[0])
-            for end, i, n, ctr in events:
+            heapq.heapify(events)  # (seq: equal ends in the candidates' order, as a stable sort gives them)
+            grown: dict[int, dict[str, float]] = {}  # hosts whose counters a run's end gave back to
+            while events:
+                end, _, i, n, ctr, ids = heapq.heappop(events)
                 avail_slots[i] += n
-                got = avail_ctr[i]
+                if ids:
+                    gpus[i].update(ids)
+                got = grown.get(i)
+                if got is None:
+                    got = grown[i] = dict(avail_ctr[i])
+                    avail_ctr[i] = got
                 for name, amount in ctr.items():
                     got[name] = got.get(name, 0.0) + amount
-                k = fit(i)
+                k = fit(avail_slots[i], got, i)
                 total += k - contrib[i]
                 contrib[i] = k
                 if total >= want:
@@ -154,12 +216,15 @@ class Reservations:
             remaining -= k
             slots[self.hosts[i].name] = k
             self._hold(i, k, rusage, avail_slots[i], avail_ctr[i], job_id, start)
+            if gpu is not None:  # the devices given back by then first: what is idle now stays usable
+                chosen = sorted(gpus[i], key=lambda d: (d in idle[i], d))[:gpu.num]
+                self.held_gpus.setdefault(i, set()).update(chosen)
         reservation = JobReservation(job_id=job_id, start=start, slots=slots)
         self.made.append(reservation)
         self.room = len(self.made) < self.depth
         return reservation
 
-    def _hold(self, i: int, k: int, rusage: Mapping[str, float], avail_slots: int, avail_ctr: dict[str, float],
+    def _hold(self, i: int, k: int, rusage: Mapping[str, float], avail_slots: int, avail_ctr: Mapping[str, float],
               job_id: int, start: float) -> None:
         self.held_slots[i] = self.held_slots.get(i, 0) + k
         held = self.held_ctr.setdefault(i, {})

@@ -76,15 +76,19 @@ class Devices:
             return len(self.idle[i]) >= req.num
         return self.usable(i, req) >= req.num
 
-    def take(self, i: int, req: GpuRequest) -> list[int]:
+    def take(self, i: int, req: GpuRequest, avoid: frozenset[int] = frozenset()) -> list[int]:
         """Choose ``req.num`` of host ``i``'s GPUs for a job and hold them for the rest of the cycle
-        (the caller checked ``fits``).  Their ids, ascending."""
+        (the caller checked ``fits``), none of ``avoid`` (a reservation's, for a job ending after its
+        start: only ``any_idle`` requests are placed there).  Their ids, ascending."""
         idle = self.idle[i]
         if req.any_idle:
-            if len(idle) < req.num:
-                raise ValueError(f"host {self.hosts[i].name} has {len(idle)} idle GPUs for {req.text()}")
-            chosen = idle[:req.num]
-            del idle[:req.num]
+            chosen = [d for d in idle if d not in avoid][:req.num] if avoid else idle[:req.num]
+            if len(chosen) < req.num:
+                raise ValueError(f"host {self.hosts[i].name} has {len(chosen)} idle GPUs for {req.text()}")
+            if avoid:
+                idle[:] = [d for d in idle if d not in chosen]
+            else:
+                del idle[:req.num]
             return chosen
         held = self._state(i)
         devs = self._usable(i, req)

@@ -20,7 +20,8 @@ that is not placed changes no priority): O(log) per placed job, O(1) per other.
 from __future__ import annotations
 
 import heapq
-from collections import deque
+from collections import defaultdict, deque
+from operator import attrgetter
 from typing import Iterator
 
 from xce.scheduler.view import FairShare, JobView
@@ -60,25 +61,26 @@ class Tree:
         self.project_held[job.project] = self.project_held.get(job.project, 0) + job.slots
 
 
-def _job_id(job: JobView) -> tuple[int, int]:
-    """A user's own jobs: the highest -sp first, then the oldest."""
-    return -job.user_priority, job.id
+_OWNER = attrgetter("priority", "project", "user")
 
 
 class FairOrder:
-    """Pending jobs in fair share order within each queue priority (``order.pending_order``)."""
+    """Pending jobs in fair share order within each queue priority (``order.pending_order``).
 
-    def __init__(self, jobs: tuple[JobView, ...], fs: FairShare, reserved: frozenset[int] = frozenset()) -> None:
+    ``jobs`` come in queue order (``order.in_queue_order``): a user's own jobs in one queue priority
+    are then in theirs, the highest -sp first, then the oldest."""
+
+    def __init__(self, jobs: list[JobView], fs: FairShare, reserved: frozenset[int] = frozenset()) -> None:
         self.tree = Tree(fs)
         self.levels: dict[int, dict[str, dict[str, deque[JobView]]]] = {}
         self.first: dict[int, list[JobView]] = {}  # per queue priority: jobs reserved for, ahead of the rest
-        groups: dict[tuple[int, str, str], list[JobView]] = {}  # one lookup a job (100,000 in a cycle)
-        for job in sorted(jobs, key=_job_id):
+        groups: defaultdict[tuple[int, str, str], list[JobView]] = defaultdict(list)  # one lookup a job
+        for job in jobs:
             if job.id in reserved:
                 self.first.setdefault(job.priority, []).append(job)
                 self.levels.setdefault(job.priority, {})
                 continue
-            groups.setdefault((job.priority, job.project, job.user), []).append(job)
+            groups[_OWNER(job)].append(job)
         for (level, project, user), queued in groups.items():
             self.levels.setdefault(level, {}).setdefault(project, {})[user] = deque(queued)
         self._placed = False
@@ -104,10 +106,11 @@ class FairOrder:
                 uheap = users[p]
                 u = uheap[0][2]
                 q = projects[p][u]
-                self._placed = False
-                yield q.popleft()
-                if not self._placed and q:
-                    continue  # nothing changed: the same user's next job is next
+                while True:  # until one is placed, nothing changes: the same user's next job is next
+                    self._placed = False
+                    yield q.popleft()
+                    if self._placed or not q:
+                        break
                 if q:
                     heapq.heapreplace(uheap, (-tree.user_priority(p, u), q[0].id, u))
                 else:

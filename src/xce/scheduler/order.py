@@ -9,7 +9,8 @@ share (``fairshare.py``).
 
 from __future__ import annotations
 
-from typing import Iterator, Protocol
+from operator import attrgetter
+from typing import Iterable, Iterator, Protocol
 
 from xce.scheduler.fairshare import FairOrder
 from xce.scheduler.view import ClusterView, JobView
@@ -25,6 +26,19 @@ def queue_key(job: JobView) -> tuple[int, int, int]:
     """Within a queue priority, the highest user priority (``-sp``) first, then first come first served:
     the key of the order without fair share."""
     return (-job.priority, -job.user_priority, job.id)
+
+
+_ID, _USER_PRIORITY, _PRIORITY = attrgetter("id"), attrgetter("user_priority"), attrgetter("priority")
+
+
+def in_queue_order(jobs: Iterable[JobView]) -> list[JobView]:
+    """``sorted(jobs, key=queue_key)``, as three stable sorts by one attribute each (``reverse`` keeps
+    equal keys in their order): no key tuple is made per job (100,000 of them a cycle), and jobs in id
+    order already (as a view's are) sort in linear time."""
+    out = sorted(jobs, key=_ID)
+    out.sort(key=_USER_PRIORITY, reverse=True)
+    out.sort(key=_PRIORITY, reverse=True)
+    return out
 
 
 def _reserved_first(jobs: list[JobView], reserved: frozenset[int]) -> list[JobView]:
@@ -46,6 +60,7 @@ class _Fcfs:
 def pending_order(view: ClusterView) -> Order:
     """The pending jobs in the order a cycle visits them; ``placed(job)`` tells it a job was placed."""
     reserved = view.policy.reserved
+    jobs = in_queue_order(view.pending)
     if view.policy.fairshare is not None:
-        return FairOrder(view.pending, view.policy.fairshare, reserved)
-    return _Fcfs(_reserved_first(sorted(view.pending, key=queue_key), reserved))
+        return FairOrder(jobs, view.policy.fairshare, reserved)
+    return _Fcfs(_reserved_first(jobs, reserved))

@@ -41,6 +41,9 @@ class HostView:
     # estimates): (end, slots, counters) each, ends finite; a run with no limit is not here (it never
     # gives back anything the scheduler can plan with).  Only built when reservations are on.
     releases: tuple[tuple[float, int, Mapping[str, float]], ...] = ()
+    # the GPUs those runs hold exclusively and give back then: (end, device ids) each (shared GPUs are
+    # not planned with: one comes free only when its last sharer ends)
+    gpu_releases: tuple[tuple[float, tuple[int, ...]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
