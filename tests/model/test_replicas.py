@@ -526,6 +526,11 @@ def test_a_ready_replica_whose_object_is_not_listed_is_failed_its_data_lost_and_
     assert r2.state is ReplicaState.FAILED and r2.last_error == "object gone from h2: its data is lost"
     assert claim.state is ClaimState.READY and claim.ready_hosts() == ["h1"]
     assert not r2.data_exists, "nothing to release"
+    # its object listed again (a storage root that listed empty while its disk was not mounted): kept for
+    # the claim, never an orphan to release
+    assert w.commit(agents.inventory(w.model, "node:h2", w.epochs["h2"], "scratch", "simfs",
+                                     _objects(claim_id, f"n{claim_id}-h2"), w.tick())) == []
+    assert not w.model.orphans
     assert w.commit(agents.inventory(w.model, "node:h1", w.epochs["h1"], "scratch", "simfs",
                                      _objects(claim_id, f"n{claim_id}-h1"), w.tick())) == [], "listed: kept"
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from xce.model import audit
-from xce.model.entities.claims import Claim
+from xce.model.entities.claims import Claim, ReplicaState
 from xce.model.entities.orphans import Orphan
 from xce.model.entities.snapshots import Snapshot
 from xce.model.facts import Fact, OrphanResolved, OrphanSeen
@@ -35,9 +35,12 @@ def _owns(claim: Claim | Snapshot | None, handle: str, op_id: str | None) -> boo
         return False
     if claim.handle == handle and claim.data_exists:
         return True
-    if isinstance(claim, Claim) and any(r.handle == handle and r.data_exists or r.op is not None and
-                                        r.op.op_id == op_id for r in claim.replicas):
-        return True  # a node-local claim's replica on some host (made, or its create in flight)
+    if isinstance(claim, Claim) and any(r.handle == handle and (r.data_exists or r.state is ReplicaState.FAILED)
+                                        or r.op is not None and r.op.op_id == op_id for r in claim.replicas):
+        # a node-local claim's replica on some host (made, or its create in flight); or one FAILED when
+        # its object was not listed, whose object is listed again (a storage root that listed empty while
+        # its disk was not mounted): it goes with its claim's deletion, never as an orphan
+        return True
     return claim.op is not None and op_id is not None and claim.op.op_id == op_id
 
 
