@@ -180,3 +180,16 @@ def test_site_commands_report_the_envdir_as_clients_read_it(site):
     assert r.returncode == 255 and "queue 'nosuch' does not exist" in r.stderr
     killed = site.run("bkill", "0", check=True).stdout.splitlines()  # 0: every unfinished job of yours
     assert all(f"Job <{j}> is being terminated" in killed for j in held)
+
+
+def test_bpeek_reads_an_output_larger_than_a_request_body_whole(site, tmp_path):
+    """The worker posts what it read (base64 in JSON) to the controller, whose request bodies are at most
+    1 MiB: a peek's page is cut to fit, and bpeek reads page after page until it has all."""
+    job = bsub(site, "-o", "big.out", "yes abcdefghij | head -n 300000; echo end-of-it; sleep 60", cwd=str(tmp_path))
+    wait_stat(site, job, "RUN")
+    out = wait_for(lambda: "end-of-it" in (o := site.run("bpeek", str(job)).stdout) and o, what="bpeek has it all")
+    lines = out.splitlines()  # 3.3 MB of output
+    assert lines[0] == "<< output from stdout >>" and lines[-1] == "end-of-it"
+    assert lines[1:-1] == ["abcdefghij"] * 300_000
+    site.run("bkill", str(job), check=True)
+    wait_stat(site, job, "EXIT", "DONE")

@@ -26,7 +26,7 @@ from xce.api.views import job_brief_json, job_json, submitted_json
 from xce.controller import history as controller_history
 from xce.config import Config
 from xce.controller.core import Controller
-from xce.controller.peeks import PEEK
+from xce.controller.peeks import PEEK, answer_limit
 from xce.errors import Conflict, InvalidRequest, Unavailable
 from xce.model import jobs
 from xce.model import Model
@@ -197,7 +197,8 @@ async def job_output(job_id: int, ctl: Ctl, actor: User = Depends(authenticated)
     ``offset``, and the output's ``size``."""
     await ctl.read_barrier()
     host, run = jobs.peek_target(ctl.model, actor, job_id)
-    ask = ctl.peeks.ask(host, PEEK, job_id=job_id, run=run, offset=offset, limit=limit)
+    ask = ctl.peeks.ask(host, PEEK, job_id=job_id, run=run, offset=offset,
+                        limit=answer_limit(limit, ctl.config.controller.max_body_bytes))
     if ask is None:
         raise Unavailable(f"host {host} has too many output reads waiting: try again", code="busy")
     try:

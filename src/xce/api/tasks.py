@@ -19,7 +19,7 @@ from xce.api.commands import mutate
 from xce.api.deps import Ctl, Monitor
 from xce.api.responses import JSONResponse
 from xce.api.schemas import Strict
-from xce.controller.peeks import TASK_INPUT, TASK_OUTPUT
+from xce.controller.peeks import TASK_INPUT, TASK_OUTPUT, answer_limit
 from xce.errors import Conflict, Unauthenticated, Unavailable
 from xce.model import Model, tasks
 from xce.controller.core import Controller
@@ -85,9 +85,8 @@ class SignalRequest(Strict):
 
 
 def relay_limit(max_body_bytes: int) -> int:
-    """Bytes of output one answer may carry: ``RELAY_LIMIT``, or less where the worker's answer (base64 in
-    JSON) would not fit in a request body the controller takes."""
-    return max(1024, min(RELAY_LIMIT, (max_body_bytes - 4096) * 3 // 4))
+    """Bytes of output one answer may carry: ``RELAY_LIMIT``, or less (``controller.peeks.answer_limit``)."""
+    return answer_limit(RELAY_LIMIT, max_body_bytes)
 
 
 def _of_the_run(request: Request, job_id: int, run: int, act: Callable[[Model, Job], tuple[list[Fact], Any]]):

@@ -26,6 +26,13 @@ TASK_OUTPUT = "task_output"  # a task's stdout and stderr, from offsets (job_id,
 TASK_INPUT = "task_input"  # blaunch's stdin for a task, from an offset (job_id, run, task, offset, data, eof, wait)
 
 
+def answer_limit(limit: int, max_body_bytes: int) -> int:
+    """Bytes of output one worker answer may carry: ``limit``, or less where the answer (base64 in JSON,
+    posted by the worker) would not fit in a request body the controller takes (``max_body_bytes``):
+    a worker's answer refused with 413 would leave its asker waiting for nothing."""
+    return max(1024, min(limit, (max_body_bytes - 4096) * 3 // 4))
+
+
 @dataclass
 class Ask:
     id: int
