@@ -18,6 +18,8 @@ from typing import Mapping, Sequence
 from xce.scheduler.plan import Preemption
 from xce.scheduler.view import HostView, JobView, RunningView
 
+_NONE: Mapping[str, float] = {}  # (read only) no template claims' counters
+
 
 class Victims:
     """One cycle's preemptions, and the runs already promised to one."""
@@ -31,8 +33,10 @@ class Victims:
         self.made: list[Preemption] = []
 
     def choose(self, job: JobView, cands: Sequence[int], free_slots: list[int], free_ctr: list[dict[str, float]],
-               rusage: Mapping[str, float], per_host: int) -> str | None:
-        """Victims for ``job``, if its queue may preempt and enough can be freed: its pending reason then."""
+               rusage: Mapping[str, float], per_host: int, node: Mapping[str, float] = _NONE) -> str | None:
+        """Victims for ``job``, if its queue may preempt and enough can be freed: its pending reason then.
+        ``node``: what its template claims take on its first host (``JobView.node_counters``), which one
+        host it gets slots on must then have free as well."""
         queues = self.preemptable.get(job.queue)
         if not queues:
             return None
@@ -51,12 +55,16 @@ class Victims:
 
         def fits() -> bool:
             total = 0
+            first = not node  # a host for its template claims' counters found
             for i in on:
                 k = min(slots[i], want)
                 for name, per_slot in rusage.items():
                     k = min(k, int(ctr[i].get(name, 0.0) // per_slot))
-                total += (min(per_host, want) if k >= min(per_host, want) else 0) if per_host else max(k, 0)
-                if total >= want:
+                got = (min(per_host, want) if k >= min(per_host, want) else 0) if per_host else max(k, 0)
+                if got and not first:
+                    first = all(ctr[i].get(name, 0.0) >= amount for name, amount in node.items())
+                total += got
+                if total >= want and first:
                     return True
             return False
 
