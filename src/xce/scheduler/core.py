@@ -388,7 +388,7 @@ def _reserve(cycle: _Cycle, rr: ResReq, job: JobView, why: str, cluster_need: di
         per_host = job.slots if rr.span_hosts == 1 else (rr.ptile or 0)
     else:
         cands, node = where.cands, job.node_counters
-        per_host = job.slots if where.single else (rr.ptile or 0)
+        per_host = job.slots if where.single or job.slots == 1 else (rr.ptile or 0)
     if cycle.victims is not None and job.gpu is None:  # a preemptive queue's job has runs ended for it rather than wait
         said = cycle.victims.choose(job, cands, cycle.free_slots, cycle.free_ctr, rr.rusage, per_host, node)
         if said is not None:
