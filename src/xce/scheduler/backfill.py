@@ -26,7 +26,8 @@ need (``held_gpus[i]``: those not free now first, so that what is idle now stays
 start; a later-ending job may take a host's idle GPUs only outside them.  Only the common GPU request
 (exclusive, any model and memory: ``GpuRequest.any_idle``) gets a reservation; a job asking shared
 GPUs, a model or memory is placed around reservations, and not at all on a host whose GPUs one holds
-if it would run past it.  The
+if it would run past it.  A job on one host whose template claims take host counters (``JobView.node_counters``, ``--scratch``)
+is planned for when its host has those counters back too, and holds them with its slots.  The
 applier re-checks only capacity, as for every allocation: a reservation is the scheduler's word,
 made again every cycle, never a fact.
 """

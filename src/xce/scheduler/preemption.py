@@ -3,7 +3,8 @@ that does not fit has runs of the queues it may preempt ended for it.
 
 The victims: the fewest, lowest-priority, most recently started runs that free enough.  Runs are taken
 lowest queue priority first, the most recently started first within one (they lose the least work),
-until the job fits on its candidate hosts with what is free and what they hold; then each taken run
+until the job fits on its candidate hosts with what is free and what they hold (its template claims'
+host counters too, on one host that gets its slots: ``JobView.node_counters``); then each taken run
 the job fits without is given back, the last taken first.  Runs already ending (a kill asked, by an
 earlier preemption or anyone) count as free, for the first job that waits for them: it takes no more.
 A run is preempted for (or waited for by) one job per cycle.  The plan carries the decision (``Preemption``); ending the
