@@ -11,7 +11,7 @@ from xce.jobspec_gpu import parse_gpu
 from xce.scheduler.backfill import clock
 from xce.scheduler.core import schedule
 from xce.scheduler.plan import Plan
-from xce.scheduler.view import ClusterView, GpuView, HostView, JobView, Policy
+from xce.scheduler.view import ClaimUse, ClusterView, GpuView, HostView, JobView, Policy
 
 from tests.scheduler.test_core import allocated, check_plan, host
 
@@ -200,3 +200,45 @@ def test_a_long_gpu_job_gets_an_idle_gpu_the_reservation_does_not_hold_even_if_a
     plan = plan_for(hosts, jobs)
     assert [r.job_id for r in plan.reservations] == [1]
     assert {a.job_id: dict(a.gpus) for a in plan.allocations} == {2: {"g": (7,)}, 3: {"g": (5,)}}
+
+
+GB = 1e9
+
+
+def scratch_view(*jobs: JobView) -> ClusterView:
+    """Host a: 4 slots, 10 GB of scratch; a run holding 2 slots and 8 GB of it until +1000 s."""
+    a = HostView(name="a", slots_free=2, attrs=MappingProxyType({}),
+                 counters_total=MappingProxyType({"scratch": 10 * GB}),
+                 counters_free=MappingProxyType({"scratch": 2 * GB}),
+                 releases=((NOW + 1000, 2, MappingProxyType({"scratch": 8 * GB})),))
+    return ClusterView(position=1, hosts=(a,), pending=jobs, now=NOW, policy=Policy(reservation_depth=1))
+
+
+def scratch_job(id: int, scratch: float, limit: float | None = None) -> JobView:
+    return dataclasses.replace(job(id, limit=limit), node_counters=MappingProxyType({"scratch": scratch}))
+
+
+def test_a_job_with_template_claims_is_reserved_their_host_counters_and_lower_jobs_backfill_only_around_them():
+    big = scratch_job(1, 9 * GB)  # fits only once the run's 8 GB come back
+    plan = schedule(scratch_view(big))
+    (r,) = plan.reservations
+    assert (r.job_id, r.start, dict(r.slots)) == (1, NOW + 1000, {"a": 1})
+    assert plan.pending_reasons[1].startswith(f"planned start {clock(NOW + 1000, NOW)} on a (reserved")
+    short = schedule(scratch_view(big, scratch_job(2, 2 * GB, limit=500)))  # over before the reservation
+    assert allocated(short) == {2: {"a": 1}} and dict(short.allocations[0].counters["a"]) == {"scratch": 2 * GB}
+    long = schedule(scratch_view(big, scratch_job(3, 2 * GB, limit=2000)))  # 1 GB spare then, 2 GB wanted
+    assert long.allocations == ()
+    assert long.pending_reasons[3] == f"would delay job 1's reservation at {clock(NOW + 1000, NOW)} on a"
+    small = schedule(scratch_view(big, scratch_job(4, 1 * GB, limit=2000)))  # what the reservation leaves
+    assert allocated(small) == {4: {"a": 1}}
+    slots_only = schedule(scratch_view(big, job(5, limit=2000)))  # no scratch: the slots it leaves
+    assert allocated(slots_only) == {5: {"a": 1}}
+
+
+def test_a_job_with_a_claim_is_reserved_on_the_hosts_its_claim_reaches_only():
+    hosts = [busy(host("a", 4), (100, 4)), busy(host("b", 4), (1000, 4))]  # a frees first, but the claim is on b
+    data = ClaimUse(claim_id=3, name="data", mode="rw", access_mode="RWX", state="READY",
+                    reachable=frozenset({"b"}))
+    plan = plan_for(hosts, [dataclasses.replace(job(1, slots=2), claims=(data,))])
+    (r,) = plan.reservations
+    assert (r.start, dict(r.slots)) == (NOW + 1000, {"b": 2})

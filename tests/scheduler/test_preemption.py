@@ -8,7 +8,7 @@ import dataclasses
 from types import MappingProxyType
 
 from xce.scheduler.core import schedule
-from xce.scheduler.view import ClusterView, JobView, Policy, RunningView
+from xce.scheduler.view import ClaimUse, ClusterView, HostView, JobView, Policy, RunningView
 
 from tests.scheduler.test_core import check_plan, host
 
@@ -66,3 +66,56 @@ def test_a_queue_preempts_only_the_queues_it_names_and_only_lower_ones():
 def test_no_preemption_when_the_victims_would_not_free_enough():
     plan = plan_for([full("a")], [running(1, "low", 10.0, a=4)], [job(10, slots=8)])
     assert plan.preemptions == ()
+
+
+GB = 1e9
+
+
+def scratch_host(name: str, free: float, slots_free: int = 0) -> HostView:
+    return HostView(name=name, slots_free=slots_free, attrs=MappingProxyType({}),
+                    counters_total=MappingProxyType({"scratch": 10 * GB}),
+                    counters_free=MappingProxyType({"scratch": free}))
+
+
+def claim_job(id: int, queue: str = "high", claims=(), node_counters=None) -> JobView:
+    return JobView(id=id, run=0, queue=queue, priority=PRIO[queue], slots=1, resreq="", claims=tuple(claims),
+                   node_counters=MappingProxyType(dict(node_counters or {})))
+
+
+def plain_plan(hosts, runs, jobs, preemptable=PREEMPTS):
+    return schedule(ClusterView(position=1, hosts=tuple(hosts), pending=tuple(jobs), running=tuple(runs),
+                                policy=Policy(preemptable=preemptable)))
+
+
+def test_a_job_with_template_claims_has_victims_that_free_their_host_counters_too_and_starts_when_they_end():
+    # a holds 8 GB of scratch for run 1; b's run 2 is newer but b has no scratch: ending it alone is no use
+    hosts = [scratch_host("a", 2 * GB), dataclasses.replace(full("b"), counters_total=MappingProxyType({}))]
+    runs = [dataclasses.replace(running(1, "low", 100.0, a=4), counters=MappingProxyType(
+        {"a": MappingProxyType({"scratch": 8 * GB})})), running(2, "low", 200.0, b=4)]
+    scratch = claim_job(10, node_counters={"scratch": 5 * GB})
+    plan = plain_plan(hosts, runs, [scratch])
+    (p,) = plan.preemptions
+    assert p.victims == ((1, 1),)
+    assert plan.pending_reasons[10].startswith("preempting job(s) 1 (queue low)")
+    # run 1 ended: its slots and scratch are free again, and the job takes them
+    after = plain_plan([scratch_host("a", 10 * GB, slots_free=4), hosts[1]], runs[1:], [scratch])
+    (a,) = after.allocations
+    assert a.hosts == ("a",) and dict(a.counters["a"]) == {"scratch": 5 * GB}
+    assert after.preemptions == ()
+
+
+def test_no_victims_where_a_claim_keeps_the_job_off_the_hosts_they_would_free():
+    runs = [running(1, "low", 100.0, a=4), running(2, "normal", 200.0, b=4)]
+    rwo = ClaimUse(claim_id=5, name="ckpt", mode="rw", access_mode="RWO", state="READY", reachable=None,
+                   attached_hosts=frozenset({"b"}))
+    plan = plain_plan([full("a"), full("b")], runs, [claim_job(10, claims=[rwo])],
+                      preemptable=MappingProxyType({"high": frozenset({"low"})}))
+    assert plan.preemptions == ()
+    assert plan.pending_reasons[10] == "claim ckpt (RWO) is in use on b; full"
+    not_ready = dataclasses.replace(rwo, state="PENDING", attached_hosts=frozenset())
+    plan = plain_plan([full("a"), full("b")], runs, [claim_job(10, claims=[not_ready])])
+    assert plan.preemptions == () and plan.pending_reasons[10].startswith("waiting for claim ckpt (PENDING")
+    # the same claim attached where the low run is: that run is ended for it
+    plan = plain_plan([full("a"), full("b")], runs, [claim_job(10, claims=[dataclasses.replace(
+        rwo, attached_hosts=frozenset({"a"}))])])
+    assert [p.victims for p in plan.preemptions] == [((1, 1),)]

@@ -26,7 +26,8 @@ need (``held_gpus[i]``: those not free now first, so that what is idle now stays
 start; a later-ending job may take a host's idle GPUs only outside them.  Only the common GPU request
 (exclusive, any model and memory: ``GpuRequest.any_idle``) gets a reservation; a job asking shared
 GPUs, a model or memory is placed around reservations, and not at all on a host whose GPUs one holds
-if it would run past it.  The
+if it would run past it.  A job on one host whose template claims take host counters (``JobView.node_counters``, ``--scratch``)
+is planned for when its host has those counters back too, and holds them with its slots.  The
 applier re-checks only capacity, as for every allocation: a reservation is the scheduler's word,
 made again every cycle, never a fact.
 """
@@ -119,24 +120,39 @@ class Reservations:
         if end < INF:
             self.added.setdefault(i, []).append((end, n, held))
 
+    def node_fits(self, i: int, end: float, node: Mapping[str, float]) -> bool:
+        """Whether a job ending at ``end`` may take ``node`` (its template claims' counters) on host ``i``
+        without delaying a reservation (they already fit what the host has free now)."""
+        if end <= self.shadow[i] or not node:
+            return True
+        spare = self.spare_ctr[i]
+        return all(spare.get(name, 0.0) >= amount for name, amount in node.items())
+
+    def delayed(self, i: int) -> str:
+        """Why a job is held back from host ``i``: the first reservation there."""
+        job_id, start = self.first[i]
+        return f"would delay job {job_id}'s reservation at {clock(start, self.now)} on {self.hosts[i].name}"
+
     def blocking(self, placed: list[tuple[int, int]], end: float, rusage: Mapping[str, float],
                  gpu: GpuRequest | None = None, idle: Sequence[Sequence[int]] = ()) -> str | None:
         """Why a placement that fits what is free now is held back: the first reservation it would delay."""
         for i, k in placed:
             if self.limit(i, end, k, rusage, gpu, idle[i] if gpu is not None else ()) < k:
-                job_id, start = self.first[i]
-                return f"would delay job {job_id}'s reservation at {clock(start, self.now)} on {self.hosts[i].name}"
+                return self.delayed(i)
         return None
 
     def reserve(self, job_id: int, cands: list[int], free_slots: list[int], free_ctr: list[dict[str, float]],
                 rusage: Mapping[str, float], want: int, per_host: int, gpu: GpuRequest | None = None,
-                idle: Sequence[Sequence[int]] = ()) -> JobReservation | str | None:
+                idle: Sequence[Sequence[int]] = (), node: Mapping[str, float] = _NONE,
+                ) -> JobReservation | str | None:
         """Plan job ``job_id`` at the first expected end of a run after which ``want`` slots fit its
         candidate hosts ``cands`` (what the hosts have free now, less what earlier reservations hold,
         plus what the runs there give back by then); hold them.  Else why not (their runs' limits never
         free enough), or None when no run there has a limit to plan with.  With ``gpu`` (an ``any_idle``
         request), each host must also have ``gpu.num`` GPUs by then: ``idle`` now (per host) and not
-        held by an earlier reservation, or given back by the runs holding them.
+        held by an earlier reservation, or given back by the runs holding them.  With ``node`` (a job on
+        one host: ``per_host == want``), the host must also have those counters (its template claims')
+        by then, and holds them too.
 
         Cost: one pass over the candidates for what fits now (no copy of a host's counters unless an
         earlier reservation holds some of them), then the runs' ends taken from a heap, earliest first,
@@ -153,6 +169,9 @@ class Reservations:
             k = min(slots, want)
             for name, per_slot in rusage.items():
                 k = min(k, int(ctr.get(name, 0.0) // per_slot))
+            for name, amount in node.items():
+                if ctr.get(name, 0.0) < amount:
+                    return 0
             if per_host:
                 return need if k >= need else 0
             return max(k, 0)
@@ -215,7 +234,7 @@ class Reservations:
                 continue
             remaining -= k
             slots[self.hosts[i].name] = k
-            self._hold(i, k, rusage, avail_slots[i], avail_ctr[i], job_id, start)
+            self._hold(i, k, rusage, avail_slots[i], avail_ctr[i], job_id, start, node)
             if gpu is not None:  # the devices given back by then first: what is idle now stays usable
                 chosen = sorted(gpus[i], key=lambda d: (d in idle[i], d))[:gpu.num]
                 self.held_gpus.setdefault(i, set()).update(chosen)
@@ -225,10 +244,12 @@ class Reservations:
         return reservation
 
     def _hold(self, i: int, k: int, rusage: Mapping[str, float], avail_slots: int, avail_ctr: Mapping[str, float],
-              job_id: int, start: float) -> None:
+              job_id: int, start: float, node: Mapping[str, float] = _NONE) -> None:
         self.held_slots[i] = self.held_slots.get(i, 0) + k
         held = self.held_ctr.setdefault(i, {})
         take = {name: per_slot * k for name, per_slot in rusage.items()}
+        for name, amount in node.items():
+            take[name] = take.get(name, 0.0) + amount
         for name, amount in take.items():
             held[name] = held.get(name, 0.0) + amount
         left_slots = avail_slots - k  # what the host has at the start beyond every hold

@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Mapping
 
 from xce.model.claims import AccessMode, ClaimState
 from xce.jobspec_gpu import GPU_RUSAGE, GpuRequest
@@ -263,12 +264,18 @@ def schedule(view: ClusterView) -> Plan:
             reasons[job.id] = pools
             continue
         if job.claims or job.node_counters or job.exclusive or job.avoid:  # constraints of its own: no shape
-            placed = _place_with_claims(cycle, rr, job, claimed, end, fills)
+            made = len(fills.evictions)
+            where = _claim_hosts(cycle, rr, job, claimed)
+            placed = _place_with_claims(cycle, rr, job, claimed, end, fills, where)
             if isinstance(placed, str):  # a cache of its may start a replica where it can go
                 if resv.made:
-                    placed = _held_back(cycle, placed, end, rr, _place_with_claims(cycle, rr, job, claimed, -INF),
-                                    job.gpu)
-                reasons[job.id] = fills.consider(cycle, cycle.candidates(rr), dict(rr.rusage), job, placed)
+                    placed = _held_back(cycle, placed, end, rr, _place_with_claims(cycle, rr, job, claimed, -INF,
+                                                                                   where=where), job.gpu)
+                why = fills.consider(cycle, cycle.candidates(rr), dict(rr.rusage), job, placed)
+                if why == placed and len(fills.evictions) == made and not isinstance(where, str) and \
+                        (resv.room or cycle.victims is not None):  # nothing made room for it: victims, a reservation
+                    why = _reserve(cycle, rr, job, why, cluster_need, pools, where)
+                reasons[job.id] = why
                 continue
         else:
             kind = job.resreq if job.gpu is None else (job.resreq, job.gpu.key)  # what its shape is of
@@ -312,6 +319,7 @@ def schedule(view: ClusterView) -> Plan:
             for name, amount in job.node_counters.items():
                 cycle.free_ctr[first][name] = cycle.free_ctr[first].get(name, 0.0) - amount
                 held[name] = held.get(name, 0.0) + amount
+            resv.took(first, end, 0, job.node_counters)
         if job.exclusive:  # its hosts run nothing else
             for i, _ in placed:
                 cycle.free_slots[i] = 0
@@ -361,26 +369,34 @@ def _held_back(cycle: _Cycle, why: str, end: float, rr: ResReq, unreserved: list
 
 
 def _reserve(cycle: _Cycle, rr: ResReq, job: JobView, why: str, cluster_need: dict[str, float],
-             pools: dict[str, str]) -> str:
+             pools: dict[str, str], where: _ClaimHosts | None = None) -> str:
     """Victims for a job of a preemptive queue that does not fit now (``preemption.py``), else a
-    reservation while the cycle has room for one (the jobs it gives either to: no claims of their own, no
-    cluster or pool counters to plan in time, GPUs only as the common request, ``GpuRequest.any_idle``);
-    its reason."""
+    reservation while the cycle has room for one; its reason.  Neither for a job with cluster or pool
+    counters (not planned in time: such a job is placed around reservations) or GPUs other than the
+    common request (``GpuRequest.any_idle``).  A job with constraints of its own (``where``: its
+    candidate hosts, ``_claim_hosts``) has them on those hosts only, its template claims' host counters
+    freed or held on the first host with its slots; a reservation only on one host (its template claims'
+    counters are planned for that host), and none for -x."""
     resv = cycle.resv
-    if cluster_need or pools or job.claims or job.node_counters or (job.gpu is not None and not job.gpu.any_idle):
-        return why  # (not planned in time: such a job is placed around reservations)
-    cands = cycle.candidates(rr)
-    if not cands or any(n not in cycle.offered for n in rr.rusage):
+    if cluster_need or pools or (job.gpu is not None and not job.gpu.any_idle):
         return why
-    per_host = job.slots if rr.span_hosts == 1 else (rr.ptile or 0)
+    node: Mapping[str, float] = _NONE
+    if where is None:
+        cands = cycle.candidates(rr)
+        if not cands or any(n not in cycle.offered for n in rr.rusage):
+            return why
+        per_host = job.slots if rr.span_hosts == 1 else (rr.ptile or 0)
+    else:
+        cands, node = where.cands, job.node_counters
+        per_host = job.slots if where.single or job.slots == 1 else (rr.ptile or 0)
     if cycle.victims is not None and job.gpu is None:  # a preemptive queue's job has runs ended for it rather than wait
-        said = cycle.victims.choose(job, cands, cycle.free_slots, cycle.free_ctr, rr.rusage, per_host)
+        said = cycle.victims.choose(job, cands, cycle.free_slots, cycle.free_ctr, rr.rusage, per_host, node)
         if said is not None:
             return said
-    if not resv.room or why.startswith("would delay"):
+    if not resv.room or why.startswith("would delay") or job.exclusive or (node and per_host != job.slots):
         return why
     r = resv.reserve(job.id, cands, cycle.free_slots, cycle.free_ctr, rr.rusage, job.slots, per_host, job.gpu,
-                     cycle.devices.idle)
+                     cycle.devices.idle, node)
     if r is None:
         return why
     return f"{why}; {r}" if isinstance(r, str) else reserved_reason(r, resv.now, why)
@@ -476,16 +492,24 @@ class _Claimed:
                 self.rwo.setdefault(use.claim_id, hosts[0])
 
 
-def _place_with_claims(cycle: _Cycle, rr: ResReq, job: JobView, claimed: _Claimed,
-                       end: float, fills: CacheFills | None = None) -> list[tuple[int, int]] | str:
-    """Placement for a job with constraints of its own: only hosts every claim can follow to, all or
-    nothing, and none it must avoid; an exclusive job (-x) only on idle hosts.
+@dataclass
+class _ClaimHosts:
+    """The hosts a job with constraints of its own may go to, in its ``order``, and why no others."""
+
+    cands: list[int]
+    restricted: str  # its claims' and -x/avoided hosts' restrictions ("" if none)
+    single: bool  # on one host (span[hosts=1], or an RWO/RWOP claim)
+
+
+def _claim_hosts(cycle: _Cycle, rr: ResReq, job: JobView, claimed: _Claimed) -> _ClaimHosts | str:
+    """The candidate hosts of a job with claims, template claims' host counters, -x or avoided hosts:
+    those every claim can follow to, none it must avoid, only idle ones for -x; or why there are none
+    (a claim not READY, an RWOP claim held, no host offering a counter, none matching).  What it returns
+    is what ending other runs cannot change: placement (``_place_with_claims``) and preemption and
+    reservations (``_reserve``) all walk these hosts.
 
     Standalone claims: READY, reachable from the host, RWOP held by no other job, RWO kept on the
-    host its other users are on (and the job on one host).  Template claims: their host counters
-    (``scratch``) free on the first host; with ``fills``, where no host has them free, caches' unused
-    replicas are evicted to make room (``CacheFills.make_scratch_room``).
-    """
+    host its other users are on (and the job on one host)."""
     allowed: set[str] | None = None
     single = rr.span_hosts == 1
     why_restricted = []
@@ -526,19 +550,38 @@ def _place_with_claims(cycle: _Cycle, rr: ResReq, job: JobView, claimed: _Claime
     if not cands:
         return (f"{restricted}: no such host matches" if restricted else
                 f"no host matches select[{rr.select.source}]" if rr.select.source else "no hosts are available")
+    return _ClaimHosts(cands, restricted, single)
+
+
+def _place_with_claims(cycle: _Cycle, rr: ResReq, job: JobView, claimed: _Claimed,
+                       end: float, fills: CacheFills | None = None,
+                       where: _ClaimHosts | str | None = None) -> list[tuple[int, int]] | str:
+    """Placement for a job with constraints of its own: on its candidate hosts (``_claim_hosts``, or
+    ``where`` if already computed), all or nothing.
+
+    Template claims: their host counters (``scratch``) free on the first host (outside what a
+    reservation holds there if the job runs past it); with ``fills``, where no host has them free,
+    caches' unused replicas are evicted to make room (``CacheFills.make_scratch_room``).
+    """
+    if where is None:
+        where = _claim_hosts(cycle, rr, job, claimed)
+    if isinstance(where, str):
+        return where
+    cands, restricted, single = where.cands, where.restricted, where.single
     rusage = dict(rr.rusage)
     want = job.slots
     per_host = want if single else (rr.ptile or 0)
 
-    def node_room(i: int) -> bool:
+    def node_room(i: int, end: float = -INF) -> bool:
         free = cycle.free_ctr[i]
-        return all(free.get(name, 0.0) >= amount for name, amount in job.node_counters.items())
+        return all(free.get(name, 0.0) >= amount for name, amount in job.node_counters.items()) and \
+            cycle.resv.node_fits(i, end, job.node_counters)
 
     placed: list[tuple[int, int]] = []
     remaining = want
     for i in cands:
         need = min(per_host, remaining) if per_host else remaining
-        if not placed and not node_room(i):
+        if not placed and not node_room(i, end):
             continue
         k = cycle.fits(i, rusage, need, end, job.gpu)
         if k > 0 and not (per_host and k < need):
@@ -553,16 +596,18 @@ def _place_with_claims(cycle: _Cycle, rr: ResReq, job: JobView, claimed: _Claime
         evicting = fills.make_scratch_room(cycle, cands, job, rusage) if fills is not None else None
         return f"no matching host has {room} free for its template claims" + \
             (f"; {evicting}" if evicting else f"; {len(cands)} host(s) match")
+    if job.node_counters and not any(node_room(i, end) for i in cands):
+        return next(cycle.resv.delayed(i) for i in cands if node_room(i) and not node_room(i, end))
     if restricted and all(cycle.free_slots[i] <= 0 for i in cands):  # where its claims are, every slot is taken
         return f"{restricted}; " + ("full" if len(cands) == 1 else "both full" if len(cands) == 2 else
                                     f"all {len(cands)} full")
-    where = f"{restricted}: " if restricted else ""
+    prefix = f"{restricted}: " if restricted else ""
     one = " on one host (its claims need one)" if single and rr.span_hosts != 1 else ""
     plural = "s" if want != 1 else ""
     if rusage and sum(min(cycle.free_slots[i], per_host or want) for i in cands) >= want:
         wanted = ", ".join(f"{n}={v:g}/slot" for n, v in rusage.items())
-        return f"{where}matching hosts do not have {want} slot{plural}{one} with enough counters free ({wanted})"
-    return f"{where}matching hosts do not have {want} free slot{plural}{one}; {len(cands)} host(s) match"
+        return f"{prefix}matching hosts do not have {want} slot{plural}{one} with enough counters free ({wanted})"
+    return f"{prefix}matching hosts do not have {want} free slot{plural}{one}; {len(cands)} host(s) match"
 
 
 def _shortage(cycle: _Cycle, rr: ResReq, want: int, per_host: int, cands: list[int]) -> str:

@@ -3,7 +3,8 @@ that does not fit has runs of the queues it may preempt ended for it.
 
 The victims: the fewest, lowest-priority, most recently started runs that free enough.  Runs are taken
 lowest queue priority first, the most recently started first within one (they lose the least work),
-until the job fits on its candidate hosts with what is free and what they hold; then each taken run
+until the job fits on its candidate hosts with what is free and what they hold (its template claims'
+host counters too, on one host that gets its slots: ``JobView.node_counters``); then each taken run
 the job fits without is given back, the last taken first.  Runs already ending (a kill asked, by an
 earlier preemption or anyone) count as free, for the first job that waits for them: it takes no more.
 A run is preempted for (or waited for by) one job per cycle.  The plan carries the decision (``Preemption``); ending the
@@ -18,6 +19,8 @@ from typing import Mapping, Sequence
 from xce.scheduler.plan import Preemption
 from xce.scheduler.view import HostView, JobView, RunningView
 
+_NONE: Mapping[str, float] = {}  # (read only) no template claims' counters
+
 
 class Victims:
     """One cycle's preemptions, and the runs already promised to one."""
@@ -31,8 +34,10 @@ class Victims:
         self.made: list[Preemption] = []
 
     def choose(self, job: JobView, cands: Sequence[int], free_slots: list[int], free_ctr: list[dict[str, float]],
-               rusage: Mapping[str, float], per_host: int) -> str | None:
-        """Victims for ``job``, if its queue may preempt and enough can be freed: its pending reason then."""
+               rusage: Mapping[str, float], per_host: int, node: Mapping[str, float] = _NONE) -> str | None:
+        """Victims for ``job``, if its queue may preempt and enough can be freed: its pending reason then.
+        ``node``: what its template claims take on its first host (``JobView.node_counters``), which one
+        host it gets slots on must then have free as well."""
         queues = self.preemptable.get(job.queue)
         if not queues:
             return None
@@ -51,12 +56,16 @@ class Victims:
 
         def fits() -> bool:
             total = 0
+            first = not node  # a host for its template claims' counters found
             for i in on:
                 k = min(slots[i], want)
                 for name, per_slot in rusage.items():
                     k = min(k, int(ctr[i].get(name, 0.0) // per_slot))
-                total += (min(per_host, want) if k >= min(per_host, want) else 0) if per_host else max(k, 0)
-                if total >= want:
+                got = (min(per_host, want) if k >= min(per_host, want) else 0) if per_host else max(k, 0)
+                if got and not first:
+                    first = all(ctr[i].get(name, 0.0) >= amount for name, amount in node.items())
+                total += got
+                if total >= want and first:
                     return True
             return False
 
