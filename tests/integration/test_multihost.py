@@ -273,3 +273,43 @@ def test_blaunchs_standard_input_goes_to_its_task_and_n_gives_it_none(cl, tmp_pa
                             "seq 1 200000 | blaunch host2 md5sum; echo ignored | blaunch -n host2 'cat; echo none'")
     assert done["state"] == "DONE"
     assert out.splitlines() == ["one", "two", "read all", f"{hashlib.md5(numbers.encode()).hexdigest()}  -", "none"]
+
+
+PROBE = """
+import json, os, sys, urllib.error, urllib.request
+url, secret, target = os.environ["XCE_JOB_URL"], os.environ["XCE_JOB_TOKEN"], sys.argv[1]
+def call(method, path, body=None):
+    req = urllib.request.Request(url + path, method=method, headers={"Authorization": "Bearer " + secret},
+                                 data=None if body is None else json.dumps(body).encode())
+    req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+print("output", call("GET", f"/v1/jobs/{target}/tasks/1/output?wait=0"))
+print("input", call("POST", f"/v1/jobs/{target}/tasks/1/input", {"offset": 0, "data": "", "eof": True}))
+print("signal", call("POST", f"/v1/jobs/{target}/tasks/1/signal", {"signal": 9}))
+"""
+
+
+def test_another_jobs_secret_or_a_users_token_reads_no_tasks_output_and_feeds_or_signals_none(cl, tmp_path):
+    """The relay's routes answer only the run whose secret is presented: another running job's secret (a job
+    that guesses the id of a neighbour) and a user's token are refused, and the task runs on untouched."""
+    (tmp_path / "probe.py").write_text(PROBE)
+    (tmp_path / "task.sh").write_text(f"echo $$ > {tmp_path}/task\nexec sleep 300\n")
+    job = cl.submit(*SPREAD, "--", "sh", "-c", f"blaunch host2 sh {tmp_path}/task.sh", env=ENV)
+    wait_for(lambda: (tmp_path / "task").exists() and (tmp_path / "task").read_text().strip(), what="the task up")
+    pid = int((tmp_path / "task").read_text())
+    try:
+        done, out = run_job(cl, f"{sys.executable} {tmp_path}/probe.py {job}")
+        assert done["state"] == "DONE", out
+        assert out.split() == ["output", "401", "input", "401", "signal", "401"], out
+        with cl.api() as c:  # the admin's token is no job's secret either
+            assert c.get(f"/v1/jobs/{job}/tasks/1/output").status_code == 401
+            assert c.post(f"/v1/jobs/{job}/tasks/1/signal", json={"signal": 9}).status_code == 401
+            assert c.post(f"/v1/jobs/{job}/tasks/1/input", json={"offset": 0, "data": "", "eof": True}).status_code == 401
+        assert process_alive(pid) and cl.job(job)["state"] == "RUN"
+    finally:
+        cl.xce("kill", str(job))
+        cl.wait_state(job, "EXIT")
