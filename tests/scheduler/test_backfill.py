@@ -242,3 +242,39 @@ def test_a_job_with_a_claim_is_reserved_on_the_hosts_its_claim_reaches_only():
     plan = plan_for(hosts, [dataclasses.replace(job(1, slots=2), claims=(data,))])
     (r,) = plan.reservations
     assert (r.start, dict(r.slots)) == (NOW + 1000, {"b": 2})
+
+
+def test_a_shape_that_got_no_reservation_plans_again_once_a_run_with_a_limit_is_placed():
+    # a's other slot is held by a run without a limit: job 1 has nothing to plan with; job 2 (60 s) is
+    # placed; job 3, of job 1's shape, has job 2's end to plan with (still too few slots: it says so)
+    hosts = [dataclasses.replace(host("a", 2), slots_free=1)]
+    plan = plan_for(hosts, [job(1, slots=2, resreq="span[hosts=1]"), job(2, limit=60),
+                            job(3, slots=2, resreq="span[hosts=1]")])
+    assert allocated(plan) == {2: {"a": 1}}
+    assert "no planned start" not in plan.pending_reasons[1]
+    assert plan.pending_reasons[3].startswith(plan.pending_reasons[1] + "; no planned start: too few of its hosts")
+
+
+def test_an_arrays_elements_that_cannot_be_planned_get_the_reason_each_would_get_alone(monkeypatch):
+    """The shape's note of a failed reservation changes no reason (nor anything else in the plan)."""
+    import xce.scheduler.core as core
+
+    # a and b are full of runs without a limit; c has one slot: no element can be planned, until job 40
+    # (50 s) takes c's slot and gives the elements after it an end to plan with
+    hosts = [dataclasses.replace(host("a", 4), slots_free=0), dataclasses.replace(host("b", 4), slots_free=0),
+             host("c", 1)]
+    jobs = [job(i, slots=2) for i in range(1, 40)] + [job(40, limit=50)] + [job(i, slots=2) for i in range(41, 80)]
+    noted = plan_for(hosts, jobs, depth=1)
+    real = core._reserve_shape
+
+    def forgetful(cycle, rr, job, shape, *rest):
+        reason = real(cycle, rr, job, shape, *rest)
+        shape.unreserved = None  # every element plans anew, as before the note
+        return reason
+
+    monkeypatch.setattr(core, "_reserve_shape", forgetful)
+    assert plan_for(hosts, jobs, depth=1) == noted
+    assert noted.reservations == () and allocated(noted) == {40: {"c": 1}}
+    before, after = ({noted.pending_reasons[i] for i in ids} for ids in (range(1, 40), range(41, 80)))
+    assert len(before) == len(after) == 1 and before != after
+    assert "; no planned start" in after.pop()

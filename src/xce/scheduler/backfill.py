@@ -71,6 +71,9 @@ class Reservations:
         self.held_gpus: dict[int, set[int]] = {}  # host -> the GPUs its reservations hold from their start
         self.made: list[JobReservation] = []
         self.room = depth > 0  # more jobs may get a reservation this cycle
+        # how often what a reservation is planned with changed this cycle (one made; a run placed with a
+        # run limit): a job that got none gets none again while it is the same (``_Shape.unreserved``)
+        self.changes = 0
 
 
     def end_of(self, run_limit: float | None) -> float:
@@ -110,6 +113,8 @@ class Reservations:
         """A job ending at ``end`` took ``n`` slots, ``held`` and the GPUs ``gpus`` of host ``i`` now."""
         if not self.depth:
             return
+        if end < INF:
+            self.changes += 1
         if gpus and end < INF:
             self.added_gpus.setdefault(i, []).append((end, gpus))
         if end > self.shadow[i]:
@@ -240,6 +245,7 @@ class Reservations:
                 self.held_gpus.setdefault(i, set()).update(chosen)
         reservation = JobReservation(job_id=job_id, start=start, slots=slots)
         self.made.append(reservation)
+        self.changes += 1
         self.room = len(self.made) < self.depth
         return reservation
 

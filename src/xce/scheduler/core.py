@@ -58,6 +58,11 @@ class _Shape:
     # a reservation gave it less than a host had free on some host its walks met: whether it fits with
     # the reservations set aside is then a walk of its own (else it does not: the same walk, the same hosts)
     held_back: bool = False
+    # (what the cycle could plan with, the reason) when its last job got no reservation: the next one
+    # gets none either until a reservation, a run placed with a run limit or an eviction
+    # changes that.  Without it, while no run on its hosts had a limit, each of an array's thousand
+    # pending elements planned anew, every cycle (a quarter of bench/throughput.py's array makespan)
+    unreserved: tuple[tuple[int, int], str] | None = None
 
 
 class _Skip:
@@ -282,8 +287,14 @@ def schedule(view: ClusterView) -> Plan:
             shape = shapes.get((kind, job.slots, job.run_limit if resv.made else _ANY_LIMIT)) or \
                 _new_shape(shapes, kind, job, resv)
             if shape.exhausted is not None:
-                reasons[job.id] = _reserve(cycle, rr, job, shape.exhausted, cluster_need, pools) \
-                    if resv.room or cycle.victims is not None else shape.exhausted
+                if not resv.room and cycle.victims is None:
+                    reasons[job.id] = shape.exhausted
+                elif cycle.victims is None and shape.unreserved is not None and \
+                        shape.unreserved[0] == (resv.changes, len(fills.evictions)):
+                    reasons[job.id] = shape.unreserved[1]  # (the same shape, nothing new to plan with)
+                else:
+                    reasons[job.id] = _reserve_shape(cycle, rr, job, shape, shape.exhausted, cluster_need, pools,
+                                                     len(fills.evictions))
                 continue
             spent = unplaceable.get((kind, job.slots))
             placed = spent if spent is not None else _place(cycle, rr, job.slots, shape, end, job.gpu)
@@ -299,7 +310,8 @@ def schedule(view: ClusterView) -> Plan:
                                         job.gpu)
                     placed = _held_back(cycle, placed, end, rr, unreserved, job.gpu)
                 shape.exhausted = placed
-                reasons[job.id] = _reserve(cycle, rr, job, placed, cluster_need, pools)
+                reasons[job.id] = _reserve_shape(cycle, rr, job, shape, placed, cluster_need, pools,
+                                                 len(fills.evictions))
                 continue
         hosts = tuple(cycle.hosts[i].name for i, _ in placed)
         rusage = dict(rr.rusage)
@@ -366,6 +378,17 @@ def _held_back(cycle: _Cycle, why: str, end: float, rr: ResReq, unreserved: list
     if isinstance(unreserved, str):
         return why
     return cycle.resv.blocking(unreserved, end, rr.rusage, gpu, cycle.devices.idle) or why
+
+
+def _reserve_shape(cycle: _Cycle, rr: ResReq, job: JobView, shape: _Shape, why: str,
+                   cluster_need: dict[str, float], pools: dict[str, str], evictions: int) -> str:
+    """``_reserve`` for a job of ``shape``, noting on the shape when it got no reservation (with what
+    the cycle planned with then: ``evictions`` so far, which give counters back)."""
+    made = len(cycle.resv.made)
+    reason = _reserve(cycle, rr, job, why, cluster_need, pools)
+    if len(cycle.resv.made) == made and cycle.victims is None:
+        shape.unreserved = ((cycle.resv.changes, evictions), reason)
+    return reason
 
 
 def _reserve(cycle: _Cycle, rr: ResReq, job: JobView, why: str, cluster_need: dict[str, float],
