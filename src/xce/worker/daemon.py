@@ -148,14 +148,17 @@ class Worker:
         worker's register lists no run directory for them, so the controller requeues them or ends them lost
         (``reconcile_host``)."""
         path = os.path.join(run_dir, "journal.json")
-        with open(os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
-            json.dump(data, fh)
+        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:  # (one write of the C encoder's text: json.dump to a file encodes in Python, chunk by chunk)
+            os.write(fd, json.dumps(data).encode())
+        finally:
+            os.close(fd)
         os.replace(path + ".tmp", path)
 
     def _read_journal(self, run_dir: str) -> dict[str, Any] | None:
         try:
-            with open(os.path.join(run_dir, "journal.json")) as fh:
-                return json.load(fh)
+            with open(os.path.join(run_dir, "journal.json"), "rb") as fh:
+                return json.loads(fh.read())
         except (OSError, ValueError):
             return None
 
@@ -187,10 +190,10 @@ class Worker:
                                                "workspace": data["workspace"],
                                                "rendezvous": data.get("rendezvous", ""),
                                                "task_key": data.get("task_key", "")}))
-                threading.Thread(target=self._watch_adopted, args=(key, pid, run_dir, data["workspace"]),
+                threading.Thread(target=self._watch_adopted, args=(key, pid, run_dir, data),
                                  daemon=True, name=f"job-{key[0]}.{key[1]}").start()
             else:
-                self._finish(key, run_dir, data["workspace"])
+                self._finish(key, run_dir, data)
         known.update(self._recover_tasks())
         for name in os.listdir(self.jobs_dir):  # workspaces no run knows about: never started
             if name not in known:
@@ -307,9 +310,9 @@ class Worker:
                         return
                     delay = min(delay * 2, 5.0)
             for r in body["finished"]:  # the controller has it: the run's directory is done
-                shutil.rmtree(self._run_dir(r["job_id"], r["run"]), ignore_errors=True)
+                sandbox.remove_tree(self._run_dir(r["job_id"], r["run"]))
             for r in body["tasks_finished"]:
-                shutil.rmtree(self.tasks.task_dir((r["job_id"], r["run"], r["task"])), ignore_errors=True)
+                sandbox.remove_tree(self.tasks.task_dir((r["job_id"], r["run"], r["task"])))
             for k in reply.get("kill", []):
                 self._end_now(k["job_id"], k["run"])
 
@@ -444,20 +447,21 @@ class Worker:
                                        "stderr": started.stderr, "publish": started.publish, "note": note,
                                        "rendezvous": intent["rendezvous"], "task_key": intent["task_key"]}))
         os.waitpid(started.pid, 0)  # the shepherd: it has written the job's status by now
-        self._finish(key, run_dir, started.workspace)
+        self._finish(key, run_dir, intent)
 
-    def _watch_adopted(self, key: tuple[int, int], pid: int, run_dir: str, workspace: str) -> None:
+    def _watch_adopted(self, key: tuple[int, int], pid: int, run_dir: str, journal: dict[str, Any]) -> None:
         while sandbox.shepherd_alive(pid, run_dir):  # not our child: we cannot wait for it
             time.sleep(ADOPT_POLL)
-        self._finish(key, run_dir, workspace)
+        self._finish(key, run_dir, journal)
 
-    def _finish(self, key: tuple[int, int], run_dir: str, workspace: str) -> None:
+    def _finish(self, key: tuple[int, int], run_dir: str, journal: dict[str, Any]) -> None:
         """The shepherd is gone (it killed what the job left in its cgroup): read what the run used,
-        clean up, report how it ended."""
+        clean up, report how it ended.  ``journal``: the run's intent, as written at its start."""
+        workspace = journal["workspace"]
         rc = self.run_cgroups.get(key)
         if rc is None:  # no cgroup: whatever the job left behind in its process group goes with it
             sandbox.kill_group(run_dir)
-        self._compute_mode(key, (self._read_journal(run_dir) or {}).get("compute_mode") or [], DEFAULT_MODE)
+        self._compute_mode(key, journal.get("compute_mode") or [], DEFAULT_MODE)
         cg = self.cgroups.usage(rc) if rc is not None and self.cgroups is not None else None
         self._drop_cgroup(key, cg)
         pre_failed, post_exit = sandbox.exec_steps(workspace)

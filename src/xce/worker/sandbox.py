@@ -154,9 +154,7 @@ def prepare_publish(claims: list[dict[str, Any]], run_dir: str, roots: StorageRo
             os.symlink(src, dst)  # no mount namespace without root: a link, and the record says so
     if not as_root:
         return False
-    fd = os.open(os.path.join(run_dir, MOUNTS), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(b"".join(lines))
+    _write_new(os.path.join(run_dir, MOUNTS), b"".join(lines), 0o600)
     return True
 
 
@@ -217,10 +215,17 @@ def lsf_env(job: Dispatch, hostfile: str | None) -> dict[str, str]:
 def write_hostfile(run_dir: str, job: Dispatch) -> str:
     """RUN/hostfile: the job's hosts, a line per slot (``LSB_DJOB_HOSTFILE``); readable by the job."""
     path = os.path.join(run_dir, HOSTFILE)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w") as fh:
-        fh.write("".join(f"{h}\n" for h in lsf_env(job, None)["LSB_HOSTS"].split()))
+    _write_new(path, "".join(f"{h}\n" for h in lsf_env(job, None)["LSB_HOSTS"].split()).encode(), 0o644)
     return path
+
+
+def _write_new(path: str, data: bytes, mode: int) -> None:
+    """``data`` in the file ``path`` (made ``mode``, or emptied), in one write, following no link there."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
 def job_env(job: Dispatch, host: str, workspace: str, home: str, hostfile: str | None = None,
@@ -249,11 +254,8 @@ def job_env(job: Dispatch, host: str, workspace: str, home: str, hostfile: str |
 def write_env(run_dir: str, env: dict[str, str]) -> None:
     """RUN/env, the job's environment as the launcher reads it: NUL-ended NAME=VALUE records, 0600 in
     the run directory (no user can write it, nor read another's)."""
-    data = b"".join(os.fsencode(k) + b"=" + os.fsencode(v) + b"\0" for k, v in env.items()
-                    if k and "=" not in k and "\0" not in k and "\0" not in v)
-    fd = os.open(os.path.join(run_dir, ENV), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
+    text = "".join(f"{k}={v}\0" for k, v in env.items() if k and "=" not in k and "\0" not in k and "\0" not in v)
+    _write_new(os.path.join(run_dir, ENV), os.fsencode(text), 0o600)  # (os.fsencode: as os.environ encodes)
 
 
 # -E and -Ep (LSF's pre- and post-execution commands): the job's command run between them by a shell, as
@@ -537,11 +539,16 @@ def _precreate(path: str, run_as: RunAs | None) -> None:
 
 def read_int(path: str) -> int | None:
     try:
-        with open(path) as fh:
-            text = fh.read().strip()
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
-    return int(text) if text.lstrip("-").isdigit() else None
+    try:
+        text = os.read(fd, 64).strip()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return int(text) if text.lstrip(b"-").isdigit() else None
 
 
 def kill_group(run_dir: str) -> None:
@@ -592,4 +599,38 @@ def launch_error(run_dir: str) -> str | None:
 
 def clean_workspace(workspace: str) -> None:
     """Mandatory cleanup: the workspace goes whatever happened to the run."""
-    shutil.rmtree(workspace, ignore_errors=True)
+    remove_tree(workspace)
+
+
+def remove_tree(path: str) -> None:
+    """The directory ``path`` and all in it, gone (what cannot be removed is left).  A run's directories
+    hold a few files and most workspaces nothing: those are unlinked in one pass through the directory's
+    descriptor (a link a user left there is removed, never followed), and ``shutil.rmtree``'s careful
+    walk (a descriptor and an fstat per entry) is left to subdirectories."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    rest = False
+    try:
+        for name in os.listdir(fd):
+            try:
+                os.unlink(name, dir_fd=fd)
+            except FileNotFoundError:
+                pass
+            except OSError:  # a directory (EISDIR), or a file root may not remove (an immutable one)
+                rest = True
+    finally:
+        os.close(fd)
+    try:
+        if not rest:
+            os.rmdir(path)
+            return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass
+    shutil.rmtree(path, ignore_errors=True)
