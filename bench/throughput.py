@@ -451,10 +451,11 @@ def submit_api(api: Api, n: int, clients: int, deadline: float) -> tuple[list[in
 CLI_FORMS = {"cli": [], "cli-R": ["-R", "span[hosts=1]"], "cli-json": ["--json"], "bsub": []}
 
 
-def submit_cli(cluster: XceCluster, n: int, deadline: float, form: str = "cli") -> tuple[list[int], int]:
+def submit_cli(cluster: XceCluster, n: int, deadline: float, form: str = "cli",
+               front: str = XCE) -> tuple[list[int], int]:
     env = cluster.env()
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # a real install has (and writes) cached bytecode
-    argv = [XCE, "--config", cluster.config, "submit", *CLI_FORMS[form], "-o", "/dev/null", "--", "true"]
+    argv = [front, "--config", cluster.config, "submit", *CLI_FORMS[form], "-o", "/dev/null", "--", "true"]
     if form == "bsub":  # LSF's command reads the client config from XCE_CONFIG, as xce does
         argv, env["XCE_CONFIG"] = [BSUB, "-o", "/dev/null", "true"], cluster.config
     ids: list[int] = []
@@ -496,7 +497,7 @@ def run_mode(name: str, cluster: XceCluster, api: Api, n: int, args, mode_deadli
     elif name == "api":
         ids, errs = submit_api(api, n, args.api_clients, mode_deadline)
     else:
-        ids, errs = submit_cli(cluster, n, mode_deadline, name)
+        ids, errs = submit_cli(cluster, n, mode_deadline, name, args.front or XCE)
     tsub = time.monotonic()
     # a submission phase cut short by the deadline still gets a few seconds to drain what it submitted
     tend, timed_out = wait_drained(api, max(mode_deadline, time.monotonic() + 10), args.poll)
@@ -566,9 +567,11 @@ def xce_side(args, tmp: str, xce_deadline: float, cleanup: list) -> tuple[list[d
     log(f"xce cluster up in {time.monotonic() - t:.1f}s at {cluster.url}: daemons {cluster.daemons}")
     notes.append(f"xce: {args.hosts} hosts x {args.slots} slots = {args.hosts * args.slots} job slots "
                  f"(xce up --slots {args.slots}), controller {cluster.url}, state {state}")
-    with open(XCE, "rb") as fh:
+    front = args.front or XCE
+    with open(front, "rb") as fh:
         native = fh.read(4) == b"\x7fELF"
-    notes.append(f"xce cli: {XCE} is the {'native front (native/xce.c)' if native else 'Python entry script'}")
+    notes.append(f"xce cli: {front} is the {'native front (native/xce.c)' if native else 'Python entry script'}"
+                 + (" (--front: another build's, against this tree's daemons)" if args.front else ""))
     api = Api(cluster.url, cluster.token)
     cleanup.append(api.close)
     results = []
@@ -755,6 +758,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1, help="run the XCE modes this many times, interleaved")
     ap.add_argument("--mode-timeout", type=float, default=300.0, help="cap per XCE mode, s")
     ap.add_argument("--no-slurm", action="store_true", help="skip the Slurm side")
+    ap.add_argument("--front", help="the xce command the cli loops run (default: this tree's); another "
+                    "build's native front measures this tree's daemons with the front held fixed")
     ap.add_argument("--slurm-profile", default="tuned", choices=("tuned", "htc", "default"))
     ap.add_argument("--max-seconds", type=float, default=900.0, help="hard cap on the whole bench (default 900)")
     ap.add_argument("--keep", action="store_true", help="keep the temp state dirs (logs) afterwards")
