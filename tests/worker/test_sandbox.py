@@ -331,3 +331,33 @@ def test_the_outcome_of_pre_and_post_exec_is_read_without_following_a_link_or_bl
     steps.unlink()
     os.mkfifo(steps)
     assert sandbox.exec_steps(str(tmp_path)) == (None, None)
+
+
+def test_the_attack_a_workspace_full_of_links_is_removed_and_nothing_they_point_at(tmp_path):
+    """The worker (root) removes a run's workspace, which its user filled: links to a file and to a
+    directory elsewhere, a directory with a link inside, a FIFO.  The workspace goes; what the links
+    point at stays (unlinked, never followed), whether the walk went through the directory's descriptor
+    or, for the subdirectory, through rmtree."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_text("keep")
+    ws = tmp_path / "jobs" / "7.1"
+    (ws / "sub").mkdir(parents=True)
+    (ws / "to-file").symlink_to(outside / "precious")
+    (ws / "to-dir").symlink_to(outside)
+    (ws / "sub" / "to-dir").symlink_to(outside)
+    (ws / "data").write_text("x")
+    os.mkfifo(ws / "fifo")
+    sandbox.clean_workspace(str(ws))
+    assert not ws.exists() and not ws.is_symlink()
+    assert (outside / "precious").read_text() == "keep" and sorted(os.listdir(outside)) == ["precious"]
+    sandbox.clean_workspace(str(ws))  # gone already: nothing to do, no error
+
+
+def test_a_workspace_that_is_a_link_is_not_followed(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_text("keep")
+    (tmp_path / "7.1").symlink_to(outside)
+    sandbox.clean_workspace(str(tmp_path / "7.1"))
+    assert (outside / "precious").read_text() == "keep"
