@@ -342,9 +342,12 @@ class Worker:
             log.info("run %d.%d not started yet: this host's lease ran out; waiting for the controller", *key)
             return
         with self._lock:
-            if key in self.running or key in self.ended or os.path.exists(run_dir):
+            if key in self.running or key in self.ended:
                 return  # already started (its report may still be on its way), or over
-            os.mkdir(run_dir, 0o711)  # the job passes through to its claims' mount points
+            try:
+                os.mkdir(run_dir, 0o711)  # the job passes through to its claims' mount points
+            except FileExistsError:
+                return  # started by an earlier life of this worker (adopted), or its end not yet reported
         workspace = os.path.join(self.jobs_dir, f"{key[0]}.{key[1]}")
         intent: dict[str, Any] = {"job_id": key[0], "run": key[1], "workspace": workspace, "user": job["user"]}
         try:

@@ -184,13 +184,14 @@ XCE_PASSED = frozenset({"XCE_CONFIG", "XCE_URL", "XCE_LOG_LEVEL"})
 HOSTFILE = "hostfile"  # RUN/hostfile: LSB_DJOB_HOSTFILE, one line per slot
 
 
-def _submitted(name: str) -> bool:
-    """May the submitter's variable ``name`` go into the job's environment?"""
-    if name in HOST_OWNED:
-        return False
-    if name.startswith("XCE_"):
-        return name in XCE_PASSED
-    return not name.startswith("LSB_")  # (LSF's job variables: this job's, below)
+_JOBS_OWN = ("XCE_", "LSB_")  # (LSF's job variables and XCE's: this job's, set in job_env)
+
+
+def _submitted(given: dict[str, str]) -> dict[str, str]:
+    """The submitter's variables that may go into the job's environment: none the host owns, and of
+    XCE's and LSF's job variables only ``XCE_PASSED`` (one comprehension, not a call a variable: a run's
+    start pays it for every variable of the submitter's)."""
+    return {k: v for k, v in given.items() if k not in HOST_OWNED and not k.startswith(_JOBS_OWN) or k in XCE_PASSED}
 
 
 def lsf_env(job: Dispatch, hostfile: str | None) -> dict[str, str]:
@@ -235,7 +236,8 @@ def job_env(job: Dispatch, host: str, workspace: str, home: str, hostfile: str |
     XCE's own, which none overrides."""
     env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}
     given = job.get("env") if submitted is None else submitted
-    env.update((k, v) for k, v in (given or {}).items() if _submitted(k))
+    if given:
+        env.update(_submitted(given))
     env.update(lsf_env(job, hostfile))
     env.update({"HOME": home, "USER": job["user"], "LOGNAME": job["user"],
                 # an element's: its array's id, as %J and LSB_JOBID say (the element: $XCE_JOBID[$XCE_ARRAY_INDEX])
@@ -415,7 +417,12 @@ def start(job: Dispatch, host: str, run_dir: str, workspace: str, output_dir: st
     job's (a task's spool, relayed to its blaunch: ``relay``).  ``hold``: an open file the shepherd keeps as
     long as it lives (the lock of the run's rendezvous port: ``rendezvous.Ports``); ``stdin``: the FIFO a
     task reads (its blaunch's input: ``relay``), else the job reads nothing (/dev/null)."""
-    os.makedirs(workspace, mode=0o700, exist_ok=True)
+    try:
+        os.mkdir(workspace, 0o700)
+    except FileExistsError:
+        pass  # (a task's: its run made it)
+    except FileNotFoundError:
+        os.makedirs(workspace, mode=0o700, exist_ok=True)
     if run_as is not None:
         os.chown(workspace, run_as.uid, run_as.gid)
     cwd = (task["cwd"] if task else "") or job["cwd"] or job.get("submit_dir") or workspace
