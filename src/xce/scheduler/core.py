@@ -59,9 +59,9 @@ class _Shape:
     # the reservations set aside is then a walk of its own (else it does not: the same walk, the same hosts)
     held_back: bool = False
     # (what the cycle could plan with, the reason) when its last job got no reservation: the next one
-    # gets none either until a reservation, a run placed with a run limit or an eviction
-    # changes that.  Without it, while no run on its hosts had a limit, each of an array's thousand
-    # pending elements planned anew, every cycle (a quarter of bench/throughput.py's array makespan)
+    # gets none either until a reservation, a run placed with a run limit or an eviction changes that.
+    # Without it, while no run on its hosts had a limit, each of an array's thousand pending elements
+    # planned anew, every cycle
     unreserved: tuple[tuple[int, int], str] | None = None
 
 
