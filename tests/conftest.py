@@ -1,8 +1,10 @@
 import os
+import shutil
+import tempfile
 
 import pytest
 
-from tests.helpers import ControllerProcess
+from tests.helpers import ControllerProcess, stop_cli_servers
 
 # The hierarchies a worker makes its runs' cgroups in (xce.worker.cgroups), and where each is mounted.
 _HIERARCHIES = ("freezer", "cpuacct", "cpu", "cpuset", "memory", "pids", "")
@@ -35,12 +37,18 @@ def _cgroup_dirs() -> dict[str, str]:
 
 
 def pytest_configure(config):
-    """Each xdist worker process (and so every daemon it starts) moves into a cgroup of its own.
+    """Warm CLI servers in a directory of this process's own (``XCE_RUNTIME_DIR``, for every ``xce`` a test
+    runs without a directory of its own), stopped at the end: none is left serving in the user's
+    ``/tmp/xce-UID`` after the run.  Then each xdist worker process (and so every daemon it starts) moves
+    into a cgroup of its own.
 
     A worker daemon keeps its runs' cgroups under ``<its own cgroup>/xce-<host>-<its work dir's hash>``
     and removes idle ones it finds there when it starts (xce.worker.cgroups): the name keeps two
     clusters' ``host1`` apart, and a cgroup per test process keeps each process's leftovers to itself,
     as two hosts are in production: separate places."""
+    if "XCE_RUNTIME_DIR" not in os.environ:
+        _runtime.append(tempfile.mkdtemp(prefix="xce-cli-"))  # (0700, as the front wants it)
+        os.environ["XCE_RUNTIME_DIR"] = _runtime[0]
     name = os.environ.get("PYTEST_XDIST_WORKER")
     if not name or os.geteuid() != 0:
         return
@@ -60,7 +68,11 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
-    """Back to where the process came from, and its cgroups removed where nothing is left in them."""
+    """The CLI servers this process's tests started, stopped (by pid); back to the cgroup the process came
+    from, and its cgroups removed where nothing is left in them."""
+    for runtime in _runtime:
+        stop_cli_servers(runtime)
+        shutil.rmtree(runtime, ignore_errors=True)
     for here, child in _moved:
         try:
             with open(os.path.join(here, "cgroup.procs"), "w") as f:
@@ -75,6 +87,7 @@ def pytest_unconfigure(config):
 
 
 _moved: list[tuple[str, str]] = []
+_runtime: list[str] = []  # the XCE_RUNTIME_DIR this process made
 
 
 def pytest_collection_modifyitems(config, items):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import signal
 import subprocess
@@ -133,8 +134,6 @@ class ControllerProcess:
 
 def kill_jobs_of(work_dir: str) -> None:
     """SIGKILL every job (and its shepherd) a worker in ``work_dir`` still has running."""
-    import glob
-
     for run_dir in glob.glob(os.path.join(work_dir, "runs", "*")):
         for name, kill in (("pgid", os.killpg), ("shepherd.pid", os.kill)):
             try:
@@ -151,6 +150,27 @@ def process_alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def stop_cli_servers(runtime_dir: str) -> None:
+    """Stop (by pid) the warm CLI servers (``xce.cli.server``) started in ``runtime_dir``, and wait for them.
+    A pid file a server left when it was killed may name another process by now: only a server whose
+    command line names this directory is signalled."""
+    for pid_file in glob.glob(os.path.join(runtime_dir, "*.pid")):
+        with open(pid_file) as fh:
+            pid = int(fh.read())
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                argv = fh.read()
+        except OSError:
+            continue  # (ended by itself: idle, or its code changed)
+        if b"xce.cli.server" not in argv or os.fsencode(runtime_dir) not in argv:
+            continue
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+        wait_for(lambda: not process_alive(pid), what=f"CLI server {pid} gone")
 
 
 def children_of(pid: int) -> list[int]:

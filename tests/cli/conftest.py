@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import glob
 import os
-import signal
 
 import pytest
 
-from tests.helpers import process_alive, wait_for
+from tests.helpers import stop_cli_servers
 
 
 @pytest.fixture(scope="module")
@@ -18,12 +16,4 @@ def runtime(tmp_path_factory):
     d = tmp_path_factory.mktemp("runtime")
     os.chmod(d, 0o700)
     yield str(d)
-    stop_servers(str(d))
-
-
-def stop_servers(runtime_dir: str) -> None:
-    for pid_file in glob.glob(os.path.join(runtime_dir, "*.pid")):
-        with open(pid_file) as fh:
-            pid = int(fh.read())
-        os.kill(pid, signal.SIGTERM)
-        wait_for(lambda: not process_alive(pid), what=f"CLI server {pid} gone")
+    stop_cli_servers(str(d))

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from tests.cli.conftest import stop_servers
 from tests.cli.test_native import build, job_of
+from tests.helpers import stop_cli_servers
 from tests.lsf.conftest import console_scripts
 from xce.cli import programs
 
@@ -31,7 +31,7 @@ def front(tmp_path_factory):
     runtime = d / "runtime"
     runtime.mkdir(mode=0o700)
     yield {"bin": str(d), "runtime": str(runtime)}
-    stop_servers(str(runtime))
+    stop_cli_servers(str(runtime))
 
 
 def test_bsub_through_the_front_means_what_the_python_bsub_means(site, front, tmp_path):
