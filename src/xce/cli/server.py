@@ -176,8 +176,8 @@ class Changes:
     """Whether any of ``files`` (path -> mtime, as ``_loaded_files`` read them) has changed on disk since:
     a server that loaded them would run old code.
 
-    Looking at every file's mtime before each call cost a plain submit's call ~40 ``stat``s, ~10% of
-    its time.  Where the kernel has inotify, their directories are watched instead (a change to one of
+    Looking at every file's mtime before each call cost a plain submit's call ~40 ``stat``s (7% of a
+    worker's samples under py-spy).  Where the kernel has inotify, their directories are watched instead (a change to one of
     these files, or one moved or deleted there: ``pip install`` replaces them by renaming), and a call
     asks with one non-blocking read.  inotify sees no change made on another NFS client, so the mtimes
     are still compared, at most ``every`` seconds apart (and at the first call, for what changed
@@ -191,7 +191,7 @@ class Changes:
     def __init__(self, files: dict[str, int], every: float = LOOK) -> None:
         self.files = files
         self.every = every
-        self.changed_ = False
+        self._changed = False
         self._looked = -float("inf")  # when the mtimes were compared last (time.monotonic)
         self._names: dict[int, set[bytes]] = {}  # watch -> the names of our files in its directory
         self.fd = self._watch()
@@ -219,19 +219,19 @@ class Changes:
         return fd
 
     def changed(self) -> bool:
-        if self.changed_:
+        if self._changed:
             return True
         if self.fd is not None:
             try:
                 data = os.read(self.fd, 65536)
             except BlockingIOError:
                 data = b""
-            self.changed_ = self._ours(data)
+            self._changed = self._ours(data)
         now = time.monotonic()
-        if not self.changed_ and (self.fd is None or now - self._looked >= self.every):
+        if not self._changed and (self.fd is None or now - self._looked >= self.every):
             self._looked = now
-            self.changed_ = _loaded_files(list(self.files)) != self.files
-        return self.changed_
+            self._changed = _loaded_files(list(self.files)) != self.files
+        return self._changed
 
     def _ours(self, data: bytes) -> bool:
         """Do these events touch one of the files (a swap file an editor made beside them does not)?"""
@@ -243,11 +243,6 @@ class Changes:
             if mask & self.OWN or name in self._names.get(wd, ()):
                 return True
         return False
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
 
 
 # ---------------------------------------------------------------- what workers say of themselves
