@@ -199,7 +199,7 @@ class ControllerConfig:
     advertise: str = ""
     max_body_bytes: int = 1 << 20
     host_timeout: float = 10.0
-    # runs are fenced (DESIGN §12, docs/architecture.md "Runs are fenced"): a shepherd ends its run when
+    # runs are fenced (DESIGN §12, docs/decisions/runs-and-fencing.md): a shepherd ends its run when
     # its worker has had no answer from the controller for fence_time; the controller gives a lost
     # host's runs up host_timeout + fence_time + fence_margin after it last heard from the host
     fence_time: float = 30.0

@@ -3,7 +3,7 @@
 Heartbeats live in memory only.  A host that misses them for ``host_timeout`` seconds is recorded
 UNAVAIL: nothing new is placed there, and its runs are *not* yet given up.  A run's shepherd ends the
 run by itself once its worker has had no answer from the controller for ``fence_time`` (its lease,
-``docs/architecture.md`` "Runs are fenced"); so the monitor gives the host's runs up (requeues them
+``docs/decisions/runs-and-fencing.md``); so the monitor gives the host's runs up (requeues them
 with ``-r``, else EXIT "host lost", and fences its attachments so an RWO claim may be attached
 elsewhere) only ``fence_time + fence_margin`` after it declared the host lost, that is at least
 ``host_timeout + fence_time + fence_margin`` after it last heard from it: by then every shepherd there

@@ -18,7 +18,7 @@ And for every run at once, ``WORK/lease``: the moment (``CLOCK_BOOTTIME`` nanose
 the shepherds may let their runs go on without word from the controller.  The worker renews it after
 each heartbeat the controller answered, to the time it *sent* that heartbeat plus the fence: the
 controller heard from the host no sooner than that, so the shepherds give up no later than the fence
-after the controller's last word of the host (``docs/architecture.md``, "Runs are fenced").
+after the controller's last word of the host (``docs/decisions/runs-and-fencing.md``).
 
 What the shepherd leaves: ``RUN/status`` (the exit status), ``RUN/usage`` (``MAXRSS_BYTES USER_S
 SYS_S`` from wait4), ``RUN/fenced`` (it ended the run because the lease ran out), ``RUN/limited``
