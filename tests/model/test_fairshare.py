@@ -80,3 +80,19 @@ def test_a_released_claims_byte_seconds_count_against_its_owner():
     released = claim.history[-1]["time"]
     p = w.model.projects["default"]
     assert decayed(p, claim.owner, released) == pytest.approx((0.0, 0.0, claim.size_bytes * (released - created)))
+
+
+def test_standings_list_each_projects_enabled_users_and_users_read_only_their_own_projects():
+    from xce.model.fairshare import members, visible_projects
+    from xce.model.identity import Role, User
+
+    m = world()
+    for f in [F.ProjectDefined(time=0, name="r"),
+              F.UserDefined(time=0, name="alice", role="user", projects=["p", "r"]),
+              F.UserDefined(time=0, name="bob", role="user", projects=["p"]),
+              F.UserDisabled(time=0, name="bob", disabled=True)]:
+        m.apply(m.position + 1, f)
+    assert members(m) == {"p": {"alice"}, "r": {"alice"}}
+    carol = User(name="carol", role=Role.USER, projects=["r"])
+    assert visible_projects(carol, {"p", "r"}) == {"r"}
+    assert visible_projects(User(name="root", role=Role.ADMIN, projects=[]), {"p", "r"}) == {"p", "r"}

@@ -13,7 +13,7 @@ import random
 import pytest
 
 from xce.config import ClaimsConfig, parse_config
-from xce.errors import Conflict, InvalidRequest, NotFound
+from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from xce.model import Model
 from xce.model import claims
 from xce.model.facts import (
@@ -655,3 +655,17 @@ def test_job_why_follows_a_node_scope_stage_in_and_stage_out_with_the_agents_rea
     reading = {"op_id": stage.op.op_id, "bytes": 1 * MiB, "total_bytes": 4 * MiB, "rate": None}
     assert status.status_reason(w.model, job, w.now, progress=reading) == \
         "process ended; staging out: 1.0 MiB of 4.0 MiB"
+
+
+def test_a_claim_listing_shows_what_its_reader_may_see_and_only_admins_list_retained_objects():
+    w = World()
+    mine = w.standalone("mine")
+    other = w.standalone("theirs", project="other")
+    seen = claims.listing_match(ALICE, None, None, False, retained=False)
+    assert seen(mine) and not seen(other)  # alice is not of project "other"
+    assert claims.listing_match(ADMIN, "other", None, False, retained=False)(other)
+    assert not claims.listing_match(ADMIN, "other", None, False, retained=False)(mine)
+    assert not claims.listing_match(ADMIN, None, {ClaimState.RELEASED}, False, retained=False)(mine)
+    assert not claims.listing_match(ADMIN, None, None, False, retained=True)(mine)  # not released, not kept
+    with pytest.raises(Forbidden, match="only admins list retained objects"):
+        claims.listing_match(ALICE, None, None, False, retained=True)

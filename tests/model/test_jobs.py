@@ -198,3 +198,32 @@ def test_a_select_naming_what_no_host_has_is_warned_of_and_what_one_has_is_not(w
     assert warned("select[zoen==a || (gpu && ssd)]") == [
         "select[] names 'ssd', 'zoen', which no host has (as an attribute or a counter): the job waits until a host "
         "has them (xce hosts lists what hosts have)"]
+
+
+# ---------------------------------------------------------------- listings
+
+
+def test_a_user_lists_only_their_own_jobs_whatever_they_ask_for():
+    assert jobs.listing_user(ALICE, None, every_user=True, named=True) == ALICE.name
+    assert jobs.listing_user(ALICE, ALICE.name, every_user=False, named=False) == ALICE.name
+    with pytest.raises(InvalidRequest, match="only their own jobs"):
+        jobs.listing_user(ALICE, "bob", every_user=False, named=False)
+
+
+def test_an_admin_lists_their_own_unless_they_name_a_user_every_user_or_the_jobs():
+    assert jobs.listing_user(ADMIN, None, every_user=False, named=False) == ADMIN.name
+    assert jobs.listing_user(ADMIN, "bob", every_user=False, named=False) == "bob"
+    assert jobs.listing_user(ADMIN, None, every_user=True, named=False) is None
+    assert jobs.listing_user(ADMIN, None, every_user=False, named=True) is None
+
+
+def test_a_listing_filter_narrows_by_each_criterion_given():
+    w = World()
+    a = w.submit(ALICE)
+    everything = jobs.listing_match(None, None, None, None)
+    assert everything(a)
+    assert jobs.listing_match(ALICE.name, a.queue, {JobState.PEND}, None)(a)
+    assert not jobs.listing_match("bob", None, None, None)(a)
+    assert not jobs.listing_match(None, "other", None, None)(a)
+    assert not jobs.listing_match(None, None, {JobState.RUN}, None)(a)
+    assert not jobs.listing_match(None, None, None, a.id + 1)(a)

@@ -21,7 +21,7 @@ from xce.api.paging import NEXT_CURSOR_DOC, cursor_query, limit_query, newest_fi
 from xce.api.views import attachment_json, claim_classes_json, claim_json, orphans_json, pools_json
 from xce.controller import history as controller_history
 from xce.controller.core import Controller
-from xce.errors import Forbidden, NotFound
+from xce.errors import NotFound
 from xce.model import Model
 from xce.model import claims
 from xce.model import snapshots
@@ -81,21 +81,7 @@ async def list_claims(ctl: Ctl, actor: User = Depends(authenticated),
     """The newest matching claims (one page), in id order within the page; ``X-Next-Cursor`` leads
     to older ones."""
     await ctl.read_barrier()
-    if retained and not actor.is_admin:
-        raise Forbidden("only admins list retained objects")
-    states = set(state) if state else None
-
-    def match(c: claims.Claim) -> bool:
-        if not claims.may_see(actor, c):
-            return False
-        if project is not None and c.project != project:
-            return False
-        if retained:
-            return c.retained
-        if states is not None:
-            return c.state in states
-        return c.state is not ClaimState.RELEASED or all_states
-
+    match = claims.listing_match(actor, project, set(state) if state else None, all_states, retained)
     page, headers = newest_first(ctl.model.claims.values(), lambda c: c.id, match, limit, cursor, "claims")
     return JSONResponse([_claim_json(ctl, c) for c in page], headers=headers)
 

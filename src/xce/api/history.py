@@ -26,6 +26,7 @@ from xce.controller.view import fairshare_view
 from xce.scheduler.fairshare import standings
 from xce.errors import InvalidRequest
 from xce.model import history
+from xce.model.fairshare import members, visible_projects
 from xce.model.history import history_scope
 from xce.model.identity import User
 from xce.model.jobs import JobState
@@ -112,12 +113,7 @@ async def fairshare(ctl: Ctl, actor: User = Depends(authenticated)):
     slots held and dynamic priority, then its users'.  Users see their own projects; admins all."""
     await ctl.read_barrier()
     config, model = ctl.config, ctl.model
-    members: dict[str, set[str]] = {name: set() for name in model.projects}
-    for u in model.users.values():
-        for p in u.projects:
-            if p in members and not u.disabled:
-                members[p].add(u.name)
-    rows = standings(fairshare_view(model, config, time.time()), members)
-    if not actor.is_admin:
-        rows = [r for r in rows if r[0] in actor.projects]
+    rows = standings(fairshare_view(model, config, time.time()), members(model))
+    shown = visible_projects(actor, {r[0] for r in rows})
+    rows = [r for r in rows if r[0] in shown]
     return JSONResponse(fairshare_json(config.fairshare, config.controller.fairshare_half_life_seconds, rows))

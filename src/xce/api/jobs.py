@@ -27,7 +27,7 @@ from xce.controller import history as controller_history
 from xce.config import Config
 from xce.controller.core import Controller
 from xce.controller.peeks import PEEK, answer_limit
-from xce.errors import Conflict, InvalidRequest, Unavailable
+from xce.errors import Conflict, Unavailable
 from xce.model import jobs
 from xce.model import Model
 from xce.model.facts import Fact
@@ -98,27 +98,14 @@ async def list_jobs(ctl: Ctl, actor: User = Depends(authenticated),
     """The newest matching jobs (one page), in id order within the page; ``X-Next-Cursor`` leads to
     older ones."""
     await ctl.read_barrier()
-    if not actor.is_admin:
-        if user not in (None, actor.name):
-            raise InvalidRequest("users may list only their own jobs")
-        user = actor.name
-    elif user is None and not all_users and array is None and not ids:
-        user = actor.name
-    states = set(state) if state else None
-
-    def match(j: jobs.Job) -> bool:
-        return (user is None or j.user == user) and (queue is None or j.queue == queue) \
-            and (states is None or j.state in states) and (array is None or j.array_parent == array)
-
+    user = jobs.listing_user(actor, user, all_users, named=array is not None or bool(ids))
+    match = jobs.listing_match(user, queue, set(state) if state else None, array)
     if ids:
         found, archived = await controller_history.jobs_by_id(ctl, [i for i in ids if 0 < i < 2**63])
         found = [j for j in found if match(j)]
         if view == "brief":
             return JSONResponse([job_brief_json(j) for j in found])
-        claim_ids = [c for j in found if j.id in archived for c in
-                     (*j.run_claims, *([j.early_claim] if j.early_claim is not None else ()),
-                      *(r["claim_id"] for r in j.claim_refs))]
-        ended = Model(claims=await controller_history.claims_by_id(ctl, claim_ids)) if claim_ids else Model()
+        ended = await controller_history.claims_of(ctl, (j for j in found if j.id in archived))
         return JSONResponse([job_json(ended, j) if j.id in archived else _job_json(ctl, j) for j in found])
 
     # ids ascend in the model: newest first, then in id order.  A listing is bounded and paged:
@@ -137,10 +124,7 @@ async def show_job(job_id: int, ctl: Ctl, actor: User = Depends(authenticated)):
         return JSONResponse(_job_json(ctl, visible_job(ctl.model, actor, job_id)))
     archived = await controller_history.archived_job(ctl, job_id) if 0 < job_id < 2**63 else None
     job = visible_archived_job(actor, archived, job_id)
-    # its claims as they ended: retired with it (template claims), or live or archived (standalone)
-    ids = [*job.run_claims, *([job.early_claim] if job.early_claim is not None else []),
-           *(r["claim_id"] for r in job.claim_refs)]
-    return JSONResponse(job_json(Model(claims=await controller_history.claims_by_id(ctl, ids)), job))
+    return JSONResponse(job_json(await controller_history.claims_of(ctl, [job]), job))
 
 
 Decide = Callable[[Model, Config, User, int, float], list[Fact]]

@@ -57,17 +57,7 @@ async def list_snapshots(ctl: Ctl, actor: User = Depends(authenticated),
     """The newest matching snapshots (one page), in id order within the page; ``X-Next-Cursor``
     leads to older ones."""
     await ctl.read_barrier()
-    states = set(state) if state else None
-
-    def match(s: snapshots.Snapshot) -> bool:
-        if not (actor.is_admin or s.project in actor.projects):
-            return False
-        if project is not None and s.project != project or claim is not None and s.claim_name != claim:
-            return False
-        if states is not None:
-            return s.state in states
-        return s.state is not SnapshotState.RELEASED or all_states
-
+    match = snapshots.listing_match(actor, project, claim, set(state) if state else None, all_states)
     page, headers = newest_first(ctl.model.snapshots.values(), lambda s: s.id, match, limit, cursor, "snapshots")
     return JSONResponse([snapshot_json(s) for s in page], headers=headers)
 

@@ -113,6 +113,15 @@ async def jobs_by_id(ctl: Controller, ids: Iterable[int]) -> tuple[list[Job], se
     return sorted(found.values(), key=lambda j: j.id), archived
 
 
+async def claims_of(ctl: Controller, ended: Iterable[Job]) -> Model:
+    """The claims archived jobs name (their run's, their early staging's, their templates'), as they ended:
+    retired with them (template claims), or live or archived (standalone ones), for their documents."""
+    claim_ids = [c for j in ended for c in
+                 (*j.run_claims, *([j.early_claim] if j.early_claim is not None else ()),
+                  *(r["claim_id"] for r in j.claim_refs))]
+    return Model(claims=await claims_by_id(ctl, claim_ids)) if claim_ids else Model()
+
+
 def _live_elements(model: Model, parent: int) -> Iterable[tuple[int, Job]]:
     job_id = parent
     while (job := model.jobs.get(job_id)) is not None and job.array_parent == parent:

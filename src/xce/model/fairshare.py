@@ -13,7 +13,10 @@ recorded by ``ProjectDefined``).  The weights of the parts are applied when usag
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from xce.model.entities.catalog import Project
+from xce.model.entities.identity import User
 from xce.model.entities.jobs import Job
 from xce.model.state import State
 
@@ -71,3 +74,18 @@ def decayed(p: Project, user: str, now: float) -> tuple[float, float, float]:
 def weighted(parts: tuple[float, float, float], slot: float, gpu: float, claim_per_gib: float) -> float:
     """One number for fair share: the parts weighted by the configured factors (claims per GiB-second)."""
     return parts[0] * slot + parts[1] * gpu + parts[2] / 2**30 * claim_per_gib
+
+
+def members(model: State) -> dict[str, set[str]]:
+    """Each project's enabled users: ``xce fairshare`` lists them beside those with usage."""
+    found: dict[str, set[str]] = {name: set() for name in model.projects}
+    for u in model.users.values():
+        for p in u.projects:
+            if p in found and not u.disabled:
+                found[p].add(u.name)
+    return found
+
+
+def visible_projects(actor: User, projects: Iterable[str]) -> set[str]:
+    """Of ``projects``, those whose standings ``actor`` may read: their own (admins: all)."""
+    return set(projects) if actor.is_admin else {p for p in projects if p in actor.projects}

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from xce.errors import Conflict, InvalidRequest, NotFound
-from xce.model import dependencies
+from xce.errors import Conflict, NotFound
+from xce.model import dependencies, identity
 from xce.model.facts import RecordsRetired
 from xce.model.claims import Claim, ClaimForm, ClaimState, may_see, name_key
 from xce.model.jobs import request_key
@@ -240,13 +240,7 @@ def visible_archived_claim_by_id(actor: User, claim: Claim | None, claim_id: int
 def history_scope(actor: User, user: str | None, all_users: bool) -> str | None:
     """Whose jobs a history query reads: a user's own only; an admin's own unless they name a user
     or ask for everyone's (as ``GET /v1/jobs``)."""
-    if not actor.is_admin:
-        if user not in (None, actor.name):
-            raise InvalidRequest("users may read only their own history")
-        return actor.name
-    if user is None and not all_users:
-        return actor.name
-    return user
+    return identity.whose(actor, user, all_users, "users may read only their own history")
 
 
 def live_history(model: State, query: HistoryQuery) -> list[Job]:

@@ -132,6 +132,16 @@ def visible_tokens(model: State, actor: User, user: str | None = None) -> list[T
                   key=lambda t: (t.created, t.token_id))
 
 
+def whose(actor: User, user: str | None, everyone: bool, refusal: str) -> str | None:
+    """Whose records a listing reads (None: every user's): a user's own only (naming another is refused
+    with ``refusal``); an admin's own unless they name a user or ask for ``everyone``'s."""
+    if not actor.is_admin:
+        if user not in (None, actor.name):
+            raise InvalidRequest(refusal)
+        return actor.name
+    return actor.name if user is None and not everyone else user
+
+
 def revoke_token(model: State, actor: User, token_id: str, now: float) -> list[Fact]:
     """Revoke a token (admins: any; users: their own).  Revoking a revoked token changes nothing."""
     tok = visible_token(model, actor, token_id)

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from xce.depend import DependError, parse as parse_dependency
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from xce.exitvalues import ExitValuesError, RequeueRule, parse as parse_exit_values
-from xce.model import dependencies, fairshare
+from xce.model import dependencies, fairshare, identity
 from xce.model.entities.hosts import Host
 from xce.model.entities.identity import User
 from xce.model.entities.jobs import RUNNING, Job, JobState
@@ -398,6 +398,21 @@ def visible_job(model: State, actor: User, job_id: int) -> Job:
     if job is None or not (actor.is_admin or job.user == actor.name):
         raise NotFound(f"job {job_id} not found")
     return job
+
+
+def listing_user(actor: User, user: str | None, every_user: bool, named: bool) -> str | None:
+    """Whose jobs a listing shows (None: every user's): a user's own; an admin's own unless they name a
+    user, ask for every user's (``all``), or name the jobs (an array, ids)."""
+    return identity.whose(actor, user, every_user or named, "users may list only their own jobs")
+
+
+def listing_match(user: str | None, queue: str | None, states: set[JobState] | None,
+                  array: int | None) -> Callable[[Job], bool]:
+    """A listing's filter: each criterion given narrows it."""
+    def match(j: Job) -> bool:
+        return (user is None or j.user == user) and (queue is None or j.queue == queue) \
+            and (states is None or j.state in states) and (array is None or j.array_parent == array)
+    return match
 
 
 # ---------------------------------------------------------------- folds

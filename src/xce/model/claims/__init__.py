@@ -20,7 +20,7 @@ from xce.model.claims.agents import (
 )
 from xce.model.claims.decide import (
     CLAIM_SOURCE, ClaimSpec, add_attachment, check_fits_a_pool, check_quota, class_or_404, create, delete, evict, live_by_name, quota_left,
-    may_see, purge, quota_use, remove_attachment, resize, visible, visible_by_id, warm,
+    listing_match, may_see, purge, quota_use, remove_attachment, resize, visible, visible_by_id, warm,
 )
 from xce.model.claims.lifecycle import (
     ATTACHMENT_TRANSITIONS, RESIZE_TRANSITIONS, TRANSITIONS, apply_attachment_added,
@@ -52,7 +52,7 @@ __all__ = [
     "apply_replica_evicted", "apply_replica_lost", "apply_replica_object_gone", "apply_replica_op_intent", "apply_replica_op_succeeded", "apply_replica_placed",
     "apply_replicas_added",
     "begin_stage_out", "check_epoch", "check_fits_a_pool", "check_quota", "quota_left", "class_or_404", "create", "delete",
-    "detach", "due_ops", "evict", "held_ops", "holds", "keep_data", "lease", "live_by_name", "may_see", "name_key",
+    "detach", "due_ops", "evict", "held_ops", "holds", "keep_data", "lease", "listing_match", "live_by_name", "may_see", "name_key",
     "next_due", "node_agent", "purge",
     "quota_use", "record_intent", "record_result", "release_template", "replicas_host_returned", "remove_attachment", "resize", "retry_delay",
     "template_name", "visible", "visible_by_id", "warm",

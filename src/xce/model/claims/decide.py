@@ -9,7 +9,7 @@ changes nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from xce.errors import Conflict, Forbidden, InvalidRequest, NotFound
@@ -463,6 +463,24 @@ def may_see(actor: User, claim: Claim) -> bool:
     if claim.form is ClaimForm.TEMPLATE:
         return claim.owner == actor.name
     return claim.project in actor.projects
+
+
+def listing_match(actor: User, project: str | None, states: set[ClaimState] | None, every_state: bool,
+                  retained: bool) -> Callable[[Claim], bool]:
+    """A claim listing's filter: what ``actor`` may see, of ``project``; of ``states``, else live claims
+    (RELEASED ones too with ``every_state``); or, for admins, released claims whose object is kept."""
+    if retained and not actor.is_admin:
+        raise Forbidden("only admins list retained objects")
+
+    def match(c: Claim) -> bool:
+        if not may_see(actor, c) or project is not None and c.project != project:
+            return False
+        if retained:
+            return c.retained
+        if states is not None:
+            return c.state in states
+        return c.state is not ClaimState.RELEASED or every_state
+    return match
 
 
 def visible_by_id(model: State, actor: User, claim_id: int) -> Claim:

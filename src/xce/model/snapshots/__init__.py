@@ -19,7 +19,9 @@ from xce.model.entities.snapshots import LIVE, Snapshot, SnapshotState
 from xce.model.snapshots.agents import (
     SNAPSHOT_OPS, SnapshotResult, due_ops, held_ops, next_due, record_intent, record_result,
 )
-from xce.model.snapshots.decide import clone, create, delete, live_by_name, visible, visible_by_id
+from xce.model.snapshots.decide import (
+    clone, create, delete, listing_match, live_by_name, visible, visible_by_id,
+)
 from xce.model.snapshots.lifecycle import (
     TRANSITIONS, apply_snapshot_created, apply_snapshot_delete_requested, apply_snapshot_op_failed,
     apply_snapshot_op_intent, apply_snapshot_op_succeeded,
@@ -29,5 +31,5 @@ __all__ = [
     "LIVE", "SNAPSHOT_OPS", "TRANSITIONS", "Snapshot", "SnapshotResult", "SnapshotState",
     "apply_snapshot_created", "apply_snapshot_delete_requested", "apply_snapshot_op_failed",
     "apply_snapshot_op_intent", "apply_snapshot_op_succeeded", "clone", "create", "delete", "due_ops", "held_ops",
-    "live_by_name", "next_due", "record_intent", "record_result", "visible", "visible_by_id",
+    "listing_match", "live_by_name", "next_due", "record_intent", "record_result", "visible", "visible_by_id",
 ]

@@ -10,7 +10,7 @@ returns the facts to commit; a refusal is an ``XceError`` that changes nothing.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from xce.errors import Conflict, NotFound
 from xce.model import capabilities
@@ -68,6 +68,21 @@ def create(model: State, config: Config, actor: User, claim_name: str, name: str
 def live_by_name(model: State, project: str, name: str) -> Snapshot | None:
     snapshot_id = model.snapshot_names.get(name_key(project, name))
     return model.snapshots.get(snapshot_id) if snapshot_id is not None else None
+
+
+def listing_match(actor: User, project: str | None, claim: str | None, states: set[SnapshotState] | None,
+                  every_state: bool) -> Callable[[Snapshot], bool]:
+    """A snapshot listing's filter: its project's members' (admins: all), of ``project`` and ``claim``;
+    of ``states``, else those not RELEASED (those too with ``every_state``)."""
+    def match(s: Snapshot) -> bool:
+        if not (actor.is_admin or s.project in actor.projects):
+            return False
+        if project is not None and s.project != project or claim is not None and s.claim_name != claim:
+            return False
+        if states is not None:
+            return s.state in states
+        return s.state is not SnapshotState.RELEASED or every_state
+    return match
 
 
 def visible_by_id(model: State, actor: User, snapshot_id: int) -> Snapshot:
