@@ -22,7 +22,7 @@ from xce.api.commands import mutate
 from xce.api.deps import Ctl
 from xce.api.paging import NEXT_CURSOR_DOC, cursor_query, limit_query, newest_first
 from xce.api.responses import JSONResponse
-from xce.api.views import job_brief_json, job_json, submitted_json
+from xce.api.views import job_brief_json, job_json, peek_json, submitted_json
 from xce.controller import history as controller_history
 from xce.config import Config
 from xce.controller.core import Controller
@@ -194,8 +194,7 @@ async def job_output(job_id: int, ctl: Ctl, actor: User = Depends(authenticated)
         ctl.peeks.forget(host, ask)
     if reply.get("error"):
         raise Conflict(f"job {job_id}'s output on {host}: {reply['error']}", code="not_running")
-    return JSONResponse({"job_id": job_id, "host": host, "offset": reply["offset"], "size": reply["size"],
-                         "data": reply["data"]})
+    return JSONResponse(peek_json(job_id, host, reply))
 
 
 @router.post("/v1/jobs/{job_id}/signal", response_model=schemas.JobOut)

@@ -19,6 +19,7 @@ from xce.api.commands import mutate
 from xce.api.deps import Ctl, Monitor
 from xce.api.responses import JSONResponse
 from xce.api.schemas import Strict
+from xce.api.views import task_input_json, task_output_json
 from xce.controller.peeks import TASK_INPUT, TASK_OUTPUT, answer_limit
 from xce.errors import Conflict, Unauthenticated, Unavailable
 from xce.model import Model, tasks
@@ -210,7 +211,7 @@ async def task_output(job_id: JobId, request: Request, ctl: Ctl, monitor: Monito
         await ctl.read_barrier()
         job, _ = _the_job(request, ctl.model, job_id)
         eof = tasks.task_of(job, task)["ended"]
-    return JSONResponse({"out": reply.get("data", ""), "err": reply.get("err_data", ""), "eof": eof})
+    return JSONResponse(task_output_json(reply, eof))
 
 
 @router.post("/v1/jobs/{job_id}/tasks/{task}/input", response_model=InputOut)
@@ -229,7 +230,7 @@ async def task_input(job_id: JobId, body: InputRequest, request: Request, ctl: C
         raise Unavailable(f"the worker on {host} did not answer: try again", code="no_answer")
     if reply.get("error"):
         raise Conflict(f"task {task}'s input on {host}: {reply['error']}", code="no_input")
-    return JSONResponse({"accepted": reply.get("offset", body.offset), "closed": bool(reply.get("eof"))})
+    return JSONResponse(task_input_json(reply.get("offset", body.offset), bool(reply.get("eof"))))
 
 
 @router.post("/v1/jobs/{job_id}/tasks/{task}/signal", response_model=TaskOut)

@@ -598,6 +598,22 @@ def kill_json(kill: list[dict[str, Any]]) -> dict[str, Any]:
     return {"kill": kill}
 
 
+def peek_json(job_id: int, host: str, reply: dict[str, Any]) -> dict[str, Any]:
+    """A running job's output as its worker read it (``bpeek``): ``data`` (base64) from ``offset``, and the
+    output's ``size`` so far."""
+    return {"job_id": job_id, "host": host, "offset": reply["offset"], "size": reply["size"], "data": reply["data"]}
+
+
+def task_output_json(reply: dict[str, Any], eof: bool) -> dict[str, Any]:
+    """A task's output relayed from its worker: what its stdout and stderr had from the offsets asked."""
+    return {"out": reply.get("data", ""), "err": reply.get("err_data", ""), "eof": eof}
+
+
+def task_input_json(accepted: int, closed: bool) -> dict[str, Any]:
+    """What a task's worker took of its blaunch's input: up to ``accepted``; ``closed``: its end passed on."""
+    return {"accepted": accepted, "closed": closed}
+
+
 def error_json(code: str, message: str, **more: Any) -> dict[str, Any]:
     """Every refusal and failure: ``{"error": {"code", "message"}}`` (a standby's adds ``leader``)."""
     return {"error": {"code": code, "message": message, **more}}
