@@ -19,13 +19,13 @@ from xce.api.commands import mutate
 from xce.api.deps import Ctl, Monitor
 from xce.api.responses import JSONResponse
 from xce.api.schemas import Strict
-from xce.api.views import task_input_json, task_output_json
+from xce.api.views import task_input_json, task_json, task_output_json
 from xce.controller.peeks import TASK_INPUT, TASK_OUTPUT, answer_limit
 from xce.errors import Conflict, Unauthenticated, Unavailable
 from xce.model import Model, tasks
 from xce.controller.core import Controller
 from xce.controller.hosts import HostMonitor
-from xce.model.entities.jobs import RUNNING, Job, JobState
+from xce.model.entities.jobs import Job, JobState
 from xce.model.facts import Fact
 from xce.model.identity import Role, User
 from xce.names import NAME_PATTERN
@@ -142,11 +142,6 @@ async def _started(ctl: Controller, monitor: HostMonitor, job_id: int) -> None:
             and (left := deadline - time.monotonic()) > 0 and not monitor.tasks.closing:
         await monitor.tasks.wait(left)
         await ctl.read_barrier()
-
-
-def task_json(job: Job, task: dict[str, Any]) -> dict[str, Any]:
-    return {"task": task["task"], "host": task["host"], "ended": task["ended"], "exit_code": task["exit_code"],
-            "signal": task["signal"], "reason": task["reason"], "running": job.state in RUNNING}
 
 
 router = APIRouter(tags=["tasks"], responses=schemas.ERRORS)

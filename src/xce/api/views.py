@@ -17,6 +17,7 @@ from xce.model.claims import CLAIM_SOURCE, Attachment, Claim, ClaimState, Op, Op
 from xce.model.hosts import HostState
 from xce.model.identity import Token, User
 from xce.model import gpus, job_claims, status
+from xce.model.entities.jobs import RUNNING
 from xce.model.jobs import Job, JobState
 from xce.model.jobs import orders as run_orders
 from xce.model import Model
@@ -602,6 +603,12 @@ def peek_json(job_id: int, host: str, reply: dict[str, Any]) -> dict[str, Any]:
     """A running job's output as its worker read it (``bpeek``): ``data`` (base64) from ``offset``, and the
     output's ``size`` so far."""
     return {"job_id": job_id, "host": host, "offset": reply["offset"], "size": reply["size"], "data": reply["data"]}
+
+
+def task_json(job: Job, task: dict[str, Any]) -> dict[str, Any]:
+    """A task of a multi-host job (``blaunch``): where it runs, how it ended; ``running``: its job's run goes on."""
+    return {"task": task["task"], "host": task["host"], "ended": task["ended"], "exit_code": task["exit_code"],
+            "signal": task["signal"], "reason": task["reason"], "running": job.state in RUNNING}
 
 
 def task_output_json(reply: dict[str, Any], eof: bool) -> dict[str, Any]:
