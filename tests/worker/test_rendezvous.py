@@ -6,9 +6,11 @@ import hashlib
 import os
 import socket
 
+import pytest
+
 from tests.helpers import process_alive, wait_for
 from xce.worker import rendezvous, sandbox
-from xce.worker.rendezvous import Ports
+from xce.worker.rendezvous import Ports, RendezvousDirError
 
 
 def test_no_two_runs_hold_the_same_port_and_a_run_keeps_its_own(monkeypatch, tmp_path):
@@ -52,3 +54,29 @@ def test_two_workers_on_one_machine_never_hand_out_the_same_port_while_a_run_hol
     os.waitpid(shepherd, 0)
     wait_for(lambda: not process_alive(shepherd), what="the shepherd gone")
     assert second.reserve((2, 1)) == 5000  # the run is over: its port is free again
+
+
+def test_reservations_are_kept_only_in_a_directory_of_the_workers_user_alone(tmp_path):
+    """The non-root default is under the shared temporary directory: a directory another local user made
+    there first (or a link they planted, or one anybody may write in) is refused, not used."""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, 65534, 65534)  # nobody's
+    with pytest.raises(RendezvousDirError, match="owned by uid 65534"):
+        Ports(str(theirs))
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(RendezvousDirError, match="is a link"):
+        Ports(str(tmp_path / "link"))
+    assert not os.listdir(tmp_path / "elsewhere")  # nothing made through it
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(RendezvousDirError, match="mode 777"):
+        Ports(str(shared))
+    (tmp_path / "mine" / "rendezvous-ports").mkdir(parents=True)
+    (tmp_path / "mine" / "rendezvous-ports").chmod(0o733)
+    with pytest.raises(RendezvousDirError, match="rendezvous-ports is mode 733"):
+        Ports(str(tmp_path / "mine"))
+    fresh = Ports(str(tmp_path / "new"))  # made here, 0700: used
+    assert fresh.reserve((1, 1)) > 0 and os.stat(fresh.dir).st_mode & 0o777 == 0o700

@@ -45,6 +45,7 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
     from xce.transfers import TransferConfigError, load_daemon_site
     from xce.worker.cgroups import CgroupError, open_hierarchy
     from xce.worker.daemon import Worker
+    from xce.worker.rendezvous import RendezvousDirError
     from xce.worker.sandbox import StartFailed, launcher
 
     try:
@@ -84,10 +85,14 @@ def run_worker(host: str, url: str, token: str, slots: int | None, attrs: list[s
         if closed:
             log.warning("--run-as-users: %s is not searchable by other users, so jobs cannot reach their workspaces "
                         "and claims under %s", closed[0], work_dir)
-    worker = Worker(host, url, token, slots if slots is not None else (os.cpu_count() or 1), attrs_given,
-                    counters_given, work_dir, heartbeat=heartbeat, run_as_users=run_as_users, providers=providers,
-                    storage_roots=roots, allow_system_users=allow_system_users, transfers=transfers,
-                    allow_no_openat2=allow_no_openat2, gpus=devices, address=address, gpu_source=source)
+    try:
+        worker = Worker(host, url, token, slots if slots is not None else (os.cpu_count() or 1), attrs_given,
+                        counters_given, work_dir, heartbeat=heartbeat, run_as_users=run_as_users,
+                        providers=providers, storage_roots=roots, allow_system_users=allow_system_users,
+                        transfers=transfers, allow_no_openat2=allow_no_openat2, gpus=devices, address=address,
+                        gpu_source=source)
+    except RendezvousDirError as e:
+        raise WorkerConfigError(str(e)) from None
     # (said once what it was told is known good: a bad --controller is the first thing a typo shows)
     log.info("GPUs: %s", f"{len(devices)} ({source.name}): " + ", ".join(f"{g.id} {g.model}" for g in devices)
              if source is not None else "none (no --gpus, and NVML finds no NVIDIA GPU)")

@@ -20,12 +20,13 @@ import hashlib
 import os
 import secrets
 import socket
+import stat
 import tempfile
 import threading
 
 from xce.wire import JOB_SECRET_PREFIX
 
-__all__ = ["Ports", "new_secret"]
+__all__ = ["Ports", "RendezvousDirError", "new_secret"]
 
 SECRET_BYTES = 32
 
@@ -45,6 +46,27 @@ def runtime_dir() -> str:
     return os.path.join(tempfile.gettempdir(), f"xce-{os.geteuid()}")
 
 
+class RendezvousDirError(OSError):
+    """The reservations' directory is not this worker's user's alone: ``xce worker`` refuses to start."""
+
+
+def _own_dir(path: str) -> str:
+    """``path``, made (0700) if missing, once it is a directory (not a link) of this user's that nobody else
+    may write in: the non-root default is under the shared temporary directory, where another local user
+    could make it first and would then hold, or plant, every reservation."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        what = ("a link" if stat.S_ISLNK(st.st_mode) else "not a directory" if not stat.S_ISDIR(st.st_mode)
+                else f"owned by uid {st.st_uid}" if st.st_uid != os.geteuid() else f"mode {st.st_mode & 0o777:o}")
+        raise RendezvousDirError(f"{path} is {what}: rendezvous ports are reserved only in a directory of this "
+                                 f"user's (uid {os.geteuid()}) that no other user may write in")
+    return path
+
+
 HOLD_MIN_FD = 10  # a lock's descriptor is moved above the shepherd's fixed ones (sandbox.REPORT_FD, HOLD_FD)
 
 
@@ -52,8 +74,9 @@ class Ports:
     """The rendezvous ports this worker's runs hold, reserved machine-wide in ``directory``."""
 
     def __init__(self, directory: str | None = None, tries: int = 64) -> None:
-        self.dir = os.path.join(directory or runtime_dir(), "rendezvous-ports")
-        os.makedirs(self.dir, mode=0o700, exist_ok=True)
+        base = directory or runtime_dir()
+        os.makedirs(os.path.dirname(base) or ".", exist_ok=True)
+        self.dir = _own_dir(os.path.join(_own_dir(base), "rendezvous-ports"))
         self._held: dict[tuple[int, int], int] = {}
         self._locks: dict[tuple[int, int], int] = {}  # run -> its lock's descriptor, until its shepherd has it
         self._lock = threading.Lock()
