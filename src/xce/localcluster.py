@@ -110,6 +110,9 @@ def read_up_pid(state_dir: str) -> int | None:
 # ------------------------------------------------------------ btrfs: a claim class on a real filesystem
 
 
+LISTING_TRIES = 20  # losetup -j asked again while it fails (loop devices coming and going)
+
+
 def _tool(*argv: str) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=TOOL_TIMEOUT, stdin=subprocess.DEVNULL)
@@ -204,9 +207,15 @@ class LoopBtrfs:
         return self.root
 
     def loop_devices(self) -> list[str]:
-        """The loop devices backed by the image (``losetup -j``)."""
-        done = _tool("losetup", "-j", self.image)
-        return [line.split(":", 1)[0] for line in done.stdout.splitlines() if line.strip()]
+        """The loop devices backed by the image (``losetup -j``).  A listing that failed is asked again: it
+        fails when a device it walks goes away meanwhile (other loop devices of the machine come and go),
+        and an empty answer then would say the image is free when it is not."""
+        for _ in range(LISTING_TRIES):
+            done = _tool("losetup", "-j", self.image)
+            if done.returncode == 0:
+                return [line.split(":", 1)[0] for line in done.stdout.splitlines() if line.strip()]
+            time.sleep(0.05)
+        raise ClusterError(f"losetup -j {self.image}: {' '.join(done.stderr.split()) or f'exit {done.returncode}'}")
 
     def unmount(self, timeout: float = 30.0) -> None:
         """Unmount (retrying while the last jobs' mounts go) and check that no loop device is left."""
@@ -220,13 +229,20 @@ class LoopBtrfs:
             time.sleep(0.2)
         # autoclear frees the loop device once the umount is done, a moment after umount returns
         settle = time.monotonic() + 10.0
-        while devices := self.loop_devices():
+        while True:
+            devices = self.loop_devices()
+            if not devices:
+                # a listing made while the device is being run down can miss it: free once two listings agree
+                time.sleep(0.1)
+                devices = self.loop_devices()
+                if not devices:
+                    return
             if time.monotonic() > settle:
                 for dev in devices:
                     _tool("losetup", "-d", dev)
                 if left := self.loop_devices():
                     raise ClusterError(f"unmounted {self.mnt}, but {', '.join(left)} still holds {self.image}")
-                break
+                return
             time.sleep(0.05)
 
 
