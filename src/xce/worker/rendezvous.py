@@ -5,11 +5,11 @@ worker's advertised ``--address``) and a port reserved there for the run (``XCE_
 Reserved means no two running jobs on the machine are given the same port, whichever worker started them
 (several ``xce up`` workers share one machine): a reservation is a lock (``flock``) on a file named after
 the port in a directory every worker of the machine's user shares (``runtime_dir``: it must be that user's
-alone, ``_own_dir``), and the port one the kernel found free when chosen.  The worker takes the lock and hands its open file to the run's shepherd (``xce-launch
---hold``), which keeps it for as long as it lives: the reservation ends with the run, even when its worker
-is killed or restarted meanwhile, and a worker that restarts keeps its runs' ports (their journals).  The
-lock files stay (empty, a port's name each): a file nobody locks is a free port.  Nothing holds the port
-open for the job: a process of the job binds it.
+alone, ``_own_dir``), and the port one the kernel found free when chosen. The worker takes the lock and
+hands its open file to the run's shepherd (``xce-launch --hold``), which keeps it for as long as it lives:
+the reservation ends with the run, even when its worker is killed or restarted meanwhile, and a worker that
+restarts keeps its runs' ports (their journals). The lock files stay (empty, a port's name each): a file
+nobody locks is a free port. Nothing holds the port open for the job: a process of the job binds it.
 """
 
 from __future__ import annotations
