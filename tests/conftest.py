@@ -4,7 +4,7 @@ import tempfile
 
 import pytest
 
-from tests.helpers import ControllerProcess, stop_cli_servers
+from tests.helpers import ControllerProcess, stop_cli_servers, wait_for
 
 # The hierarchies a worker makes its runs' cgroups in (xce.worker.cgroups), and where each is mounted.
 _HIERARCHIES = ("freezer", "cpuacct", "cpu", "cpuset", "memory", "pids", "")
@@ -79,11 +79,27 @@ def pytest_unconfigure(config):
                 f.write(str(os.getpid()))
         except OSError:
             continue
+        try:  # the CLI servers just signalled, and daemons being reaped, leave it in a moment
+            wait_for(lambda: not _processes_in(child), timeout=10, what=f"{child} to empty")
+        except TimeoutError:
+            pass  # a run or a leftover still in it: left for whoever looks, and removed below where it is not
         for top, _, _ in os.walk(child, topdown=False):  # deepest first; a cgroup goes only when empty
             try:
                 os.rmdir(top)
             except OSError:
-                pass  # a run or a leftover still in it: leave it for whoever looks
+                pass
+
+
+def _processes_in(cgroup: str) -> bool:
+    """Whether a process is in ``cgroup`` or below it."""
+    for top, _, _ in os.walk(cgroup):
+        try:
+            with open(os.path.join(top, "cgroup.procs")) as f:
+                if f.read().strip():
+                    return True
+        except FileNotFoundError:
+            pass
+    return False
 
 
 _moved: list[tuple[str, str]] = []
