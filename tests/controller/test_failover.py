@@ -28,10 +28,13 @@ name = "default"
 
 @pytest.fixture
 def pg_dsn():
-    admin_dsn, stop = pg.server()
-    dsn = pg.fresh_database(admin_dsn)
-    yield dsn
-    pg.drop_database(admin_dsn, dsn)
+    admin_dsn, stop = pg.server()  # (a private server unless the run names one: stopped here, not left to atexit)
+    try:
+        dsn = pg.fresh_database(admin_dsn)
+        yield dsn
+        pg.drop_database(admin_dsn, dsn)
+    finally:
+        stop()
 
 
 def test_only_the_lease_holder_writes_and_a_deposed_leader_is_fenced(tmp_path, pg_dsn):
