@@ -7,7 +7,7 @@ import pytest
 from tests.helpers import ControllerProcess, stop_cli_servers, wait_for
 
 # The hierarchies a worker makes its runs' cgroups in (xce.worker.cgroups), and where each is mounted.
-_HIERARCHIES = ("freezer", "cpuacct", "cpu", "cpuset", "memory", "pids", "")
+_HIERARCHIES = ("freezer", "cpuacct", "cpu", "cpuset", "memory", "pids", "devices", "")
 
 
 def _cgroup_dirs() -> dict[str, str]:
@@ -53,6 +53,7 @@ def pytest_configure(config):
     if not name or os.geteuid() != 0:
         return
     for c, here in _cgroup_dirs().items():
+        _remove_stale(here)
         child = os.path.join(here, f"pytest-{name}-{os.getpid()}")
         try:
             _moved.append((here, child))
@@ -88,6 +89,19 @@ def pytest_unconfigure(config):
                 os.rmdir(top)
             except OSError:
                 pass
+
+
+def _remove_stale(here: str) -> None:
+    """The cgroups an earlier run's test processes left in ``here`` (a run of a killed worker outlived the end
+    of its process, which could not remove them then), removed where they are empty now."""
+    for entry in os.listdir(here):
+        pid = entry.rpartition("-")[2]
+        if entry.startswith("pytest-gw") and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            for top, _, _ in os.walk(os.path.join(here, entry), topdown=False):
+                try:
+                    os.rmdir(top)
+                except OSError:
+                    pass  # not empty yet: the next run looks again
 
 
 def _processes_in(cgroup: str) -> bool:
