@@ -74,16 +74,20 @@ def pytest_unconfigure(config):
     for runtime in _runtime:
         stop_cli_servers(runtime)
         shutil.rmtree(runtime, ignore_errors=True)
+    left = []
     for here, child in _moved:
         try:
             with open(os.path.join(here, "cgroup.procs"), "w") as f:
                 f.write(str(os.getpid()))
+            left.append(child)
         except OSError:
             continue
-        try:  # the CLI servers just signalled, and daemons being reaped, leave it in a moment
-            wait_for(lambda: not _processes_in(child), timeout=10, what=f"{child} to empty")
-        except TimeoutError:
-            pass  # a run or a leftover still in it: left for whoever looks, and removed below where it is not
+    try:  # the CLI servers just signalled, and daemons being reaped, leave them in a moment (well within the
+        # 10 s pytest-xdist gives a test process to end before it kills it)
+        wait_for(lambda: not any(map(_processes_in, left)), timeout=3, what="this process's cgroups to empty")
+    except TimeoutError:
+        pass  # a killed worker's run still in one: the next run removes it (_remove_stale)
+    for child in left:
         for top, _, _ in os.walk(child, topdown=False):  # deepest first; a cgroup goes only when empty
             try:
                 os.rmdir(top)
