@@ -24,6 +24,7 @@ uses it with the system Python before the venv exists::
 from __future__ import annotations
 
 import atexit
+import contextlib
 import glob
 import os
 import pwd
@@ -36,7 +37,7 @@ import sys
 import tempfile
 import time
 import uuid
-from typing import Callable
+from typing import Callable, Iterator
 from urllib.parse import quote, urlencode
 
 from tests.ports import free_port
@@ -265,6 +266,21 @@ def server() -> tuple[str, Callable[[], None]]:
     if dsn:
         return dsn, lambda: None
     return start_private_server()
+
+
+@contextlib.contextmanager
+def database() -> Iterator[str]:
+    """A fresh database's DSN on ``server()``; dropped after, and a private server stopped then (not left to
+    interpreter exit: a test process killed at its end runs no atexit)."""
+    admin_dsn, stop = server()
+    try:
+        dsn = fresh_database(admin_dsn)
+        try:
+            yield dsn
+        finally:
+            drop_database(admin_dsn, dsn)  # (WITH (FORCE): whoever is still connected goes)
+    finally:
+        stop()
 
 
 def to_url(params: dict[str, str]) -> str:

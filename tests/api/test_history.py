@@ -221,26 +221,23 @@ def test_cli_hist_jobs_done_usage_and_show_of_an_archived_array(ctl, tokens):
 def test_on_postgresql_archived_jobs_are_shown_and_survive_a_sigkill(tmp_path):
     from tests import pg
 
-    admin_dsn, stop = pg.server()
-    dsn = pg.fresh_database(admin_dsn)
-    (tmp_path / "xce.toml").write_text(CONFIG)
-    c = ControllerProcess(state_dir=str(tmp_path / "ctl"), store=dsn, config=str(tmp_path / "xce.toml")).start()
-    try:
-        with c.client() as api:
-            ended = finished_job(api, "pgjob")
-            wait_for(lambda: retired(api, ended["id"]), what="retirement on PostgreSQL")
-            assert api.get(f"/v1/jobs/{ended['id']}").json() == ended
-        c.kill()
-        c.start()
-        with c.client() as api:
-            assert api.get(f"/v1/jobs/{ended['id']}").json() == ended
-            hist = api.get("/v1/history/jobs", params={"name": "pgjob"}).json()
-            assert [(j["id"], j["archived"]) for j in hist] == [(ended["id"], True)]
-            assert api.get("/v1/usage").json()[0]["jobs"] >= 1
-    finally:
-        c.stop()
-        pg.drop_database(admin_dsn, dsn)
-        stop()
+    with pg.database() as dsn:
+        (tmp_path / "xce.toml").write_text(CONFIG)
+        c = ControllerProcess(state_dir=str(tmp_path / "ctl"), store=dsn, config=str(tmp_path / "xce.toml")).start()
+        try:
+            with c.client() as api:
+                ended = finished_job(api, "pgjob")
+                wait_for(lambda: retired(api, ended["id"]), what="retirement on PostgreSQL")
+                assert api.get(f"/v1/jobs/{ended['id']}").json() == ended
+            c.kill()
+            c.start()
+            with c.client() as api:
+                assert api.get(f"/v1/jobs/{ended['id']}").json() == ended
+                hist = api.get("/v1/history/jobs", params={"name": "pgjob"}).json()
+                assert [(j["id"], j["archived"]) for j in hist] == [(ended["id"], True)]
+                assert api.get("/v1/usage").json()[0]["jobs"] >= 1
+        finally:
+            c.stop()
 
 
 def test_metrics_count_live_finished_jobs_and_retired_records(ctl, tokens):

@@ -28,13 +28,8 @@ name = "default"
 
 @pytest.fixture
 def pg_dsn():
-    admin_dsn, stop = pg.server()  # (a private server unless the run names one: stopped here, not left to atexit)
-    try:
-        dsn = pg.fresh_database(admin_dsn)
+    with pg.database() as dsn:
         yield dsn
-        pg.drop_database(admin_dsn, dsn)
-    finally:
-        stop()
 
 
 def test_only_the_lease_holder_writes_and_a_deposed_leader_is_fenced(tmp_path, pg_dsn):

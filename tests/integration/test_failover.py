@@ -141,13 +141,8 @@ class HACluster:
 
 @pytest.fixture
 def pg_dsn():
-    admin_dsn, stop = pg.server()  # (a private server unless the run names one: stopped here, not left to atexit)
-    try:
-        dsn = pg.fresh_database(admin_dsn)
+    with pg.database() as dsn:
         yield dsn
-        pg.drop_database(admin_dsn, dsn)
-    finally:
-        stop()
 
 
 @pytest.fixture
