@@ -82,11 +82,11 @@ def pytest_unconfigure(config):
             left.append(child)
         except OSError:
             continue
-    try:  # the CLI servers just signalled, and daemons being reaped, leave them in a moment (well within the
-        # 10 s pytest-xdist gives a test process to end before it kills it)
+    try:  # what this process started may still be leaving them (well within the 10 s pytest-xdist gives a
+        # test process to end before it kills it)
         wait_for(lambda: not any(map(_processes_in, left)), timeout=3, what="this process's cgroups to empty")
     except TimeoutError:
-        pass  # a killed worker's run still in one: the next run removes it (_remove_stale)
+        pass  # a process still in one (a killed worker's run outlives it): the next run removes it (_remove_stale)
     for child in left:
         for top, _, _ in os.walk(child, topdown=False):  # deepest first; a cgroup goes only when empty
             try:

@@ -191,7 +191,7 @@ def _submitted(given: dict[str, str]) -> dict[str, str]:
     """The submitter's variables that may go into the job's environment: none the host owns, and of
     XCE's and LSF's job variables only ``XCE_PASSED`` (one comprehension, not a call a variable: a run's
     start pays it for every variable of the submitter's)."""
-    return {k: v for k, v in given.items() if k not in HOST_OWNED and not k.startswith(_JOBS_OWN) or k in XCE_PASSED}
+    return {k: v for k, v in given.items() if (k not in HOST_OWNED and not k.startswith(_JOBS_OWN)) or k in XCE_PASSED}
 
 
 def lsf_env(job: Dispatch, hostfile: str | None) -> dict[str, str]:
@@ -632,12 +632,12 @@ def remove_tree(path: str) -> None:
                 rest = True
     finally:
         os.close(fd)
-    try:
-        if not rest:
+    if not rest:
+        try:
             os.rmdir(path)
             return
-    except FileNotFoundError:
-        return
-    except OSError:
-        pass
+        except FileNotFoundError:
+            return
+        except OSError:
+            pass  # (something appeared in it meanwhile)
     shutil.rmtree(path, ignore_errors=True)
