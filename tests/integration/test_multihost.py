@@ -140,7 +140,7 @@ def test_mpirun_with_blaunch_runs_an_mpi4py_allreduce_over_two_hosts(cl, tmp_pat
               "--mca plm_rsh_agent blaunch --mca oob_tcp_if_include lo --mca btl self,tcp --mca btl_tcp_if_include lo "
               f"{sys.executable} allreduce.py")
     done, out = run_job(cl, mpirun, cwd=tmp_path, timeout=120)
-    assert done["state"] == "DONE", out
+    assert done["state"] == "DONE", (done.get("exit_code"), done.get("exit_reason"), done.get("tasks"), out)
     # (mpirun may warn that its setpgid of an agent that had exec'd already failed: OpenMPI's race, harmless)
     assert [line for line in out.splitlines() if not line.startswith("[")] == [
         f"rank {r} of 4 on host{r // 2 + 1} sum 10" for r in range(4)]
