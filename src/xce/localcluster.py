@@ -110,9 +110,6 @@ def read_up_pid(state_dir: str) -> int | None:
 # ------------------------------------------------------------ btrfs: a claim class on a real filesystem
 
 
-LISTING_TRIES = 20  # losetup -j asked again while it fails (loop devices coming and going)
-
-
 def _tool(*argv: str) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=TOOL_TIMEOUT, stdin=subprocess.DEVNULL)
@@ -207,15 +204,22 @@ class LoopBtrfs:
         return self.root
 
     def loop_devices(self) -> list[str]:
-        """The loop devices backed by the image (``losetup -j``).  A listing that failed is asked again: it
-        fails when a device it walks goes away meanwhile (other loop devices of the machine come and go),
-        and an empty answer then would say the image is free when it is not."""
-        for _ in range(LISTING_TRIES):
-            done = _tool("losetup", "-j", self.image)
-            if done.returncode == 0:
-                return [line.split(":", 1)[0] for line in done.stdout.splitlines() if line.strip()]
-            time.sleep(0.05)
-        raise ClusterError(f"losetup -j {self.image}: {' '.join(done.stderr.split()) or f'exit {done.returncode}'}")
+        """The loop devices backed by the image, from sysfs (``/sys/block/loopN/loop/backing_file``, there
+        while a device is bound): reading it opens no loop device, where ``losetup -j`` opens every one, the
+        one being run down after the umount included, whose autoclear waits for its last close."""
+        image = os.path.realpath(self.image)
+        found = []
+        for name in sorted(os.listdir("/sys/block")):
+            if not name.startswith("loop"):
+                continue
+            try:
+                with open(f"/sys/block/{name}/loop/backing_file") as fh:
+                    backing = fh.read().rstrip("\n")
+            except OSError:
+                continue  # not bound (or gone meanwhile)
+            if backing == image:
+                found.append(f"/dev/{name}")
+        return found
 
     def unmount(self, timeout: float = 30.0) -> None:
         """Unmount (retrying while the last jobs' mounts go) and check that no loop device is left."""
@@ -232,7 +236,7 @@ class LoopBtrfs:
         while True:
             devices = self.loop_devices()
             if not devices:
-                # a listing made while the device is being run down can miss it: free once two listings agree
+                # free once two listings 100 ms apart agree (a device being run down may not show in one)
                 time.sleep(0.1)
                 devices = self.loop_devices()
                 if not devices:
